@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Installs everything packsched's build, tests and examples need, from Debian 12 packages.
+# Idempotent: packages already present are left alone, and apt-get runs only when something
+# is missing. CUDA and NCCL are not installed here (they come with a GPU image); the build
+# switches the CUDA/NCCL parts off when they are absent.
+set -euo pipefail
+
+packages=(
+  build-essential cmake ninja-build pkg-config ccache git
+  libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
+  libabsl-dev libspdlog-dev libgtest-dev libgmock-dev libbenchmark-dev
+  libgloo-dev libdlpack-dev pybind11-dev python3-dev
+  python3-grpcio python3-protobuf python3-numpy python3-pytest python3-torch
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed'; then
+    missing+=("$p")
+  fi
+done
+
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "install-deps: all ${#packages[@]} packages present"
+  exit 0
+fi
+
+sudo=""
+if [ "$(id -u)" -ne 0 ]; then sudo="sudo"; fi
+echo "install-deps: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+$sudo apt-get update -qq
+$sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+echo "install-deps: done"

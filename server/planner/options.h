@@ -1,0 +1,112 @@
+#ifndef PACKSCHED_SERVER_PLANNER_OPTIONS_H_
+#define PACKSCHED_SERVER_PLANNER_OPTIONS_H_
+
+// The knobs of one planning call. Plain values, copyable, no defaults hidden elsewhere: every
+// default below is the documented one, shared by the CLI, the sidecar and the Python package.
+
+#include <cstdint>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+
+namespace packsched::planner {
+
+// What the `max_token_len` cap measures for one micro-batch.
+enum class CapMode {
+  kTokens,  // sum of the aligned lengths, rounded up to align_total_to (padding-free trainers)
+  kPadded,  // number of sequences x longest aligned length (trainers that still pad)
+};
+
+enum class Algorithm {
+  kKarmarkarKarp,       // "kk": k-way largest differencing; never worse than kLpt
+  kLpt,                 // "lpt": longest first to the least loaded part
+  kFirstFitDecreasing,  // "ffd": dataset packing, as many bins as needed
+  kBestFitDecreasing,   // "bfd": dataset packing, as many bins as needed
+  kSequential,          // "sequential": dataset packing in input order (streaming)
+};
+
+// The cost the balancing equalises. The cap is always on tokens (see CapMode).
+enum class CostModel {
+  kTokens,     // cost = aligned length
+  kAttention,  // cost = a * L + b * L^2 over the aligned length L (see AttentionCost)
+};
+
+// What happens to a sequence whose aligned length alone exceeds the cap.
+enum class OverlongPolicy {
+  kReject,   // InvalidArgument naming the sequence and its length
+  kIsolate,  // alone in its own micro-batch, flagged `overlong`
+  kDrop,     // left out of the plan: listed in `dropped`, revert = -1, no loss weight
+};
+
+// Order of the micro-batches in the returned plan.
+enum class PartOrder {
+  kCostDesc,    // largest cost first (ties: smallest first index)
+  kIndex,       // by smallest original index; empty micro-batches last
+  kInterleave,  // small at both ends, large in the middle (pipeline-bubble friendly)
+};
+
+// Integer weights of the attention cost model, cost(L) = linear * L + quadratic * L^2.
+// The defaults are the FLOP ratio of a causal decoder layer with hidden size 2048: about
+// 24·h² FLOPs per token in the matmuls against 2·h·L for causal attention, i.e. 12·h : 1.
+struct AttentionCost {
+  int64_t linear = 24576;
+  int64_t quadratic = 1;
+};
+
+// Documented limits: larger values are InvalidArgument naming the field and value.
+inline constexpr int64_t kMaxSequences = int64_t{1} << 26;  // sequences per call
+inline constexpr int64_t kMaxLength =
+    (int64_t{1} << 31) - 1;  // tokens per sequence, aligned (int32 offsets)
+inline constexpr int64_t kMaxAlign = int64_t{1} << 20;            // align_to, align_total_to
+inline constexpr int64_t kMaxAttentionWeight = int64_t{1} << 32;  // each of a and b
+inline constexpr int64_t kMaxWorldSize = int64_t{1} << 20;        // BalanceBatch ranks
+inline constexpr int64_t kDefaultMaxMicroBatches = 1'000'000;
+
+struct PlanOptions {
+  // Cap per micro-batch in tokens (see CapMode). 0 = no cap, allowed only where k is given
+  // (Problem::Partition with an explicit k, `packsched plan --num_parts`). Otherwise >= 1 and
+  // <= kMaxLength (micro-batch offsets are int32).
+  int64_t max_token_len = 0;
+  CapMode cap_mode = CapMode::kTokens;
+  // Largest number of sequences in one micro-batch; 0 = unlimited.
+  int64_t max_seqs_per_micro_batch = 0;
+  // The plan has at least this many micro-batches (>= 1).
+  int64_t min_micro_batches = 1;
+  // The micro-batch count is a multiple of this (pipeline parallelism), >= 1.
+  int64_t divisible_by = 1;
+  // Each sequence is padded to a multiple of this (e.g. 2·tp·cp); the cap and the costs use the
+  // aligned lengths. In [1, kMaxAlign].
+  int64_t align_to = 1;
+  // Each micro-batch's total is padded to a multiple of this (e.g. Ulysses sequence parallelism).
+  // In tokens mode the cap holds for the padded total. In [1, kMaxAlign].
+  int64_t align_total_to = 1;
+  Algorithm algorithm = Algorithm::kKarmarkarKarp;
+  CostModel cost = CostModel::kTokens;
+  AttentionCost attention;
+  OverlongPolicy overlong = OverlongPolicy::kReject;
+  PartOrder order = PartOrder::kCostDesc;
+  // Upper bound on the micro-batch count: a larger count, required or requested, is
+  // InvalidArgument — it is never clamped below what the cap needs.
+  int64_t max_micro_batches = kDefaultMaxMicroBatches;
+  // Fixed-k only: every micro-batch gets exactly n / k sequences (n % k != 0 is
+  // InvalidArgument); cost is balanced, the cap is not guaranteed.
+  bool equal_size = false;
+};
+
+// Names used by the CLI, the proto and the Python package ("kk", "tokens", "cost_desc", ...).
+absl::string_view Name(CapMode v);
+absl::string_view Name(Algorithm v);
+absl::string_view Name(CostModel v);
+absl::string_view Name(OverlongPolicy v);
+absl::string_view Name(PartOrder v);
+
+// Inverses of Name(); InvalidArgument listing the accepted names for anything else.
+absl::StatusOr<CapMode> ParseCapMode(absl::string_view name);
+absl::StatusOr<Algorithm> ParseAlgorithm(absl::string_view name);
+absl::StatusOr<CostModel> ParseCostModel(absl::string_view name);
+absl::StatusOr<OverlongPolicy> ParseOverlongPolicy(absl::string_view name);
+absl::StatusOr<PartOrder> ParsePartOrder(absl::string_view name);
+
+}  // namespace packsched::planner
+
+#endif  // PACKSCHED_SERVER_PLANNER_OPTIONS_H_
