@@ -60,8 +60,8 @@ absl::StatusOr<LossCounts> CountLoss(const MicroBatchPlan& plan,
 // non-positive or non-finite sum_norm_constant, or world_size < 1.
 absl::StatusOr<LossWeights> ComputeLossWeights(const MicroBatchPlan& plan,
                                                absl::Span<const int64_t> loss_tokens,
-                                               const LossOptions& options,
-                                               const LossCounts& global, int64_t world_size);
+                                               const LossOptions& options, const LossCounts& global,
+                                               int64_t world_size);
 
 absl::string_view Name(LossMode v);
 absl::string_view Name(DpReduction v);

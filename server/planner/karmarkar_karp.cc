@@ -1,0 +1,122 @@
+#include "server/planner/karmarkar_karp.h"
+
+#include <algorithm>
+#include <functional>
+#include <queue>
+#include <utility>
+#include <vector>
+
+namespace packsched::planner::internal {
+namespace {
+
+// One non-empty sum of a tuple; its items form a linked list through `next`.
+struct Slot {
+  int64_t sum;
+  int32_t head;
+  int32_t tail;
+};
+
+// Min-heap order on slots; ties by head item so every run decides identically.
+struct SlotGreater {
+  bool operator()(const Slot& a, const Slot& b) const {
+    return a.sum != b.sum ? a.sum > b.sum : a.head > b.head;
+  }
+};
+
+// A k-tuple holding only its non-empty sums (the other k - slots.size() are 0).
+struct Tuple {
+  std::vector<Slot> slots;  // min-heap under SlotGreater
+  int64_t max = 0;
+};
+
+class Merger {
+ public:
+  Merger(int64_t k, std::vector<int32_t>& next) : k_(k), next_(next) {}
+
+  int64_t Spread(const Tuple& t) const {
+    const int64_t min = static_cast<int64_t>(t.slots.size()) < k_ ? 0 : t.slots.front().sum;
+    return t.max - min;
+  }
+
+  // Merges `small` into `big`: big's smallest sums (zeros first) take small's sums, largest to
+  // smallest. Costs O(|small| log |big|).
+  void Merge(Tuple& big, Tuple& small) {
+    std::vector<Slot>& incoming = small.slots;
+    std::sort(incoming.begin(), incoming.end(), [](const Slot& a, const Slot& b) {
+      return a.sum != b.sum ? a.sum > b.sum : a.head < b.head;
+    });
+    const int64_t zeros = k_ - static_cast<int64_t>(big.slots.size());
+    const int64_t m = static_cast<int64_t>(incoming.size());
+    const int64_t from_zeros = std::min(zeros, m);
+    // The big tuple's m smallest sums in ascending order: from_zeros empty ones, then heap pops.
+    taken_.clear();
+    for (int64_t j = from_zeros; j < m; ++j) {
+      std::pop_heap(big.slots.begin(), big.slots.end(), SlotGreater());
+      taken_.push_back(big.slots.back());
+      big.slots.pop_back();
+    }
+    for (int64_t j = 0; j < m; ++j) {
+      Slot merged = incoming[j];
+      if (j >= from_zeros) {
+        const Slot& old = taken_[j - from_zeros];
+        merged.sum += old.sum;
+        next_[old.tail] = incoming[j].head;
+        merged.head = old.head;
+        merged.tail = incoming[j].tail;
+      }
+      big.max = std::max(big.max, merged.sum);
+      big.slots.push_back(merged);
+      std::push_heap(big.slots.begin(), big.slots.end(), SlotGreater());
+    }
+    std::vector<Slot>().swap(incoming);
+  }
+
+ private:
+  int64_t k_;
+  std::vector<int32_t>& next_;
+  std::vector<Slot> taken_;
+};
+
+}  // namespace
+
+Parts KarmarkarKarp(absl::Span<const int64_t> costs, int64_t k) {
+  const int32_t n = static_cast<int32_t>(costs.size());
+  Parts parts(k);
+  if (n == 0) return parts;
+  std::vector<int32_t> next(n, -1);
+  std::vector<Tuple> tuples(n);
+  Merger merger(k, next);
+  // Max-heap of (spread, -id): the largest spread first, ties to the lowest id.
+  std::priority_queue<std::pair<int64_t, int64_t>> heap;
+  for (int32_t i = 0; i < n; ++i) {
+    tuples[i].slots.push_back(Slot{costs[i], i, i});
+    tuples[i].max = costs[i];
+    heap.emplace(merger.Spread(tuples[i]), -static_cast<int64_t>(i));
+  }
+  while (heap.size() > 1) {
+    const int64_t a = -heap.top().second;
+    heap.pop();
+    const int64_t b = -heap.top().second;
+    heap.pop();
+    const bool a_big = tuples[a].slots.size() >= tuples[b].slots.size();
+    const int64_t big = a_big ? a : b;
+    const int64_t small = a_big ? b : a;
+    merger.Merge(tuples[big], tuples[small]);
+    heap.emplace(merger.Spread(tuples[big]), -big);
+  }
+  const Tuple& last = tuples[-heap.top().second];
+  // Emit parts in descending sum order for a stable, readable result.
+  std::vector<Slot> slots = last.slots;
+  std::sort(slots.begin(), slots.end(), [](const Slot& a, const Slot& b) {
+    return a.sum != b.sum ? a.sum > b.sum : a.head < b.head;
+  });
+  for (size_t p = 0; p < slots.size(); ++p) {
+    for (int32_t i = slots[p].head; i != -1; i = next[i]) {
+      parts[p].push_back(i);
+      if (i == slots[p].tail) break;
+    }
+  }
+  return parts;
+}
+
+}  // namespace packsched::planner::internal

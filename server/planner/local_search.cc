@@ -1,0 +1,207 @@
+#include "server/planner/local_search.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <vector>
+
+namespace packsched::planner::internal {
+namespace {
+
+// How many of the least loaded parts a step tries as targets, and how many items of the
+// source part it probes per target: enough to find a good step, few enough to stay cheap.
+constexpr int kTargets = 8;
+constexpr int kProbes = 16;
+
+}  // namespace
+
+LocalSearch::LocalSearch(absl::Span<const Item> items, const Capacity& capacity, Parts parts)
+    : items_(items), capacity_(capacity), parts_(std::move(parts)) {
+  loads_ = LoadsOf(parts_, items_);
+  for (int32_t p = 0; p < static_cast<int32_t>(parts_.size()); ++p) {
+    by_cost_.emplace(loads_[p].cost, p);
+    by_aligned_.emplace(loads_[p].aligned, p);
+  }
+  budget_ = 8 * static_cast<int64_t>(items_.size() + parts_.size()) + 1024;
+}
+
+PartLoad LocalSearch::Replaced(int32_t p, size_t slot, const Item* added) const {
+  const Item& gone = items_[parts_[p][slot]];
+  PartLoad out = loads_[p];
+  out.cost -= gone.cost;
+  out.aligned -= gone.aligned;
+  --out.count;
+  // Only the padded cap reads the longest length; recompute it only when it may have left.
+  if (capacity_.mode() == CapMode::kPadded && gone.aligned == out.max_aligned) {
+    out.max_aligned = 0;
+    for (size_t s = 0; s < parts_[p].size(); ++s) {
+      if (s != slot) out.max_aligned = std::max(out.max_aligned, items_[parts_[p][s]].aligned);
+    }
+  }
+  if (added != nullptr) out.Add(*added);
+  return out;
+}
+
+void LocalSearch::Reindex(int32_t p, const PartLoad& before) {
+  by_cost_.erase({before.cost, p});
+  by_aligned_.erase({before.aligned, p});
+  by_cost_.emplace(loads_[p].cost, p);
+  by_aligned_.emplace(loads_[p].aligned, p);
+}
+
+void LocalSearch::Move(int32_t p, size_t slot, int32_t q) {
+  const PartLoad before_p = loads_[p];
+  const PartLoad before_q = loads_[q];
+  const int32_t position = parts_[p][slot];
+  loads_[p] = Replaced(p, slot, nullptr);
+  parts_[p][slot] = parts_[p].back();
+  parts_[p].pop_back();
+  parts_[q].push_back(position);
+  loads_[q].Add(items_[position]);
+  Reindex(p, before_p);
+  Reindex(q, before_q);
+}
+
+void LocalSearch::Swap(int32_t p, size_t slot_p, int32_t q, size_t slot_q) {
+  const PartLoad before_p = loads_[p];
+  const PartLoad before_q = loads_[q];
+  const PartLoad after_p = Replaced(p, slot_p, &items_[parts_[q][slot_q]]);
+  const PartLoad after_q = Replaced(q, slot_q, &items_[parts_[p][slot_p]]);
+  std::swap(parts_[p][slot_p], parts_[q][slot_q]);
+  loads_[p] = after_p;
+  loads_[q] = after_q;
+  Reindex(p, before_p);
+  Reindex(q, before_q);
+}
+
+bool LocalSearch::TryMove(int32_t p, int32_t q, int64_t gap) {
+  // Moving cost c from p to q lowers the pair's maximum iff 0 < c < gap; c = gap / 2 is best.
+  std::vector<size_t> slots(parts_[p].size());
+  for (size_t s = 0; s < slots.size(); ++s) slots[s] = s;
+  auto cost = [&](size_t s) { return items_[parts_[p][s]].cost; };
+  std::sort(slots.begin(), slots.end(), [&](size_t a, size_t b) {
+    return cost(a) != cost(b) ? cost(a) < cost(b) : parts_[p][a] < parts_[p][b];
+  });
+  const int64_t target = gap / 2;
+  auto it = std::lower_bound(slots.begin(), slots.end(), target,
+                             [&](size_t s, int64_t t) { return cost(s) < t; });
+  ptrdiff_t right = it - slots.begin();
+  ptrdiff_t left = right - 1;
+  const ptrdiff_t end = static_cast<ptrdiff_t>(slots.size());
+  for (int probe = 0; probe < kProbes && (left >= 0 || right < end); ++probe) {
+    --budget_;
+    const bool take_right = left < 0 || (right < end && std::llabs(cost(slots[right]) - target) <=
+                                                            std::llabs(cost(slots[left]) - target));
+    const size_t slot = take_right ? slots[right++] : slots[left--];
+    const Item& item = items_[parts_[p][slot]];
+    if (item.cost < 1 || item.cost >= gap) continue;
+    if (Fits(q, item)) {
+      Move(p, slot, q);
+      return true;
+    }
+  }
+  return false;
+}
+
+bool LocalSearch::TrySwap(int32_t p, int32_t q, int64_t gap) {
+  // Swapping i (in p) for j (in q) lowers the pair's maximum iff 0 < c_i - c_j < gap.
+  std::vector<size_t> in_q(parts_[q].size());
+  for (size_t s = 0; s < in_q.size(); ++s) in_q[s] = s;
+  auto cost_q = [&](size_t s) { return items_[parts_[q][s]].cost; };
+  std::sort(in_q.begin(), in_q.end(), [&](size_t a, size_t b) {
+    return cost_q(a) != cost_q(b) ? cost_q(a) < cost_q(b) : parts_[q][a] < parts_[q][b];
+  });
+  const int64_t target = gap / 2;
+  int64_t best_distance = gap;
+  size_t best_p = 0, best_q = 0;
+  for (size_t sp = 0; sp < parts_[p].size() && budget_ > 0; ++sp) {
+    const Item& give = items_[parts_[p][sp]];
+    const int64_t want = give.cost - target;  // the c_j that makes the difference gap / 2
+    auto it = std::lower_bound(in_q.begin(), in_q.end(), want,
+                               [&](size_t s, int64_t w) { return cost_q(s) < w; });
+    const ptrdiff_t at = it - in_q.begin();
+    for (ptrdiff_t j = std::max<ptrdiff_t>(0, at - 1);
+         j < std::min<ptrdiff_t>(static_cast<ptrdiff_t>(in_q.size()), at + 1); ++j) {
+      --budget_;
+      const size_t sq = in_q[j];
+      const Item& take = items_[parts_[q][sq]];
+      const int64_t d = give.cost - take.cost;
+      if (d < 1 || d >= gap || std::llabs(d - target) >= best_distance) continue;
+      if (capacity_.Over(Replaced(p, sp, &take)) || capacity_.Over(Replaced(q, sq, &give))) {
+        continue;
+      }
+      best_distance = std::llabs(d - target);
+      best_p = sp;
+      best_q = sq;
+    }
+    if (best_distance == 0) break;
+  }
+  if (best_distance == gap) return false;
+  Swap(p, best_p, q, best_q);
+  return true;
+}
+
+void LocalSearch::Rebalance(bool keep_counts) {
+  while (budget_ > 0 && by_cost_.size() > 1) {
+    const auto [largest, p] = *by_cost_.rbegin();
+    bool improved = false;
+    int tried = 0;
+    for (auto it = by_cost_.begin(); it != by_cost_.end() && tried < kTargets; ++it) {
+      const int32_t q = it->second;
+      if (q == p) continue;
+      const int64_t gap = largest - it->first;
+      if (gap < 2) break;  // ascending costs: every later gap is smaller still
+      ++tried;
+      if ((!keep_counts && TryMove(p, q, gap)) || TrySwap(p, q, gap)) {
+        improved = true;
+        break;
+      }
+    }
+    if (!improved) return;
+  }
+}
+
+bool LocalSearch::Repair() {
+  for (int32_t p = 0; p < static_cast<int32_t>(parts_.size()); ++p) {
+    while (capacity_.Over(loads_[p])) {
+      if (--budget_ < 0) return false;
+      // Evict the smallest item that clears the token overflow in one move, else the largest
+      // that fits somewhere; targets are the parts with the most free tokens.
+      const int64_t overflow =
+          capacity_.has_cap() ? capacity_.Measure(loads_[p]) - capacity_.cap() : 0;
+      std::vector<size_t> slots(parts_[p].size());
+      for (size_t s = 0; s < slots.size(); ++s) slots[s] = s;
+      auto aligned = [&](size_t s) { return items_[parts_[p][s]].aligned; };
+      std::sort(slots.begin(), slots.end(), [&](size_t a, size_t b) {
+        return aligned(a) != aligned(b) ? aligned(a) < aligned(b) : parts_[p][a] < parts_[p][b];
+      });
+      const ptrdiff_t first =
+          std::lower_bound(slots.begin(), slots.end(), overflow,
+                           [&](size_t s, int64_t o) { return aligned(s) < o; }) -
+          slots.begin();
+      std::vector<size_t> candidates;
+      for (ptrdiff_t s = first; s < static_cast<ptrdiff_t>(slots.size()); ++s) {
+        candidates.push_back(slots[s]);
+      }
+      for (ptrdiff_t s = first - 1; s >= 0; --s) candidates.push_back(slots[s]);
+      bool moved = false;
+      for (size_t c = 0; c < candidates.size() && c < kProbes && !moved; ++c) {
+        const Item& item = items_[parts_[p][candidates[c]]];
+        int tried = 0;
+        for (auto it = by_aligned_.begin(); it != by_aligned_.end() && tried < kTargets; ++it) {
+          const int32_t q = it->second;
+          if (q == p || capacity_.Over(loads_[q])) continue;
+          ++tried;
+          if (Fits(q, item)) {
+            Move(p, candidates[c], q);
+            moved = true;
+            break;
+          }
+        }
+      }
+      if (!moved) return false;
+    }
+  }
+  return true;
+}
+
+}  // namespace packsched::planner::internal

@@ -1,0 +1,57 @@
+#ifndef PACKSCHED_SERVER_PLANNER_LOCAL_SEARCH_H_
+#define PACKSCHED_SERVER_PLANNER_LOCAL_SEARCH_H_
+
+// Moves and swaps between the parts of a fixed-k partition: repair (bring parts within the
+// cap) and rebalance (lower the largest cost without breaking the cap).
+
+#include <cstdint>
+#include <set>
+#include <utility>
+#include <vector>
+
+#include "absl/types/span.h"
+#include "server/planner/prepared.h"
+
+namespace packsched::planner::internal {
+
+// Holds one partition and its part loads. Deterministic; work is bounded by a budget fixed
+// from the input size, so a call always terminates in O((n + k) log) steps per unit of budget.
+class LocalSearch {
+ public:
+  LocalSearch(absl::Span<const Item> items, const Capacity& capacity, Parts parts);
+
+  // Moves items out of parts over the capacity into parts that stay within it. Returns whether
+  // every part is within the capacity afterwards (false: no single move could help).
+  bool Repair();
+
+  // Lowers the largest part cost with moves (unless `keep_counts`) and swaps. A move or swap is
+  // taken only if both parts end within the capacity and both end below the old largest cost,
+  // so the sorted cost vector decreases at every step: the largest cost never rises.
+  void Rebalance(bool keep_counts);
+
+  int64_t max_cost() const { return by_cost_.empty() ? 0 : by_cost_.rbegin()->first; }
+  Parts Take() { return std::move(parts_); }
+
+ private:
+  // Removes item position `pos` (at slot `slot` of part p's list) from p and adds it to q.
+  void Move(int32_t p, size_t slot, int32_t q);
+  void Swap(int32_t p, size_t slot_p, int32_t q, size_t slot_q);
+  bool Fits(int32_t q, const Item& item) const { return capacity_.Fits(loads_[q], item.aligned); }
+  // The load of part p without the item at `slot`, and with `added` instead if not null.
+  PartLoad Replaced(int32_t p, size_t slot, const Item* added) const;
+  void Reindex(int32_t p, const PartLoad& before);
+  bool TryMove(int32_t p, int32_t q, int64_t gap);
+  bool TrySwap(int32_t p, int32_t q, int64_t gap);
+
+  absl::Span<const Item> items_;
+  Capacity capacity_;
+  Parts parts_;
+  std::vector<PartLoad> loads_;
+  std::set<std::pair<int64_t, int32_t>> by_cost_;     // (cost, part)
+  std::set<std::pair<int64_t, int32_t>> by_aligned_;  // (aligned tokens, part)
+  int64_t budget_;
+};
+
+}  // namespace packsched::planner::internal
+
+#endif  // PACKSCHED_SERVER_PLANNER_LOCAL_SEARCH_H_

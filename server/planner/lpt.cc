@@ -1,0 +1,38 @@
+#include "server/planner/lpt.h"
+
+#include <algorithm>
+#include <functional>
+#include <numeric>
+#include <queue>
+#include <utility>
+#include <vector>
+
+namespace packsched::planner::internal {
+
+std::vector<int32_t> OrderByCostDesc(absl::Span<const int64_t> costs) {
+  std::vector<int32_t> order(costs.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(),
+                   [&](int32_t a, int32_t b) { return costs[a] > costs[b]; });
+  return order;
+}
+
+Parts Lpt(absl::Span<const int64_t> costs, absl::Span<const int32_t> order,
+          absl::Span<const int64_t> limits) {
+  const int64_t k = static_cast<int64_t>(limits.size());
+  Parts parts(k);
+  using Entry = std::pair<int64_t, int64_t>;  // (load, part)
+  std::priority_queue<Entry, std::vector<Entry>, std::greater<Entry>> least;
+  for (int64_t p = 0; p < k; ++p) {
+    if (limits[p] > 0) least.emplace(0, p);
+  }
+  for (int32_t item : order) {
+    const auto [load, p] = least.top();
+    least.pop();
+    parts[p].push_back(item);
+    if (static_cast<int64_t>(parts[p].size()) < limits[p]) least.emplace(load + costs[item], p);
+  }
+  return parts;
+}
+
+}  // namespace packsched::planner::internal

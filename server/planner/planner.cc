@@ -1,0 +1,278 @@
+#include "server/planner/planner.h"
+
+#include <algorithm>
+#include <optional>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "server/base/checked_math.h"
+#include "server/base/status_macros.h"
+#include "server/planner/assemble.h"
+#include "server/planner/bin_packing.h"
+#include "server/planner/karmarkar_karp.h"
+#include "server/planner/local_search.h"
+#include "server/planner/lpt.h"
+#include "server/planner/prepared.h"
+
+namespace packsched::planner {
+namespace internal {
+
+struct Prepared {
+  Validated v;
+  std::vector<int64_t> costs;       // of v.items
+  std::vector<int32_t> cost_order;  // v.items by cost descending
+  int64_t lower_bound_k = 0;
+  int64_t local_k = 0;
+  Parts base;  // the plan at local_k, over v.items (local_k - isolated parts)
+};
+
+namespace {
+
+int64_t NumIsolated(const Validated& v) { return static_cast<int64_t>(v.isolated.size()); }
+
+Parts WithEmptyParts(Parts parts, int64_t k) {
+  parts.resize(k);
+  return parts;
+}
+
+// LPT into k parts, then moves out of any part over the capacity. nullopt if that fails.
+std::optional<Parts> LptWithinCapacity(const Prepared& p, int64_t k) {
+  const std::vector<int64_t> limits(
+      k, p.v.capacity.max_seqs() > 0 ? p.v.capacity.max_seqs() : kMaxSequences);
+  LocalSearch search(p.v.items, p.v.capacity, Lpt(p.costs, p.cost_order, limits));
+  if (!search.Repair()) return std::nullopt;
+  return search.Take();
+}
+
+// The smallest item-part count in [lo, hi] for which LPT plus repair finds a plan within the
+// capacity, with that plan; `at_hi` is a known plan with hi parts. Gallops up from lo, then
+// bisects, so a tight lower bound costs one or two tries.
+std::pair<int64_t, Parts> SmallestFeasible(const Prepared& p, int64_t lo, int64_t hi, Parts at_hi) {
+  int64_t step = 1;
+  int64_t infeasible = lo - 1;
+  while (lo < hi) {
+    if (std::optional<Parts> parts = LptWithinCapacity(p, lo)) {
+      // Bisect (infeasible, lo] for a smaller count.
+      int64_t found = lo;
+      Parts best = std::move(*parts);
+      int64_t a = infeasible;
+      while (found - a > 1) {
+        const int64_t mid = a + (found - a) / 2;
+        if (std::optional<Parts> trial = LptWithinCapacity(p, mid)) {
+          found = mid;
+          best = std::move(*trial);
+        } else {
+          a = mid;
+        }
+      }
+      return {found, std::move(best)};
+    }
+    infeasible = lo;
+    lo = std::min(hi, lo + step);
+    step *= 2;
+  }
+  return {hi, std::move(at_hi)};
+}
+
+// The best plan into k_items parts the configured algorithm finds, seeded with a plan known to
+// be within the capacity (`seed`, with at most k_items parts). Candidates: Karmarkar–Karp (kk
+// only), LPT and the seed, each brought within the capacity and rebalanced; the smallest
+// largest cost wins (ties: the earlier candidate). kk's candidates include lpt's, so kk is
+// never worse than lpt.
+Parts BestPlan(const Prepared& p, int64_t k_items, const Parts& seed) {
+  if (k_items == 0) return {};
+  std::vector<Parts> candidates;
+  auto consider = [&](Parts parts) {
+    LocalSearch search(p.v.items, p.v.capacity, std::move(parts));
+    if (!search.Repair()) return;
+    search.Rebalance(/*keep_counts=*/false);
+    candidates.push_back(search.Take());
+  };
+  if (p.v.options.algorithm == Algorithm::kKarmarkarKarp) {
+    consider(KarmarkarKarp(p.costs, k_items));
+  }
+  const std::vector<int64_t> limits(
+      k_items, p.v.capacity.max_seqs() > 0 ? p.v.capacity.max_seqs() : kMaxSequences);
+  consider(Lpt(p.costs, p.cost_order, limits));
+  consider(WithEmptyParts(seed, k_items));
+  size_t best = 0;
+  int64_t best_cost = MaxCost(candidates[0], p.v.items);
+  for (size_t c = 1; c < candidates.size(); ++c) {
+    const int64_t cost = MaxCost(candidates[c], p.v.items);
+    if (cost < best_cost) {
+      best = c;
+      best_cost = cost;
+    }
+  }
+  return std::move(candidates[best]);
+}
+
+// equal_size: n / k sequences per part, cost balanced by LPT under exact counts and swaps.
+Parts EqualSizePlan(const Prepared& p, int64_t k) {
+  const int64_t n = static_cast<int64_t>(p.v.items.size());
+  const std::vector<int64_t> limits(k, n / k);
+  LocalSearch search(p.v.items, Capacity(), Lpt(p.costs, p.cost_order, limits));
+  search.Rebalance(/*keep_counts=*/true);
+  return search.Take();
+}
+
+absl::Status CheckTotalFitsOffsets(const Validated& v) {
+  int64_t aligned = 0;
+  for (const Item& item : v.items) aligned += item.aligned;
+  const std::optional<int64_t> total = CheckedRoundUp(aligned, v.options.align_total_to);
+  if (!total || *total > kMaxLength) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "without a cap guarantee a micro-batch may hold the whole batch of ", aligned,
+        " aligned tokens, over the int32 offset limit ", kMaxLength, "; set max_token_len"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+}  // namespace internal
+
+using internal::Parts;
+using internal::Prepared;
+
+Problem::Problem(std::shared_ptr<const Prepared> prepared) : prepared_(std::move(prepared)) {}
+
+absl::StatusOr<Problem> Problem::Create(absl::Span<const int64_t> lengths,
+                                        const PlanOptions& options, bool cap_optional) {
+  auto p = std::make_shared<Prepared>();
+  ASSIGN_OR_RETURN(p->v, internal::Validate(lengths, options, !cap_optional, /*balancing=*/true));
+  const internal::Validated& v = p->v;
+  if (!v.capacity.has_cap() || options.equal_size) {
+    RETURN_IF_ERROR(internal::CheckTotalFitsOffsets(v));
+  }
+  const int64_t n_items = static_cast<int64_t>(v.items.size());
+  p->costs.reserve(n_items);
+  int64_t aligned_total = 0;
+  for (const internal::Item& item : v.items) {
+    p->costs.push_back(item.cost);
+    aligned_total += item.aligned;
+  }
+  p->cost_order = internal::OrderByCostDesc(p->costs);
+
+  int64_t lb_items = n_items > 0 ? 1 : 0;
+  if (n_items > 0 && v.capacity.has_cap() && !options.equal_size) {
+    lb_items = std::max(lb_items, CeilDiv(aligned_total, v.capacity.cap()));
+  }
+  if (n_items > 0 && v.capacity.max_seqs() > 0) {
+    lb_items = std::max(lb_items, CeilDiv(n_items, v.capacity.max_seqs()));
+  }
+  const int64_t n_isolated = internal::NumIsolated(v);
+  p->lower_bound_k = std::max<int64_t>({lb_items + n_isolated, options.min_micro_batches, 1});
+  if (p->lower_bound_k > options.max_micro_batches) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the batch needs at least ", p->lower_bound_k,
+                     " micro-batches, more than max_micro_batches = ", options.max_micro_batches));
+  }
+
+  int64_t k_items = lb_items;
+  Parts witness;
+  if (!options.equal_size && n_items > 0) {
+    Parts bfd = internal::BestFitDecreasing(v.items, v.capacity);
+    const int64_t hi = static_cast<int64_t>(bfd.size());
+    std::tie(k_items, witness) = internal::SmallestFeasible(*p, lb_items, hi, std::move(bfd));
+  }
+  const std::optional<int64_t> local_k =
+      CheckedRoundUp(std::max<int64_t>({k_items + n_isolated, options.min_micro_batches, 1}),
+                     options.divisible_by);
+  if (!local_k || *local_k > options.max_micro_batches) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the batch needs ", k_items + n_isolated, " micro-batches (rounded up to divisible_by = ",
+        options.divisible_by, "), more than max_micro_batches = ", options.max_micro_batches));
+  }
+  p->local_k = *local_k;
+  if (!options.equal_size) {
+    p->base = internal::BestPlan(*p, p->local_k - n_isolated, witness);
+  }
+  return Problem(std::move(p));
+}
+
+int64_t Problem::local_k() const { return prepared_->local_k; }
+int64_t Problem::lower_bound_k() const { return prepared_->lower_bound_k; }
+int64_t Problem::num_sequences() const { return prepared_->v.num_sequences; }
+int64_t Problem::num_kept() const {
+  return static_cast<int64_t>(prepared_->v.items.size() + prepared_->v.isolated.size());
+}
+int64_t Problem::total_tokens() const { return prepared_->v.total_tokens; }
+const PlanOptions& Problem::options() const { return prepared_->v.options; }
+
+absl::StatusOr<MicroBatchPlan> Problem::Partition(int64_t k) const {
+  const Prepared& p = *prepared_;
+  const PlanOptions& o = p.v.options;
+  if (k < p.local_k || k > o.max_micro_batches) {
+    return absl::InvalidArgumentError(absl::StrCat("k = ", k, ": must be in [local bound ",
+                                                   p.local_k, ", max_micro_batches ",
+                                                   o.max_micro_batches, "]"));
+  }
+  if (k % o.divisible_by != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("k = ", k, " is not a multiple of divisible_by = ", o.divisible_by));
+  }
+  const int64_t n_items = static_cast<int64_t>(p.v.items.size());
+  if (o.equal_size) {
+    if (n_items % k != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "equal_size: ", n_items, " sequences do not split into k = ", k, " equal parts"));
+    }
+    return internal::Assemble(p.v, internal::EqualSizePlan(p, k), p.lower_bound_k, p.local_k);
+  }
+  const int64_t k_items = k - internal::NumIsolated(p.v);
+  if (k == p.local_k) return internal::Assemble(p.v, p.base, p.lower_bound_k, p.local_k);
+  return internal::Assemble(p.v, internal::BestPlan(p, k_items, p.base), p.lower_bound_k,
+                            p.local_k);
+}
+
+absl::StatusOr<MicroBatchPlan> PlanMicroBatches(absl::Span<const int64_t> lengths,
+                                                const PlanOptions& options) {
+  if (options.equal_size) {
+    return absl::InvalidArgumentError(
+        "equal_size needs a fixed number of micro-batches (PartitionFixedK, --num_parts)");
+  }
+  ASSIGN_OR_RETURN(Problem problem, Problem::Create(lengths, options));
+  return problem.Partition(problem.local_k());
+}
+
+absl::StatusOr<MicroBatchPlan> PartitionFixedK(absl::Span<const int64_t> lengths, int64_t k,
+                                               const PlanOptions& options) {
+  ASSIGN_OR_RETURN(Problem problem, Problem::Create(lengths, options, /*cap_optional=*/true));
+  if (k < 1 || k < problem.local_k()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("k = ", k, " is below ", problem.local_k(),
+                     ", the fewest micro-batches that meet the cap and the other constraints"));
+  }
+  return problem.Partition(k);
+}
+
+absl::StatusOr<MicroBatchPlan> PackDataset(absl::Span<const int64_t> lengths,
+                                           const PlanOptions& options) {
+  ASSIGN_OR_RETURN(
+      internal::Validated v,
+      internal::Validate(lengths, options, /*cap_required=*/true, /*balancing=*/false));
+  Parts parts;
+  switch (options.algorithm) {
+    case Algorithm::kFirstFitDecreasing:
+      parts = internal::FirstFitDecreasing(v.items, v.capacity);
+      break;
+    case Algorithm::kBestFitDecreasing:
+      parts = internal::BestFitDecreasing(v.items, v.capacity);
+      break;
+    default:
+      parts = internal::Sequential(v.items, v.capacity);
+      break;
+  }
+  int64_t aligned_total = 0;
+  for (const internal::Item& item : v.items) aligned_total += item.aligned;
+  const int64_t bins = static_cast<int64_t>(parts.size() + v.isolated.size());
+  const int64_t lower =
+      std::max<int64_t>(1, (v.items.empty() ? 0 : CeilDiv(aligned_total, v.capacity.cap())) +
+                               static_cast<int64_t>(v.isolated.size()));
+  return internal::Assemble(v, parts, lower, bins);
+}
+
+}  // namespace packsched::planner
