@@ -45,7 +45,7 @@ struct LossCounts {
 struct LossWeights {
   std::vector<double> weights;      // per original sequence; 0 for dropped ones
   std::vector<double> loss_scales;  // per part: the common weight of its sequences, NaN if
-                                    // they differ (or the part is empty)
+                                    // they differ, 0 for an empty part (its dummy pass)
 };
 
 // Local counts over the kept sequences of `plan`. `loss_tokens` has one entry per original

@@ -91,11 +91,14 @@ struct RankBatch {
 struct BalancedBatch {
   std::vector<RankBatch> ranks;   // world_size entries
   int64_t num_micro_batches = 0;  // the common k
+  std::vector<int64_t> dropped;   // global indices dropped by OverlongPolicy::kDrop, ascending
 };
 
-// Assigns sequences to ranks with equal counts (differing by at most one when
+// Assigns the kept sequences to ranks with equal counts (differing by at most one when
 // n % world_size != 0) and balanced cost. With `group_ids` (one per sequence, any int64), the
-// members of a group stay on one rank and counts stay within one group size of equal.
+// members of a group stay on one rank, and no rank holds more than ceil(n / world_size) +
+// (largest group - 1) sequences. Each rank's micro-batches then follow `options` exactly as
+// Problem::Create + Partition(k) would, with k the largest of the ranks' local bounds.
 // Returns InvalidArgument for bad lengths/options (as Problem::Create), world_size < 1 or
 // above kMaxWorldSize, or group_ids of the wrong size.
 absl::StatusOr<BalancedBatch> BalanceBatch(absl::Span<const int64_t> lengths, int64_t world_size,
