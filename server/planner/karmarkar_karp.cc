@@ -102,7 +102,10 @@ Parts KarmarkarKarp(absl::Span<const int64_t> costs, int64_t k) {
     const int64_t big = a_big ? a : b;
     const int64_t small = a_big ? b : a;
     merger.Merge(tuples[big], tuples[small]);
-    heap.emplace(merger.Spread(tuples[big]), -big);
+    // The result keeps the id of the first popped tuple, as the textbook method does, so ties
+    // in later rounds break the same way.
+    if (big != a) std::swap(tuples[a], tuples[big]);
+    heap.emplace(merger.Spread(tuples[a]), -a);
   }
   const Tuple& last = tuples[-heap.top().second];
   // Emit parts in descending sum order for a stable, readable result.
