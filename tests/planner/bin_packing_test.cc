@@ -75,7 +75,8 @@ TEST(PackDataset, BinsRespectCapInBothModesOnRealisticInputs) {
 }
 
 TEST(PackDataset, RejectsBalancingAlgorithms) {
-  const absl::StatusOr<MicroBatchPlan> plan = PackDataset({1, 2}, Packing(Algorithm::kKarmarkarKarp, 8));
+  const absl::StatusOr<MicroBatchPlan> plan =
+      PackDataset({1, 2}, Packing(Algorithm::kKarmarkarKarp, 8));
   EXPECT_EQ(plan.status().code(), absl::StatusCode::kInvalidArgument);
 }
 

@@ -64,8 +64,8 @@ std::string CheckPlan(absl::Span<const int64_t> lengths, const PlanOptions& o,
   if (dropped != plan.dropped) return "dropped is not the unplanned indices";
   for (int64_t i = 0; i < n; ++i) {
     const int64_t r = plan.revert[i];
-    if (seen[i] == 0 ? r != -1 : (r < 0 || r >= static_cast<int64_t>(reorder.size()) ||
-                                   reorder[r] != i)) {
+    if (seen[i] == 0 ? r != -1
+                     : (r < 0 || r >= static_cast<int64_t>(reorder.size()) || reorder[r] != i)) {
       return absl::StrCat("revert[", i, "] = ", r, " does not invert reorder");
     }
   }

@@ -38,10 +38,12 @@ Case RandomCase(uint64_t seed) {
       c.lengths = packsched::testing::RealisticRlLengths(n, seed);
       break;
     default:  // heavy tail: mostly short, a few long
-      for (int64_t i = 0; i < n; ++i) c.lengths.push_back(pick(0, 9) == 0 ? pick(2000, 20000) : pick(1, 300));
+      for (int64_t i = 0; i < n; ++i)
+        c.lengths.push_back(pick(0, 9) == 0 ? pick(2000, 20000) : pick(1, 300));
   }
   PlanOptions& o = c.options;
-  const int64_t longest = c.lengths.empty() ? 1 : *std::max_element(c.lengths.begin(), c.lengths.end());
+  const int64_t longest =
+      c.lengths.empty() ? 1 : *std::max_element(c.lengths.begin(), c.lengths.end());
   o.align_to = std::vector<int64_t>{1, 1, 2, 8, 64}[pick(0, 4)];
   o.align_total_to = std::vector<int64_t>{1, 1, 4, 128}[pick(0, 3)];
   o.cap_mode = pick(0, 3) == 0 ? CapMode::kPadded : CapMode::kTokens;
@@ -98,7 +100,8 @@ TEST(PlannerProperties, CountIsNeverBelowAnyBoundNorAboveBestFitDecreasing) {
     }
     EXPECT_GE(k, (aligned + cap - 1) / cap + isolated) << "seed " << seed;
     if (o.max_seqs_per_micro_batch > 0) {
-      EXPECT_GE(k, (fitting + o.max_seqs_per_micro_batch - 1) / o.max_seqs_per_micro_batch + isolated);
+      EXPECT_GE(k,
+                (fitting + o.max_seqs_per_micro_batch - 1) / o.max_seqs_per_micro_batch + isolated);
     }
     EXPECT_GE(k, o.min_micro_batches);
     EXPECT_EQ(k % o.divisible_by, 0);
@@ -108,8 +111,8 @@ TEST(PlannerProperties, CountIsNeverBelowAnyBoundNorAboveBestFitDecreasing) {
     packing.algorithm = Algorithm::kBestFitDecreasing;
     const absl::StatusOr<MicroBatchPlan> bfd = PackDataset(c.lengths, packing);
     ASSERT_TRUE(bfd.ok()) << bfd.status();
-    const int64_t bfd_k = std::max<int64_t>(
-        {static_cast<int64_t>(bfd->parts.size()), o.min_micro_batches, 1});
+    const int64_t bfd_k =
+        std::max<int64_t>({static_cast<int64_t>(bfd->parts.size()), o.min_micro_batches, 1});
     EXPECT_LE(k, RoundUp(bfd_k, o.divisible_by)) << "seed " << seed;
   }
 }
