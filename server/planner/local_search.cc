@@ -160,6 +160,65 @@ void LocalSearch::Rebalance(bool keep_counts) {
   }
 }
 
+bool LocalSearch::RepairBySwap(int32_t p) {
+  // Trade an item of p for a shorter one of a part with free tokens: p sheds the difference.
+  // Differences of two lengths are far more varied than lengths, so this succeeds where no
+  // single move fits. Prefers the smallest difference that clears p's overflow, else the
+  // largest that the target can absorb.
+  const int64_t overflow = capacity_.Measure(loads_[p]) - capacity_.cap();
+  int tried = 0;
+  for (auto it = by_aligned_.begin(); it != by_aligned_.end() && tried < kTargets; ++it) {
+    const int32_t q = it->second;
+    if (q == p || capacity_.Over(loads_[q])) continue;
+    ++tried;
+    std::vector<size_t> in_q(parts_[q].size());
+    for (size_t s = 0; s < in_q.size(); ++s) in_q[s] = s;
+    auto aligned_q = [&](size_t s) { return items_[parts_[q][s]].aligned; };
+    std::sort(in_q.begin(), in_q.end(), [&](size_t a, size_t b) {
+      return aligned_q(a) != aligned_q(b) ? aligned_q(a) < aligned_q(b)
+                                          : parts_[q][a] < parts_[q][b];
+    });
+    bool found = false;
+    int64_t best_score = 0;
+    size_t best_p = 0, best_q = 0;
+    for (size_t sp = 0; sp < parts_[p].size() && budget_ > 0; ++sp) {
+      const Item& give = items_[parts_[p][sp]];
+      // The q item whose length is closest to give.aligned - overflow from above... (a_j <=
+      // a_i - overflow clears p): probe around it.
+      const int64_t want = give.aligned - std::max<int64_t>(overflow, 1);
+      const ptrdiff_t at = std::upper_bound(in_q.begin(), in_q.end(), want,
+                                            [&](int64_t w, size_t s) { return w < aligned_q(s); }) -
+                           in_q.begin();
+      for (ptrdiff_t j = std::max<ptrdiff_t>(0, at - 2);
+           j < std::min<ptrdiff_t>(static_cast<ptrdiff_t>(in_q.size()), at + 2); ++j) {
+        --budget_;
+        const size_t sq = in_q[j];
+        const Item& take = items_[parts_[q][sq]];
+        const int64_t d = give.aligned - take.aligned;
+        if (d <= 0) continue;
+        const PartLoad after_p = Replaced(p, sp, &take);
+        const PartLoad after_q = Replaced(q, sq, &give);
+        if (capacity_.Over(after_q) || capacity_.Measure(after_p) >= capacity_.Measure(loads_[p])) {
+          continue;
+        }
+        // Clearing beats reducing; among clearing swaps the smallest d, else the largest d.
+        const int64_t score = d >= overflow ? (int64_t{1} << 62) - d : d;
+        if (!found || score > best_score) {
+          found = true;
+          best_score = score;
+          best_p = sp;
+          best_q = sq;
+        }
+      }
+    }
+    if (found) {
+      Swap(p, best_p, q, best_q);
+      return true;
+    }
+  }
+  return false;
+}
+
 bool LocalSearch::Repair() {
   for (int32_t p = 0; p < static_cast<int32_t>(parts_.size()); ++p) {
     while (capacity_.Over(loads_[p])) {
@@ -198,7 +257,7 @@ bool LocalSearch::Repair() {
           }
         }
       }
-      if (!moved) return false;
+      if (!moved && !RepairBySwap(p)) return false;
     }
   }
   return true;

@@ -42,6 +42,8 @@ class LocalSearch {
   void Reindex(int32_t p, const PartLoad& before);
   bool TryMove(int32_t p, int32_t q, int64_t gap);
   bool TrySwap(int32_t p, int32_t q, int64_t gap);
+  // One swap that lowers part p's cap measure without breaking the target's capacity.
+  bool RepairBySwap(int32_t p);
 
   absl::Span<const Item> items_;
   Capacity capacity_;

@@ -50,24 +50,51 @@ std::vector<int64_t> CountLimits(const Prepared& p, int64_t k) {
       k, p.v.capacity.max_seqs() > 0 ? p.v.capacity.max_seqs() : kMaxSequences);
 }
 
+// `parts` less its lightest part, whose items go to the parts with the fewest tokens and are
+// then repaired into the capacity; nullopt if the repair fails.
+std::optional<Parts> WithoutLightestPart(const Prepared& p, Parts parts) {
+  std::vector<PartLoad> loads = LoadsOf(parts, p.v.items);
+  auto fewest_tokens = [&] {
+    return std::min_element(
+               loads.begin(), loads.end(),
+               [](const PartLoad& a, const PartLoad& b) { return a.aligned < b.aligned; }) -
+           loads.begin();
+  };
+  const ptrdiff_t lightest = fewest_tokens();
+  std::vector<int32_t> homeless = std::move(parts[lightest]);
+  parts.erase(parts.begin() + lightest);
+  loads.erase(loads.begin() + lightest);
+  std::sort(homeless.begin(), homeless.end(),
+            [&](int32_t a, int32_t b) { return p.v.items[a].aligned > p.v.items[b].aligned; });
+  for (int32_t item : homeless) {
+    const ptrdiff_t target = fewest_tokens();
+    parts[target].push_back(item);
+    loads[target].Add(p.v.items[item]);
+  }
+  return WithinCapacity(p, std::move(parts));
+}
+
 // The fewest item parts the planner finds, with a plan of that many parts within the
-// capacity. Best-fit decreasing is the upper bound and usually lands on the volume bound `lo`
-// or within a fraction of a percent of it; when it does not, Karmarkar–Karp and LPT at `lo`,
-// each repaired by moves, get one chance to reach the bound itself. (Measured on realistic RL
-// mixes, repaired balancers at lo + 1 ... BFD never beat BFD, so no search runs between.)
+// capacity. Best-fit decreasing is the start: on realistic RL mixes it lands on the volume
+// bound `lo` or within a fraction of a percent of it (sequences longer than half the cap need
+// parts of their own, so `lo` is often out of reach). LPT at `lo`, repaired by moves and swaps,
+// gets one try at the bound itself; then whole parts are dissolved into the others while the
+// repair keeps succeeding.
 std::pair<int64_t, Parts> FewestParts(const Prepared& p, int64_t lo) {
-  Parts bfd = BestFitDecreasing(p.v.items, p.v.capacity);
-  const int64_t hi = static_cast<int64_t>(bfd.size());
-  if (hi > lo) {
-    if (std::optional<Parts> kk = WithinCapacity(p, KarmarkarKarp(p.costs, lo))) {
-      return {lo, std::move(*kk)};
-    }
+  Parts best = BestFitDecreasing(p.v.items, p.v.capacity);
+  if (static_cast<int64_t>(best.size()) > lo) {
     if (std::optional<Parts> lpt =
             WithinCapacity(p, Lpt(p.costs, p.cost_order, CountLimits(p, lo)))) {
       return {lo, std::move(*lpt)};
     }
   }
-  return {hi, std::move(bfd)};
+  while (static_cast<int64_t>(best.size()) > lo) {
+    std::optional<Parts> fewer = WithoutLightestPart(p, best);
+    if (!fewer) break;
+    best = std::move(*fewer);
+  }
+  const int64_t k = static_cast<int64_t>(best.size());
+  return {k, std::move(best)};
 }
 
 // The best plan into k_items parts the configured algorithm finds, seeded with a plan known to
