@@ -183,8 +183,8 @@ bool LocalSearch::RepairBySwap(int32_t p) {
     size_t best_p = 0, best_q = 0;
     for (size_t sp = 0; sp < parts_[p].size() && budget_ > 0; ++sp) {
       const Item& give = items_[parts_[p][sp]];
-      // The q item whose length is closest to give.aligned - overflow from above... (a_j <=
-      // a_i - overflow clears p): probe around it.
+      // Any q item no longer than give.aligned - overflow clears p's overflow; probe the few
+      // lengths around that boundary.
       const int64_t want = give.aligned - std::max<int64_t>(overflow, 1);
       const ptrdiff_t at = std::upper_bound(in_q.begin(), in_q.end(), want,
                                             [&](int64_t w, size_t s) { return w < aligned_q(s); }) -
