@@ -96,7 +96,9 @@ int64_t NumElements(const DLTensor& t, int first_dim = 0) {
 }
 
 // Bytes of one row when dimension 0..dims-1 index rows.
-int64_t RowBytes(const DLTensor& t, int dims) { return NumElements(t, dims) * ElementBytes(t.dtype); }
+int64_t RowBytes(const DLTensor& t, int dims) {
+  return NumElements(t, dims) * ElementBytes(t.dtype);
+}
 
 // The call's device: every tensor must be on it.
 struct CallDevice {
@@ -115,19 +117,19 @@ absl::Status CheckTensor(absl::string_view op, absl::string_view name, const DLT
   }
   if (t->device.device_type != call.device.device_type ||
       t->device.device_id != call.device.device_id) {
-    return Invalid(op, absl::StrCat("device mismatch: ", name, " is on ",
-                                    DeviceString(t->device), " but ", call.first_name, " is on ",
-                                    DeviceString(call.device)));
+    return Invalid(
+        op, absl::StrCat("device mismatch: ", name, " is on ", DeviceString(t->device), " but ",
+                         call.first_name, " is on ", DeviceString(call.device)));
   }
   if (t->strides != nullptr) {
     // Compact row-major; the stride of a size-1 dimension does not matter.
     int64_t expected = 1;
     for (int i = t->ndim - 1; i >= 0; --i) {
       if (t->shape[i] != 1 && t->strides[i] != expected) {
-        return Invalid(op, absl::StrCat(name, " must be contiguous (compact row-major), got shape ",
-                                        ShapeString(*t), " with strides [",
-                                        absl::StrJoin(absl::MakeConstSpan(t->strides, t->ndim), ", "),
-                                        "]"));
+        return Invalid(
+            op, absl::StrCat(name, " must be contiguous (compact row-major), got shape ",
+                             ShapeString(*t), " with strides [",
+                             absl::StrJoin(absl::MakeConstSpan(t->strides, t->ndim), ", "), "]"));
       }
       expected *= t->shape[i];
     }
@@ -148,8 +150,8 @@ absl::StatusOr<Backend> BackendOf(absl::string_view op, absl::string_view name, 
     case kDLCUDAManaged:
       return Backend::kCuda;
     default:
-      return Invalid(op, absl::StrCat(name, " is on an unsupported device (",
-                                      DeviceString(t->device), ")"));
+      return Invalid(
+          op, absl::StrCat(name, " is on an unsupported device (", DeviceString(t->device), ")"));
   }
 }
 
@@ -178,8 +180,8 @@ absl::Status CheckSameDType(absl::string_view op, absl::string_view name, const 
                             absl::string_view ref_name, const DLTensor& ref) {
   if (t.dtype.code != ref.dtype.code || t.dtype.bits != ref.dtype.bits ||
       t.dtype.lanes != ref.dtype.lanes) {
-    return Invalid(op, absl::StrCat(name, " must have ", ref_name, "'s dtype ", DTypeName(ref.dtype),
-                                    ", got ", DTypeName(t.dtype)));
+    return Invalid(op, absl::StrCat(name, " must have ", ref_name, "'s dtype ",
+                                    DTypeName(ref.dtype), ", got ", DTypeName(t.dtype)));
   }
   return absl::OkStatus();
 }
@@ -234,8 +236,8 @@ absl::StatusOr<CheckedSeqlens> CheckSeqlens(absl::string_view op, absl::string_v
   const DLTensor& t = *s.cu_seqlens;
   RETURN_IF_ERROR(CheckDType(op, name, t, kDLInt, 32));
   if (t.ndim != 1 || t.shape[0] < 1) {
-    return Invalid(op, absl::StrCat(name, " must have shape [B + 1] with B >= 0, got ",
-                                    ShapeString(t)));
+    return Invalid(
+        op, absl::StrCat(name, " must have shape [B + 1] with B >= 0, got ", ShapeString(t)));
   }
   CheckedSeqlens out;
   out.device = static_cast<const int32_t*>(Data(t));
@@ -255,8 +257,8 @@ absl::StatusOr<CheckedSeqlens> CheckSeqlens(absl::string_view op, absl::string_v
     if (backend == Backend::kHost) {
       for (int64_t i = 0; i < t.shape[0]; ++i) {
         if (out.host[i] != out.device[i]) {
-          return Invalid(op, absl::StrCat(name, "'s host copy differs from the tensor at index ",
-                                          i, ": ", out.host[i], " vs ", out.device[i]));
+          return Invalid(op, absl::StrCat(name, "'s host copy differs from the tensor at index ", i,
+                                          ": ", out.host[i], " vs ", out.device[i]));
         }
       }
     }
@@ -340,24 +342,38 @@ absl::Status FillPattern(absl::string_view op, double value, DLDataType t,
         return Invalid(op, absl::StrCat("pad_value ", value, " is not a bool (0 or 1)"));
       }
     } else if (!(value >= lo && value < hi) || std::trunc(value) != value) {
-      return Invalid(op, absl::StrCat("pad_value ", value, " is not representable in ",
-                                      DTypeName(t)));
+      return Invalid(op,
+                     absl::StrCat("pad_value ", value, " is not representable in ", DTypeName(t)));
     }
     if (is_signed) {
       const int64_t v = static_cast<int64_t>(value);
       switch (bytes) {
-        case 1: store(static_cast<int8_t>(v)); break;
-        case 2: store(static_cast<int16_t>(v)); break;
-        case 4: store(static_cast<int32_t>(v)); break;
-        default: store(v);
+        case 1:
+          store(static_cast<int8_t>(v));
+          break;
+        case 2:
+          store(static_cast<int16_t>(v));
+          break;
+        case 4:
+          store(static_cast<int32_t>(v));
+          break;
+        default:
+          store(v);
       }
     } else {
       const uint64_t v = static_cast<uint64_t>(value);
       switch (bytes) {
-        case 1: store(static_cast<uint8_t>(v)); break;
-        case 2: store(static_cast<uint16_t>(v)); break;
-        case 4: store(static_cast<uint32_t>(v)); break;
-        default: store(v);
+        case 1:
+          store(static_cast<uint8_t>(v));
+          break;
+        case 2:
+          store(static_cast<uint16_t>(v));
+          break;
+        case 4:
+          store(static_cast<uint32_t>(v));
+          break;
+        default:
+          store(v);
       }
     }
   }
@@ -402,8 +418,8 @@ absl::Status Unpad(const DLTensor& x, const DLTensor& mask, const Seqlens& seqle
   }
   ASSIGN_OR_RETURN(const CheckedSeqlens cu, CheckSeqlens(op, "cu_seqlens", seqlens, call, backend));
   if (cu.batch != batch) {
-    return Invalid(op, absl::StrCat("cu_seqlens has B = ", cu.batch, " sequences but x has B = ",
-                                    batch));
+    return Invalid(
+        op, absl::StrCat("cu_seqlens has B = ", cu.batch, " sequences but x has B = ", batch));
   }
   if (cu.max_len > seqlen) {
     return Invalid(op, absl::StrCat("cu_seqlens has a sequence of ", cu.max_len,
@@ -411,8 +427,8 @@ absl::Status Unpad(const DLTensor& x, const DLTensor& mask, const Seqlens& seqle
   }
   RETURN_IF_ERROR(CheckTensor(op, "x_packed", &x_packed, call));
   RETURN_IF_ERROR(CheckSameDType(op, "x_packed", x_packed, "x", x));
-  RETURN_IF_ERROR(CheckShape(op, "x_packed", x_packed, WithTrailing({cu.total}, x, 2),
-                             "[total, ...]"));
+  RETURN_IF_ERROR(
+      CheckShape(op, "x_packed", x_packed, WithTrailing({cu.total}, x, 2), "[total, ...]"));
   RETURN_IF_ERROR(CheckTensor(op, "indices", &indices, call));
   RETURN_IF_ERROR(CheckDType(op, "indices", indices, kDLInt, 64));
   RETURN_IF_ERROR(CheckShape(op, "indices", indices, {cu.total}, "[total]"));
@@ -440,8 +456,8 @@ absl::Status Pad(const DLTensor& x_packed, const DLTensor& indices, const DLTens
   RETURN_IF_ERROR(CheckTensor(op, "x_packed", &x_packed, call));
   RETURN_IF_ERROR(CheckCopyableDType(op, "x_packed", x_packed));
   if (x_packed.ndim < 1) {
-    return Invalid(op, absl::StrCat("x_packed must have shape [total, ...], got ",
-                                    ShapeString(x_packed)));
+    return Invalid(
+        op, absl::StrCat("x_packed must have shape [total, ...], got ", ShapeString(x_packed)));
   }
   const int64_t total = x_packed.shape[0];
   RETURN_IF_ERROR(CheckTensor(op, "indices", &indices, call));
@@ -454,8 +470,8 @@ absl::Status Pad(const DLTensor& x_packed, const DLTensor& indices, const DLTens
                                     "dimensions, got ",
                                     ShapeString(x), " for x_packed ", ShapeString(x_packed)));
   }
-  RETURN_IF_ERROR(CheckShape(op, "x", x, WithTrailing({x.shape[0], x.shape[1]}, x_packed, 1),
-                             "[B, S, ...]"));
+  RETURN_IF_ERROR(
+      CheckShape(op, "x", x, WithTrailing({x.shape[0], x.shape[1]}, x_packed, 1), "[B, S, ...]"));
 
   internal::PadArgs a;
   a.x_packed = Data(x_packed);
@@ -502,12 +518,12 @@ absl::Status PackAligned(const DLTensor& x_packed, const Seqlens& seqlens, int64
                    AlignedCuSeqlens(absl::MakeConstSpan(cu.host, cu.batch + 1), align));
   RETURN_IF_ERROR(CheckTensor(op, "x_aligned", &x_aligned, call));
   RETURN_IF_ERROR(CheckSameDType(op, "x_aligned", x_aligned, "x_packed", x_packed));
-  RETURN_IF_ERROR(CheckShape(op, "x_aligned", x_aligned,
-                             WithTrailing({padded.back()}, x_packed, 1), "[total_padded, ...]"));
+  RETURN_IF_ERROR(CheckShape(op, "x_aligned", x_aligned, WithTrailing({padded.back()}, x_packed, 1),
+                             "[total_padded, ...]"));
   RETURN_IF_ERROR(CheckTensor(op, "cu_seqlens_padded", &cu_seqlens_padded, call));
   RETURN_IF_ERROR(CheckDType(op, "cu_seqlens_padded", cu_seqlens_padded, kDLInt, 32));
-  RETURN_IF_ERROR(CheckShape(op, "cu_seqlens_padded", cu_seqlens_padded, {cu.batch + 1},
-                             "[B + 1]"));
+  RETURN_IF_ERROR(
+      CheckShape(op, "cu_seqlens_padded", cu_seqlens_padded, {cu.batch + 1}, "[B + 1]"));
   RETURN_IF_ERROR(CheckTensor(op, "seqused", &seqused, call));
   RETURN_IF_ERROR(CheckDType(op, "seqused", seqused, kDLInt, 32));
   RETURN_IF_ERROR(CheckShape(op, "seqused", seqused, {cu.batch}, "[B]"));
@@ -531,8 +547,7 @@ absl::Status PackAligned(const DLTensor& x_packed, const Seqlens& seqlens, int64
 }
 
 absl::Status UnpackAligned(const DLTensor& x_aligned, const Seqlens& seqlens,
-                           const Seqlens& seqlens_padded, const DLTensor& x_packed,
-                           Stream stream) {
+                           const Seqlens& seqlens_padded, const DLTensor& x_packed, Stream stream) {
   constexpr absl::string_view op = "UnpackAligned";
   ASSIGN_OR_RETURN(const Backend backend, BackendOf(op, "x_aligned", &x_aligned));
   const CallDevice call{x_aligned.device, "x_aligned"};
@@ -545,8 +560,8 @@ absl::Status UnpackAligned(const DLTensor& x_aligned, const Seqlens& seqlens,
   RETURN_IF_ERROR(CheckRows(op, "x_aligned", x_aligned, cu_padded.total, "cu_seqlens_padded"));
   RETURN_IF_ERROR(CheckTensor(op, "x_packed", &x_packed, call));
   RETURN_IF_ERROR(CheckSameDType(op, "x_packed", x_packed, "x_aligned", x_aligned));
-  RETURN_IF_ERROR(CheckShape(op, "x_packed", x_packed, WithTrailing({cu.total}, x_aligned, 1),
-                             "[total, ...]"));
+  RETURN_IF_ERROR(
+      CheckShape(op, "x_packed", x_packed, WithTrailing({cu.total}, x_aligned, 1), "[total, ...]"));
 
   internal::UnpackAlignedArgs a;
   a.x_aligned = Data(x_aligned);
@@ -578,9 +593,8 @@ absl::Status PositionIds(const Seqlens& seqlens, const DLTensor& position_ids, S
                                    : internal::cuda::PositionIds(a, stream);
 }
 
-absl::Status ShiftLabels(const DLTensor& ids, const Seqlens& seqlens,
-                         const Seqlens* seqlens_padded, int64_t ignore_index,
-                         const DLTensor& labels, Stream stream) {
+absl::Status ShiftLabels(const DLTensor& ids, const Seqlens& seqlens, const Seqlens* seqlens_padded,
+                         int64_t ignore_index, const DLTensor& labels, Stream stream) {
   constexpr absl::string_view op = "ShiftLabels";
   ASSIGN_OR_RETURN(const Backend backend, BackendOf(op, "ids", &ids));
   const CallDevice call{ids.device, "ids"};

@@ -40,7 +40,9 @@ PACKSCHED_HD_INLINE int64_t AlignUp(int64_t len, int64_t align) {
 
 // pos[t] = t - start of t's segment. With padded offsets the pad slots after a sequence's real
 // tokens continue the count, so a position is never reset inside a segment.
-PACKSCHED_HD_INLINE int64_t PositionId(int64_t t, int64_t segment_start) { return t - segment_start; }
+PACKSCHED_HD_INLINE int64_t PositionId(int64_t t, int64_t segment_start) {
+  return t - segment_start;
+}
 
 // The label of row t: the next token of the same sequence, or `ignore_index` at the sequence's
 // last real token and on every pad slot. `segment_start` is where t's segment starts in `ids`,
@@ -75,8 +77,9 @@ PACKSCHED_HD_INLINE void LseAdd(LogSumExp<AccT>& s, AccT x) {
   if (x > s.max) {
     s.sum = s.sum * Exp(s.max - x) + AccT(1);  // rescale the old sum to the new max
     s.max = x;
-  } else if (x != -static_cast<AccT>(INFINITY)) {  // exp(-inf) adds nothing (and -inf - -inf is NaN)
-    s.sum += Exp(x - s.max);                        // a NaN x falls through here and poisons sum
+  } else if (x !=
+             -static_cast<AccT>(INFINITY)) {  // exp(-inf) adds nothing (and -inf - -inf is NaN)
+    s.sum += Exp(x - s.max);                  // a NaN x falls through here and poisons sum
   }
 }
 

@@ -93,7 +93,9 @@ PACKSCHED_HD_INLINE Bf16 FloatToBf16(float f) {
 }
 
 // Exact.
-PACKSCHED_HD_INLINE float Bf16ToFloat(Bf16 b) { return BitsToFloat(static_cast<uint32_t>(b.bits) << 16); }
+PACKSCHED_HD_INLINE float Bf16ToFloat(Bf16 b) {
+  return BitsToFloat(static_cast<uint32_t>(b.bits) << 16);
+}
 
 // Conversions between a storage type and its accumulation type (float for the 16-bit types,
 // the type itself otherwise), so templated kernels read `ToAcc(x[i])` and `FromAcc<T>(v)`.

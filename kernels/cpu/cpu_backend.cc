@@ -52,10 +52,9 @@ absl::Status CheckLabels(const CrossEntropyArgs& a) {
   for (int64_t t = 0; t < a.rows; ++t) {
     const int64_t l = labels[t];
     if (l != a.ignore_index && (l < 0 || l >= a.vocab)) {
-      return absl::InvalidArgumentError(absl::StrCat("PackedCrossEntropy: labels[", t, "] = ", l,
-                                                     " is outside [0, ", a.vocab,
-                                                     ") and is not ignore_index (",
-                                                     a.ignore_index, ")"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("PackedCrossEntropy: labels[", t, "] = ", l, " is outside [0, ", a.vocab,
+                       ") and is not ignore_index (", a.ignore_index, ")"));
     }
   }
   return absl::OkStatus();
@@ -112,9 +111,9 @@ absl::Status Unpad(const UnpadArgs& a) {
     int64_t count = 0;
     for (int64_t s = 0; s < a.seqlen; ++s) count += MaskAt(a.mask, a.mask_bytes, b * a.seqlen + s);
     if (count != a.cu_host[b + 1] - a.cu_host[b]) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("Unpad: mask row ", b, " has ", count, " tokens but cu_seqlens gives ",
-                       a.cu_host[b + 1] - a.cu_host[b]));
+      return absl::InvalidArgumentError(absl::StrCat("Unpad: mask row ", b, " has ", count,
+                                                     " tokens but cu_seqlens gives ",
+                                                     a.cu_host[b + 1] - a.cu_host[b]));
     }
   }
   for (int64_t b = 0; b < a.batch; ++b) {
@@ -171,8 +170,8 @@ absl::Status UnpackAligned(const UnpackAlignedArgs& a) {
   for (int64_t b = 0; b < a.batch; ++b) {
     const int64_t len = a.cu[b + 1] - a.cu[b];
     if (len > 0 && a.row_bytes > 0) {
-      std::memcpy(Row(a.x_packed, a.cu[b], a.row_bytes), Row(a.x_aligned, a.cu_padded[b], a.row_bytes),
-                  len * a.row_bytes);
+      std::memcpy(Row(a.x_packed, a.cu[b], a.row_bytes),
+                  Row(a.x_aligned, a.cu_padded[b], a.row_bytes), len * a.row_bytes);
     }
   }
   return absl::OkStatus();

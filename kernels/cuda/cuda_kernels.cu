@@ -392,8 +392,8 @@ LaunchResult LaunchUnpad(const UnpadArgs& a, void* stream) {
   MaskToIndices<<<Blocks(a.batch, 1), kThreads, 0, AsStream(stream)>>>(
       a.mask, a.mask_bytes, a.cu, a.batch, a.seqlen, a.indices);
   if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return Result(e);
-  return LaunchGather(a.x, a.x_packed, a.total, a.row_bytes, 1, IndexMap{a.indices, a.batch * a.seqlen}, nullptr,
-                      AsStream(stream));
+  return LaunchGather(a.x, a.x_packed, a.total, a.row_bytes, 1,
+                      IndexMap{a.indices, a.batch * a.seqlen}, nullptr, AsStream(stream));
 }
 
 LaunchResult LaunchPad(const PadArgs& a, void* stream) {
@@ -407,11 +407,11 @@ LaunchResult LaunchPad(const PadArgs& a, void* stream) {
   const int64_t vecs = a.row_bytes / w;
   const int64_t blocks = Blocks(a.total * vecs);
   switch (w) {
-#define PACKSCHED_SCATTER_CASE(W, V)                                                      \
-  case W:                                                                                 \
-    ScatterRows<V><<<blocks, kThreads, 0, AsStream(stream)>>>(                            \
-        static_cast<const V*>(a.x_packed), a.indices, static_cast<V*>(a.x), a.total, vecs, \
-        a.rows_out);                                                                      \
+#define PACKSCHED_SCATTER_CASE(W, V)                                                             \
+  case W:                                                                                        \
+    ScatterRows<V><<<blocks, kThreads, 0, AsStream(stream)>>>(static_cast<const V*>(a.x_packed), \
+                                                              a.indices, static_cast<V*>(a.x),   \
+                                                              a.total, vecs, a.rows_out);        \
     break;
     PACKSCHED_SCATTER_CASE(16, uint4)
     PACKSCHED_SCATTER_CASE(8, uint2)
@@ -429,7 +429,7 @@ LaunchResult LaunchPackAligned(const PackAlignedArgs& a, void* stream) {
     return Result(cudaMemsetAsync(a.cu_padded, 0, sizeof(int32_t), AsStream(stream)));
   }
   AlignedOffsets<<<1, kThreads, 0, AsStream(stream)>>>(a.cu, a.batch, a.align, a.cu_padded,
-                                                        a.seqused);
+                                                       a.seqused);
   if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return Result(e);
   // The gather reads the offsets just written, in stream order.
   return LaunchGather(a.x_packed, a.x_aligned, a.total_padded, a.row_bytes, a.elem_bytes,

@@ -10,9 +10,10 @@ namespace packsched::kernels::internal::cuda {
 namespace {
 
 absl::Status NotBuilt(absl::string_view op) {
-  return absl::UnimplementedError(absl::StrCat(
-      op, ": the tensors are CUDA tensors but packsched was built without CUDA "
-          "(PACKSCHED_WITH_CUDA=OFF or nvcc not found)"));
+  return absl::UnimplementedError(
+      absl::StrCat(op,
+                   ": the tensors are CUDA tensors but packsched was built without CUDA "
+                   "(PACKSCHED_WITH_CUDA=OFF or nvcc not found)"));
 }
 
 }  // namespace

@@ -9,8 +9,8 @@
 namespace packsched::kernels::internal::cuda {
 
 struct LaunchResult {
-  int error = 0;              // cudaError_t; 0 = success
-  bool no_device = false;     // the runtime found no usable GPU / driver
+  int error = 0;             // cudaError_t; 0 = success
+  bool no_device = false;    // the runtime found no usable GPU / driver
   const char* message = "";  // cudaGetErrorString(error)
 };
 

@@ -23,22 +23,22 @@ struct UnpadArgs {
 };
 
 struct PadArgs {
-  const void* x_packed;    // [total, row_bytes]
-  const int64_t* indices;  // [total]
+  const void* x_packed;                // [total, row_bytes]
+  const int64_t* indices;              // [total]
   int64_t total, row_bytes, rows_out;  // rows_out = B * S
   void* x;                             // [rows_out, row_bytes]
 };
 
 struct PackAlignedArgs {
-  const void* x_packed;  // [total, row_bytes]
-  const int32_t* cu;     // [B + 1], real offsets
+  const void* x_packed;           // [total, row_bytes]
+  const int32_t* cu;              // [B + 1], real offsets
   const int32_t* cu_padded_host;  // [B + 1], host
   int64_t batch, total, total_padded, row_bytes, elem_bytes, align;
   // One element of the pad value, repeated to 16 bytes (element sizes divide 16).
   alignas(16) unsigned char pad_pattern[16];
-  void* x_aligned;       // [total_padded, row_bytes]
-  int32_t* cu_padded;    // [B + 1] output
-  int32_t* seqused;      // [B] output
+  void* x_aligned;     // [total_padded, row_bytes]
+  int32_t* cu_padded;  // [B + 1] output
+  int32_t* seqused;    // [B] output
 };
 
 struct UnpackAlignedArgs {
@@ -56,7 +56,7 @@ struct PositionIdsArgs {
 };
 
 struct ShiftLabelsArgs {
-  const void* ids;           // [rows], int32 or int64 (ids_64)
+  const void* ids;  // [rows], int32 or int64 (ids_64)
   bool ids_64;
   const int32_t* cu;         // [B + 1] real offsets
   const int32_t* cu_padded;  // [B + 1] layout of ids, or nullptr: the packed layout (= cu)

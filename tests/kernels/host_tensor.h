@@ -16,15 +16,42 @@ namespace packsched::kernels::testing {
 
 template <typename T>
 DLDataType DTypeOf();
-template <> inline DLDataType DTypeOf<uint8_t>() { return {kDLUInt, 8, 1}; }
-template <> inline DLDataType DTypeOf<int8_t>() { return {kDLInt, 8, 1}; }
-template <> inline DLDataType DTypeOf<int16_t>() { return {kDLInt, 16, 1}; }
-template <> inline DLDataType DTypeOf<int32_t>() { return {kDLInt, 32, 1}; }
-template <> inline DLDataType DTypeOf<int64_t>() { return {kDLInt, 64, 1}; }
-template <> inline DLDataType DTypeOf<float>() { return {kDLFloat, 32, 1}; }
-template <> inline DLDataType DTypeOf<double>() { return {kDLFloat, 64, 1}; }
-template <> inline DLDataType DTypeOf<Fp16>() { return {kDLFloat, 16, 1}; }
-template <> inline DLDataType DTypeOf<Bf16>() { return {kDLBfloat, 16, 1}; }
+template <>
+inline DLDataType DTypeOf<uint8_t>() {
+  return {kDLUInt, 8, 1};
+}
+template <>
+inline DLDataType DTypeOf<int8_t>() {
+  return {kDLInt, 8, 1};
+}
+template <>
+inline DLDataType DTypeOf<int16_t>() {
+  return {kDLInt, 16, 1};
+}
+template <>
+inline DLDataType DTypeOf<int32_t>() {
+  return {kDLInt, 32, 1};
+}
+template <>
+inline DLDataType DTypeOf<int64_t>() {
+  return {kDLInt, 64, 1};
+}
+template <>
+inline DLDataType DTypeOf<float>() {
+  return {kDLFloat, 32, 1};
+}
+template <>
+inline DLDataType DTypeOf<double>() {
+  return {kDLFloat, 64, 1};
+}
+template <>
+inline DLDataType DTypeOf<Fp16>() {
+  return {kDLFloat, 16, 1};
+}
+template <>
+inline DLDataType DTypeOf<Bf16>() {
+  return {kDLBfloat, 16, 1};
+}
 
 // A dense row-major host tensor. view() stays valid while the tensor lives and is not resized.
 class HostTensor {

@@ -41,8 +41,8 @@ PaddedBatch RandomMask(const std::vector<int32_t>& lengths, uint32_t seed) {
 template <typename T>
 class UnpadPadTest : public ::testing::Test {};
 
-using CopyTypes = ::testing::Types<uint8_t, int8_t, int16_t, int32_t, int64_t, float, double, Fp16,
-                                   Bf16>;
+using CopyTypes =
+    ::testing::Types<uint8_t, int8_t, int16_t, int32_t, int64_t, float, double, Fp16, Bf16>;
 TYPED_TEST_SUITE(UnpadPadTest, CopyTypes);
 
 TYPED_TEST(UnpadPadTest, UnpadMatchesReferenceAndPadInvertsIt) {
@@ -66,9 +66,9 @@ TYPED_TEST(UnpadPadTest, UnpadMatchesReferenceAndPadInvertsIt) {
       HostTensor x_packed(packed_shape, testing::DTypeOf<TypeParam>());
       HostTensor indices = HostTensor::Zeros<int64_t>({total});
 
-      ASSERT_TRUE(Unpad(x.view(), mask.view(), {&cu_t.view(), {}}, x_packed.view(),
-                        indices.view(), nullptr)
-                      .ok());
+      ASSERT_TRUE(
+          Unpad(x.view(), mask.view(), {&cu_t.view(), {}}, x_packed.view(), indices.view(), nullptr)
+              .ok());
 
       // Reference: indices are the nonzero mask positions in row-major order.
       std::vector<int64_t> want_indices;
@@ -123,9 +123,9 @@ TEST(UnpadTest, AcceptsEveryMaskDtype) {
   for (const HostTensor& mask : masks) {
     HostTensor x_packed = HostTensor::Zeros<float>({cu.back()});
     HostTensor indices = HostTensor::Zeros<int64_t>({cu.back()});
-    ASSERT_TRUE(Unpad(x.view(), mask.view(), {&cu_t.view(), {}}, x_packed.view(), indices.view(),
-                      nullptr)
-                    .ok());
+    ASSERT_TRUE(
+        Unpad(x.view(), mask.view(), {&cu_t.view(), {}}, x_packed.view(), indices.view(), nullptr)
+            .ok());
     std::vector<float> want;
     for (int64_t i = 0; i < p.batch * p.seqlen; ++i) {
       if (p.mask[i]) want.push_back(static_cast<float>(i));

@@ -63,10 +63,10 @@ struct Seqlens {
 // unpad_input; the tokens of a row need not be contiguous, e.g. left padding works).
 //
 //   x         [B, S, ...]  any element type
-//   mask      [B, S]       bool (DLPack code 6, 8 bits), int8, uint8, int32 or int64; nonzero = token
-//   seqlens   cu_seqlens of the packed batch: sequence b has as many tokens as row b of `mask`
-//   x_packed  [total, ...] output, x's dtype and trailing dims
-//   indices   [total]      output, int64, indices into the flattened [B * S]
+//   mask      [B, S]       bool (DLPack code 6, 8 bits), int8, uint8, int32 or int64; nonzero =
+//   token seqlens   cu_seqlens of the packed batch: sequence b has as many tokens as row b of
+//   `mask` x_packed  [total, ...] output, x's dtype and trailing dims indices   [total] output,
+//   int64, indices into the flattened [B * S]
 //
 // Returns InvalidArgument on a bad argument; on the CPU backend also when a mask row's token
 // count differs from its cu_seqlens length. The CUDA backend trusts the counts (a mismatch
@@ -108,8 +108,7 @@ absl::StatusOr<std::vector<int32_t>> AlignedCuSeqlens(absl::Span<const int32_t> 
 // aligned layout.
 absl::Status PackAligned(const DLTensor& x_packed, const Seqlens& seqlens, int64_t align,
                          double pad_value, const DLTensor& x_aligned,
-                         const DLTensor& cu_seqlens_padded, const DLTensor& seqused,
-                         Stream stream);
+                         const DLTensor& cu_seqlens_padded, const DLTensor& seqused, Stream stream);
 
 // Drops the pad slots of an aligned layout: x_packed rows of sequence b = the first
 // (cu_seqlens[b+1] - cu_seqlens[b]) rows of its aligned segment.
@@ -120,8 +119,7 @@ absl::Status PackAligned(const DLTensor& x_packed, const Seqlens& seqlens, int64
 //                     be >= the real length (any padding, not only a multiple of some align)
 //   x_packed          [total, ...]        output, x_aligned's dtype and trailing dims
 absl::Status UnpackAligned(const DLTensor& x_aligned, const Seqlens& seqlens,
-                           const Seqlens& seqlens_padded, const DLTensor& x_packed,
-                           Stream stream);
+                           const Seqlens& seqlens_padded, const DLTensor& x_packed, Stream stream);
 
 // position_ids[t] = t - (start of t's segment), int64 [total], total = cu_seqlens[B]. Pass the
 // padded offsets for an aligned layout: pad slots then continue their sequence's count.
@@ -136,9 +134,8 @@ absl::Status PositionIds(const Seqlens& seqlens, const DLTensor& position_ids, S
 //                   (rows = total_padded; padded lengths >= real lengths)
 //   ignore_index    conventionally -100; must fit in ids' dtype
 //   labels          [rows]  output, ids' dtype
-absl::Status ShiftLabels(const DLTensor& ids, const Seqlens& seqlens,
-                         const Seqlens* seqlens_padded, int64_t ignore_index,
-                         const DLTensor& labels, Stream stream);
+absl::Status ShiftLabels(const DLTensor& ids, const Seqlens& seqlens, const Seqlens* seqlens_padded,
+                         int64_t ignore_index, const DLTensor& labels, Stream stream);
 
 // Per-token cross entropy over packed logits with already-shifted labels (ShiftLabels' output),
 // and its per-sequence sums and counts:
