@@ -121,8 +121,9 @@ absl::Status CheckTensor(absl::string_view op, absl::string_view name, const DLT
         op, absl::StrCat("device mismatch: ", name, " is on ", DeviceString(t->device), " but ",
                          call.first_name, " is on ", DeviceString(call.device)));
   }
-  if (t->strides != nullptr) {
-    // Compact row-major; the stride of a size-1 dimension does not matter.
+  if (t->strides != nullptr && NumElements(*t) > 0) {
+    // Compact row-major; the stride of a size-1 dimension does not matter, nor any stride of an
+    // empty tensor (torch exports those with arbitrary strides).
     int64_t expected = 1;
     for (int i = t->ndim - 1; i >= 0; --i) {
       if (t->shape[i] != 1 && t->strides[i] != expected) {

@@ -161,6 +161,21 @@ TEST(ValidationTest, TensorsMustBeContiguous) {
               InvalidArgumentWith("ids must be contiguous"));
 }
 
+// Regression: torch exports empty tensors with arbitrary strides; they hold no data to misread.
+TEST(ValidationTest, EmptyTensorsMayHaveAnyStrides) {
+  HostTensor cu = CuTensor({0, 0});
+  HostTensor logits = HostTensor::Zeros<float>({0, 5});
+  int64_t strides[] = {1, 0};
+  logits.mutable_view().strides = strides;
+  HostTensor labels = HostTensor::Zeros<int64_t>({0});
+  HostTensor loss = HostTensor::Zeros<float>({0});
+  HostTensor sums = HostTensor::Zeros<float>({1});
+  HostTensor counts = HostTensor::Zeros<int64_t>({1});
+  EXPECT_TRUE(PackedCrossEntropy(logits.view(), labels.view(), {&cu.view(), {}}, -100, loss.view(),
+                                 sums.view(), counts.view(), nullptr)
+                  .ok());
+}
+
 TEST(ValidationTest, AllTensorsMustBeOnOneDevice) {
   HostTensor ids = HostTensor::Zeros<int64_t>({3});
   HostTensor cu = CuTensor({0, 3});
