@@ -72,7 +72,7 @@ class HostTensor {
   template <typename T>
   static HostTensor Of(std::vector<int64_t> shape, const std::vector<T>& values) {
     HostTensor t(std::move(shape), DTypeOf<T>());
-    std::memcpy(t.bytes_.data(), values.data(), values.size() * sizeof(T));
+    if (!values.empty()) std::memcpy(t.bytes_.data(), values.data(), values.size() * sizeof(T));
     return t;
   }
 
@@ -96,7 +96,7 @@ class HostTensor {
   template <typename T>
   std::vector<T> values() const {
     std::vector<T> out(numel());
-    std::memcpy(out.data(), bytes_.data(), nbytes());
+    if (!out.empty()) std::memcpy(out.data(), bytes_.data(), nbytes());
     return out;
   }
   // Raw bytes of the elements (for bit-exact comparisons).

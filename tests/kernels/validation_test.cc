@@ -199,6 +199,16 @@ TEST(ValidationTest, CudaTensorsNeedAHostCopyOfCuSeqlens) {
   EXPECT_THAT(c.Run(), InvalidArgumentWith("its host copy (Seqlens::host) is required"));
 }
 
+TEST(ValidationTest, CudaTensorsAreUnimplementedInABuildWithoutCuda) {
+  if (BuiltWithCuda()) GTEST_SKIP() << "built with CUDA (kernels_cuda_test covers this build)";
+  PositionCall c;
+  c.cu.mutable_view().device = {kDLCUDA, 0};
+  c.pos.mutable_view().device = {kDLCUDA, 0};
+  const absl::Status s = c.Run({0, 2, 3});
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnimplemented) << s;
+  EXPECT_THAT(std::string(s.message()), HasSubstr("built without CUDA"));
+}
+
 TEST(ValidationTest, NullTensorsAreNamed) {
   HostTensor pos = HostTensor::Zeros<int64_t>({0});
   EXPECT_THAT(PositionIds({nullptr, {}}, pos.view(), nullptr),
