@@ -10,6 +10,9 @@ if(PACKSCHED_WITH_CUDA)
       # 80 (A100) in CI; release builds pass -DCMAKE_CUDA_ARCHITECTURES="80;90".
       set(CMAKE_CUDA_ARCHITECTURES 80)
     endif()
+    # One shared libcudart for every target (CUDA::cudart); the static default would link a
+    # second copy of the runtime into executables that also get CUDA::cudart.
+    set(CMAKE_CUDA_RUNTIME_LIBRARY Shared)
     enable_language(CUDA)
     find_package(CUDAToolkit REQUIRED)
   else()

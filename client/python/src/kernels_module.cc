@@ -1,0 +1,166 @@
+// packsched._kernels: the pybind11 layer under packsched/kernels.py. It takes already-allocated
+// DLPack producers (the Python wrapper allocates outputs with the inputs' own library), borrows
+// their DLTensor views for the duration of one call, and raises ValueError with the C++ message
+// when a call returns an error status.
+
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "dlpack/dlpack.h"
+#include "packsched/kernels/kernels.h"
+
+namespace py = pybind11;
+
+namespace packsched::kernels {
+namespace {
+
+// A borrowed DLTensor view of a Python object that implements __dlpack__. The capsule keeps the
+// producer's buffer alive; it is not consumed (not renamed), so the producer's own capsule
+// destructor releases it.
+class Borrowed {
+ public:
+  Borrowed(const py::object& obj, uintptr_t stream) {
+    if (!py::hasattr(obj, "__dlpack__")) {
+      throw py::type_error("expected a DLPack producer (an object with __dlpack__), got " +
+                           std::string(py::str(py::type::of(obj))));
+    }
+    const bool on_cuda =
+        py::hasattr(obj, "__dlpack_device__") &&
+        obj.attr("__dlpack_device__")().cast<py::tuple>()[0].cast<int>() == kDLCUDA;
+    // For a CUDA producer, naming our stream lets it order its pending work before ours.
+    capsule_ = on_cuda && stream != 0 ? obj.attr("__dlpack__")(py::arg("stream") = stream)
+                                      : obj.attr("__dlpack__")();
+    auto* managed = static_cast<DLManagedTensor*>(PyCapsule_GetPointer(capsule_.ptr(), "dltensor"));
+    if (managed == nullptr) throw py::error_already_set();
+    tensor_ = &managed->dl_tensor;
+  }
+  const DLTensor& operator*() const { return *tensor_; }
+  const DLTensor* get() const { return tensor_; }
+
+ private:
+  py::object capsule_;
+  const DLTensor* tensor_;
+};
+
+void Check(const absl::Status& s) {
+  if (!s.ok()) throw py::value_error(std::string(s.message()));
+}
+
+Stream AsStream(uintptr_t s) { return reinterpret_cast<Stream>(s); }
+
+absl::Span<const int32_t> HostSpan(const std::optional<std::vector<int32_t>>& v) {
+  return v ? absl::MakeConstSpan(*v) : absl::Span<const int32_t>();
+}
+
+PYBIND11_MODULE(_kernels, m) {
+  m.doc() = "Low-level bindings of the packsched kernels; use packsched.kernels instead.";
+  m.def("built_with_cuda", &BuiltWithCuda);
+
+  m.def(
+      "aligned_cu_seqlens",
+      [](const std::vector<int32_t>& cu, int64_t align) {
+        auto r = AlignedCuSeqlens(cu, align);
+        Check(r.status());
+        return *r;
+      },
+      py::arg("cu_seqlens"), py::arg("align"));
+
+  m.def(
+      "unpad",
+      [](py::object x, py::object mask, py::object cu, std::optional<std::vector<int32_t>> cu_host,
+         py::object x_packed, py::object indices, uintptr_t stream) {
+        Borrowed bx(x, stream), bm(mask, stream), bc(cu, stream), bp(x_packed, stream),
+            bi(indices, stream);
+        Check(Unpad(*bx, *bm, {bc.get(), HostSpan(cu_host)}, *bp, *bi, AsStream(stream)));
+      },
+      py::arg("x"), py::arg("mask"), py::arg("cu_seqlens"), py::arg("cu_seqlens_host"),
+      py::arg("x_packed"), py::arg("indices"), py::arg("stream"));
+
+  m.def(
+      "pad",
+      [](py::object x_packed, py::object indices, py::object x, uintptr_t stream) {
+        Borrowed bp(x_packed, stream), bi(indices, stream), bx(x, stream);
+        Check(Pad(*bp, *bi, *bx, AsStream(stream)));
+      },
+      py::arg("x_packed"), py::arg("indices"), py::arg("x"), py::arg("stream"));
+
+  m.def(
+      "pack_aligned",
+      [](py::object x_packed, py::object cu, std::optional<std::vector<int32_t>> cu_host,
+         int64_t align, double pad_value, py::object x_aligned, py::object cu_padded,
+         py::object seqused, uintptr_t stream) {
+        Borrowed bp(x_packed, stream), bc(cu, stream), ba(x_aligned, stream),
+            bcp(cu_padded, stream), bs(seqused, stream);
+        Check(PackAligned(*bp, {bc.get(), HostSpan(cu_host)}, align, pad_value, *ba, *bcp, *bs,
+                          AsStream(stream)));
+      },
+      py::arg("x_packed"), py::arg("cu_seqlens"), py::arg("cu_seqlens_host"), py::arg("align"),
+      py::arg("pad_value"), py::arg("x_aligned"), py::arg("cu_seqlens_padded"), py::arg("seqused"),
+      py::arg("stream"));
+
+  m.def(
+      "unpack_aligned",
+      [](py::object x_aligned, py::object cu, std::optional<std::vector<int32_t>> cu_host,
+         py::object cu_padded, std::optional<std::vector<int32_t>> cu_padded_host,
+         py::object x_packed, uintptr_t stream) {
+        Borrowed ba(x_aligned, stream), bc(cu, stream), bcp(cu_padded, stream),
+            bp(x_packed, stream);
+        Check(UnpackAligned(*ba, {bc.get(), HostSpan(cu_host)},
+                            {bcp.get(), HostSpan(cu_padded_host)}, *bp, AsStream(stream)));
+      },
+      py::arg("x_aligned"), py::arg("cu_seqlens"), py::arg("cu_seqlens_host"),
+      py::arg("cu_seqlens_padded"), py::arg("cu_seqlens_padded_host"), py::arg("x_packed"),
+      py::arg("stream"));
+
+  m.def(
+      "position_ids",
+      [](py::object cu, std::optional<std::vector<int32_t>> cu_host, py::object out,
+         uintptr_t stream) {
+        Borrowed bc(cu, stream), bo(out, stream);
+        Check(PositionIds({bc.get(), HostSpan(cu_host)}, *bo, AsStream(stream)));
+      },
+      py::arg("cu_seqlens"), py::arg("cu_seqlens_host"), py::arg("position_ids"),
+      py::arg("stream"));
+
+  m.def(
+      "shift_labels",
+      [](py::object ids, py::object cu, std::optional<std::vector<int32_t>> cu_host,
+         py::object cu_padded, std::optional<std::vector<int32_t>> cu_padded_host,
+         int64_t ignore_index, py::object labels, uintptr_t stream) {
+        Borrowed bi(ids, stream), bc(cu, stream), bl(labels, stream);
+        std::optional<Borrowed> bcp;
+        Seqlens padded;
+        if (!cu_padded.is_none()) {
+          bcp.emplace(cu_padded, stream);
+          padded = {bcp->get(), HostSpan(cu_padded_host)};
+        }
+        Check(ShiftLabels(*bi, {bc.get(), HostSpan(cu_host)}, bcp ? &padded : nullptr, ignore_index,
+                          *bl, AsStream(stream)));
+      },
+      py::arg("ids"), py::arg("cu_seqlens"), py::arg("cu_seqlens_host"),
+      py::arg("cu_seqlens_padded"), py::arg("cu_seqlens_padded_host"), py::arg("ignore_index"),
+      py::arg("labels"), py::arg("stream"));
+
+  m.def(
+      "packed_cross_entropy",
+      [](py::object logits, py::object labels, py::object cu,
+         std::optional<std::vector<int32_t>> cu_host, int64_t ignore_index, py::object loss,
+         py::object sums, py::object counts, uintptr_t stream) {
+        Borrowed bl(logits, stream), bt(labels, stream), bc(cu, stream), bo(loss, stream),
+            bs(sums, stream), bn(counts, stream);
+        Check(PackedCrossEntropy(*bl, *bt, {bc.get(), HostSpan(cu_host)}, ignore_index, *bo, *bs,
+                                 *bn, AsStream(stream)));
+      },
+      py::arg("logits"), py::arg("labels"), py::arg("cu_seqlens"), py::arg("cu_seqlens_host"),
+      py::arg("ignore_index"), py::arg("per_token_loss"), py::arg("per_sequence_sum"),
+      py::arg("per_sequence_count"), py::arg("stream"));
+}
+
+}  // namespace
+}  // namespace packsched::kernels

@@ -1,0 +1,31 @@
+// The CUDA entry points of a build without CUDA (PACKSCHED_WITH_CUDA=OFF or no nvcc): CUDA
+// tensors are still recognised, and rejected with a clear message instead of a link error.
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
+#include "kernels/internal/backend.h"
+
+namespace packsched::kernels::internal::cuda {
+namespace {
+
+absl::Status NotBuilt(absl::string_view op) {
+  return absl::UnimplementedError(
+      absl::StrCat(op,
+                   ": the tensors are CUDA tensors but packsched was built without CUDA "
+                   "(PACKSCHED_WITH_CUDA=OFF or nvcc not found)"));
+}
+
+}  // namespace
+
+absl::Status Unpad(const UnpadArgs&, void*) { return NotBuilt("Unpad"); }
+absl::Status Pad(const PadArgs&, void*) { return NotBuilt("Pad"); }
+absl::Status PackAligned(const PackAlignedArgs&, void*) { return NotBuilt("PackAligned"); }
+absl::Status UnpackAligned(const UnpackAlignedArgs&, void*) { return NotBuilt("UnpackAligned"); }
+absl::Status PositionIds(const PositionIdsArgs&, void*) { return NotBuilt("PositionIds"); }
+absl::Status ShiftLabels(const ShiftLabelsArgs&, void*) { return NotBuilt("ShiftLabels"); }
+absl::Status PackedCrossEntropy(const CrossEntropyArgs&, void*) {
+  return NotBuilt("PackedCrossEntropy");
+}
+
+}  // namespace packsched::kernels::internal::cuda

@@ -1,0 +1,28 @@
+#ifndef PACKSCHED_KERNELS_CUDA_LAUNCH_H_
+#define PACKSCHED_KERNELS_CUDA_LAUNCH_H_
+
+// Launchers of the CUDA backend (cuda_kernels.cu). Plain C++ types only: the .cu translation
+// unit includes no absl; cuda_backend.cc turns a LaunchResult into an absl::Status.
+
+#include "kernels/internal/args.h"
+
+namespace packsched::kernels::internal::cuda {
+
+struct LaunchResult {
+  int error = 0;             // cudaError_t; 0 = success
+  bool no_device = false;    // the runtime found no usable GPU / driver
+  const char* message = "";  // cudaGetErrorString(error)
+};
+
+// Each enqueues its kernels on `stream` (a cudaStream_t) and returns the launch status.
+LaunchResult LaunchUnpad(const UnpadArgs& a, void* stream);
+LaunchResult LaunchPad(const PadArgs& a, void* stream);
+LaunchResult LaunchPackAligned(const PackAlignedArgs& a, void* stream);
+LaunchResult LaunchUnpackAligned(const UnpackAlignedArgs& a, void* stream);
+LaunchResult LaunchPositionIds(const PositionIdsArgs& a, void* stream);
+LaunchResult LaunchShiftLabels(const ShiftLabelsArgs& a, void* stream);
+LaunchResult LaunchPackedCrossEntropy(const CrossEntropyArgs& a, void* stream);
+
+}  // namespace packsched::kernels::internal::cuda
+
+#endif  // PACKSCHED_KERNELS_CUDA_LAUNCH_H_

@@ -1,0 +1,41 @@
+#ifndef PACKSCHED_KERNELS_INTERNAL_BACKEND_H_
+#define PACKSCHED_KERNELS_INTERNAL_BACKEND_H_
+
+// The interface between the validating front end (kernels.cc) and the backends (cpu/, cuda/).
+// Arguments arrive checked: pointers already include the DLTensor byte offset, sizes agree, and
+// host metadata is consistent. Pointers are device pointers on the CUDA backend. A backend
+// function returns only the errors its own doc comment names.
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "kernels/internal/args.h"
+
+namespace packsched::kernels::internal {
+
+namespace cpu {
+// Return InvalidArgument only for the data-dependent checks named in kernels.h.
+absl::Status Unpad(const UnpadArgs& a);
+absl::Status Pad(const PadArgs& a);
+absl::Status PackAligned(const PackAlignedArgs& a);
+absl::Status UnpackAligned(const UnpackAlignedArgs& a);
+absl::Status PositionIds(const PositionIdsArgs& a);
+absl::Status ShiftLabels(const ShiftLabelsArgs& a);
+absl::Status PackedCrossEntropy(const CrossEntropyArgs& a);
+}  // namespace cpu
+
+namespace cuda {
+// Launch asynchronously on `stream`; return FailedPrecondition when the CUDA runtime has no
+// usable device and Internal for any other launch error.
+absl::Status Unpad(const UnpadArgs& a, void* stream);
+absl::Status Pad(const PadArgs& a, void* stream);
+absl::Status PackAligned(const PackAlignedArgs& a, void* stream);
+absl::Status UnpackAligned(const UnpackAlignedArgs& a, void* stream);
+absl::Status PositionIds(const PositionIdsArgs& a, void* stream);
+absl::Status ShiftLabels(const ShiftLabelsArgs& a, void* stream);
+absl::Status PackedCrossEntropy(const CrossEntropyArgs& a, void* stream);
+}  // namespace cuda
+
+}  // namespace packsched::kernels::internal
+
+#endif  // PACKSCHED_KERNELS_INTERNAL_BACKEND_H_
