@@ -63,10 +63,11 @@ struct Seqlens {
 // unpad_input; the tokens of a row need not be contiguous, e.g. left padding works).
 //
 //   x         [B, S, ...]  any element type
-//   mask      [B, S]       bool (DLPack code 6, 8 bits), int8, uint8, int32 or int64; nonzero =
-//   token seqlens   cu_seqlens of the packed batch: sequence b has as many tokens as row b of
-//   `mask` x_packed  [total, ...] output, x's dtype and trailing dims indices   [total] output,
-//   int64, indices into the flattened [B * S]
+//   mask      [B, S]       bool (DLPack code 6, 8 bits), int8, uint8, int32 or int64;
+//                          nonzero = token
+//   seqlens   cu_seqlens of the packed batch: sequence b has as many tokens as row b of `mask`
+//   x_packed  [total, ...] output, x's dtype and trailing dims
+//   indices   [total]      output, int64, indices into the flattened [B * S]
 //
 // Returns InvalidArgument on a bad argument; on the CPU backend also when a mask row's token
 // count differs from its cu_seqlens length. The CUDA backend trusts the counts (a mismatch
