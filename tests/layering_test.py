@@ -18,6 +18,9 @@ RULES = {
     "server/base": (("absl/", "spdlog/", "server/base/"), HEAVY),
     "server/planner": (("absl/", "server/base/", "server/planner/"), HEAVY + ("spdlog",)),
     "server/cli": (("absl/", "spdlog/", "server/base/", "server/planner/", "server/cli/"), HEAVY),
+    "kernels": (("absl/", "dlpack/", "server/base/", "kernels/", "packsched/kernels/"),
+                ("grpc", "grpcpp", "google/protobuf", "nccl", "proto/", "server/planner",
+                 "server/service", "server/collective")),
     "server/collective": (("absl/", "spdlog/", "server/base/", "server/collective/", "gloo/",
                            "nccl", "cuda", "grpcpp/", "proto/", "packsched/"), ("server/planner",)),
 }
