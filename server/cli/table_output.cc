@@ -52,8 +52,8 @@ std::string PlanTable(const PlanRun& run) {
   absl::StrAppend(&out, ")\n\n");
 
   const std::string against = cap > 0 ? absl::StrCat("fill of cap ", cap) : "fill of largest";
-  absl::StrAppend(&out, absl::StrFormat("%6s %6s %10s %14s  %-*s\n", "#", "seqs", "tokens", "cost",
-                                        kBarWidth + 10, against));
+  absl::StrAppend(
+      &out, absl::StrFormat("%6s %6s %10s %14s  %s\n", "#", "seqs", "tokens", "cost", against));
   for (int64_t i = 0; i < k; ++i) {
     const planner::MicroBatch& part = plan.parts[i];
     const int64_t measure = cap > 0 ? CapMeasure(part, o.cap_mode) : part.cost;
