@@ -46,9 +46,7 @@ int Plan() {
   if (!request.ok()) return Fail(request.status(), kUsage);
   absl::StatusOr<OutputFormat> format = FormatFromFlags();
   if (!format.ok()) return Fail(format.status(), kUsage);
-  if (request->num_parts == 0 && request->options.max_token_len == 0) {
-    return Fail(RunPlan({}, *request).status(), kUsage);  // the missing-cap message
-  }
+  if (absl::Status status = CheckRequest(*request); !status.ok()) return Fail(status, kUsage);
 
   const std::string path = LengthsPathFromFlags();
   absl::StatusOr<std::string> text = ReadInput(path);

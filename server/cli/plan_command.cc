@@ -17,6 +17,8 @@ bool IsPacker(Algorithm a) {
          a == Algorithm::kSequential;
 }
 
+}  // namespace
+
 absl::Status CheckRequest(const PlanRequest& r) {
   const planner::PlanOptions& o = r.options;
   if (r.num_parts < 0) {
@@ -37,8 +39,6 @@ absl::Status CheckRequest(const PlanRequest& r) {
   }
   return absl::OkStatus();
 }
-
-}  // namespace
 
 absl::StatusOr<PlanRun> RunPlan(absl::Span<const int64_t> lengths, const PlanRequest& request) {
   if (absl::Status status = CheckRequest(request); !status.ok()) return status;

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "server/planner/options.h"
@@ -30,11 +31,14 @@ struct PlanRun {
   double plan_seconds = 0.0;  // wall time of the planner call alone
 };
 
-// Checks that `request` names one consistent job, then runs it: --num_parts goes to
+// Whether `request` names one consistent job. Returns InvalidArgument for a missing cap
+// (neither max_token_len nor num_parts), equal_size without num_parts, num_parts with a
+// packing algorithm, or a negative num_parts. The planner checks everything else.
+absl::Status CheckRequest(const PlanRequest& request);
+
+// CheckRequest(request), then runs it: --num_parts goes to
 // PartitionFixedK (kk or lpt; no cap needed), a packing algorithm to PackDataset, kk and lpt
-// to PlanMicroBatches. Returns InvalidArgument for an inconsistent request (a missing cap,
-// equal_size without num_parts, num_parts with a packing algorithm, a negative num_parts)
-// and passes the planner's own errors through.
+// to PlanMicroBatches. Returns CheckRequest's error or the planner's own.
 absl::StatusOr<PlanRun> RunPlan(absl::Span<const int64_t> lengths, const PlanRequest& request);
 
 }  // namespace packsched::cli

@@ -1,7 +1,9 @@
 #include "server/cli/plan_flags.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/flags/flag.h"
