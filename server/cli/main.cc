@@ -13,6 +13,7 @@
 
 #include "absl/flags/parse.h"
 #include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "server/cli/json_output.h"
 #include "server/cli/plan_command.h"
@@ -32,11 +33,14 @@ int Fail(const absl::Status& status, int code) {
   return code;
 }
 
+// `packsched help`, or -h / --help anywhere before "--". Handled here rather than by absl,
+// whose --help exits with status 1 and lists flags by source file.
 bool WantsHelp(int argc, char** argv) {
+  if (argc > 1 && absl::string_view(argv[1]) == "help") return true;
   for (int i = 1; i < argc; ++i) {
     const absl::string_view arg = argv[i];
     if (arg == "--") break;
-    if (arg == "-h" || arg == "--help" || arg == "-help" || arg == "help") return true;
+    if (arg == "-h" || arg == "--help" || arg == "-help") return true;
   }
   return false;
 }
