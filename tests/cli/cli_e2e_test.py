@@ -165,6 +165,32 @@ class RealisticBatches(PlanChecks):
         firsts = [p["indices"][0] for p in plan["micro_batches"]]
         self.assertEqual(firsts, sorted(firsts))
 
+    def test_count_and_shape_constraints(self):
+        plan = plan_json(["--max_token_len=16384", "--overlong=drop", "--divisible_by=4",
+                          "--min_micro_batches=3", "--max_seqs_per_micro_batch=3",
+                          "--align_total_to=128"], self.text)
+        self.check_plan(plan, self.lengths, cap=16384)
+        self.assertEqual(plan["num_micro_batches"] % 4, 0)
+        for part in plan["micro_batches"]:
+            self.assertLessEqual(len(part["indices"]), 3)
+            self.assertEqual(part["total"] % 128, 0)
+            self.assertGreaterEqual(part["total"], part["aligned_tokens"])
+
+    def test_padded_cap_mode_bounds_count_times_longest(self):
+        plan = plan_json(["--max_token_len=16384", "--overlong=drop", "--cap_mode=padded"],
+                         self.text)
+        self.check_plan(plan, self.lengths)
+        for part in plan["micro_batches"]:
+            self.assertLessEqual(len(part["indices"]) * part["max_seqlen"], 16384)
+            self.assertEqual(part["padded_tokens"], len(part["indices"]) * part["max_seqlen"])
+
+    def test_max_micro_batches_is_never_clamped(self):
+        code, out, err = run(["plan", "--max_token_len=16384", "--overlong=drop",
+                              "--max_micro_batches=10"], self.text)
+        self.assertNotEqual(code, 0)
+        self.assertEqual(out, "")
+        self.assertIn("max_micro_batches = 10", err)
+
     def test_table_has_a_row_per_micro_batch_and_a_summary(self):
         code, out, err = run(["plan", "--max_token_len=16384", "--overlong=isolate"], self.text)
         self.assertEqual(code, 0, err)
