@@ -7,10 +7,11 @@
 
 namespace packsched::cli {
 
-std::string JsonString(absl::string_view s) {
+namespace {
+
+// Appends `s` as a JSON string literal to `out` (no temporary: keys are written per value).
+void AppendJsonString(absl::string_view s, std::string& out) {
   static constexpr char kHex[] = "0123456789abcdef";
-  std::string out;
-  out.reserve(s.size() + 2);
   out += '"';
   for (char c : s) {
     switch (c) {
@@ -46,6 +47,14 @@ std::string JsonString(absl::string_view s) {
     }
   }
   out += '"';
+}
+
+}  // namespace
+
+std::string JsonString(absl::string_view s) {
+  std::string out;
+  out.reserve(s.size() + 2);
+  AppendJsonString(s, out);
   return out;
 }
 
@@ -60,7 +69,7 @@ std::string JsonNumber(double v) {
 
 void JsonWriter::Key(absl::string_view key) {
   BeforeValue();
-  out_ += JsonString(key);
+  AppendJsonString(key, out_);
   out_ += ':';
   after_key_ = true;
 }
@@ -82,7 +91,7 @@ void JsonWriter::Bool(bool v) {
 
 void JsonWriter::String(absl::string_view v) {
   BeforeValue();
-  out_ += JsonString(v);
+  AppendJsonString(v, out_);
 }
 
 void JsonWriter::Null() {
