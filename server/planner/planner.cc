@@ -111,6 +111,8 @@ std::pair<int64_t, Parts> FewestParts(const Prepared& p, int64_t lo) {
 // candidates still include all of lpt's.
 Parts BestPlan(const Prepared& p, int64_t k_items, const Parts& seed) {
   if (k_items == 0) return {};
+  // One part: every candidate is the same set of items, the seed (within the capacity).
+  if (k_items == 1) return WithEmptyParts(seed, 1);
   std::vector<Parts> candidates;
   auto consider = [&](Parts parts) -> std::optional<int64_t> {
     LocalSearch search(p.v.items, p.v.capacity, std::move(parts));
