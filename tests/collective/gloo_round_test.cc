@@ -15,8 +15,8 @@
 namespace packsched::collective {
 namespace {
 
-using ::testing::HasSubstr;
 using testing::FormGlooGroup;
+using ::testing::HasSubstr;
 using testing::RunRanks;
 
 using Result = absl::StatusOr<AgreedRound>;
