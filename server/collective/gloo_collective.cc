@@ -5,7 +5,6 @@
 #include <cstring>
 #include <exception>
 #include <functional>
-#include <map>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -21,6 +20,7 @@
 #include "gloo/rendezvous/context.h"
 #include "gloo/rendezvous/store.h"
 #include "gloo/transport/tcp/device.h"
+#include "gloo/types.h"
 
 namespace packsched::collective {
 namespace {
@@ -77,15 +77,10 @@ class StoreAdapter final : public gloo::rendezvous::Store {
   absl::Status failure_;
 };
 
-// One TCP device (one epoll thread) per address in the process, shared by every group formed on
-// it: threads-as-ranks tests and benchmarks form dozens of ranks in one process.
-absl::StatusOr<std::shared_ptr<gloo::transport::Device>> SharedDevice(const GlooOptions& options) {
-  static absl::Mutex mu(absl::kConstInit);
-  static auto* devices ABSL_GUARDED_BY(mu) =
-      new std::map<std::string, std::weak_ptr<gloo::transport::Device>>();
-  const std::string key = absl::StrCat(options.hostname, "|", options.iface);
-  absl::MutexLock lock(&mu);
-  if (auto device = (*devices)[key].lock()) return device;
+// A TCP device (one epoll thread) of this formation's own, as each sidecar process has: ranks
+// formed as threads of one process (tests, benchmarks) then behave like separate processes
+// instead of funnelling every rank's traffic through one event thread.
+absl::StatusOr<std::shared_ptr<gloo::transport::Device>> CreateDevice(const GlooOptions& options) {
   gloo::transport::tcp::attr attr;
   if (!options.hostname.empty()) {
     attr.hostname = options.hostname;
@@ -93,9 +88,7 @@ absl::StatusOr<std::shared_ptr<gloo::transport::Device>> SharedDevice(const Gloo
     attr.iface = options.iface;
   }
   try {
-    std::shared_ptr<gloo::transport::Device> device = gloo::transport::tcp::CreateDevice(attr);
-    (*devices)[key] = device;
-    return device;
+    return gloo::transport::tcp::CreateDevice(attr);
   } catch (const std::exception& e) {
     return absl::InvalidArgumentError(
         absl::StrCat("gloo: cannot create a TCP device for hostname '", options.hostname,
@@ -103,9 +96,35 @@ absl::StatusOr<std::shared_ptr<gloo::transport::Device>> SharedDevice(const Gloo
   }
 }
 
-// Reduces the whole vector as one Gloo element of values.size() * 8 bytes, so that Gloo's
-// reduction callback always sees whole records and can apply each word's own op. (Gloo has no
-// per-element op; this keeps the common path at one all-reduce.)
+// out[r][j] = ops[j](a[r][j], b[r][j]) for `n` records of ops.size() words (byte pointers:
+// Gloo hands its reduction callback untyped, possibly unaligned, memory).
+void ReduceRecords(void* out, const void* a, const void* b, size_t n,
+                   const std::vector<ReduceOp>& ops) {
+  for (size_t r = 0; r < n; ++r) {
+    for (size_t j = 0; j < ops.size(); ++j) {
+      const size_t at = (r * ops.size() + j) * sizeof(int64_t);
+      int64_t x, y, z = 0;
+      std::memcpy(&x, static_cast<const char*>(a) + at, sizeof(x));
+      std::memcpy(&y, static_cast<const char*>(b) + at, sizeof(y));
+      switch (ops[j]) {
+        case ReduceOp::kMax:
+          z = std::max(x, y);
+          break;
+        case ReduceOp::kMin:
+          z = std::min(x, y);
+          break;
+        case ReduceOp::kSum:  // callers bound their sums; wrap rather than invoke UB
+          z = static_cast<int64_t>(static_cast<uint64_t>(x) + static_cast<uint64_t>(y));
+          break;
+      }
+      std::memcpy(static_cast<char*>(out) + at, &z, sizeof(z));
+    }
+  }
+}
+
+// Gloo's own all-reduce (bcube or ring) over the whole vector as ONE element of
+// values.size() * 8 bytes, so that the reduction callback always sees whole records and can
+// apply each word's op. (Gloo has no per-element op; this keeps it at one all-reduce.)
 class RecordAllreduceOptions final : public gloo::AllreduceOptions {
  public:
   RecordAllreduceOptions(const std::shared_ptr<gloo::Context>& context, int64_t* data,
@@ -116,29 +135,77 @@ class RecordAllreduceOptions final : public gloo::AllreduceOptions {
     impl_.elements = 1;
     impl_.elementSize = words * sizeof(int64_t);
     impl_.reduce = [ops = std::move(ops)](void* out, const void* a, const void* b, size_t n) {
-      for (size_t r = 0; r < n; ++r) {
-        for (size_t j = 0; j < ops.size(); ++j) {
-          const size_t at = (r * ops.size() + j) * sizeof(int64_t);
-          int64_t x, y, z = 0;
-          std::memcpy(&x, static_cast<const char*>(a) + at, sizeof(x));
-          std::memcpy(&y, static_cast<const char*>(b) + at, sizeof(y));
-          switch (ops[j]) {
-            case ReduceOp::kMax:
-              z = std::max(x, y);
-              break;
-            case ReduceOp::kMin:
-              z = std::min(x, y);
-              break;
-            case ReduceOp::kSum:  // callers bound their sums; wrap rather than invoke UB
-              z = static_cast<int64_t>(static_cast<uint64_t>(x) + static_cast<uint64_t>(y));
-              break;
-          }
-          std::memcpy(static_cast<char*>(out) + at, &z, sizeof(z));
-        }
-      }
+      ReduceRecords(out, a, b, n, ops);
     };
   }
 };
+
+// Our own slot range, apart from Gloo's collectives (types.h uses prefixes 0x01..0x08).
+constexpr uint8_t kRecursiveDoublingSlotPrefix = 0x50;
+
+// Recursive doubling over Gloo's point-to-point buffers: every rank holds the whole (small)
+// record and exchanges it with the rank whose index differs in one bit, log2(p) times (p the
+// largest power of two <= W). The W - p extra ranks first fold into a partner and get the
+// result back at the end: ceil(log2 W) + 2 hops at most, against bcube's 2·log2 W (and its
+// W/2^k-way exchange when W is not a power of two). The ops are commutative and associative on
+// int64 (sums wrap), so every rank computes the identical result.
+void RecursiveDoublingAllreduce(gloo::Context& context, int64_t* data,
+                                const std::vector<ReduceOp>& ops,
+                                std::chrono::milliseconds timeout) {
+  const int world = context.size;
+  const int rank = context.rank;
+  const size_t bytes = ops.size() * sizeof(int64_t);
+  std::vector<int64_t> incoming(ops.size());
+  auto mine = context.createUnboundBuffer(data, bytes);
+  auto theirs = context.createUnboundBuffer(incoming.data(), bytes);
+  const uint64_t slot = gloo::Slot::build(kRecursiveDoublingSlotPrefix, 0);
+  auto wait = [&](bool received) {
+    if (!(received ? theirs->waitRecv(timeout) : mine->waitSend(timeout))) {
+      throw gloo::IoException("recursive doubling: aborted");
+    }
+  };
+  int p = 1;
+  while (p * 2 <= world) p *= 2;
+  const int extra = world - p;
+  // Fold: among the first 2·extra ranks, each even rank hands its record to the next odd one.
+  int virtual_rank;
+  if (rank < 2 * extra) {
+    if (rank % 2 == 0) {
+      mine->send(rank + 1, slot);
+      wait(false);
+      virtual_rank = -1;
+    } else {
+      theirs->recv(rank - 1, slot);
+      wait(true);
+      ReduceRecords(data, data, incoming.data(), 1, ops);
+      virtual_rank = rank / 2;
+    }
+  } else {
+    virtual_rank = rank - extra;
+  }
+  if (virtual_rank >= 0) {
+    for (int mask = 1; mask < p; mask <<= 1) {
+      const int partner_virtual = virtual_rank ^ mask;
+      const int partner =
+          partner_virtual < extra ? partner_virtual * 2 + 1 : partner_virtual + extra;
+      theirs->recv(partner, slot);
+      mine->send(partner, slot);
+      wait(true);
+      wait(false);
+      ReduceRecords(data, data, incoming.data(), 1, ops);
+    }
+  }
+  // Unfold: the odd ranks give the result back to the even ranks that folded into them.
+  if (rank < 2 * extra) {
+    if (rank % 2 == 0) {
+      mine->recv(rank + 1, slot);
+      if (!mine->waitRecv(timeout)) throw gloo::IoException("recursive doubling: aborted");
+    } else {
+      mine->send(rank - 1, slot);
+      wait(false);
+    }
+  }
+}
 
 // Runs `body`, turning whatever Gloo throws into a Status.
 absl::Status RunGloo(absl::string_view what, int64_t rank, const std::function<void()>& body) {
@@ -159,7 +226,7 @@ absl::Status RunGloo(absl::string_view what, int64_t rank, const std::function<v
 struct GlooCollective::State {
   int64_t rank = 0;
   int64_t world_size = 0;
-  GlooOptions::Algorithm algorithm = GlooOptions::Algorithm::kBcube;
+  GlooOptions::Algorithm algorithm = GlooOptions::Algorithm::kRecursiveDoubling;
   std::shared_ptr<gloo::Context> context;  // set before the worker starts; then read-only
 
   // One call handed to the worker at a time (the Collective contract: one caller at a time).
@@ -202,6 +269,17 @@ struct GlooCollective::State {
   // Hands `run` to the worker and waits for it, for an abort, or for `deadline`.
   absl::Status Call(std::function<absl::Status()> run, absl::string_view what,
                     absl::Time deadline) {
+    absl::Status status = WaitFor(std::move(run), what, deadline);
+    // A peer failed (or we were aborted): close our connections too, so the failure reaches every
+    // rank at once — with recursive doubling, a rank whose partner died may be the only link to
+    // others still waiting on it. A timeout does not cascade: every rank meets its own deadline
+    // and reports DeadlineExceeded.
+    if (absl::IsAborted(status)) CloseConnections();
+    return status;
+  }
+
+  absl::Status WaitFor(std::function<absl::Status()> run, absl::string_view what,
+                       absl::Time deadline) {
     auto job = std::make_shared<Job>();
     job->run = std::move(run);
     absl::MutexLock lock(&mu);
@@ -247,7 +325,7 @@ absl::StatusOr<std::unique_ptr<GlooCollective>> GlooCollective::Create(
     return absl::InvalidArgumentError(
         absl::StrCat("gloo: rank ", rank, " is not in a group of ", world_size));
   }
-  absl::StatusOr<std::shared_ptr<gloo::transport::Device>> device = SharedDevice(options);
+  absl::StatusOr<std::shared_ptr<gloo::transport::Device>> device = CreateDevice(options);
   if (!device.ok()) return device.status();
 
   auto state = std::make_shared<State>();
@@ -310,6 +388,10 @@ absl::Status GlooCollective::AllReduce(absl::Span<int64_t> values, absl::Span<co
   absl::Status status = state_->Call(
       [=, ops = std::move(op_copy)]() mutable {
         return RunGloo("all-reduce", rank, [&] {
+          if (algorithm == GlooOptions::Algorithm::kRecursiveDoubling) {
+            RecursiveDoublingAllreduce(*context, data->data(), ops, Remaining(deadline));
+            return;
+          }
           RecordAllreduceOptions options(context, data->data(), std::move(ops));
           options.setAlgorithm(algorithm == GlooOptions::Algorithm::kBcube
                                    ? gloo::AllreduceOptions::Algorithm::BCUBE

@@ -28,10 +28,12 @@ struct GlooOptions {
   std::string hostname;
   // A network interface whose address is used ("eth0"), when `hostname` is empty.
   std::string iface;
-  // Gloo's all-reduce algorithm. bcube is recursive halving/doubling when the world size is a
-  // power of two (2·log2 W message steps); ring takes 2·(W - 1) steps and is kept for comparison.
-  enum class Algorithm { kBcube, kRing };
-  Algorithm algorithm = Algorithm::kBcube;
+  // The all-reduce algorithm. kRecursiveDoubling (ours, over Gloo's point-to-point buffers):
+  // ceil(log2 W) message steps, + 2 when W is not a power of two — the latency-optimal choice
+  // for a record of a few words. kBcube and kRing are Gloo's own (2·log2 W steps when W is a
+  // power of two, else a final W/2^k-way exchange; 2·(W - 1) steps), kept for comparison.
+  enum class Algorithm { kRecursiveDoubling, kBcube, kRing };
+  Algorithm algorithm = Algorithm::kRecursiveDoubling;
 };
 
 class GlooCollective final : public Collective {
@@ -58,8 +60,8 @@ class GlooCollective final : public Collective {
   int64_t world_size() const override;
   absl::string_view backend() const override { return "gloo"; }
 
-  // One Gloo all-reduce whatever the mix of ops: the whole vector is reduced as one record with
-  // a per-element function. Errors as Collective::AllReduce; after any error the instance
+  // One all-reduce whatever the mix of ops: the whole vector is reduced as one record, each
+  // word with its own op. Errors as Collective::AllReduce; after any error the instance
   // returns that error from every later call.
   absl::Status AllReduce(absl::Span<int64_t> values, absl::Span<const ReduceOp> ops,
                          absl::Time deadline) override;

@@ -35,41 +35,46 @@ std::vector<int64_t> Values(int64_t r) {
 const std::vector<ReduceOp> kOps = {ReduceOp::kMax, ReduceOp::kMin, ReduceOp::kSum,
                                     ReduceOp::kMin, ReduceOp::kMax, ReduceOp::kSum};
 
-TEST(GlooCollective, ReducesEachElementWithItsOwnOp) {
-  InMemoryStore store;
-  for (int64_t world_size : {2, 4, 8}) {
-    auto group = FormGlooGroup(store, world_size);
-    ASSERT_TRUE(group.ok()) << group.status();
-    std::vector<int64_t> expected = Values(0);
-    for (int64_t r = 1; r < world_size; ++r) {
-      const std::vector<int64_t> v = Values(r);
-      for (size_t i = 0; i < v.size(); ++i) {
-        if (kOps[i] == ReduceOp::kMax) expected[i] = std::max(expected[i], v[i]);
-        if (kOps[i] == ReduceOp::kMin) expected[i] = std::min(expected[i], v[i]);
-        if (kOps[i] == ReduceOp::kSum) expected[i] += v[i];
-      }
+std::vector<int64_t> Expected(int64_t world_size) {
+  std::vector<int64_t> expected = Values(0);
+  for (int64_t r = 1; r < world_size; ++r) {
+    const std::vector<int64_t> v = Values(r);
+    for (size_t i = 0; i < v.size(); ++i) {
+      if (kOps[i] == ReduceOp::kMax) expected[i] = std::max(expected[i], v[i]);
+      if (kOps[i] == ReduceOp::kMin) expected[i] = std::min(expected[i], v[i]);
+      if (kOps[i] == ReduceOp::kSum) expected[i] += v[i];
     }
-    auto results = RunRanks<std::vector<int64_t>>(*group, [](Collective& rank) {
-      std::vector<int64_t> values = Values(rank.rank());
-      const absl::Status status = rank.AllReduce(absl::MakeSpan(values), kOps, Soon());
-      EXPECT_TRUE(status.ok()) << status;
-      return values;
-    });
-    for (const auto& values : results) EXPECT_THAT(values, ElementsAreArray(expected));
   }
+  return expected;
 }
 
-TEST(GlooCollective, RingAlgorithmAgreesWithBcube) {
+void ExpectReduces(int64_t world_size, GlooOptions::Algorithm algorithm) {
   InMemoryStore store;
-  auto group = FormGlooGroup(store, 3, absl::Seconds(10), Loopback(GlooOptions::Algorithm::kRing));
+  auto group = FormGlooGroup(store, world_size, absl::Seconds(10), Loopback(algorithm));
   ASSERT_TRUE(group.ok()) << group.status();
   auto results = RunRanks<std::vector<int64_t>>(*group, [](Collective& rank) {
     std::vector<int64_t> values = Values(rank.rank());
-    EXPECT_TRUE(rank.AllReduce(absl::MakeSpan(values), kOps, Soon()).ok());
+    const absl::Status status = rank.AllReduce(absl::MakeSpan(values), kOps, Soon());
+    EXPECT_TRUE(status.ok()) << status;
     return values;
   });
-  const std::vector<int64_t> expected = {11, -4, 6, kLow, kHigh, 3000};
-  for (const auto& values : results) EXPECT_THAT(values, ElementsAreArray(expected));
+  for (const auto& values : results) {
+    EXPECT_THAT(values, ElementsAreArray(Expected(world_size))) << "W = " << world_size;
+  }
+}
+
+TEST(GlooCollective, ReducesEachElementWithItsOwnOp) {
+  // Powers of two and the sizes where recursive doubling folds extra ranks in and out.
+  for (int64_t world_size : {2, 3, 4, 5, 6, 7, 8}) {
+    ExpectReduces(world_size, GlooOptions::Algorithm::kRecursiveDoubling);
+  }
+}
+
+TEST(GlooCollective, GloosOwnAlgorithmsAgree) {
+  for (int64_t world_size : {3, 4}) {
+    ExpectReduces(world_size, GlooOptions::Algorithm::kBcube);
+    ExpectReduces(world_size, GlooOptions::Algorithm::kRing);
+  }
 }
 
 TEST(GlooCollective, GathersRecordsInRankOrder) {

@@ -20,7 +20,8 @@
 namespace packsched::collective::testing {
 
 // Gloo on loopback, with the given algorithm.
-inline GlooOptions Loopback(GlooOptions::Algorithm algorithm = GlooOptions::Algorithm::kBcube) {
+inline GlooOptions Loopback(
+    GlooOptions::Algorithm algorithm = GlooOptions::Algorithm::kRecursiveDoubling) {
   GlooOptions options;
   options.hostname = "127.0.0.1";
   options.algorithm = algorithm;
