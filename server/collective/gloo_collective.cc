@@ -1,5 +1,7 @@
 #include "server/collective/gloo_collective.h"
 
+#include <net/if.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstring>
@@ -81,6 +83,12 @@ class StoreAdapter final : public gloo::rendezvous::Store {
 // formed as threads of one process (tests, benchmarks) then behave like separate processes
 // instead of funnelling every rank's traffic through one event thread.
 absl::StatusOr<std::shared_ptr<gloo::transport::Device>> CreateDevice(const GlooOptions& options) {
+  // Checked here: Gloo's own lookup of a missing interface throws and leaks its getifaddrs list.
+  if (options.hostname.empty() && !options.iface.empty() &&
+      if_nametoindex(options.iface.c_str()) == 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("gloo: no network interface named '", options.iface, "'"));
+  }
   gloo::transport::tcp::attr attr;
   if (!options.hostname.empty()) {
     attr.hostname = options.hostname;
