@@ -51,11 +51,13 @@ struct NcclCollective::Impl {
   absl::Status broken ABSL_GUARDED_BY(mu);
   std::atomic<bool> abort_requested{false};
 
-  // Device buffers, grown (rarely) to the largest call; host staging alongside.
+  // Device buffers, grown (rarely) to the largest call, and pinned host staging of the same
+  // size: a copy to pageable memory would block the host until the collective finished, out
+  // of reach of the deadline.
   int64_t* device_in = nullptr;
   int64_t* device_out = nullptr;
-  size_t capacity = 0;  // words in each device buffer
-  std::vector<int64_t> host;
+  int64_t* host = nullptr;
+  size_t capacity = 0;  // words in each buffer
 
   ~Impl() {
     {
@@ -66,6 +68,7 @@ struct NcclCollective::Impl {
     cudaSetDevice(device);
     if (device_in != nullptr) cudaFree(device_in);
     if (device_out != nullptr) cudaFree(device_out);
+    if (host != nullptr) cudaFreeHost(host);
     if (stream != nullptr) cudaStreamDestroy(stream);
   }
 
@@ -131,11 +134,13 @@ struct NcclCollective::Impl {
     if (words <= capacity) return absl::OkStatus();
     if (device_in != nullptr) cudaFree(device_in);
     if (device_out != nullptr) cudaFree(device_out);
-    device_in = device_out = nullptr;
+    if (host != nullptr) cudaFreeHost(host);
+    device_in = device_out = host = nullptr;
     capacity = 0;
     const size_t grown = std::max<size_t>(words, 256);
     cudaError_t error = cudaMalloc(&device_in, grown * sizeof(int64_t));
     if (error == cudaSuccess) error = cudaMalloc(&device_out, grown * sizeof(int64_t));
+    if (error == cudaSuccess) error = cudaMallocHost(&host, grown * sizeof(int64_t));
     if (error != cudaSuccess) return CudaError(error, "cudaMalloc");
     capacity = grown;
     return absl::OkStatus();
@@ -253,24 +258,21 @@ absl::Status NcclCollective::AllReduce(absl::Span<int64_t> values, absl::Span<co
   constexpr ncclRedOp_t kNccl[] = {ncclMax, ncclMin, ncclSum};
   std::vector<size_t> slot(values.size());
   size_t begin[4] = {0, 0, 0, 0};
-  impl.host.clear();
+  size_t words = 0;
   for (int o = 0; o < 3; ++o) {
-    begin[o] = impl.host.size();
+    begin[o] = words;
     for (size_t i = 0; i < values.size(); ++i) {
-      if (ops[i] != kOrder[o]) continue;
-      slot[i] = impl.host.size();
-      impl.host.push_back(values[i]);
+      if (ops[i] == kOrder[o]) slot[i] = words++;
     }
   }
-  begin[3] = impl.host.size();
-  if (absl::Status room = impl.EnsureCapacity(impl.host.size()); !room.ok()) {
-    return impl.Fail(room);
-  }
+  begin[3] = words;
+  if (absl::Status room = impl.EnsureCapacity(words); !room.ok()) return impl.Fail(room);
+  for (size_t i = 0; i < values.size(); ++i) impl.host[slot[i]] = values[i];
   absl::Status status = impl.Run(
       "all-reduce", deadline,
       [&](ncclComm_t comm) {
-        cudaMemcpyAsync(impl.device_in, impl.host.data(), impl.host.size() * sizeof(int64_t),
-                        cudaMemcpyHostToDevice, impl.stream);
+        cudaMemcpyAsync(impl.device_in, impl.host, words * sizeof(int64_t), cudaMemcpyHostToDevice,
+                        impl.stream);
         ncclResult_t result = ncclGroupStart();
         for (int o = 0; o < 3 && (result == ncclSuccess || result == ncclInProgress); ++o) {
           const size_t count = begin[o + 1] - begin[o];
@@ -283,9 +285,8 @@ absl::Status NcclCollective::AllReduce(absl::Span<int64_t> values, absl::Span<co
         return result;
       },
       [&] {
-        return cudaMemcpyAsync(impl.host.data(), impl.device_out,
-                               impl.host.size() * sizeof(int64_t), cudaMemcpyDeviceToHost,
-                               impl.stream);
+        return cudaMemcpyAsync(impl.host, impl.device_out, words * sizeof(int64_t),
+                               cudaMemcpyDeviceToHost, impl.stream);
       });
   if (!status.ok()) return status;
   for (size_t i = 0; i < values.size(); ++i) values[i] = impl.host[slot[i]];
@@ -300,22 +301,21 @@ absl::Status NcclCollective::AllGather(absl::Span<const int64_t> record, absl::S
   if (record.empty()) return absl::OkStatus();
   Impl& impl = *impl_;
   if (absl::Status room = impl.EnsureCapacity(out.size()); !room.ok()) return impl.Fail(room);
-  impl.host.assign(out.size(), 0);
-  std::copy(record.begin(), record.end(), impl.host.begin());
+  std::copy(record.begin(), record.end(), impl.host);
   absl::Status status = impl.Run(
       "all-gather", deadline,
       [&](ncclComm_t comm) {
-        cudaMemcpyAsync(impl.device_in, impl.host.data(), record.size() * sizeof(int64_t),
+        cudaMemcpyAsync(impl.device_in, impl.host, record.size() * sizeof(int64_t),
                         cudaMemcpyHostToDevice, impl.stream);
         return ncclAllGather(impl.device_in, impl.device_out, record.size(), ncclInt64, comm,
                              impl.stream);
       },
       [&] {
-        return cudaMemcpyAsync(impl.host.data(), impl.device_out, out.size() * sizeof(int64_t),
+        return cudaMemcpyAsync(impl.host, impl.device_out, out.size() * sizeof(int64_t),
                                cudaMemcpyDeviceToHost, impl.stream);
       });
   if (!status.ok()) return status;
-  std::copy(impl.host.begin(), impl.host.end(), out.begin());
+  std::copy(impl.host, impl.host + out.size(), out.begin());
   return absl::OkStatus();
 }
 
