@@ -121,8 +121,8 @@ class StreamGroup {
   // Thread-safe snapshot for status reporting.
   GroupInfo info() const;
 
-  // Fails the call in flight (if any) with Aborted; the next call forms a new generation.
-  // Thread-safe.
+  // Aborts the formed collective: a round in flight fails at once with Aborted (a formation in
+  // progress still runs to its timeout); the next call forms a new generation. Thread-safe.
   void Abort();
 
  private:
