@@ -216,6 +216,62 @@ TEST(Group, APeerThatDiesAbortsTheRoundAndItsRestartHealsTheGroup) {
   for (const auto& rank : ranks) EXPECT_EQ(rank->stream->info().generation, 1);
 }
 
+// Rank 0 serves the store, so when rank 0 restarts the store starts empty too.
+class RestartableStore final : public KeyValueStore {
+ public:
+  void Restart() {
+    absl::MutexLock lock(&mu_);
+    current_ = std::make_shared<InMemoryStore>();
+  }
+  absl::Status Set(absl::string_view key, absl::string_view value, absl::Time deadline) override {
+    return Current()->Set(key, value, deadline);
+  }
+  absl::StatusOr<std::string> Get(absl::string_view key, absl::Time deadline) override {
+    return Current()->Get(key, deadline);
+  }
+  absl::StatusOr<std::optional<std::string>> TryGet(absl::string_view key,
+                                                    absl::Time deadline) override {
+    return Current()->TryGet(key, deadline);
+  }
+  absl::StatusOr<std::string> CompareAndSet(absl::string_view key,
+                                            std::optional<absl::string_view> expected,
+                                            absl::string_view desired,
+                                            absl::Time deadline) override {
+    return Current()->CompareAndSet(key, expected, desired, deadline);
+  }
+  absl::StatusOr<int64_t> DeletePrefix(absl::string_view prefix, absl::Time deadline) override {
+    return Current()->DeletePrefix(prefix, deadline);
+  }
+
+ private:
+  std::shared_ptr<InMemoryStore> Current() {
+    absl::MutexLock lock(&mu_);
+    return current_;
+  }
+  absl::Mutex mu_;
+  std::shared_ptr<InMemoryStore> current_ = std::make_shared<InMemoryStore>();
+};
+
+TEST(Group, WhenRankZeroRestartsWithItsStoreTheNextRoundFormsANewEpoch) {
+  RestartableStore store;
+  auto ranks = MakeRanks(store, 3);
+  ExpectAgreed(OnRanks(3, All(3), [&](int64_t r) { return ranks[r]->stream->Agree(Record(r, 1)); }),
+               3, 1);
+  const std::string old_epoch = ranks[1]->stream->info().epoch;
+
+  ranks[0].reset();
+  store.Restart();
+  ranks[0] = std::make_unique<Rank>(store, Options(0, 3));
+
+  ExpectAgreed(OnRanks(3, All(3), [&](int64_t r) { return ranks[r]->stream->Agree(Record(r, 2)); }),
+               3, 2);
+  for (const auto& rank : ranks) {
+    EXPECT_THAT(rank->stream->info().epoch, Not(old_epoch));
+    EXPECT_EQ(rank->stream->info().epoch, ranks[0]->stream->info().epoch);
+    EXPECT_EQ(rank->stream->info().generation, 0);
+  }
+}
+
 TEST(Group, ARoundThatFailsOnItsRecordsKeepsTheGeneration) {
   InMemoryStore store;
   auto ranks = MakeRanks(store, 2);
