@@ -7,9 +7,55 @@ namespace packsched::collective {
 
 absl::Status InMemoryStore::Set(absl::string_view key, absl::string_view value,
                                 absl::Time deadline) {
-  absl::MutexLock lock(&mu_);
-  values_.insert_or_assign(std::string(key), std::string(value));
+  std::vector<Watcher> fired;
+  {
+    absl::MutexLock lock(&mu_);
+    values_.insert_or_assign(std::string(key), std::string(value));
+    auto it = watchers_.find(key);
+    if (it != watchers_.end()) {
+      fired = std::move(it->second);
+      watchers_.erase(it);
+      for (const Watcher& watcher : fired) watched_key_.erase(watcher.id);
+    }
+  }
+  for (Watcher& watcher : fired) watcher.done(std::string(value));
   return absl::OkStatus();
+}
+
+int64_t InMemoryStore::Watch(absl::string_view key, WatchCallback done) {
+  std::string value;
+  int64_t id;
+  {
+    absl::MutexLock lock(&mu_);
+    id = next_watch_++;
+    auto it = values_.find(key);
+    if (it == values_.end()) {
+      watchers_[std::string(key)].push_back(Watcher{id, std::move(done)});
+      watched_key_.emplace(id, std::string(key));
+      return id;
+    }
+    value = it->second;
+  }
+  done(std::move(value));
+  return id;
+}
+
+bool InMemoryStore::CancelWatch(int64_t id) {
+  WatchCallback dropped;  // destroyed outside the lock
+  absl::MutexLock lock(&mu_);
+  auto key = watched_key_.find(id);
+  if (key == watched_key_.end()) return false;
+  auto it = watchers_.find(key->second);
+  std::vector<Watcher>& list = it->second;
+  for (auto w = list.begin(); w != list.end(); ++w) {
+    if (w->id != id) continue;
+    dropped = std::move(w->done);
+    list.erase(w);
+    break;
+  }
+  if (list.empty()) watchers_.erase(it);
+  watched_key_.erase(key);
+  return true;
 }
 
 absl::StatusOr<std::string> InMemoryStore::Get(absl::string_view key, absl::Time deadline) {

@@ -9,9 +9,11 @@
 // own server; a gRPC client implements the same interface for the other ranks.
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
@@ -56,8 +58,23 @@ class KeyValueStore {
 
 // A KeyValueStore in this process's memory. Get waits on a condition variable; nothing is
 // persisted. Thread-safe.
+//
+// Watch/CancelWatch complete a get without blocking a thread: what rank 0's rendezvous server
+// (gRPC callback API) uses to answer a remote Get when the key is set, and to answer
+// DeadlineExceeded (after CancelWatch) when its own timer fires first.
 class InMemoryStore final : public KeyValueStore {
  public:
+  using WatchCallback = std::function<void(std::string value)>;
+
+  // Calls `done` exactly once with the value of `key` — at once, on this thread, if the key
+  // exists; else on the thread of the Set that creates it — unless CancelWatch(id) returns true
+  // first. `done` runs without the store's lock held and may call the store. Returns the id.
+  int64_t Watch(absl::string_view key, WatchCallback done);
+
+  // Returns true if the watch was still pending (its callback will never run), false if it has
+  // run, is running, or never existed.
+  bool CancelWatch(int64_t id);
+
   absl::Status Set(absl::string_view key, absl::string_view value, absl::Time deadline) override;
   absl::StatusOr<std::string> Get(absl::string_view key, absl::Time deadline) override;
   absl::StatusOr<std::optional<std::string>> TryGet(absl::string_view key,
@@ -72,8 +89,16 @@ class InMemoryStore final : public KeyValueStore {
   int64_t size() const;
 
  private:
+  struct Watcher {
+    int64_t id;
+    WatchCallback done;
+  };
+
   mutable absl::Mutex mu_;
   std::map<std::string, std::string, std::less<>> values_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, std::vector<Watcher>, std::less<>> watchers_ ABSL_GUARDED_BY(mu_);
+  std::map<int64_t, std::string> watched_key_ ABSL_GUARDED_BY(mu_);  // pending id -> key
+  int64_t next_watch_ ABSL_GUARDED_BY(mu_) = 1;
 };
 
 }  // namespace packsched::collective

@@ -63,5 +63,44 @@ TEST(InMemoryStore, DeletePrefixDeletesOnlyThatPrefix) {
   EXPECT_EQ(*store.TryGet("g10/a", Soon()), "v");
 }
 
+TEST(InMemoryStore, AWatchOfAnExistingKeyFiresAtOnce) {
+  InMemoryStore store;
+  ASSERT_TRUE(store.Set("k", "v", Soon()).ok());
+  std::vector<std::string> seen;
+  const int64_t id = store.Watch("k", [&](std::string value) { seen.push_back(value); });
+  EXPECT_EQ(seen, std::vector<std::string>{"v"});
+  EXPECT_FALSE(store.CancelWatch(id));
+}
+
+TEST(InMemoryStore, WatchesFireOnceFromTheSetThatCreatesTheKey) {
+  InMemoryStore store;
+  std::vector<std::string> seen;
+  store.Watch("k", [&](std::string value) { seen.push_back("a:" + value); });
+  // A callback may use the store (it runs without the lock held).
+  store.Watch("k", [&](std::string value) {
+    seen.push_back("b:" + value);
+    EXPECT_TRUE(store.Set("echo", value, Soon()).ok());
+  });
+  EXPECT_TRUE(seen.empty());
+  ASSERT_TRUE(store.Set("k", "1", Soon()).ok());
+  ASSERT_TRUE(store.Set("k", "2", Soon()).ok());
+  EXPECT_EQ(seen, (std::vector<std::string>{"a:1", "b:1"}));
+  EXPECT_EQ(*store.TryGet("echo", Soon()), "1");
+}
+
+TEST(InMemoryStore, ACancelledWatchNeverFires) {
+  InMemoryStore store;
+  bool fired = false;
+  const int64_t cancelled = store.Watch("k", [&](std::string) { fired = true; });
+  int kept = 0;
+  const int64_t other = store.Watch("k", [&](std::string) { ++kept; });
+  EXPECT_TRUE(store.CancelWatch(cancelled));
+  EXPECT_FALSE(store.CancelWatch(cancelled));
+  ASSERT_TRUE(store.Set("k", "v", Soon()).ok());
+  EXPECT_FALSE(fired);
+  EXPECT_EQ(kept, 1);
+  EXPECT_FALSE(store.CancelWatch(other));  // already ran
+}
+
 }  // namespace
 }  // namespace packsched::collective
