@@ -11,6 +11,16 @@
 // store's generation and re-forms when it has moved, so survivors heal on their next call
 // without a restart. Every wait is bounded by GroupOptions::collective_timeout (formation and
 // round each), never by a caller's deadline.
+//
+// How the service uses it (one worker thread per stream):
+//
+//   ASSIGN_OR_RETURN(auto group, Group::Create(&store, options));   // at start-up
+//   auto actor = group->ForStream("actor_update");                  // first Plan of a stream
+//   ... on the stream's worker thread, per round:
+//   if (auto done = actor->GetResult(round); done.ok() && done->has_value()) { recover; }
+//   absl::StatusOr<AgreedRound> agreed = actor->Agree(record);    // identical on every rank
+//   if (agreed.ok() && rank == 0) actor->PutResult(round, Serialize(*agreed));
+//   ... GetStatus / readiness: actor->info(); shutdown: actor->Abort().
 
 #include <cstdint>
 #include <deque>
