@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstring>
 #include <string>
 #include <thread>
@@ -36,6 +37,22 @@ namespace {
 absl::Status CudaError(cudaError_t error, absl::string_view what) {
   return absl::InternalError(absl::StrCat("cuda ", what, ": ", cudaGetErrorString(error)));
 }
+
+// Polling without burning a core for a whole collective timeout: yield for the first polls (a
+// round normally completes within tens of microseconds), then sleep 100 us between polls.
+class Backoff {
+ public:
+  void Pause() {
+    if (++polls_ < 256) {
+      std::this_thread::yield();
+    } else {
+      std::this_thread::sleep_for(std::chrono::microseconds(100));
+    }
+  }
+
+ private:
+  int polls_ = 0;
+};
 
 }  // namespace
 
@@ -84,6 +101,7 @@ struct NcclCollective::Impl {
   // Waits until the communicator leaves ncclInProgress, checking for errors, Abort() and the
   // deadline. `comm_now` is the communicator the caller holds (in_call keeps it alive).
   absl::Status WaitReady(ncclComm_t comm_now, absl::string_view what, absl::Time deadline) {
+    Backoff backoff;
     for (;;) {
       ncclResult_t state = ncclSuccess;
       ncclResult_t result = ncclCommGetAsyncError(comm_now, &state);
@@ -102,12 +120,13 @@ struct NcclCollective::Impl {
                                                         world_size,
                                                         " did not complete before the deadline"));
       }
-      std::this_thread::yield();
+      backoff.Pause();
     }
   }
 
   // Waits for the stream's work (the collectives and copies), polling NCCL for async errors.
   absl::Status WaitStream(ncclComm_t comm_now, absl::string_view what, absl::Time deadline) {
+    Backoff backoff;
     for (;;) {
       const cudaError_t query = cudaStreamQuery(stream);
       if (query == cudaSuccess) return absl::OkStatus();
@@ -126,7 +145,7 @@ struct NcclCollective::Impl {
                                                         world_size,
                                                         " did not complete before the deadline"));
       }
-      std::this_thread::yield();
+      backoff.Pause();
     }
   }
 
@@ -271,8 +290,10 @@ absl::Status NcclCollective::AllReduce(absl::Span<int64_t> values, absl::Span<co
   absl::Status status = impl.Run(
       "all-reduce", deadline,
       [&](ncclComm_t comm) {
-        cudaMemcpyAsync(impl.device_in, impl.host, words * sizeof(int64_t), cudaMemcpyHostToDevice,
-                        impl.stream);
+        if (cudaMemcpyAsync(impl.device_in, impl.host, words * sizeof(int64_t),
+                            cudaMemcpyHostToDevice, impl.stream) != cudaSuccess) {
+          return ncclUnhandledCudaError;
+        }
         ncclResult_t result = ncclGroupStart();
         for (int o = 0; o < 3 && (result == ncclSuccess || result == ncclInProgress); ++o) {
           const size_t count = begin[o + 1] - begin[o];
@@ -305,8 +326,10 @@ absl::Status NcclCollective::AllGather(absl::Span<const int64_t> record, absl::S
   absl::Status status = impl.Run(
       "all-gather", deadline,
       [&](ncclComm_t comm) {
-        cudaMemcpyAsync(impl.device_in, impl.host, record.size() * sizeof(int64_t),
-                        cudaMemcpyHostToDevice, impl.stream);
+        if (cudaMemcpyAsync(impl.device_in, impl.host, record.size() * sizeof(int64_t),
+                            cudaMemcpyHostToDevice, impl.stream) != cudaSuccess) {
+          return ncclUnhandledCudaError;
+        }
         return ncclAllGather(impl.device_in, impl.device_out, record.size(), ncclInt64, comm,
                              impl.stream);
       },
