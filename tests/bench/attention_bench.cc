@@ -1,7 +1,8 @@
 // Varlen attention throughput: tokens per second (items_per_second) and achieved TFLOP/s of the
 // forward and the backward, causal, bfloat16.
 //
-//   build/bin/attention_bench                           CPU (slow: seconds per iteration)
+//   build/bin/attention_bench --benchmark_filter=Cpu    CPU, wall-clock rates (slow: seconds per
+//                                                       iteration)
 //   build/bin/attention_bench --benchmark_filter=Cuda   the GPU path (needs a device; timed with
 //                                                       CUDA events)
 //
@@ -178,9 +179,11 @@ void BM_AttentionBackward(benchmark::State& state, bool cuda) {
       ->ArgNames({"seqs", "len", "H", "Hk", "D"})
 
 PACKSCHED_ATTENTION_SHAPES(BENCHMARK_CAPTURE(BM_AttentionForward, Cpu, false))
+    ->UseRealTime()
     ->Unit(benchmark::kMillisecond)
     ->Iterations(2);
 PACKSCHED_ATTENTION_SHAPES(BENCHMARK_CAPTURE(BM_AttentionBackward, Cpu, false))
+    ->UseRealTime()
     ->Unit(benchmark::kMillisecond)
     ->Iterations(1);
 PACKSCHED_ATTENTION_SHAPES(BENCHMARK_CAPTURE(BM_AttentionForward, Cuda, true))
