@@ -200,30 +200,29 @@ PYBIND11_MODULE(_kernels, m) {
          int64_t window_left, int64_t window_right, double softcap, py::object out, py::object lse,
          uintptr_t stream) {
         Borrowed bq(q, stream), bk(k, stream), bv(v, stream), bo(out, stream), bl(lse, stream);
-        AttentionCall c(cu_q, cu_q_host, cu_k, cu_k_host, max_q, max_k, seqused_q, seqused_k,
-                        scale, causal, window_left, window_right, softcap, stream);
+        AttentionCall c(cu_q, cu_q_host, cu_k, cu_k_host, max_q, max_k, seqused_q, seqused_k, scale,
+                        causal, window_left, window_right, softcap, stream);
         Check(VarlenAttentionForward(*bq, *bk, *bv, c.seqlens, c.options, *bo, *bl,
                                      AsStream(stream)));
       },
       py::arg("q"), py::arg("k"), py::arg("v"), py::arg("cu_seqlens_q"),
       py::arg("cu_seqlens_q_host"), py::arg("cu_seqlens_k"), py::arg("cu_seqlens_k_host"),
-      py::arg("max_seqlen_q"), py::arg("max_seqlen_k"), py::arg("seqused_q"),
-      py::arg("seqused_k"), py::arg("softmax_scale"), py::arg("causal"), py::arg("window_left"),
-      py::arg("window_right"), py::arg("softcap"), py::arg("out"), py::arg("lse"),
-      py::arg("stream"));
+      py::arg("max_seqlen_q"), py::arg("max_seqlen_k"), py::arg("seqused_q"), py::arg("seqused_k"),
+      py::arg("softmax_scale"), py::arg("causal"), py::arg("window_left"), py::arg("window_right"),
+      py::arg("softcap"), py::arg("out"), py::arg("lse"), py::arg("stream"));
 
   m.def(
       "varlen_attention_backward",
-      [](py::object dout, py::object q, py::object k, py::object v, py::object out,
-         py::object lse, py::object cu_q, std::optional<std::vector<int32_t>> cu_q_host,
-         py::object cu_k, std::optional<std::vector<int32_t>> cu_k_host, int64_t max_q,
-         int64_t max_k, py::object seqused_q, py::object seqused_k, std::optional<double> scale,
-         bool causal, int64_t window_left, int64_t window_right, double softcap, py::object dq,
-         py::object dk, py::object dv, uintptr_t stream) {
+      [](py::object dout, py::object q, py::object k, py::object v, py::object out, py::object lse,
+         py::object cu_q, std::optional<std::vector<int32_t>> cu_q_host, py::object cu_k,
+         std::optional<std::vector<int32_t>> cu_k_host, int64_t max_q, int64_t max_k,
+         py::object seqused_q, py::object seqused_k, std::optional<double> scale, bool causal,
+         int64_t window_left, int64_t window_right, double softcap, py::object dq, py::object dk,
+         py::object dv, uintptr_t stream) {
         Borrowed bdo(dout, stream), bq(q, stream), bk(k, stream), bv(v, stream), bo(out, stream),
             bl(lse, stream), bdq(dq, stream), bdk(dk, stream), bdv(dv, stream);
-        AttentionCall c(cu_q, cu_q_host, cu_k, cu_k_host, max_q, max_k, seqused_q, seqused_k,
-                        scale, causal, window_left, window_right, softcap, stream);
+        AttentionCall c(cu_q, cu_q_host, cu_k, cu_k_host, max_q, max_k, seqused_q, seqused_k, scale,
+                        causal, window_left, window_right, softcap, stream);
         Check(VarlenAttentionBackward(*bdo, *bq, *bk, *bv, *bo, *bl, c.seqlens, c.options, *bdq,
                                       *bdk, *bdv, AsStream(stream)));
       },
