@@ -268,3 +268,20 @@ def test_transformer_block_padded_and_packed_agree():
     for name in p_pad:
         torch.testing.assert_close(p_pack[name].grad, p_pad[name].grad, rtol=0, atol=1e-11,
                                    msg=name)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available() or not k.built_with_cuda(),
+                    reason="needs a CUDA device and a CUDA build")
+def test_cuda_matches_cpu_forward_and_backward():
+    q, k_, v, cu_q, cu_k = random_problem([97, 0, 40], [60, 13, 128], 4, 2, 64, np.float32)
+    cpu = [torch.from_numpy(x).requires_grad_() for x in (q, k_, v)]
+    gpu = [x.detach().cuda().requires_grad_() for x in cpu]
+    args = (torch.from_numpy(cu_q), torch.from_numpy(cu_k), 97, 128, 0.0, None, True, (30, -1))
+    out_cpu = k.varlen_attention(*cpu, *args, softcap=3.0)
+    out_gpu = k.varlen_attention(*gpu, args[0].cuda(), args[1].cuda(), *args[2:], softcap=3.0)
+    dout = torch.randn_like(out_cpu)
+    out_cpu.backward(dout)
+    out_gpu.backward(dout.cuda())
+    torch.testing.assert_close(out_gpu.cpu(), out_cpu, atol=1e-4, rtol=0)
+    for a, b in zip(gpu, cpu):
+        torch.testing.assert_close(a.grad.cpu(), b.grad, atol=1e-4, rtol=0)
