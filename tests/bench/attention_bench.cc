@@ -20,44 +20,16 @@
 
 #include "kernels/common/half.h"
 #include "packsched/kernels/attention.h"
+#include "tests/bench/kernel_bench.h"
 #include "tests/kernels/host_tensor.h"
-
-#if PACKSCHED_KERNELS_WITH_CUDA
-#include <cuda_runtime.h>
-#endif
 
 namespace packsched::kernels {
 namespace {
 
+using testing::Buffer;
 using testing::HostTensor;
-
-// A tensor on the host or (copied) on the device.
-class Buffer {
- public:
-  Buffer(HostTensor host, bool cuda) : host_(std::move(host)), view_(host_.view()) {
-#if PACKSCHED_KERNELS_WITH_CUDA
-    if (cuda) {
-      cudaMalloc(&view_.data, host_.nbytes() + 16);
-      cudaMemcpy(view_.data, host_.view().data, host_.nbytes(), cudaMemcpyHostToDevice);
-      view_.device = {kDLCUDA, 0};
-      device_ = true;
-    }
-#endif
-  }
-  ~Buffer() {
-#if PACKSCHED_KERNELS_WITH_CUDA
-    if (device_) cudaFree(view_.data);
-#endif
-  }
-  Buffer(const Buffer&) = delete;
-  Buffer& operator=(const Buffer&) = delete;
-  const DLTensor& view() const { return view_; }
-
- private:
-  HostTensor host_;
-  DLTensor view_;
-  bool device_ = false;
-};
+using testing::SkipWithoutDevice;
+using testing::TimedLoop;
 
 HostTensor RandomBf16(std::vector<int64_t> shape, uint32_t seed) {
   HostTensor t(std::move(shape), testing::DTypeOf<Bf16>());
@@ -65,20 +37,6 @@ HostTensor RandomBf16(std::vector<int64_t> shape, uint32_t seed) {
   std::normal_distribution<float> normal;
   for (int64_t i = 0; i < t.numel(); ++i) t.data<Bf16>()[i] = FloatToBf16(normal(rng));
   return t;
-}
-
-bool Skip(benchmark::State& state, bool cuda) {
-#if PACKSCHED_KERNELS_WITH_CUDA
-  int count = 0;
-  if (cuda && (cudaGetDeviceCount(&count) != cudaSuccess || count == 0)) {
-    state.SkipWithError("no CUDA device");
-    return true;
-  }
-  return false;
-#else
-  if (cuda) state.SkipWithError("built without CUDA");
-  return cuda;
-#endif
 }
 
 // One causal problem of `seqs` sequences of `len` tokens, inputs and outputs allocated.
@@ -126,44 +84,20 @@ struct Problem {
 
 void Run(benchmark::State& state, bool cuda, int64_t tokens, double flops,
          const std::function<absl::Status()>& call) {
-  if (const absl::Status s = call(); !s.ok()) {  // warm-up, and a check of the arguments
-    state.SkipWithError(std::string(s.message()).c_str());
-    return;
-  }
-#if PACKSCHED_KERNELS_WITH_CUDA
-  if (cuda) {
-    cudaEvent_t start, stop;
-    cudaEventCreate(&start);
-    cudaEventCreate(&stop);
-    for (auto _ : state) {
-      cudaEventRecord(start);
-      benchmark::DoNotOptimize(call());
-      cudaEventRecord(stop);
-      cudaEventSynchronize(stop);
-      float ms = 0;
-      cudaEventElapsedTime(&ms, start, stop);
-      state.SetIterationTime(ms / 1e3);
-    }
-    cudaEventDestroy(start);
-    cudaEventDestroy(stop);
-  }
-#endif
-  if (!cuda) {
-    for (auto _ : state) benchmark::DoNotOptimize(call());
-  }
+  if (!TimedLoop(state, cuda, call)) return;
   state.SetItemsProcessed(state.iterations() * tokens);
   state.counters["TFLOPs"] = benchmark::Counter(
       flops / 1e12, benchmark::Counter::kIsRate | benchmark::Counter::kIsIterationInvariant);
 }
 
 void BM_AttentionForward(benchmark::State& state, bool cuda) {
-  if (Skip(state, cuda)) return;
+  if (SkipWithoutDevice(state, cuda)) return;
   Problem p(state, cuda);
   Run(state, cuda, p.Tokens(), p.ForwardFlops(), [&] { return p.Forward(); });
 }
 
 void BM_AttentionBackward(benchmark::State& state, bool cuda) {
-  if (Skip(state, cuda)) return;
+  if (SkipWithoutDevice(state, cuda)) return;
   Problem p(state, cuda);
   if (!p.Forward().ok()) {
     state.SkipWithError("forward failed");

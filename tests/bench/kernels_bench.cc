@@ -18,50 +18,21 @@
 #include <vector>
 
 #include "packsched/kernels/kernels.h"
+#include "tests/bench/kernel_bench.h"
 #include "tests/kernels/host_tensor.h"
-
-#if PACKSCHED_KERNELS_WITH_CUDA
-#include <cuda_runtime.h>
-#endif
 
 namespace packsched::kernels {
 namespace {
 
+using testing::Buffer;
 using testing::HostTensor;
+using testing::SkipWithoutDevice;
+using testing::TimedLoop;
 
 constexpr int64_t kHidden = 512;
 constexpr int64_t kVocab = 32000;
 constexpr int64_t kCeRows = 256;
 constexpr int64_t kAlign = 64;
-
-// A tensor for the benchmark, on the host or (copied) on the device.
-class Buffer {
- public:
-  Buffer(HostTensor host, bool cuda) : host_(std::move(host)), view_(host_.view()) {
-#if PACKSCHED_KERNELS_WITH_CUDA
-    if (cuda) {
-      cudaMalloc(&view_.data, host_.nbytes() + 16);
-      cudaMemcpy(view_.data, host_.view().data, host_.nbytes(), cudaMemcpyHostToDevice);
-      view_.device = {kDLCUDA, 0};
-      device_ = true;
-    }
-#endif
-  }
-  ~Buffer() {
-#if PACKSCHED_KERNELS_WITH_CUDA
-    if (device_) cudaFree(view_.data);
-#endif
-  }
-  Buffer(const Buffer&) = delete;
-  Buffer& operator=(const Buffer&) = delete;
-  const DLTensor& view() const { return view_; }
-  int64_t nbytes() const { return host_.nbytes(); }
-
- private:
-  HostTensor host_;
-  DLTensor view_;
-  bool device_ = false;
-};
 
 struct Workload {
   std::vector<int32_t> lengths, cu, cu_padded;
@@ -85,63 +56,27 @@ HostTensor Bf16Rows(int64_t rows, int64_t width) {
   return t;
 }
 
-bool Skip(benchmark::State& state, bool cuda) {
-#if PACKSCHED_KERNELS_WITH_CUDA
-  int count = 0;
-  if (cuda && (cudaGetDeviceCount(&count) != cudaSuccess || count == 0)) {
-    state.SkipWithError("no CUDA device");
-    return true;
-  }
-  return false;
-#else
-  if (cuda) state.SkipWithError("built without CUDA");
-  return cuda;
-#endif
-}
-
 // Runs `call` once per iteration and reports `bytes` moved per call. CUDA calls are timed with
 // events (manual time), so the figure is the device's achieved bandwidth.
 void Run(benchmark::State& state, bool cuda, int64_t bytes,
          const std::function<absl::Status()>& call) {
-  if (!call().ok()) {  // warm-up, and a check that the arguments are right
-    state.SkipWithError(std::string(call().message()).c_str());
-    return;
-  }
+  if (!TimedLoop(state, cuda, call)) return;
 #if PACKSCHED_KERNELS_WITH_CUDA
-  if (cuda) {
-    cudaEvent_t start, stop;
-    cudaEventCreate(&start);
-    cudaEventCreate(&stop);
-    for (auto _ : state) {
-      cudaEventRecord(start);
-      benchmark::DoNotOptimize(call());
-      cudaEventRecord(stop);
-      cudaEventSynchronize(stop);
-      float ms = 0;
-      cudaEventElapsedTime(&ms, start, stop);
-      state.SetIterationTime(ms / 1e3);
-    }
-    cudaEventDestroy(start);
-    cudaEventDestroy(stop);
-    int clock_khz = 0, bus_bits = 0;
-    if (cudaDeviceGetAttribute(&clock_khz, cudaDevAttrMemoryClockRate, 0) == cudaSuccess &&
-        cudaDeviceGetAttribute(&bus_bits, cudaDevAttrGlobalMemoryBusWidth, 0) == cudaSuccess &&
-        clock_khz > 0) {
-      const double peak = 2.0 * clock_khz * 1e3 * bus_bits / 8;  // double data rate, bytes/s
-      state.counters["peak_GBps"] = peak / 1e9;
-      state.counters["of_peak"] = benchmark::Counter(static_cast<double>(bytes) / peak,
-                                                     benchmark::Counter::kIsIterationInvariantRate);
-    }
-    state.SetBytesProcessed(state.iterations() * bytes);
-    return;
+  int clock_khz = 0, bus_bits = 0;
+  if (cuda && cudaDeviceGetAttribute(&clock_khz, cudaDevAttrMemoryClockRate, 0) == cudaSuccess &&
+      cudaDeviceGetAttribute(&bus_bits, cudaDevAttrGlobalMemoryBusWidth, 0) == cudaSuccess &&
+      clock_khz > 0) {
+    const double peak = 2.0 * clock_khz * 1e3 * bus_bits / 8;  // double data rate, bytes/s
+    state.counters["peak_GBps"] = peak / 1e9;
+    state.counters["of_peak"] = benchmark::Counter(static_cast<double>(bytes) / peak,
+                                                   benchmark::Counter::kIsIterationInvariantRate);
   }
 #endif
-  for (auto _ : state) benchmark::DoNotOptimize(call());
   state.SetBytesProcessed(state.iterations() * bytes);
 }
 
 void BM_Unpad(benchmark::State& state, bool cuda) {
-  if (Skip(state, cuda)) return;
+  if (SkipWithoutDevice(state, cuda)) return;
   Workload w;
   const int64_t total = w.cu.back();
   Buffer x(HostTensor(std::vector<int64_t>{w.batch, w.seqlen, kHidden}, testing::DTypeOf<Bf16>()),
@@ -157,7 +92,7 @@ void BM_Unpad(benchmark::State& state, bool cuda) {
 }
 
 void BM_Pad(benchmark::State& state, bool cuda) {
-  if (Skip(state, cuda)) return;
+  if (SkipWithoutDevice(state, cuda)) return;
   Workload w;
   const int64_t total = w.cu.back();
   std::vector<int64_t> idx;
@@ -173,7 +108,7 @@ void BM_Pad(benchmark::State& state, bool cuda) {
 }
 
 void BM_PackAligned(benchmark::State& state, bool cuda) {
-  if (Skip(state, cuda)) return;
+  if (SkipWithoutDevice(state, cuda)) return;
   Workload w;
   Buffer packed(Bf16Rows(w.cu.back(), kHidden), cuda);
   Buffer cu(testing::CuTensor(w.cu), cuda);
@@ -188,7 +123,7 @@ void BM_PackAligned(benchmark::State& state, bool cuda) {
 }
 
 void BM_UnpackAligned(benchmark::State& state, bool cuda) {
-  if (Skip(state, cuda)) return;
+  if (SkipWithoutDevice(state, cuda)) return;
   Workload w;
   Buffer aligned(Bf16Rows(w.cu_padded.back(), kHidden), cuda);
   Buffer cu(testing::CuTensor(w.cu), cuda);
@@ -202,7 +137,7 @@ void BM_UnpackAligned(benchmark::State& state, bool cuda) {
 }
 
 void BM_PositionIds(benchmark::State& state, bool cuda) {
-  if (Skip(state, cuda)) return;
+  if (SkipWithoutDevice(state, cuda)) return;
   Workload w;
   Buffer cu(testing::CuTensor(w.cu), cuda);
   Buffer pos(HostTensor::Zeros<int64_t>({w.cu.back()}), cuda);
@@ -212,7 +147,7 @@ void BM_PositionIds(benchmark::State& state, bool cuda) {
 }
 
 void BM_ShiftLabels(benchmark::State& state, bool cuda) {
-  if (Skip(state, cuda)) return;
+  if (SkipWithoutDevice(state, cuda)) return;
   Workload w;
   Buffer cu(testing::CuTensor(w.cu), cuda);
   Buffer ids(HostTensor::Zeros<int64_t>({w.cu.back()}), cuda);
@@ -224,7 +159,7 @@ void BM_ShiftLabels(benchmark::State& state, bool cuda) {
 
 template <typename T>
 void BM_CrossEntropy(benchmark::State& state, bool cuda) {
-  if (Skip(state, cuda)) return;
+  if (SkipWithoutDevice(state, cuda)) return;
   const std::vector<int32_t> cu_host = {0, kCeRows / 2, kCeRows};
   HostTensor logits_host(std::vector<int64_t>{kCeRows, kVocab}, testing::DTypeOf<T>());
   std::mt19937 rng(3);
