@@ -11,13 +11,16 @@
 #include "gtest/gtest.h"
 #include "packsched/kernels/attention.h"
 #include "tests/kernels/attention_reference.h"
+#include "tests/kernels/device_tensor.h"
 #include "tests/kernels/host_tensor.h"
 
 namespace packsched::kernels {
 namespace {
 
 using testing::AttentionTensors;
+using testing::DeviceTensor;
 using testing::ExpectWithinTolerance;
+using testing::HaveDevice;
 using testing::HostTensor;
 using testing::Inputs;
 using testing::NaiveAttention;
@@ -26,41 +29,10 @@ using testing::Problem;
 using testing::RandomInputs;
 using testing::RoundTo;
 
-bool HaveDevice() {
-  int count = 0;
-  return cudaGetDeviceCount(&count) == cudaSuccess && count > 0;
-}
-
-// A device copy of a host tensor (same shape and dtype) that can be copied back.
-class DeviceCopy {
- public:
-  explicit DeviceCopy(const HostTensor& host) : view_(host.view()), bytes_(host.nbytes()) {
-    shape_.assign(view_.shape, view_.shape + view_.ndim);
-    view_.shape = shape_.data();
-    EXPECT_EQ(cudaMalloc(&view_.data, bytes_ + 16), cudaSuccess);
-    EXPECT_EQ(cudaMemcpy(view_.data, host.view().data, bytes_, cudaMemcpyHostToDevice),
-              cudaSuccess);
-    view_.device = {kDLCUDA, 0};
-  }
-  ~DeviceCopy() { cudaFree(view_.data); }
-  DeviceCopy(const DeviceCopy&) = delete;
-  DeviceCopy& operator=(const DeviceCopy&) = delete;
-  const DLTensor& view() const { return view_; }
-  void CopyTo(HostTensor& host) const {
-    EXPECT_EQ(cudaMemcpy(host.data<uint8_t>(), view_.data, bytes_, cudaMemcpyDeviceToHost),
-              cudaSuccess);
-  }
-
- private:
-  DLTensor view_;
-  std::vector<int64_t> shape_;
-  int64_t bytes_;
-};
-
 // Runs forward and backward on the device; returns the results copied into `into`'s tensors.
 template <typename T>
 void RunOnDevice(const Problem& p, const AttentionTensors<T>& in, AttentionTensors<T>& into) {
-  DeviceCopy q(in.q), k(in.k), v(in.v), dout(in.dout), out(in.out), lse(in.lse), dq(in.dq),
+  DeviceTensor q(in.q), k(in.k), v(in.v), dout(in.dout), out(in.out), lse(in.lse), dq(in.dq),
       dk(in.dk), dv(in.dv), cu_q(in.cu_q), cu_k(in.cu_k), used_q(in.seqused_q),
       used_k(in.seqused_k);
   AttentionSeqlens s = in.seqlens;

@@ -13,6 +13,7 @@
 
 #include "gtest/gtest.h"
 #include "packsched/kernels/kernels.h"
+#include "tests/kernels/device_tensor.h"
 #include "tests/kernels/host_tensor.h"
 
 namespace packsched::kernels {
@@ -20,38 +21,9 @@ namespace {
 
 using testing::CuSeqlens;
 using testing::CuTensor;
+using testing::DeviceTensor;
+using testing::HaveDevice;
 using testing::HostTensor;
-
-bool HaveDevice() {
-  int count = 0;
-  return cudaGetDeviceCount(&count) == cudaSuccess && count > 0;
-}
-
-// A device copy of a host tensor, same shape and dtype.
-class DeviceTensor {
- public:
-  explicit DeviceTensor(const HostTensor& host) : view_(host.view()), bytes_(host.nbytes()) {
-    shape_.assign(view_.shape, view_.shape + view_.ndim);
-    view_.shape = shape_.data();
-    EXPECT_EQ(cudaMalloc(&view_.data, bytes_ + 16), cudaSuccess);
-    EXPECT_EQ(cudaMemcpy(view_.data, host.view().data, bytes_, cudaMemcpyHostToDevice),
-              cudaSuccess);
-    view_.device = {kDLCUDA, 0};
-  }
-  ~DeviceTensor() { cudaFree(view_.data); }
-  const DLTensor& view() const { return view_; }
-  // The device bytes, copied back into a host tensor shaped like `like`.
-  std::vector<uint8_t> bytes() const {
-    std::vector<uint8_t> out(bytes_);
-    EXPECT_EQ(cudaMemcpy(out.data(), view_.data, bytes_, cudaMemcpyDeviceToHost), cudaSuccess);
-    return out;
-  }
-
- private:
-  DLTensor view_;
-  std::vector<int64_t> shape_;
-  int64_t bytes_;
-};
 
 class CudaTest : public ::testing::Test {
  protected:
