@@ -19,15 +19,13 @@ namespace {
 
 using testing::AttentionTensors;
 using testing::DeviceTensor;
-using testing::ExpectWithinTolerance;
+using testing::ExpectMatchesReference;
 using testing::HaveDevice;
 using testing::HostTensor;
 using testing::Inputs;
-using testing::NaiveAttention;
-using testing::Outputs;
+using testing::MakeProblem;
 using testing::Problem;
 using testing::RandomInputs;
-using testing::RoundTo;
 
 // Runs forward and backward on the device; returns the results copied into `into`'s tensors.
 template <typename T>
@@ -65,22 +63,7 @@ void CheckCuda(const Problem& p, uint32_t seed = 1) {
   ASSERT_TRUE(cpu.Backward(p.options).ok());
   AttentionTensors<T> gpu(p, in);
   RunOnDevice(p, cpu, gpu);
-  const Outputs got = gpu.Results();
-  const Outputs ref = NaiveAttention<double>(p, in, [](double x) { return x; });
-  const Outputs naive = NaiveAttention<float>(p, in, RoundTo<T>);
-  ExpectWithinTolerance(got.out, naive.out, ref.out, 2, "cuda out");
-  ExpectWithinTolerance(got.lse, naive.lse, ref.lse, 2, "cuda lse");
-  ExpectWithinTolerance(got.dq, naive.dq, ref.dq, 3, "cuda dq");
-  ExpectWithinTolerance(got.dk, naive.dk, ref.dk, 3, "cuda dk");
-  ExpectWithinTolerance(got.dv, naive.dv, ref.dv, 3, "cuda dv");
-}
-
-Problem Make(std::vector<int32_t> len_q, std::vector<int32_t> len_k, bool causal) {
-  Problem p;
-  p.len_q = std::move(len_q);
-  p.len_k = std::move(len_k);
-  p.options.causal = causal;
-  return p;
+  ExpectMatchesReference<T>(p, in, gpu.Results(), "cuda ");
 }
 
 class AttentionCudaTest : public ::testing::Test {
@@ -92,7 +75,8 @@ class AttentionCudaTest : public ::testing::Test {
 
 TEST_F(AttentionCudaTest, LengthSweepsAndDtypes) {
   for (bool causal : {false, true}) {
-    const Problem p = Make({0, 1, 97, 0, 128, 1025, 0}, {1, 97, 0, 128, 97, 1025, 0}, causal);
+    const Problem p =
+        MakeProblem({0, 1, 97, 0, 128, 1025, 0}, {1, 97, 0, 128, 97, 1025, 0}, causal);
     CheckCuda<Fp16>(p);
     CheckCuda<Bf16>(p);
     CheckCuda<float>(p);
@@ -102,14 +86,14 @@ TEST_F(AttentionCudaTest, LengthSweepsAndDtypes) {
 TEST_F(AttentionCudaTest, HeadDimsArePaddedToTheirBucket) {
   for (int64_t d : {8, 64, 80, 128, 200, 256}) {
     SCOPED_TRACE(d);
-    Problem p = Make({70, 33}, {33, 130}, true);
+    Problem p = MakeProblem({70, 33}, {33, 130}, true);
     p.head_dim = d;
     CheckCuda<Bf16>(p);
   }
 }
 
 TEST_F(AttentionCudaTest, GqaWindowsSoftcapAndPaddedLayout) {
-  Problem p = Make({97, 0, 40}, {60, 13, 128}, true);
+  Problem p = MakeProblem({97, 0, 40}, {60, 13, 128}, true);
   p.heads = 8;
   p.kv_heads = 2;
   p.pad_q = {3, 8, 0};
@@ -123,7 +107,7 @@ TEST_F(AttentionCudaTest, GqaWindowsSoftcapAndPaddedLayout) {
 }
 
 TEST_F(AttentionCudaTest, BackwardIsDeterministic) {
-  Problem p = Make({300, 1025}, {1025, 300}, true);
+  Problem p = MakeProblem({300, 1025}, {1025, 300}, true);
   p.heads = 4;
   p.kv_heads = 1;
   const Inputs in = RandomInputs<Bf16>(p, 2);
@@ -137,7 +121,7 @@ TEST_F(AttentionCudaTest, BackwardIsDeterministic) {
 
 TEST(AttentionCudaWithoutDeviceTest, CallsFailCleanly) {
   if (HaveDevice()) GTEST_SKIP() << "a CUDA device is present";
-  Problem p = Make({3}, {3}, false);
+  Problem p = MakeProblem({3}, {3}, false);
   p.head_dim = 8;
   const Inputs in = RandomInputs<float>(p, 1);
   AttentionTensors<float> t(p, in);

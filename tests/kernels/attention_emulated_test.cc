@@ -24,13 +24,11 @@ float smem[kMaxSharedBytes / sizeof(float)];
 namespace {
 
 using testing::AttentionTensors;
-using testing::ExpectWithinTolerance;
+using testing::ExpectMatchesReference;
 using testing::Inputs;
-using testing::NaiveAttention;
-using testing::Outputs;
+using testing::MakeProblem;
 using testing::Problem;
 using testing::RandomInputs;
-using testing::RoundTo;
 
 // Runs `kernel` over the grid the launcher would use: (tiles over `longest`, heads, batch).
 template <typename Tr>
@@ -122,26 +120,11 @@ void CheckEmulated(const Problem& p, uint32_t seed = 1) {
   } else {
     ForwardAndBackward<T, 256>(a);
   }
-  const Outputs got = t.Results();
-  const Outputs ref = NaiveAttention<double>(p, in, [](double x) { return x; });
-  const Outputs naive = NaiveAttention<float>(p, in, RoundTo<T>);
-  ExpectWithinTolerance(got.out, naive.out, ref.out, 2, "out");
-  ExpectWithinTolerance(got.lse, naive.lse, ref.lse, 2, "lse");
-  ExpectWithinTolerance(got.dq, naive.dq, ref.dq, 3, "dq");
-  ExpectWithinTolerance(got.dk, naive.dk, ref.dk, 3, "dk");
-  ExpectWithinTolerance(got.dv, naive.dv, ref.dv, 3, "dv");
-}
-
-Problem Make(std::vector<int32_t> len_q, std::vector<int32_t> len_k, bool causal) {
-  Problem p;
-  p.len_q = std::move(len_q);
-  p.len_k = std::move(len_k);
-  p.options.causal = causal;
-  return p;
+  ExpectMatchesReference<T>(p, in, t.Results());
 }
 
 TEST(AttentionEmulatedTest, Bucket64PaddedLayoutGqaWindowSoftcap) {
-  Problem p = Make({97, 0, 40, 1}, {60, 13, 128, 0}, true);
+  Problem p = MakeProblem({97, 0, 40, 1}, {60, 13, 128, 0}, true);
   p.heads = 4;
   p.kv_heads = 2;
   p.head_dim = 8;  // padded up to 64
@@ -153,7 +136,7 @@ TEST(AttentionEmulatedTest, Bucket64PaddedLayoutGqaWindowSoftcap) {
 }
 
 TEST(AttentionEmulatedTest, Bucket128WindowWithoutCausal) {
-  Problem p = Make({70, 33}, {33, 130}, false);
+  Problem p = MakeProblem({70, 33}, {33, 130}, false);
   p.head_dim = 80;  // padded up to 128
   p.options.window_left = 16;
   p.options.window_right = 4;
@@ -161,13 +144,13 @@ TEST(AttentionEmulatedTest, Bucket128WindowWithoutCausal) {
 }
 
 TEST(AttentionEmulatedTest, Bucket256Causal) {
-  Problem p = Make({40, 65}, {65, 40}, true);
+  Problem p = MakeProblem({40, 65}, {65, 40}, true);
   p.head_dim = 256;
   CheckEmulated<float>(p);
 }
 
 TEST(AttentionEmulatedTest, LongQueriesFewKeys) {
-  Problem p = Make({1025, 1}, {128, 97}, true);
+  Problem p = MakeProblem({1025, 1}, {128, 97}, true);
   p.heads = 1;
   p.head_dim = 64;
   CheckEmulated<Bf16>(p);

@@ -11,6 +11,9 @@
 #include <functional>
 #include <limits>
 #include <random>
+#include <string>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -205,6 +208,31 @@ inline void ExpectWithinTolerance(const std::vector<double>& kernel,
   const double naive_err = MaxError(naive, ref, what);
   EXPECT_LE(kernel_err, factor * naive_err + 1e-6)
       << what << ": kernel error " << kernel_err << ", naive error " << naive_err;
+}
+
+// A problem of the given query and key lengths (the other fields at their defaults).
+inline Problem MakeProblem(std::vector<int32_t> len_q, std::vector<int32_t> len_k,
+                           bool causal = false) {
+  Problem p;
+  p.len_q = std::move(len_q);
+  p.len_k = std::move(len_k);
+  p.options.causal = causal;
+  return p;
+}
+
+// The tolerance rule applied to a backend's results in dtype T: out and lse within 2x, the
+// gradients within 3x, the error of the naive reference computed in T (float64: the reference
+// itself). `prefix` starts each check's name ("cuda " gives "cuda out", ...).
+template <typename T>
+void ExpectMatchesReference(const Problem& p, const Inputs& in, const Outputs& got,
+                            const std::string& prefix = "") {
+  const Outputs ref = NaiveAttention<double>(p, in, [](double x) { return x; });
+  const Outputs naive = std::is_same_v<T, double> ? ref : NaiveAttention<float>(p, in, RoundTo<T>);
+  ExpectWithinTolerance(got.out, naive.out, ref.out, 2, (prefix + "out").c_str());
+  ExpectWithinTolerance(got.lse, naive.lse, ref.lse, 2, (prefix + "lse").c_str());
+  ExpectWithinTolerance(got.dq, naive.dq, ref.dq, 3, (prefix + "dq").c_str());
+  ExpectWithinTolerance(got.dk, naive.dk, ref.dk, 3, (prefix + "dk").c_str());
+  ExpectWithinTolerance(got.dv, naive.dv, ref.dv, 3, (prefix + "dv").c_str());
 }
 
 // Host tensors of one problem in dtype T, with the kernels' outputs.

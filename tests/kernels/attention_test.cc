@@ -20,14 +20,13 @@ namespace packsched::kernels {
 namespace {
 
 using testing::AttentionTensors;
-using testing::ExpectWithinTolerance;
+using testing::ExpectMatchesReference;
 using testing::HostTensor;
 using testing::Inputs;
-using testing::NaiveAttention;
+using testing::MakeProblem;
 using testing::Outputs;
 using testing::Problem;
 using testing::RandomInputs;
-using testing::RoundTo;
 
 template <typename T>
 void CheckAgainstReference(const Problem& p, uint32_t seed = 1) {
@@ -35,22 +34,7 @@ void CheckAgainstReference(const Problem& p, uint32_t seed = 1) {
   AttentionTensors<T> t(p, in);
   ASSERT_TRUE(t.Forward(p.options).ok()) << t.Forward(p.options);
   ASSERT_TRUE(t.Backward(p.options).ok()) << t.Backward(p.options);
-  const Outputs got = t.Results();
-  const Outputs ref = NaiveAttention<double>(p, in, [](double x) { return x; });
-  const Outputs naive = std::is_same_v<T, double> ? ref : NaiveAttention<float>(p, in, RoundTo<T>);
-  ExpectWithinTolerance(got.out, naive.out, ref.out, 2, "out");
-  ExpectWithinTolerance(got.lse, naive.lse, ref.lse, 2, "lse");
-  ExpectWithinTolerance(got.dq, naive.dq, ref.dq, 3, "dq");
-  ExpectWithinTolerance(got.dk, naive.dk, ref.dk, 3, "dk");
-  ExpectWithinTolerance(got.dv, naive.dv, ref.dv, 3, "dv");
-}
-
-Problem Make(std::vector<int32_t> len_q, std::vector<int32_t> len_k, bool causal = false) {
-  Problem p;
-  p.len_q = std::move(len_q);
-  p.len_k = std::move(len_k);
-  p.options.causal = causal;
-  return p;
+  ExpectMatchesReference<T>(p, in, t.Results());
 }
 
 // Batch 1, every pair of distinct lengths from {0, 1, 97, 128, 1025} that keeps the test fast
@@ -62,7 +46,7 @@ TEST(AttentionTest, LengthPairsBatchOfOne) {
     for (bool causal : {false, true}) {
       SCOPED_TRACE(::testing::Message()
                    << "sq=" << pair[0] << " sk=" << pair[1] << " causal=" << causal);
-      CheckAgainstReference<Bf16>(Make({pair[0]}, {pair[1]}, causal));
+      CheckAgainstReference<Bf16>(MakeProblem({pair[0]}, {pair[1]}, causal));
     }
   }
 }
@@ -71,17 +55,17 @@ TEST(AttentionTest, AllLengthsInOneBatchWithEmptySequences) {
   for (bool causal : {false, true}) {
     SCOPED_TRACE(causal);
     CheckAgainstReference<float>(
-        Make({0, 1, 97, 0, 128, 1025, 0}, {1, 97, 0, 128, 97, 128, 0}, causal));
+        MakeProblem({0, 1, 97, 0, 128, 1025, 0}, {1, 97, 0, 128, 97, 128, 0}, causal));
   }
 }
 
 TEST(AttentionTest, EmptyBatch) {
-  CheckAgainstReference<float>(Make({}, {}));
-  CheckAgainstReference<float>(Make({0, 0}, {0, 0}, true));
+  CheckAgainstReference<float>(MakeProblem({}, {}));
+  CheckAgainstReference<float>(MakeProblem({0, 0}, {0, 0}, true));
 }
 
 TEST(AttentionTest, EveryDtype) {
-  Problem p = Make({97, 128, 1}, {128, 97, 5}, true);
+  Problem p = MakeProblem({97, 128, 1}, {128, 97, 5}, true);
   p.heads = 4;
   p.kv_heads = 2;
   CheckAgainstReference<Fp16>(p);
@@ -93,7 +77,7 @@ TEST(AttentionTest, EveryDtype) {
 TEST(AttentionTest, HeadDims) {
   for (int64_t d : {8, 64, 80, 128, 256}) {
     SCOPED_TRACE(d);
-    Problem p = Make({33, 70}, {70, 33}, true);
+    Problem p = MakeProblem({33, 70}, {70, 33}, true);
     p.head_dim = d;
     CheckAgainstReference<float>(p);
     CheckAgainstReference<Bf16>(p);
@@ -103,7 +87,7 @@ TEST(AttentionTest, HeadDims) {
 TEST(AttentionTest, GqaAndMqaRatios) {
   for (auto [h, hk] : {std::pair{3, 3}, {4, 2}, {4, 1}, {6, 3}, {8, 2}}) {
     SCOPED_TRACE(::testing::Message() << "H=" << h << " Hk=" << hk);
-    Problem p = Make({40, 65}, {65, 40}, true);
+    Problem p = MakeProblem({40, 65}, {65, 40}, true);
     p.heads = h;
     p.kv_heads = hk;
     p.head_dim = 32;
@@ -117,7 +101,7 @@ TEST(AttentionTest, SlidingWindows) {
     for (bool causal : {false, true}) {
       SCOPED_TRACE(::testing::Message()
                    << "window=(" << w[0] << "," << w[1] << ") causal=" << causal);
-      Problem p = Make({97, 130}, {150, 97}, causal);
+      Problem p = MakeProblem({97, 130}, {150, 97}, causal);
       p.options.window_left = w[0];
       p.options.window_right = w[1];
       CheckAgainstReference<float>(p);
@@ -127,7 +111,7 @@ TEST(AttentionTest, SlidingWindows) {
 }
 
 TEST(AttentionTest, SoftcapAndScale) {
-  Problem p = Make({97, 64}, {64, 130}, true);
+  Problem p = MakeProblem({97, 64}, {64, 130}, true);
   p.options.softcap = 2.5;
   CheckAgainstReference<float>(p);
   CheckAgainstReference<Bf16>(p);
@@ -140,14 +124,14 @@ TEST(AttentionTest, SoftcapAndScale) {
 // PackAligned's layout: pad slots (NaN inputs) are never keys and never matter as queries; the
 // real rows equal the packed layout's bit for bit, pad rows are out = 0, lse = +inf, grads 0.
 TEST(AttentionTest, PaddedOffsetsWithSeqused) {
-  Problem padded = Make({97, 0, 40, 5}, {60, 13, 128, 0}, true);
+  Problem padded = MakeProblem({97, 0, 40, 5}, {60, 13, 128, 0}, true);
   padded.pad_q = {3, 8, 0, 11};
   padded.pad_k = {4, 3, 64, 2};
   padded.options.window_left = 50;
   CheckAgainstReference<Bf16>(padded);
   CheckAgainstReference<double>(padded);
 
-  Problem packed = Make(padded.len_q, padded.len_k);
+  Problem packed = MakeProblem(padded.len_q, padded.len_k);
   packed.options = padded.options;
   const Inputs in_padded = RandomInputs<float>(padded, 7);
   AttentionTensors<float> a(padded, in_padded);
@@ -199,7 +183,7 @@ TEST(AttentionTest, PaddedOffsetsWithSeqused) {
 
 // Bottom-right causal with sq > sk: the first sq - sk queries see no key.
 TEST(AttentionTest, RowsThatSeeNoKeyGetZeroOutputAndInfiniteLse) {
-  Problem p = Make({5}, {2}, true);
+  Problem p = MakeProblem({5}, {2}, true);
   p.heads = 1;
   p.head_dim = 8;
   const Inputs in = RandomInputs<float>(p, 3);
@@ -222,7 +206,7 @@ TEST(AttentionTest, RowsThatSeeNoKeyGetZeroOutputAndInfiniteLse) {
 }
 
 TEST(AttentionTest, BackwardIsDeterministicAndIndependentOfThreads) {
-  Problem p = Make({300, 97, 1025}, {200, 128, 97}, true);
+  Problem p = MakeProblem({300, 97, 1025}, {200, 128, 97}, true);
   p.heads = 4;
   p.kv_heads = 1;
   p.head_dim = 64;
@@ -245,7 +229,7 @@ TEST(AttentionTest, BackwardIsDeterministicAndIndependentOfThreads) {
 
 // float64: the backward equals the central differences of L = sum(dout * out).
 TEST(AttentionTest, Float64GradientsMatchFiniteDifferences) {
-  Problem p = Make({5, 0, 7}, {6, 2, 7}, true);
+  Problem p = MakeProblem({5, 0, 7}, {6, 2, 7}, true);
   p.heads = 2;
   p.kv_heads = 1;
   p.head_dim = 8;
