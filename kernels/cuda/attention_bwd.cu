@@ -32,8 +32,8 @@ struct Backward {
 }  // namespace
 
 LaunchResult LaunchAttentionBackward(const AttentionArgs& a, void* stream) {
-  if (a.batch == 0 || (a.total_q == 0 && a.total_k == 0)) return AttnResult(cudaSuccess);
-  return AttnResult(DispatchAttention<Backward>(a, static_cast<cudaStream_t>(stream)));
+  if (a.batch == 0 || (a.total_q == 0 && a.total_k == 0)) return ResultOf(cudaSuccess);
+  return ResultOf(DispatchAttention<Backward>(a, static_cast<cudaStream_t>(stream)));
 }
 
 }  // namespace packsched::kernels::internal::cuda

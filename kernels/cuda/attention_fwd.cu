@@ -24,8 +24,8 @@ struct Forward {
 }  // namespace
 
 LaunchResult LaunchAttentionForward(const AttentionArgs& a, void* stream) {
-  if (a.total_q == 0 || a.batch == 0) return AttnResult(cudaSuccess);
-  return AttnResult(DispatchAttention<Forward>(a, static_cast<cudaStream_t>(stream)));
+  if (a.total_q == 0 || a.batch == 0) return ResultOf(cudaSuccess);
+  return ResultOf(DispatchAttention<Forward>(a, static_cast<cudaStream_t>(stream)));
 }
 
 }  // namespace packsched::kernels::internal::cuda

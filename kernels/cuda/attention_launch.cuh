@@ -11,18 +11,10 @@
 #include "kernels/common/half.h"
 #include "kernels/cuda/attention_traits.h"
 #include "kernels/cuda/launch.h"
+#include "kernels/cuda/launch_result.cuh"
 #include "kernels/internal/attention_args.h"
 
 namespace packsched::kernels::internal::cuda {
-
-inline LaunchResult AttnResult(cudaError_t e) {
-  LaunchResult r;
-  r.error = static_cast<int>(e);
-  r.no_device = e == cudaErrorNoDevice || e == cudaErrorInsufficientDriver ||
-                e == cudaErrorInitializationError;
-  r.message = cudaGetErrorString(e);
-  return r;
-}
 
 // Grid (tiles over the longest segment, heads, sequences); gridDim.y and .z are limited to 65535.
 inline bool AttnGrid(int64_t longest, int tile, int64_t heads, int64_t batch, dim3* grid) {

@@ -14,6 +14,7 @@
 #include "kernels/common/elementwise.h"
 #include "kernels/common/half.h"
 #include "kernels/cuda/launch.h"
+#include "kernels/cuda/launch_result.cuh"
 #include "kernels/internal/args.h"
 
 namespace packsched::kernels::internal::cuda {
@@ -27,16 +28,7 @@ int64_t Blocks(int64_t work, int64_t per_block = kThreads) {
   return b < 1 ? 1 : (b > kMaxBlocks ? kMaxBlocks : b);
 }
 
-LaunchResult Result(cudaError_t e) {
-  LaunchResult r;
-  r.error = static_cast<int>(e);
-  r.no_device = e == cudaErrorNoDevice || e == cudaErrorInsufficientDriver ||
-                e == cudaErrorInitializationError;
-  r.message = cudaGetErrorString(e);
-  return r;
-}
-
-LaunchResult LastError() { return Result(cudaGetLastError()); }
+LaunchResult LastError() { return ResultOf(cudaGetLastError()); }
 
 cudaStream_t AsStream(void* s) { return static_cast<cudaStream_t>(s); }
 
@@ -146,7 +138,7 @@ template <typename Map>
 LaunchResult LaunchGather(const void* in, void* out, int64_t rows, int64_t row_bytes,
                           int64_t min_width, Map map, const unsigned char* pattern,
                           cudaStream_t stream) {
-  if (rows == 0 || row_bytes == 0) return Result(cudaSuccess);
+  if (rows == 0 || row_bytes == 0) return ResultOf(cudaSuccess);
   switch (VectorWidth(row_bytes, min_width, in, out)) {
     case 16:
       LaunchGatherTyped<uint4>(in, out, rows, row_bytes, map, pattern, stream);
@@ -388,21 +380,21 @@ void LaunchCrossEntropyByDtype(const CrossEntropyArgs& a, cudaStream_t stream) {
 }  // namespace
 
 LaunchResult LaunchUnpad(const UnpadArgs& a, void* stream) {
-  if (a.total == 0) return Result(cudaSuccess);
+  if (a.total == 0) return ResultOf(cudaSuccess);
   MaskToIndices<<<Blocks(a.batch, 1), kThreads, 0, AsStream(stream)>>>(
       a.mask, a.mask_bytes, a.cu, a.batch, a.seqlen, a.indices);
-  if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return Result(e);
+  if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return ResultOf(e);
   return LaunchGather(a.x, a.x_packed, a.total, a.row_bytes, 1,
                       IndexMap{a.indices, a.batch * a.seqlen}, nullptr, AsStream(stream));
 }
 
 LaunchResult LaunchPad(const PadArgs& a, void* stream) {
   const int64_t bytes = a.rows_out * a.row_bytes;
-  if (bytes == 0) return Result(cudaSuccess);
+  if (bytes == 0) return ResultOf(cudaSuccess);
   if (cudaError_t e = cudaMemsetAsync(a.x, 0, bytes, AsStream(stream)); e != cudaSuccess) {
-    return Result(e);
+    return ResultOf(e);
   }
-  if (a.total == 0) return Result(cudaSuccess);
+  if (a.total == 0) return ResultOf(cudaSuccess);
   const int w = VectorWidth(a.row_bytes, 1, a.x_packed, a.x);
   const int64_t vecs = a.row_bytes / w;
   const int64_t blocks = Blocks(a.total * vecs);
@@ -426,11 +418,11 @@ LaunchResult LaunchPad(const PadArgs& a, void* stream) {
 LaunchResult LaunchPackAligned(const PackAlignedArgs& a, void* stream) {
   if (a.batch == 0) {
     // Only cu_seqlens_padded = {0} to write.
-    return Result(cudaMemsetAsync(a.cu_padded, 0, sizeof(int32_t), AsStream(stream)));
+    return ResultOf(cudaMemsetAsync(a.cu_padded, 0, sizeof(int32_t), AsStream(stream)));
   }
   AlignedOffsets<<<1, kThreads, 0, AsStream(stream)>>>(a.cu, a.batch, a.align, a.cu_padded,
                                                        a.seqused);
-  if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return Result(e);
+  if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return ResultOf(e);
   // The gather reads the offsets just written, in stream order.
   return LaunchGather(a.x_packed, a.x_aligned, a.total_padded, a.row_bytes, a.elem_bytes,
                       AlignedFromPacked{a.cu, a.cu_padded, a.batch}, a.pad_pattern,
@@ -443,14 +435,14 @@ LaunchResult LaunchUnpackAligned(const UnpackAlignedArgs& a, void* stream) {
 }
 
 LaunchResult LaunchPositionIds(const PositionIdsArgs& a, void* stream) {
-  if (a.total == 0) return Result(cudaSuccess);
+  if (a.total == 0) return ResultOf(cudaSuccess);
   PositionIdsKernel<<<Blocks(a.total), kThreads, 0, AsStream(stream)>>>(a.cu, a.batch, a.total,
                                                                         a.position_ids);
   return LastError();
 }
 
 LaunchResult LaunchShiftLabels(const ShiftLabelsArgs& a, void* stream) {
-  if (a.rows == 0) return Result(cudaSuccess);
+  if (a.rows == 0) return ResultOf(cudaSuccess);
   const int32_t* layout = a.cu_padded != nullptr ? a.cu_padded : a.cu;
   if (a.ids_64) {
     ShiftLabelsKernel<int64_t><<<Blocks(a.rows), kThreads, 0, AsStream(stream)>>>(
@@ -465,7 +457,7 @@ LaunchResult LaunchShiftLabels(const ShiftLabelsArgs& a, void* stream) {
 }
 
 LaunchResult LaunchPackedCrossEntropy(const CrossEntropyArgs& a, void* stream) {
-  if (a.rows == 0 && a.batch == 0) return Result(cudaSuccess);
+  if (a.rows == 0 && a.batch == 0) return ResultOf(cudaSuccess);
   if (a.labels_64) {
     LaunchCrossEntropyByDtype<int64_t>(a, AsStream(stream));
   } else {
