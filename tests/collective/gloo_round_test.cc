@@ -10,16 +10,18 @@
 #include "server/collective/round.h"
 #include "server/collective/store.h"
 #include "tests/collective/gloo_group.h"
-#include "tests/collective/run_ranks.h"
+#include "tests/collective/round_checks.h"
 
 namespace packsched::collective {
 namespace {
 
+using testing::ExpectedAgreement;
+using testing::ExpectEveryRankAgreed;
+using testing::ExpectSameFailure;
 using testing::FormGlooGroup;
 using ::testing::HasSubstr;
-using testing::RunRanks;
 
-using Result = absl::StatusOr<AgreedRound>;
+using Result = testing::RoundResult;
 
 RoundRecord Record(int64_t rank) {
   RoundRecord record;
@@ -34,48 +36,19 @@ RoundRecord Record(int64_t rank) {
   return record;
 }
 
-std::vector<Result> AgreeOverGloo(int64_t world_size,
-                                  const std::function<void(int64_t, RoundRecord&)>& edit) {
+std::vector<Result> AgreeOverGloo(int64_t world_size, const testing::RecordEdit& edit) {
   InMemoryStore store;
   auto group = FormGlooGroup(store, world_size);
   EXPECT_TRUE(group.ok()) << group.status();
   if (!group.ok()) return {};
-  return RunRanks<Result>(*group, [&](Collective& rank) -> Result {
-    RoundRecord record = Record(rank.rank());
-    edit(rank.rank(), record);
-    return AgreeRound(rank, record, absl::Now() + absl::Seconds(10));
-  });
-}
-
-void ExpectSameFailure(const std::vector<Result>& results) {
-  ASSERT_FALSE(results.empty());
-  for (const Result& result : results) {
-    ASSERT_FALSE(result.ok());
-    EXPECT_EQ(result.status(), results[0].status());
-  }
+  return testing::AgreeOnRanks(*group, Record, edit);
 }
 
 TEST(AgreeRoundOverGloo, EveryRankGetsTheLargestBoundAndTheSums) {
   for (int64_t world_size : {2, 4, 8}) {
-    std::vector<Result> results = AgreeOverGloo(world_size, [](int64_t, RoundRecord&) {});
-    AgreedRound expected;
-    expected.min_local_k = Record(0).local_k;
-    for (int64_t r = 0; r < world_size; ++r) {
-      expected.k = std::max(expected.k, Record(r).local_k);
-      expected.min_local_k = std::min(expected.min_local_k, Record(r).local_k);
-      expected.num_sequences += Record(r).num_sequences;
-      expected.loss_tokens += Record(r).loss_tokens;
-      expected.sequences_with_loss += Record(r).sequences_with_loss;
-    }
-    ASSERT_EQ(results.size(), static_cast<size_t>(world_size));
-    for (const Result& result : results) {
-      ASSERT_TRUE(result.ok()) << result.status();
-      EXPECT_EQ(result->k, expected.k);
-      EXPECT_EQ(result->min_local_k, expected.min_local_k);
-      EXPECT_EQ(result->num_sequences, expected.num_sequences);
-      EXPECT_EQ(result->loss_tokens, expected.loss_tokens);
-      EXPECT_EQ(result->sequences_with_loss, expected.sequences_with_loss);
-    }
+    SCOPED_TRACE(world_size);
+    ExpectEveryRankAgreed(AgreeOverGloo(world_size, [](int64_t, RoundRecord&) {}), world_size,
+                          ExpectedAgreement(world_size, Record));
   }
 }
 

@@ -8,16 +8,19 @@
 #include "gtest/gtest.h"
 #include "server/collective/in_process_collective.h"
 #include "server/collective/local_collective.h"
-#include "tests/collective/run_ranks.h"
+#include "tests/collective/round_checks.h"
 
 namespace packsched::collective {
 namespace {
 
+using testing::ExpectedAgreement;
+using testing::ExpectEveryRankAgreed;
+using testing::ExpectSameFailure;
 using ::testing::HasSubstr;
 using testing::RunRanks;
 using ::testing::StartsWith;
 
-using Result = absl::StatusOr<AgreedRound>;
+using Result = testing::RoundResult;
 
 RoundRecord Record(int64_t rank) {
   RoundRecord record;
@@ -37,23 +40,9 @@ std::string Message(const Result& result) { return std::string(result.status().m
 absl::Time Soon() { return absl::Now() + absl::Seconds(10); }
 
 // Runs AgreeRound on `world_size` in-process ranks, rank r bringing edit(r, Record(r)).
-std::vector<Result> Agree(int64_t world_size,
-                          const std::function<void(int64_t, RoundRecord&)>& edit) {
+std::vector<Result> Agree(int64_t world_size, const testing::RecordEdit& edit) {
   auto group = CreateInProcessGroup(world_size);
-  return RunRanks<Result>(group, [&](Collective& rank) -> Result {
-    RoundRecord record = Record(rank.rank());
-    edit(rank.rank(), record);
-    return AgreeRound(rank, record, Soon());
-  });
-}
-
-void ExpectSameFailure(const std::vector<Result>& results) {
-  ASSERT_FALSE(results.empty());
-  ASSERT_FALSE(results[0].ok());
-  for (const Result& result : results) {
-    ASSERT_FALSE(result.ok());
-    EXPECT_EQ(result.status(), results[0].status());
-  }
+  return testing::AgreeOnRanks(group, Record, edit);
 }
 
 TEST(AgreeRound, GroupOfOneAgreesWithItself) {
@@ -70,23 +59,9 @@ TEST(AgreeRound, GroupOfOneAgreesWithItself) {
 
 TEST(AgreeRound, TakesTheLargestBoundAndSumsTheCounts) {
   for (int64_t world_size : {2, 3, 5}) {
-    std::vector<Result> results = Agree(world_size, [](int64_t, RoundRecord&) {});
-    AgreedRound expected;
-    expected.min_local_k = Record(0).local_k;
-    for (int64_t r = 0; r < world_size; ++r) {
-      expected.k = std::max(expected.k, Record(r).local_k);
-      expected.num_sequences += Record(r).num_sequences;
-      expected.loss_tokens += Record(r).loss_tokens;
-      expected.sequences_with_loss += Record(r).sequences_with_loss;
-    }
-    for (const Result& result : results) {
-      ASSERT_TRUE(result.ok()) << result.status();
-      EXPECT_EQ(result->k, expected.k);
-      EXPECT_EQ(result->min_local_k, expected.min_local_k);
-      EXPECT_EQ(result->num_sequences, expected.num_sequences);
-      EXPECT_EQ(result->loss_tokens, expected.loss_tokens);
-      EXPECT_EQ(result->sequences_with_loss, expected.sequences_with_loss);
-    }
+    SCOPED_TRACE(world_size);
+    ExpectEveryRankAgreed(Agree(world_size, [](int64_t, RoundRecord&) {}), world_size,
+                          ExpectedAgreement(world_size, Record));
   }
 }
 
