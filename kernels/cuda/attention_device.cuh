@@ -58,6 +58,32 @@ __device__ void LoadTile(float* smem, int rows, const void* src, int64_t first, 
   }
 }
 
+// Loads the key side of a tile: K and V rows [key0, key0 + n) of kv head hk (zero past n).
+template <typename T, typename Tr>
+__device__ void LoadKeySide(const AttentionArgs& a, const AttnSeq& seq, int64_t hk, int64_t key0,
+                            int64_t n, float* ks, float* vs) {
+  LoadTile<T, Tr>(ks, Tr::kBc, a.k, seq.k0 + key0, n, a.kv_heads, hk, a.head_dim);
+  LoadTile<T, Tr>(vs, Tr::kBc, a.v, seq.k0 + key0, n, a.kv_heads, hk, a.head_dim);
+}
+
+// The query tile of a forward or dq block: head h (of kv head hk), segment rows
+// [first, first + tile_rows), the first `rows` of them real (the rest are pad slots). A block
+// whose first >= seg_q has no tile and exits.
+struct QueryTile {
+  int64_t h, hk, first, tile_rows, rows;
+};
+
+template <typename Tr>
+__device__ QueryTile BlockQueryTile(const AttentionArgs& a, const AttnSeq& seq) {
+  QueryTile t;
+  t.h = blockIdx.y;
+  t.hk = t.h / (a.heads / a.kv_heads);
+  t.first = static_cast<int64_t>(blockIdx.x) * Tr::kBr;
+  t.tile_rows = Clamp0(seq.seg_q - t.first, Tr::kBr);
+  t.rows = Clamp0(seq.mask.sq - t.first, t.tile_rows);
+  return t;
+}
+
 // The key tiles [lo, hi) the real rows [first, first + rows) can see (tile-aligned lo).
 template <typename Tr>
 __device__ KeyRange TileKeys(const AttnMask& m, int64_t first, int64_t rows) {
@@ -87,12 +113,9 @@ __device__ inline float MaskedScore(const AttnMask& m, int64_t i, int64_t j, flo
 template <typename T, typename Tr>
 __global__ void __launch_bounds__(Tr::kThreads) AttentionForwardKernel(const AttentionArgs a) {
   const AttnSeq seq = LoadSeq(a, blockIdx.z);
-  const int64_t h = blockIdx.y;
-  const int64_t first = static_cast<int64_t>(blockIdx.x) * Tr::kBr;
-  if (first >= seq.seg_q) return;
-  const int64_t hk = h / (a.heads / a.kv_heads);
-  const int64_t tile_rows = Clamp0(seq.seg_q - first, Tr::kBr);
-  const int64_t rows = Clamp0(seq.mask.sq - first, tile_rows);  // real query rows
+  const QueryTile tile = BlockQueryTile<Tr>(a, seq);
+  if (tile.first >= seq.seg_q) return;
+  const auto [h, hk, first, tile_rows, rows] = tile;
   const float scale = static_cast<float>(a.scale);
   const float softcap = static_cast<float>(a.softcap);
 
@@ -120,8 +143,7 @@ __global__ void __launch_bounds__(Tr::kThreads) AttentionForwardKernel(const Att
   for (int64_t key0 = keys.lo; key0 < keys.hi; key0 += Tr::kBc) {
     const int64_t cols = Clamp0(seq.mask.sk - key0, Tr::kBc);
     __syncthreads();  // the previous tile is consumed
-    LoadTile<T, Tr>(ks, Tr::kBc, a.k, seq.k0 + key0, cols, a.kv_heads, hk, a.head_dim);
-    LoadTile<T, Tr>(vs, Tr::kBc, a.v, seq.k0 + key0, cols, a.kv_heads, hk, a.head_dim);
+    LoadKeySide<T, Tr>(a, seq, hk, key0, cols, ks, vs);
     __syncthreads();
     // S = Q·Kᵀ, scaled, capped and masked.
     for (int idx = threadIdx.x; idx < Tr::kBr * Tr::kBc; idx += Tr::kThreads) {
@@ -226,12 +248,9 @@ __device__ void BackwardElement(const AttnSeq& seq, int64_t first, int64_t rows,
 template <typename T, typename Tr>
 __global__ void __launch_bounds__(Tr::kThreads) AttentionBackwardDqKernel(const AttentionArgs a) {
   const AttnSeq seq = LoadSeq(a, blockIdx.z);
-  const int64_t h = blockIdx.y;
-  const int64_t first = static_cast<int64_t>(blockIdx.x) * Tr::kBr;
-  if (first >= seq.seg_q) return;
-  const int64_t hk = h / (a.heads / a.kv_heads);
-  const int64_t tile_rows = Clamp0(seq.seg_q - first, Tr::kBr);
-  const int64_t rows = Clamp0(seq.mask.sq - first, tile_rows);
+  const QueryTile tile = BlockQueryTile<Tr>(a, seq);
+  if (tile.first >= seq.seg_q) return;
+  const auto [h, hk, first, tile_rows, rows] = tile;
   const float scale = static_cast<float>(a.scale);
   const float softcap = static_cast<float>(a.softcap);
 
@@ -255,8 +274,7 @@ __global__ void __launch_bounds__(Tr::kThreads) AttentionBackwardDqKernel(const 
   for (int64_t key0 = keys.lo; key0 < keys.hi; key0 += Tr::kBc) {
     const int64_t cols = Clamp0(seq.mask.sk - key0, Tr::kBc);
     __syncthreads();
-    LoadTile<T, Tr>(ks, Tr::kBc, a.k, seq.k0 + key0, cols, a.kv_heads, hk, a.head_dim);
-    LoadTile<T, Tr>(vs, Tr::kBc, a.v, seq.k0 + key0, cols, a.kv_heads, hk, a.head_dim);
+    LoadKeySide<T, Tr>(a, seq, hk, key0, cols, ks, vs);
     __syncthreads();
     for (int idx = threadIdx.x; idx < Tr::kBr * Tr::kBc; idx += Tr::kThreads) {
       const int r = idx / Tr::kBc;
@@ -308,8 +326,7 @@ __global__ void __launch_bounds__(Tr::kThreads) AttentionBackwardDkDvKernel(cons
   float* row_lse = dss + Tr::kBr * Tr::kSPitch;
   float* row_d = row_lse + Tr::kBr;
 
-  LoadTile<T, Tr>(ks, Tr::kBc, a.k, seq.k0 + key0, cols, a.kv_heads, hk, a.head_dim);
-  LoadTile<T, Tr>(vs, Tr::kBc, a.v, seq.k0 + key0, cols, a.kv_heads, hk, a.head_dim);
+  LoadKeySide<T, Tr>(a, seq, hk, key0, cols, ks, vs);
   const int my_key = threadIdx.x / Tr::kThreadsPerRow;
   const int my_lane = threadIdx.x % Tr::kThreadsPerRow;
   float dk[Tr::kCols];
