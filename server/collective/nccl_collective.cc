@@ -98,6 +98,19 @@ struct NcclCollective::Impl {
     return broken;
   }
 
+  // Why a wait loop must stop now (Abort() was called, or the deadline passed); OK to go on.
+  absl::Status StopWaiting(absl::string_view what, absl::Time deadline) const {
+    if (abort_requested.load()) {
+      return absl::AbortedError(absl::StrCat("nccl: rank ", rank, " aborted"));
+    }
+    if (absl::Now() >= deadline) {
+      return absl::DeadlineExceededError(absl::StrCat("nccl ", what, " on rank ", rank, " of ",
+                                                      world_size,
+                                                      " did not complete before the deadline"));
+    }
+    return absl::OkStatus();
+  }
+
   // Waits until the communicator leaves ncclInProgress, checking for errors, Abort() and the
   // deadline. `comm_now` is the communicator the caller holds (in_call keeps it alive).
   absl::Status WaitReady(ncclComm_t comm_now, absl::string_view what, absl::Time deadline) {
@@ -112,14 +125,7 @@ struct NcclCollective::Impl {
                                                ncclGetErrorString(state), " (",
                                                ncclGetLastError(comm_now), ")"));
       }
-      if (abort_requested.load()) {
-        return absl::AbortedError(absl::StrCat("nccl: rank ", rank, " aborted"));
-      }
-      if (absl::Now() >= deadline) {
-        return absl::DeadlineExceededError(absl::StrCat("nccl ", what, " on rank ", rank, " of ",
-                                                        world_size,
-                                                        " did not complete before the deadline"));
-      }
+      if (absl::Status stop = StopWaiting(what, deadline); !stop.ok()) return stop;
       backoff.Pause();
     }
   }
@@ -137,14 +143,7 @@ struct NcclCollective::Impl {
         return absl::AbortedError(
             absl::StrCat("nccl ", what, " on rank ", rank, ": ", ncclGetErrorString(state)));
       }
-      if (abort_requested.load()) {
-        return absl::AbortedError(absl::StrCat("nccl: rank ", rank, " aborted"));
-      }
-      if (absl::Now() >= deadline) {
-        return absl::DeadlineExceededError(absl::StrCat("nccl ", what, " on rank ", rank, " of ",
-                                                        world_size,
-                                                        " did not complete before the deadline"));
-      }
+      if (absl::Status stop = StopWaiting(what, deadline); !stop.ok()) return stop;
       backoff.Pause();
     }
   }
