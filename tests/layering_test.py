@@ -23,6 +23,8 @@ RULES = {
                  "server/service", "server/collective")),
     "server/collective": (("absl/", "spdlog/", "server/base/", "server/collective/", "gloo/",
                            "nccl", "cuda", "grpcpp/", "proto/", "packsched/"), ("server/planner",)),
+    "tests/collective": (("absl/", "gmock/", "gtest/", "server/base/", "server/collective/",
+                          "tests/collective/"), ("server/planner", "server/service")),
 }
 
 INCLUDE = re.compile(r'^\s*#\s*include\s*([<"])([^>"]+)[>"]')

@@ -1,0 +1,161 @@
+#include "server/collective/round.h"
+
+#include <algorithm>
+#include <array>
+#include <cstring>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "server/base/fingerprint.h"
+#include "server/base/status_macros.h"
+
+namespace packsched::collective {
+namespace {
+
+// The all-reduced vector: the agreed values, then MIN and MAX of each identity field (MIN != MAX
+// reveals a mismatch without gathering anything).
+enum Slot : int {
+  kMaxK,
+  kMinK,
+  kSumSequences,
+  kSumLossTokens,
+  kSumSequencesWithLoss,
+  kMaxError,  // 0 = every rank OK
+  kMinIdentity,
+  kMaxIdentity = kMinIdentity + 4,
+  kNumSlots = kMaxIdentity + 4,
+};
+
+enum IdentityField : int { kStream, kRound, kOptions, kVersion, kNumIdentity };
+constexpr std::array<const char*, kNumIdentity> kIdentityNames = {"stream", "round", "options",
+                                                                  "version"};
+
+// The gathered record: the identity, the error code, then the stream name and error message
+// packed into int64 words.
+constexpr int kNameWords = kRecordNameBytes / 8;
+constexpr int kMessageWords = kRecordMessageBytes / 8;
+constexpr int kNameOffset = kNumIdentity + 1;
+constexpr int kMessageOffset = kNameOffset + kNameWords;
+constexpr int kRecordWords = kMessageOffset + kMessageWords;
+
+void PackBytes(absl::string_view bytes, int64_t* words, int num_words) {
+  std::memset(words, 0, sizeof(int64_t) * num_words);
+  std::memcpy(words, bytes.data(), std::min<size_t>(bytes.size(), sizeof(int64_t) * num_words));
+}
+
+std::string UnpackBytes(const int64_t* words, int num_words) {
+  const char* bytes = reinterpret_cast<const char*>(words);
+  const size_t max = sizeof(int64_t) * num_words;
+  return std::string(bytes, strnlen(bytes, max));
+}
+
+// The status this rank contributes: its own, or InvalidArgument for counts that could overflow.
+absl::Status OwnError(const RoundRecord& mine) {
+  if (!mine.error.ok()) return mine.error;
+  for (int64_t count :
+       {mine.local_k, mine.num_sequences, mine.loss_tokens, mine.sequences_with_loss}) {
+    if (count < 0 || count > kMaxRoundCount) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("round counts must be in [0, ", kMaxRoundCount, "], got ", count));
+    }
+  }
+  return absl::OkStatus();
+}
+
+std::string DescribeValue(int field, const int64_t* record) {
+  switch (field) {
+    case kStream:
+      return absl::StrCat("'", UnpackBytes(record + kNameOffset, kNameWords), "'");
+    case kOptions:
+      return absl::StrFormat("fingerprint %016x", static_cast<uint64_t>(record[kOptions]));
+    default:
+      return absl::StrCat(record[field]);
+  }
+}
+
+// Every rank turns the same gathered records into the same status (nothing rank-local enters it).
+absl::Status ExplainFailure(absl::Span<const int64_t> records, int64_t world_size) {
+  auto record = [&](int64_t r) { return records.data() + r * kRecordWords; };
+  for (int field = 0; field < kNumIdentity; ++field) {
+    for (int64_t r = 1; r < world_size; ++r) {
+      if (record(r)[field] == record(0)[field]) continue;
+      return absl::FailedPreconditionError(absl::StrCat(
+          "ranks disagree on the ", kIdentityNames[field], " of a round (rank 0: stream ",
+          DescribeValue(kStream, record(0)), " round ", record(0)[kRound], "): rank 0 has ",
+          DescribeValue(field, record(0)), ", rank ", r, " has ", DescribeValue(field, record(r))));
+    }
+  }
+  int64_t first = -1;
+  int64_t failed = 0;
+  for (int64_t r = 0; r < world_size; ++r) {
+    if (record(r)[kNumIdentity] == 0) continue;
+    if (first < 0) first = r;
+    ++failed;
+  }
+  if (first < 0) {
+    // The reduction saw a failure the records do not show: a backend bug, never an input.
+    return absl::InternalError("round failed but no rank reported an error");
+  }
+  const auto code = static_cast<absl::StatusCode>(record(first)[kNumIdentity]);
+  std::string message = absl::StrCat("rank ", first, ": ",
+                                     UnpackBytes(record(first) + kMessageOffset, kMessageWords));
+  if (failed > 1) absl::StrAppend(&message, " (", failed, " ranks failed this round)");
+  return absl::Status(code, message);
+}
+
+}  // namespace
+
+absl::StatusOr<AgreedRound> AgreeRound(Collective& group, const RoundRecord& mine,
+                                       absl::Time deadline) {
+  const absl::Status own = OwnError(mine);
+  const std::array<int64_t, kNumIdentity> identity = {
+      static_cast<int64_t>(Fingerprint64(mine.stream)), mine.round,
+      static_cast<int64_t>(mine.options_hash), mine.version};
+
+  std::array<int64_t, kNumSlots> values{};
+  std::array<ReduceOp, kNumSlots> ops{};
+  const bool ok = own.ok();
+  values[kMaxK] = ok ? mine.local_k : 0;
+  values[kMinK] = ok ? mine.local_k : kMaxRoundCount;
+  values[kSumSequences] = ok ? mine.num_sequences : 0;
+  values[kSumLossTokens] = ok ? mine.loss_tokens : 0;
+  values[kSumSequencesWithLoss] = ok ? mine.sequences_with_loss : 0;
+  values[kMaxError] = static_cast<int64_t>(own.code());
+  ops[kMaxK] = ReduceOp::kMax;
+  ops[kMinK] = ReduceOp::kMin;
+  ops[kSumSequences] = ops[kSumLossTokens] = ops[kSumSequencesWithLoss] = ReduceOp::kSum;
+  ops[kMaxError] = ReduceOp::kMax;
+  for (int field = 0; field < kNumIdentity; ++field) {
+    values[kMinIdentity + field] = values[kMaxIdentity + field] = identity[field];
+    ops[kMinIdentity + field] = ReduceOp::kMin;
+    ops[kMaxIdentity + field] = ReduceOp::kMax;
+  }
+  RETURN_IF_ERROR(group.AllReduce(absl::MakeSpan(values), ops, deadline));
+
+  bool mismatch = false;
+  for (int field = 0; field < kNumIdentity; ++field) {
+    mismatch |= values[kMinIdentity + field] != values[kMaxIdentity + field];
+  }
+  if (!mismatch && values[kMaxError] == 0) {
+    AgreedRound agreed;
+    agreed.k = values[kMaxK];
+    agreed.min_local_k = values[kMinK];
+    agreed.num_sequences = values[kSumSequences];
+    agreed.loss_tokens = values[kSumLossTokens];
+    agreed.sequences_with_loss = values[kSumSequencesWithLoss];
+    return agreed;
+  }
+
+  // The uncommon path: gather every rank's full record to name who failed and why.
+  std::array<int64_t, kRecordWords> record{};
+  std::copy(identity.begin(), identity.end(), record.begin());
+  record[kNumIdentity] = static_cast<int64_t>(own.code());
+  PackBytes(mine.stream, record.data() + kNameOffset, kNameWords);
+  PackBytes(own.message(), record.data() + kMessageOffset, kMessageWords);
+  std::vector<int64_t> records(static_cast<size_t>(group.world_size()) * kRecordWords);
+  RETURN_IF_ERROR(group.AllGather(record, absl::MakeSpan(records), deadline));
+  return ExplainFailure(records, group.world_size());
+}
+
+}  // namespace packsched::collective
