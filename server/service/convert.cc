@@ -7,10 +7,12 @@
 #include <string>
 #include <utility>
 
+#include "absl/hash/hash.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "google/protobuf/descriptor.h"
 #include "server/base/checked_math.h"
+#include "server/base/fingerprint.h"
 #include "server/base/status_macros.h"
 
 namespace packsched::service {
@@ -21,8 +23,8 @@ constexpr int64_t kDefaultAttentionQuadratic = planner::AttentionCost{}.quadrati
 
 absl::Status NotKnown(absl::string_view field, int value,
                       const google::protobuf::EnumDescriptor* descriptor) {
-  return absl::InvalidArgumentError(absl::StrCat(field, " = ", value, " is not a known ",
-                                                 descriptor->name(), " value"));
+  return absl::InvalidArgumentError(
+      absl::StrCat(field, " = ", value, " is not a known ", descriptor->name(), " value"));
 }
 
 absl::Status Negative(absl::string_view field, int64_t value) {
@@ -57,9 +59,8 @@ absl::StatusOr<std::vector<int64_t>> ToLengths(
   if (lengths.empty()) return absl::InvalidArgumentError("lengths is empty: nothing to plan");
   for (int i = 0; i < lengths.size(); ++i) {
     if (lengths[i] < 1 || lengths[i] > planner::kMaxLength) {
-      return absl::InvalidArgumentError(absl::StrCat("lengths[", i, "] = ", lengths[i],
-                                                     ": must be in [1, ", planner::kMaxLength,
-                                                     "]"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "lengths[", i, "] = ", lengths[i], ": must be in [1, ", planner::kMaxLength, "]"));
     }
   }
   return std::vector<int64_t>(lengths.begin(), lengths.end());
@@ -95,29 +96,30 @@ uint64_t DoubleBits(double value) {
 
 uint64_t OptionsHash(const planner::PlanOptions& o, bool same_micro_num_in_dp, bool has_loss,
                      const planner::LossOptions& loss) {
-  StableHash h;
-  h.Add(kProtocolVersion)
-      .Add(o.max_token_len)
-      .Add(static_cast<uint64_t>(o.cap_mode))
-      .Add(o.max_seqs_per_micro_batch)
-      .Add(o.min_micro_batches)
-      .Add(o.divisible_by)
-      .Add(o.align_to)
-      .Add(o.align_total_to)
-      .Add(static_cast<uint64_t>(o.algorithm))
-      .Add(static_cast<uint64_t>(o.cost))
-      .Add(o.attention.linear)
-      .Add(o.attention.quadratic)
-      .Add(static_cast<uint64_t>(o.overlong))
-      .Add(static_cast<uint64_t>(o.order))
-      .Add(o.max_micro_batches)
-      .Add(o.equal_size)
-      .Add(same_micro_num_in_dp)
-      .Add(has_loss)
-      .Add(static_cast<uint64_t>(loss.mode))
-      .Add(static_cast<uint64_t>(loss.dp_reduction))
-      .Add(DoubleBits(loss.sum_norm_constant));
-  return h.value();
+  const int64_t fields[] = {kProtocolVersion,
+                            o.max_token_len,
+                            static_cast<int64_t>(o.cap_mode),
+                            o.max_seqs_per_micro_batch,
+                            o.min_micro_batches,
+                            o.divisible_by,
+                            o.align_to,
+                            o.align_total_to,
+                            static_cast<int64_t>(o.algorithm),
+                            static_cast<int64_t>(o.cost),
+                            o.attention.linear,
+                            o.attention.quadratic,
+                            static_cast<int64_t>(o.overlong),
+                            static_cast<int64_t>(o.order),
+                            o.max_micro_batches,
+                            o.equal_size,
+                            same_micro_num_in_dp,
+                            has_loss,
+                            static_cast<int64_t>(loss.mode),
+                            static_cast<int64_t>(loss.dp_reduction),
+                            static_cast<int64_t>(DoubleBits(loss.sum_norm_constant))};
+  uint64_t h = kFingerprintSeed;
+  for (int64_t field : fields) h = Fingerprint64(field, h);
+  return h;
 }
 
 absl::StatusOr<PlanInput> MakePlanInput(const google::protobuf::RepeatedField<int64_t>& lengths,
@@ -135,13 +137,10 @@ absl::StatusOr<PlanInput> MakePlanInput(const google::protobuf::RepeatedField<in
   ASSIGN_OR_RETURN(input.loss_tokens, ToLossTokens(loss_tokens, input.lengths));
   input.options_hash = OptionsHash(input.options, input.same_micro_num_in_dp,
                                    input.loss_tokens.has_value(), input.loss);
-  StableHash content;
-  content.Add(input.options_hash).Add(input.lengths.size());
-  for (int64_t length : input.lengths) content.Add(length);
-  if (input.loss_tokens) {
-    for (int64_t tokens : *input.loss_tokens) content.Add(tokens);
-  }
-  input.content_hash = content.value();
+  input.content_hash = absl::HashOf(
+      input.options_hash, absl::MakeConstSpan(input.lengths),
+      input.loss_tokens ? absl::MakeConstSpan(*input.loss_tokens) : absl::Span<const int64_t>(),
+      input.loss_tokens.has_value());
   return input;
 }
 
@@ -155,26 +154,11 @@ absl::StatusOr<planner::LossWeights> WeightsFor(const planner::MicroBatchPlan& p
 
 }  // namespace
 
-StableHash& StableHash::Add(uint64_t word) {
-  // FNV-1a over the word, then a multiply-xorshift so every input bit reaches every output bit.
-  state_ ^= word;
-  state_ *= 1099511628211ull;
-  state_ ^= state_ >> 29;
-  return *this;
-}
-
-StableHash& StableHash::Add(absl::string_view bytes) {
-  Add(bytes.size());
-  for (unsigned char c : bytes) Add(c);
-  return *this;
-}
-
 absl::Status ValidateStream(absl::string_view stream, const ServiceLimits& limits) {
   if (stream.empty()) return absl::InvalidArgumentError("stream is empty: name the stream");
   if (static_cast<int64_t>(stream.size()) > limits.max_stream_name) {
-    return absl::InvalidArgumentError(absl::StrCat("stream is ", stream.size(),
-                                                   " bytes long: at most ",
-                                                   limits.max_stream_name));
+    return absl::InvalidArgumentError(
+        absl::StrCat("stream is ", stream.size(), " bytes long: at most ", limits.max_stream_name));
   }
   for (size_t i = 0; i < stream.size(); ++i) {
     const unsigned char c = stream[i];
@@ -188,17 +172,16 @@ absl::Status ValidateStream(absl::string_view stream, const ServiceLimits& limit
 }
 
 absl::StatusOr<planner::PlanOptions> ToPlanOptions(const v1::PlanOptions& p,
-                                                   const ServiceLimits& limits,
-                                                   bool cap_required) {
+                                                   const ServiceLimits& limits, bool cap_required) {
   planner::PlanOptions o;
   o.max_token_len = p.max_token_len();
   if (o.max_token_len < 0 || (cap_required && o.max_token_len < 1)) {
-    return absl::InvalidArgumentError(absl::StrCat("options.max_token_len = ", o.max_token_len,
-                                                   cap_required ? ": must be >= 1 (tokens)"
-                                                                : ": must be >= 0 (0 = no cap)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("options.max_token_len = ", o.max_token_len,
+                     cap_required ? ": must be >= 1 (tokens)" : ": must be >= 0 (0 = no cap)"));
   }
-  RETURN_IF_ERROR(AtMost("options.max_token_len", o.max_token_len, "the largest length",
-                         planner::kMaxLength));
+  RETURN_IF_ERROR(
+      AtMost("options.max_token_len", o.max_token_len, "the largest length", planner::kMaxLength));
   switch (p.cap_mode()) {
     case v1::CAP_MODE_UNSPECIFIED:
     case v1::CAP_MODE_TOKENS:
@@ -219,14 +202,14 @@ absl::StatusOr<planner::PlanOptions> ToPlanOptions(const v1::PlanOptions& p,
   ASSIGN_OR_RETURN(o.max_micro_batches, OrDefault("options.max_micro_batches",
                                                   p.max_micro_batches(), limits.max_micro_batches));
   if (o.max_micro_batches > limits.max_micro_batches) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "options.max_micro_batches = ", o.max_micro_batches,
-        " exceeds the server limit --max_micro_batches = ", limits.max_micro_batches));
+    return absl::ResourceExhaustedError(
+        absl::StrCat("options.max_micro_batches = ", o.max_micro_batches,
+                     " exceeds the server limit --max_micro_batches = ", limits.max_micro_batches));
   }
   ASSIGN_OR_RETURN(o.min_micro_batches,
                    OrDefault("options.min_micro_batches", p.min_micro_batches(), 1));
-  RETURN_IF_ERROR(AtMost("options.min_micro_batches", o.min_micro_batches,
-                         "max_micro_batches", o.max_micro_batches));
+  RETURN_IF_ERROR(AtMost("options.min_micro_batches", o.min_micro_batches, "max_micro_batches",
+                         o.max_micro_batches));
   ASSIGN_OR_RETURN(o.divisible_by, OrDefault("options.divisible_by", p.divisible_by(), 1));
   RETURN_IF_ERROR(
       AtMost("options.divisible_by", o.divisible_by, "max_micro_batches", o.max_micro_batches));
@@ -336,19 +319,17 @@ absl::StatusOr<planner::LossOptions> ToLossOptions(const v1::LossOptions& p) {
   if (o.mode == planner::LossMode::kSumNorm) {
     const double c = p.sum_norm_constant();
     if (!std::isfinite(c) || c <= 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("loss.sum_norm_constant = ", c,
-                       ": loss mode sum_norm needs a finite constant > 0"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "loss.sum_norm_constant = ", c, ": loss mode sum_norm needs a finite constant > 0"));
     }
     o.sum_norm_constant = c;
   }
   return o;
 }
 
-absl::StatusOr<PlanInput> ToPlanInput(const v1::PlanRequest& request,
-                                      const ServiceLimits& limits) {
-  return MakePlanInput(request.lengths(), request.options(), request.loss_tokens(),
-                       request.loss(), limits, /*cap_required=*/true);
+absl::StatusOr<PlanInput> ToPlanInput(const v1::PlanRequest& request, const ServiceLimits& limits) {
+  return MakePlanInput(request.lengths(), request.options(), request.loss_tokens(), request.loss(),
+                       limits, /*cap_required=*/true);
 }
 
 absl::StatusOr<RoundInput> ToRoundInput(const v1::PlanRequest& request,
@@ -360,12 +341,23 @@ absl::StatusOr<RoundInput> ToRoundInput(const v1::PlanRequest& request,
   absl::StatusOr<PlanInput> input = ToPlanInput(request, limits);
   if (input.ok()) {
     round.content_hash = input->content_hash;
+    round.options_hash = input->options_hash;
     round.input = *std::move(input);
   } else {
     round.error = input.status();
+    const absl::StatusOr<planner::PlanOptions> options =
+        ToPlanOptions(request.options(), limits, /*cap_required=*/true);
+    const absl::StatusOr<planner::LossOptions> loss = ToLossOptions(request.loss());
+    const v1::PlanOptions& p = request.options();
+    round.options_hash =
+        options.ok() && loss.ok()
+            ? OptionsHash(*options, p.has_same_micro_num_in_dp() ? p.same_micro_num_in_dp() : true,
+                          !request.loss_tokens().empty(), *loss)
+            : Fingerprint64(
+                  absl::StrCat(p.SerializeAsString(), request.loss().SerializeAsString()));
     // Identifies the (invalid) content for the same-round check. Bounded: gRPC has already
     // limited the message size.
-    round.content_hash = StableHash().Add(request.SerializeAsString()).value();
+    round.content_hash = absl::HashOf(request.SerializeAsString());
   }
   return round;
 }
@@ -400,8 +392,7 @@ absl::Status RunPartition(const v1::PartitionRequest& request, const ServiceLimi
       counts.loss_tokens = g.loss_tokens();
       counts.sequences_with_loss = g.sequences_with_loss();
     }
-    ASSIGN_OR_RETURN(weights,
-                     WeightsFor(plan, *input.loss_tokens, input.loss, counts, world_size));
+    ASSIGN_OR_RETURN(weights, WeightsFor(plan, *input.loss_tokens, input.loss, counts, world_size));
     response->mutable_global()->set_loss_tokens(counts.loss_tokens);
     response->mutable_global()->set_sequences_with_loss(counts.sequences_with_loss);
   }
@@ -425,10 +416,9 @@ absl::Status RunBalanceBatch(const v1::BalanceBatchRequest& request, const Servi
                                                    planner::kMaxWorldSize, "]"));
   }
   if (world_size > limits.max_sequences_per_request) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat("world_size = ", world_size,
-                     " exceeds the server limit --max_sequences_per_request = ",
-                     limits.max_sequences_per_request));
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "world_size = ", world_size, " exceeds the server limit --max_sequences_per_request = ",
+        limits.max_sequences_per_request));
   }
   if (!request.group_ids().empty() &&
       static_cast<size_t>(request.group_ids().size()) != input.lengths.size()) {
@@ -439,14 +429,13 @@ absl::Status RunBalanceBatch(const v1::BalanceBatchRequest& request, const Servi
   }
   // Every rank gets at least max(min_micro_batches, divisible_by) micro-batches: bound the total
   // over all ranks before the planner allocates them.
-  const std::optional<int64_t> parts = CheckedMul(
-      world_size, std::max(input.options.min_micro_batches, input.options.divisible_by));
+  const std::optional<int64_t> parts =
+      CheckedMul(world_size, std::max(input.options.min_micro_batches, input.options.divisible_by));
   if (!parts || *parts > limits.max_micro_batches) {
     return absl::ResourceExhaustedError(absl::StrCat(
         "world_size = ", world_size, " x max(min_micro_batches, divisible_by) = ",
         std::max(input.options.min_micro_batches, input.options.divisible_by),
-        " micro-batches exceed the server limit --max_micro_batches = ",
-        limits.max_micro_batches));
+        " micro-batches exceed the server limit --max_micro_batches = ", limits.max_micro_batches));
   }
   const std::vector<int64_t> group_ids(request.group_ids().begin(), request.group_ids().end());
   ASSIGN_OR_RETURN(planner::BalancedBatch batch,

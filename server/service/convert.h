@@ -23,18 +23,6 @@
 
 namespace packsched::service {
 
-// 64-bit FNV-1a-style hash over 64-bit words: identical on every machine and build (unlike
-// absl::Hash, which is seeded per process), so ranks can compare option hashes.
-class StableHash {
- public:
-  StableHash& Add(uint64_t word);
-  StableHash& Add(absl::string_view bytes);
-  uint64_t value() const { return state_; }
-
- private:
-  uint64_t state_ = 14695981039346656037ull;
-};
-
 // A stream name: 1 to limits.max_stream_name printable ASCII characters.
 absl::Status ValidateStream(absl::string_view stream, const ServiceLimits& limits);
 

@@ -29,9 +29,11 @@ struct PlanInput {
   // Per-sequence loss tokens; nullopt = no loss weights in the plan.
   std::optional<std::vector<int64_t>> loss_tokens;
   planner::LossOptions loss;
-  // Stable across processes and builds: every rank of a round must send the same value.
+  // Fingerprint of every option that changes k or the weights: stable across processes and
+  // builds, so ranks can compare it (the round fails when they differ).
   uint64_t options_hash = 0;
-  // Options hash + lengths + loss tokens: callers of one (stream, round) must agree on it.
+  // Options hash + lengths + loss tokens, valid inside this process only: every caller of one
+  // (stream, round) on this sidecar must send the same content.
   uint64_t content_hash = 0;
 };
 
@@ -39,9 +41,13 @@ struct PlanInput {
 // its round with `error` set, so the peers fail with the same message instead of timing out.
 struct RoundInput {
   std::string stream;
-  uint64_t round = 0;
+  int64_t round = 0;
   absl::Status error;  // not OK: this rank's validation failure
   PlanInput input;     // meaningful only when `error` is OK
+  // The options fingerprint the round compares across ranks; set even when `error` is not OK
+  // (from the parsed options when they are valid, so a rank with bad lengths still fails the
+  // round with its own InvalidArgument rather than an options mismatch).
+  uint64_t options_hash = 0;
   // Identifies the content for the same-round check; set even when `error` is not OK.
   uint64_t content_hash = 0;
 };
