@@ -12,6 +12,7 @@ namespace packsched::service {
 namespace {
 
 constexpr absl::string_view kBearer = "Bearer ";
+constexpr absl::string_view kServedKey = "packsched-served";
 
 }  // namespace
 
@@ -49,7 +50,9 @@ absl::Status SchedulerService::Authorize(const grpc::CallbackServerContext& cont
   return absl::OkStatus();
 }
 
-void SchedulerService::Finish(grpc::ServerUnaryReactor* reactor, const absl::Status& status) {
+void SchedulerService::Finish(grpc::CallbackServerContext* context,
+                              grpc::ServerUnaryReactor* reactor, const absl::Status& status) {
+  context->AddTrailingMetadata(std::string(kServedKey), "1");
   if (!status.ok()) {
     absl::MutexLock lock(&mu_);
     ++errors_by_code_[absl::StatusCodeToString(status.code())];
@@ -60,7 +63,7 @@ void SchedulerService::Finish(grpc::ServerUnaryReactor* reactor, const absl::Sta
 grpc::ServerUnaryReactor* SchedulerService::FinishNow(grpc::CallbackServerContext* context,
                                                       const absl::Status& status) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  Finish(reactor, status);
+  Finish(context, reactor, status);
   return reactor;
 }
 
@@ -73,9 +76,9 @@ grpc::ServerUnaryReactor* SchedulerService::Plan(grpc::CallbackServerContext* co
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   coordinator_->Submit(
       *std::move(input),
-      [this, reactor, response](absl::StatusOr<std::shared_ptr<const RoundResult>> result) {
+      [this, context, reactor, response](absl::StatusOr<std::shared_ptr<const RoundResult>> result) {
         if (result.ok()) RoundResultToProto(**result, response);
-        Finish(reactor, result.status());
+        Finish(context, reactor, result.status());
       });
   return reactor;
 }

@@ -57,8 +57,10 @@ class SchedulerService final : public v1::Scheduler::CallbackService {
 
  private:
   absl::Status Authorize(const grpc::CallbackServerContext& context) const;
-  // Counts `status` and finishes `reactor` with it.
-  void Finish(grpc::ServerUnaryReactor* reactor, const absl::Status& status);
+  // Counts `status`, marks the answer as the sidecar's own (trailing metadata
+  // "packsched-served", so clients never retry it) and finishes `reactor` with it.
+  void Finish(grpc::CallbackServerContext* context, grpc::ServerUnaryReactor* reactor,
+              const absl::Status& status);
   grpc::ServerUnaryReactor* FinishNow(grpc::CallbackServerContext* context,
                                       const absl::Status& status);
 
