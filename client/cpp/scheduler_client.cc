@@ -92,7 +92,7 @@ void FillLoss(const planner::LossOptions& loss, v1::LossOptions* out) {
   const int mode = static_cast<int>(loss.mode);
   out->set_mode(mode >= 0 && mode < 5 ? kModes[mode] : static_cast<v1::LossMode>(100 + mode));
   out->set_dp_reduction(loss.dp_reduction == planner::DpReduction::kMean ? v1::DP_REDUCTION_MEAN
-                                                                          : v1::DP_REDUCTION_SUM);
+                                                                         : v1::DP_REDUCTION_SUM);
   out->set_sum_norm_constant(loss.sum_norm_constant);
 }
 
@@ -162,7 +162,7 @@ struct SchedulerClient::Impl {
   // Runs one unary call with the retry rule of the header.
   template <typename Request, typename Response>
   absl::Status Call(grpc::Status (v1::Scheduler::Stub::*method)(grpc::ClientContext*,
-                                                                  const Request&, Response*),
+                                                                const Request&, Response*),
                     const Request& request, Response* response, absl::Duration timeout) {
     const absl::Time deadline =
         absl::Now() + (timeout == absl::ZeroDuration() ? options.timeout : timeout);
@@ -203,7 +203,8 @@ absl::StatusOr<std::unique_ptr<SchedulerClient>> SchedulerClient::Create(ClientO
     credentials = grpc::InsecureChannelCredentials();
   } else {
     grpc::SslCredentialsOptions ssl;
-    ASSIGN_OR_RETURN(ssl.pem_root_certs, ReadFile("tls_root_certs_file", options.tls_root_certs_file));
+    ASSIGN_OR_RETURN(ssl.pem_root_certs,
+                     ReadFile("tls_root_certs_file", options.tls_root_certs_file));
     if (!options.tls_client_cert_file.empty()) {
       ASSIGN_OR_RETURN(ssl.pem_cert_chain,
                        ReadFile("tls_client_cert_file", options.tls_client_cert_file));
@@ -297,9 +298,8 @@ absl::StatusOr<ServerStatus> SchedulerClient::GetStatus(absl::Duration timeout) 
   out.backend = response.backend();
   out.generation = response.generation();
   for (const v1::StreamStatus& s : response.streams()) {
-    out.streams.push_back(
-        {s.name(), s.last_round(), s.rounds_completed(), s.rounds_failed(), s.outstanding(),
-         s.cached()});
+    out.streams.push_back({s.name(), s.last_round(), s.rounds_completed(), s.rounds_failed(),
+                           s.outstanding(), s.cached()});
   }
   const v1::Counters& c = response.counters();
   out.rounds = c.rounds();

@@ -56,8 +56,8 @@ struct GlobalCounts {
 };
 
 struct PlanRequest {
-  std::string stream;  // 1-128 printable ASCII characters
-  int64_t round = 0;   // the same on every rank for the same call, increasing
+  std::string stream;            // 1-128 printable ASCII characters
+  int64_t round = 0;             // the same on every rank for the same call, increasing
   std::vector<int64_t> lengths;  // tokens per sequence
   // algorithm must be kKarmarkarKarp or kLpt; max_token_len >= 1.
   planner::PlanOptions options;

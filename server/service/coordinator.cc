@@ -260,9 +260,12 @@ Result RoundCoordinator::RunRound(Stream& stream, const RoundInput& in) {
                                  : absl::StatusOr<std::unique_ptr<collective::Collective>>(
                                        std::make_unique<collective::LocalCollective>());
     if (!group.ok()) return group.status();
-    absl::MutexLock lock(&stream.mu);
-    if (stream.stopping) (*group)->Abort();
-    stream.group = *std::move(group);
+    {
+      absl::MutexLock lock(&stream.mu);
+      if (stream.stopping) (*group)->Abort();
+      stream.group = *std::move(group);
+    }
+    // Lock order: the coordinator's mu_ before a stream's mu, never the reverse.
     absl::MutexLock coordinator(&mu_);
     world_size_ = stream.group->world_size();
     backend_ = std::string(stream.group->backend());

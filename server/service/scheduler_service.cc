@@ -74,12 +74,12 @@ grpc::ServerUnaryReactor* SchedulerService::Plan(grpc::CallbackServerContext* co
   absl::StatusOr<RoundInput> input = ToRoundInput(*request, options_.limits);
   if (!input.ok()) return FinishNow(context, input.status());
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  coordinator_->Submit(
-      *std::move(input),
-      [this, context, reactor, response](absl::StatusOr<std::shared_ptr<const RoundResult>> result) {
-        if (result.ok()) RoundResultToProto(**result, response);
-        Finish(context, reactor, result.status());
-      });
+  coordinator_->Submit(*std::move(input),
+                       [this, context, reactor,
+                        response](absl::StatusOr<std::shared_ptr<const RoundResult>> result) {
+                         if (result.ok()) RoundResultToProto(**result, response);
+                         Finish(context, reactor, result.status());
+                       });
   return reactor;
 }
 
