@@ -216,6 +216,7 @@ int64_t Problem::num_kept() const {
   return static_cast<int64_t>(prepared_->v.items.size() + prepared_->v.isolated.size());
 }
 int64_t Problem::total_tokens() const { return prepared_->v.total_tokens; }
+const std::vector<int64_t>& Problem::dropped() const { return prepared_->v.dropped; }
 const PlanOptions& Problem::options() const { return prepared_->v.options; }
 
 absl::StatusOr<MicroBatchPlan> Problem::Partition(int64_t k) const {

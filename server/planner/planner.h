@@ -50,6 +50,9 @@ class Problem {
   int64_t num_sequences() const;  // given, dropped included
   int64_t num_kept() const;
   int64_t total_tokens() const;  // real tokens of the kept sequences
+  // Original indices left out by OverlongPolicy::kDrop, ascending (what every plan of this
+  // problem lists as `dropped`): lets a rank count its loss tokens before k is agreed.
+  const std::vector<int64_t>& dropped() const;
   const PlanOptions& options() const;
 
   // Splits the kept sequences into exactly `k` micro-batches, minimising the largest cost as

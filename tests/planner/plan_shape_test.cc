@@ -102,6 +102,17 @@ TEST(PlanShape, DropLeavesOverlongSequencesOut) {
   EXPECT_EQ(plan->stats.total_tokens, 70);
 }
 
+TEST(PlanShape, ProblemKnowsItsDroppedSequencesBeforePartitioning) {
+  PlanOptions o = Capped(100);
+  o.overlong = OverlongPolicy::kDrop;
+  const absl::StatusOr<Problem> problem = Problem::Create({150, 30, 101, 40, 100}, o);
+  ASSERT_TRUE(problem.ok()) << problem.status();
+  EXPECT_EQ(problem->dropped(), (std::vector<int64_t>{0, 2}));
+  const absl::StatusOr<MicroBatchPlan> plan = problem->Partition(problem->local_k() + 1);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(plan->dropped, problem->dropped());
+}
+
 TEST(PlanShape, OrdersArrangePartsAsDocumented) {
   const std::vector<int64_t> lengths = packsched::testing::UniformLengths(60, 1, 900, 5);
   PlanOptions o = Capped(1000);

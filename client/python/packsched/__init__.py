@@ -1,8 +1,11 @@
 """packsched: micro-batch planning and packing kernels for padding-free LLM training.
 
-Submodules: ``packsched.kernels`` (packing kernels over DLPack tensors). The sidecar client and
-the in-process planner join this package as they land; each is imported only if present, so the
-package stays importable from a partial build.
+Submodules: ``packsched.planner`` (the planner in-process: plan_local, local_bound, partition,
+balance), ``packsched.plan`` (the ``Plan`` every entry point returns, with split/restore),
+``packsched.kernels`` (packing kernels over DLPack tensors), ``packsched.compat.verl`` and
+``packsched.compat.openrlhf`` (drop-ins for those trainers' dynamic batching). The sidecar client
+joins as it lands; optional submodules are imported only if present, so the package stays
+importable from a partial build.
 """
 
 import importlib as _importlib
@@ -10,6 +13,7 @@ import importlib as _importlib
 __version__ = "0.1.0"
 
 from . import kernels  # noqa: F401  (always built with the package)
+from .plan import Plan  # noqa: F401
 
 for _name in ("client", "planner"):
     try:

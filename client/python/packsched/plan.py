@@ -1,0 +1,185 @@
+"""``Plan``: one rank's micro-batches, as the sidecar and the in-process planner return them.
+
+All lengths are in tokens; indices are positions in the rank's batch as given (its "original
+order"). A plan lists the kept sequences part after part (``reorder``), how to get back
+(``revert``: for each original index its position in ``reorder``, or -1 if dropped), and the host
+metadata each micro-batch needs to run without padding and without a device-to-host sync.
+"""
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+__all__ = ["MicroBatchMeta", "PlanStats", "Plan"]
+
+
+@dataclass(frozen=True)
+class MicroBatchMeta:
+    """Host metadata of one micro-batch, in the order of its ``indices``.
+
+    ``cu_seqlens`` / ``cu_seqlens_aligned``: int32-ranged prefix sums [B + 1] of the real and the
+    aligned (``align_to``) lengths; ``total``: rows of the packed buffer (aligned tokens rounded up
+    to ``align_total_to``); ``max_seqlen``: the longest real length (FlashAttention's); ``cost``:
+    the balancing cost; ``loss_scale``: the common loss weight of its sequences, NaN if they differ,
+    0 for an empty micro-batch (its dummy pass), None when the plan has no loss weights.
+    """
+
+    indices: list
+    tokens: int = 0
+    aligned_tokens: int = 0
+    total: int = 0
+    padded_tokens: int = 0
+    cost: int = 0
+    max_seqlen: int = 0
+    max_seqlen_aligned: int = 0
+    cu_seqlens: list = field(default_factory=lambda: [0])
+    cu_seqlens_aligned: list = field(default_factory=lambda: [0])
+    empty: bool = True
+    overlong: bool = False
+    loss_scale: float = None
+
+
+@dataclass(frozen=True)
+class PlanStats:
+    """Figures of one plan. ``imbalance`` = largest cost / mean cost (1.0 is perfect);
+    ``naive_padded_tokens`` is what a [num_kept, longest] padded batch would hold; timings are in
+    milliseconds (0 for the in-process planner's wait)."""
+
+    num_sequences: int = 0
+    num_kept: int = 0
+    total_tokens: int = 0
+    total_cost: int = 0
+    max_part_cost: int = 0
+    min_part_cost: int = 0
+    imbalance: float = 0.0
+    lower_bound_k: int = 0
+    local_k: int = 0
+    over_cap_parts: int = 0
+    naive_padded_tokens: int = 0
+    packed_tokens: int = 0
+    cap: int = 0
+    local_ms: float = 0.0
+    wait_ms: float = 0.0
+    partition_ms: float = 0.0
+
+
+@dataclass(frozen=True)
+class Plan:
+    """One rank's plan.
+
+    num_micro_batches        the agreed count (every rank of the round has this many)
+    local_num_micro_batches  this rank's own bound before agreement
+    micro_batches            list of lists of original indices (ascending inside each)
+    metadata                 one MicroBatchMeta per micro-batch
+    reorder, revert, dropped see the module docstring
+    loss_weights             per original sequence (0 for dropped ones), or None without loss_tokens
+    loss_scales              per micro-batch (see MicroBatchMeta.loss_scale), or None
+    empty                    per micro-batch: True when it holds no sequence
+    global_counts            (loss tokens, sequences with loss) summed over the round, or None
+    """
+
+    num_micro_batches: int
+    local_num_micro_batches: int
+    micro_batches: list
+    metadata: list
+    reorder: list
+    revert: list
+    dropped: list
+    loss_weights: list = None
+    loss_scales: list = None
+    empty: list = field(default_factory=list)
+    stats: PlanStats = field(default_factory=PlanStats)
+    global_counts: tuple = None
+
+    @classmethod
+    def from_raw(cls, raw, *, local_k=None, cap=0, global_counts=None):
+        """Builds a Plan from the dict packsched._planner returns."""
+        scales = raw.get("loss_scales")
+        metadata = [
+            MicroBatchMeta(**part, loss_scale=None if scales is None else scales[i])
+            for i, part in enumerate(raw["parts"])
+        ]
+        stats = PlanStats(**raw["stats"], cap=cap or 0)
+        return cls(
+            num_micro_batches=len(metadata),
+            local_num_micro_batches=stats.local_k if local_k is None else local_k,
+            micro_batches=[m.indices for m in metadata],
+            metadata=metadata,
+            reorder=list(raw["reorder"]),
+            revert=list(raw["revert"]),
+            dropped=list(raw["dropped"]),
+            loss_weights=raw.get("loss_weights"),
+            loss_scales=scales,
+            empty=[m.empty for m in metadata],
+            stats=stats,
+            global_counts=global_counts or raw.get("loss_counts"),
+        )
+
+    def split(self, rows):
+        """Splits row-indexed data into one piece per micro-batch, rows in each micro-batch's
+        index order.
+
+        ``rows``: a list or tuple, a numpy array or torch tensor indexed on dim 0, or a mapping
+        of such (each value split; the pieces are dicts). Its length must be len(revert).
+        """
+        if isinstance(rows, Mapping):
+            pieces = {key: self.split(value) for key, value in rows.items()}
+            return [{key: pieces[key][i] for key in pieces} for i in range(len(self.micro_batches))]
+        _check_rows(len(rows), len(self.revert), "rows")
+        if isinstance(rows, (list, tuple)):
+            return [[rows[i] for i in mb] for mb in self.micro_batches]
+        return [_take(rows, mb) for mb in self.micro_batches]
+
+    def restore(self, outputs, fill=None):
+        """Puts per-micro-batch outputs back in original order: the inverse of ``split``.
+
+        ``outputs``: one piece per micro-batch (lists, numpy arrays or torch tensors, rows in the
+        micro-batch's index order; empty micro-batches give empty pieces). Dropped sequences get
+        ``fill``: by default None for lists and 0 for arrays and tensors. Tensors keep autograd
+        (the result is differentiable with respect to the pieces).
+        """
+        if len(outputs) != len(self.micro_batches):
+            raise ValueError(
+                f"restore: got {len(outputs)} outputs for {len(self.micro_batches)} micro-batches"
+            )
+        for i, (piece, mb) in enumerate(zip(outputs, self.micro_batches)):
+            _check_rows(len(piece), len(mb), f"outputs[{i}]")
+        n = len(self.revert)
+        if all(isinstance(piece, (list, tuple)) for piece in outputs):
+            flat = [row for piece in outputs for row in piece]
+            return [fill if pos < 0 else flat[pos] for pos in self.revert]
+        return _scatter(outputs, self.reorder, n, 0 if fill is None else fill)
+
+
+def _check_rows(got, want, what):
+    if got != want:
+        raise ValueError(f"{what} has {got} rows, expected {want}")
+
+
+def _is_torch(x):
+    return type(x).__module__.startswith("torch")
+
+
+def _take(rows, indices):
+    if _is_torch(rows):
+        import torch
+
+        return rows.index_select(0, torch.as_tensor(indices, dtype=torch.long, device=rows.device))
+    import numpy as np
+
+    return rows[np.asarray(indices, dtype=np.int64)]
+
+
+def _scatter(pieces, reorder, n, fill):
+    if _is_torch(pieces[0]):
+        import torch
+
+        cat = torch.cat(list(pieces), dim=0)
+        out = torch.full((n,) + tuple(cat.shape[1:]), fill, dtype=cat.dtype, device=cat.device)
+        index = torch.as_tensor(reorder, dtype=torch.long, device=cat.device)
+        return out.index_copy(0, index, cat)
+    import numpy as np
+
+    cat = np.concatenate([np.asarray(p) for p in pieces], axis=0)
+    out = np.full((n,) + cat.shape[1:], fill, dtype=cat.dtype)
+    out[np.asarray(reorder, dtype=np.int64)] = cat
+    return out

@@ -1,0 +1,130 @@
+"""The packsched planner in-process (pybind11, no sidecar needed).
+
+For trainers that already have a process group: each rank calls ``local_bound``, the trainer
+all-reduces the bounds (MAX) and the loss counts (SUM) itself, then each rank calls ``partition``
+with the agreed k. ``plan_local`` is the one-rank shortcut, ``balance`` the coordinator mode (the
+whole global batch over W data-parallel ranks in one call).
+
+Every function takes the keyword options of ``SchedulerClient.plan`` with the same defaults
+(see packsched._options), and gives the plan the sidecar and ``packsched plan`` give for the same
+input. ``seq_lens``: per-sequence token counts, a list, numpy array or torch tensor of integers.
+Invalid input raises ValueError with the planner's message.
+"""
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from . import _planner
+from ._options import split_options
+from .plan import Plan
+
+__all__ = ["plan_local", "local_bound", "partition", "balance", "Bound", "RankPlan", "Balanced"]
+
+
+@dataclass(frozen=True)
+class Bound:
+    """One rank's bound before agreement. ``k``: the smallest micro-batch count the planner found
+    for this rank alone (k_r); ``lower_bound_k``: the count no plan can go below;
+    ``loss_counts``: (loss tokens, sequences with loss) over the kept sequences, when loss_tokens
+    were given — the values to all-reduce (SUM) for the loss weights."""
+
+    k: int
+    lower_bound_k: int
+    num_sequences: int
+    num_kept: int
+    total_tokens: int
+    dropped: list
+    loss_counts: tuple = None
+
+
+@dataclass(frozen=True)
+class RankPlan:
+    """One DP rank's share of a balanced global batch: its global ``indices`` (ascending), their
+    total ``cost``, and its micro-batch ``plan`` (whose indices are positions in ``indices``)."""
+
+    indices: list
+    cost: int
+    plan: Plan
+
+
+@dataclass(frozen=True)
+class Balanced:
+    ranks: list  # RankPlan per DP rank
+    num_micro_batches: int  # the common k
+    dropped: list  # global indices dropped (overlong="drop")
+
+
+def _lengths(seq_lens):
+    if type(seq_lens).__module__.startswith("torch"):
+        seq_lens = seq_lens.detach().cpu().numpy()
+    array = np.asarray(seq_lens)
+    if array.size == 0:
+        array = array.astype(np.int64)
+    if array.ndim != 1:
+        raise ValueError(f"seq_lens must be one-dimensional, got shape {array.shape}")
+    if array.dtype.kind not in "iu":
+        raise TypeError(f"seq_lens must hold integers, got dtype {array.dtype}")
+    if array.dtype.kind == "u" and array.size and array.max() > np.iinfo(np.int64).max:
+        raise ValueError("seq_lens: a value does not fit in int64")
+    return np.ascontiguousarray(array, dtype=np.int64)
+
+
+def _loss(loss, n, global_counts, world_size):
+    if loss["loss_tokens"] is None:
+        return None
+    tokens = _lengths(loss["loss_tokens"])
+    if len(tokens) != n:
+        raise ValueError(f"loss_tokens has {len(tokens)} entries for {n} sequences")
+    return dict(loss, loss_tokens=tokens.tolist(), global_counts=global_counts,
+                world_size=world_size)
+
+
+def plan_local(seq_lens, max_token_len, **options):
+    """Plans one rank's micro-batches on its own: the smallest micro-batch count that keeps every
+    micro-batch within ``max_token_len`` (kk/lpt), or dataset packing (ffd/bfd/sequential).
+    Loss weights (with ``loss_tokens``) use this rank's own counts, world size 1. -> Plan"""
+    lengths = _lengths(seq_lens)
+    plan_options, loss = split_options(max_token_len, options, where="plan_local")
+    raw = _planner.plan(lengths, plan_options, 0, _loss(loss, len(lengths), None, 1))
+    return Plan.from_raw(raw, cap=max_token_len)
+
+
+def local_bound(seq_lens, max_token_len, **options):
+    """This rank's bound k_r (and its loss counts, with ``loss_tokens``) before agreement. -> Bound"""
+    lengths = _lengths(seq_lens)
+    plan_options, loss = split_options(max_token_len, options, where="local_bound")
+    tokens = None if loss["loss_tokens"] is None else _lengths(loss["loss_tokens"]).tolist()
+    raw = _planner.local_bound(lengths, plan_options, tokens)
+    return Bound(**{**raw, "loss_counts": raw.get("loss_counts")})
+
+
+def partition(seq_lens, k, max_token_len=None, *, global_counts=None, world_size=1, **options):
+    """Splits into exactly ``k`` micro-batches (an agreed k >= every rank's bound: cannot fail for
+    valid input). ``global_counts``: the round's summed (loss tokens, sequences with loss) for the
+    loss weights (default: this rank's own); ``world_size``: for dp_reduction="mean". -> Plan"""
+    lengths = _lengths(seq_lens)
+    plan_options, loss = split_options(max_token_len, options, where="partition")
+    if k < 1:
+        raise ValueError(f"k = {k}: must be >= 1")
+    raw = _planner.plan(lengths, plan_options, int(k),
+                        _loss(loss, len(lengths), global_counts, world_size))
+    counts = tuple(global_counts) if global_counts is not None else None
+    return Plan.from_raw(raw, cap=max_token_len, global_counts=counts)
+
+
+def balance(seq_lens, world_size, max_token_len, *, group_ids=None, **options):
+    """Coordinator mode: balances the whole global batch over ``world_size`` DP ranks (equal counts
+    within one; members of a ``group_ids`` group stay on one rank), then plans each rank's
+    micro-batches with one common k. -> Balanced"""
+    lengths = _lengths(seq_lens)
+    plan_options, loss = split_options(max_token_len, options, where="balance")
+    if loss["loss_tokens"] is not None:
+        raise ValueError("balance: loss weights are computed per rank (plan each rank's share)")
+    groups = [] if group_ids is None else _lengths(group_ids).tolist()
+    raw = _planner.balance(lengths, int(world_size), plan_options, groups)
+    ranks = [
+        RankPlan(r["indices"], r["cost"], Plan.from_raw(r["plan"], cap=max_token_len))
+        for r in raw["ranks"]
+    ]
+    return Balanced(ranks, raw["num_micro_batches"], raw["dropped"])

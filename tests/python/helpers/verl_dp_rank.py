@@ -1,0 +1,32 @@
+"""One data-parallel rank calling packsched.compat.verl.rearrange_micro_batches over a gloo group.
+
+Usage: verl_dp_rank.py RANK WORLD_SIZE PORT MAX_TOKEN_LEN LEN,LEN,...
+Prints one JSON line: {"rank", "num_micro_batches", "tokens": [per micro-batch]}.
+"""
+
+import json
+import sys
+
+import torch
+import torch.distributed as dist
+
+from packsched.compat.verl import rearrange_micro_batches
+
+
+def main():
+    rank, world_size, port, cap = (int(x) for x in sys.argv[1:5])
+    lengths = [int(x) for x in sys.argv[5].split(",")]
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
+                            world_size=world_size)
+    mask = torch.zeros(len(lengths), max(lengths), dtype=torch.int64)
+    for i, length in enumerate(lengths):
+        mask[i, :length] = 1
+    batch = {"attention_mask": mask, "input_ids": torch.arange(mask.numel()).reshape(mask.shape)}
+    micro_batches, _ = rearrange_micro_batches(batch, max_token_len=cap)
+    tokens = [int(mb["attention_mask"].sum()) for mb in micro_batches]
+    print(json.dumps({"rank": rank, "num_micro_batches": len(micro_batches), "tokens": tokens}))
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
