@@ -220,6 +220,8 @@ absl::StatusOr<std::unique_ptr<SchedulerClient>> SchedulerClient::Create(ClientO
   args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 50);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 500);
   args.SetMaxReceiveMessageSize(-1);
+  // One connection per client, not shared with other clients of the same target in the process.
+  args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
   auto impl = std::make_unique<Impl>();
   impl->channel = grpc::CreateCustomChannel(options.target, credentials, args);
   impl->stub = v1::Scheduler::NewStub(impl->channel);
