@@ -47,6 +47,7 @@ int64_t ProcStatusKb(pid_t pid, const std::string& key) {
 
 struct ClientStats {
   std::vector<double> latencies_us;
+  std::vector<double> server_us;  // the sidecar's own compute per plan (local + partition)
   int64_t errors = 0;
   std::string first_error;
 };
@@ -101,6 +102,7 @@ int main(int argc, char** argv) {
         return;
       }
       stats[c].latencies_us.reserve(200000);
+      stats[c].server_us.reserve(200000);
       for (int64_t round = 0; !stop.load(std::memory_order_relaxed); ++round) {
         PlanRequest& request = requests[c][round % kBatches];
         request.round = round;
@@ -112,6 +114,8 @@ int main(int argc, char** argv) {
         if (!measuring.load(std::memory_order_relaxed)) continue;
         if (plan.ok()) {
           stats[c].latencies_us.push_back(us);
+          stats[c].server_us.push_back(
+              absl::ToDoubleMicroseconds(plan->local_time + plan->partition_time));
         } else {
           if (stats[c].errors++ == 0) stats[c].first_error = plan.status().ToString();
         }
@@ -132,14 +136,17 @@ int main(int argc, char** argv) {
   const int64_t hwm = server ? ProcStatusKb(server->pid(), "VmHWM") : -1;
 
   std::vector<double> all;
+  std::vector<double> compute;
   int64_t errors = 0;
   std::string first_error;
   for (const ClientStats& s : stats) {
     all.insert(all.end(), s.latencies_us.begin(), s.latencies_us.end());
+    compute.insert(compute.end(), s.server_us.begin(), s.server_us.end());
     errors += s.errors;
     if (first_error.empty()) first_error = s.first_error;
   }
   std::sort(all.begin(), all.end());
+  std::sort(compute.begin(), compute.end());
   auto percentile = [&](double p) {
     return all.empty() ? 0.0 : all[std::min(all.size() - 1, static_cast<size_t>(p * all.size()))];
   };
@@ -151,6 +158,8 @@ int main(int argc, char** argv) {
   std::printf("  latency p99       %.3f ms\n", percentile(0.99) / 1000);
   std::printf("  latency p99.9     %.3f ms\n", percentile(0.999) / 1000);
   std::printf("  latency max       %.3f ms\n", all.empty() ? 0.0 : all.back() / 1000);
+  std::printf("  planner p50       %.3f ms (sidecar compute: validation, bound, partition, weights)\n",
+              compute.empty() ? 0.0 : compute[compute.size() / 2] / 1000);
   std::printf("  errors            %lld%s%s\n", static_cast<long long>(errors),
               first_error.empty() ? "" : "  first: ", first_error.c_str());
   if (server) {
