@@ -399,7 +399,7 @@ absl::Status RunPartition(const v1::PartitionRequest& request, const ServiceLimi
   response->set_num_micro_batches(k);
   response->set_local_num_micro_batches(plan.stats.local_k);
   response->mutable_global()->set_num_sequences(request.has_global() ? g.num_sequences()
-                                                                     : plan.stats.num_sequences);
+                                                                     : plan.stats.num_kept);
   response->mutable_global()->set_world_size(world_size);
   PlanToProto(plan, weights ? &*weights : nullptr, input.options.max_token_len, response);
   return absl::OkStatus();
@@ -443,7 +443,7 @@ absl::Status RunBalanceBatch(const v1::BalanceBatchRequest& request, const Servi
   response->set_num_micro_batches(batch.num_micro_batches);
   response->mutable_dropped()->Assign(batch.dropped.begin(), batch.dropped.end());
   v1::GlobalCounts* global = response->mutable_global();
-  global->set_num_sequences(static_cast<int64_t>(input.lengths.size()));
+  global->set_num_sequences(static_cast<int64_t>(input.lengths.size() - batch.dropped.size()));
   global->set_world_size(world_size);
 
   // Global loss counts over every rank's kept sequences, then each rank's weights.

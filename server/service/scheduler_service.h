@@ -18,14 +18,12 @@
 #include "packsched/v1/scheduler.grpc.pb.h"
 #include "server/service/coordinator.h"
 #include "server/service/limits.h"
+#include "server/service/server.h"
 
 namespace packsched::service {
 
 // absl -> gRPC status, code for code (the two enums share values), message kept.
 grpc::Status ToGrpcStatus(const absl::Status& status);
-
-// True when `a` and `b` are equal; the time taken depends only on their lengths.
-bool ConstantTimeEquals(absl::string_view a, absl::string_view b);
 
 class SchedulerService final : public v1::Scheduler::CallbackService {
  public:

@@ -11,6 +11,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "server/service/coordinator.h"
 #include "server/service/limits.h"
@@ -58,6 +59,9 @@ class SchedulerServer {
   explicit SchedulerServer(std::unique_ptr<State> state);
   std::unique_ptr<State> state_;
 };
+
+// True when `a` and `b` are equal; the time taken depends only on their lengths (bearer tokens).
+bool ConstantTimeEquals(absl::string_view a, absl::string_view b);
 
 // True for a listen address whose host is a loopback name or address (127.0.0.0/8, ::1,
 // localhost).
