@@ -10,8 +10,10 @@
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <iterator>
 #include <memory>
 #include <string>
+#include <sstream>
 #include <thread>
 #include <vector>
 
@@ -43,6 +45,21 @@ int64_t ProcStatusKb(pid_t pid, const std::string& key) {
     if (line.rfind(key + ":", 0) == 0) return std::atoll(line.c_str() + key.size() + 1);
   }
   return -1;
+}
+
+// CPU seconds (user + system) a process has used so far, from /proc/<pid>/stat; -1 if unknown.
+double ProcCpuSeconds(pid_t pid) {
+  std::ifstream in(absl::StrCat("/proc/", pid, "/stat"));
+  std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const size_t paren = stat.rfind(')');
+  if (paren == std::string::npos) return -1;
+  std::istringstream fields(stat.substr(paren + 2));
+  std::string field;
+  double ticks = 0;
+  for (int i = 3; i <= 15 && fields >> field; ++i) {
+    if (i == 14 || i == 15) ticks += std::atof(field.c_str());  // utime, stime
+  }
+  return ticks / static_cast<double>(sysconf(_SC_CLK_TCK));
 }
 
 struct ClientStats {
@@ -125,10 +142,14 @@ int main(int argc, char** argv) {
 
   absl::SleepFor(absl::GetFlag(FLAGS_warmup));
   const int64_t rss_start = server ? ProcStatusKb(server->pid(), "VmRSS") : -1;
+  const double server_cpu_start = server ? ProcCpuSeconds(server->pid()) : -1;
+  const double self_cpu_start = ProcCpuSeconds(getpid());
   measuring = true;
   const absl::Time start = absl::Now();
   absl::SleepFor(absl::GetFlag(FLAGS_duration));
   measuring = false;
+  const double server_cpu = server ? ProcCpuSeconds(server->pid()) - server_cpu_start : -1;
+  const double self_cpu = ProcCpuSeconds(getpid()) - self_cpu_start;
   const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
   stop = true;
   for (std::thread& t : threads) t.join();
@@ -162,6 +183,10 @@ int main(int argc, char** argv) {
               compute.empty() ? 0.0 : compute[compute.size() / 2] / 1000);
   std::printf("  errors            %lld%s%s\n", static_cast<long long>(errors),
               first_error.empty() ? "" : "  first: ", first_error.c_str());
+  const double plans = std::max<double>(1, all.size());
+  std::printf("  CPU per plan      server %.3f ms, clients %.3f ms (user + system; %d cores here)\n",
+              server_cpu * 1000 / plans, self_cpu * 1000 / plans,
+              static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN)));
   if (server) {
     std::printf("  server VmRSS      %lld kB after warm-up, %lld kB at the end\n",
                 static_cast<long long>(rss_start), static_cast<long long>(rss_end));
