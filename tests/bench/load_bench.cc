@@ -12,8 +12,8 @@
 #include <fstream>
 #include <iterator>
 #include <memory>
-#include <string>
 #include <sstream>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -30,7 +30,8 @@ ABSL_FLAG(absl::Duration, duration, absl::Seconds(30), "measured time");
 ABSL_FLAG(absl::Duration, warmup, absl::Seconds(2), "unmeasured time before it");
 ABSL_FLAG(int64_t, n, 1024, "sequences per request");
 ABSL_FLAG(int64_t, max_token_len, 16384, "cap per micro-batch, tokens");
-ABSL_FLAG(std::string, target, "", "an existing server (default: start build/bin/packsched-server)");
+ABSL_FLAG(std::string, target, "",
+          "an existing server (default: start build/bin/packsched-server)");
 
 namespace {
 
@@ -125,9 +126,9 @@ int main(int argc, char** argv) {
         request.round = round;
         const auto start = std::chrono::steady_clock::now();
         const auto plan = (*client)->Plan(request);
-        const double us = std::chrono::duration<double, std::micro>(
-                              std::chrono::steady_clock::now() - start)
-                              .count();
+        const double us =
+            std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start)
+                .count();
         if (!measuring.load(std::memory_order_relaxed)) continue;
         if (plan.ok()) {
           stats[c].latencies_us.push_back(us);
@@ -179,14 +180,16 @@ int main(int argc, char** argv) {
   std::printf("  latency p99       %.3f ms\n", percentile(0.99) / 1000);
   std::printf("  latency p99.9     %.3f ms\n", percentile(0.999) / 1000);
   std::printf("  latency max       %.3f ms\n", all.empty() ? 0.0 : all.back() / 1000);
-  std::printf("  planner p50       %.3f ms (sidecar compute: validation, bound, partition, weights)\n",
-              compute.empty() ? 0.0 : compute[compute.size() / 2] / 1000);
+  std::printf(
+      "  planner p50       %.3f ms (sidecar compute: validation, bound, partition, weights)\n",
+      compute.empty() ? 0.0 : compute[compute.size() / 2] / 1000);
   std::printf("  errors            %lld%s%s\n", static_cast<long long>(errors),
               first_error.empty() ? "" : "  first: ", first_error.c_str());
   const double plans = std::max<double>(1, all.size());
-  std::printf("  CPU per plan      server %.3f ms, clients %.3f ms (user + system; %d cores here)\n",
-              server_cpu * 1000 / plans, self_cpu * 1000 / plans,
-              static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN)));
+  std::printf(
+      "  CPU per plan      server %.3f ms, clients %.3f ms (user + system; %d cores here)\n",
+      server_cpu * 1000 / plans, self_cpu * 1000 / plans,
+      static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN)));
   if (server) {
     std::printf("  server VmRSS      %lld kB after warm-up, %lld kB at the end\n",
                 static_cast<long long>(rss_start), static_cast<long long>(rss_end));

@@ -1,7 +1,11 @@
 // End to end: the real packsched-server binary on loopback (port 0 + --port_file) and the C++
 // client — plans, errors, limits, the bearer token, TLS, health, GetStatus and SIGTERM.
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <string>
@@ -300,6 +304,35 @@ TEST(ServerE2E, HealthAndStatus) {
   EXPECT_EQ(s->streams[1].name, "critic");
   EXPECT_EQ(s->streams[1].last_round, 5);
   EXPECT_EQ(s->rounds, 2);
+}
+
+// A free loopback port right now (bound, read, released).
+int FreePort() {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in address = {};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t length = sizeof(address);
+  int port = 0;
+  if (bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) == 0 &&
+      getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) == 0) {
+    port = ntohs(address.sin_port);
+  }
+  close(fd);
+  return port;
+}
+
+TEST(ServerE2E, ClientReachesASidecarThatStartsAfterIt) {
+  const int port = FreePort();
+  ASSERT_GT(port, 0);
+  auto client = Connect(absl::StrCat("127.0.0.1:", port));
+  absl::StatusOr<PlanResult> plan = absl::UnknownError("not run");
+  std::thread caller([&] { plan = client->Plan(Request("s", 1, 1)); });
+  absl::SleepFor(absl::Milliseconds(300));  // the call is waiting for the sidecar
+  ServerProcess server({absl::StrCat("--listen=127.0.0.1:", port), "--shutdown_grace=1s"});
+  caller.join();
+  ASSERT_TRUE(server.started()) << server.stderr_text();
+  EXPECT_TRUE(plan.ok()) << plan.status();
 }
 
 TEST(ServerE2E, SigtermShutsDownGracefully) {
