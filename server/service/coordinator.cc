@@ -65,26 +65,28 @@ RoundCoordinator::~RoundCoordinator() { Shutdown(); }
 
 void RoundCoordinator::Submit(RoundInput input, Done done) {
   Stream* stream = nullptr;
+  absl::Status refused;  // answered outside the lock: `done` may do anything
   {
     absl::MutexLock lock(&mu_);
-    if (shut_down_) {
-      std::move(done)(absl::UnavailableError("the scheduler is shutting down"));
-      return;
-    }
     auto it = streams_.find(input.stream);
-    if (it == streams_.end()) {
-      if (static_cast<int64_t>(streams_.size()) >= options_.limits.max_streams) {
-        std::move(done)(absl::ResourceExhaustedError(
-            absl::StrCat("stream '", input.stream, "' would be stream ", streams_.size() + 1,
-                         ": the server limit --max_streams is ", options_.limits.max_streams)));
-        return;
-      }
+    if (shut_down_) {
+      refused = absl::UnavailableError("the scheduler is shutting down");
+    } else if (it == streams_.end() &&
+               static_cast<int64_t>(streams_.size()) >= options_.limits.max_streams) {
+      refused = absl::ResourceExhaustedError(
+          absl::StrCat("stream '", input.stream, "' would be stream ", streams_.size() + 1,
+                       ": the server limit --max_streams is ", options_.limits.max_streams));
+    } else if (it == streams_.end()) {
       auto created = std::make_unique<Stream>(input.stream);
       Stream* raw = created.get();
       it = streams_.emplace(input.stream, std::move(created)).first;
       raw->worker = std::thread([this, raw] { WorkerLoop(raw); });
     }
-    stream = it->second.get();
+    if (refused.ok()) stream = it->second.get();
+  }
+  if (!refused.ok()) {
+    std::move(done)(refused);
+    return;
   }
 
   Result immediate;
