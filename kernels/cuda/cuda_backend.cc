@@ -40,5 +40,11 @@ absl::Status ShiftLabels(const ShiftLabelsArgs& a, void* stream) {
 absl::Status PackedCrossEntropy(const CrossEntropyArgs& a, void* stream) {
   return ToStatus("PackedCrossEntropy", LaunchPackedCrossEntropy(a, stream));
 }
+absl::Status AttentionForward(const AttentionArgs& a, void* stream) {
+  return ToStatus("VarlenAttentionForward", LaunchAttentionForward(a, stream));
+}
+absl::Status AttentionBackward(const AttentionArgs& a, void* stream) {
+  return ToStatus("VarlenAttentionBackward", LaunchAttentionBackward(a, stream));
+}
 
 }  // namespace packsched::kernels::internal::cuda

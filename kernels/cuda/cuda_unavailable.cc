@@ -27,5 +27,11 @@ absl::Status ShiftLabels(const ShiftLabelsArgs&, void*) { return NotBuilt("Shift
 absl::Status PackedCrossEntropy(const CrossEntropyArgs&, void*) {
   return NotBuilt("PackedCrossEntropy");
 }
+absl::Status AttentionForward(const AttentionArgs&, void*) {
+  return NotBuilt("VarlenAttentionForward");
+}
+absl::Status AttentionBackward(const AttentionArgs&, void*) {
+  return NotBuilt("VarlenAttentionBackward");
+}
 
 }  // namespace packsched::kernels::internal::cuda

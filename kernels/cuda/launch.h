@@ -5,6 +5,7 @@
 // unit includes no absl; cuda_backend.cc turns a LaunchResult into an absl::Status.
 
 #include "kernels/internal/args.h"
+#include "kernels/internal/attention_args.h"
 
 namespace packsched::kernels::internal::cuda {
 
@@ -22,6 +23,9 @@ LaunchResult LaunchUnpackAligned(const UnpackAlignedArgs& a, void* stream);
 LaunchResult LaunchPositionIds(const PositionIdsArgs& a, void* stream);
 LaunchResult LaunchShiftLabels(const ShiftLabelsArgs& a, void* stream);
 LaunchResult LaunchPackedCrossEntropy(const CrossEntropyArgs& a, void* stream);
+// attention_fwd.cu, attention_bwd.cu (the backward enqueues two kernels).
+LaunchResult LaunchAttentionForward(const AttentionArgs& a, void* stream);
+LaunchResult LaunchAttentionBackward(const AttentionArgs& a, void* stream);
 
 }  // namespace packsched::kernels::internal::cuda
 

@@ -10,6 +10,7 @@
 
 #include "absl/status/status.h"
 #include "kernels/internal/args.h"
+#include "kernels/internal/attention_args.h"
 
 namespace packsched::kernels::internal {
 
@@ -22,6 +23,9 @@ absl::Status UnpackAligned(const UnpackAlignedArgs& a);
 absl::Status PositionIds(const PositionIdsArgs& a);
 absl::Status ShiftLabels(const ShiftLabelsArgs& a);
 absl::Status PackedCrossEntropy(const CrossEntropyArgs& a);
+// Return InvalidArgument only for seqused values outside [0, segment length].
+absl::Status AttentionForward(const AttentionArgs& a);
+absl::Status AttentionBackward(const AttentionArgs& a);
 }  // namespace cpu
 
 namespace cuda {
@@ -34,6 +38,8 @@ absl::Status UnpackAligned(const UnpackAlignedArgs& a, void* stream);
 absl::Status PositionIds(const PositionIdsArgs& a, void* stream);
 absl::Status ShiftLabels(const ShiftLabelsArgs& a, void* stream);
 absl::Status PackedCrossEntropy(const CrossEntropyArgs& a, void* stream);
+absl::Status AttentionForward(const AttentionArgs& a, void* stream);
+absl::Status AttentionBackward(const AttentionArgs& a, void* stream);
 }  // namespace cuda
 
 }  // namespace packsched::kernels::internal

@@ -41,6 +41,8 @@ constexpr int kRecordWords = kMessageOffset + kMessageWords;
 
 void PackBytes(absl::string_view bytes, int64_t* words, int num_words) {
   std::memset(words, 0, sizeof(int64_t) * num_words);
+  // An OK status's message is an empty view with a null data(): memcpy from null is UB.
+  if (bytes.empty()) return;
   std::memcpy(words, bytes.data(), std::min<size_t>(bytes.size(), sizeof(int64_t) * num_words));
 }
 

@@ -18,6 +18,7 @@ LocalSearch::LocalSearch(absl::Span<const Item> items, const Capacity& capacity,
     : items_(items), capacity_(capacity), parts_(std::move(parts)) {
   loads_ = LoadsOf(parts_, items_);
   for (int32_t p = 0; p < static_cast<int32_t>(parts_.size()); ++p) {
+    std::sort(parts_[p].begin(), parts_[p].end(), ByCost());
     by_cost_.emplace(loads_[p].cost, p);
     by_aligned_.emplace(loads_[p].aligned, p);
   }
@@ -41,6 +42,11 @@ PartLoad LocalSearch::Replaced(int32_t p, size_t slot, const Item* added) const 
   return out;
 }
 
+void LocalSearch::Insert(int32_t q, int32_t position) {
+  std::vector<int32_t>& part = parts_[q];
+  part.insert(std::upper_bound(part.begin(), part.end(), position, ByCost()), position);
+}
+
 void LocalSearch::Reindex(int32_t p, const PartLoad& before) {
   by_cost_.erase({before.cost, p});
   by_aligned_.erase({before.aligned, p});
@@ -53,9 +59,8 @@ void LocalSearch::Move(int32_t p, size_t slot, int32_t q) {
   const PartLoad before_q = loads_[q];
   const int32_t position = parts_[p][slot];
   loads_[p] = Replaced(p, slot, nullptr);
-  parts_[p][slot] = parts_[p].back();
-  parts_[p].pop_back();
-  parts_[q].push_back(position);
+  parts_[p].erase(parts_[p].begin() + static_cast<ptrdiff_t>(slot));
+  Insert(q, position);
   loads_[q].Add(items_[position]);
   Reindex(p, before_p);
   Reindex(q, before_q);
@@ -66,7 +71,12 @@ void LocalSearch::Swap(int32_t p, size_t slot_p, int32_t q, size_t slot_q) {
   const PartLoad before_q = loads_[q];
   const PartLoad after_p = Replaced(p, slot_p, &items_[parts_[q][slot_q]]);
   const PartLoad after_q = Replaced(q, slot_q, &items_[parts_[p][slot_p]]);
-  std::swap(parts_[p][slot_p], parts_[q][slot_q]);
+  const int32_t from_p = parts_[p][slot_p];
+  const int32_t from_q = parts_[q][slot_q];
+  parts_[p].erase(parts_[p].begin() + static_cast<ptrdiff_t>(slot_p));
+  parts_[q].erase(parts_[q].begin() + static_cast<ptrdiff_t>(slot_q));
+  Insert(p, from_q);
+  Insert(q, from_p);
   loads_[p] = after_p;
   loads_[q] = after_q;
   Reindex(p, before_p);
@@ -75,23 +85,20 @@ void LocalSearch::Swap(int32_t p, size_t slot_p, int32_t q, size_t slot_q) {
 
 bool LocalSearch::TryMove(int32_t p, int32_t q, int64_t gap) {
   // Moving cost c from p to q lowers the pair's maximum iff 0 < c < gap; c = gap / 2 is best.
-  std::vector<size_t> slots(parts_[p].size());
-  for (size_t s = 0; s < slots.size(); ++s) slots[s] = s;
+  // Slots are in cost order, so the probes walk outwards from gap / 2.
   auto cost = [&](size_t s) { return items_[parts_[p][s]].cost; };
-  std::sort(slots.begin(), slots.end(), [&](size_t a, size_t b) {
-    return cost(a) != cost(b) ? cost(a) < cost(b) : parts_[p][a] < parts_[p][b];
-  });
   const int64_t target = gap / 2;
-  auto it = std::lower_bound(slots.begin(), slots.end(), target,
-                             [&](size_t s, int64_t t) { return cost(s) < t; });
-  ptrdiff_t right = it - slots.begin();
+  auto it =
+      std::lower_bound(parts_[p].begin(), parts_[p].end(), target,
+                       [&](int32_t position, int64_t t) { return items_[position].cost < t; });
+  ptrdiff_t right = it - parts_[p].begin();
   ptrdiff_t left = right - 1;
-  const ptrdiff_t end = static_cast<ptrdiff_t>(slots.size());
+  const ptrdiff_t end = static_cast<ptrdiff_t>(parts_[p].size());
   for (int probe = 0; probe < kProbes && (left >= 0 || right < end); ++probe) {
     --budget_;
-    const bool take_right = left < 0 || (right < end && std::llabs(cost(slots[right]) - target) <=
-                                                            std::llabs(cost(slots[left]) - target));
-    const size_t slot = take_right ? slots[right++] : slots[left--];
+    const bool take_right = left < 0 || (right < end && std::llabs(cost(right) - target) <=
+                                                            std::llabs(cost(left) - target));
+    const size_t slot = static_cast<size_t>(take_right ? right++ : left--);
     const Item& item = items_[parts_[p][slot]];
     if (item.cost < 1 || item.cost >= gap) continue;
     if (Fits(q, item)) {
@@ -104,25 +111,22 @@ bool LocalSearch::TryMove(int32_t p, int32_t q, int64_t gap) {
 
 bool LocalSearch::TrySwap(int32_t p, int32_t q, int64_t gap) {
   // Swapping i (in p) for j (in q) lowers the pair's maximum iff 0 < c_i - c_j < gap.
-  std::vector<size_t> in_q(parts_[q].size());
-  for (size_t s = 0; s < in_q.size(); ++s) in_q[s] = s;
-  auto cost_q = [&](size_t s) { return items_[parts_[q][s]].cost; };
-  std::sort(in_q.begin(), in_q.end(), [&](size_t a, size_t b) {
-    return cost_q(a) != cost_q(b) ? cost_q(a) < cost_q(b) : parts_[q][a] < parts_[q][b];
-  });
+  // q's slots are in cost order.
+  const std::vector<int32_t>& in_q = parts_[q];
   const int64_t target = gap / 2;
   int64_t best_distance = gap;
   size_t best_p = 0, best_q = 0;
   for (size_t sp = 0; sp < parts_[p].size() && budget_ > 0; ++sp) {
     const Item& give = items_[parts_[p][sp]];
     const int64_t want = give.cost - target;  // the c_j that makes the difference gap / 2
-    auto it = std::lower_bound(in_q.begin(), in_q.end(), want,
-                               [&](size_t s, int64_t w) { return cost_q(s) < w; });
+    auto it = std::lower_bound(in_q.begin(), in_q.end(), want, [&](int32_t position, int64_t w) {
+      return items_[position].cost < w;
+    });
     const ptrdiff_t at = it - in_q.begin();
     for (ptrdiff_t j = std::max<ptrdiff_t>(0, at - 1);
          j < std::min<ptrdiff_t>(static_cast<ptrdiff_t>(in_q.size()), at + 1); ++j) {
       --budget_;
-      const size_t sq = in_q[j];
+      const size_t sq = static_cast<size_t>(j);
       const Item& take = items_[parts_[q][sq]];
       const int64_t d = give.cost - take.cost;
       if (d < 1 || d >= gap || std::llabs(d - target) >= best_distance) continue;

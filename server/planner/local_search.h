@@ -33,7 +33,18 @@ class LocalSearch {
   Parts Take() { return std::move(parts_); }
 
  private:
-  // Removes item position `pos` (at slot `slot` of part p's list) from p and adds it to q.
+  // Orders item positions by (cost, position): every part's list is kept in this order, so
+  // the item of a cost nearest a target is a binary search away and no step sorts a part.
+  struct CostLess {
+    absl::Span<const Item> items;
+    bool operator()(int32_t a, int32_t b) const {
+      return items[a].cost != items[b].cost ? items[a].cost < items[b].cost : a < b;
+    }
+  };
+  CostLess ByCost() const { return {items_}; }
+  // Adds item `position` to part q at its place in the cost order.
+  void Insert(int32_t q, int32_t position);
+  // Removes the item at slot `slot` of part p's list from p and adds it to q.
   void Move(int32_t p, size_t slot, int32_t q);
   void Swap(int32_t p, size_t slot_p, int32_t q, size_t slot_q);
   bool Fits(int32_t q, const Item& item) const { return capacity_.Fits(loads_[q], item.aligned); }

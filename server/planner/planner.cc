@@ -102,20 +102,34 @@ std::pair<int64_t, Parts> FewestParts(const Prepared& p, int64_t lo) {
 // only), LPT and the seed, each brought within the capacity and rebalanced; the smallest
 // largest cost wins (ties: the earlier candidate). kk's candidates include lpt's, so kk is
 // never worse than lpt.
+//
+// The seed (padded with empty parts) guarantees a candidate within the capacity whose largest
+// cost is no higher than the seed's. When the seed is mostly empty parts (a fixed k far above
+// the bound, e.g. --num_parts without a cap) and LPT already meets both guarantees, it is
+// skipped: rebalancing it is one single-item move per sequence that rebuilds what LPT did.
+// The test reads LPT's candidate alone, so kk and lpt make the same choice and kk's
+// candidates still include all of lpt's.
 Parts BestPlan(const Prepared& p, int64_t k_items, const Parts& seed) {
   if (k_items == 0) return {};
+  // One part: every candidate is the same set of items, the seed (within the capacity).
+  if (k_items == 1) return WithEmptyParts(seed, 1);
   std::vector<Parts> candidates;
-  auto consider = [&](Parts parts) {
+  auto consider = [&](Parts parts) -> std::optional<int64_t> {
     LocalSearch search(p.v.items, p.v.capacity, std::move(parts));
-    if (!search.Repair()) return;
+    if (!search.Repair()) return std::nullopt;
     search.Rebalance(/*keep_counts=*/false);
+    const int64_t cost = search.max_cost();
     candidates.push_back(search.Take());
+    return cost;
   };
   if (p.v.options.algorithm == Algorithm::kKarmarkarKarp) {
     consider(KarmarkarKarp(p.costs, k_items));
   }
-  consider(Lpt(p.costs, p.cost_order, CountLimits(p, k_items)));
-  consider(WithEmptyParts(seed, k_items));
+  const std::optional<int64_t> lpt = consider(Lpt(p.costs, p.cost_order, CountLimits(p, k_items)));
+  const bool mostly_empty = 2 * static_cast<int64_t>(seed.size()) < k_items;
+  if (!mostly_empty || !lpt || *lpt > MaxCost(seed, p.v.items)) {
+    consider(WithEmptyParts(seed, k_items));
+  }
   size_t best = 0;
   int64_t best_cost = MaxCost(candidates[0], p.v.items);
   for (size_t c = 1; c < candidates.size(); ++c) {

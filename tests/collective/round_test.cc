@@ -172,6 +172,16 @@ TEST(AgreeRound, LongMessagesAreCutNotLost) {
   EXPECT_EQ(Message(results[0]), "rank 0: " + long_message.substr(0, kRecordMessageBytes));
 }
 
+// Regression: packing an OK status's message (an empty view with a null data()) into the
+// gathered record passed null to memcpy (UBSan).
+TEST(AgreeRound, ErrorsWithEmptyMessagesAreExplainedToo) {
+  std::vector<Result> results = Agree(3, [](int64_t rank, RoundRecord& record) {
+    if (rank == 1) record.error = absl::InternalError("");
+  });
+  ExpectSameFailure(results);
+  EXPECT_EQ(results[0].status(), absl::InternalError("rank 1: "));
+}
+
 TEST(AgreeRound, AMissingRankIsADeadlineNamingIt) {
   auto group = CreateInProcessGroup(3);
   std::vector<Result> results = RunRanks<Result>(group, [](Collective& rank) -> Result {

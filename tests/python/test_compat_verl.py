@@ -123,3 +123,22 @@ def test_ranks_of_a_dp_group_agree_on_the_count():
     assert [r["num_micro_batches"] for r in results] == [heavy_k, heavy_k]
     assert all(t <= 2000 for r in results for t in r["tokens"])
     assert sum(results[0]["tokens"]) == 400 and results[0]["tokens"].count(0) == heavy_k - 4
+
+
+def test_a_realistic_rl_batch_where_verls_partition_breaks_the_cap():
+    # Input: gen_lengths.py's realistic RL mix, n = 512, seed 3, cap 16,384 (verl's default
+    # ppo_max_token_len_per_gpu). verl's formulation — Karmarkar-Karp into k = ceil(total / cap)
+    # parts (the plain-Python baseline of tests/bench/compare_verl.py) — leaves micro-batches of
+    # several sequences over the cap; the drop-in leaves none.
+    bench = pathlib.Path(__file__).resolve().parents[1] / "bench"
+    sys.path.insert(0, str(bench))
+    from compare_verl import python_kk
+    from gen_lengths import realistic_rl_lengths
+
+    lengths = [min(x, 16384) for x in realistic_rl_lengths(512, 3)]
+    k = math.ceil(sum(lengths) / 16384)
+    verl_over = [p for p in python_kk(lengths, k) if sum(lengths[i] for i in p) > 16384]
+    assert len(verl_over) > 0
+    micro_batches, _ = rearrange_micro_batches(make_batch(lengths), max_token_len=16384)
+    assert all(int(mb["attention_mask"].sum()) <= 16384 for mb in micro_batches)
+    assert len(micro_batches) > k

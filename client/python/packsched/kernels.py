@@ -1,5 +1,5 @@
-"""Packing kernels for padding-free training: unpad/pad, aligned (THD) packing, position ids,
-label shifting and packed cross entropy.
+"""Kernels for padding-free training: unpad/pad, aligned (THD) packing, position ids, label
+shifting, packed cross entropy, and varlen attention (forward, backward, torch autograd).
 
 Inputs are any DLPack producer (torch tensors, numpy arrays, cupy arrays, ...). Outputs are
 allocated by the input's own library on the input's device (torch tensors for torch inputs,
@@ -28,6 +28,9 @@ __all__ = [
     "shift_labels",
     "packed_cross_entropy",
     "built_with_cuda",
+    "varlen_attention",
+    "varlen_attention_forward",
+    "varlen_attention_backward",
 ]
 
 _KDLCUDA = 2
@@ -40,7 +43,8 @@ class _Torch:
         self.torch = torch
 
     def dtype(self, name, like):
-        return {"int32": self.torch.int32, "int64": self.torch.int64}.get(name, like.dtype)
+        return {"int32": self.torch.int32, "int64": self.torch.int64,
+                "float32": self.torch.float32, "float64": self.torch.float64}.get(name, like.dtype)
 
     def empty(self, shape, dtype, like):
         return self.torch.empty(tuple(shape), dtype=self.dtype(dtype, like), device=like.device)
@@ -79,7 +83,8 @@ class _Numpy:
         self.np = numpy
 
     def dtype(self, name, like):
-        return {"int32": self.np.int32, "int64": self.np.int64}.get(name, like.dtype)
+        return {"int32": self.np.int32, "int64": self.np.int64,
+                "float32": self.np.float32, "float64": self.np.float64}.get(name, like.dtype)
 
     def empty(self, shape, dtype, like):
         return self.np.empty(tuple(shape), dtype=self.dtype(dtype, like))
@@ -308,3 +313,148 @@ def packed_cross_entropy(logits, labels, cu_seqlens, ignore_index=-100, cu_seqle
     _kernels.packed_cross_entropy(logits, labels, cu_seqlens, host, int(ignore_index), loss, sums,
                                   counts, lib.stream(logits))
     return loss, sums, counts
+
+
+def _is_float64(lib, x):
+    return x.dtype == (lib.torch.float64 if isinstance(lib, _Torch) else lib.np.float64)
+
+
+class _AttentionLayout:
+    """The layout arguments of one attention call, converted once for the forward and backward."""
+
+    def __init__(self, lib, like, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                 softmax_scale, causal, window_size, softcap, seqused_q, seqused_k,
+                 cu_seqlens_q_host, cu_seqlens_k_host):
+        self.cu_q = _same_lib(lib, cu_seqlens_q)
+        self.cu_k = _same_lib(lib, cu_seqlens_k)
+        self.host_q = _host(lib, self.cu_q, cu_seqlens_q_host)
+        self.host_k = _host(lib, self.cu_k, cu_seqlens_k_host)
+        self.seqused_q = None if seqused_q is None else _same_lib(lib, seqused_q)
+        self.seqused_k = None if seqused_k is None else _same_lib(lib, seqused_k)
+        left, right = window_size
+        self.kwargs = dict(max_seqlen_q=int(max_seqlen_q), max_seqlen_k=int(max_seqlen_k),
+                           softmax_scale=None if softmax_scale is None else float(softmax_scale),
+                           causal=bool(causal), window_left=int(left), window_right=int(right),
+                           softcap=float(softcap))
+
+    def args(self):
+        return dict(cu_seqlens_q=self.cu_q, cu_seqlens_q_host=self.host_q, cu_seqlens_k=self.cu_k,
+                    cu_seqlens_k_host=self.host_k, seqused_q=self.seqused_q,
+                    seqused_k=self.seqused_k, **self.kwargs)
+
+
+def _forward(lib, q, k, v, layout):
+    q = lib.contiguous(q)
+    k = _same_lib(lib, k)
+    v = _same_lib(lib, v)
+    out = lib.empty(tuple(q.shape), None, q)
+    lse = lib.empty((q.shape[1], q.shape[0]), "float64" if _is_float64(lib, q) else "float32", q)
+    _kernels.varlen_attention_forward(q, k, v, out=out, lse=lse, stream=lib.stream(q),
+                                      **layout.args())
+    return out, lse
+
+
+def _backward(lib, dout, q, k, v, out, lse, layout):
+    q = lib.contiguous(q)
+    dout, k, v, out, lse = (_same_lib(lib, x) for x in (dout, k, v, out, lse))
+    dq = lib.empty(tuple(q.shape), None, q)
+    dk = lib.empty(tuple(k.shape), None, k)
+    dv = lib.empty(tuple(v.shape), None, v)
+    _kernels.varlen_attention_backward(dout, q, k, v, out, lse, dq=dq, dk=dk, dv=dv,
+                                       stream=lib.stream(q), **layout.args())
+    return dq, dk, dv
+
+
+def varlen_attention_forward(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                             softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0,
+                             seqused_q=None, seqused_k=None, *, cu_seqlens_q_host=None,
+                             cu_seqlens_k_host=None):
+    """Varlen attention forward (FlashAttention's varlen semantics, no autograd).
+
+    q: [tq, H, D], k and v: [tk, Hk, D] (float16, bfloat16, float32; float64 on the CPU), H a
+    multiple of Hk (GQA: head h reads kv head h // (H // Hk)), D a multiple of 8 up to 256.
+    cu_seqlens_q/k: int32 [B+1] segment offsets (padded offsets for an aligned layout, with
+    seqused_q/k: int32 [B] the real lengths). max_seqlen_q/k: ints >= the longest segment.
+    softmax_scale: default D ** -0.5. causal: bottom-right aligned (query i sees key j iff
+    j <= i + sk - sq). window_size: (left, right), -1 = unbounded. softcap > 0: scores become
+    softcap * tanh(s / softcap). The keyword-only cu_seqlens_q_host / cu_seqlens_k_host (lists)
+    spare a GPU caller the device-to-host copy of the offsets.
+
+    Returns (out [tq, H, D] q's dtype, lse [H, tq] float32 (float64 for float64 q), natural log
+    of each row's softmax denominator, scale included). A row that sees no key (and every pad
+    slot) gets out = 0 and lse = +inf.
+    """
+    lib, q = _lib_of(q)
+    layout = _AttentionLayout(lib, q, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                              softmax_scale, causal, window_size, softcap, seqused_q, seqused_k,
+                              cu_seqlens_q_host, cu_seqlens_k_host)
+    return _forward(lib, q, k, v, layout)
+
+
+def varlen_attention_backward(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
+                              max_seqlen_k, softmax_scale=None, causal=False,
+                              window_size=(-1, -1), softcap=0.0, seqused_q=None, seqused_k=None,
+                              *, cu_seqlens_q_host=None, cu_seqlens_k_host=None):
+    """Gradients (dq, dk, dv) of sum(dout * out) for the (out, lse) that varlen_attention_forward
+    returned with the same arguments. dk and dv are summed over each GQA group; pad-slot rows are
+    0. Deterministic (bitwise reproducible)."""
+    lib, q = _lib_of(q)
+    layout = _AttentionLayout(lib, q, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                              softmax_scale, causal, window_size, softcap, seqused_q, seqused_k,
+                              cu_seqlens_q_host, cu_seqlens_k_host)
+    return _backward(lib, dout, q, k, v, out, lse, layout)
+
+
+_AUTOGRAD = None
+
+
+def _autograd_function():
+    global _AUTOGRAD
+    if _AUTOGRAD is None:
+        import torch
+
+        class VarlenAttention(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx, q, k, v, layout):
+                lib = _LIBS["torch"]
+                out, lse = _forward(lib, q, k, v, layout)
+                ctx.save_for_backward(q, k, v, out, lse)
+                ctx.layout = layout
+                ctx.mark_non_differentiable(lse)
+                return out, lse
+
+            @staticmethod
+            def backward(ctx, dout, _dlse):
+                q, k, v, out, lse = ctx.saved_tensors
+                dq, dk, dv = _backward(_LIBS["torch"], dout, q, k, v, out, lse, ctx.layout)
+                return dq, dk, dv, None
+
+        _AUTOGRAD = VarlenAttention
+    return _AUTOGRAD
+
+
+def varlen_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                     dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1), *,
+                     softcap=0.0, seqused_q=None, seqused_k=None, return_lse=False,
+                     cu_seqlens_q_host=None, cu_seqlens_k_host=None):
+    """Drop-in for flash_attn_varlen_func (same first eleven arguments; dropout_p must be 0).
+
+    For torch tensors this is a torch.autograd.Function: gradients flow to q, k and v through
+    varlen_attention_backward. Numpy (and other host DLPack) inputs run the forward only. See
+    varlen_attention_forward for shapes and semantics. Returns out, or (out, lse) when
+    return_lse is true (lse is not differentiable).
+    """
+    if dropout_p != 0.0:
+        raise ValueError(f"varlen_attention: dropout_p must be 0, got {dropout_p} "
+                         f"(attention dropout is not implemented)")
+    lib, q = _lib_of(q)
+    layout = _AttentionLayout(lib, q, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                              softmax_scale, causal, window_size, softcap, seqused_q, seqused_k,
+                              cu_seqlens_q_host, cu_seqlens_k_host)
+    if isinstance(lib, _Torch):
+        k = _same_lib(lib, k) if not isinstance(k, lib.torch.Tensor) else k
+        v = _same_lib(lib, v) if not isinstance(v, lib.torch.Tensor) else v
+        out, lse = _autograd_function().apply(q, k, v, layout)
+    else:
+        out, lse = _forward(lib, q, k, v, layout)
+    return (out, lse) if return_lse else out

@@ -13,6 +13,7 @@
 
 #include "absl/status/status.h"
 #include "dlpack/dlpack.h"
+#include "packsched/kernels/attention.h"
 #include "packsched/kernels/kernels.h"
 
 namespace py = pybind11;
@@ -57,6 +58,35 @@ Stream AsStream(uintptr_t s) { return reinterpret_cast<Stream>(s); }
 absl::Span<const int32_t> HostSpan(const std::optional<std::vector<int32_t>>& v) {
   return v ? absl::MakeConstSpan(*v) : absl::Span<const int32_t>();
 }
+
+// The layout and options of an attention call, with the borrowed views they point into.
+struct AttentionCall {
+  AttentionCall(const py::object& cu_q, const std::optional<std::vector<int32_t>>& cu_q_host,
+                const py::object& cu_k, const std::optional<std::vector<int32_t>>& cu_k_host,
+                int64_t max_q, int64_t max_k, const py::object& seqused_q,
+                const py::object& seqused_k, std::optional<double> scale, bool causal,
+                int64_t window_left, int64_t window_right, double softcap, uintptr_t stream)
+      : bq(cu_q, stream), bk(cu_k, stream), host_q(cu_q_host), host_k(cu_k_host) {
+    if (!seqused_q.is_none()) bsq.emplace(seqused_q, stream);
+    if (!seqused_k.is_none()) bsk.emplace(seqused_k, stream);
+    seqlens.q = {bq.get(), HostSpan(host_q)};
+    seqlens.k = {bk.get(), HostSpan(host_k)};
+    seqlens.max_seqlen_q = max_q;
+    seqlens.max_seqlen_k = max_k;
+    seqlens.seqused_q = bsq ? bsq->get() : nullptr;
+    seqlens.seqused_k = bsk ? bsk->get() : nullptr;
+    options.softmax_scale = scale;
+    options.causal = causal;
+    options.window_left = window_left;
+    options.window_right = window_right;
+    options.softcap = softcap;
+  }
+  Borrowed bq, bk;
+  std::optional<Borrowed> bsq, bsk;
+  std::optional<std::vector<int32_t>> host_q, host_k;
+  AttentionSeqlens seqlens;
+  AttentionOptions options;
+};
 
 PYBIND11_MODULE(_kernels, m) {
   m.doc() = "Low-level bindings of the packsched kernels; use packsched.kernels instead.";
@@ -160,6 +190,48 @@ PYBIND11_MODULE(_kernels, m) {
       py::arg("logits"), py::arg("labels"), py::arg("cu_seqlens"), py::arg("cu_seqlens_host"),
       py::arg("ignore_index"), py::arg("per_token_loss"), py::arg("per_sequence_sum"),
       py::arg("per_sequence_count"), py::arg("stream"));
+
+  m.def(
+      "varlen_attention_forward",
+      [](py::object q, py::object k, py::object v, py::object cu_q,
+         std::optional<std::vector<int32_t>> cu_q_host, py::object cu_k,
+         std::optional<std::vector<int32_t>> cu_k_host, int64_t max_q, int64_t max_k,
+         py::object seqused_q, py::object seqused_k, std::optional<double> scale, bool causal,
+         int64_t window_left, int64_t window_right, double softcap, py::object out, py::object lse,
+         uintptr_t stream) {
+        Borrowed bq(q, stream), bk(k, stream), bv(v, stream), bo(out, stream), bl(lse, stream);
+        AttentionCall c(cu_q, cu_q_host, cu_k, cu_k_host, max_q, max_k, seqused_q, seqused_k, scale,
+                        causal, window_left, window_right, softcap, stream);
+        Check(VarlenAttentionForward(*bq, *bk, *bv, c.seqlens, c.options, *bo, *bl,
+                                     AsStream(stream)));
+      },
+      py::arg("q"), py::arg("k"), py::arg("v"), py::arg("cu_seqlens_q"),
+      py::arg("cu_seqlens_q_host"), py::arg("cu_seqlens_k"), py::arg("cu_seqlens_k_host"),
+      py::arg("max_seqlen_q"), py::arg("max_seqlen_k"), py::arg("seqused_q"), py::arg("seqused_k"),
+      py::arg("softmax_scale"), py::arg("causal"), py::arg("window_left"), py::arg("window_right"),
+      py::arg("softcap"), py::arg("out"), py::arg("lse"), py::arg("stream"));
+
+  m.def(
+      "varlen_attention_backward",
+      [](py::object dout, py::object q, py::object k, py::object v, py::object out, py::object lse,
+         py::object cu_q, std::optional<std::vector<int32_t>> cu_q_host, py::object cu_k,
+         std::optional<std::vector<int32_t>> cu_k_host, int64_t max_q, int64_t max_k,
+         py::object seqused_q, py::object seqused_k, std::optional<double> scale, bool causal,
+         int64_t window_left, int64_t window_right, double softcap, py::object dq, py::object dk,
+         py::object dv, uintptr_t stream) {
+        Borrowed bdo(dout, stream), bq(q, stream), bk(k, stream), bv(v, stream), bo(out, stream),
+            bl(lse, stream), bdq(dq, stream), bdk(dk, stream), bdv(dv, stream);
+        AttentionCall c(cu_q, cu_q_host, cu_k, cu_k_host, max_q, max_k, seqused_q, seqused_k, scale,
+                        causal, window_left, window_right, softcap, stream);
+        Check(VarlenAttentionBackward(*bdo, *bq, *bk, *bv, *bo, *bl, c.seqlens, c.options, *bdq,
+                                      *bdk, *bdv, AsStream(stream)));
+      },
+      py::arg("dout"), py::arg("q"), py::arg("k"), py::arg("v"), py::arg("out"), py::arg("lse"),
+      py::arg("cu_seqlens_q"), py::arg("cu_seqlens_q_host"), py::arg("cu_seqlens_k"),
+      py::arg("cu_seqlens_k_host"), py::arg("max_seqlen_q"), py::arg("max_seqlen_k"),
+      py::arg("seqused_q"), py::arg("seqused_k"), py::arg("softmax_scale"), py::arg("causal"),
+      py::arg("window_left"), py::arg("window_right"), py::arg("softcap"), py::arg("dq"),
+      py::arg("dk"), py::arg("dv"), py::arg("stream"));
 }
 
 }  // namespace

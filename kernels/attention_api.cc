@@ -1,0 +1,211 @@
+// The front end of varlen attention: validates every argument on the host (attention.h lists
+// them), fills internal::AttentionArgs and dispatches on the device type.
+
+#include <cmath>
+#include <cstdint>
+#include <thread>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
+#include "kernels/internal/backend.h"
+#include "kernels/internal/validate.h"
+#include "packsched/kernels/attention.h"
+#include "server/base/status_macros.h"
+
+namespace packsched::kernels {
+namespace {
+
+using internal::AttentionArgs;
+using internal::Backend;
+using internal::CallDevice;
+using internal::CheckedSeqlens;
+using internal::CheckSameDType;
+using internal::CheckSeqlens;
+using internal::CheckShape;
+using internal::CheckTensor;
+using internal::Data;
+using internal::FloatType;
+using internal::Invalid;
+using internal::ShapeString;
+
+constexpr int64_t kMaxHeadDim = 256;
+
+struct Checked {
+  Backend backend;
+  CallDevice call;
+  AttentionArgs args;
+};
+
+absl::Status CheckMaxSeqlen(absl::string_view op, absl::string_view name, int64_t max_seqlen,
+                            const CheckedSeqlens& cu, absl::string_view cu_name) {
+  if (max_seqlen < cu.max_len) {
+    return Invalid(
+        op, absl::StrCat(name, " = ", max_seqlen, " is less than the longest segment of ", cu_name,
+                         " (", cu.max_len, ")"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<const int32_t*> CheckSeqused(absl::string_view op, absl::string_view name,
+                                            const DLTensor* t, int64_t batch,
+                                            const CallDevice& call) {
+  if (t == nullptr) return nullptr;
+  RETURN_IF_ERROR(CheckTensor(op, name, t, call));
+  RETURN_IF_ERROR(internal::CheckDType(op, name, *t, kDLInt, 32));
+  RETURN_IF_ERROR(CheckShape(op, name, *t, {batch}, "[B]"));
+  return static_cast<const int32_t*>(Data(*t));
+}
+
+// Checks q, k, v, the layout and the options: everything the forward and backward share.
+absl::StatusOr<Checked> CheckCommon(absl::string_view op, const DLTensor& q, const DLTensor& k,
+                                    const DLTensor& v, const AttentionSeqlens& seqlens,
+                                    const AttentionOptions& options) {
+  Checked c;
+  ASSIGN_OR_RETURN(c.backend, internal::BackendOf(op, "q", &q));
+  c.call = CallDevice{q.device, "q"};
+  AttentionArgs& a = c.args;
+  a = AttentionArgs{};
+  RETURN_IF_ERROR(CheckTensor(op, "q", &q, c.call));
+  RETURN_IF_ERROR(CheckTensor(op, "k", &k, c.call));
+  RETURN_IF_ERROR(CheckTensor(op, "v", &v, c.call));
+  ASSIGN_OR_RETURN(a.dtype, internal::FloatTypeOf(op, "q", q));
+  if (a.dtype == FloatType::kF64 && c.backend == Backend::kCuda) {
+    return Invalid(op, "float64 attention is supported on the CPU backend only");
+  }
+  RETURN_IF_ERROR(CheckSameDType(op, "k", k, "q", q));
+  RETURN_IF_ERROR(CheckSameDType(op, "v", v, "q", q));
+  if (q.ndim != 3) return Invalid(op, absl::StrCat("q must be [tq, H, D], got ", ShapeString(q)));
+  if (k.ndim != 3) return Invalid(op, absl::StrCat("k must be [tk, Hk, D], got ", ShapeString(k)));
+  a.total_q = q.shape[0];
+  a.heads = q.shape[1];
+  a.head_dim = q.shape[2];
+  a.total_k = k.shape[0];
+  a.kv_heads = k.shape[1];
+  if (a.head_dim % 8 != 0 || a.head_dim < 8 || a.head_dim > kMaxHeadDim) {
+    return Invalid(
+        op, absl::StrCat("head dim D = ", a.head_dim, " must be a multiple of 8 in [8, 256]"));
+  }
+  if (k.shape[2] != a.head_dim) {
+    return Invalid(op, absl::StrCat("k has head dim ", k.shape[2], " but q has ", a.head_dim));
+  }
+  RETURN_IF_ERROR(CheckShape(op, "v", v, {a.total_k, a.kv_heads, a.head_dim}, "k's shape"));
+  if (a.heads < 1 || a.kv_heads < 1 || a.heads % a.kv_heads != 0) {
+    return Invalid(op,
+                   absl::StrCat("the query heads H = ", a.heads,
+                                " must be a positive multiple of the kv heads Hk = ", a.kv_heads));
+  }
+  ASSIGN_OR_RETURN(const CheckedSeqlens cu_q,
+                   CheckSeqlens(op, "cu_seqlens_q", seqlens.q, c.call, c.backend));
+  ASSIGN_OR_RETURN(const CheckedSeqlens cu_k,
+                   CheckSeqlens(op, "cu_seqlens_k", seqlens.k, c.call, c.backend));
+  if (cu_q.batch != cu_k.batch) {
+    return Invalid(op, absl::StrCat("cu_seqlens_q has B = ", cu_q.batch,
+                                    " sequences but cu_seqlens_k has B = ", cu_k.batch));
+  }
+  RETURN_IF_ERROR(internal::CheckRows(op, "q", q, cu_q.total, "cu_seqlens_q"));
+  RETURN_IF_ERROR(internal::CheckRows(op, "k", k, cu_k.total, "cu_seqlens_k"));
+  RETURN_IF_ERROR(CheckMaxSeqlen(op, "max_seqlen_q", seqlens.max_seqlen_q, cu_q, "cu_seqlens_q"));
+  RETURN_IF_ERROR(CheckMaxSeqlen(op, "max_seqlen_k", seqlens.max_seqlen_k, cu_k, "cu_seqlens_k"));
+  ASSIGN_OR_RETURN(a.seqused_q,
+                   CheckSeqused(op, "seqused_q", seqlens.seqused_q, cu_q.batch, c.call));
+  ASSIGN_OR_RETURN(a.seqused_k,
+                   CheckSeqused(op, "seqused_k", seqlens.seqused_k, cu_k.batch, c.call));
+
+  a.scale = options.softmax_scale.value_or(1.0 / std::sqrt(static_cast<double>(a.head_dim)));
+  if (!std::isfinite(a.scale)) {
+    return Invalid(op, absl::StrCat("softmax_scale must be finite, got ", a.scale));
+  }
+  if (!std::isfinite(options.softcap) || options.softcap < 0) {
+    return Invalid(op, absl::StrCat("softcap must be finite and >= 0, got ", options.softcap));
+  }
+  if (options.window_left < -1 || options.window_right < -1) {
+    return Invalid(op, absl::StrCat("window (", options.window_left, ", ", options.window_right,
+                                    ") must have entries >= -1 (-1 = unbounded)"));
+  }
+  if (options.num_threads < 0) {
+    return Invalid(op, absl::StrCat("num_threads must be >= 0, got ", options.num_threads));
+  }
+  a.q = Data(q);
+  a.k = Data(k);
+  a.v = Data(v);
+  a.cu_q = cu_q.device;
+  a.cu_k = cu_k.device;
+  a.cu_q_host = cu_q.host;
+  a.cu_k_host = cu_k.host;
+  a.batch = cu_q.batch;
+  a.max_seqlen_q = seqlens.max_seqlen_q;
+  a.max_seqlen_k = seqlens.max_seqlen_k;
+  a.softcap = options.softcap;
+  a.causal = options.causal;
+  a.window_left = options.window_left;
+  a.window_right = options.window_right;
+  a.num_threads = options.num_threads > 0
+                      ? options.num_threads
+                      : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+  return c;
+}
+
+// out-like tensors: q's dtype and shape.
+absl::Status CheckLikeQ(absl::string_view op, absl::string_view name, const DLTensor& t,
+                        const DLTensor& q, const Checked& c) {
+  RETURN_IF_ERROR(CheckTensor(op, name, &t, c.call));
+  RETURN_IF_ERROR(CheckSameDType(op, name, t, "q", q));
+  return CheckShape(op, name, t, {c.args.total_q, c.args.heads, c.args.head_dim}, "[tq, H, D]");
+}
+
+absl::Status CheckLikeK(absl::string_view op, absl::string_view name, const DLTensor& t,
+                        const DLTensor& q, const Checked& c) {
+  RETURN_IF_ERROR(CheckTensor(op, name, &t, c.call));
+  RETURN_IF_ERROR(CheckSameDType(op, name, t, "q", q));
+  return CheckShape(op, name, t, {c.args.total_k, c.args.kv_heads, c.args.head_dim}, "[tk, Hk, D]");
+}
+
+absl::Status CheckLse(absl::string_view op, const DLTensor& lse, const Checked& c) {
+  RETURN_IF_ERROR(CheckTensor(op, "lse", &lse, c.call));
+  const uint8_t bits = c.args.dtype == FloatType::kF64 ? 64 : 32;
+  RETURN_IF_ERROR(internal::CheckDType(op, "lse", lse, kDLFloat, bits));
+  return CheckShape(op, "lse", lse, {c.args.heads, c.args.total_q}, "[H, tq]");
+}
+
+}  // namespace
+
+absl::Status VarlenAttentionForward(const DLTensor& q, const DLTensor& k, const DLTensor& v,
+                                    const AttentionSeqlens& seqlens,
+                                    const AttentionOptions& options, const DLTensor& out,
+                                    const DLTensor& lse, Stream stream) {
+  constexpr absl::string_view op = "VarlenAttentionForward";
+  ASSIGN_OR_RETURN(Checked c, CheckCommon(op, q, k, v, seqlens, options));
+  RETURN_IF_ERROR(CheckLikeQ(op, "out", out, q, c));
+  RETURN_IF_ERROR(CheckLse(op, lse, c));
+  c.args.out = Data(out);
+  c.args.lse = Data(lse);
+  return c.backend == Backend::kHost ? internal::cpu::AttentionForward(c.args)
+                                     : internal::cuda::AttentionForward(c.args, stream);
+}
+
+absl::Status VarlenAttentionBackward(const DLTensor& dout, const DLTensor& q, const DLTensor& k,
+                                     const DLTensor& v, const DLTensor& out, const DLTensor& lse,
+                                     const AttentionSeqlens& seqlens,
+                                     const AttentionOptions& options, const DLTensor& dq,
+                                     const DLTensor& dk, const DLTensor& dv, Stream stream) {
+  constexpr absl::string_view op = "VarlenAttentionBackward";
+  ASSIGN_OR_RETURN(Checked c, CheckCommon(op, q, k, v, seqlens, options));
+  RETURN_IF_ERROR(CheckLikeQ(op, "dout", dout, q, c));
+  RETURN_IF_ERROR(CheckLikeQ(op, "out", out, q, c));
+  RETURN_IF_ERROR(CheckLse(op, lse, c));
+  RETURN_IF_ERROR(CheckLikeQ(op, "dq", dq, q, c));
+  RETURN_IF_ERROR(CheckLikeK(op, "dk", dk, q, c));
+  RETURN_IF_ERROR(CheckLikeK(op, "dv", dv, q, c));
+  c.args.dout = Data(dout);
+  c.args.out = Data(out);
+  c.args.lse = Data(lse);
+  c.args.dq = Data(dq);
+  c.args.dk = Data(dk);
+  c.args.dv = Data(dv);
+  return c.backend == Backend::kHost ? internal::cpu::AttentionBackward(c.args)
+                                     : internal::cuda::AttentionBackward(c.args, stream);
+}
+
+}  // namespace packsched::kernels

@@ -1,0 +1,39 @@
+// The CUDA attention backward: pass 1 (dq per query tile) then pass 2 (dk, dv per key tile), both
+// deterministic; 18 instantiations (2 kernels x fp16, bf16, fp32 x head-dim buckets 64, 128,
+// 256). Device code in attention_device.cuh.
+
+#include <cuda_runtime.h>
+
+#include "kernels/cuda/attention_device.cuh"
+#include "kernels/cuda/attention_launch.cuh"
+#include "kernels/cuda/attention_traits.h"
+#include "kernels/cuda/launch.h"
+
+namespace packsched::kernels::internal::cuda {
+
+namespace {
+
+template <typename T, int kD>
+struct Backward {
+  static cudaError_t Run(const AttentionArgs& a, cudaStream_t stream) {
+    using Dq = AttnTraits<kD, AttnKernel::kBackwardDq>;
+    using DkDv = AttnTraits<kD, AttnKernel::kBackwardDkDv>;
+    if (a.total_q > 0) {
+      const cudaError_t e = LaunchAttnKernel<Dq>(AttentionBackwardDqKernel<T, Dq>, a,
+                                                 a.max_seqlen_q, Dq::kBr, a.heads, stream);
+      if (e != cudaSuccess) return e;
+    }
+    if (a.total_k == 0) return cudaSuccess;
+    return LaunchAttnKernel<DkDv>(AttentionBackwardDkDvKernel<T, DkDv>, a, a.max_seqlen_k,
+                                  DkDv::kBc, a.kv_heads, stream);
+  }
+};
+
+}  // namespace
+
+LaunchResult LaunchAttentionBackward(const AttentionArgs& a, void* stream) {
+  if (a.batch == 0 || (a.total_q == 0 && a.total_k == 0)) return AttnResult(cudaSuccess);
+  return AttnResult(DispatchAttention<Backward>(a, static_cast<cudaStream_t>(stream)));
+}
+
+}  // namespace packsched::kernels::internal::cuda

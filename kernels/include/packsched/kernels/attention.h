@@ -1,0 +1,110 @@
+#ifndef PACKSCHED_KERNELS_ATTENTION_H_
+#define PACKSCHED_KERNELS_ATTENTION_H_
+
+// Varlen (packed) attention, forward and backward, with FlashAttention's varlen semantics so a
+// trainer can swap it for flash_attn_varlen_func. Conventions of kernels.h apply: DLPack views,
+// compact row-major, caller-provided outputs, one stream per call, host metadata passed in.
+//
+// Per sequence b (B sequences):
+//   queries are rows [cu_seqlens_q[b], cu_seqlens_q[b] + sq) of q, keys and values rows
+//   [cu_seqlens_k[b], cu_seqlens_k[b] + sk) of k and v, where sq = seqused_q[b] (or the whole
+//   segment length cu_seqlens_q[b+1] - cu_seqlens_q[b] without seqused_q), likewise sk. Rows of a
+//   segment beyond its seqused length are pad slots (PackAligned's layout): they are never keys,
+//   and as queries they see no key.
+//
+//   Query i (0-based within its sequence) sees key j (0 <= j < sk) iff, with off = sk - sq
+//   (bottom-right alignment):
+//     causal:              j <= i + off
+//     window_left >= 0:    j >= i + off - window_left
+//     window_right >= 0:   j <= i + off + window_right
+//   (causal together with a window is the window with window_right = min(window_right, 0)).
+//
+//   s_ij  = softmax_scale * (q_i . k_j), capped to softcap * tanh(s_ij / softcap) when softcap > 0
+//   lse_i = log(sum over visible j of exp(s_ij))     (natural log; the scale and cap included)
+//   out_i = sum over visible j of exp(s_ij - lse_i) v_j
+//   A query that sees no key (including every pad slot) gets out_i = 0 and lse_i = +inf.
+//
+//   GQA/MQA: q has H heads, k and v Hk heads, H % Hk == 0; query head h reads kv head
+//   h / (H / Hk). The backward sums dk and dv over each group of H / Hk query heads.
+//
+// Dtypes: q, k, v, out (and dout, dq, dk, dv) share one dtype: float16, bfloat16 or float32; the
+// CPU backend also float64. Products accumulate in float32 (float64 for float64); lse is float32
+// (float64 for float64 inputs). Head dim D: a multiple of 8 in [8, 256] (the CUDA backend pads it
+// up to 64, 128 or 256 internally).
+//
+// The CPU backend runs the tiled FlashAttention-2 algorithm (query tiles x key tiles, running max
+// and sum; the backward recomputes the probabilities from lse) on a few threads. Both backends'
+// backward passes are deterministic: the same inputs give bitwise the same dq, dk, dv on every
+// call (no atomics; on the CPU independent of the thread count).
+
+#include <cstdint>
+#include <optional>
+
+#include "absl/status/status.h"
+#include "dlpack/dlpack.h"
+#include "packsched/kernels/kernels.h"
+
+namespace packsched::kernels {
+
+// The sequence layout of one attention call.
+struct AttentionSeqlens {
+  // int32 [B + 1] each (the same B): the segment offsets of the query rows and of the key/value
+  // rows. For PackAligned's layout these are the padded offsets.
+  Seqlens q;
+  Seqlens k;
+  // Host integers (from the plan): at least the longest segment of q resp. k (checked); they size
+  // the CUDA launch grid.
+  int64_t max_seqlen_q = 0;
+  int64_t max_seqlen_k = 0;
+  // Optional int32 [B] on the call's device: the real lengths, each in [0, segment length]
+  // (checked on the CPU backend; the CUDA backend clamps them into that range). nullptr: the whole
+  // segment is real.
+  const DLTensor* seqused_q = nullptr;
+  const DLTensor* seqused_k = nullptr;
+};
+
+struct AttentionOptions {
+  // Multiplies q . k; default D^-0.5. Must be finite.
+  std::optional<double> softmax_scale;
+  bool causal = false;
+  // Sliding window (left, right) in keys around the aligned diagonal; -1 = unbounded. Each >= -1.
+  int64_t window_left = -1;
+  int64_t window_right = -1;
+  // > 0 caps the scores to softcap * tanh(s / softcap); 0 = off. Must be finite and >= 0.
+  double softcap = 0.0;
+  // CPU backend: worker threads; 0 = std::thread::hardware_concurrency(). Results do not depend on
+  // it. Ignored by the CUDA backend.
+  int num_threads = 0;
+};
+
+// out = attention(q, k, v) and its log-sum-exp, as defined above.
+//
+//   q    [tq, H, D]    tq = cu_seqlens_q[B]
+//   k    [tk, Hk, D]   tk = cu_seqlens_k[B], q's dtype
+//   v    [tk, Hk, D]   q's dtype
+//   out  [tq, H, D]    output, q's dtype (pad-slot rows written as 0)
+//   lse  [H, tq]       output, float32 (float64 for float64 q), natural log
+//
+// Returns InvalidArgument naming the argument for a bad dtype, shape, device, head count,
+// head dim, cu_seqlens, max_seqlen, seqused (value checks on the CPU backend only), window,
+// softcap or softmax_scale, and for float64 CUDA tensors; Unimplemented / FailedPrecondition /
+// Internal as described in kernels.h. Nothing is written when validation fails.
+absl::Status VarlenAttentionForward(const DLTensor& q, const DLTensor& k, const DLTensor& v,
+                                    const AttentionSeqlens& seqlens,
+                                    const AttentionOptions& options, const DLTensor& out,
+                                    const DLTensor& lse, Stream stream);
+
+// Gradients of sum(dout * out) with respect to q, k and v, for the out and lse that
+// VarlenAttentionForward returned for the same q, k, v, seqlens and options (the probabilities
+// are recomputed from lse). Shapes and dtypes as in the forward; dout, dq: [tq, H, D];
+// dk, dv: [tk, Hk, D] (summed over each GQA group). Pad-slot rows of dq, dk, dv are written as 0.
+// Deterministic. Errors as in the forward.
+absl::Status VarlenAttentionBackward(const DLTensor& dout, const DLTensor& q, const DLTensor& k,
+                                     const DLTensor& v, const DLTensor& out, const DLTensor& lse,
+                                     const AttentionSeqlens& seqlens,
+                                     const AttentionOptions& options, const DLTensor& dq,
+                                     const DLTensor& dk, const DLTensor& dv, Stream stream);
+
+}  // namespace packsched::kernels
+
+#endif  // PACKSCHED_KERNELS_ATTENTION_H_

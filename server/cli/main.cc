@@ -1,0 +1,98 @@
+// packsched: the offline planning CLI over the planner library (no gRPC, no protobuf).
+//
+//   packsched plan --lengths=FILE --max_token_len=16384 [--format=json] ...
+//   packsched plan --help
+//
+// stdout carries only the table or the JSON; errors go to stderr. Exit status: 0 on success,
+// 1 for bad input or a plan that cannot be made, 2 for a usage error this file detects (absl
+// itself exits with 1 on an unknown flag).
+
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "absl/flags/parse.h"
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
+#include "server/cli/json_output.h"
+#include "server/cli/plan_command.h"
+#include "server/cli/plan_flags.h"
+#include "server/cli/read_lengths.h"
+#include "server/cli/table_output.h"
+
+namespace packsched::cli {
+namespace {
+
+constexpr int kError = 1;
+constexpr int kUsage = 2;
+
+int Fail(const absl::Status& status, int code) {
+  std::fprintf(stderr, "packsched: %s\n", std::string(status.message()).c_str());
+  if (code == kUsage) std::fprintf(stderr, "run 'packsched plan --help' for the flags\n");
+  return code;
+}
+
+// `packsched help`, or -h / --help anywhere before "--". Handled here rather than by absl,
+// whose --help exits with status 1 and lists flags by source file.
+bool WantsHelp(int argc, char** argv) {
+  if (argc > 1 && absl::string_view(argv[1]) == "help") return true;
+  for (int i = 1; i < argc; ++i) {
+    const absl::string_view arg = argv[i];
+    if (arg == "--") break;
+    if (arg == "-h" || arg == "--help" || arg == "-help") return true;
+  }
+  return false;
+}
+
+int Plan() {
+  absl::StatusOr<PlanRequest> request = RequestFromFlags();
+  if (!request.ok()) return Fail(request.status(), kUsage);
+  absl::StatusOr<OutputFormat> format = FormatFromFlags();
+  if (!format.ok()) return Fail(format.status(), kUsage);
+  if (absl::Status status = CheckRequest(*request); !status.ok()) return Fail(status, kUsage);
+
+  const std::string path = LengthsPathFromFlags();
+  absl::StatusOr<std::string> text = ReadInput(path);
+  if (!text.ok()) return Fail(text.status(), kError);
+  absl::StatusOr<std::vector<int64_t>> lengths =
+      ParseLengths(*text, path.empty() || path == "-" ? "stdin" : path);
+  if (!lengths.ok()) return Fail(lengths.status(), kError);
+
+  absl::StatusOr<PlanRun> run = RunPlan(*lengths, *request);
+  if (!run.ok()) return Fail(run.status(), kError);
+  const std::string out = *format == OutputFormat::kJson ? PlanJson(*run) : PlanTable(*run);
+  if (std::fwrite(out.data(), 1, out.size(), stdout) != out.size() || std::fflush(stdout) != 0) {
+    return Fail(absl::UnavailableError("cannot write the plan to stdout"), kError);
+  }
+  return 0;
+}
+
+int Main(int argc, char** argv) {
+  if (WantsHelp(argc, argv)) {
+    std::fputs(HelpText().c_str(), stdout);
+    return 0;
+  }
+  const std::vector<char*> args = absl::ParseCommandLine(argc, argv);
+  if (args.size() < 2) {
+    return Fail(absl::InvalidArgumentError("missing the command; usage: packsched plan [flags]"),
+                kUsage);
+  }
+  const absl::string_view command = args[1];
+  if (command != "plan") {
+    return Fail(absl::InvalidArgumentError(
+                    absl::StrCat("unknown command '", command, "'; the command is 'plan'")),
+                kUsage);
+  }
+  if (args.size() > 2) {
+    return Fail(absl::InvalidArgumentError(
+                    absl::StrCat("unexpected argument '", args[2], "' (flags are --name=value)")),
+                kUsage);
+  }
+  return Plan();
+}
+
+}  // namespace
+}  // namespace packsched::cli
+
+int main(int argc, char** argv) { return packsched::cli::Main(argc, argv); }

@@ -1,0 +1,32 @@
+#ifndef PACKSCHED_SERVER_CLI_PLAN_FLAGS_H_
+#define PACKSCHED_SERVER_CLI_PLAN_FLAGS_H_
+
+// The flags of `packsched plan` (absl flags) and their translation into a PlanRequest.
+
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "server/cli/plan_command.h"
+
+namespace packsched::cli {
+
+enum class OutputFormat { kTable, kJson };
+
+// The request the parsed flags describe. Returns InvalidArgument naming the flag and value for
+// an unknown name (--algorithm, --cap_mode, --cost, --overlong, --order), a malformed
+// --attention_cost, or --attention_cost without --cost=attention. Value ranges are the
+// planner's to check. REQUIRES: absl::ParseCommandLine has run.
+absl::StatusOr<PlanRequest> RequestFromFlags();
+
+// --format; InvalidArgument for anything but "table" or "json".
+absl::StatusOr<OutputFormat> FormatFromFlags();
+
+// --lengths: a file path, or empty for stdin.
+std::string LengthsPathFromFlags();
+
+// The usage text: synopsis, examples and every flag of `packsched plan` with its default.
+std::string HelpText();
+
+}  // namespace packsched::cli
+
+#endif  // PACKSCHED_SERVER_CLI_PLAN_FLAGS_H_

@@ -1,0 +1,103 @@
+#include "server/cli/table_output.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "server/planner/options.h"
+
+namespace packsched::cli {
+namespace {
+
+constexpr int kBarWidth = 30;
+
+// What the cap measures for one part (see planner::CapMode).
+int64_t CapMeasure(const planner::MicroBatch& part, planner::CapMode mode) {
+  return mode == planner::CapMode::kTokens ? part.total : part.padded_tokens;
+}
+
+std::string Percent(int64_t part, int64_t whole) {
+  return absl::StrFormat("%.1f%%", 100.0 * static_cast<double>(part) / static_cast<double>(whole));
+}
+
+}  // namespace
+
+std::string FillBar(double fraction, int width) {
+  if (!(fraction > 0.0)) fraction = 0.0;  // NaN included
+  fraction = std::min(fraction, 1.0);
+  const int filled = static_cast<int>(std::lround(fraction * width));
+  return std::string(filled, '#') + std::string(width - filled, ' ');
+}
+
+std::string PlanTable(const PlanRun& run) {
+  const planner::MicroBatchPlan& plan = run.plan;
+  const planner::PlanStats& s = plan.stats;
+  const planner::PlanOptions& o = run.request.options;
+  const int64_t cap = o.max_token_len;
+  const int64_t k = static_cast<int64_t>(plan.parts.size());
+  std::string out;
+
+  absl::StrAppend(&out, "packsched plan: ", s.num_sequences, " sequences, ", s.total_tokens,
+                  " tokens -> ", k, " micro-batches (", planner::Name(o.algorithm));
+  if (cap > 0) {
+    absl::StrAppend(&out, ", cap ", cap, " ",
+                    o.cap_mode == planner::CapMode::kTokens ? "tokens" : "padded tokens");
+  }
+  if (run.request.num_parts > 0) absl::StrAppend(&out, ", fixed k");
+  if (o.cost == planner::CostModel::kAttention) {
+    absl::StrAppend(&out, ", cost ", o.attention.linear, "*L + ", o.attention.quadratic, "*L^2");
+  }
+  absl::StrAppend(&out, ")\n\n");
+
+  const std::string against = cap > 0 ? absl::StrCat("fill of cap ", cap) : "fill of largest";
+  absl::StrAppend(
+      &out, absl::StrFormat("%6s %6s %10s %14s  %s\n", "#", "seqs", "tokens", "cost", against));
+  for (int64_t i = 0; i < k; ++i) {
+    const planner::MicroBatch& part = plan.parts[i];
+    const int64_t measure = cap > 0 ? CapMeasure(part, o.cap_mode) : part.cost;
+    const int64_t whole = cap > 0 ? cap : std::max<int64_t>(s.max_part_cost, 1);
+    const double fraction = static_cast<double>(measure) / static_cast<double>(whole);
+    std::string flags;
+    if (part.empty) flags = "  empty";
+    if (part.overlong) {
+      flags = "  overlong";
+    } else if (cap > 0 && measure > cap) {
+      flags = "  over cap";
+    }
+    absl::StrAppend(&out, absl::StrFormat("%6d %6d %10d %14d  |%s| %6.1f%%%s\n", i,
+                                          part.indices.size(), part.tokens, part.cost,
+                                          FillBar(fraction, kBarWidth), 100.0 * fraction, flags));
+  }
+
+  absl::StrAppend(&out, "\n");
+  auto line = [&](absl::string_view name, const std::string& value) {
+    absl::StrAppend(&out, absl::StrFormat("%-20s %s\n", name, value));
+  };
+  line("micro-batches",
+       absl::StrCat(k, " (lower bound ", s.lower_bound_k, ", fewest found ", s.local_k, ")"));
+  line("max / mean cost", absl::StrFormat("%.4f (largest %d, smallest %d)", s.imbalance,
+                                          s.max_part_cost, s.min_part_cost));
+  if (cap > 0) {
+    int64_t overlong = 0;
+    for (const planner::MicroBatch& part : plan.parts) overlong += part.overlong ? 1 : 0;
+    line("over the cap", absl::StrCat(s.over_cap_parts, " micro-batches (", overlong,
+                                      " holding one sequence longer than the cap)"));
+  }
+  line("dropped", absl::StrCat(plan.dropped.size(), " sequences"));
+  if (s.naive_padded_tokens > 0) {
+    const int64_t longest =
+        s.num_kept > 0 ? s.naive_padded_tokens / s.num_kept : 0;  // exact: n x longest
+    line("padding",
+         absl::StrCat("a naive [", s.num_kept, " x ", longest, "] batch holds ",
+                      s.naive_padded_tokens, " tokens, ",
+                      Percent(s.naive_padded_tokens - s.total_tokens, s.naive_padded_tokens),
+                      " of them padding; packed ", s.packed_tokens, " (",
+                      Percent(s.packed_tokens - s.total_tokens, s.packed_tokens), " padding)"));
+  }
+  line("planning time", absl::StrFormat("%.3f ms", run.plan_seconds * 1e3));
+  return out;
+}
+
+}  // namespace packsched::cli

@@ -1,0 +1,47 @@
+#ifndef PACKSCHED_SERVER_COLLECTIVE_BACKEND_H_
+#define PACKSCHED_SERVER_COLLECTIVE_BACKEND_H_
+
+// Choosing and forming a backend: `--backend=auto|gloo|nccl|local`, the auto agreement (NCCL
+// only if every rank can, else Gloo) and the one call that forms any backend under a prefix.
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+#include "server/collective/collective.h"
+#include "server/collective/gloo_collective.h"
+#include "server/collective/nccl_collective.h"
+#include "server/collective/store.h"
+
+namespace packsched::collective {
+
+enum class Backend { kAuto, kGloo, kNccl, kLocal };
+
+// "auto", "gloo", "nccl", "local"; anything else is InvalidArgument naming the choices.
+absl::StatusOr<Backend> ParseBackend(absl::string_view name);
+absl::string_view BackendName(Backend backend);
+
+// Whether this process can be an NCCL rank: built with NCCL and sees a GPU.
+bool CanUseNccl();
+
+// Agrees on kGloo or kNccl for --backend=auto among `world_size` ranks, through `epoch_root` in
+// `store`: every rank publishes whether it can use NCCL; rank 0 decides (NCCL only if every rank
+// can; it reads the W answers only when it can itself) and publishes the decision, which the
+// others read. O(W) store operations in all, once per run epoch. Returns DeadlineExceeded if
+// a rank has not answered (rank 0) or the decision is not published (others) by `deadline`.
+absl::StatusOr<Backend> AgreeOnBackend(KeyValueStore& store, absl::string_view epoch_root,
+                                       int64_t rank, int64_t world_size, bool can_use_nccl,
+                                       absl::Time deadline);
+
+// Forms `backend` (kGloo, kNccl or kLocal; not kAuto) for `rank` of `world_size` under the fresh
+// `prefix`. kLocal requires world_size == 1. Errors as the backend's Create.
+absl::StatusOr<std::unique_ptr<Collective>> FormCollective(
+    Backend backend, KeyValueStore& store, absl::string_view prefix, int64_t rank,
+    int64_t world_size, const GlooOptions& gloo, const NcclOptions& nccl, absl::Time deadline);
+
+}  // namespace packsched::collective
+
+#endif  // PACKSCHED_SERVER_COLLECTIVE_BACKEND_H_

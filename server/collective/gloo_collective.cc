@@ -1,0 +1,454 @@
+#include "server/collective/gloo_collective.h"
+
+#include <net/if.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <exception>
+#include <functional>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "gloo/allgather.h"
+#include "gloo/allreduce.h"
+#include "gloo/common/error.h"
+#include "gloo/rendezvous/context.h"
+#include "gloo/rendezvous/store.h"
+#include "gloo/transport/tcp/device.h"
+#include "gloo/types.h"
+
+namespace packsched::collective {
+namespace {
+
+std::chrono::milliseconds Remaining(absl::Time deadline) {
+  // Gloo treats 0 as "no timeout"; never hand it 0 or less.
+  return std::chrono::milliseconds(
+      std::max<int64_t>(1, absl::ToInt64Milliseconds(deadline - absl::Now())));
+}
+
+// Gloo's view of our store, under one formation's prefix. Gloo reports failure only by throwing,
+// so this adapter throws gloo::IoException, after keeping the Status for Create to return.
+class StoreAdapter final : public gloo::rendezvous::Store {
+ public:
+  StoreAdapter(KeyValueStore& store, absl::string_view prefix, absl::Time deadline)
+      : store_(store), prefix_(prefix), deadline_(deadline) {}
+
+  void set(const std::string& key, const std::vector<char>& data) override {
+    Check(store_.Set(Key(key), absl::string_view(data.data(), data.size()), deadline_));
+  }
+
+  // Gloo calls get before (or without) wait: it must block until the key exists.
+  std::vector<char> get(const std::string& key) override {
+    absl::StatusOr<std::string> value = store_.Get(Key(key), deadline_);
+    Check(value.status());
+    return std::vector<char>(value->begin(), value->end());
+  }
+
+  void wait(const std::vector<std::string>& keys) override { WaitUntil(keys, deadline_); }
+
+  void wait(const std::vector<std::string>& keys,
+            const std::chrono::milliseconds& timeout) override {
+    WaitUntil(keys, std::min(deadline_, absl::Now() + absl::FromChrono(timeout)));
+  }
+
+  const absl::Status& failure() const { return failure_; }
+
+ private:
+  std::string Key(absl::string_view key) const { return absl::StrCat(prefix_, key); }
+
+  void WaitUntil(const std::vector<std::string>& keys, absl::Time deadline) {
+    for (const std::string& key : keys) Check(store_.Get(Key(key), deadline).status());
+  }
+
+  void Check(const absl::Status& status) {
+    if (status.ok()) return;
+    if (failure_.ok()) failure_ = status;
+    throw gloo::IoException(std::string(status.message()));
+  }
+
+  KeyValueStore& store_;
+  const std::string prefix_;
+  const absl::Time deadline_;
+  absl::Status failure_;
+};
+
+// A TCP device (one epoll thread) of this formation's own, as each sidecar process has: ranks
+// formed as threads of one process (tests, benchmarks) then behave like separate processes
+// instead of funnelling every rank's traffic through one event thread.
+absl::StatusOr<std::shared_ptr<gloo::transport::Device>> CreateDevice(const GlooOptions& options) {
+  // Checked here: Gloo's own lookup of a missing interface throws and leaks its getifaddrs list.
+  if (options.hostname.empty() && !options.iface.empty() &&
+      if_nametoindex(options.iface.c_str()) == 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("gloo: no network interface named '", options.iface, "'"));
+  }
+  gloo::transport::tcp::attr attr;
+  if (!options.hostname.empty()) {
+    attr.hostname = options.hostname;
+  } else if (!options.iface.empty()) {
+    attr.iface = options.iface;
+  }
+  try {
+    return gloo::transport::tcp::CreateDevice(attr);
+  } catch (const std::exception& e) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("gloo: cannot create a TCP device for hostname '", options.hostname,
+                     "' / iface '", options.iface, "': ", e.what()));
+  }
+}
+
+// out[r][j] = ops[j](a[r][j], b[r][j]) for `n` records of ops.size() words (byte pointers:
+// Gloo hands its reduction callback untyped, possibly unaligned, memory).
+void ReduceRecords(void* out, const void* a, const void* b, size_t n,
+                   const std::vector<ReduceOp>& ops) {
+  for (size_t r = 0; r < n; ++r) {
+    for (size_t j = 0; j < ops.size(); ++j) {
+      const size_t at = (r * ops.size() + j) * sizeof(int64_t);
+      int64_t x, y, z = 0;
+      std::memcpy(&x, static_cast<const char*>(a) + at, sizeof(x));
+      std::memcpy(&y, static_cast<const char*>(b) + at, sizeof(y));
+      switch (ops[j]) {
+        case ReduceOp::kMax:
+          z = std::max(x, y);
+          break;
+        case ReduceOp::kMin:
+          z = std::min(x, y);
+          break;
+        case ReduceOp::kSum:  // callers bound their sums; wrap rather than invoke UB
+          z = static_cast<int64_t>(static_cast<uint64_t>(x) + static_cast<uint64_t>(y));
+          break;
+      }
+      std::memcpy(static_cast<char*>(out) + at, &z, sizeof(z));
+    }
+  }
+}
+
+// Gloo's own all-reduce (bcube or ring) over the whole vector as ONE element of
+// values.size() * 8 bytes, so that the reduction callback always sees whole records and can
+// apply each word's op. (Gloo has no per-element op; this keeps it at one all-reduce.)
+class RecordAllreduceOptions final : public gloo::AllreduceOptions {
+ public:
+  RecordAllreduceOptions(const std::shared_ptr<gloo::Context>& context, int64_t* data,
+                         std::vector<ReduceOp> ops)
+      : AllreduceOptions(context) {
+    const size_t words = ops.size();
+    impl_.out.push_back(context->createUnboundBuffer(data, words * sizeof(int64_t)));
+    impl_.elements = 1;
+    impl_.elementSize = words * sizeof(int64_t);
+    impl_.reduce = [ops = std::move(ops)](void* out, const void* a, const void* b, size_t n) {
+      ReduceRecords(out, a, b, n, ops);
+    };
+  }
+};
+
+// Our own slot range, apart from Gloo's collectives (types.h uses prefixes 0x01..0x08).
+constexpr uint8_t kRecursiveDoublingSlotPrefix = 0x50;
+
+// Recursive doubling over Gloo's point-to-point buffers: every rank holds the whole (small)
+// record and exchanges it with the rank whose index differs in one bit, log2(p) times (p the
+// largest power of two <= W). The W - p extra ranks first fold into a partner and get the
+// result back at the end: ceil(log2 W) + 2 hops at most, against bcube's 2·log2 W (and its
+// W/2^k-way exchange when W is not a power of two). The ops are commutative and associative on
+// int64 (sums wrap), so every rank computes the identical result.
+void RecursiveDoublingAllreduce(gloo::Context& context, int64_t* data,
+                                const std::vector<ReduceOp>& ops,
+                                std::chrono::milliseconds timeout) {
+  const int world = context.size;
+  const int rank = context.rank;
+  const size_t bytes = ops.size() * sizeof(int64_t);
+  std::vector<int64_t> incoming(ops.size());
+  auto mine = context.createUnboundBuffer(data, bytes);
+  auto theirs = context.createUnboundBuffer(incoming.data(), bytes);
+  const uint64_t slot = gloo::Slot::build(kRecursiveDoublingSlotPrefix, 0);
+  auto wait = [&](bool received) {
+    if (!(received ? theirs->waitRecv(timeout) : mine->waitSend(timeout))) {
+      throw gloo::IoException("recursive doubling: aborted");
+    }
+  };
+  int p = 1;
+  while (p * 2 <= world) p *= 2;
+  const int extra = world - p;
+  // Fold: among the first 2·extra ranks, each even rank hands its record to the next odd one.
+  int virtual_rank;
+  if (rank < 2 * extra) {
+    if (rank % 2 == 0) {
+      mine->send(rank + 1, slot);
+      wait(false);
+      virtual_rank = -1;
+    } else {
+      theirs->recv(rank - 1, slot);
+      wait(true);
+      ReduceRecords(data, data, incoming.data(), 1, ops);
+      virtual_rank = rank / 2;
+    }
+  } else {
+    virtual_rank = rank - extra;
+  }
+  if (virtual_rank >= 0) {
+    for (int mask = 1; mask < p; mask <<= 1) {
+      const int partner_virtual = virtual_rank ^ mask;
+      const int partner =
+          partner_virtual < extra ? partner_virtual * 2 + 1 : partner_virtual + extra;
+      theirs->recv(partner, slot);
+      mine->send(partner, slot);
+      wait(true);
+      wait(false);
+      ReduceRecords(data, data, incoming.data(), 1, ops);
+    }
+  }
+  // Unfold: the odd ranks give the result back to the even ranks that folded into them.
+  if (rank < 2 * extra) {
+    if (rank % 2 == 0) {
+      mine->recv(rank + 1, slot);
+      if (!mine->waitRecv(timeout)) throw gloo::IoException("recursive doubling: aborted");
+    } else {
+      mine->send(rank - 1, slot);
+      wait(false);
+    }
+  }
+}
+
+// Runs `body`, turning whatever Gloo throws into a Status.
+absl::Status RunGloo(absl::string_view what, int64_t rank, const std::function<void()>& body) {
+  try {
+    body();
+    return absl::OkStatus();
+  } catch (const gloo::IoException& e) {
+    const std::string message = absl::StrCat("gloo ", what, " on rank ", rank, ": ", e.what());
+    if (absl::StrContains(e.what(), "Timed out")) return absl::DeadlineExceededError(message);
+    return absl::AbortedError(message);
+  } catch (const std::exception& e) {
+    return absl::AbortedError(absl::StrCat("gloo ", what, " on rank ", rank, ": ", e.what()));
+  }
+}
+
+}  // namespace
+
+struct GlooCollective::State {
+  int64_t rank = 0;
+  int64_t world_size = 0;
+  GlooOptions::Algorithm algorithm = GlooOptions::Algorithm::kRecursiveDoubling;
+  std::shared_ptr<gloo::Context> context;  // set before the worker starts; then read-only
+
+  // One call handed to the worker at a time (the Collective contract: one caller at a time).
+  struct Job {
+    std::function<absl::Status()> run;
+    absl::Status status;
+    bool done = false;
+  };
+
+  absl::Mutex mu;
+  std::shared_ptr<Job> pending ABSL_GUARDED_BY(mu);
+  bool busy ABSL_GUARDED_BY(mu) = false;
+  bool stop ABSL_GUARDED_BY(mu) = false;
+  bool aborted ABSL_GUARDED_BY(mu) = false;
+  bool closed ABSL_GUARDED_BY(mu) = false;
+  absl::Status broken ABSL_GUARDED_BY(mu);  // the first failure; every later call returns it
+  std::thread worker;
+
+  static void WorkerLoop(std::shared_ptr<State> state) {
+    for (;;) {
+      std::shared_ptr<Job> job;
+      {
+        absl::MutexLock lock(&state->mu);
+        auto ready = [&]() ABSL_SHARED_LOCKS_REQUIRED(state->mu) {
+          return state->stop || state->pending != nullptr;
+        };
+        state->mu.Await(absl::Condition(&ready));
+        if (state->pending == nullptr) return;
+        job = std::move(state->pending);
+        state->busy = true;
+      }
+      absl::Status status = job->run();
+      absl::MutexLock lock(&state->mu);
+      job->status = std::move(status);
+      job->done = true;
+      state->busy = false;
+    }
+  }
+
+  // Hands `run` to the worker and waits for it, for an abort, or for `deadline`.
+  absl::Status Call(std::function<absl::Status()> run, absl::string_view what,
+                    absl::Time deadline) {
+    absl::Status status = WaitFor(std::move(run), what, deadline);
+    // A peer failed (or we were aborted): close our connections too, so the failure reaches every
+    // rank at once — with recursive doubling, a rank whose partner died may be the only link to
+    // others still waiting on it. A timeout does not cascade: every rank meets its own deadline
+    // and reports DeadlineExceeded.
+    if (absl::IsAborted(status)) CloseConnections();
+    return status;
+  }
+
+  absl::Status WaitFor(std::function<absl::Status()> run, absl::string_view what,
+                       absl::Time deadline) {
+    auto job = std::make_shared<Job>();
+    job->run = std::move(run);
+    absl::MutexLock lock(&mu);
+    if (!broken.ok()) return broken;
+    pending = job;
+    auto finished = [&]() ABSL_SHARED_LOCKS_REQUIRED(mu) { return job->done || aborted; };
+    mu.AwaitWithDeadline(absl::Condition(&finished), deadline);
+    if (job->done) {
+      if (!job->status.ok()) broken = job->status;
+      return job->status;
+    }
+    if (!aborted) {
+      broken = absl::DeadlineExceededError(absl::StrCat("gloo ", what, " on rank ", rank, " of ",
+                                                        world_size,
+                                                        " did not complete before the deadline"));
+    }
+    // The worker may still be inside Gloo with its own copy of the data; it ends with Gloo's
+    // timeout (or at once when connections close) and nobody reads its result.
+    return broken;
+  }
+
+  // Closes every pair once: peers blocked on us fail at once with "connection closed".
+  void CloseConnections() {
+    {
+      absl::MutexLock lock(&mu);
+      if (closed) return;
+      closed = true;
+    }
+    try {
+      context->closeConnections();
+    } catch (const std::exception&) {
+      // Closing a pair that already failed may throw; the pair is gone either way.
+    }
+  }
+};
+
+GlooCollective::GlooCollective(std::shared_ptr<State> state) : state_(std::move(state)) {}
+
+absl::StatusOr<std::unique_ptr<GlooCollective>> GlooCollective::Create(
+    KeyValueStore& store, absl::string_view prefix, int64_t rank, int64_t world_size,
+    const GlooOptions& options, absl::Time deadline) {
+  if (world_size < 1 || world_size > (int64_t{1} << 20) || rank < 0 || rank >= world_size) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("gloo: rank ", rank, " is not in a group of ", world_size));
+  }
+  absl::StatusOr<std::shared_ptr<gloo::transport::Device>> device = CreateDevice(options);
+  if (!device.ok()) return device.status();
+
+  auto state = std::make_shared<State>();
+  state->rank = rank;
+  state->world_size = world_size;
+  state->algorithm = options.algorithm;
+  auto context = std::make_shared<gloo::rendezvous::Context>(static_cast<int>(rank),
+                                                             static_cast<int>(world_size));
+  // The transport keeps this as the bound of every wait that has no explicit timeout (bcube's).
+  context->setTimeout(Remaining(deadline));
+  StoreAdapter adapter(store, prefix, deadline);
+  absl::Status connected =
+      RunGloo("rendezvous", rank, [&] { context->connectFullMesh(adapter, *device); });
+  if (!adapter.failure().ok()) {
+    return absl::Status(adapter.failure().code(),
+                        absl::StrCat("gloo rendezvous of rank ", rank, " of ", world_size,
+                                     " under '", prefix, "': ", adapter.failure().message()));
+  }
+  if (!connected.ok()) {
+    if (absl::Now() >= deadline) return absl::DeadlineExceededError(connected.message());
+    return absl::UnavailableError(connected.message());
+  }
+  state->context = std::move(context);
+  state->worker = std::thread(&State::WorkerLoop, state);
+  return std::unique_ptr<GlooCollective>(new GlooCollective(std::move(state)));
+}
+
+GlooCollective::~GlooCollective() {
+  state_->CloseConnections();
+  bool busy;
+  {
+    absl::MutexLock lock(&state_->mu);
+    state_->stop = true;
+    busy = state_->busy;
+  }
+  // An idle worker sees `stop` and returns; a busy one is inside Gloo until its timeout or the
+  // closed connections end the call, holding its own reference to the state.
+  if (busy) {
+    state_->worker.detach();
+  } else {
+    state_->worker.join();
+  }
+}
+
+int64_t GlooCollective::rank() const { return state_->rank; }
+int64_t GlooCollective::world_size() const { return state_->world_size; }
+
+absl::Status GlooCollective::AllReduce(absl::Span<int64_t> values, absl::Span<const ReduceOp> ops,
+                                       absl::Time deadline) {
+  if (ops.size() != values.size()) {
+    return absl::InvalidArgumentError("gloo: ops and values differ in size");
+  }
+  if (values.empty()) return absl::OkStatus();
+  // The worker works on its own copy, so a call abandoned at its deadline never writes `values`.
+  auto data = std::make_shared<std::vector<int64_t>>(values.begin(), values.end());
+  std::shared_ptr<gloo::Context> context = state_->context;
+  const GlooOptions::Algorithm algorithm = state_->algorithm;
+  const int64_t rank = state_->rank;
+  std::vector<ReduceOp> op_copy(ops.begin(), ops.end());
+  absl::Status status = state_->Call(
+      [=, ops = std::move(op_copy)]() mutable {
+        return RunGloo("all-reduce", rank, [&] {
+          if (algorithm == GlooOptions::Algorithm::kRecursiveDoubling) {
+            RecursiveDoublingAllreduce(*context, data->data(), ops, Remaining(deadline));
+            return;
+          }
+          RecordAllreduceOptions options(context, data->data(), std::move(ops));
+          options.setAlgorithm(algorithm == GlooOptions::Algorithm::kBcube
+                                   ? gloo::AllreduceOptions::Algorithm::BCUBE
+                                   : gloo::AllreduceOptions::Algorithm::RING);
+          options.setTimeout(Remaining(deadline));
+          gloo::allreduce(options);
+        });
+      },
+      "all-reduce", deadline);
+  if (!status.ok()) return status;
+  std::copy(data->begin(), data->end(), values.begin());
+  return absl::OkStatus();
+}
+
+absl::Status GlooCollective::AllGather(absl::Span<const int64_t> record, absl::Span<int64_t> out,
+                                       absl::Time deadline) {
+  if (out.size() != record.size() * static_cast<size_t>(state_->world_size)) {
+    return absl::InvalidArgumentError("gloo: out must hold world_size records");
+  }
+  if (record.empty()) return absl::OkStatus();
+  auto in = std::make_shared<std::vector<int64_t>>(record.begin(), record.end());
+  auto gathered = std::make_shared<std::vector<int64_t>>(out.size());
+  std::shared_ptr<gloo::Context> context = state_->context;
+  const int64_t rank = state_->rank;
+  absl::Status status = state_->Call(
+      [=] {
+        return RunGloo("all-gather", rank, [&] {
+          gloo::AllgatherOptions options(context);
+          options.setInput(in->data(), in->size());
+          options.setOutput(gathered->data(), gathered->size());
+          options.setTimeout(Remaining(deadline));
+          gloo::allgather(options);
+        });
+      },
+      "all-gather", deadline);
+  if (!status.ok()) return status;
+  std::copy(gathered->begin(), gathered->end(), out.begin());
+  return absl::OkStatus();
+}
+
+void GlooCollective::Abort() {
+  {
+    absl::MutexLock lock(&state_->mu);
+    state_->aborted = true;
+    if (state_->broken.ok()) {
+      state_->broken = absl::AbortedError(absl::StrCat("gloo: rank ", state_->rank, " aborted"));
+    }
+  }
+  state_->CloseConnections();
+}
+
+}  // namespace packsched::collective

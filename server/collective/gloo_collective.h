@@ -1,0 +1,84 @@
+#ifndef PACKSCHED_SERVER_COLLECTIVE_GLOO_COLLECTIVE_H_
+#define PACKSCHED_SERVER_COLLECTIVE_GLOO_COLLECTIVE_H_
+
+// The Gloo backend: TCP between CPU processes (DESIGN.md §3). One GlooCollective is one rank's
+// member of one generation of a group; a failed call ends it and the group is formed again under
+// a fresh prefix.
+//
+// Gloo's calls block and report failures by throwing; here they run on a worker thread owned by
+// the instance, every gloo::Exception is turned into a Status, and the caller waits on its own
+// deadline, so a call returns by its deadline (plus scheduling noise) even when Gloo does not.
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+#include "server/collective/collective.h"
+#include "server/collective/store.h"
+
+namespace packsched::collective {
+
+struct GlooOptions {
+  // The address this rank listens on and advertises to its peers (a name or an IP). Tests use
+  // "127.0.0.1". Empty: the address of `iface` when that is set, else the address the machine's
+  // hostname resolves to (Gloo's default).
+  std::string hostname;
+  // A network interface whose address is used ("eth0"), when `hostname` is empty.
+  std::string iface;
+  // The all-reduce algorithm. kRecursiveDoubling (ours, over Gloo's point-to-point buffers):
+  // ceil(log2 W) message steps, + 2 when W is not a power of two — the latency-optimal choice
+  // for a record of a few words. kBcube and kRing are Gloo's own (2·log2 W steps when W is a
+  // power of two, else a final W/2^k-way exchange; 2·(W - 1) steps), kept for comparison.
+  enum class Algorithm { kRecursiveDoubling, kBcube, kRing };
+  Algorithm algorithm = Algorithm::kRecursiveDoubling;
+};
+
+class GlooCollective final : public Collective {
+ public:
+  // Forms rank `rank` of a group of `world_size` through `store`: every rank publishes its
+  // address under `prefix` and connects to every other rank. `prefix` must be fresh for every
+  // formation (Gloo's keys are fixed names): the group layer uses run epoch + generation.
+  // `store` is used only during this call.
+  // Returns InvalidArgument for a bad rank, size or device option, DeadlineExceeded if some
+  // rank did not publish its address (or could not be connected) by `deadline`, Unavailable for
+  // other transport failures.
+  static absl::StatusOr<std::unique_ptr<GlooCollective>> Create(KeyValueStore& store,
+                                                                absl::string_view prefix,
+                                                                int64_t rank, int64_t world_size,
+                                                                const GlooOptions& options,
+                                                                absl::Time deadline);
+
+  // Closes the connections (peers in a call fail with Aborted) and stops the worker. Does not
+  // wait for a Gloo call that is still blocked: that call ends with Gloo's own timeout and
+  // touches only state it shares with nothing else.
+  ~GlooCollective() override;
+
+  int64_t rank() const override;
+  int64_t world_size() const override;
+  absl::string_view backend() const override { return "gloo"; }
+
+  // One all-reduce whatever the mix of ops: the whole vector is reduced as one record, each
+  // word with its own op. Errors as Collective::AllReduce; after any error the instance
+  // returns that error from every later call.
+  absl::Status AllReduce(absl::Span<int64_t> values, absl::Span<const ReduceOp> ops,
+                         absl::Time deadline) override;
+  absl::Status AllGather(absl::Span<const int64_t> record, absl::Span<int64_t> out,
+                         absl::Time deadline) override;
+  // Fails the call in flight (if any) at once with Aborted and closes the connections, so that
+  // peers fail theirs with Aborted instead of waiting for their deadline.
+  void Abort() override;
+
+  struct State;  // shared with the worker thread (gloo_collective.cc)
+
+ private:
+  explicit GlooCollective(std::shared_ptr<State> state);
+
+  std::shared_ptr<State> state_;
+};
+
+}  // namespace packsched::collective
+
+#endif  // PACKSCHED_SERVER_COLLECTIVE_GLOO_COLLECTIVE_H_

@@ -1,0 +1,367 @@
+#include "server/collective/group.h"
+
+#include <algorithm>
+#include <random>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
+#include "server/base/status_macros.h"
+#include "server/collective/group_keys.h"
+#include "server/collective/local_collective.h"
+
+namespace packsched::collective {
+namespace {
+
+// Ranks named in one message at most; the rest are counted.
+constexpr size_t kNamedRanks = 16;
+// Bound of the store calls made while explaining or ending a failed generation.
+constexpr absl::Duration kCleanupTimeout = absl::Seconds(5);
+// On forming generation g, rank 0 deletes the keys of generations [g - this, g).
+constexpr int64_t kGenerationsCleaned = 8;
+
+// Forwards to a collective and remembers whether any call failed, so a round that fails on its
+// records (the generation is fine) is told apart from one whose collective failed.
+class FailureTracking final : public Collective {
+ public:
+  explicit FailureTracking(Collective& inner) : inner_(inner) {}
+  bool failed() const { return failed_; }
+
+  int64_t rank() const override { return inner_.rank(); }
+  int64_t world_size() const override { return inner_.world_size(); }
+  absl::string_view backend() const override { return inner_.backend(); }
+  absl::Status AllReduce(absl::Span<int64_t> values, absl::Span<const ReduceOp> ops,
+                         absl::Time deadline) override {
+    return Track(inner_.AllReduce(values, ops, deadline));
+  }
+  absl::Status AllGather(absl::Span<const int64_t> record, absl::Span<int64_t> out,
+                         absl::Time deadline) override {
+    return Track(inner_.AllGather(record, out, deadline));
+  }
+  void Abort() override { inner_.Abort(); }
+
+ private:
+  absl::Status Track(absl::Status status) {
+    failed_ |= !status.ok();
+    return status;
+  }
+
+  Collective& inner_;
+  bool failed_ = false;
+};
+
+std::string RandomEpoch() {
+  std::random_device device;
+  const uint64_t high = (uint64_t{device()} << 32) | device();
+  const uint64_t low = static_cast<uint64_t>(absl::ToUnixNanos(absl::Now()));
+  return absl::StrFormat("%016x", high ^ low);
+}
+
+}  // namespace
+
+// ---- Group ------------------------------------------------------------------------------------
+
+absl::StatusOr<std::unique_ptr<Group>> Group::Create(KeyValueStore* store, GroupOptions options) {
+  if (options.world_size < 1 || options.world_size > (int64_t{1} << 20)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("world_size must be in [1, 2^20], got ", options.world_size));
+  }
+  if (options.rank < 0 || options.rank >= options.world_size) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("rank must be in [0, ", options.world_size, "), got ", options.rank));
+  }
+  if (options.collective_timeout <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("collective_timeout must be positive");
+  }
+  if (options.backend == Backend::kLocal && options.world_size != 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the local backend is a group of one, not ", options.world_size));
+  }
+  if (store == nullptr && (options.world_size != 1 || (options.backend != Backend::kLocal &&
+                                                       options.backend != Backend::kAuto))) {
+    return absl::InvalidArgumentError(absl::StrCat("a group of ", options.world_size,
+                                                   " with backend ", BackendName(options.backend),
+                                                   " needs a rendezvous store"));
+  }
+  if (options.kept_results < 1) {
+    return absl::InvalidArgumentError("kept_results must be at least 1");
+  }
+  std::string epoch = options.rank == 0 ? RandomEpoch() : std::string();
+  return std::unique_ptr<Group>(new Group(store, std::move(options), std::move(epoch)));
+}
+
+Group::Group(KeyValueStore* store, GroupOptions options, std::string epoch)
+    : store_(store), options_(std::move(options)), epoch_(std::move(epoch)) {}
+
+std::unique_ptr<StreamGroup> Group::ForStream(std::string stream) {
+  return std::unique_ptr<StreamGroup>(new StreamGroup(*this, std::move(stream)));
+}
+
+absl::StatusOr<std::string> Group::Epoch(absl::Time deadline) {
+  const std::string key = keys::Epoch(options_.key_root);
+  if (options_.rank == 0) {
+    RETURN_IF_ERROR(store_->Set(key, epoch_, deadline));
+    return epoch_;
+  }
+  absl::StatusOr<std::string> epoch = store_->Get(key, deadline);
+  if (absl::IsDeadlineExceeded(epoch.status())) {
+    return absl::DeadlineExceededError(
+        "rank 0 has not published the run epoch in time: ranks [0] did not join");
+  }
+  return epoch;
+}
+
+absl::StatusOr<Backend> Group::ResolveBackend(absl::string_view epoch_root, absl::Time deadline) {
+  if (options_.backend != Backend::kAuto) return options_.backend;
+  if (options_.world_size == 1) return Backend::kLocal;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = decided_.find(epoch_root);
+    if (it != decided_.end()) return it->second;
+  }
+  const bool can = options_.can_use_nccl.value_or(CanUseNccl());
+  ASSIGN_OR_RETURN(Backend decided, AgreeOnBackend(*store_, epoch_root, options_.rank,
+                                                   options_.world_size, can, deadline));
+  absl::MutexLock lock(&mu_);
+  decided_.emplace(std::string(epoch_root), decided);
+  return decided;
+}
+
+// ---- StreamGroup ------------------------------------------------------------------------------
+
+StreamGroup::StreamGroup(Group& group, std::string stream)
+    : group_(group), stream_(std::move(stream)) {}
+
+StreamGroup::~StreamGroup() {
+  std::shared_ptr<Collective> last;
+  absl::MutexLock lock(&mu_);
+  last = std::move(collective_);
+}
+
+absl::Time StreamGroup::Deadline() const {
+  return absl::Now() + group_.options_.collective_timeout;
+}
+
+GroupInfo StreamGroup::info() const {
+  absl::MutexLock lock(&mu_);
+  return info_;
+}
+
+void StreamGroup::Abort() {
+  absl::MutexLock lock(&mu_);
+  if (collective_ != nullptr) collective_->Abort();
+}
+
+void StreamGroup::SetFailure(absl::Status status) {
+  absl::MutexLock lock(&mu_);
+  info_.last_error = std::move(status);
+}
+
+absl::Status StreamGroup::Form() {
+  absl::Status status = FormIfNeeded(Deadline());
+  if (!status.ok()) SetFailure(status);
+  return status;
+}
+
+absl::Status StreamGroup::FormIfNeeded(absl::Time deadline) {
+  const GroupOptions& options = group_.options_;
+  if (group_.local()) {
+    absl::MutexLock lock(&mu_);
+    if (collective_ == nullptr) {
+      collective_ = std::make_shared<LocalCollective>();
+      info_.formed = true;
+      info_.backend = "local";
+      info_.generation = 0;
+    }
+    return absl::OkStatus();
+  }
+  KeyValueStore& store = *group_.store_;
+
+  // Still formed for the store's current generation? (One store read per call.)
+  std::shared_ptr<Collective> current;
+  int64_t current_generation;
+  {
+    absl::MutexLock lock(&mu_);
+    current = collective_;
+    current_generation = info_.generation;
+  }
+  if (current != nullptr) {
+    ASSIGN_OR_RETURN(std::optional<std::string> generation,
+                     store.TryGet(keys::Generation(stream_root_), deadline));
+    if (generation.has_value() && *generation == absl::StrCat(current_generation)) {
+      return absl::OkStatus();
+    }
+    // The generation moved on (a peer failed), or the store was restarted with rank 0.
+    absl::MutexLock lock(&mu_);
+    collective_.reset();
+    info_.formed = false;
+  }
+  current.reset();
+
+  ASSIGN_OR_RETURN(const std::string epoch, group_.Epoch(deadline));
+  const std::string epoch_root = keys::EpochRoot(options.key_root, epoch);
+  stream_root_ = keys::StreamRoot(epoch_root, stream_);
+  ASSIGN_OR_RETURN(
+      const std::string generation_text,
+      store.CompareAndSet(keys::Generation(stream_root_), std::nullopt, "0", deadline));
+  int64_t generation;
+  if (!absl::SimpleAtoi(generation_text, &generation)) {
+    return absl::InternalError(
+        absl::StrCat("store: generation of stream '", stream_, "' is '", generation_text, "'"));
+  }
+  const std::string formation = keys::Formation(stream_root_, generation);
+  RETURN_IF_ERROR(store.Set(keys::Joined(formation, options.rank), "1", deadline));
+
+  absl::StatusOr<std::unique_ptr<Collective>> formed = [&]() {
+    absl::StatusOr<Backend> backend = group_.ResolveBackend(epoch_root, deadline);
+    if (!backend.ok()) return absl::StatusOr<std::unique_ptr<Collective>>(backend.status());
+    return FormCollective(*backend, store, formation, options.rank, options.world_size,
+                          options.gloo, options.nccl, deadline);
+  }();
+  if (!formed.ok()) {
+    absl::Status status = formed.status();
+    if (absl::IsDeadlineExceeded(status)) {
+      const std::string missing =
+          MissingRanks([&](int64_t rank) { return keys::Joined(formation, rank); });
+      status = absl::DeadlineExceededError(
+          absl::StrCat("stream '", stream_, "': generation ", generation, " did not form within ",
+                       absl::FormatDuration(options.collective_timeout), ": ranks ", missing,
+                       " did not join (", status.message(), ")"));
+    }
+    EndGeneration(generation, status);
+    return status;
+  }
+  if (options.rank == 0) {
+    // Earlier generations' keys are no longer read by anyone who is in this one. (Kept until
+    // now so that every rank of a failed formation could name the ranks that did not join.)
+    for (int64_t old = std::max<int64_t>(0, generation - kGenerationsCleaned); old < generation;
+         ++old) {
+      store.DeletePrefix(keys::Formation(stream_root_, old), deadline).IgnoreError();
+    }
+  }
+  absl::MutexLock lock(&mu_);
+  collective_ = std::shared_ptr<Collective>(std::move(formed).value());
+  info_.formed = true;
+  info_.backend = std::string(collective_->backend());
+  info_.generation = generation;
+  info_.epoch = epoch;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<AgreedRound> StreamGroup::Agree(const RoundRecord& record) {
+  const GroupOptions& options = group_.options_;
+  absl::Status formed = FormIfNeeded(Deadline());
+  if (!formed.ok()) {
+    SetFailure(formed);
+    return formed;
+  }
+  std::shared_ptr<Collective> collective;
+  int64_t generation;
+  {
+    absl::MutexLock lock(&mu_);
+    collective = collective_;
+    generation = info_.generation;
+  }
+  if (group_.local()) return AgreeRound(*collective, record, Deadline());
+
+  KeyValueStore& store = *group_.store_;
+  RETURN_IF_ERROR(
+      store.Set(keys::Arrival(stream_root_, record.round, options.rank), "1", Deadline()));
+  FailureTracking tracked(*collective);
+  absl::StatusOr<AgreedRound> agreed = AgreeRound(tracked, record, Deadline());
+  if (agreed.ok()) {
+    if (options.rank == 0) {
+      // Every rank has arrived; the keys have served their purpose.
+      store.DeletePrefix(keys::ArrivalPrefix(stream_root_, record.round), Deadline()).IgnoreError();
+    }
+    return agreed;
+  }
+  if (!tracked.failed()) return agreed.status();  // failed on its records; the group is fine
+
+  absl::Status status = agreed.status();
+  if (absl::IsDeadlineExceeded(status)) {
+    const std::string missing =
+        MissingRanks([&](int64_t rank) { return keys::Arrival(stream_root_, record.round, rank); });
+    status = absl::DeadlineExceededError(
+        missing == "[]"
+            ? absl::StrCat("stream '", stream_, "' round ", record.round,
+                           ": every rank arrived but the collective did not complete within ",
+                           absl::FormatDuration(options.collective_timeout), " (", status.message(),
+                           ")")
+            : absl::StrCat("stream '", stream_, "' round ", record.round, ": ranks ", missing,
+                           " did not arrive within ",
+                           absl::FormatDuration(options.collective_timeout)));
+  }
+  EndGeneration(generation, status);
+  SetFailure(status);
+  return status;
+}
+
+void StreamGroup::EndGeneration(int64_t generation, absl::Status why) {
+  KeyValueStore& store = *group_.store_;
+  const absl::Time deadline = absl::Now() + kCleanupTimeout;
+  // Several ranks end the same generation; compare-and-set makes it one bump.
+  store
+      .CompareAndSet(keys::Generation(stream_root_), absl::StrCat(generation),
+                     absl::StrCat(generation + 1), deadline)
+      .IgnoreError();
+  std::shared_ptr<Collective> spent;
+  {
+    absl::MutexLock lock(&mu_);
+    spent = std::move(collective_);
+    info_.formed = false;
+    info_.last_error = std::move(why);
+  }
+  // Destroyed outside the lock: a Gloo member closes its connections, so peers still waiting
+  // fail at once.
+}
+
+std::string StreamGroup::MissingRanks(const std::function<std::string(int64_t)>& key) {
+  const absl::Time deadline = absl::Now() + kCleanupTimeout;
+  std::vector<int64_t> missing;
+  int64_t unnamed = 0;
+  for (int64_t rank = 0; rank < group_.options_.world_size; ++rank) {
+    absl::StatusOr<std::optional<std::string>> value = group_.store_->TryGet(key(rank), deadline);
+    if (value.ok() && value->has_value()) continue;
+    if (missing.size() < kNamedRanks) {
+      missing.push_back(rank);
+    } else {
+      ++unnamed;
+    }
+  }
+  std::string text = absl::StrCat("[", absl::StrJoin(missing, ", "));
+  if (unnamed > 0) absl::StrAppend(&text, ", and ", unnamed, " more");
+  return absl::StrCat(text, "]");
+}
+
+absl::Status StreamGroup::PutResult(int64_t round, absl::string_view result) {
+  if (group_.local()) return absl::OkStatus();
+  KeyValueStore& store = *group_.store_;
+  const absl::Time deadline = Deadline();
+  ASSIGN_OR_RETURN(const std::string epoch, group_.Epoch(deadline));
+  const std::string root =
+      keys::StreamRoot(keys::EpochRoot(group_.options_.key_root, epoch), stream_);
+  RETURN_IF_ERROR(store.Set(keys::Result(root, round), result, deadline));
+  written_results_.push_back(round);
+  while (static_cast<int64_t>(written_results_.size()) > group_.options_.kept_results) {
+    RETURN_IF_ERROR(
+        store.DeletePrefix(keys::Result(root, written_results_.front()), deadline).status());
+    written_results_.pop_front();
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::optional<std::string>> StreamGroup::GetResult(int64_t round) {
+  if (group_.local()) return std::nullopt;
+  const absl::Time deadline = Deadline();
+  ASSIGN_OR_RETURN(const std::string epoch, group_.Epoch(deadline));
+  const std::string root =
+      keys::StreamRoot(keys::EpochRoot(group_.options_.key_root, epoch), stream_);
+  return group_.store_->TryGet(keys::Result(root, round), deadline);
+}
+
+}  // namespace packsched::collective

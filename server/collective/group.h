@@ -1,0 +1,165 @@
+#ifndef PACKSCHED_SERVER_COLLECTIVE_GROUP_H_
+#define PACKSCHED_SERVER_COLLECTIVE_GROUP_H_
+
+// The rank group's lifecycle (DESIGN.md §3), as the service uses it: one Group per sidecar
+// process, one StreamGroup per stream (each with its own collective and called from that
+// stream's worker thread).
+//
+// A StreamGroup forms its collective lazily, under the prefix (run epoch, generation) read from
+// the rendezvous store. Any collective failure or timeout ends the generation (the generation
+// counter in the store is bumped, once, by compare-and-set); every call first checks the
+// store's generation and re-forms when it has moved, so survivors heal on their next call
+// without a restart. Every wait is bounded by GroupOptions::collective_timeout (formation and
+// round each), never by a caller's deadline.
+//
+// How the service uses it (one worker thread per stream):
+//
+//   ASSIGN_OR_RETURN(auto group, Group::Create(&store, options));   // at start-up
+//   auto actor = group->ForStream("actor_update");                  // first Plan of a stream
+//   ... on the stream's worker thread, per round:
+//   if (auto done = actor->GetResult(round); done.ok() && done->has_value()) { recover; }
+//   absl::StatusOr<AgreedRound> agreed = actor->Agree(record);    // identical on every rank
+//   if (agreed.ok() && rank == 0) actor->PutResult(round, Serialize(*agreed));
+//   ... GetStatus / readiness: actor->info(); shutdown: actor->Abort().
+
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "server/collective/backend.h"
+#include "server/collective/collective.h"
+#include "server/collective/gloo_collective.h"
+#include "server/collective/nccl_collective.h"
+#include "server/collective/round.h"
+#include "server/collective/store.h"
+
+namespace packsched::collective {
+
+struct GroupOptions {
+  int64_t rank = 0;
+  int64_t world_size = 1;
+  Backend backend = Backend::kAuto;
+  // Bound of every wait: forming a generation, and the collective of one round.
+  absl::Duration collective_timeout = absl::Seconds(30);
+  GlooOptions gloo;
+  NcclOptions nccl;
+  // Every key this group uses starts with this (several groups may share one store).
+  std::string key_root = "packsched/";
+  // Agreed round results kept in the store per stream (older ones are deleted by the writer).
+  int64_t kept_results = 64;
+  // Whether this rank can use NCCL for --backend=auto; unset: CanUseNccl(). (Tests set it.)
+  std::optional<bool> can_use_nccl;
+};
+
+// What GetStatus and the readiness signal report for one stream.
+struct GroupInfo {
+  bool formed = false;
+  std::string backend;      // "gloo", "nccl", "local"; empty before the first formation
+  int64_t generation = -1;  // -1 before the first formation
+  std::string epoch;
+  absl::Status last_error;  // the last formation or collective failure (OK if none)
+};
+
+class StreamGroup;
+
+class Group {
+ public:
+  // `store` is not owned and must outlive the group and its streams; it may be null only for a
+  // group of one (then the local backend is used and nothing is stored). Rank 0 draws a random
+  // run epoch here. Returns InvalidArgument for a bad rank, world size, timeout, or backend
+  // (local with world_size > 1).
+  static absl::StatusOr<std::unique_ptr<Group>> Create(KeyValueStore* store, GroupOptions options);
+
+  // The context of one stream. REQUIRES: the Group outlives it.
+  std::unique_ptr<StreamGroup> ForStream(std::string stream);
+
+  const GroupOptions& options() const { return options_; }
+
+ private:
+  friend class StreamGroup;
+  Group(KeyValueStore* store, GroupOptions options, std::string epoch);
+
+  // The run epoch: rank 0 publishes its own; other ranks wait for it in the store.
+  absl::StatusOr<std::string> Epoch(absl::Time deadline);
+  // The backend to form under `epoch_root` (auto is agreed once per epoch and cached).
+  absl::StatusOr<Backend> ResolveBackend(absl::string_view epoch_root, absl::Time deadline);
+  bool local() const { return store_ == nullptr; }
+
+  KeyValueStore* const store_;
+  const GroupOptions options_;
+  const std::string epoch_;  // rank 0's; empty on other ranks
+  absl::Mutex mu_;
+  std::map<std::string, Backend, std::less<>> decided_
+      ABSL_GUARDED_BY(mu_);  // epoch root -> backend
+};
+
+class StreamGroup {
+ public:
+  ~StreamGroup();
+
+  const std::string& stream() const { return stream_; }
+
+  // Forms the stream's collective if it is not formed for the store's current generation.
+  // Returns DeadlineExceeded naming the ranks that did not come to form it within the timeout
+  // (the generation is then ended), or the store's or backend's error.
+  absl::Status Form();
+
+  // Runs one round's agreement (round.h) on the formed collective, forming it first if needed,
+  // and publishes this rank's arrival for (stream, record.round). Same outcome on every rank as
+  // AgreeRound; additionally a round whose collective times out fails with DeadlineExceeded
+  // naming the ranks that never arrived, and a collective failure of any kind ends the
+  // generation (the next call re-forms).
+  absl::StatusOr<AgreedRound> Agree(const RoundRecord& record);
+
+  // Stores the agreed result of `round` (opaque bytes chosen by the service) so that a restarted
+  // sidecar recovers it; keeps the last GroupOptions::kept_results rounds written by this
+  // instance. A group of one stores nothing.
+  absl::Status PutResult(int64_t round, absl::string_view result);
+
+  // The stored result of `round`, or std::nullopt. Does not wait for it.
+  absl::StatusOr<std::optional<std::string>> GetResult(int64_t round);
+
+  // Thread-safe snapshot for status reporting.
+  GroupInfo info() const;
+
+  // Aborts the formed collective: a round in flight fails at once with Aborted (a formation in
+  // progress still runs to its timeout); the next call forms a new generation. Thread-safe.
+  void Abort();
+
+ private:
+  friend class Group;
+  StreamGroup(Group& group, std::string stream);
+
+  absl::Time Deadline() const;
+  absl::Status FormIfNeeded(absl::Time deadline);
+  // Bumps the generation from `generation` (no-op if someone already did) and drops the
+  // collective.
+  void EndGeneration(int64_t generation, absl::Status why);
+  // "[1, 3]" for the ranks whose `key(rank)` is absent from the store.
+  std::string MissingRanks(const std::function<std::string(int64_t)>& key);
+  void SetFailure(absl::Status status);
+
+  Group& group_;
+  const std::string stream_;
+
+  // Touched only by the calling thread (one at a time).
+  std::string stream_root_;  // under the epoch the collective was formed in
+  std::deque<int64_t> written_results_;
+
+  mutable absl::Mutex mu_;
+  std::shared_ptr<Collective> collective_ ABSL_GUARDED_BY(mu_);
+  GroupInfo info_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace packsched::collective
+
+#endif  // PACKSCHED_SERVER_COLLECTIVE_GROUP_H_

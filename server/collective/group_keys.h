@@ -1,0 +1,73 @@
+#ifndef PACKSCHED_SERVER_COLLECTIVE_GROUP_KEYS_H_
+#define PACKSCHED_SERVER_COLLECTIVE_GROUP_KEYS_H_
+
+// The layout of the rendezvous store, in one place (every rank must compute the same keys):
+//
+//   <root>epoch                                   run epoch, written by rank 0
+//   <root><epoch>/backend                         the agreed backend ("gloo" / "nccl")
+//   <root><epoch>/nccl_capable/<rank>             "1" / "0", for --backend=auto
+//   <root><epoch>/s/<stream>/generation           the stream's current generation (decimal)
+//   <root><epoch>/s/<stream>/g<gen>/joined/<rank> a rank came to form this generation
+//   <root><epoch>/s/<stream>/g<gen>/<backend>/... the backend's own rendezvous keys
+//   <root><epoch>/s/<stream>/arrive/<round>/<rank>  a rank entered this round
+//   <root><epoch>/s/<stream>/result/<round>/      the agreed result of a finished round
+//
+// Keys deleted by DeletePrefix end with '/' so that deleting round 5 never touches round 50.
+// <stream> is the stream name's fingerprint in hex, so any name (with '/' or not) is one path
+// segment.
+
+#include <cstdint>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/string_view.h"
+#include "server/base/fingerprint.h"
+
+namespace packsched::collective::keys {
+
+inline std::string Epoch(absl::string_view root) { return absl::StrCat(root, "epoch"); }
+
+inline std::string EpochRoot(absl::string_view root, absl::string_view epoch) {
+  return absl::StrCat(root, epoch, "/");
+}
+
+inline std::string Backend(absl::string_view epoch_root) {
+  return absl::StrCat(epoch_root, "backend");
+}
+
+inline std::string NcclCapable(absl::string_view epoch_root, int64_t rank) {
+  return absl::StrCat(epoch_root, "nccl_capable/", rank);
+}
+
+inline std::string StreamRoot(absl::string_view epoch_root, absl::string_view stream) {
+  return absl::StrFormat("%ss/%016x/", epoch_root, Fingerprint64(stream));
+}
+
+inline std::string Generation(absl::string_view stream_root) {
+  return absl::StrCat(stream_root, "generation");
+}
+
+inline std::string Formation(absl::string_view stream_root, int64_t generation) {
+  return absl::StrCat(stream_root, "g", generation, "/");
+}
+
+inline std::string Joined(absl::string_view formation, int64_t rank) {
+  return absl::StrCat(formation, "joined/", rank);
+}
+
+inline std::string ArrivalPrefix(absl::string_view stream_root, int64_t round) {
+  return absl::StrCat(stream_root, "arrive/", round, "/");
+}
+
+inline std::string Arrival(absl::string_view stream_root, int64_t round, int64_t rank) {
+  return absl::StrCat(ArrivalPrefix(stream_root, round), rank);
+}
+
+inline std::string Result(absl::string_view stream_root, int64_t round) {
+  return absl::StrCat(stream_root, "result/", round, "/");
+}
+
+}  // namespace packsched::collective::keys
+
+#endif  // PACKSCHED_SERVER_COLLECTIVE_GROUP_KEYS_H_

@@ -1,0 +1,125 @@
+// Planner speed on realistic RL mixes (tests/testing/lengths.h: prompt 200-2,000 + response
+// 50-16,000 tokens, lognormal), one thread.
+//
+//   build/bin/planner_bench                                   everything
+//   build/bin/planner_bench --benchmark_filter='Kk/65536'     one case (peak_rss_mib is then
+//                                                             that case's own peak)
+//
+// Targets (issue 2): Kk/4096/16384 under 5 ms, Kk/65536/16384 under 300 ms.
+// Counters: k (micro-batches), max_over_mean (largest part cost / mean part cost),
+// over_cap (parts over the cap), peak_rss_mib (the process's peak resident set so far).
+
+#include <benchmark/benchmark.h>
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <vector>
+
+#include "server/planner/options.h"
+#include "server/planner/planner.h"
+#include "tests/testing/lengths.h"
+
+namespace packsched::planner {
+namespace {
+
+constexpr uint64_t kSeed = 1;
+
+double PeakRssMib() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  return static_cast<double>(usage.ru_maxrss) / 1024.0;  // ru_maxrss is in KiB on Linux
+}
+
+void Report(benchmark::State& state, const MicroBatchPlan& plan) {
+  state.counters["k"] = static_cast<double>(plan.parts.size());
+  state.counters["max_over_mean"] = plan.stats.imbalance;
+  state.counters["over_cap"] = static_cast<double>(plan.stats.over_cap_parts);
+  state.counters["peak_rss_mib"] = PeakRssMib();
+}
+
+PlanOptions Options(int64_t cap, Algorithm algorithm) {
+  PlanOptions options;
+  options.max_token_len = cap;
+  options.algorithm = algorithm;
+  // About 1% of the mix is longer than 16,384 tokens: each gets a micro-batch of its own (and
+  // counts in over_cap), as a trainer that keeps every sequence needs.
+  options.overlong = OverlongPolicy::kIsolate;
+  return options;
+}
+
+// Args: n, cap.
+void BalanceWith(benchmark::State& state, Algorithm algorithm) {
+  const std::vector<int64_t> lengths = testing::RealisticRlLengths(state.range(0), kSeed);
+  const PlanOptions options = Options(state.range(1), algorithm);
+  MicroBatchPlan plan;
+  for (auto _ : state) {
+    plan = *PlanMicroBatches(lengths, options);
+    benchmark::DoNotOptimize(plan.parts.data());
+  }
+  Report(state, plan);
+}
+
+void BM_Kk(benchmark::State& state) { BalanceWith(state, Algorithm::kKarmarkarKarp); }
+void BM_Lpt(benchmark::State& state) { BalanceWith(state, Algorithm::kLpt); }
+
+// Args: n, cap.
+void BM_Bfd(benchmark::State& state) {
+  const std::vector<int64_t> lengths = testing::RealisticRlLengths(state.range(0), kSeed);
+  const PlanOptions options = Options(state.range(1), Algorithm::kBestFitDecreasing);
+  MicroBatchPlan plan;
+  for (auto _ : state) {
+    plan = *PackDataset(lengths, options);
+    benchmark::DoNotOptimize(plan.parts.data());
+  }
+  Report(state, plan);
+}
+
+// Args: n, k. `packsched plan --num_parts=k` without a cap.
+void BM_FixedK(benchmark::State& state) {
+  const std::vector<int64_t> lengths = testing::RealisticRlLengths(state.range(0), kSeed);
+  const PlanOptions options;
+  MicroBatchPlan plan;
+  for (auto _ : state) {
+    plan = *PartitionFixedK(lengths, state.range(1), options);
+    benchmark::DoNotOptimize(plan.parts.data());
+  }
+  Report(state, plan);
+}
+
+// Args: n, world size; cap 16,384. Counters: the common k and the ranks' cost spread.
+void BM_BalanceBatch(benchmark::State& state) {
+  const std::vector<int64_t> lengths = testing::RealisticRlLengths(state.range(0), kSeed);
+  const PlanOptions options = Options(16384, Algorithm::kKarmarkarKarp);
+  BalancedBatch batch;
+  for (auto _ : state) {
+    batch = *BalanceBatch(lengths, state.range(1), options);
+    benchmark::DoNotOptimize(batch.ranks.data());
+  }
+  int64_t largest = 0, total = 0;
+  for (const RankBatch& rank : batch.ranks) {
+    largest = std::max(largest, rank.cost);
+    total += rank.cost;
+  }
+  state.counters["k"] = static_cast<double>(batch.num_micro_batches);
+  state.counters["rank_max_over_mean"] = static_cast<double>(largest) *
+                                         static_cast<double>(batch.ranks.size()) /
+                                         static_cast<double>(total);
+  state.counters["peak_rss_mib"] = PeakRssMib();
+}
+
+void BalanceCases(benchmark::internal::Benchmark* b) {
+  b->Args({4096, 16384})->Args({16384, 65536})->Args({65536, 16384});
+  b->Unit(benchmark::kMillisecond);
+}
+
+BENCHMARK(BM_Kk)->Apply(BalanceCases);
+BENCHMARK(BM_Lpt)->Apply(BalanceCases);
+BENCHMARK(BM_Bfd)->Apply(BalanceCases);
+BENCHMARK(BM_FixedK)->Args({4096, 256})->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_BalanceBatch)->Args({4096, 8})->Args({65536, 64})->Unit(benchmark::kMillisecond);
+
+}  // namespace
+}  // namespace packsched::planner
+
+BENCHMARK_MAIN();

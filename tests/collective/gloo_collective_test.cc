@@ -1,0 +1,242 @@
+#include "server/collective/gloo_collective.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <limits>
+#include <thread>
+#include <vector>
+
+#include "absl/time/clock.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "server/collective/store.h"
+#include "tests/collective/gloo_group.h"
+#include "tests/collective/run_ranks.h"
+
+namespace packsched::collective {
+namespace {
+
+using ::testing::ElementsAreArray;
+using testing::FormGlooGroup;
+using testing::FreshPrefix;
+using ::testing::HasSubstr;
+using testing::Loopback;
+using testing::RunRanks;
+
+constexpr int64_t kLow = std::numeric_limits<int64_t>::min();
+constexpr int64_t kHigh = std::numeric_limits<int64_t>::max();
+
+absl::Time Soon() { return absl::Now() + absl::Seconds(10); }
+
+// Rank r's contribution: values that differ per rank in sign and size, extremes included.
+std::vector<int64_t> Values(int64_t r) {
+  return {r * 7 - 3, -r * r, r + 1, r == 1 ? kLow : r, r == 2 ? kHigh : -r, 1000 * r};
+}
+const std::vector<ReduceOp> kOps = {ReduceOp::kMax, ReduceOp::kMin, ReduceOp::kSum,
+                                    ReduceOp::kMin, ReduceOp::kMax, ReduceOp::kSum};
+
+std::vector<int64_t> Expected(int64_t world_size) {
+  std::vector<int64_t> expected = Values(0);
+  for (int64_t r = 1; r < world_size; ++r) {
+    const std::vector<int64_t> v = Values(r);
+    for (size_t i = 0; i < v.size(); ++i) {
+      if (kOps[i] == ReduceOp::kMax) expected[i] = std::max(expected[i], v[i]);
+      if (kOps[i] == ReduceOp::kMin) expected[i] = std::min(expected[i], v[i]);
+      if (kOps[i] == ReduceOp::kSum) expected[i] += v[i];
+    }
+  }
+  return expected;
+}
+
+void ExpectReduces(int64_t world_size, GlooOptions::Algorithm algorithm) {
+  InMemoryStore store;
+  auto group = FormGlooGroup(store, world_size, absl::Seconds(10), Loopback(algorithm));
+  ASSERT_TRUE(group.ok()) << group.status();
+  auto results = RunRanks<std::vector<int64_t>>(*group, [](Collective& rank) {
+    std::vector<int64_t> values = Values(rank.rank());
+    const absl::Status status = rank.AllReduce(absl::MakeSpan(values), kOps, Soon());
+    EXPECT_TRUE(status.ok()) << status;
+    return values;
+  });
+  for (const auto& values : results) {
+    EXPECT_THAT(values, ElementsAreArray(Expected(world_size))) << "W = " << world_size;
+  }
+}
+
+TEST(GlooCollective, ReducesEachElementWithItsOwnOp) {
+  // Powers of two and the sizes where recursive doubling folds extra ranks in and out.
+  for (int64_t world_size : {2, 3, 4, 5, 6, 7, 8}) {
+    ExpectReduces(world_size, GlooOptions::Algorithm::kRecursiveDoubling);
+  }
+}
+
+TEST(GlooCollective, GloosOwnAlgorithmsAgree) {
+  for (int64_t world_size : {3, 4}) {
+    ExpectReduces(world_size, GlooOptions::Algorithm::kBcube);
+    ExpectReduces(world_size, GlooOptions::Algorithm::kRing);
+  }
+}
+
+TEST(GlooCollective, GathersRecordsInRankOrder) {
+  InMemoryStore store;
+  for (int64_t world_size : {2, 4, 8}) {
+    auto group = FormGlooGroup(store, world_size);
+    ASSERT_TRUE(group.ok()) << group.status();
+    std::vector<int64_t> expected;
+    for (int64_t r = 0; r < world_size; ++r) expected.insert(expected.end(), {r, -r, 100 + r});
+    auto results = RunRanks<std::vector<int64_t>>(*group, [&](Collective& rank) {
+      const std::vector<int64_t> record = {rank.rank(), -rank.rank(), 100 + rank.rank()};
+      std::vector<int64_t> out(3 * world_size);
+      EXPECT_TRUE(rank.AllGather(record, absl::MakeSpan(out), Soon()).ok());
+      return out;
+    });
+    for (const auto& out : results) EXPECT_THAT(out, ElementsAreArray(expected));
+  }
+}
+
+TEST(GlooCollective, ManyCallsInARowStayInStep) {
+  InMemoryStore store;
+  auto group = FormGlooGroup(store, 4);
+  ASSERT_TRUE(group.ok()) << group.status();
+  auto totals = RunRanks<int64_t>(*group, [](Collective& rank) {
+    int64_t total = 0;
+    for (int64_t call = 0; call < 100; ++call) {
+      std::vector<int64_t> values = {call * rank.rank(), call};
+      const std::vector<ReduceOp> ops = {ReduceOp::kSum, ReduceOp::kMax};
+      EXPECT_TRUE(rank.AllReduce(absl::MakeSpan(values), ops, Soon()).ok());
+      EXPECT_EQ(values[1], call);
+      total += values[0];
+    }
+    return total;
+  });
+  for (int64_t total : totals) EXPECT_EQ(total, (0 + 1 + 2 + 3) * (99 * 100 / 2));
+}
+
+TEST(GlooCollective, AMissingRankIsADeadlineWithinTheTimeout) {
+  InMemoryStore store;
+  auto group = FormGlooGroup(store, 3);
+  ASSERT_TRUE(group.ok()) << group.status();
+  const absl::Duration timeout = absl::Milliseconds(800);
+  auto results = RunRanks<absl::Status>(*group, [&](Collective& rank) {
+    if (rank.rank() == 2) return absl::OkStatus();  // never calls
+    const absl::Time start = absl::Now();
+    std::vector<int64_t> values = {1};
+    const std::vector<ReduceOp> ops = {ReduceOp::kMax};
+    absl::Status status = rank.AllReduce(absl::MakeSpan(values), ops, start + timeout);
+    EXPECT_LT(absl::Now() - start, timeout + absl::Milliseconds(500));
+    return status;
+  });
+  EXPECT_EQ(results[0].code(), absl::StatusCode::kDeadlineExceeded) << results[0];
+  EXPECT_EQ(results[1].code(), absl::StatusCode::kDeadlineExceeded) << results[1];
+  // The instance is spent: a later call fails at once with the same error.
+  std::vector<int64_t> values = {1};
+  const std::vector<ReduceOp> ops = {ReduceOp::kMax};
+  EXPECT_EQ((*group)[0]->AllReduce(absl::MakeSpan(values), ops, Soon()).code(),
+            absl::StatusCode::kDeadlineExceeded);
+}
+
+TEST(GlooCollective, AbortFailsTheCallerAndThePeerAtOnce) {
+  InMemoryStore store;
+  auto group = FormGlooGroup(store, 2);
+  ASSERT_TRUE(group.ok()) << group.status();
+  absl::Status waiting;
+  absl::Duration waited;
+  std::thread peer([&] {
+    const absl::Time start = absl::Now();
+    std::vector<int64_t> values = {1};
+    const std::vector<ReduceOp> ops = {ReduceOp::kMax};
+    waiting = (*group)[0]->AllReduce(absl::MakeSpan(values), ops, start + absl::Seconds(20));
+    waited = absl::Now() - start;
+  });
+  absl::SleepFor(absl::Milliseconds(100));
+  (*group)[1]->Abort();
+  peer.join();
+  EXPECT_EQ(waiting.code(), absl::StatusCode::kAborted) << waiting;
+  EXPECT_LT(waited, absl::Seconds(5));
+  std::vector<int64_t> values = {1};
+  const std::vector<ReduceOp> ops = {ReduceOp::kMax};
+  const absl::Status after = (*group)[1]->AllReduce(absl::MakeSpan(values), ops, Soon());
+  EXPECT_EQ(after.code(), absl::StatusCode::kAborted);
+  EXPECT_THAT(std::string(after.message()), HasSubstr("aborted"));
+}
+
+TEST(GlooCollective, AbortWakesItsOwnCallerAtOnce) {
+  InMemoryStore store;
+  auto group = FormGlooGroup(store, 2);
+  ASSERT_TRUE(group.ok()) << group.status();
+  absl::Status status;
+  absl::Duration waited;
+  std::thread caller([&] {
+    const absl::Time start = absl::Now();
+    std::vector<int64_t> values = {1};
+    const std::vector<ReduceOp> ops = {ReduceOp::kMax};
+    status = (*group)[0]->AllReduce(absl::MakeSpan(values), ops, start + absl::Seconds(20));
+    waited = absl::Now() - start;
+  });
+  absl::SleepFor(absl::Milliseconds(100));
+  (*group)[0]->Abort();
+  caller.join();
+  EXPECT_EQ(status.code(), absl::StatusCode::kAborted) << status;
+  EXPECT_LT(waited, absl::Seconds(5));
+}
+
+TEST(GlooCollective, APeerThatGoesAwayIsAnAbortNotAHang) {
+  InMemoryStore store;
+  auto group = FormGlooGroup(store, 3);
+  ASSERT_TRUE(group.ok()) << group.status();
+  std::vector<absl::Status> statuses(2);
+  std::vector<absl::Duration> waited(2);
+  std::vector<std::thread> survivors;
+  for (int r = 0; r < 2; ++r) {
+    survivors.emplace_back([&, r] {
+      const absl::Time start = absl::Now();
+      std::vector<int64_t> values = {1};
+      const std::vector<ReduceOp> ops = {ReduceOp::kSum};
+      statuses[r] = (*group)[r]->AllReduce(absl::MakeSpan(values), ops, start + absl::Seconds(20));
+      waited[r] = absl::Now() - start;
+    });
+  }
+  absl::SleepFor(absl::Milliseconds(100));
+  (*group)[2].reset();  // the process of rank 2 is gone
+  for (std::thread& t : survivors) t.join();
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(statuses[r].code(), absl::StatusCode::kAborted) << statuses[r];
+    EXPECT_LT(waited[r], absl::Seconds(5));
+  }
+}
+
+TEST(GlooCollective, FormationWithoutARankIsADeadline) {
+  InMemoryStore store;
+  const std::string prefix = FreshPrefix();
+  const absl::Time start = absl::Now();
+  // Rank 1 of 2 never shows up.
+  auto rank0 =
+      GlooCollective::Create(store, prefix, 0, 2, Loopback(), start + absl::Milliseconds(500));
+  EXPECT_EQ(rank0.status().code(), absl::StatusCode::kDeadlineExceeded) << rank0.status();
+  EXPECT_LT(absl::Now() - start, absl::Milliseconds(1500));
+}
+
+TEST(GlooCollective, RejectsBadArguments) {
+  InMemoryStore store;
+  const GlooOptions options = Loopback();
+  GlooOptions bad_iface;
+  bad_iface.iface = "no-such-interface0";
+  EXPECT_EQ(GlooCollective::Create(store, FreshPrefix(), 2, 2, options, Soon()).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(GlooCollective::Create(store, FreshPrefix(), 0, 0, options, Soon()).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(GlooCollective::Create(store, FreshPrefix(), 0, 1, bad_iface, Soon()).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST(GlooCollective, AGroupOfOneIsTheIdentity) {
+  InMemoryStore store;
+  auto group = FormGlooGroup(store, 1);
+  ASSERT_TRUE(group.ok()) << group.status();
+  std::vector<int64_t> values = Values(0);
+  ASSERT_TRUE((*group)[0]->AllReduce(absl::MakeSpan(values), kOps, Soon()).ok());
+  EXPECT_THAT(values, ElementsAreArray(Values(0)));
+}
+
+}  // namespace
+}  // namespace packsched::collective

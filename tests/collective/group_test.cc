@@ -1,0 +1,364 @@
+// The group lifecycle over Gloo on loopback, threads as ranks (each with its own Group, as each
+// sidecar process has), sharing one in-memory rendezvous store.
+
+#include "server/collective/group.h"
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/time/clock.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "server/collective/store.h"
+
+namespace packsched::collective {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+constexpr absl::Duration kTimeout = absl::Milliseconds(1500);
+constexpr absl::Duration kMargin = absl::Milliseconds(700);
+
+GroupOptions Options(int64_t rank, int64_t world_size, Backend backend = Backend::kGloo) {
+  GroupOptions options;
+  options.rank = rank;
+  options.world_size = world_size;
+  options.backend = backend;
+  options.collective_timeout = kTimeout;
+  options.gloo.hostname = "127.0.0.1";
+  options.can_use_nccl = false;  // thread-ranks share one machine: never NCCL here
+  return options;
+}
+
+// One sidecar: its Group and the context of stream "actor".
+struct Rank {
+  Rank(KeyValueStore& store, GroupOptions options) {
+    auto created = Group::Create(&store, std::move(options));
+    EXPECT_TRUE(created.ok()) << created.status();
+    group = std::move(created).value();
+    stream = group->ForStream("actor");
+  }
+  std::unique_ptr<Group> group;
+  std::unique_ptr<StreamGroup> stream;
+};
+
+std::vector<std::unique_ptr<Rank>> MakeRanks(KeyValueStore& store, int64_t world_size,
+                                             Backend backend = Backend::kGloo) {
+  std::vector<std::unique_ptr<Rank>> ranks;
+  for (int64_t r = 0; r < world_size; ++r) {
+    ranks.push_back(std::make_unique<Rank>(store, Options(r, world_size, backend)));
+  }
+  return ranks;
+}
+
+RoundRecord Record(int64_t rank, int64_t round) {
+  RoundRecord record;
+  record.stream = "actor";
+  record.round = round;
+  record.options_hash = 77;
+  record.version = 1;
+  record.local_k = 1 + (rank * 3) % 5;
+  record.num_sequences = 10 + rank;
+  record.loss_tokens = 100 * (rank + 1);
+  record.sequences_with_loss = 10 + rank;
+  return record;
+}
+
+using Result = absl::StatusOr<AgreedRound>;
+
+// Runs body(rank) on one thread per rank listed in `who`; results by rank (others: Cancelled).
+std::vector<Result> OnRanks(int64_t world_size, const std::vector<int64_t>& who,
+                            const std::function<Result(int64_t)>& body) {
+  std::vector<Result> results(world_size, absl::CancelledError("did not run"));
+  std::vector<std::thread> threads;
+  for (int64_t r : who) threads.emplace_back([&, r] { results[r] = body(r); });
+  for (std::thread& t : threads) t.join();
+  return results;
+}
+
+std::vector<int64_t> All(int64_t world_size) {
+  std::vector<int64_t> all(world_size);
+  for (int64_t r = 0; r < world_size; ++r) all[r] = r;
+  return all;
+}
+
+void ExpectAgreed(const std::vector<Result>& results, int64_t world_size, int64_t round) {
+  int64_t k = 0, sequences = 0;
+  for (int64_t r = 0; r < world_size; ++r) {
+    k = std::max(k, Record(r, round).local_k);
+    sequences += Record(r, round).num_sequences;
+  }
+  for (const Result& result : results) {
+    ASSERT_TRUE(result.ok()) << result.status();
+    EXPECT_EQ(result->k, k);
+    EXPECT_EQ(result->num_sequences, sequences);
+  }
+}
+
+TEST(Group, RanksStartingInAnyOrderFormAndAgree) {
+  InMemoryStore store;
+  auto ranks = MakeRanks(store, 4);
+  // Rank 0 (which publishes the run epoch) comes last.
+  std::vector<Result> results = OnRanks(4, {0, 1, 2, 3}, [&](int64_t r) {
+    absl::SleepFor(absl::Milliseconds(r == 0 ? 300 : 20 * r));
+    return ranks[r]->stream->Agree(Record(r, 1));
+  });
+  ExpectAgreed(results, 4, 1);
+  for (const auto& rank : ranks) {
+    const GroupInfo info = rank->stream->info();
+    EXPECT_TRUE(info.formed);
+    EXPECT_EQ(info.backend, "gloo");
+    EXPECT_EQ(info.generation, 0);
+    EXPECT_EQ(info.epoch, ranks[0]->stream->info().epoch);
+  }
+}
+
+TEST(Group, AutoWithoutNcclEverywherePicksGloo) {
+  InMemoryStore store;
+  std::vector<std::unique_ptr<Rank>> ranks;
+  for (int64_t r = 0; r < 3; ++r) {
+    GroupOptions options = Options(r, 3, Backend::kAuto);
+    options.can_use_nccl = r != 1;  // one rank without a GPU is enough to rule NCCL out
+    ranks.push_back(std::make_unique<Rank>(store, options));
+  }
+  std::vector<Result> results =
+      OnRanks(3, All(3), [&](int64_t r) { return ranks[r]->stream->Agree(Record(r, 0)); });
+  ExpectAgreed(results, 3, 0);
+  for (const auto& rank : ranks) EXPECT_EQ(rank->stream->info().backend, "gloo");
+}
+
+TEST(Group, AutoOnThisMachineFallsBackToGloo) {
+  if (CanUseNccl()) GTEST_SKIP() << "this machine has a GPU and NCCL";
+  InMemoryStore store;
+  std::vector<std::unique_ptr<Rank>> ranks;
+  for (int64_t r = 0; r < 2; ++r) {
+    GroupOptions options = Options(r, 2, Backend::kAuto);
+    options.can_use_nccl.reset();  // ask the machine
+    ranks.push_back(std::make_unique<Rank>(store, options));
+  }
+  std::vector<Result> results =
+      OnRanks(2, All(2), [&](int64_t r) { return ranks[r]->stream->Agree(Record(r, 0)); });
+  ExpectAgreed(results, 2, 0);
+  EXPECT_EQ(ranks[0]->stream->info().backend, "gloo");
+}
+
+TEST(Group, ARankThatNeverComesIsNamedWhenTheGroupCannotForm) {
+  InMemoryStore store;
+  auto ranks = MakeRanks(store, 3);
+  std::vector<Result> results = OnRanks(3, {0, 1}, [&](int64_t r) -> Result {
+    const absl::Time start = absl::Now();
+    Result result = ranks[r]->stream->Agree(Record(r, 0));
+    EXPECT_LT(absl::Now() - start, kTimeout + kMargin);
+    return result;
+  });
+  for (int64_t r : {0, 1}) {
+    EXPECT_EQ(results[r].status().code(), absl::StatusCode::kDeadlineExceeded);
+    EXPECT_THAT(std::string(results[r].status().message()), HasSubstr("ranks [2] did not join"));
+  }
+}
+
+TEST(Group, ARankMissingFromARoundIsNamedAndTheNextGenerationHeals) {
+  InMemoryStore store;
+  auto ranks = MakeRanks(store, 3);
+  ExpectAgreed(OnRanks(3, All(3), [&](int64_t r) { return ranks[r]->stream->Agree(Record(r, 1)); }),
+               3, 1);
+
+  // Round 2: rank 1 does not come.
+  std::vector<Result> failed = OnRanks(3, {0, 2}, [&](int64_t r) -> Result {
+    const absl::Time start = absl::Now();
+    Result result = ranks[r]->stream->Agree(Record(r, 2));
+    EXPECT_LT(absl::Now() - start, kTimeout + kMargin);
+    return result;
+  });
+  for (int64_t r : {0, 2}) {
+    EXPECT_EQ(failed[r].status().code(), absl::StatusCode::kDeadlineExceeded);
+    EXPECT_THAT(std::string(failed[r].status().message()),
+                HasSubstr("round 2: ranks [1] did not arrive"));
+    EXPECT_FALSE(ranks[r]->stream->info().formed);
+  }
+
+  // Round 3: everyone, rank 1 included (still holding generation 0), re-forms and agrees.
+  ExpectAgreed(OnRanks(3, All(3), [&](int64_t r) { return ranks[r]->stream->Agree(Record(r, 3)); }),
+               3, 3);
+  for (const auto& rank : ranks) EXPECT_EQ(rank->stream->info().generation, 1);
+}
+
+TEST(Group, APeerThatDiesAbortsTheRoundAndItsRestartHealsTheGroup) {
+  InMemoryStore store;
+  auto ranks = MakeRanks(store, 3);
+  ExpectAgreed(OnRanks(3, All(3), [&](int64_t r) { return ranks[r]->stream->Agree(Record(r, 1)); }),
+               3, 1);
+
+  // Rank 2's process dies while ranks 0 and 1 wait in round 2.
+  std::thread crash([&] {
+    absl::SleepFor(absl::Milliseconds(200));
+    ranks[2].reset();
+  });
+  std::vector<Result> failed = OnRanks(3, {0, 1}, [&](int64_t r) -> Result {
+    const absl::Time start = absl::Now();
+    Result result = ranks[r]->stream->Agree(Record(r, 2));
+    EXPECT_LT(absl::Now() - start, kTimeout);  // an abort, well before the timeout
+    return result;
+  });
+  crash.join();
+  for (int64_t r : {0, 1}) {
+    EXPECT_EQ(failed[r].status().code(), absl::StatusCode::kAborted) << failed[r].status();
+  }
+
+  // It restarts (empty memory, same rank); the survivors were never restarted.
+  ranks[2] = std::make_unique<Rank>(store, Options(2, 3));
+  ExpectAgreed(OnRanks(3, All(3), [&](int64_t r) { return ranks[r]->stream->Agree(Record(r, 3)); }),
+               3, 3);
+  for (const auto& rank : ranks) EXPECT_EQ(rank->stream->info().generation, 1);
+}
+
+// Rank 0 serves the store, so when rank 0 restarts the store starts empty too.
+class RestartableStore final : public KeyValueStore {
+ public:
+  void Restart() {
+    absl::MutexLock lock(&mu_);
+    current_ = std::make_shared<InMemoryStore>();
+  }
+  absl::Status Set(absl::string_view key, absl::string_view value, absl::Time deadline) override {
+    return Current()->Set(key, value, deadline);
+  }
+  absl::StatusOr<std::string> Get(absl::string_view key, absl::Time deadline) override {
+    return Current()->Get(key, deadline);
+  }
+  absl::StatusOr<std::optional<std::string>> TryGet(absl::string_view key,
+                                                    absl::Time deadline) override {
+    return Current()->TryGet(key, deadline);
+  }
+  absl::StatusOr<std::string> CompareAndSet(absl::string_view key,
+                                            std::optional<absl::string_view> expected,
+                                            absl::string_view desired,
+                                            absl::Time deadline) override {
+    return Current()->CompareAndSet(key, expected, desired, deadline);
+  }
+  absl::StatusOr<int64_t> DeletePrefix(absl::string_view prefix, absl::Time deadline) override {
+    return Current()->DeletePrefix(prefix, deadline);
+  }
+
+ private:
+  std::shared_ptr<InMemoryStore> Current() {
+    absl::MutexLock lock(&mu_);
+    return current_;
+  }
+  absl::Mutex mu_;
+  std::shared_ptr<InMemoryStore> current_ = std::make_shared<InMemoryStore>();
+};
+
+TEST(Group, WhenRankZeroRestartsWithItsStoreTheNextRoundFormsANewEpoch) {
+  RestartableStore store;
+  auto ranks = MakeRanks(store, 3);
+  ExpectAgreed(OnRanks(3, All(3), [&](int64_t r) { return ranks[r]->stream->Agree(Record(r, 1)); }),
+               3, 1);
+  const std::string old_epoch = ranks[1]->stream->info().epoch;
+
+  ranks[0].reset();
+  store.Restart();
+  ranks[0] = std::make_unique<Rank>(store, Options(0, 3));
+
+  ExpectAgreed(OnRanks(3, All(3), [&](int64_t r) { return ranks[r]->stream->Agree(Record(r, 2)); }),
+               3, 2);
+  for (const auto& rank : ranks) {
+    EXPECT_THAT(rank->stream->info().epoch, Not(old_epoch));
+    EXPECT_EQ(rank->stream->info().epoch, ranks[0]->stream->info().epoch);
+    EXPECT_EQ(rank->stream->info().generation, 0);
+  }
+}
+
+TEST(Group, ARoundThatFailsOnItsRecordsKeepsTheGeneration) {
+  InMemoryStore store;
+  auto ranks = MakeRanks(store, 2);
+  std::vector<Result> failed = OnRanks(2, All(2), [&](int64_t r) {
+    RoundRecord record = Record(r, 5);
+    if (r == 1) record.error = absl::InvalidArgumentError("lengths[3] = 0");
+    return ranks[r]->stream->Agree(record);
+  });
+  for (const Result& result : failed) {
+    EXPECT_EQ(result.status(), absl::InvalidArgumentError("rank 1: lengths[3] = 0"));
+  }
+  ExpectAgreed(OnRanks(2, All(2), [&](int64_t r) { return ranks[r]->stream->Agree(Record(r, 6)); }),
+               2, 6);
+  EXPECT_EQ(ranks[0]->stream->info().generation, 0);
+}
+
+TEST(Group, StreamsAreIndependentGroups) {
+  InMemoryStore store;
+  auto ranks = MakeRanks(store, 2);
+  std::vector<std::unique_ptr<StreamGroup>> critic;
+  for (auto& rank : ranks) critic.push_back(rank->group->ForStream("critic"));
+  // Each stream on its own thread per rank; rank 0 starts "critic" first, rank 1 "actor" first.
+  std::vector<Result> actor(2), other(2);
+  std::vector<std::thread> threads;
+  for (int64_t r = 0; r < 2; ++r) {
+    threads.emplace_back([&, r] {
+      if (r == 0) absl::SleepFor(absl::Milliseconds(100));
+      actor[r] = ranks[r]->stream->Agree(Record(r, 1));
+    });
+    threads.emplace_back([&, r] {
+      if (r == 1) absl::SleepFor(absl::Milliseconds(100));
+      RoundRecord record = Record(r, 9);
+      record.stream = "critic";
+      other[r] = critic[r]->Agree(record);
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  ExpectAgreed(actor, 2, 1);
+  for (const Result& result : other) EXPECT_TRUE(result.ok()) << result.status();
+}
+
+TEST(Group, AStoredResultIsReadByARestartedRank) {
+  InMemoryStore store;
+  GroupOptions options = Options(0, 2);
+  options.kept_results = 2;
+  auto rank0 = Group::Create(&store, options);
+  ASSERT_TRUE(rank0.ok());
+  auto writer = (*rank0)->ForStream("actor");
+  for (int64_t round : {7, 8, 9}) {
+    ASSERT_TRUE(writer->PutResult(round, absl::StrCat("k=", round)).ok());
+  }
+  // A rank 1 that has just (re)started: empty memory, same store.
+  auto rank1 = Group::Create(&store, Options(1, 2));
+  ASSERT_TRUE(rank1.ok());
+  auto reader = (*rank1)->ForStream("actor");
+  EXPECT_EQ(*reader->GetResult(9), "k=9");
+  EXPECT_EQ(*reader->GetResult(8), "k=8");
+  EXPECT_EQ(*reader->GetResult(7), std::nullopt);  // beyond kept_results
+  EXPECT_EQ(*reader->GetResult(10), std::nullopt);
+  EXPECT_EQ(*(*rank1)->ForStream("critic")->GetResult(9), std::nullopt);
+}
+
+TEST(Group, AGroupOfOneNeedsNoStore) {
+  GroupOptions options;
+  auto group = Group::Create(nullptr, options);
+  ASSERT_TRUE(group.ok()) << group.status();
+  auto stream = (*group)->ForStream("actor");
+  Result result = stream->Agree(Record(0, 3));
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_EQ(result->k, Record(0, 3).local_k);
+  EXPECT_EQ(stream->info().backend, "local");
+  EXPECT_EQ(*stream->GetResult(3), std::nullopt);
+}
+
+TEST(Group, RejectsBadOptions) {
+  InMemoryStore store;
+  EXPECT_EQ(Group::Create(&store, Options(3, 3)).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(Group::Create(&store, Options(0, 2, Backend::kLocal)).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(Group::Create(nullptr, Options(0, 2)).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  GroupOptions no_timeout = Options(0, 2);
+  no_timeout.collective_timeout = absl::ZeroDuration();
+  EXPECT_EQ(Group::Create(&store, no_timeout).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(ParseBackend("mpi").status().message(), HasSubstr("auto, gloo, nccl or local"));
+}
+
+}  // namespace
+}  // namespace packsched::collective

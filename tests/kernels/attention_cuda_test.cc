@@ -1,0 +1,184 @@
+// The CUDA attention against the float64 reference under the same tolerance rule as the CPU
+// backend (DESIGN.md §4), and against the CPU backend; deterministic backward. Skips without a
+// device; without one, the last test checks that calls fail cleanly instead.
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "packsched/kernels/attention.h"
+#include "tests/kernels/attention_reference.h"
+#include "tests/kernels/host_tensor.h"
+
+namespace packsched::kernels {
+namespace {
+
+using testing::AttentionTensors;
+using testing::ExpectWithinTolerance;
+using testing::HostTensor;
+using testing::Inputs;
+using testing::NaiveAttention;
+using testing::Outputs;
+using testing::Problem;
+using testing::RandomInputs;
+using testing::RoundTo;
+
+bool HaveDevice() {
+  int count = 0;
+  return cudaGetDeviceCount(&count) == cudaSuccess && count > 0;
+}
+
+// A device copy of a host tensor (same shape and dtype) that can be copied back.
+class DeviceCopy {
+ public:
+  explicit DeviceCopy(const HostTensor& host) : view_(host.view()), bytes_(host.nbytes()) {
+    shape_.assign(view_.shape, view_.shape + view_.ndim);
+    view_.shape = shape_.data();
+    EXPECT_EQ(cudaMalloc(&view_.data, bytes_ + 16), cudaSuccess);
+    EXPECT_EQ(cudaMemcpy(view_.data, host.view().data, bytes_, cudaMemcpyHostToDevice),
+              cudaSuccess);
+    view_.device = {kDLCUDA, 0};
+  }
+  ~DeviceCopy() { cudaFree(view_.data); }
+  DeviceCopy(const DeviceCopy&) = delete;
+  DeviceCopy& operator=(const DeviceCopy&) = delete;
+  const DLTensor& view() const { return view_; }
+  void CopyTo(HostTensor& host) const {
+    EXPECT_EQ(cudaMemcpy(host.data<uint8_t>(), view_.data, bytes_, cudaMemcpyDeviceToHost),
+              cudaSuccess);
+  }
+
+ private:
+  DLTensor view_;
+  std::vector<int64_t> shape_;
+  int64_t bytes_;
+};
+
+// Runs forward and backward on the device; returns the results copied into `into`'s tensors.
+template <typename T>
+void RunOnDevice(const Problem& p, const AttentionTensors<T>& in, AttentionTensors<T>& into) {
+  DeviceCopy q(in.q), k(in.k), v(in.v), dout(in.dout), out(in.out), lse(in.lse), dq(in.dq),
+      dk(in.dk), dv(in.dv), cu_q(in.cu_q), cu_k(in.cu_k), used_q(in.seqused_q),
+      used_k(in.seqused_k);
+  AttentionSeqlens s = in.seqlens;
+  s.q = {&cu_q.view(), in.cu_q_values};
+  s.k = {&cu_k.view(), in.cu_k_values};
+  if (p.padded()) {
+    s.seqused_q = &used_q.view();
+    s.seqused_k = &used_k.view();
+  }
+  const absl::Status f = VarlenAttentionForward(q.view(), k.view(), v.view(), s, p.options,
+                                                out.view(), lse.view(), nullptr);
+  ASSERT_TRUE(f.ok()) << f;
+  const absl::Status b =
+      VarlenAttentionBackward(dout.view(), q.view(), k.view(), v.view(), out.view(), lse.view(), s,
+                              p.options, dq.view(), dk.view(), dv.view(), nullptr);
+  ASSERT_TRUE(b.ok()) << b;
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  out.CopyTo(into.out);
+  lse.CopyTo(into.lse);
+  dq.CopyTo(into.dq);
+  dk.CopyTo(into.dk);
+  dv.CopyTo(into.dv);
+}
+
+template <typename T>
+void CheckCuda(const Problem& p, uint32_t seed = 1) {
+  const Inputs in = RandomInputs<T>(p, seed);
+  AttentionTensors<T> cpu(p, in);
+  ASSERT_TRUE(cpu.Forward(p.options).ok());
+  ASSERT_TRUE(cpu.Backward(p.options).ok());
+  AttentionTensors<T> gpu(p, in);
+  RunOnDevice(p, cpu, gpu);
+  const Outputs got = gpu.Results();
+  const Outputs ref = NaiveAttention<double>(p, in, [](double x) { return x; });
+  const Outputs naive = NaiveAttention<float>(p, in, RoundTo<T>);
+  ExpectWithinTolerance(got.out, naive.out, ref.out, 2, "cuda out");
+  ExpectWithinTolerance(got.lse, naive.lse, ref.lse, 2, "cuda lse");
+  ExpectWithinTolerance(got.dq, naive.dq, ref.dq, 3, "cuda dq");
+  ExpectWithinTolerance(got.dk, naive.dk, ref.dk, 3, "cuda dk");
+  ExpectWithinTolerance(got.dv, naive.dv, ref.dv, 3, "cuda dv");
+}
+
+Problem Make(std::vector<int32_t> len_q, std::vector<int32_t> len_k, bool causal) {
+  Problem p;
+  p.len_q = std::move(len_q);
+  p.len_k = std::move(len_k);
+  p.options.causal = causal;
+  return p;
+}
+
+class AttentionCudaTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!HaveDevice()) GTEST_SKIP() << "no CUDA device";
+  }
+};
+
+TEST_F(AttentionCudaTest, LengthSweepsAndDtypes) {
+  for (bool causal : {false, true}) {
+    const Problem p = Make({0, 1, 97, 0, 128, 1025, 0}, {1, 97, 0, 128, 97, 1025, 0}, causal);
+    CheckCuda<Fp16>(p);
+    CheckCuda<Bf16>(p);
+    CheckCuda<float>(p);
+  }
+}
+
+TEST_F(AttentionCudaTest, HeadDimsArePaddedToTheirBucket) {
+  for (int64_t d : {8, 64, 80, 128, 200, 256}) {
+    SCOPED_TRACE(d);
+    Problem p = Make({70, 33}, {33, 130}, true);
+    p.head_dim = d;
+    CheckCuda<Bf16>(p);
+  }
+}
+
+TEST_F(AttentionCudaTest, GqaWindowsSoftcapAndPaddedLayout) {
+  Problem p = Make({97, 0, 40}, {60, 13, 128}, true);
+  p.heads = 8;
+  p.kv_heads = 2;
+  p.pad_q = {3, 8, 0};
+  p.pad_k = {4, 3, 64};
+  p.options.window_left = 30;
+  p.options.softcap = 3.0;
+  CheckCuda<Fp16>(p);
+  p.options.causal = false;
+  p.options.window_right = 5;
+  CheckCuda<float>(p);
+}
+
+TEST_F(AttentionCudaTest, BackwardIsDeterministic) {
+  Problem p = Make({300, 1025}, {1025, 300}, true);
+  p.heads = 4;
+  p.kv_heads = 1;
+  const Inputs in = RandomInputs<Bf16>(p, 2);
+  AttentionTensors<Bf16> host(p, in), first(p, in), second(p, in);
+  RunOnDevice(p, host, first);
+  RunOnDevice(p, host, second);
+  EXPECT_TRUE(first.dq.bytes() == second.dq.bytes());
+  EXPECT_TRUE(first.dk.bytes() == second.dk.bytes());
+  EXPECT_TRUE(first.dv.bytes() == second.dv.bytes());
+}
+
+TEST(AttentionCudaWithoutDeviceTest, CallsFailCleanly) {
+  if (HaveDevice()) GTEST_SKIP() << "a CUDA device is present";
+  Problem p = Make({3}, {3}, false);
+  p.head_dim = 8;
+  const Inputs in = RandomInputs<float>(p, 1);
+  AttentionTensors<float> t(p, in);
+  // Device tensors that are never dereferenced: the launch fails first.
+  for (HostTensor* x : {&t.q, &t.k, &t.v, &t.out, &t.lse, &t.cu_q, &t.cu_k}) {
+    x->mutable_view().device = {kDLCUDA, 0};
+  }
+  t.seqlens.q.host = t.cu_q_values;
+  t.seqlens.k.host = t.cu_k_values;
+  const absl::Status s = t.Forward(p.options);
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+  EXPECT_NE(s.message().find("no usable CUDA device"), absl::string_view::npos) << s;
+}
+
+}  // namespace
+}  // namespace packsched::kernels

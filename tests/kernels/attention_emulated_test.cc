@@ -1,0 +1,177 @@
+// The CUDA attention's device code (kernels/cuda/attention_device.cuh) run on the CPU under an
+// emulation of the CUDA execution model (cuda_emulation/cuda_runtime.h: one std::thread per CUDA
+// thread, __syncthreads as a barrier, one block at a time, the launchers' grids), checked against
+// the float64 reference under the tolerance rule. It exercises the kernels' indexing, tiling,
+// masking, shared-memory layout and barrier placement on machines without a GPU; it says nothing
+// about the GPU toolchain or the hardware (kernels_attention_cuda_test does, given a device).
+
+#include <cstdint>
+#include <thread>
+#include <vector>
+
+#include "cuda_runtime.h"  // the emulation (this target's include path puts it first)
+#include "gtest/gtest.h"
+#include "kernels/cuda/attention_device.cuh"
+#include "kernels/cuda/attention_traits.h"
+#include "tests/kernels/attention_reference.h"
+
+namespace packsched::kernels::internal::cuda {
+
+// The dynamic shared memory of the block being run (`extern __shared__ float smem[]` in the
+// kernels resolves to this); large enough for every traits' kSharedBytes.
+float smem[kMaxSharedBytes / sizeof(float)];
+
+namespace {
+
+using testing::AttentionTensors;
+using testing::ExpectWithinTolerance;
+using testing::Inputs;
+using testing::NaiveAttention;
+using testing::Outputs;
+using testing::Problem;
+using testing::RandomInputs;
+using testing::RoundTo;
+
+// Runs `kernel` over the grid the launcher would use: (tiles over `longest`, heads, batch).
+template <typename Tr>
+void Launch(void (*kernel)(AttentionArgs), const AttentionArgs& a, int64_t longest, int tile,
+            int64_t heads) {
+  const int64_t tiles = std::max<int64_t>(1, (longest + tile - 1) / tile);
+  for (int64_t z = 0; z < a.batch; ++z) {
+    for (int64_t y = 0; y < heads; ++y) {
+      for (int64_t x = 0; x < tiles; ++x) {
+        packsched_cuda_emulation::block_idx = dim3(x, y, z);
+        std::barrier<> barrier(Tr::kThreads);
+        packsched_cuda_emulation::block_barrier = &barrier;
+        std::vector<std::thread> threads;
+        for (int t = 0; t < Tr::kThreads; ++t) {
+          threads.emplace_back([&, t] {
+            packsched_cuda_emulation::thread_idx = dim3(t);
+            kernel(a);
+            barrier.arrive_and_drop();  // an exited thread no longer counts at the barrier
+          });
+        }
+        for (std::thread& t : threads) t.join();
+      }
+    }
+  }
+}
+
+template <typename T, int kD>
+void ForwardAndBackward(const AttentionArgs& a) {
+  using Fwd = AttnTraits<kD, AttnKernel::kForward>;
+  using Dq = AttnTraits<kD, AttnKernel::kBackwardDq>;
+  using DkDv = AttnTraits<kD, AttnKernel::kBackwardDkDv>;
+  Launch<Fwd>(AttentionForwardKernel<T, Fwd>, a, a.max_seqlen_q, Fwd::kBr, a.heads);
+  Launch<Dq>(AttentionBackwardDqKernel<T, Dq>, a, a.max_seqlen_q, Dq::kBr, a.heads);
+  Launch<DkDv>(AttentionBackwardDkDvKernel<T, DkDv>, a, a.max_seqlen_k, DkDv::kBc, a.kv_heads);
+}
+
+template <typename T>
+FloatType TypeOf();
+template <>
+FloatType TypeOf<Fp16>() {
+  return FloatType::kF16;
+}
+template <>
+FloatType TypeOf<Bf16>() {
+  return FloatType::kBf16;
+}
+template <>
+FloatType TypeOf<float>() {
+  return FloatType::kF32;
+}
+
+template <typename T>
+void CheckEmulated(const Problem& p, uint32_t seed = 1) {
+  const Inputs in = RandomInputs<T>(p, seed);
+  AttentionTensors<T> t(p, in);
+  AttentionArgs a{};
+  a.dtype = TypeOf<T>();
+  a.q = t.q.view().data;
+  a.k = t.k.view().data;
+  a.v = t.v.view().data;
+  a.cu_q = a.cu_q_host = t.cu_q_values.data();
+  a.cu_k = a.cu_k_host = t.cu_k_values.data();
+  a.seqused_q = p.padded() ? t.seqused_q.template data<int32_t>() : nullptr;
+  a.seqused_k = p.padded() ? t.seqused_k.template data<int32_t>() : nullptr;
+  a.batch = p.batch();
+  a.total_q = t.cu_q_values.back();
+  a.total_k = t.cu_k_values.back();
+  a.heads = p.heads;
+  a.kv_heads = p.kv_heads;
+  a.head_dim = p.head_dim;
+  a.max_seqlen_q = t.seqlens.max_seqlen_q;
+  a.max_seqlen_k = t.seqlens.max_seqlen_k;
+  a.scale = p.Scale();
+  a.softcap = p.options.softcap;
+  a.causal = p.options.causal;
+  a.window_left = p.options.window_left;
+  a.window_right = p.options.window_right;
+  a.num_threads = 1;
+  a.out = t.out.view().data;
+  a.lse = t.lse.view().data;
+  a.dout = t.dout.view().data;
+  a.dq = t.dq.view().data;
+  a.dk = t.dk.view().data;
+  a.dv = t.dv.view().data;
+  if (p.head_dim <= 64) {
+    ForwardAndBackward<T, 64>(a);
+  } else if (p.head_dim <= 128) {
+    ForwardAndBackward<T, 128>(a);
+  } else {
+    ForwardAndBackward<T, 256>(a);
+  }
+  const Outputs got = t.Results();
+  const Outputs ref = NaiveAttention<double>(p, in, [](double x) { return x; });
+  const Outputs naive = NaiveAttention<float>(p, in, RoundTo<T>);
+  ExpectWithinTolerance(got.out, naive.out, ref.out, 2, "out");
+  ExpectWithinTolerance(got.lse, naive.lse, ref.lse, 2, "lse");
+  ExpectWithinTolerance(got.dq, naive.dq, ref.dq, 3, "dq");
+  ExpectWithinTolerance(got.dk, naive.dk, ref.dk, 3, "dk");
+  ExpectWithinTolerance(got.dv, naive.dv, ref.dv, 3, "dv");
+}
+
+Problem Make(std::vector<int32_t> len_q, std::vector<int32_t> len_k, bool causal) {
+  Problem p;
+  p.len_q = std::move(len_q);
+  p.len_k = std::move(len_k);
+  p.options.causal = causal;
+  return p;
+}
+
+TEST(AttentionEmulatedTest, Bucket64PaddedLayoutGqaWindowSoftcap) {
+  Problem p = Make({97, 0, 40, 1}, {60, 13, 128, 0}, true);
+  p.heads = 4;
+  p.kv_heads = 2;
+  p.head_dim = 8;  // padded up to 64
+  p.pad_q = {3, 8, 0, 2};
+  p.pad_k = {4, 3, 64, 1};
+  p.options.window_left = 30;
+  p.options.softcap = 3.0;
+  CheckEmulated<Bf16>(p);
+}
+
+TEST(AttentionEmulatedTest, Bucket128WindowWithoutCausal) {
+  Problem p = Make({70, 33}, {33, 130}, false);
+  p.head_dim = 80;  // padded up to 128
+  p.options.window_left = 16;
+  p.options.window_right = 4;
+  CheckEmulated<Fp16>(p);
+}
+
+TEST(AttentionEmulatedTest, Bucket256Causal) {
+  Problem p = Make({40, 65}, {65, 40}, true);
+  p.head_dim = 256;
+  CheckEmulated<float>(p);
+}
+
+TEST(AttentionEmulatedTest, LongQueriesFewKeys) {
+  Problem p = Make({1025, 1}, {128, 97}, true);
+  p.heads = 1;
+  p.head_dim = 64;
+  CheckEmulated<Bf16>(p);
+}
+
+}  // namespace
+}  // namespace packsched::kernels::internal::cuda

@@ -1,0 +1,282 @@
+#ifndef PACKSCHED_TESTS_KERNELS_ATTENTION_REFERENCE_H_
+#define PACKSCHED_TESTS_KERNELS_ATTENTION_REFERENCE_H_
+
+// The attention tests' fixtures: a packed (optionally padded) problem with random inputs, a naive
+// quadratic reference written from the definition in attention.h (no code shared with the
+// kernels), and the tolerance rule of DESIGN.md §4.
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <functional>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "kernels/common/half.h"
+#include "packsched/kernels/attention.h"
+#include "tests/kernels/host_tensor.h"
+
+namespace packsched::kernels::testing {
+
+// B sequences: real lengths plus optional pad slots after them (the aligned layout, passed with
+// seqused); H query heads, Hk kv heads, head dim D.
+struct Problem {
+  std::vector<int32_t> len_q, len_k;
+  std::vector<int32_t> pad_q, pad_k;  // empty: no pad slots and no seqused
+  int64_t heads = 2, kv_heads = 1, head_dim = 64;
+  AttentionOptions options;
+
+  int64_t batch() const { return static_cast<int64_t>(len_q.size()); }
+  bool padded() const { return !pad_q.empty(); }
+  std::vector<int32_t> Segments(bool q) const {
+    std::vector<int32_t> seg = q ? len_q : len_k;
+    const std::vector<int32_t>& pad = q ? pad_q : pad_k;
+    for (size_t b = 0; b < seg.size() && !pad.empty(); ++b) seg[b] += pad[b];
+    return seg;
+  }
+  std::vector<int32_t> CuQ() const { return CuSeqlens(Segments(true)); }
+  std::vector<int32_t> CuK() const { return CuSeqlens(Segments(false)); }
+  double Scale() const {
+    return options.softmax_scale.value_or(1.0 / std::sqrt(static_cast<double>(head_dim)));
+  }
+};
+
+// Values of q, k, v, dout as doubles ([rows, heads, D] row-major); pad rows hold NaN.
+struct Inputs {
+  std::vector<double> q, k, v, dout;
+};
+
+// Full-size outputs; pad rows are 0 (lse +inf) as the contract requires.
+struct Outputs {
+  std::vector<double> out, lse, dq, dk, dv;
+};
+
+// Random inputs already representable in T (rounded through T), NaN in pad slots.
+template <typename T>
+Inputs RandomInputs(const Problem& p, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<double> normal(0.0, 1.0);
+  auto fill = [&](const std::vector<int32_t>& cu, const std::vector<int32_t>& len, int64_t heads) {
+    std::vector<double> x(static_cast<size_t>(cu.back()) * heads * p.head_dim);
+    for (int64_t b = 0; b < p.batch(); ++b) {
+      for (int64_t t = cu[b]; t < cu[b + 1]; ++t) {
+        const bool real = t - cu[b] < len[b];
+        for (int64_t i = 0; i < heads * p.head_dim; ++i) {
+          x[t * heads * p.head_dim + i] =
+              real ? static_cast<double>(ToAcc(FromAcc<T>(static_cast<Acc<T>>(normal(rng)))))
+                   : std::numeric_limits<double>::quiet_NaN();
+        }
+      }
+    }
+    return x;
+  };
+  Inputs in;
+  in.q = fill(p.CuQ(), p.len_q, p.heads);
+  in.k = fill(p.CuK(), p.len_k, p.kv_heads);
+  in.v = fill(p.CuK(), p.len_k, p.kv_heads);
+  in.dout = fill(p.CuQ(), p.len_q, p.heads);
+  return in;
+}
+
+// Naive attention and its gradients in arithmetic type R. `round` is applied to P before P·V and
+// to every output (identity for the float64 reference; rounding to the kernel's dtype for the
+// "naive reference in the kernel's dtype" of the tolerance rule).
+template <typename R>
+Outputs NaiveAttention(const Problem& p, const Inputs& in,
+                       const std::function<double(double)>& round) {
+  const std::vector<int32_t> cu_q = p.CuQ(), cu_k = p.CuK();
+  const int64_t H = p.heads, Hk = p.kv_heads, D = p.head_dim, tq = cu_q.back(), tk = cu_k.back();
+  const R scale = static_cast<R>(p.Scale());
+  const R cap = static_cast<R>(p.options.softcap);
+  const AttentionOptions& o = p.options;
+  Outputs r;
+  r.out.assign(tq * H * D, 0.0);
+  r.lse.assign(H * tq, std::numeric_limits<double>::infinity());
+  r.dq.assign(tq * H * D, 0.0);
+  r.dk.assign(tk * Hk * D, 0.0);
+  r.dv.assign(tk * Hk * D, 0.0);
+  std::vector<R> dk(tk * Hk * D, 0), dv(tk * Hk * D, 0);
+  for (int64_t b = 0; b < p.batch(); ++b) {
+    const int64_t sq = p.len_q[b], sk = p.len_k[b];
+    for (int64_t h = 0; h < H; ++h) {
+      const int64_t hk = h / (H / Hk);
+      for (int64_t i = 0; i < sq; ++i) {
+        const int64_t qi = ((cu_q[b] + i) * H + h) * D;
+        const int64_t diag = i + sk - sq;
+        std::vector<int64_t> keys;
+        for (int64_t j = 0; j < sk; ++j) {
+          if (o.causal && j > diag) continue;
+          if (o.window_left >= 0 && j < diag - o.window_left) continue;
+          if (o.window_right >= 0 && j > diag + o.window_right) continue;
+          keys.push_back(j);
+        }
+        if (keys.empty()) continue;
+        auto kv_at = [&](int64_t j) { return ((cu_k[b] + j) * Hk + hk) * D; };
+        std::vector<R> s(keys.size()), dscore(keys.size());
+        R m = -std::numeric_limits<R>::infinity();
+        for (size_t n = 0; n < keys.size(); ++n) {
+          R dot = 0;
+          for (int64_t d = 0; d < D; ++d) {
+            dot += static_cast<R>(in.q[qi + d]) * static_cast<R>(in.k[kv_at(keys[n]) + d]);
+          }
+          R x = dot * scale;
+          dscore[n] = scale;
+          if (cap > 0) {
+            const R t = std::tanh(x / cap);
+            x = cap * t;
+            dscore[n] = scale * (1 - t * t);
+          }
+          s[n] = x;
+          m = std::max(m, x);
+        }
+        R l = 0;
+        for (R x : s) l += std::exp(x - m);
+        r.lse[h * tq + cu_q[b] + i] = static_cast<double>(m + std::log(l));
+        std::vector<R> P(keys.size());
+        for (size_t n = 0; n < keys.size(); ++n) {
+          P[n] = static_cast<R>(round(static_cast<double>(std::exp(s[n] - m) / l)));
+        }
+        std::vector<R> out(D, 0);
+        for (size_t n = 0; n < keys.size(); ++n) {
+          for (int64_t d = 0; d < D; ++d) out[d] += P[n] * static_cast<R>(in.v[kv_at(keys[n]) + d]);
+        }
+        for (int64_t d = 0; d < D; ++d) r.out[qi + d] = round(static_cast<double>(out[d]));
+        // Backward: dP = dout·v, D_i = sum_j P dP, dS = P (dP - D_i), through the cap and scale.
+        std::vector<R> dp(keys.size(), 0);
+        R d_row = 0;
+        for (size_t n = 0; n < keys.size(); ++n) {
+          for (int64_t d = 0; d < D; ++d) {
+            dp[n] += static_cast<R>(in.dout[qi + d]) * static_cast<R>(in.v[kv_at(keys[n]) + d]);
+          }
+          d_row += P[n] * dp[n];
+        }
+        std::vector<R> dq(D, 0);
+        for (size_t n = 0; n < keys.size(); ++n) {
+          const R ds = P[n] * (dp[n] - d_row) * dscore[n];
+          const int64_t kj = kv_at(keys[n]);
+          for (int64_t d = 0; d < D; ++d) {
+            dq[d] += ds * static_cast<R>(in.k[kj + d]);
+            dk[kj + d] += ds * static_cast<R>(in.q[qi + d]);
+            dv[kj + d] += P[n] * static_cast<R>(in.dout[qi + d]);
+          }
+        }
+        for (int64_t d = 0; d < D; ++d) r.dq[qi + d] = round(static_cast<double>(dq[d]));
+      }
+    }
+  }
+  for (size_t i = 0; i < dk.size(); ++i) {
+    r.dk[i] = round(static_cast<double>(dk[i]));
+    r.dv[i] = round(static_cast<double>(dv[i]));
+  }
+  return r;
+}
+
+template <typename T>
+double RoundTo(double x) {
+  return static_cast<double>(ToAcc(FromAcc<T>(static_cast<Acc<T>>(x))));
+}
+
+// Max |a - ref| over entries where ref is finite; infinite entries must be equal (+inf lse rows).
+inline double MaxError(const std::vector<double>& a, const std::vector<double>& ref,
+                       const char* what) {
+  EXPECT_EQ(a.size(), ref.size()) << what;
+  double err = 0;
+  for (size_t i = 0; i < a.size() && i < ref.size(); ++i) {
+    if (std::isinf(ref[i])) {
+      EXPECT_EQ(a[i], ref[i]) << what << "[" << i << "] must be " << ref[i];
+      continue;
+    }
+    if (std::isnan(a[i])) {
+      ADD_FAILURE() << what << "[" << i << "] is NaN";
+      return std::numeric_limits<double>::infinity();
+    }
+    err = std::max(err, std::abs(a[i] - ref[i]));
+  }
+  return err;
+}
+
+// DESIGN.md §4: |kernel - fp64 ref| <= factor x |naive ref in dtype - fp64 ref| + 1e-6.
+inline void ExpectWithinTolerance(const std::vector<double>& kernel,
+                                  const std::vector<double>& naive, const std::vector<double>& ref,
+                                  double factor, const char* what) {
+  const double kernel_err = MaxError(kernel, ref, what);
+  const double naive_err = MaxError(naive, ref, what);
+  EXPECT_LE(kernel_err, factor * naive_err + 1e-6)
+      << what << ": kernel error " << kernel_err << ", naive error " << naive_err;
+}
+
+// Host tensors of one problem in dtype T, with the kernels' outputs.
+template <typename T>
+struct AttentionTensors {
+  AttentionTensors(const Problem& p, const Inputs& in)
+      : cu_q_values(p.CuQ()),
+        cu_k_values(p.CuK()),
+        q(Make(in.q, {cu_q_values.back(), p.heads, p.head_dim})),
+        k(Make(in.k, {cu_k_values.back(), p.kv_heads, p.head_dim})),
+        v(Make(in.v, {cu_k_values.back(), p.kv_heads, p.head_dim})),
+        dout(Make(in.dout, {cu_q_values.back(), p.heads, p.head_dim})),
+        out(Make(in.q, {cu_q_values.back(), p.heads, p.head_dim})),
+        lse(std::vector<int64_t>{p.heads, cu_q_values.back()},
+            DLDataType{kDLFloat, static_cast<uint8_t>(sizeof(Acc<T>) * 8), 1}),
+        dq(Make(in.q, {cu_q_values.back(), p.heads, p.head_dim})),
+        dk(Make(in.k, {cu_k_values.back(), p.kv_heads, p.head_dim})),
+        dv(Make(in.v, {cu_k_values.back(), p.kv_heads, p.head_dim})),
+        cu_q(CuTensor(cu_q_values)),
+        cu_k(CuTensor(cu_k_values)),
+        seqused_q(HostTensor::Of<int32_t>({p.batch()}, p.len_q)),
+        seqused_k(HostTensor::Of<int32_t>({p.batch()}, p.len_k)) {
+    seqlens.q = {&cu_q.view(), {}};
+    seqlens.k = {&cu_k.view(), {}};
+    for (size_t b = 0; b + 1 < cu_q_values.size(); ++b) {
+      seqlens.max_seqlen_q =
+          std::max<int64_t>(seqlens.max_seqlen_q, cu_q_values[b + 1] - cu_q_values[b]);
+      seqlens.max_seqlen_k =
+          std::max<int64_t>(seqlens.max_seqlen_k, cu_k_values[b + 1] - cu_k_values[b]);
+    }
+    if (p.padded()) {
+      seqlens.seqused_q = &seqused_q.view();
+      seqlens.seqused_k = &seqused_k.view();
+    }
+  }
+
+  // Filled with the inputs' values (NaN in pads) so unwritten output rows show up.
+  static HostTensor Make(const std::vector<double>& values, std::vector<int64_t> shape) {
+    HostTensor t(std::move(shape), DTypeOf<T>());
+    T* data = t.data<T>();
+    for (int64_t i = 0; i < t.numel(); ++i) {
+      data[i] = FromAcc<T>(static_cast<Acc<T>>(values.empty() ? 0.0 : values[i]));
+    }
+    return t;
+  }
+  static std::vector<double> Values(const HostTensor& t) {
+    std::vector<double> out(t.numel());
+    const std::vector<T> v = t.values<T>();
+    for (size_t i = 0; i < v.size(); ++i) out[i] = static_cast<double>(ToAcc(v[i]));
+    return out;
+  }
+  absl::Status Forward(const AttentionOptions& o) {
+    return VarlenAttentionForward(q.view(), k.view(), v.view(), seqlens, o, out.view(), lse.view(),
+                                  nullptr);
+  }
+  absl::Status Backward(const AttentionOptions& o) {
+    return VarlenAttentionBackward(dout.view(), q.view(), k.view(), v.view(), out.view(),
+                                   lse.view(), seqlens, o, dq.view(), dk.view(), dv.view(),
+                                   nullptr);
+  }
+  Outputs Results() const {
+    Outputs r{Values(out), {}, Values(dq), Values(dk), Values(dv)};
+    const std::vector<Acc<T>> l = lse.values<Acc<T>>();
+    r.lse.assign(l.begin(), l.end());
+    return r;
+  }
+
+  std::vector<int32_t> cu_q_values, cu_k_values;
+  HostTensor q, k, v, dout, out, lse, dq, dk, dv, cu_q, cu_k, seqused_q, seqused_k;
+  AttentionSeqlens seqlens;
+};
+
+}  // namespace packsched::kernels::testing
+
+#endif  // PACKSCHED_TESTS_KERNELS_ATTENTION_REFERENCE_H_

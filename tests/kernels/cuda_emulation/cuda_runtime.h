@@ -1,0 +1,35 @@
+#ifndef PACKSCHED_TESTS_KERNELS_CUDA_EMULATION_CUDA_RUNTIME_H_
+#define PACKSCHED_TESTS_KERNELS_CUDA_EMULATION_CUDA_RUNTIME_H_
+
+// A stand-in for <cuda_runtime.h> that lets the CUDA attention's device code
+// (kernels/cuda/attention_device.cuh) compile as plain C++ and run on the CPU, one std::thread per
+// CUDA thread, one block at a time, with __syncthreads as a std::barrier. Only what that device
+// code uses is provided. Test-only: attention_emulated_test.cc puts this directory first on its
+// include path and defines the block's shared memory.
+
+#include <barrier>
+#include <cmath>
+
+struct dim3 {
+  unsigned x, y, z;
+  constexpr dim3(unsigned x_ = 1, unsigned y_ = 1, unsigned z_ = 1) : x(x_), y(y_), z(z_) {}
+};
+
+#define __global__
+#define __device__
+#define __host__
+#define __shared__
+#define __launch_bounds__(...)
+
+namespace packsched_cuda_emulation {
+inline thread_local dim3 thread_idx;  // this emulated thread's threadIdx
+inline dim3 block_idx;                // the block being run (one at a time)
+inline std::barrier<>* block_barrier = nullptr;
+}  // namespace packsched_cuda_emulation
+
+#define threadIdx ::packsched_cuda_emulation::thread_idx
+#define blockIdx ::packsched_cuda_emulation::block_idx
+
+inline void __syncthreads() { packsched_cuda_emulation::block_barrier->arrive_and_wait(); }
+
+#endif  // PACKSCHED_TESTS_KERNELS_CUDA_EMULATION_CUDA_RUNTIME_H_
