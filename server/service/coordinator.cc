@@ -1,5 +1,6 @@
 #include "server/service/coordinator.h"
 
+#include <algorithm>
 #include <deque>
 #include <optional>
 #include <thread>
@@ -29,8 +30,10 @@ struct RoundCoordinator::Stream {
 
   const std::string name;
   std::thread worker;
-  // Touched only by the worker, except Abort() (thread-safe by contract) under `mu`.
+  // Touched only by the worker, except Abort() (thread-safe by contract) under `mu`. One of
+  // them is used: `stream_group` with a rank group, else `group`.
   std::unique_ptr<collective::Collective> group;
+  std::unique_ptr<collective::StreamGroup> stream_group;
 
   absl::Mutex mu;
   absl::CondVar work;  // a round was queued, or the stream is stopping
@@ -256,32 +259,50 @@ Result RoundCoordinator::RunRound(Stream& stream, const RoundInput& in) {
   const absl::Time local_done = absl::Now();
 
   // Agree with the peers (or a group of one).
-  if (stream.group == nullptr) {
-    absl::StatusOr<std::unique_ptr<collective::Collective>> group =
-        options_.make_collective ? options_.make_collective(stream.name)
-                                 : absl::StatusOr<std::unique_ptr<collective::Collective>>(
-                                       std::make_unique<collective::LocalCollective>());
-    if (!group.ok()) return group.status();
-    {
+  absl::StatusOr<collective::AgreedRound> agreed;
+  int64_t world_size = 1;
+  absl::Time agreed_at;
+  if (options_.group != nullptr) {
+    if (stream.stream_group == nullptr) {
+      std::unique_ptr<collective::StreamGroup> created = options_.group->ForStream(stream.name);
       absl::MutexLock lock(&stream.mu);
-      if (stream.stopping) (*group)->Abort();
-      stream.group = *std::move(group);
+      if (stream.stopping) created->Abort();
+      stream.stream_group = std::move(created);
     }
-    // Lock order: the coordinator's mu_ before a stream's mu, never the reverse.
-    absl::MutexLock coordinator(&mu_);
-    world_size_ = stream.group->world_size();
-    backend_ = std::string(stream.group->backend());
-  }
-  const absl::StatusOr<collective::AgreedRound> agreed = collective::AgreeRound(
-      *stream.group, record, absl::Now() + options_.limits.collective_timeout);
-  const absl::Time agreed_at = absl::Now();
-  if (!agreed.ok()) {
-    if (absl::IsDeadlineExceeded(agreed.status()) || absl::IsAborted(agreed.status())) {
-      // The group is unusable after a collective failure: form it again for the next round.
-      absl::MutexLock lock(&stream.mu);
-      stream.group.reset();
+    // Forms (or re-forms after a failure) within the group's collective timeout.
+    agreed = stream.stream_group->Agree(record);
+    agreed_at = absl::Now();
+    world_size = options_.group->options().world_size;
+    if (!agreed.ok()) return agreed.status();
+  } else {
+    if (stream.group == nullptr) {
+      absl::StatusOr<std::unique_ptr<collective::Collective>> group =
+          options_.make_collective ? options_.make_collective(stream.name)
+                                   : absl::StatusOr<std::unique_ptr<collective::Collective>>(
+                                         std::make_unique<collective::LocalCollective>());
+      if (!group.ok()) return group.status();
+      {
+        absl::MutexLock lock(&stream.mu);
+        if (stream.stopping) (*group)->Abort();
+        stream.group = *std::move(group);
+      }
+      // Lock order: the coordinator's mu_ before a stream's mu, never the reverse.
+      absl::MutexLock coordinator(&mu_);
+      world_size_ = stream.group->world_size();
+      backend_ = std::string(stream.group->backend());
     }
-    return agreed.status();
+    agreed = collective::AgreeRound(*stream.group, record,
+                                    absl::Now() + options_.limits.collective_timeout);
+    agreed_at = absl::Now();
+    world_size = stream.group->world_size();
+    if (!agreed.ok()) {
+      if (absl::IsDeadlineExceeded(agreed.status()) || absl::IsAborted(agreed.status())) {
+        // The group is unusable after a collective failure: form it again for the next round.
+        absl::MutexLock lock(&stream.mu);
+        stream.group.reset();
+      }
+      return agreed.status();
+    }
   }
 
   // Every rank now holds the same agreed values and the same options, so what follows either
@@ -306,7 +327,6 @@ Result RoundCoordinator::RunRound(Stream& stream, const RoundInput& in) {
     }
     result->plan = *std::move(plan);
   }
-  const int64_t world_size = stream.group->world_size();
   if (input.loss_tokens) {
     absl::StatusOr<planner::LossWeights> weights = planner::ComputeLossWeights(
         result->plan, *input.loss_tokens, input.loss,
@@ -344,6 +364,7 @@ void RoundCoordinator::Shutdown() {
     absl::MutexLock lock(&stream->mu);
     stream->stopping = true;
     if (stream->group != nullptr) stream->group->Abort();
+    if (stream->stream_group != nullptr) stream->stream_group->Abort();
     stream->work.Signal();
   }
   for (Stream* stream : streams) {
@@ -363,6 +384,10 @@ RoundCoordinator::Stats RoundCoordinator::GetStats() const {
     absl::MutexLock lock(&mu_);
     stats.world_size = world_size_;
     stats.backend = backend_;
+    if (options_.group != nullptr) {
+      stats.world_size = options_.group->options().world_size;
+      stats.group_ready = !streams_.empty();
+    }
     for (const auto& [name, stream] : streams_) {
       absl::MutexLock stream_lock(&stream->mu);
       StreamStats s;
@@ -374,6 +399,14 @@ RoundCoordinator::Stats RoundCoordinator::GetStats() const {
       s.outstanding = static_cast<int64_t>(stream->in_flight.size());
       s.cached = static_cast<int64_t>(stream->cache.size());
       stats.streams.push_back(std::move(s));
+      if (options_.group != nullptr) {
+        const collective::GroupInfo info = stream->stream_group != nullptr
+                                               ? stream->stream_group->info()
+                                               : collective::GroupInfo{};
+        stats.group_ready &= info.formed;
+        stats.generation = std::max(stats.generation, info.generation);
+        if (!info.backend.empty()) stats.backend = info.backend;
+      }
     }
   }
   absl::MutexLock counters(&counters_mu_);

@@ -29,6 +29,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "server/collective/collective.h"
+#include "server/collective/group.h"
 #include "server/service/limits.h"
 #include "server/service/round_types.h"
 
@@ -49,7 +50,12 @@ class RoundCoordinator {
 
   struct Options {
     ServiceLimits limits;
-    // Default: a LocalCollective per stream (a group of one).
+    // The sidecar's rank group (--rank/--world_size/--rendezvous); not owned, must outlive the
+    // coordinator. When set, each stream agrees through group->ForStream(name), which forms,
+    // heals and re-forms the stream's collective itself; `make_collective` is then unused.
+    collective::Group* group = nullptr;
+    // Without `group`: makes each stream's collective. Default: a LocalCollective per stream
+    // (a group of one).
     CollectiveFactory make_collective;
     // Protocol/build version every rank of a round must share.
     int64_t version = kProtocolVersion;
@@ -70,8 +76,10 @@ class RoundCoordinator {
     int64_t cache_hits = 0;
     int64_t joined_in_flight = 0;
     int64_t over_cap_parts = 0;
-    int64_t world_size = 1;  // of the most recently created stream group (1 before any)
-    std::string backend;     // likewise ("local" before any)
+    int64_t world_size = 1;
+    std::string backend;      // of the most recently formed stream collective ("local" before)
+    bool group_ready = true;  // with a rank group: every stream's collective is formed
+    int64_t generation = 0;   // with a rank group: the highest generation of its streams
   };
 
   explicit RoundCoordinator(Options options);

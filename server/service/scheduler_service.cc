@@ -114,9 +114,9 @@ grpc::ServerUnaryReactor* SchedulerService::GetStatus(grpc::CallbackServerContex
   const RoundCoordinator::Stats stats = coordinator_->GetStats();
   response->set_rank(options_.rank);
   response->set_world_size(stats.world_size);
-  response->set_group_ready(true);
+  response->set_group_ready(stats.group_ready);
   response->set_backend(stats.backend);
-  response->set_generation(options_.generation);
+  response->set_generation(stats.generation);
   for (const RoundCoordinator::StreamStats& s : stats.streams) {
     v1::StreamStatus* out = response->add_streams();
     out->set_name(s.name);

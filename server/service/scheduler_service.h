@@ -33,7 +33,6 @@ class SchedulerService final : public v1::Scheduler::CallbackService {
     // (UNAUTHENTICATED otherwise).
     std::string auth_token;
     int64_t rank = 0;
-    int64_t generation = 0;
     std::string build_version;
   };
 

@@ -91,6 +91,7 @@ absl::StatusOr<std::unique_ptr<SchedulerServer>> SchedulerServer::Start(
   auto state = std::make_unique<State>();
   RoundCoordinator::Options coordinator_options;
   coordinator_options.limits = options.limits;
+  coordinator_options.group = options.group;
   coordinator_options.make_collective = options.make_collective;
   state->coordinator = std::make_unique<RoundCoordinator>(std::move(coordinator_options));
   SchedulerService::Options service_options;

@@ -36,7 +36,9 @@ struct ServerOptions {
   int64_t max_threads = 64;  // gRPC threads (resource quota)
   int64_t rank = 0;
   std::string build_version;
-  RoundCoordinator::CollectiveFactory make_collective;  // default: a group of one
+  // The rank group (not owned; outlives the server), or null for a group of one.
+  collective::Group* group = nullptr;
+  RoundCoordinator::CollectiveFactory make_collective;  // without `group`; default: local
 };
 
 class SchedulerServer {

@@ -12,7 +12,9 @@
 #include "absl/synchronization/mutex.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "server/collective/group.h"
 #include "server/collective/in_process_collective.h"
+#include "server/collective/store.h"
 #include "server/planner/planner.h"
 #include "tests/service/service_test_util.h"
 #include "tests/testing/lengths.h"
@@ -328,6 +330,60 @@ TEST(CoordinatorGroup, DifferentOptionsAreFailedPreconditionOnEveryRank) {
   const absl::Status s0 = c0.Wait().status();
   EXPECT_EQ(s0.code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ(s0, c1.Wait().status());
+}
+
+// Through the rank group's lifecycle (collective/group.h), as the sidecar runs with
+// --world_size: a group of one, and two ranks over Gloo on loopback.
+TEST(CoordinatorRankGroup, AGroupOfOne) {
+  absl::StatusOr<std::unique_ptr<collective::Group>> group =
+      collective::Group::Create(nullptr, collective::GroupOptions{});
+  ASSERT_TRUE(group.ok()) << group.status();
+  RoundCoordinator::Options options;
+  options.group = group->get();
+  RoundCoordinator coordinator(std::move(options));
+  EXPECT_TRUE(SubmitAndWait(coordinator, Input(Request("s", 1, Batch(21), kCap))).ok());
+  const RoundCoordinator::Stats stats = coordinator.GetStats();
+  EXPECT_EQ(stats.world_size, 1);
+  EXPECT_EQ(stats.backend, "local");
+  EXPECT_TRUE(stats.group_ready);
+}
+
+TEST(CoordinatorRankGroup, TwoRanksOverGlooAgree) {
+  collective::InMemoryStore store;
+  std::vector<std::unique_ptr<collective::Group>> groups;
+  std::vector<std::unique_ptr<RoundCoordinator>> ranks;
+  for (int64_t r = 0; r < 2; ++r) {
+    collective::GroupOptions group_options;
+    group_options.rank = r;
+    group_options.world_size = 2;
+    group_options.backend = collective::Backend::kGloo;
+    group_options.gloo.hostname = "127.0.0.1";
+    group_options.collective_timeout = absl::Seconds(20);
+    absl::StatusOr<std::unique_ptr<collective::Group>> group =
+        collective::Group::Create(&store, group_options);
+    ASSERT_TRUE(group.ok()) << group.status();
+    groups.push_back(*std::move(group));
+    RoundCoordinator::Options options;
+    options.group = groups.back().get();
+    ranks.push_back(std::make_unique<RoundCoordinator>(std::move(options)));
+  }
+  for (int64_t round = 1; round <= 2; ++round) {
+    Call c0(*ranks[0], Input(Request("actor", round, Batch(22 + round, 512), kCap)));
+    Call c1(*ranks[1], Input(Request("actor", round, {100, 200}, kCap)));
+    const Result& r0 = c0.Wait();
+    const Result& r1 = c1.Wait();
+    ASSERT_TRUE(r0.ok()) << r0.status();
+    ASSERT_TRUE(r1.ok()) << r1.status();
+    EXPECT_EQ((*r1)->num_micro_batches, (*r0)->local_k);
+    EXPECT_EQ((*r0)->global.num_sequences, 514);
+    EXPECT_EQ((*r1)->global.world_size, 2);
+  }
+  const RoundCoordinator::Stats stats = ranks[1]->GetStats();
+  EXPECT_EQ(stats.world_size, 2);
+  EXPECT_EQ(stats.backend, "gloo");
+  EXPECT_TRUE(stats.group_ready);
+  EXPECT_GE(stats.generation, 0);
+  for (auto& rank : ranks) rank->Shutdown();  // before the groups they use
 }
 
 }  // namespace
