@@ -1,0 +1,320 @@
+#include "client/cpp/scheduler_client.h"
+
+#include <algorithm>
+#include <fstream>
+#include <functional>
+#include <sstream>
+#include <thread>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "grpcpp/grpcpp.h"
+#include "packsched/v1/scheduler.grpc.pb.h"
+#include "server/base/status_macros.h"
+
+namespace packsched::client {
+namespace {
+
+namespace v1 = ::packsched::v1;
+
+absl::StatusOr<std::string> ReadFile(absl::string_view what, const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::InvalidArgumentError(absl::StrCat(what, " '", path, "': cannot be read"));
+  std::stringstream contents;
+  contents << in.rdbuf();
+  return contents.str();
+}
+
+absl::Status FromGrpc(const grpc::Status& status) {
+  return absl::Status(static_cast<absl::StatusCode>(status.error_code()), status.error_message());
+}
+
+absl::StatusOr<v1::Algorithm> ToProto(planner::Algorithm a) {
+  switch (a) {
+    case planner::Algorithm::kKarmarkarKarp:
+      return v1::ALGORITHM_KK;
+    case planner::Algorithm::kLpt:
+      return v1::ALGORITHM_LPT;
+    default:
+      return absl::InvalidArgumentError(
+          absl::StrCat("options.algorithm = ", planner::Name(a),
+                       ": the sidecar balances micro-batches with kk or lpt"));
+  }
+}
+
+absl::Status FillOptions(const planner::PlanOptions& o, v1::PlanOptions* out) {
+  out->set_max_token_len(o.max_token_len);
+  out->set_cap_mode(o.cap_mode == planner::CapMode::kPadded ? v1::CAP_MODE_PADDED
+                                                            : v1::CAP_MODE_TOKENS);
+  out->set_max_seqs_per_micro_batch(o.max_seqs_per_micro_batch);
+  out->set_min_micro_batches(o.min_micro_batches);
+  out->set_divisible_by(o.divisible_by);
+  out->set_align_to(o.align_to);
+  out->set_align_total_to(o.align_total_to);
+  ASSIGN_OR_RETURN(v1::Algorithm algorithm, ToProto(o.algorithm));
+  out->set_algorithm(algorithm);
+  out->set_cost(o.cost == planner::CostModel::kAttention ? v1::COST_MODEL_ATTENTION
+                                                         : v1::COST_MODEL_TOKENS);
+  out->set_attention_linear(o.attention.linear);
+  out->set_attention_quadratic(o.attention.quadratic);
+  switch (o.overlong) {
+    case planner::OverlongPolicy::kReject:
+      out->set_overlong(v1::OVERLONG_POLICY_REJECT);
+      break;
+    case planner::OverlongPolicy::kIsolate:
+      out->set_overlong(v1::OVERLONG_POLICY_ISOLATE);
+      break;
+    case planner::OverlongPolicy::kDrop:
+      out->set_overlong(v1::OVERLONG_POLICY_DROP);
+      break;
+  }
+  switch (o.order) {
+    case planner::PartOrder::kCostDesc:
+      out->set_order(v1::PART_ORDER_COST_DESC);
+      break;
+    case planner::PartOrder::kIndex:
+      out->set_order(v1::PART_ORDER_INDEX);
+      break;
+    case planner::PartOrder::kInterleave:
+      out->set_order(v1::PART_ORDER_INTERLEAVE);
+      break;
+  }
+  out->set_max_micro_batches(o.max_micro_batches);
+  out->set_equal_size(o.equal_size);
+  return absl::OkStatus();
+}
+
+void FillLoss(const planner::LossOptions& loss, v1::LossOptions* out) {
+  static constexpr v1::LossMode kModes[] = {v1::LOSS_MODE_TOKEN_MEAN, v1::LOSS_MODE_SAMPLE_MEAN,
+                                            v1::LOSS_MODE_SEQ_SUM, v1::LOSS_MODE_SUM,
+                                            v1::LOSS_MODE_SUM_NORM};
+  const int mode = static_cast<int>(loss.mode);
+  out->set_mode(mode >= 0 && mode < 5 ? kModes[mode] : static_cast<v1::LossMode>(100 + mode));
+  out->set_dp_reduction(loss.dp_reduction == planner::DpReduction::kMean ? v1::DP_REDUCTION_MEAN
+                                                                         : v1::DP_REDUCTION_SUM);
+  out->set_sum_norm_constant(loss.sum_norm_constant);
+}
+
+GlobalCounts FromProto(const v1::GlobalCounts& g) {
+  return {g.num_sequences(), g.loss_tokens(), g.sequences_with_loss(), g.world_size()};
+}
+
+PlanResult FromProto(const v1::PlanResponse& r) {
+  PlanResult out;
+  out.num_micro_batches = r.num_micro_batches();
+  out.local_num_micro_batches = r.local_num_micro_batches();
+  planner::MicroBatchPlan& plan = out.plan;
+  plan.parts.reserve(r.micro_batches_size());
+  bool has_scales = false;
+  for (const v1::MicroBatch& m : r.micro_batches()) {
+    planner::MicroBatch part;
+    part.indices.assign(m.indices().begin(), m.indices().end());
+    part.tokens = m.tokens();
+    part.aligned_tokens = m.aligned_tokens();
+    part.total = m.total();
+    part.padded_tokens = m.padded_tokens();
+    part.cost = m.cost();
+    part.max_seqlen = m.max_seqlen();
+    part.max_seqlen_aligned = m.max_seqlen_aligned();
+    part.cu_seqlens.assign(m.cu_seqlens().begin(), m.cu_seqlens().end());
+    part.cu_seqlens_aligned.assign(m.cu_seqlens_aligned().begin(), m.cu_seqlens_aligned().end());
+    part.empty = m.empty();
+    part.overlong = m.overlong();
+    plan.parts.push_back(std::move(part));
+    has_scales |= m.has_loss_scale();
+  }
+  if (has_scales) {
+    for (const v1::MicroBatch& m : r.micro_batches()) out.loss_scales.push_back(m.loss_scale());
+  }
+  plan.reorder.assign(r.reorder().begin(), r.reorder().end());
+  plan.revert.assign(r.revert().begin(), r.revert().end());
+  plan.dropped.assign(r.dropped().begin(), r.dropped().end());
+  out.loss_weights.assign(r.loss_weights().begin(), r.loss_weights().end());
+  const v1::PlanStats& s = r.stats();
+  plan.stats.num_sequences = s.num_sequences();
+  plan.stats.num_kept = s.num_kept();
+  plan.stats.total_tokens = s.total_tokens();
+  plan.stats.total_cost = s.total_cost();
+  plan.stats.max_part_cost = s.max_part_cost();
+  plan.stats.min_part_cost = s.min_part_cost();
+  plan.stats.imbalance = s.imbalance();
+  plan.stats.lower_bound_k = s.lower_bound_k();
+  plan.stats.local_k = r.local_num_micro_batches();
+  plan.stats.over_cap_parts = s.over_cap_parts();
+  plan.stats.naive_padded_tokens = s.naive_padded_tokens();
+  plan.stats.packed_tokens = s.packed_tokens();
+  out.global = FromProto(r.global());
+  out.max_token_len = s.max_token_len();
+  out.local_time = absl::Microseconds(s.local_us());
+  out.wait_time = absl::Microseconds(s.wait_us());
+  out.partition_time = absl::Microseconds(s.partition_us());
+  return out;
+}
+
+}  // namespace
+
+struct SchedulerClient::Impl {
+  ClientOptions options;
+  std::shared_ptr<grpc::Channel> channel;
+  std::unique_ptr<v1::Scheduler::Stub> stub;
+
+  // Runs one unary call with the retry rule of the header.
+  template <typename Request, typename Response>
+  absl::Status Call(grpc::Status (v1::Scheduler::Stub::*method)(grpc::ClientContext*,
+                                                                const Request&, Response*),
+                    const Request& request, Response* response, absl::Duration timeout) {
+    const absl::Time deadline =
+        absl::Now() + (timeout == absl::ZeroDuration() ? options.timeout : timeout);
+    absl::Duration backoff = options.initial_backoff;
+    for (int attempt = 1;; ++attempt) {
+      grpc::ClientContext context;
+      context.set_deadline(absl::ToChronoTime(deadline));
+      // Queue while the sidecar is (re)connecting instead of failing at once.
+      context.set_wait_for_ready(true);
+      if (!options.auth_token.empty()) {
+        context.AddMetadata("authorization", absl::StrCat("Bearer ", options.auth_token));
+      }
+      response->Clear();
+      const grpc::Status status = (stub.get()->*method)(&context, request, response);
+      if (status.ok()) return absl::OkStatus();
+      const bool served = context.GetServerTrailingMetadata().count("packsched-served") > 0;
+      const bool unreached = status.error_code() == grpc::StatusCode::UNAVAILABLE && !served;
+      if (!unreached || attempt >= options.max_attempts || absl::Now() + backoff >= deadline) {
+        return FromGrpc(status);
+      }
+      std::this_thread::sleep_for(absl::ToChronoNanoseconds(backoff));
+      backoff = std::min(backoff * 2, options.max_backoff);
+    }
+  }
+};
+
+SchedulerClient::SchedulerClient(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+SchedulerClient::~SchedulerClient() = default;
+
+absl::StatusOr<std::unique_ptr<SchedulerClient>> SchedulerClient::Create(ClientOptions options) {
+  if (options.target.empty()) return absl::InvalidArgumentError("target is empty");
+  if (options.max_attempts < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("max_attempts = ", options.max_attempts, ": must be >= 1"));
+  }
+  std::shared_ptr<grpc::ChannelCredentials> credentials;
+  if (options.tls_root_certs_file.empty()) {
+    credentials = grpc::InsecureChannelCredentials();
+  } else {
+    grpc::SslCredentialsOptions ssl;
+    ASSIGN_OR_RETURN(ssl.pem_root_certs,
+                     ReadFile("tls_root_certs_file", options.tls_root_certs_file));
+    if (!options.tls_client_cert_file.empty()) {
+      ASSIGN_OR_RETURN(ssl.pem_cert_chain,
+                       ReadFile("tls_client_cert_file", options.tls_client_cert_file));
+      ASSIGN_OR_RETURN(ssl.pem_private_key,
+                       ReadFile("tls_client_key_file", options.tls_client_key_file));
+    }
+    credentials = grpc::SslCredentials(ssl);
+  }
+  grpc::ChannelArguments args;
+  // Reconnect fast: a sidecar that restarts (or starts after its trainer) is reached within
+  // about 50-500 ms instead of gRPC's default 1 s+ backoff.
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 50);
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 50);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 500);
+  args.SetMaxReceiveMessageSize(-1);
+  // One connection per client, not shared with other clients of the same target in the process.
+  args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+  auto impl = std::make_unique<Impl>();
+  impl->channel = grpc::CreateCustomChannel(options.target, credentials, args);
+  impl->stub = v1::Scheduler::NewStub(impl->channel);
+  impl->options = std::move(options);
+  return std::unique_ptr<SchedulerClient>(new SchedulerClient(std::move(impl)));
+}
+
+absl::StatusOr<PlanResult> SchedulerClient::Plan(const PlanRequest& request,
+                                                 absl::Duration timeout) {
+  v1::PlanRequest wire;
+  wire.set_stream(request.stream);
+  wire.set_round(request.round);
+  wire.mutable_lengths()->Assign(request.lengths.begin(), request.lengths.end());
+  RETURN_IF_ERROR(FillOptions(request.options, wire.mutable_options()));
+  wire.mutable_options()->set_same_micro_num_in_dp(request.same_micro_num_in_dp);
+  wire.mutable_loss_tokens()->Assign(request.loss_tokens.begin(), request.loss_tokens.end());
+  FillLoss(request.loss, wire.mutable_loss());
+  v1::PlanResponse response;
+  RETURN_IF_ERROR(impl_->Call(&v1::Scheduler::Stub::Plan, wire, &response, timeout));
+  return FromProto(response);
+}
+
+absl::StatusOr<PlanResult> SchedulerClient::Partition(const PartitionRequest& request,
+                                                      absl::Duration timeout) {
+  v1::PartitionRequest wire;
+  wire.mutable_lengths()->Assign(request.lengths.begin(), request.lengths.end());
+  wire.set_num_micro_batches(request.num_micro_batches);
+  RETURN_IF_ERROR(FillOptions(request.options, wire.mutable_options()));
+  wire.mutable_loss_tokens()->Assign(request.loss_tokens.begin(), request.loss_tokens.end());
+  FillLoss(request.loss, wire.mutable_loss());
+  if (request.global) {
+    v1::GlobalCounts* g = wire.mutable_global();
+    g->set_num_sequences(request.global->num_sequences);
+    g->set_loss_tokens(request.global->loss_tokens);
+    g->set_sequences_with_loss(request.global->sequences_with_loss);
+    g->set_world_size(request.global->world_size);
+  }
+  v1::PlanResponse response;
+  RETURN_IF_ERROR(impl_->Call(&v1::Scheduler::Stub::Partition, wire, &response, timeout));
+  return FromProto(response);
+}
+
+absl::StatusOr<BalancedPlan> SchedulerClient::BalanceBatch(const BalanceBatchRequest& request,
+                                                           absl::Duration timeout) {
+  v1::BalanceBatchRequest wire;
+  wire.mutable_lengths()->Assign(request.lengths.begin(), request.lengths.end());
+  wire.set_world_size(request.world_size);
+  RETURN_IF_ERROR(FillOptions(request.options, wire.mutable_options()));
+  wire.mutable_group_ids()->Assign(request.group_ids.begin(), request.group_ids.end());
+  wire.mutable_loss_tokens()->Assign(request.loss_tokens.begin(), request.loss_tokens.end());
+  FillLoss(request.loss, wire.mutable_loss());
+  v1::BalanceBatchResponse response;
+  RETURN_IF_ERROR(impl_->Call(&v1::Scheduler::Stub::BalanceBatch, wire, &response, timeout));
+  BalancedPlan out;
+  out.num_micro_batches = response.num_micro_batches();
+  for (const v1::RankPlan& rank : response.ranks()) {
+    RankPlan r;
+    r.indices.assign(rank.indices().begin(), rank.indices().end());
+    r.cost = rank.cost();
+    r.plan = FromProto(rank.plan());
+    out.ranks.push_back(std::move(r));
+  }
+  out.dropped.assign(response.dropped().begin(), response.dropped().end());
+  out.global = FromProto(response.global());
+  return out;
+}
+
+absl::StatusOr<ServerStatus> SchedulerClient::GetStatus(absl::Duration timeout) {
+  v1::GetStatusResponse response;
+  RETURN_IF_ERROR(
+      impl_->Call(&v1::Scheduler::Stub::GetStatus, v1::GetStatusRequest(), &response, timeout));
+  ServerStatus out;
+  out.rank = response.rank();
+  out.world_size = response.world_size();
+  out.group_ready = response.group_ready();
+  out.backend = response.backend();
+  out.generation = response.generation();
+  for (const v1::StreamStatus& s : response.streams()) {
+    out.streams.push_back({s.name(), s.last_round(), s.rounds_completed(), s.rounds_failed(),
+                           s.outstanding(), s.cached()});
+  }
+  const v1::Counters& c = response.counters();
+  out.rounds = c.rounds();
+  out.cache_hits = c.cache_hits();
+  out.joined_in_flight = c.joined_in_flight();
+  out.over_cap_parts = c.over_cap_parts();
+  out.partitions = c.partitions();
+  out.balance_batches = c.balance_batches();
+  out.errors_by_code.insert(c.errors_by_code().begin(), c.errors_by_code().end());
+  out.build_version = response.build_version();
+  out.proto_version = response.proto_version();
+  out.uptime = absl::Microseconds(response.uptime_us());
+  return out;
+}
+
+}  // namespace packsched::client

@@ -1,0 +1,167 @@
+#ifndef PACKSCHED_CLIENT_CPP_SCHEDULER_CLIENT_H_
+#define PACKSCHED_CLIENT_CPP_SCHEDULER_CLIENT_H_
+
+// C++ client of the packsched sidecar (packsched.v1.Scheduler). Plain value types in and out:
+// this header includes no gRPC or generated proto headers (the planner's option and plan types
+// are reused, so a plan from the sidecar and one from the in-process planner look the same).
+//
+// Retries: a call is retried (same request, within its deadline, with backoff) only when it
+// did not reach the sidecar's service — a connection that failed or dropped (UNAVAILABLE without
+// the sidecar's answer). A round the sidecar answered, successfully or not, is never retried;
+// sending a failed round again is the caller's decision (the sidecar runs it again).
+//
+// Thread-safe: one client may be shared by many threads (calls run concurrently over one
+// HTTP/2 connection).
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "server/planner/loss_weights.h"
+#include "server/planner/options.h"
+#include "server/planner/plan.h"
+
+namespace packsched::client {
+
+struct ClientOptions {
+  // The sidecar, "host:port".
+  std::string target = "127.0.0.1:50051";
+  // Deadline of a call that does not pass its own. It covers waiting for the peer ranks, so keep
+  // it above the sidecar's --collective_timeout.
+  absl::Duration timeout = absl::Seconds(120);
+  // Bearer token sent as "authorization: Bearer <token>"; empty = none.
+  std::string auth_token;
+  // TLS: a PEM file with the CA that signed the sidecar's certificate; empty = plaintext.
+  std::string tls_root_certs_file;
+  // Client certificate and key (PEM files) for sidecars started with --tls_client_ca.
+  std::string tls_client_cert_file;
+  std::string tls_client_key_file;
+  // Attempts per call for failures to reach the sidecar (>= 1), backoff doubling from
+  // `initial_backoff` up to `max_backoff`.
+  int max_attempts = 5;
+  absl::Duration initial_backoff = absl::Milliseconds(50);
+  absl::Duration max_backoff = absl::Seconds(1);
+};
+
+struct GlobalCounts {
+  int64_t num_sequences = 0;  // kept sequences over the DP ranks of the round
+  int64_t loss_tokens = 0;
+  int64_t sequences_with_loss = 0;
+  int64_t world_size = 1;
+};
+
+struct PlanRequest {
+  std::string stream;            // 1-128 printable ASCII characters
+  int64_t round = 0;             // the same on every rank for the same call, increasing
+  std::vector<int64_t> lengths;  // tokens per sequence
+  // algorithm must be kKarmarkarKarp or kLpt; max_token_len >= 1.
+  planner::PlanOptions options;
+  bool same_micro_num_in_dp = true;
+  std::vector<int64_t> loss_tokens;  // empty = no loss weights
+  planner::LossOptions loss;
+};
+
+struct PartitionRequest {
+  std::vector<int64_t> lengths;
+  int64_t num_micro_batches = 0;  // the k the caller agreed
+  planner::PlanOptions options;   // max_token_len may be 0 (no cap)
+  std::vector<int64_t> loss_tokens;
+  planner::LossOptions loss;
+  std::optional<GlobalCounts> global;  // agreed counts; unset = this request's own
+};
+
+struct BalanceBatchRequest {
+  std::vector<int64_t> lengths;  // the whole global batch
+  int64_t world_size = 1;
+  planner::PlanOptions options;
+  std::vector<int64_t> group_ids;  // optional, one per sequence
+  std::vector<int64_t> loss_tokens;
+  planner::LossOptions loss;
+};
+
+// One rank's plan. `plan` has the planner's shape (parts, reorder, revert, dropped, stats).
+struct PlanResult {
+  int64_t num_micro_batches = 0;        // agreed k
+  int64_t local_num_micro_batches = 0;  // this rank's own bound
+  planner::MicroBatchPlan plan;
+  std::vector<double> loss_weights;  // per original sequence; empty without loss tokens
+  std::vector<double> loss_scales;   // per micro-batch (NaN where weights differ); likewise
+  GlobalCounts global;
+  int64_t max_token_len = 0;
+  absl::Duration local_time;      // sidecar: validation and local bound
+  absl::Duration wait_time;       // sidecar: agreeing with the peers
+  absl::Duration partition_time;  // sidecar: partition and loss weights
+};
+
+struct RankPlan {
+  std::vector<int64_t> indices;  // global indices of this rank, ascending
+  int64_t cost = 0;
+  PlanResult plan;  // indices inside are positions in `indices`
+};
+
+struct BalancedPlan {
+  int64_t num_micro_batches = 0;
+  std::vector<RankPlan> ranks;
+  std::vector<int64_t> dropped;
+  GlobalCounts global;
+};
+
+struct ServerStatus {
+  struct Stream {
+    std::string name;
+    int64_t last_round = 0;
+    int64_t rounds_completed = 0;
+    int64_t rounds_failed = 0;
+    int64_t outstanding = 0;
+    int64_t cached = 0;
+  };
+  int64_t rank = 0;
+  int64_t world_size = 1;
+  bool group_ready = false;
+  std::string backend;
+  int64_t generation = 0;
+  std::vector<Stream> streams;
+  int64_t rounds = 0;
+  int64_t cache_hits = 0;
+  int64_t joined_in_flight = 0;
+  int64_t over_cap_parts = 0;
+  int64_t partitions = 0;
+  int64_t balance_batches = 0;
+  std::map<std::string, int64_t> errors_by_code;
+  std::string build_version;
+  int64_t proto_version = 0;
+  absl::Duration uptime;
+};
+
+class SchedulerClient {
+ public:
+  // Creates a client (the connection is made lazily, on the first call). Returns
+  // InvalidArgument for an empty target, max_attempts < 1 or unreadable TLS files.
+  static absl::StatusOr<std::unique_ptr<SchedulerClient>> Create(ClientOptions options);
+  ~SchedulerClient();
+
+  // Each call's deadline is now + `timeout`; a zero timeout means ClientOptions::timeout.
+  // Errors are the sidecar's status codes (see proto/packsched/v1/scheduler.proto); a call that
+  // never reached the sidecar ends with UNAVAILABLE or DEADLINE_EXCEEDED.
+  absl::StatusOr<PlanResult> Plan(const PlanRequest& request,
+                                  absl::Duration timeout = absl::ZeroDuration());
+  absl::StatusOr<PlanResult> Partition(const PartitionRequest& request,
+                                       absl::Duration timeout = absl::ZeroDuration());
+  absl::StatusOr<BalancedPlan> BalanceBatch(const BalanceBatchRequest& request,
+                                            absl::Duration timeout = absl::ZeroDuration());
+  absl::StatusOr<ServerStatus> GetStatus(absl::Duration timeout = absl::ZeroDuration());
+
+ private:
+  struct Impl;
+  explicit SchedulerClient(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace packsched::client
+
+#endif  // PACKSCHED_CLIENT_CPP_SCHEDULER_CLIENT_H_

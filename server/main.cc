@@ -1,0 +1,194 @@
+// packsched-server: the scheduler sidecar. Flags -> options -> gRPC server -> wait for
+// SIGTERM/SIGINT -> graceful shutdown. With no group flags the server is a group of one.
+
+#include <fcntl.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <fstream>
+#include <string>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/status/status.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
+#include "server/base/logging.h"
+#include "server/base/status_macros.h"
+#include "server/service/server.h"
+#include "spdlog/spdlog.h"
+
+ABSL_FLAG(std::string, listen, "127.0.0.1:50051",
+          "host:port for trainer calls (loopback by default; port 0 picks a free port)");
+ABSL_FLAG(std::string, port_file, "",
+          "once the server accepts calls, write its port here (one line; atomic rename)");
+ABSL_FLAG(std::string, log_level, "info", "trace, debug (a line per round), info, warn, error");
+ABSL_FLAG(std::string, tls_cert, "", "PEM certificate chain: serve TLS only");
+ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert");
+ABSL_FLAG(std::string, tls_client_ca, "", "PEM CA bundle: require client certificates it signed");
+ABSL_FLAG(std::string, auth_token_file, "",
+          "file holding a bearer token every call must send (only with TLS or on loopback)");
+ABSL_FLAG(int64_t, max_sequences_per_request,
+          packsched::service::ServiceLimits{}.max_sequences_per_request,
+          "most sequences in one request");
+ABSL_FLAG(int64_t, max_micro_batches, packsched::service::ServiceLimits{}.max_micro_batches,
+          "ceiling on a request's max_micro_batches (and its default)");
+ABSL_FLAG(int64_t, max_streams, packsched::service::ServiceLimits{}.max_streams,
+          "most planning streams");
+ABSL_FLAG(int64_t, max_cached_rounds, packsched::service::ServiceLimits{}.max_cached_rounds,
+          "finished rounds kept per stream for late callers (TP/PP/CP ranks)");
+ABSL_FLAG(int64_t, max_outstanding_rounds,
+          packsched::service::ServiceLimits{}.max_outstanding_rounds,
+          "rounds queued or running per stream");
+ABSL_FLAG(absl::Duration, collective_timeout,
+          packsched::service::ServiceLimits{}.collective_timeout,
+          "bound on every server-side wait of a round (peers, forming the group)");
+ABSL_FLAG(int64_t, max_receive_message_bytes, int64_t{64} << 20, "largest request, bytes");
+ABSL_FLAG(int64_t, max_concurrent_streams, 256, "concurrent calls per client connection");
+ABSL_FLAG(int64_t, resource_quota_bytes, int64_t{1} << 30, "gRPC memory quota, bytes");
+ABSL_FLAG(int64_t, max_threads, 64, "gRPC thread quota");
+ABSL_FLAG(absl::Duration, shutdown_grace, absl::Seconds(5),
+          "on SIGTERM/SIGINT, how long calls in progress may take to finish");
+
+namespace {
+
+int g_signal_pipe[2] = {-1, -1};
+
+void OnSignal(int) {
+  const char byte = 1;
+  const int saved = errno;
+  [[maybe_unused]] ssize_t written = write(g_signal_pipe[1], &byte, 1);  // async-signal-safe
+  errno = saved;
+}
+
+absl::Status InstallSignalHandlers() {
+  if (pipe2(g_signal_pipe, O_CLOEXEC) != 0) return absl::InternalError("pipe2 failed");
+  struct sigaction action = {};
+  action.sa_handler = OnSignal;
+  sigemptyset(&action.sa_mask);
+  if (sigaction(SIGTERM, &action, nullptr) != 0 || sigaction(SIGINT, &action, nullptr) != 0) {
+    return absl::InternalError("sigaction failed");
+  }
+  return absl::OkStatus();
+}
+
+void WaitForSignal() {
+  char byte;
+  while (read(g_signal_pipe[0], &byte, 1) < 0 && errno == EINTR) {
+  }
+}
+
+absl::Status Positive(absl::string_view flag, int64_t value, int64_t min = 1) {
+  if (value >= min) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat("--", flag, " = ", value, ": must be >= ", min));
+}
+
+absl::StatusOr<packsched::service::ServerOptions> OptionsFromFlags() {
+  packsched::service::ServerOptions o;
+  o.listen = absl::GetFlag(FLAGS_listen);
+  o.tls_cert = absl::GetFlag(FLAGS_tls_cert);
+  o.tls_key = absl::GetFlag(FLAGS_tls_key);
+  o.tls_client_ca = absl::GetFlag(FLAGS_tls_client_ca);
+  if (const std::string path = absl::GetFlag(FLAGS_auth_token_file); !path.empty()) {
+    std::ifstream in(path);
+    if (!in) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--auth_token_file = '", path, "': cannot be read"));
+    }
+    std::string token((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    o.auth_token = std::string(absl::StripAsciiWhitespace(token));
+    if (o.auth_token.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat("--auth_token_file = '", path, "' is empty"));
+    }
+  }
+  packsched::service::ServiceLimits& l = o.limits;
+  l.max_sequences_per_request = absl::GetFlag(FLAGS_max_sequences_per_request);
+  l.max_micro_batches = absl::GetFlag(FLAGS_max_micro_batches);
+  l.max_streams = absl::GetFlag(FLAGS_max_streams);
+  l.max_cached_rounds = absl::GetFlag(FLAGS_max_cached_rounds);
+  l.max_outstanding_rounds = absl::GetFlag(FLAGS_max_outstanding_rounds);
+  l.collective_timeout = absl::GetFlag(FLAGS_collective_timeout);
+  RETURN_IF_ERROR(Positive("max_sequences_per_request", l.max_sequences_per_request));
+  RETURN_IF_ERROR(Positive("max_micro_batches", l.max_micro_batches));
+  if (l.max_micro_batches > packsched::planner::kMaxSequences) {
+    return absl::InvalidArgumentError(absl::StrCat("--max_micro_batches = ", l.max_micro_batches,
+                                                   ": at most ",
+                                                   packsched::planner::kMaxSequences));
+  }
+  RETURN_IF_ERROR(Positive("max_streams", l.max_streams));
+  RETURN_IF_ERROR(Positive("max_cached_rounds", l.max_cached_rounds, 0));
+  RETURN_IF_ERROR(Positive("max_outstanding_rounds", l.max_outstanding_rounds));
+  if (l.collective_timeout <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("--collective_timeout must be positive");
+  }
+  o.max_receive_message_bytes = absl::GetFlag(FLAGS_max_receive_message_bytes);
+  o.max_concurrent_streams = absl::GetFlag(FLAGS_max_concurrent_streams);
+  o.resource_quota_bytes = absl::GetFlag(FLAGS_resource_quota_bytes);
+  o.max_threads = absl::GetFlag(FLAGS_max_threads);
+  RETURN_IF_ERROR(Positive("max_receive_message_bytes", o.max_receive_message_bytes, 1024));
+  RETURN_IF_ERROR(Positive("max_concurrent_streams", o.max_concurrent_streams));
+  RETURN_IF_ERROR(Positive("resource_quota_bytes", o.resource_quota_bytes, 1 << 20));
+  RETURN_IF_ERROR(Positive("max_threads", o.max_threads, 2));
+  o.build_version = PACKSCHED_VERSION;
+  // The rank-group flags (--rank, --world_size, --rendezvous, --backend) set o.rank and
+  // o.make_collective here.
+  return o;
+}
+
+// Writes "PORT\n" to `path` atomically: a reader sees no file or the whole line.
+absl::Status WritePortFile(const std::string& path, int port) {
+  const std::string temp = absl::StrCat(path, ".tmp.", getpid());
+  {
+    std::ofstream out(temp, std::ios::trunc);
+    out << port << "\n";
+    out.close();
+    if (!out) return absl::InternalError(absl::StrCat("cannot write ", temp));
+  }
+  if (std::rename(temp.c_str(), path.c_str()) != 0) {
+    std::remove(temp.c_str());
+    return absl::InternalError(absl::StrCat("cannot rename ", temp, " to ", path));
+  }
+  return absl::OkStatus();
+}
+
+int Fail(const absl::Status& status) {
+  spdlog::error("{}", status.ToString());
+  return 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage("packsched scheduler sidecar: packsched-server [--listen=...]");
+  absl::ParseCommandLine(argc, argv);
+  if (absl::Status s = packsched::InitLogging("packsched-server", absl::GetFlag(FLAGS_log_level));
+      !s.ok()) {
+    std::fprintf(stderr, "packsched-server: %s\n", s.ToString().c_str());
+    return 1;
+  }
+  if (absl::Status s = InstallSignalHandlers(); !s.ok()) return Fail(s);
+  absl::StatusOr<packsched::service::ServerOptions> options = OptionsFromFlags();
+  if (!options.ok()) return Fail(options.status());
+
+  absl::StatusOr<std::unique_ptr<packsched::service::SchedulerServer>> server =
+      packsched::service::SchedulerServer::Start(*options);
+  if (!server.ok()) return Fail(server.status());
+  const int port = (*server)->port();
+  if (const std::string path = absl::GetFlag(FLAGS_port_file); !path.empty()) {
+    if (absl::Status s = WritePortFile(path, port); !s.ok()) return Fail(s);
+  }
+  spdlog::info("serving packsched.v1.Scheduler on {} (port {}){}{}", options->listen, port,
+               options->tls_cert.empty() ? "" : ", TLS",
+               options->auth_token.empty() ? "" : ", bearer token required");
+
+  WaitForSignal();
+  spdlog::info("shutting down (grace {})",
+               absl::FormatDuration(absl::GetFlag(FLAGS_shutdown_grace)));
+  (*server)->Shutdown(absl::GetFlag(FLAGS_shutdown_grace));
+  spdlog::info("stopped");
+  return 0;
+}

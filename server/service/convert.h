@@ -1,0 +1,62 @@
+#ifndef PACKSCHED_SERVER_SERVICE_CONVERT_H_
+#define PACKSCHED_SERVER_SERVICE_CONVERT_H_
+
+// Wire <-> planner conversion: validation of every request field, with every limit checked
+// before anything sized by the request is allocated, and the responses. Pure functions of their
+// arguments (no I/O, no gRPC runtime), so they can be fuzzed directly. Thread-safe.
+//
+// Errors name the field and its value: InvalidArgument for bad input, ResourceExhausted for a
+// server limit (naming the flag).
+
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "packsched/v1/scheduler.pb.h"
+#include "server/planner/loss_weights.h"
+#include "server/planner/options.h"
+#include "server/planner/planner.h"
+#include "server/service/limits.h"
+#include "server/service/round_types.h"
+
+namespace packsched::service {
+
+// A stream name: 1 to limits.max_stream_name printable ASCII characters.
+absl::Status ValidateStream(absl::string_view stream, const ServiceLimits& limits);
+
+// The planner options of a request, defaults applied (0 / UNSPECIFIED = documented default).
+// `cap_required`: Plan and BalanceBatch need max_token_len >= 1; Partition allows 0.
+absl::StatusOr<planner::PlanOptions> ToPlanOptions(const v1::PlanOptions& options,
+                                                   const ServiceLimits& limits, bool cap_required);
+absl::StatusOr<planner::LossOptions> ToLossOptions(const v1::LossOptions& loss);
+
+// Validates lengths (count within the limit, each >= 1) and loss_tokens (empty, or one per
+// sequence, each in [0, its length]) and assembles the planner input with its hashes.
+absl::StatusOr<PlanInput> ToPlanInput(const v1::PlanRequest& request, const ServiceLimits& limits);
+
+// A Plan request as submitted to its round: fails only when the round cannot be identified (bad
+// stream name); any other problem is carried in RoundInput::error to join the round.
+absl::StatusOr<RoundInput> ToRoundInput(const v1::PlanRequest& request,
+                                        const ServiceLimits& limits);
+
+// Runs a Partition request (pure planning, no collective) into `response`.
+absl::Status RunPartition(const v1::PartitionRequest& request, const ServiceLimits& limits,
+                          v1::PlanResponse* response);
+
+// Runs a BalanceBatch request (pure planning, no collective) into `response`.
+absl::Status RunBalanceBatch(const v1::BalanceBatchRequest& request, const ServiceLimits& limits,
+                             v1::BalanceBatchResponse* response);
+
+// Writes a finished round into `response`.
+void RoundResultToProto(const RoundResult& result, v1::PlanResponse* response);
+
+// Writes a plan (and optional loss weights) into the plan fields of `response`: micro-batches,
+// reorder, revert, dropped, loss weights and the plan's stats.
+void PlanToProto(const planner::MicroBatchPlan& plan, const planner::LossWeights* loss,
+                 int64_t max_token_len, v1::PlanResponse* response);
+
+}  // namespace packsched::service
+
+#endif  // PACKSCHED_SERVER_SERVICE_CONVERT_H_

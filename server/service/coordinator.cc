@@ -1,0 +1,420 @@
+#include "server/service/coordinator.h"
+
+#include <algorithm>
+#include <deque>
+#include <optional>
+#include <thread>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "server/base/checked_math.h"
+#include "server/collective/local_collective.h"
+#include "server/collective/round.h"
+#include "server/planner/planner.h"
+#include "spdlog/spdlog.h"
+
+namespace packsched::service {
+
+using Result = absl::StatusOr<std::shared_ptr<const RoundResult>>;
+
+// A round queued or running, with every caller waiting for it.
+struct RoundCoordinator::Pending {
+  RoundInput input;
+  std::vector<Done> waiters;
+  bool running = false;
+};
+
+struct RoundCoordinator::Stream {
+  explicit Stream(std::string n) : name(std::move(n)) {}
+
+  const std::string name;
+  std::thread worker;
+  // Touched only by the worker, except Abort() (thread-safe by contract) under `mu`. One of
+  // them is used: `stream_group` with a rank group, else `group`.
+  std::unique_ptr<collective::Collective> group;
+  std::unique_ptr<collective::StreamGroup> stream_group;
+
+  absl::Mutex mu;
+  absl::CondVar work;  // a round was queued, or the stream is stopping
+  bool stopping ABSL_GUARDED_BY(mu) = false;
+  std::map<int64_t, Pending> in_flight ABSL_GUARDED_BY(mu);  // queued and running, by round
+  struct Cached {
+    uint64_t content_hash;
+    std::shared_ptr<const RoundResult> result;
+  };
+  absl::flat_hash_map<int64_t, Cached> cache ABSL_GUARDED_BY(mu);
+  std::deque<int64_t> cache_order ABSL_GUARDED_BY(mu);  // oldest first
+  bool has_last_round ABSL_GUARDED_BY(mu) = false;
+  int64_t last_round ABSL_GUARDED_BY(mu) = 0;
+  int64_t rounds_completed ABSL_GUARDED_BY(mu) = 0;
+  int64_t rounds_failed ABSL_GUARDED_BY(mu) = 0;
+};
+
+namespace {
+
+absl::Status ContentMismatch(absl::string_view stream, int64_t round, absl::string_view where) {
+  return absl::FailedPreconditionError(
+      absl::StrCat("stream '", stream, "' round ", round, " is ", where,
+                   " with different content (lengths, loss tokens or options): every caller of "
+                   "a round must send the same request"));
+}
+
+}  // namespace
+
+RoundCoordinator::RoundCoordinator(Options options) : options_(std::move(options)) {}
+
+RoundCoordinator::~RoundCoordinator() { Shutdown(); }
+
+void RoundCoordinator::Submit(RoundInput input, Done done) {
+  Stream* stream = nullptr;
+  absl::Status refused;  // answered outside the lock: `done` may do anything
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = streams_.find(input.stream);
+    if (shut_down_) {
+      refused = absl::UnavailableError("the scheduler is shutting down");
+    } else if (it == streams_.end() &&
+               static_cast<int64_t>(streams_.size()) >= options_.limits.max_streams) {
+      refused = absl::ResourceExhaustedError(
+          absl::StrCat("stream '", input.stream, "' would be stream ", streams_.size() + 1,
+                       ": the server limit --max_streams is ", options_.limits.max_streams));
+    } else if (it == streams_.end()) {
+      auto created = std::make_unique<Stream>(input.stream);
+      Stream* raw = created.get();
+      it = streams_.emplace(input.stream, std::move(created)).first;
+      raw->worker = std::thread([this, raw] { WorkerLoop(raw); });
+    }
+    if (refused.ok()) stream = it->second.get();
+  }
+  if (!refused.ok()) {
+    std::move(done)(refused);
+    return;
+  }
+
+  Result immediate;
+  bool answered = false;
+  {
+    absl::MutexLock lock(&stream->mu);
+    const int64_t round = input.round;
+    if (auto cached = stream->cache.find(round); cached != stream->cache.end()) {
+      answered = true;
+      if (cached->second.content_hash == input.content_hash) {
+        immediate = cached->second.result;
+        absl::MutexLock counters(&counters_mu_);
+        ++cache_hits_;
+      } else {
+        immediate = ContentMismatch(stream->name, round, "already finished");
+      }
+    } else if (auto pending = stream->in_flight.find(round); pending != stream->in_flight.end()) {
+      if (pending->second.input.content_hash == input.content_hash) {
+        pending->second.waiters.push_back(std::move(done));
+        absl::MutexLock counters(&counters_mu_);
+        ++joined_;
+        return;
+      }
+      answered = true;
+      immediate = ContentMismatch(stream->name, round, "in flight");
+    } else if (stream->stopping) {
+      answered = true;
+      immediate = absl::UnavailableError("the scheduler is shutting down");
+    } else if (static_cast<int64_t>(stream->in_flight.size()) >=
+               options_.limits.max_outstanding_rounds) {
+      answered = true;
+      immediate = absl::ResourceExhaustedError(
+          absl::StrCat("stream '", stream->name, "' has ", stream->in_flight.size(),
+                       " rounds outstanding: the server limit --max_outstanding_rounds is ",
+                       options_.limits.max_outstanding_rounds));
+    } else {
+      Pending& pending = stream->in_flight[round];
+      pending.input = std::move(input);
+      pending.waiters.push_back(std::move(done));
+      stream->work.Signal();
+      return;
+    }
+  }
+  if (answered) std::move(done)(std::move(immediate));
+}
+
+void RoundCoordinator::WorkerLoop(Stream* stream) {
+  while (true) {
+    RoundInput* input = nullptr;
+    int64_t round = 0;
+    {
+      absl::MutexLock lock(&stream->mu);
+      // Lowest queued round first; one round at a time per stream.
+      while (!stream->stopping && stream->in_flight.empty()) stream->work.Wait(&stream->mu);
+      if (stream->stopping) break;
+      auto it = stream->in_flight.begin();
+      it->second.running = true;
+      round = it->first;
+      input = &it->second.input;  // stable: std::map nodes do not move, and only we erase
+    }
+
+    const absl::Time start = absl::Now();
+    Result result = RunRound(*stream, *input);
+    const absl::Duration took = absl::Now() - start;
+
+    std::vector<Done> waiters;
+    {
+      absl::MutexLock lock(&stream->mu);
+      auto it = stream->in_flight.find(round);
+      waiters = std::move(it->second.waiters);
+      const uint64_t content_hash = it->second.input.content_hash;
+      stream->in_flight.erase(it);
+      if (result.ok()) {
+        ++stream->rounds_completed;
+        if (!stream->has_last_round || round > stream->last_round) stream->last_round = round;
+        stream->has_last_round = true;
+        if (options_.limits.max_cached_rounds > 0) {
+          stream->cache[round] = {content_hash, *result};
+          stream->cache_order.push_back(round);
+          while (static_cast<int64_t>(stream->cache_order.size()) >
+                 options_.limits.max_cached_rounds) {
+            stream->cache.erase(stream->cache_order.front());
+            stream->cache_order.pop_front();
+          }
+        }
+      } else {
+        ++stream->rounds_failed;
+      }
+    }
+    if (result.ok()) {
+      spdlog::debug("stream {} round {}: k={} local_k={} sequences={} world_size={} in {} us",
+                    stream->name, round, (*result)->num_micro_batches, (*result)->local_k,
+                    (*result)->plan.stats.num_sequences, (*result)->global.world_size,
+                    absl::ToInt64Microseconds(took));
+    } else {
+      spdlog::debug("stream {} round {} failed in {} us: {}", stream->name, round,
+                    absl::ToInt64Microseconds(took), result.status().ToString());
+    }
+    for (Done& done : waiters) std::move(done)(result);
+  }
+
+  // Stopping: fail what is still queued.
+  std::map<int64_t, Pending> left;
+  {
+    absl::MutexLock lock(&stream->mu);
+    left.swap(stream->in_flight);
+  }
+  for (auto& [round, pending] : left) {
+    for (Done& done : pending.waiters) {
+      std::move(done)(
+          absl::UnavailableError(absl::StrCat("the scheduler is shutting down: stream '",
+                                              stream->name, "' round ", round, " did not run")));
+    }
+  }
+}
+
+Result RoundCoordinator::RunRound(Stream& stream, const RoundInput& in) {
+  auto result = std::make_shared<RoundResult>();
+  const absl::Time start = absl::Now();
+  {
+    absl::MutexLock counters(&counters_mu_);
+    ++rounds_;
+  }
+
+  collective::RoundRecord record;
+  record.stream = stream.name;
+  record.round = in.round;
+  record.options_hash = in.options_hash;
+  record.version = options_.version;
+  record.error = in.error;
+
+  // The local half: its errors do not return early, they join the round.
+  std::optional<planner::Problem> problem;
+  planner::MicroBatchPlan local_plan;
+  const PlanInput& input = in.input;
+  if (record.error.ok()) {
+    absl::StatusOr<planner::Problem> created =
+        planner::Problem::Create(input.lengths, input.options);
+    if (created.ok()) {
+      problem = *std::move(created);
+      // Cheap at the local bound (the prepared packing itself); needed for the kept set.
+      absl::StatusOr<planner::MicroBatchPlan> plan = problem->Partition(problem->local_k());
+      if (plan.ok()) {
+        local_plan = *std::move(plan);
+      } else {
+        record.error = plan.status();
+      }
+    } else {
+      record.error = created.status();
+    }
+  }
+  planner::LossCounts local_counts;
+  if (record.error.ok() && input.loss_tokens) {
+    absl::StatusOr<planner::LossCounts> counts = planner::CountLoss(local_plan, *input.loss_tokens);
+    if (counts.ok()) {
+      local_counts = *counts;
+    } else {
+      record.error = counts.status();
+    }
+  }
+  if (record.error.ok()) {
+    record.local_k = problem->local_k();
+    record.num_sequences = problem->num_kept();
+    record.loss_tokens = local_counts.loss_tokens;
+    record.sequences_with_loss = local_counts.sequences_with_loss;
+  }
+  const absl::Time local_done = absl::Now();
+
+  // Agree with the peers (or a group of one).
+  absl::StatusOr<collective::AgreedRound> agreed;
+  int64_t world_size = 1;
+  absl::Time agreed_at;
+  if (options_.group != nullptr) {
+    if (stream.stream_group == nullptr) {
+      std::unique_ptr<collective::StreamGroup> created = options_.group->ForStream(stream.name);
+      absl::MutexLock lock(&stream.mu);
+      if (stream.stopping) created->Abort();
+      stream.stream_group = std::move(created);
+    }
+    // Forms (or re-forms after a failure) within the group's collective timeout.
+    agreed = stream.stream_group->Agree(record);
+    agreed_at = absl::Now();
+    world_size = options_.group->options().world_size;
+    if (!agreed.ok()) return agreed.status();
+  } else {
+    if (stream.group == nullptr) {
+      absl::StatusOr<std::unique_ptr<collective::Collective>> group =
+          options_.make_collective ? options_.make_collective(stream.name)
+                                   : absl::StatusOr<std::unique_ptr<collective::Collective>>(
+                                         std::make_unique<collective::LocalCollective>());
+      if (!group.ok()) return group.status();
+      {
+        absl::MutexLock lock(&stream.mu);
+        if (stream.stopping) (*group)->Abort();
+        stream.group = *std::move(group);
+      }
+      // Lock order: the coordinator's mu_ before a stream's mu, never the reverse.
+      absl::MutexLock coordinator(&mu_);
+      world_size_ = stream.group->world_size();
+      backend_ = std::string(stream.group->backend());
+    }
+    agreed = collective::AgreeRound(*stream.group, record,
+                                    absl::Now() + options_.limits.collective_timeout);
+    agreed_at = absl::Now();
+    world_size = stream.group->world_size();
+    if (!agreed.ok()) {
+      if (absl::IsDeadlineExceeded(agreed.status()) || absl::IsAborted(agreed.status())) {
+        // The group is unusable after a collective failure: form it again for the next round.
+        absl::MutexLock lock(&stream.mu);
+        stream.group.reset();
+      }
+      return agreed.status();
+    }
+  }
+
+  // Every rank now holds the same agreed values and the same options, so what follows either
+  // fails identically everywhere or cannot fail.
+  const planner::PlanOptions& o = input.options;
+  int64_t k = input.same_micro_num_in_dp ? agreed->k : problem->local_k();
+  const std::optional<int64_t> rounded = CheckedRoundUp(k, o.divisible_by);
+  if (!rounded || *rounded > o.max_micro_batches) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the agreed micro-batch count ", k, " rounded up to divisible_by = ", o.divisible_by,
+        " exceeds max_micro_batches = ", o.max_micro_batches, " (stream '", stream.name, "' round ",
+        in.round, ")"));
+  }
+  k = *rounded;
+  if (k == problem->local_k()) {
+    result->plan = std::move(local_plan);
+  } else {
+    absl::StatusOr<planner::MicroBatchPlan> plan = problem->Partition(k);
+    if (!plan.ok()) {
+      return absl::InternalError(
+          absl::StrCat("partition into the agreed k = ", k, " failed: ", plan.status().ToString()));
+    }
+    result->plan = *std::move(plan);
+  }
+  if (input.loss_tokens) {
+    absl::StatusOr<planner::LossWeights> weights = planner::ComputeLossWeights(
+        result->plan, *input.loss_tokens, input.loss,
+        planner::LossCounts{agreed->loss_tokens, agreed->sequences_with_loss}, world_size);
+    if (!weights.ok()) {
+      return absl::InternalError(
+          absl::StrCat("loss weights failed after agreement: ", weights.status().ToString()));
+    }
+    result->loss = *std::move(weights);
+  }
+  result->num_micro_batches = k;
+  result->local_k = problem->local_k();
+  result->global = {agreed->num_sequences, agreed->loss_tokens, agreed->sequences_with_loss,
+                    world_size};
+  result->max_token_len = o.max_token_len;
+  result->local_time = local_done - start;
+  result->wait_time = agreed_at - local_done;
+  result->partition_time = absl::Now() - agreed_at;
+  {
+    absl::MutexLock counters(&counters_mu_);
+    over_cap_parts_ += result->plan.stats.over_cap_parts;
+  }
+  return std::shared_ptr<const RoundResult>(std::move(result));
+}
+
+void RoundCoordinator::Shutdown() {
+  std::vector<Stream*> streams;
+  {
+    absl::MutexLock lock(&mu_);
+    if (shut_down_) return;
+    shut_down_ = true;
+    for (auto& [name, stream] : streams_) streams.push_back(stream.get());
+  }
+  for (Stream* stream : streams) {
+    absl::MutexLock lock(&stream->mu);
+    stream->stopping = true;
+    if (stream->group != nullptr) stream->group->Abort();
+    if (stream->stream_group != nullptr) stream->stream_group->Abort();
+    stream->work.Signal();
+  }
+  for (Stream* stream : streams) {
+    if (stream->worker.joinable()) stream->worker.join();
+  }
+  for (Stream* stream : streams) {
+    absl::MutexLock lock(&stream->mu);
+    spdlog::info("stream {}: {} rounds completed, {} failed, last round {}", stream->name,
+                 stream->rounds_completed, stream->rounds_failed,
+                 stream->has_last_round ? absl::StrCat(stream->last_round) : "none");
+  }
+}
+
+RoundCoordinator::Stats RoundCoordinator::GetStats() const {
+  Stats stats;
+  {
+    absl::MutexLock lock(&mu_);
+    stats.world_size = world_size_;
+    stats.backend = backend_;
+    if (options_.group != nullptr) {
+      stats.world_size = options_.group->options().world_size;
+      stats.group_ready = !streams_.empty();
+    }
+    for (const auto& [name, stream] : streams_) {
+      absl::MutexLock stream_lock(&stream->mu);
+      StreamStats s;
+      s.name = name;
+      s.has_last_round = stream->has_last_round;
+      s.last_round = stream->last_round;
+      s.rounds_completed = stream->rounds_completed;
+      s.rounds_failed = stream->rounds_failed;
+      s.outstanding = static_cast<int64_t>(stream->in_flight.size());
+      s.cached = static_cast<int64_t>(stream->cache.size());
+      stats.streams.push_back(std::move(s));
+      if (options_.group != nullptr) {
+        const collective::GroupInfo info = stream->stream_group != nullptr
+                                               ? stream->stream_group->info()
+                                               : collective::GroupInfo{};
+        stats.group_ready &= info.formed;
+        stats.generation = std::max(stats.generation, info.generation);
+        if (!info.backend.empty()) stats.backend = info.backend;
+      }
+    }
+  }
+  absl::MutexLock counters(&counters_mu_);
+  stats.rounds = rounds_;
+  stats.cache_hits = cache_hits_;
+  stats.joined_in_flight = joined_;
+  stats.over_cap_parts = over_cap_parts_;
+  return stats;
+}
+
+}  // namespace packsched::service

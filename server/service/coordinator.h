@@ -1,0 +1,131 @@
+#ifndef PACKSCHED_SERVER_SERVICE_COORDINATOR_H_
+#define PACKSCHED_SERVER_SERVICE_COORDINATOR_H_
+
+// The round coordinator: runs each stream's planning rounds, in order, on the stream's own
+// worker thread, agreeing every round with the peer sidecars over the stream's collective
+// (DESIGN.md §1). No gRPC or protobuf here: the service adapts it.
+//
+// Per (stream, round):
+//  - the first call queues the round; calls with the same content while it is queued or running
+//    join it (one computation); later calls are served from a bounded per-stream cache of
+//    finished rounds (the TP/PP/CP callers of one DP rank);
+//  - a call with different content for a (stream, round) that is in flight or cached gets
+//    FailedPrecondition at once;
+//  - rounds run lowest number first among those queued: any start value, gaps allowed, several
+//    outstanding, and a round never waits for a lower number that has not arrived;
+//  - failures are not cached: calling a failed round again runs it again.
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/functional/any_invocable.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
+#include "server/collective/collective.h"
+#include "server/collective/group.h"
+#include "server/service/limits.h"
+#include "server/service/round_types.h"
+
+namespace packsched::service {
+
+class RoundCoordinator {
+ public:
+  // Makes a stream's collective (each stream has its own group context). Called on the stream's
+  // worker thread (it may block, e.g. to form the group) before the stream's first round and
+  // again after a round whose collective failed (the group must then be formed again); an
+  // error fails the round that needed it.
+  using CollectiveFactory =
+      std::function<absl::StatusOr<std::unique_ptr<collective::Collective>>(absl::string_view)>;
+  // Receives a round's outcome. Called exactly once per Submit, on the stream's worker thread,
+  // or on the submitting thread for immediate answers (cache hits, limits, mismatches); must not
+  // block.
+  using Done = absl::AnyInvocable<void(absl::StatusOr<std::shared_ptr<const RoundResult>>) &&>;
+
+  struct Options {
+    ServiceLimits limits;
+    // The sidecar's rank group (--rank/--world_size/--rendezvous); not owned, must outlive the
+    // coordinator. When set, each stream agrees through group->ForStream(name), which forms,
+    // heals and re-forms the stream's collective itself; `make_collective` is then unused.
+    collective::Group* group = nullptr;
+    // Without `group`: makes each stream's collective. Default: a LocalCollective per stream
+    // (a group of one).
+    CollectiveFactory make_collective;
+    // Protocol/build version every rank of a round must share.
+    int64_t version = kProtocolVersion;
+  };
+
+  struct StreamStats {
+    std::string name;
+    bool has_last_round = false;
+    int64_t last_round = 0;  // latest round finished successfully
+    int64_t rounds_completed = 0;
+    int64_t rounds_failed = 0;
+    int64_t outstanding = 0;  // queued or running
+    int64_t cached = 0;
+  };
+  struct Stats {
+    std::vector<StreamStats> streams;  // by name
+    int64_t rounds = 0;                // rounds run, successful or not
+    int64_t cache_hits = 0;
+    int64_t joined_in_flight = 0;
+    int64_t over_cap_parts = 0;
+    int64_t world_size = 1;
+    std::string backend;      // of the most recently formed stream collective ("local" before)
+    bool group_ready = true;  // with a rank group: every stream's collective is formed
+    int64_t generation = 0;   // with a rank group: the highest generation of its streams
+  };
+
+  explicit RoundCoordinator(Options options);
+  // Shutdown(), then joins the workers.
+  ~RoundCoordinator();
+
+  RoundCoordinator(const RoundCoordinator&) = delete;
+  RoundCoordinator& operator=(const RoundCoordinator&) = delete;
+
+  // Submits one caller's round; `done` gets the shared result or the round's status:
+  // ResourceExhausted when a new stream would exceed max_streams or a new round
+  // max_outstanding_rounds; FailedPrecondition for different content in the same round;
+  // Unavailable after Shutdown(); otherwise the round's own outcome (its validation error or a
+  // peer's, a mismatch between ranks, DeadlineExceeded / Aborted from the collective).
+  // Never blocks on a round. Thread-safe.
+  void Submit(RoundInput input, Done done);
+
+  // Stops accepting rounds, aborts every stream's collective, fails queued rounds with
+  // Unavailable, lets running rounds end and joins the workers. Logs a summary per stream.
+  // Idempotent, thread-safe.
+  void Shutdown();
+
+  Stats GetStats() const;
+
+ private:
+  struct Stream;
+  struct Pending;
+
+  void WorkerLoop(Stream* stream);
+  absl::StatusOr<std::shared_ptr<const RoundResult>> RunRound(Stream& stream,
+                                                              const RoundInput& input);
+
+  const Options options_;
+  mutable absl::Mutex mu_;
+  bool shut_down_ ABSL_GUARDED_BY(mu_) = false;
+  std::map<std::string, std::unique_ptr<Stream>, std::less<>> streams_ ABSL_GUARDED_BY(mu_);
+  int64_t world_size_ ABSL_GUARDED_BY(mu_) = 1;
+  std::string backend_ ABSL_GUARDED_BY(mu_) = "local";
+
+  mutable absl::Mutex counters_mu_;
+  int64_t rounds_ ABSL_GUARDED_BY(counters_mu_) = 0;
+  int64_t cache_hits_ ABSL_GUARDED_BY(counters_mu_) = 0;
+  int64_t joined_ ABSL_GUARDED_BY(counters_mu_) = 0;
+  int64_t over_cap_parts_ ABSL_GUARDED_BY(counters_mu_) = 0;
+};
+
+}  // namespace packsched::service
+
+#endif  // PACKSCHED_SERVER_SERVICE_COORDINATOR_H_

@@ -1,0 +1,33 @@
+#ifndef PACKSCHED_SERVER_SERVICE_LIMITS_H_
+#define PACKSCHED_SERVER_SERVICE_LIMITS_H_
+
+// Bounds on everything a request can make the sidecar allocate. Each has a server flag of the
+// same name (server/main.cc); exceeding one is RESOURCE_EXHAUSTED naming the limit.
+
+#include <cstdint>
+
+#include "absl/time/time.h"
+#include "server/planner/options.h"
+
+namespace packsched::service {
+
+struct ServiceLimits {
+  // Sequences in one Plan / Partition / BalanceBatch request.
+  int64_t max_sequences_per_request = int64_t{1} << 20;
+  // Ceiling on a request's max_micro_batches (and its default when the request leaves it 0).
+  int64_t max_micro_batches = planner::kDefaultMaxMicroBatches;
+  // Streams one sidecar keeps (streams are never forgotten while the server runs).
+  int64_t max_streams = 64;
+  // Finished rounds kept per stream for late callers of the same round (TP/PP/CP ranks).
+  int64_t max_cached_rounds = 16;
+  // Rounds queued or running per stream.
+  int64_t max_outstanding_rounds = 64;
+  // Longest stream name, bytes.
+  int64_t max_stream_name = 128;
+  // Bound on every server-side wait of a round (forming the group, the collective).
+  absl::Duration collective_timeout = absl::Seconds(60);
+};
+
+}  // namespace packsched::service
+
+#endif  // PACKSCHED_SERVER_SERVICE_LIMITS_H_

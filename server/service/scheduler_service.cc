@@ -1,0 +1,148 @@
+#include "server/service/scheduler_service.h"
+
+#include <memory>
+#include <utility>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "server/base/status_macros.h"
+#include "server/service/convert.h"
+
+namespace packsched::service {
+namespace {
+
+constexpr absl::string_view kBearer = "Bearer ";
+constexpr absl::string_view kServedKey = "packsched-served";
+
+}  // namespace
+
+grpc::Status ToGrpcStatus(const absl::Status& status) {
+  if (status.ok()) return grpc::Status::OK;
+  return grpc::Status(static_cast<grpc::StatusCode>(status.code()), std::string(status.message()));
+}
+
+bool ConstantTimeEquals(absl::string_view a, absl::string_view b) {
+  unsigned char diff = a.size() == b.size() ? 0 : 1;
+  const size_t n = std::max(a.size(), b.size());
+  for (size_t i = 0; i < n; ++i) {
+    const unsigned char x = i < a.size() ? a[i] : 0;
+    const unsigned char y = i < b.size() ? b[i] : 0;
+    diff |= x ^ y;
+  }
+  return diff == 0;
+}
+
+SchedulerService::SchedulerService(RoundCoordinator* coordinator, Options options)
+    : coordinator_(coordinator), options_(std::move(options)) {}
+
+absl::Status SchedulerService::Authorize(const grpc::CallbackServerContext& context) const {
+  if (options_.auth_token.empty()) return absl::OkStatus();
+  const auto& metadata = context.client_metadata();
+  const auto it = metadata.find("authorization");
+  if (it == metadata.end()) {
+    return absl::UnauthenticatedError("missing 'authorization: Bearer <token>' metadata");
+  }
+  const absl::string_view value(it->second.data(), it->second.size());
+  if (!absl::StartsWith(value, kBearer) ||
+      !ConstantTimeEquals(value.substr(kBearer.size()), options_.auth_token)) {
+    return absl::UnauthenticatedError("wrong bearer token");
+  }
+  return absl::OkStatus();
+}
+
+void SchedulerService::Finish(grpc::CallbackServerContext* context,
+                              grpc::ServerUnaryReactor* reactor, const absl::Status& status) {
+  context->AddTrailingMetadata(std::string(kServedKey), "1");
+  if (!status.ok()) {
+    absl::MutexLock lock(&mu_);
+    ++errors_by_code_[absl::StatusCodeToString(status.code())];
+  }
+  reactor->Finish(ToGrpcStatus(status));
+}
+
+grpc::ServerUnaryReactor* SchedulerService::FinishNow(grpc::CallbackServerContext* context,
+                                                      const absl::Status& status) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  Finish(context, reactor, status);
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* SchedulerService::Plan(grpc::CallbackServerContext* context,
+                                                 const v1::PlanRequest* request,
+                                                 v1::PlanResponse* response) {
+  if (absl::Status auth = Authorize(*context); !auth.ok()) return FinishNow(context, auth);
+  absl::StatusOr<RoundInput> input = ToRoundInput(*request, options_.limits);
+  if (!input.ok()) return FinishNow(context, input.status());
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  coordinator_->Submit(*std::move(input),
+                       [this, context, reactor,
+                        response](absl::StatusOr<std::shared_ptr<const RoundResult>> result) {
+                         if (result.ok()) RoundResultToProto(**result, response);
+                         Finish(context, reactor, result.status());
+                       });
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* SchedulerService::Partition(grpc::CallbackServerContext* context,
+                                                      const v1::PartitionRequest* request,
+                                                      v1::PlanResponse* response) {
+  absl::Status status = Authorize(*context);
+  if (status.ok()) status = RunPartition(*request, options_.limits, response);
+  if (status.ok()) {
+    absl::MutexLock lock(&mu_);
+    ++partitions_;
+  }
+  return FinishNow(context, status);
+}
+
+grpc::ServerUnaryReactor* SchedulerService::BalanceBatch(grpc::CallbackServerContext* context,
+                                                         const v1::BalanceBatchRequest* request,
+                                                         v1::BalanceBatchResponse* response) {
+  absl::Status status = Authorize(*context);
+  if (status.ok()) status = RunBalanceBatch(*request, options_.limits, response);
+  if (status.ok()) {
+    absl::MutexLock lock(&mu_);
+    ++balance_batches_;
+  }
+  return FinishNow(context, status);
+}
+
+grpc::ServerUnaryReactor* SchedulerService::GetStatus(grpc::CallbackServerContext* context,
+                                                      const v1::GetStatusRequest* request,
+                                                      v1::GetStatusResponse* response) {
+  if (absl::Status auth = Authorize(*context); !auth.ok()) return FinishNow(context, auth);
+  const RoundCoordinator::Stats stats = coordinator_->GetStats();
+  response->set_rank(options_.rank);
+  response->set_world_size(stats.world_size);
+  response->set_group_ready(stats.group_ready);
+  response->set_backend(stats.backend);
+  response->set_generation(stats.generation);
+  for (const RoundCoordinator::StreamStats& s : stats.streams) {
+    v1::StreamStatus* out = response->add_streams();
+    out->set_name(s.name);
+    out->set_last_round(s.last_round);
+    out->set_rounds_completed(s.rounds_completed);
+    out->set_rounds_failed(s.rounds_failed);
+    out->set_outstanding(s.outstanding);
+    out->set_cached(s.cached);
+  }
+  v1::Counters* counters = response->mutable_counters();
+  counters->set_rounds(stats.rounds);
+  counters->set_cache_hits(stats.cache_hits);
+  counters->set_joined_in_flight(stats.joined_in_flight);
+  counters->set_over_cap_parts(stats.over_cap_parts);
+  {
+    absl::MutexLock lock(&mu_);
+    for (const auto& [code, count] : errors_by_code_) {
+      (*counters->mutable_errors_by_code())[code] = count;
+    }
+    counters->set_partitions(partitions_);
+    counters->set_balance_batches(balance_batches_);
+  }
+  response->set_build_version(options_.build_version);
+  response->set_proto_version(kProtocolVersion);
+  response->set_uptime_us(absl::ToInt64Microseconds(absl::Now() - started_));
+  return FinishNow(context, absl::OkStatus());
+}
+
+}  // namespace packsched::service

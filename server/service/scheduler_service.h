@@ -1,0 +1,75 @@
+#ifndef PACKSCHED_SERVER_SERVICE_SCHEDULER_SERVICE_H_
+#define PACKSCHED_SERVER_SERVICE_SCHEDULER_SERVICE_H_
+
+// packsched.v1.Scheduler over gRPC's callback API: a thin adapter. Each RPC converts its
+// request (convert.h), hands rounds to the coordinator (which finishes the reactor from the
+// stream's worker thread), and turns absl::Status into grpc::Status — the only place that
+// happens. Nothing here blocks a gRPC thread: Partition and BalanceBatch are bounded CPU work.
+
+#include <cstdint>
+#include <string>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "grpcpp/grpcpp.h"
+#include "packsched/v1/scheduler.grpc.pb.h"
+#include "server/service/coordinator.h"
+#include "server/service/limits.h"
+#include "server/service/server.h"
+
+namespace packsched::service {
+
+// absl -> gRPC status, code for code (the two enums share values), message kept.
+grpc::Status ToGrpcStatus(const absl::Status& status);
+
+class SchedulerService final : public v1::Scheduler::CallbackService {
+ public:
+  struct Options {
+    ServiceLimits limits;
+    // When not empty, every call must carry "authorization: Bearer <auth_token>"
+    // (UNAUTHENTICATED otherwise).
+    std::string auth_token;
+    int64_t rank = 0;
+    std::string build_version;
+  };
+
+  // `coordinator` must outlive the service; the service must outlive the grpc::Server.
+  SchedulerService(RoundCoordinator* coordinator, Options options);
+
+  grpc::ServerUnaryReactor* Plan(grpc::CallbackServerContext* context,
+                                 const v1::PlanRequest* request,
+                                 v1::PlanResponse* response) override;
+  grpc::ServerUnaryReactor* Partition(grpc::CallbackServerContext* context,
+                                      const v1::PartitionRequest* request,
+                                      v1::PlanResponse* response) override;
+  grpc::ServerUnaryReactor* BalanceBatch(grpc::CallbackServerContext* context,
+                                         const v1::BalanceBatchRequest* request,
+                                         v1::BalanceBatchResponse* response) override;
+  grpc::ServerUnaryReactor* GetStatus(grpc::CallbackServerContext* context,
+                                      const v1::GetStatusRequest* request,
+                                      v1::GetStatusResponse* response) override;
+
+ private:
+  absl::Status Authorize(const grpc::CallbackServerContext& context) const;
+  // Counts `status`, marks the answer as the sidecar's own (trailing metadata
+  // "packsched-served", so clients never retry it) and finishes `reactor` with it.
+  void Finish(grpc::CallbackServerContext* context, grpc::ServerUnaryReactor* reactor,
+              const absl::Status& status);
+  grpc::ServerUnaryReactor* FinishNow(grpc::CallbackServerContext* context,
+                                      const absl::Status& status);
+
+  RoundCoordinator* const coordinator_;
+  const Options options_;
+  const absl::Time started_ = absl::Now();
+  absl::Mutex mu_;
+  absl::flat_hash_map<std::string, int64_t> errors_by_code_ ABSL_GUARDED_BY(mu_);
+  int64_t partitions_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t balance_batches_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+}  // namespace packsched::service
+
+#endif  // PACKSCHED_SERVER_SERVICE_SCHEDULER_SERVICE_H_

@@ -1,0 +1,148 @@
+#include "server/service/server.h"
+
+#include <fstream>
+#include <sstream>
+#include <thread>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
+#include "grpcpp/ext/proto_server_reflection_plugin.h"
+#include "grpcpp/grpcpp.h"
+#include "grpcpp/health_check_service_interface.h"
+#include "grpcpp/resource_quota.h"
+#include "server/base/status_macros.h"
+#include "server/service/scheduler_service.h"
+
+namespace packsched::service {
+namespace {
+
+absl::StatusOr<std::string> ReadFile(absl::string_view flag, const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    return absl::InvalidArgumentError(absl::StrCat(flag, " = '", path, "': cannot be read"));
+  }
+  std::stringstream contents;
+  contents << in.rdbuf();
+  return contents.str();
+}
+
+absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> Credentials(const ServerOptions& o) {
+  if (o.tls_cert.empty() != o.tls_key.empty()) {
+    return absl::InvalidArgumentError("--tls_cert and --tls_key go together");
+  }
+  if (o.tls_cert.empty()) {
+    if (!o.tls_client_ca.empty()) {
+      return absl::InvalidArgumentError("--tls_client_ca needs --tls_cert and --tls_key");
+    }
+    return grpc::InsecureServerCredentials();
+  }
+  grpc::SslServerCredentialsOptions ssl;
+  grpc::SslServerCredentialsOptions::PemKeyCertPair pair;
+  ASSIGN_OR_RETURN(pair.private_key, ReadFile("--tls_key", o.tls_key));
+  ASSIGN_OR_RETURN(pair.cert_chain, ReadFile("--tls_cert", o.tls_cert));
+  ssl.pem_key_cert_pairs.push_back(std::move(pair));
+  if (!o.tls_client_ca.empty()) {
+    ASSIGN_OR_RETURN(ssl.pem_root_certs, ReadFile("--tls_client_ca", o.tls_client_ca));
+    ssl.client_certificate_request = GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY;
+  }
+  return grpc::SslServerCredentials(ssl);
+}
+
+}  // namespace
+
+bool IsLoopbackAddress(absl::string_view listen) {
+  absl::string_view host = listen;
+  if (absl::StartsWith(host, "[")) {
+    host = host.substr(
+        1, host.find(']') == absl::string_view::npos ? host.size() : host.find(']') - 1);
+  } else if (const size_t colon = host.rfind(':'); colon != absl::string_view::npos) {
+    host = host.substr(0, colon);
+  }
+  return host == "localhost" || host == "::1" || absl::StartsWith(host, "127.");
+}
+
+struct SchedulerServer::State {
+  std::unique_ptr<RoundCoordinator> coordinator;
+  std::unique_ptr<SchedulerService> service;  // outlives `server` (declared before it)
+  std::unique_ptr<grpc::Server> server;
+  int port = 0;
+  bool shut_down = false;
+};
+
+SchedulerServer::SchedulerServer(std::unique_ptr<State> state) : state_(std::move(state)) {}
+
+SchedulerServer::~SchedulerServer() { Shutdown(absl::ZeroDuration()); }
+
+int SchedulerServer::port() const { return state_->port; }
+
+absl::StatusOr<std::unique_ptr<SchedulerServer>> SchedulerServer::Start(
+    const ServerOptions& options) {
+  ASSIGN_OR_RETURN(std::shared_ptr<grpc::ServerCredentials> credentials, Credentials(options));
+  if (!options.auth_token.empty() && options.tls_cert.empty() &&
+      !IsLoopbackAddress(options.listen)) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "a bearer token is accepted only over TLS or on loopback: --listen = ", options.listen,
+        " needs --tls_cert and --tls_key"));
+  }
+
+  auto state = std::make_unique<State>();
+  RoundCoordinator::Options coordinator_options;
+  coordinator_options.limits = options.limits;
+  coordinator_options.group = options.group;
+  coordinator_options.make_collective = options.make_collective;
+  state->coordinator = std::make_unique<RoundCoordinator>(std::move(coordinator_options));
+  SchedulerService::Options service_options;
+  service_options.limits = options.limits;
+  service_options.auth_token = options.auth_token;
+  service_options.rank = options.rank;
+  service_options.build_version = options.build_version;
+  state->service =
+      std::make_unique<SchedulerService>(state->coordinator.get(), std::move(service_options));
+
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort(options.listen, credentials, &state->port);
+  builder.RegisterService(state->service.get());
+  builder.SetMaxReceiveMessageSize(static_cast<int>(
+      std::min<int64_t>(options.max_receive_message_bytes, std::numeric_limits<int>::max())));
+  builder.SetMaxSendMessageSize(std::numeric_limits<int>::max());
+  builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS,
+                             static_cast<int>(options.max_concurrent_streams));
+  grpc::ResourceQuota quota("packsched-server");
+  quota.Resize(static_cast<size_t>(options.resource_quota_bytes));
+  quota.SetMaxThreads(static_cast<int>(options.max_threads));
+  builder.SetResourceQuota(quota);
+  state->server = builder.BuildAndStart();
+  if (state->server == nullptr || state->port == 0) {
+    return absl::UnavailableError(absl::StrCat("cannot listen on ", options.listen));
+  }
+  grpc::HealthCheckServiceInterface* health = state->server->GetHealthCheckService();
+  if (health != nullptr) health->SetServingStatus(true);
+  return std::unique_ptr<SchedulerServer>(new SchedulerServer(std::move(state)));
+}
+
+void SchedulerServer::Shutdown(absl::Duration grace) {
+  if (state_->shut_down) return;
+  state_->shut_down = true;
+  if (grpc::HealthCheckServiceInterface* health = state_->server->GetHealthCheckService()) {
+    health->SetServingStatus(false);
+  }
+  // grpc::Server::Shutdown waits for every call to end, and a call waiting on a round ends only
+  // when the round does: stop the coordinator once the grace period is over, so rounds stuck on
+  // a peer fail with Unavailable/Aborted instead of holding the shutdown.
+  absl::Notification server_down;
+  std::thread stopper([this, grace, &server_down] {
+    if (!server_down.WaitForNotificationWithTimeout(grace)) state_->coordinator->Shutdown();
+  });
+  state_->server->Shutdown(absl::ToChronoTime(absl::Now() + grace));
+  server_down.Notify();
+  stopper.join();
+  state_->coordinator->Shutdown();
+  state_->server->Wait();
+}
+
+}  // namespace packsched::service

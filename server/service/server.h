@@ -1,0 +1,74 @@
+#ifndef PACKSCHED_SERVER_SERVICE_SERVER_H_
+#define PACKSCHED_SERVER_SERVICE_SERVER_H_
+
+// The sidecar's gRPC server: the Scheduler service with its round coordinator, the standard
+// grpc.health.v1 service and server reflection, TLS and the bearer token, and the gRPC-level
+// limits (message size, concurrent streams, resource quota). server/main.cc fills the options
+// from flags; tests can run it in process.
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+#include "server/service/coordinator.h"
+#include "server/service/limits.h"
+
+namespace packsched::service {
+
+struct ServerOptions {
+  // host:port to listen on; port 0 picks a free port (see SchedulerServer::port()).
+  std::string listen = "127.0.0.1:50051";
+  // PEM file paths. With tls_cert and tls_key the server speaks TLS only; with tls_client_ca
+  // too, clients must present a certificate signed by it.
+  std::string tls_cert;
+  std::string tls_key;
+  std::string tls_client_ca;
+  // Bearer token every call must carry; empty = none. Accepted only over TLS or on a loopback
+  // listen address.
+  std::string auth_token;
+  ServiceLimits limits;
+  int64_t max_receive_message_bytes = int64_t{64} << 20;
+  int64_t max_concurrent_streams = 256;  // per connection
+  int64_t resource_quota_bytes = int64_t{1} << 30;
+  int64_t max_threads = 64;  // gRPC threads (resource quota)
+  int64_t rank = 0;
+  std::string build_version;
+  // The rank group (not owned; outlives the server), or null for a group of one.
+  collective::Group* group = nullptr;
+  RoundCoordinator::CollectiveFactory make_collective;  // without `group`; default: local
+};
+
+class SchedulerServer {
+ public:
+  // Builds and starts the server. Returns InvalidArgument for unreadable TLS files or a token
+  // without TLS on a non-loopback address (FailedPrecondition), Unavailable if it cannot bind.
+  static absl::StatusOr<std::unique_ptr<SchedulerServer>> Start(const ServerOptions& options);
+
+  ~SchedulerServer();  // Shutdown(absl::ZeroDuration()) if not done.
+
+  // The bound port (the chosen one when the listen port was 0).
+  int port() const;
+
+  // Stops accepting calls, lets calls in progress finish for up to `grace` (then cancels them),
+  // stops the coordinator and returns when everything has ended. Idempotent.
+  void Shutdown(absl::Duration grace);
+
+ private:
+  struct State;
+  explicit SchedulerServer(std::unique_ptr<State> state);
+  std::unique_ptr<State> state_;
+};
+
+// True when `a` and `b` are equal; the time taken depends only on their lengths (bearer tokens).
+bool ConstantTimeEquals(absl::string_view a, absl::string_view b);
+
+// True for a listen address whose host is a loopback name or address (127.0.0.0/8, ::1,
+// localhost).
+bool IsLoopbackAddress(absl::string_view listen);
+
+}  // namespace packsched::service
+
+#endif  // PACKSCHED_SERVER_SERVICE_SERVER_H_

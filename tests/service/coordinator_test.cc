@@ -1,0 +1,390 @@
+// The round coordinator: one computation per (stream, round) shared by every caller, rounds in
+// order per stream and streams independent, a bounded cache, same-round content checks,
+// failures not cached, limits, shutdown, and agreement over a group of ranks.
+
+#include "server/service/coordinator.h"
+
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/synchronization/mutex.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "server/collective/group.h"
+#include "server/collective/in_process_collective.h"
+#include "server/collective/store.h"
+#include "server/planner/planner.h"
+#include "tests/service/service_test_util.h"
+#include "tests/testing/lengths.h"
+
+namespace packsched::service {
+namespace {
+
+using ::packsched::service::testing::Call;
+using ::packsched::service::testing::Gate;
+using ::packsched::service::testing::GatedCollective;
+using ::packsched::service::testing::Input;
+using ::packsched::service::testing::Request;
+using ::packsched::service::testing::Result;
+using ::packsched::service::testing::SubmitAndWait;
+using ::testing::HasSubstr;
+
+constexpr int64_t kCap = 18432;  // above the longest RealisticRlLengths sequence
+
+RoundCoordinator::Options Gated(Gate* gate, ServiceLimits limits = {}) {
+  RoundCoordinator::Options options;
+  options.limits = limits;
+  options.make_collective = [gate](absl::string_view) {
+    return absl::StatusOr<std::unique_ptr<collective::Collective>>(
+        std::make_unique<GatedCollective>(gate));
+  };
+  return options;
+}
+
+std::vector<int64_t> Batch(uint64_t seed, int64_t n = 256) {
+  return packsched::testing::RealisticRlLengths(n, seed);
+}
+
+TEST(Coordinator, PlansLikeThePlannerAlone) {
+  RoundCoordinator coordinator({});
+  const std::vector<int64_t> lengths = Batch(1);
+  const Result result = SubmitAndWait(coordinator, Input(Request("s", 7, lengths, kCap)));
+  ASSERT_TRUE(result.ok()) << result.status();
+  planner::PlanOptions options;
+  options.max_token_len = kCap;
+  const absl::StatusOr<planner::MicroBatchPlan> alone = planner::PlanMicroBatches(lengths, options);
+  ASSERT_TRUE(alone.ok());
+  EXPECT_EQ((*result)->num_micro_batches, static_cast<int64_t>(alone->parts.size()));
+  EXPECT_EQ((*result)->plan.reorder, alone->reorder);
+  EXPECT_EQ((*result)->global.num_sequences, static_cast<int64_t>(lengths.size()));
+  EXPECT_EQ((*result)->global.world_size, 1);
+}
+
+TEST(Coordinator, ConcurrentCallersOfOneRoundShareOneComputation) {
+  Gate gate;
+  RoundCoordinator coordinator(Gated(&gate));
+  const v1::PlanRequest request = Request("actor_update", 3, Batch(2), kCap);
+  std::vector<std::unique_ptr<Call>> calls;
+  calls.push_back(std::make_unique<Call>(coordinator, Input(request)));
+  gate.WaitEntered(1);  // the round is running, held at the collective
+  std::vector<std::thread> threads;
+  absl::Mutex mu;
+  for (int i = 0; i < 7; ++i) {
+    threads.emplace_back([&] {
+      auto call = std::make_unique<Call>(coordinator, Input(request));
+      absl::MutexLock lock(&mu);
+      calls.push_back(std::move(call));
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  for (const auto& call : calls) EXPECT_FALSE(call->done());
+  gate.Open();
+  const Result& first = calls[0]->Wait();
+  ASSERT_TRUE(first.ok()) << first.status();
+  for (const auto& call : calls) {
+    const Result& result = call->Wait();
+    ASSERT_TRUE(result.ok());
+    EXPECT_EQ(result->get(), first->get());  // the same object: computed once
+  }
+  const RoundCoordinator::Stats stats = coordinator.GetStats();
+  EXPECT_EQ(stats.rounds, 1);
+  EXPECT_EQ(stats.joined_in_flight, 7);
+}
+
+TEST(Coordinator, LateCallersAreServedFromTheCache) {
+  RoundCoordinator coordinator({});
+  const v1::PlanRequest request = Request("s", 1, Batch(3), kCap);
+  const Result first = SubmitAndWait(coordinator, Input(request));
+  const Result late = SubmitAndWait(coordinator, Input(request));
+  ASSERT_TRUE(first.ok() && late.ok());
+  EXPECT_EQ(first->get(), late->get());
+  EXPECT_EQ(coordinator.GetStats().rounds, 1);
+  EXPECT_EQ(coordinator.GetStats().cache_hits, 1);
+}
+
+TEST(Coordinator, DifferentContentForTheSameRoundIsFailedPrecondition) {
+  Gate gate;
+  RoundCoordinator coordinator(Gated(&gate));
+  Call running(coordinator, Input(Request("s", 5, Batch(4), kCap)));
+  gate.WaitEntered(1);
+  // In flight, different lengths.
+  const Result in_flight = SubmitAndWait(coordinator, Input(Request("s", 5, Batch(5), kCap)));
+  EXPECT_EQ(in_flight.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(in_flight.status().message(), HasSubstr("round 5"));
+  gate.Open();
+  ASSERT_TRUE(running.Wait().ok());
+  // Finished, different options.
+  const Result cached = SubmitAndWait(coordinator, Input(Request("s", 5, Batch(4), kCap + 1)));
+  EXPECT_EQ(cached.status().code(), absl::StatusCode::kFailedPrecondition);
+  // The original content is still served.
+  EXPECT_TRUE(SubmitAndWait(coordinator, Input(Request("s", 5, Batch(4), kCap))).ok());
+}
+
+TEST(Coordinator, FailuresAreNotCached) {
+  RoundCoordinator coordinator({});
+  // One sequence longer than the cap under the default reject policy.
+  const v1::PlanRequest bad = Request("s", 9, {100, 50000}, kCap);
+  const Result first = SubmitAndWait(coordinator, Input(bad));
+  EXPECT_EQ(first.status().code(), absl::StatusCode::kInvalidArgument);
+  const Result again = SubmitAndWait(coordinator, Input(bad));
+  EXPECT_EQ(again.status(), first.status());
+  EXPECT_EQ(coordinator.GetStats().rounds, 2);  // ran again, not served from a cache
+  EXPECT_EQ(coordinator.GetStats().cache_hits, 0);
+  // Validation errors (found before the round) join and fail the round the same way.
+  const Result invalid = SubmitAndWait(coordinator, Input(Request("s", 10, {5, -3}, kCap)));
+  EXPECT_EQ(invalid.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(invalid.status().message(), HasSubstr("lengths[1] = -3"));
+}
+
+TEST(Coordinator, AnyStartValueGapsAndNoWaitingForLowerRounds) {
+  RoundCoordinator coordinator({});
+  for (int64_t round : {int64_t{-40}, int64_t{1000}, int64_t{1000000007}, int64_t{1} << 62}) {
+    EXPECT_TRUE(SubmitAndWait(coordinator, Input(Request("s", round, Batch(6), kCap))).ok())
+        << round;
+  }
+  const RoundCoordinator::Stats stats = coordinator.GetStats();
+  ASSERT_EQ(stats.streams.size(), 1u);
+  EXPECT_EQ(stats.streams[0].last_round, int64_t{1} << 62);
+  EXPECT_EQ(stats.streams[0].rounds_completed, 4);
+}
+
+TEST(Coordinator, QueuedRoundsRunLowestFirst) {
+  Gate gate;
+  RoundCoordinator coordinator(Gated(&gate));
+  absl::Mutex mu;
+  std::vector<int64_t> finished;
+  absl::Notification all_done;
+  auto submit = [&](int64_t round) {
+    coordinator.Submit(Input(Request("s", round, Batch(round), kCap)), [&, round](Result r) {
+      EXPECT_TRUE(r.ok()) << r.status();
+      absl::MutexLock lock(&mu);
+      finished.push_back(round);
+      if (finished.size() == 4) all_done.Notify();
+    });
+  };
+  submit(10);
+  gate.WaitEntered(1);  // 10 runs; the rest queue behind it in any arrival order
+  submit(40);
+  submit(20);
+  submit(30);
+  gate.Open();
+  all_done.WaitForNotification();
+  EXPECT_EQ(finished, (std::vector<int64_t>{10, 20, 30, 40}));
+}
+
+TEST(Coordinator, StreamsAreIndependent) {
+  Gate blocked;
+  Gate open;
+  open.Open();
+  RoundCoordinator::Options options;
+  options.make_collective = [&](absl::string_view stream) {
+    return absl::StatusOr<std::unique_ptr<collective::Collective>>(
+        std::make_unique<GatedCollective>(stream == "critic" ? &blocked : &open));
+  };
+  RoundCoordinator coordinator(std::move(options));
+  Call critic(coordinator, Input(Request("critic", 1, Batch(7), kCap)));
+  blocked.WaitEntered(1);
+  // The actor stream keeps planning (interleaved rounds) while the critic's round is held.
+  for (int64_t round = 1; round <= 3; ++round) {
+    EXPECT_TRUE(SubmitAndWait(coordinator, Input(Request("actor", round, Batch(8), kCap))).ok());
+  }
+  EXPECT_FALSE(critic.done());
+  blocked.Open();
+  EXPECT_TRUE(critic.Wait().ok());
+}
+
+TEST(Coordinator, CacheEvictsTheOldestRounds) {
+  ServiceLimits limits;
+  limits.max_cached_rounds = 2;
+  RoundCoordinator::Options options;
+  options.limits = limits;
+  RoundCoordinator coordinator(std::move(options));
+  for (int64_t round = 1; round <= 3; ++round) {
+    ASSERT_TRUE(SubmitAndWait(coordinator, Input(Request("s", round, Batch(round), kCap))).ok());
+  }
+  EXPECT_EQ(coordinator.GetStats().streams[0].cached, 2);
+  ASSERT_TRUE(SubmitAndWait(coordinator, Input(Request("s", 3, Batch(3), kCap))).ok());
+  EXPECT_EQ(coordinator.GetStats().cache_hits, 1);
+  EXPECT_EQ(coordinator.GetStats().rounds, 3);
+  // Round 1 was evicted: calling it again runs it again.
+  ASSERT_TRUE(SubmitAndWait(coordinator, Input(Request("s", 1, Batch(1), kCap))).ok());
+  EXPECT_EQ(coordinator.GetStats().rounds, 4);
+}
+
+TEST(Coordinator, LimitsOnStreamsAndOutstandingRounds) {
+  Gate gate;
+  ServiceLimits limits;
+  limits.max_streams = 1;
+  limits.max_outstanding_rounds = 2;
+  RoundCoordinator coordinator(Gated(&gate, limits));
+  Call first(coordinator, Input(Request("s", 1, Batch(1), kCap)));
+  Call second(coordinator, Input(Request("s", 2, Batch(2), kCap)));
+  const Result third = SubmitAndWait(coordinator, Input(Request("s", 3, Batch(3), kCap)));
+  EXPECT_EQ(third.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(third.status().message(), HasSubstr("--max_outstanding_rounds"));
+  const Result other = SubmitAndWait(coordinator, Input(Request("t", 1, Batch(1), kCap)));
+  EXPECT_EQ(other.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(other.status().message(), HasSubstr("--max_streams"));
+  gate.Open();
+  EXPECT_TRUE(first.Wait().ok());
+  EXPECT_TRUE(second.Wait().ok());
+}
+
+TEST(Coordinator, ShutdownAbortsTheRunningRoundAndFailsQueuedOnes) {
+  Gate gate;  // never opened: only Shutdown's abort ends the running round
+  RoundCoordinator coordinator(Gated(&gate));
+  Call running(coordinator, Input(Request("s", 1, Batch(1), kCap)));
+  gate.WaitEntered(1);
+  Call queued(coordinator, Input(Request("s", 2, Batch(2), kCap)));
+  coordinator.Shutdown();
+  EXPECT_EQ(running.Wait().status().code(), absl::StatusCode::kAborted);
+  EXPECT_EQ(queued.Wait().status().code(), absl::StatusCode::kUnavailable);
+  const Result later = SubmitAndWait(coordinator, Input(Request("s", 3, Batch(3), kCap)));
+  EXPECT_EQ(later.status().code(), absl::StatusCode::kUnavailable);
+}
+
+// Several sidecars (one coordinator per rank) agreeing over an in-process group.
+class Ranks {
+ public:
+  explicit Ranks(int64_t world_size) {
+    auto group = collective::CreateInProcessGroup(world_size);
+    for (auto& rank : group) {
+      auto holder = std::make_shared<std::unique_ptr<collective::Collective>>(std::move(rank));
+      RoundCoordinator::Options options;
+      options.limits.collective_timeout = absl::Seconds(20);
+      options.make_collective = [holder](absl::string_view) {
+        if (*holder == nullptr) {
+          return absl::StatusOr<std::unique_ptr<collective::Collective>>(
+              absl::UnavailableError("the test group is used up"));
+        }
+        return absl::StatusOr<std::unique_ptr<collective::Collective>>(std::move(*holder));
+      };
+      coordinators_.push_back(std::make_unique<RoundCoordinator>(std::move(options)));
+    }
+  }
+  RoundCoordinator& operator[](size_t r) { return *coordinators_[r]; }
+
+ private:
+  std::vector<std::unique_ptr<RoundCoordinator>> coordinators_;
+};
+
+TEST(CoordinatorGroup, RanksAgreeOnTheLargestBoundAndGlobalCounts) {
+  Ranks ranks(2);
+  v1::PlanRequest big = Request("s", 1, Batch(11, 512), kCap);
+  v1::PlanRequest small = Request("s", 1, {100, 200, 300}, kCap);
+  for (int64_t t : {50, 60, 70}) small.add_loss_tokens(t);
+  for (int i = 0; i < big.lengths_size(); ++i) big.add_loss_tokens(big.lengths(i) / 2);
+  Call c0(ranks[0], Input(big));
+  Call c1(ranks[1], Input(small));
+  const Result& r0 = c0.Wait();
+  const Result& r1 = c1.Wait();
+  ASSERT_TRUE(r0.ok()) << r0.status();
+  ASSERT_TRUE(r1.ok()) << r1.status();
+  EXPECT_GT((*r0)->local_k, (*r1)->local_k);
+  EXPECT_EQ((*r0)->num_micro_batches, (*r0)->local_k);
+  EXPECT_EQ((*r1)->num_micro_batches, (*r0)->local_k);
+  EXPECT_EQ(static_cast<int64_t>((*r1)->plan.parts.size()), (*r0)->local_k);
+  int64_t loss_tokens = 180;
+  for (int i = 0; i < big.lengths_size(); ++i) loss_tokens += big.lengths(i) / 2;
+  for (const Result* r : {&r0, &r1}) {
+    EXPECT_EQ((**r)->global.world_size, 2);
+    EXPECT_EQ((**r)->global.num_sequences, 515);
+    EXPECT_EQ((**r)->global.loss_tokens, loss_tokens);
+  }
+  // token_mean: every sequence weighs 1 / (global loss tokens) on every rank.
+  ASSERT_TRUE((*r1)->loss.has_value());
+  EXPECT_DOUBLE_EQ((*r1)->loss->weights[0], 1.0 / static_cast<double>(loss_tokens));
+}
+
+TEST(CoordinatorGroup, WithoutSameMicroNumEachRankKeepsItsBound) {
+  Ranks ranks(2);
+  v1::PlanRequest big = Request("s", 1, Batch(12, 512), kCap);
+  v1::PlanRequest small = Request("s", 1, {100, 200, 300}, kCap);
+  big.mutable_options()->set_same_micro_num_in_dp(false);
+  small.mutable_options()->set_same_micro_num_in_dp(false);
+  Call c0(ranks[0], Input(big));
+  Call c1(ranks[1], Input(small));
+  ASSERT_TRUE(c0.Wait().ok());
+  ASSERT_TRUE(c1.Wait().ok());
+  EXPECT_EQ((*c1.Wait())->num_micro_batches, 1);
+  EXPECT_EQ((*c1.Wait())->global.num_sequences, 515);  // counts are still agreed
+}
+
+TEST(CoordinatorGroup, AnInvalidRequestFailsTheRoundOnEveryRankWithItsMessage) {
+  Ranks ranks(2);
+  Call c0(ranks[0], Input(Request("s", 4, Batch(13), kCap)));
+  Call c1(ranks[1], Input(Request("s", 4, {10, 0, 10}, kCap)));
+  const absl::Status s0 = c0.Wait().status();
+  const absl::Status s1 = c1.Wait().status();
+  EXPECT_EQ(s0.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(s0, s1);
+  EXPECT_THAT(s0.message(), HasSubstr("lengths[1] = 0"));
+}
+
+TEST(CoordinatorGroup, DifferentOptionsAreFailedPreconditionOnEveryRank) {
+  Ranks ranks(2);
+  Call c0(ranks[0], Input(Request("s", 4, Batch(14), kCap)));
+  Call c1(ranks[1], Input(Request("s", 4, Batch(15), kCap * 2)));
+  const absl::Status s0 = c0.Wait().status();
+  EXPECT_EQ(s0.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(s0, c1.Wait().status());
+}
+
+// Through the rank group's lifecycle (collective/group.h), as the sidecar runs with
+// --world_size: a group of one, and two ranks over Gloo on loopback.
+TEST(CoordinatorRankGroup, AGroupOfOne) {
+  absl::StatusOr<std::unique_ptr<collective::Group>> group =
+      collective::Group::Create(nullptr, collective::GroupOptions{});
+  ASSERT_TRUE(group.ok()) << group.status();
+  RoundCoordinator::Options options;
+  options.group = group->get();
+  RoundCoordinator coordinator(std::move(options));
+  EXPECT_TRUE(SubmitAndWait(coordinator, Input(Request("s", 1, Batch(21), kCap))).ok());
+  const RoundCoordinator::Stats stats = coordinator.GetStats();
+  EXPECT_EQ(stats.world_size, 1);
+  EXPECT_EQ(stats.backend, "local");
+  EXPECT_TRUE(stats.group_ready);
+}
+
+TEST(CoordinatorRankGroup, TwoRanksOverGlooAgree) {
+  collective::InMemoryStore store;
+  std::vector<std::unique_ptr<collective::Group>> groups;
+  std::vector<std::unique_ptr<RoundCoordinator>> ranks;
+  for (int64_t r = 0; r < 2; ++r) {
+    collective::GroupOptions group_options;
+    group_options.rank = r;
+    group_options.world_size = 2;
+    group_options.backend = collective::Backend::kGloo;
+    group_options.gloo.hostname = "127.0.0.1";
+    group_options.collective_timeout = absl::Seconds(20);
+    absl::StatusOr<std::unique_ptr<collective::Group>> group =
+        collective::Group::Create(&store, group_options);
+    ASSERT_TRUE(group.ok()) << group.status();
+    groups.push_back(*std::move(group));
+    RoundCoordinator::Options options;
+    options.group = groups.back().get();
+    ranks.push_back(std::make_unique<RoundCoordinator>(std::move(options)));
+  }
+  for (int64_t round = 1; round <= 2; ++round) {
+    Call c0(*ranks[0], Input(Request("actor", round, Batch(22 + round, 512), kCap)));
+    Call c1(*ranks[1], Input(Request("actor", round, {100, 200}, kCap)));
+    const Result& r0 = c0.Wait();
+    const Result& r1 = c1.Wait();
+    ASSERT_TRUE(r0.ok()) << r0.status();
+    ASSERT_TRUE(r1.ok()) << r1.status();
+    EXPECT_EQ((*r1)->num_micro_batches, (*r0)->local_k);
+    EXPECT_EQ((*r0)->global.num_sequences, 514);
+    EXPECT_EQ((*r1)->global.world_size, 2);
+  }
+  const RoundCoordinator::Stats stats = ranks[1]->GetStats();
+  EXPECT_EQ(stats.world_size, 2);
+  EXPECT_EQ(stats.backend, "gloo");
+  EXPECT_TRUE(stats.group_ready);
+  EXPECT_GE(stats.generation, 0);
+  for (auto& rank : ranks) rank->Shutdown();  // before the groups they use
+}
+
+}  // namespace
+}  // namespace packsched::service

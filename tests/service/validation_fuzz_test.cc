@@ -1,0 +1,219 @@
+// A seeded random fuzz driver for request validation: thousands of random requests (bad values
+// of every field, random sizes, random bytes on the wire). Validation never crashes and answers
+// OK, InvalidArgument or ResourceExhausted; whatever it accepts, the planner then plans or
+// rejects with InvalidArgument — never anything else.
+
+#include <cstdint>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "server/planner/planner.h"
+#include "server/service/convert.h"
+
+namespace packsched::service {
+namespace {
+
+class RandomRequests {
+ public:
+  explicit RandomRequests(uint64_t seed) : rng_(seed) {}
+
+  // An int64 from a mix of edge values and small/large ranges.
+  int64_t Value() {
+    static constexpr int64_t kEdges[] = {0,
+                                         1,
+                                         -1,
+                                         2,
+                                         7,
+                                         64,
+                                         4096,
+                                         16384,
+                                         int64_t{1} << 20,
+                                         (int64_t{1} << 31) - 1,
+                                         int64_t{1} << 31,
+                                         int64_t{1} << 40,
+                                         std::numeric_limits<int64_t>::max(),
+                                         std::numeric_limits<int64_t>::min()};
+    switch (Pick(4)) {
+      case 0:
+        return kEdges[Pick(std::size(kEdges))];
+      case 1:
+        return static_cast<int64_t>(Pick(64));
+      case 2:
+        return static_cast<int64_t>(Pick(20000)) - 100;
+      default:
+        return static_cast<int64_t>(rng_());
+    }
+  }
+  // Mostly valid-looking, sometimes anything.
+  int64_t Small(int64_t hi) { return Pick(40) == 0 ? Value() : static_cast<int64_t>(Pick(hi + 1)); }
+  // Mostly a known value (0-3 covers every enum's range), sometimes an unknown one.
+  int Enum() { return Pick(30) == 0 ? static_cast<int>(Pick(20)) - 5 : static_cast<int>(Pick(4)); }
+  bool Coin() { return Pick(2) == 0; }
+
+  void FillOptions(v1::PlanOptions* o) {
+    o->set_max_token_len(Pick(20) == 0 ? Value() : 1000 + static_cast<int64_t>(Pick(20000)));
+    if (Coin()) o->set_cap_mode(static_cast<v1::CapMode>(Enum()));
+    if (Coin()) o->set_max_seqs_per_micro_batch(Small(16));
+    if (Coin()) o->set_min_micro_batches(Small(8));
+    if (Coin()) o->set_divisible_by(Small(4));
+    if (Coin()) o->set_align_to(Small(64));
+    if (Coin()) o->set_align_total_to(Small(256));
+    if (Coin()) o->set_algorithm(static_cast<v1::Algorithm>(Enum()));
+    if (Coin()) o->set_cost(static_cast<v1::CostModel>(Enum()));
+    if (Coin()) o->set_attention_linear(Small(30000));
+    if (Coin()) o->set_attention_quadratic(Small(3));
+    if (Coin()) o->set_overlong(static_cast<v1::OverlongPolicy>(Enum()));
+    if (Coin()) o->set_order(static_cast<v1::PartOrder>(Enum()));
+    if (Coin()) o->set_max_micro_batches(Small(512));
+    if (Coin()) o->set_same_micro_num_in_dp(Coin());
+  }
+  void FillLoss(v1::LossOptions* l) {
+    if (Coin()) l->set_mode(static_cast<v1::LossMode>(Enum()));
+    if (Coin()) l->set_dp_reduction(static_cast<v1::DpReduction>(Enum()));
+    if (Coin()) {
+      static constexpr double kConstants[] = {0.0,
+                                              -1.0,
+                                              1.0,
+                                              4096.0,
+                                              1e300,
+                                              std::numeric_limits<double>::infinity(),
+                                              std::numeric_limits<double>::quiet_NaN()};
+      l->set_sum_norm_constant(kConstants[Pick(std::size(kConstants))]);
+    }
+  }
+  template <typename Field>
+  void FillLengths(Field* lengths, Field* loss_tokens) {
+    const size_t n = Pick(6) == 0 ? Pick(3) : Pick(300);
+    for (size_t i = 0; i < n; ++i) {
+      lengths->Add(Pick(400) == 0 ? Value() : 1 + static_cast<int64_t>(Pick(8000)));
+    }
+    if (Coin()) {
+      const size_t m = Pick(20) == 0 ? Pick(n + 2) : n;
+      for (size_t i = 0; i < m; ++i) {
+        loss_tokens->Add(Pick(400) == 0 ? Value() : static_cast<int64_t>(Pick(100)));
+      }
+    }
+  }
+
+  v1::PlanRequest Plan() {
+    v1::PlanRequest r;
+    r.set_stream(Pick(40) == 0 ? std::string(Pick(200), 'x') : "s");
+    r.set_round(Value());
+    FillLengths(r.mutable_lengths(), r.mutable_loss_tokens());
+    FillOptions(r.mutable_options());
+    FillLoss(r.mutable_loss());
+    return r;
+  }
+  v1::PartitionRequest Partition() {
+    v1::PartitionRequest r;
+    FillLengths(r.mutable_lengths(), r.mutable_loss_tokens());
+    FillOptions(r.mutable_options());
+    FillLoss(r.mutable_loss());
+    r.set_num_micro_batches(Small(300));
+    if (Coin()) {
+      r.mutable_global()->set_loss_tokens(Small(1000));
+      r.mutable_global()->set_sequences_with_loss(Small(100));
+      r.mutable_global()->set_world_size(Small(8));
+    }
+    return r;
+  }
+  v1::BalanceBatchRequest Balance() {
+    v1::BalanceBatchRequest r;
+    FillLengths(r.mutable_lengths(), r.mutable_loss_tokens());
+    FillOptions(r.mutable_options());
+    FillLoss(r.mutable_loss());
+    r.set_world_size(Small(16));
+    if (Pick(4) == 0) {
+      const size_t m = Pick(8) == 0 ? Pick(5) : static_cast<size_t>(r.lengths_size());
+      for (size_t i = 0; i < m; ++i) r.add_group_ids(Small(20));
+    }
+    return r;
+  }
+  std::string Bytes() {
+    std::string bytes(Pick(200), '\0');
+    for (char& c : bytes) c = static_cast<char>(Pick(256));
+    return bytes;
+  }
+
+ private:
+  size_t Pick(size_t n) { return std::uniform_int_distribution<size_t>(0, n - 1)(rng_); }
+  std::mt19937_64 rng_;
+};
+
+bool Expected(const absl::Status& status) {
+  return status.ok() || absl::IsInvalidArgument(status) || absl::IsResourceExhausted(status);
+}
+
+ServiceLimits FuzzLimits() {
+  ServiceLimits limits;
+  limits.max_sequences_per_request = 256;
+  limits.max_micro_batches = 512;
+  return limits;
+}
+
+TEST(ValidationFuzz, PlanRequestsAreAcceptedOrRejectedCleanly) {
+  RandomRequests random(20261123);
+  const ServiceLimits limits = FuzzLimits();
+  int accepted = 0;
+  int planned = 0;
+  for (int i = 0; i < 5000; ++i) {
+    const v1::PlanRequest request = random.Plan();
+    const absl::StatusOr<RoundInput> round = ToRoundInput(request, limits);
+    ASSERT_TRUE(Expected(round.status())) << round.status() << "\n" << request.DebugString();
+    const absl::StatusOr<PlanInput> input = ToPlanInput(request, limits);
+    ASSERT_TRUE(Expected(input.status())) << input.status();
+    if (!input.ok()) continue;
+    ++accepted;
+    // What validation accepted, the planner plans or rejects as bad input.
+    const absl::StatusOr<planner::Problem> problem =
+        planner::Problem::Create(input->lengths, input->options);
+    ASSERT_TRUE(problem.ok() || absl::IsInvalidArgument(problem.status())) << problem.status();
+    if (!problem.ok()) continue;
+    const absl::StatusOr<planner::MicroBatchPlan> plan = problem->Partition(problem->local_k());
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    ++planned;
+    if (input->loss_tokens) {
+      const absl::StatusOr<planner::LossCounts> counts =
+          planner::CountLoss(*plan, *input->loss_tokens);
+      ASSERT_TRUE(counts.ok()) << counts.status();
+      ASSERT_TRUE(
+          planner::ComputeLossWeights(*plan, *input->loss_tokens, input->loss, *counts, 1).ok());
+    }
+  }
+  // The driver reaches the planner often enough to mean something.
+  EXPECT_GT(accepted, 1000);
+  EXPECT_GT(planned, 500);
+}
+
+TEST(ValidationFuzz, PartitionAndBalanceBatchRequests) {
+  RandomRequests random(7);
+  const ServiceLimits limits = FuzzLimits();
+  int ok = 0;
+  for (int i = 0; i < 1500; ++i) {
+    v1::PlanResponse plan;
+    const absl::Status partition = RunPartition(random.Partition(), limits, &plan);
+    ASSERT_TRUE(Expected(partition)) << partition;
+    v1::BalanceBatchResponse balanced;
+    const absl::Status balance = RunBalanceBatch(random.Balance(), limits, &balanced);
+    ASSERT_TRUE(Expected(balance)) << balance;
+    ok += partition.ok() + balance.ok();
+  }
+  EXPECT_GT(ok, 300);
+}
+
+TEST(ValidationFuzz, RandomWireBytes) {
+  RandomRequests random(99);
+  const ServiceLimits limits = FuzzLimits();
+  for (int i = 0; i < 3000; ++i) {
+    v1::PlanRequest request;
+    if (!request.ParseFromString(random.Bytes())) continue;
+    ASSERT_TRUE(Expected(ToRoundInput(request, limits).status()));
+    ASSERT_TRUE(Expected(ToPlanInput(request, limits).status()));
+  }
+}
+
+}  // namespace
+}  // namespace packsched::service
