@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 #include <cstring>
+#include <limits>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -79,13 +80,24 @@ std::string DescribeValue(int field, const int64_t* record) {
 // Every rank turns the same gathered records into the same status (nothing rank-local enters it).
 absl::Status ExplainFailure(absl::Span<const int64_t> records, int64_t world_size) {
   auto record = [&](int64_t r) { return records.data() + r * kRecordWords; };
+  auto failed_rank = [&](int64_t r) { return record(r)[kNumIdentity] != 0; };
   for (int field = 0; field < kNumIdentity; ++field) {
-    for (int64_t r = 1; r < world_size; ++r) {
-      if (record(r)[field] == record(0)[field]) continue;
+    // A rank with an error (invalid options, say) takes no part in the options comparison: its
+    // peers fail with its error, not with a mismatch its invalid options caused.
+    const bool skip_failed = field == kOptions;
+    int64_t ref = 0;
+    if (skip_failed) {
+      while (ref < world_size && failed_rank(ref)) ++ref;
+      if (ref == world_size) continue;
+    }
+    for (int64_t r = ref + 1; r < world_size; ++r) {
+      if (skip_failed && failed_rank(r)) continue;
+      if (record(r)[field] == record(ref)[field]) continue;
       return absl::FailedPreconditionError(absl::StrCat(
-          "ranks disagree on the ", kIdentityNames[field], " of a round (rank 0: stream ",
-          DescribeValue(kStream, record(0)), " round ", record(0)[kRound], "): rank 0 has ",
-          DescribeValue(field, record(0)), ", rank ", r, " has ", DescribeValue(field, record(r))));
+          "ranks disagree on the ", kIdentityNames[field], " of a round (rank ", ref, ": stream ",
+          DescribeValue(kStream, record(ref)), " round ", record(ref)[kRound], "): rank ", ref,
+          " has ", DescribeValue(field, record(ref)), ", rank ", r, " has ",
+          DescribeValue(field, record(r))));
     }
   }
   int64_t first = -1;
@@ -133,11 +145,18 @@ absl::StatusOr<AgreedRound> AgreeRound(Collective& group, const RoundRecord& min
     ops[kMinIdentity + field] = ReduceOp::kMin;
     ops[kMaxIdentity + field] = ReduceOp::kMax;
   }
+  if (!ok) {
+    // Neutral in the options comparison: a rank whose options are invalid fingerprints bytes its
+    // peers never see; its error (kMaxError) is what every rank must report.
+    values[kMinIdentity + kOptions] = std::numeric_limits<int64_t>::max();
+    values[kMaxIdentity + kOptions] = std::numeric_limits<int64_t>::min();
+  }
   RETURN_IF_ERROR(group.AllReduce(absl::MakeSpan(values), ops, deadline));
 
   bool mismatch = false;
   for (int field = 0; field < kNumIdentity; ++field) {
-    mismatch |= values[kMinIdentity + field] != values[kMaxIdentity + field];
+    // MIN > MAX only when every rank was neutral (all failed): no mismatch then.
+    mismatch |= values[kMinIdentity + field] < values[kMaxIdentity + field];
   }
   if (!mismatch && values[kMaxError] == 0) {
     AgreedRound agreed;

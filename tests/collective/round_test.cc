@@ -3,6 +3,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -127,6 +128,45 @@ TEST(AgreeRound, AMismatchIsReportedBeforeAnError) {
   });
   ExpectSameFailure(results);
   EXPECT_EQ(results[0].status().code(), absl::StatusCode::kFailedPrecondition);
+}
+
+// Regression: a rank whose options are invalid fingerprints different option bytes; it must not
+// turn its own InvalidArgument into an options mismatch on its peers.
+TEST(AgreeRound, ARankWithInvalidOptionsFailsEveryRankWithItsErrorNotAMismatch) {
+  for (int64_t bad : {0, 2}) {
+    SCOPED_TRACE(bad);
+    std::vector<Result> results = Agree(3, [bad](int64_t rank, RoundRecord& record) {
+      if (rank == bad) {
+        record.options_hash = 0xbad0bad0;
+        record.error = absl::InvalidArgumentError("max_token_len = 0 must be >= 1");
+      }
+    });
+    ExpectSameFailure(results);
+    EXPECT_EQ(results[0].status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_EQ(Message(results[0]), absl::StrCat("rank ", bad, ": max_token_len = 0 must be >= 1"));
+  }
+}
+
+TEST(AgreeRound, RanksThatAllFailWithDifferentOptionsReportTheirErrors) {
+  std::vector<Result> results = Agree(2, [](int64_t rank, RoundRecord& record) {
+    record.options_hash = 0x100 + rank;
+    record.error = absl::InvalidArgumentError(absl::StrCat("bad option on ", rank));
+  });
+  ExpectSameFailure(results);
+  EXPECT_EQ(results[0].status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(Message(results[0]), StartsWith("rank 0: bad option on 0"));
+}
+
+TEST(AgreeRound, HealthyRanksWithDifferentOptionsStillMismatchBesideAFailedRank) {
+  std::vector<Result> results = Agree(3, [](int64_t rank, RoundRecord& record) {
+    if (rank == 0) record.error = absl::InvalidArgumentError("bad request");
+    if (rank == 2) record.options_hash = 0x1234;
+  });
+  ExpectSameFailure(results);
+  EXPECT_EQ(results[0].status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(Message(results[0]), HasSubstr("disagree on the options"));
+  EXPECT_THAT(Message(results[0]), HasSubstr("rank 1 has fingerprint 00000000feedbeef"));
+  EXPECT_THAT(Message(results[0]), HasSubstr("rank 2 has fingerprint 0000000000001234"));
 }
 
 TEST(AgreeRound, CountsThatCouldOverflowJoinAsAnError) {
