@@ -30,28 +30,37 @@ absl::StatusOr<std::string> ReadFile(absl::string_view flag, const std::string& 
 }
 
 absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> Credentials(const ServerOptions& o) {
-  if (o.tls_cert.empty() != o.tls_key.empty()) {
+  return ServerCredentialsFromFiles(o.tls_cert, o.tls_key, o.tls_client_ca);
+}
+
+}  // namespace
+
+absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> ServerCredentialsFromFiles(
+    const std::string& tls_cert, const std::string& tls_key, const std::string& tls_client_ca) {
+  if (tls_cert.empty() != tls_key.empty()) {
     return absl::InvalidArgumentError("--tls_cert and --tls_key go together");
   }
-  if (o.tls_cert.empty()) {
-    if (!o.tls_client_ca.empty()) {
+  if (tls_cert.empty()) {
+    if (!tls_client_ca.empty()) {
       return absl::InvalidArgumentError("--tls_client_ca needs --tls_cert and --tls_key");
     }
     return grpc::InsecureServerCredentials();
   }
   grpc::SslServerCredentialsOptions ssl;
   grpc::SslServerCredentialsOptions::PemKeyCertPair pair;
-  ASSIGN_OR_RETURN(pair.private_key, ReadFile("--tls_key", o.tls_key));
-  ASSIGN_OR_RETURN(pair.cert_chain, ReadFile("--tls_cert", o.tls_cert));
+  ASSIGN_OR_RETURN(pair.private_key, ReadFile("--tls_key", tls_key));
+  ASSIGN_OR_RETURN(pair.cert_chain, ReadFile("--tls_cert", tls_cert));
   ssl.pem_key_cert_pairs.push_back(std::move(pair));
-  if (!o.tls_client_ca.empty()) {
-    ASSIGN_OR_RETURN(ssl.pem_root_certs, ReadFile("--tls_client_ca", o.tls_client_ca));
+  if (!tls_client_ca.empty()) {
+    ASSIGN_OR_RETURN(ssl.pem_root_certs, ReadFile("--tls_client_ca", tls_client_ca));
     ssl.client_certificate_request = GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY;
   }
   return grpc::SslServerCredentials(ssl);
 }
 
-}  // namespace
+absl::StatusOr<std::string> ReadPemFile(absl::string_view flag, const std::string& path) {
+  return ReadFile(flag, path);
+}
 
 bool IsLoopbackAddress(absl::string_view listen) {
   absl::string_view host = listen;

@@ -16,6 +16,10 @@
 #include "server/service/coordinator.h"
 #include "server/service/limits.h"
 
+namespace grpc {
+class ServerCredentials;
+}  // namespace grpc
+
 namespace packsched::service {
 
 struct ServerOptions {
@@ -64,6 +68,15 @@ class SchedulerServer {
 
 // True when `a` and `b` are equal; the time taken depends only on their lengths (bearer tokens).
 bool ConstantTimeEquals(absl::string_view a, absl::string_view b);
+
+// Insecure credentials without files; TLS with `tls_cert` + `tls_key`, requiring client
+// certificates signed by `tls_client_ca` when that is set. InvalidArgument names the flag of an
+// unreadable file or a missing partner. (The Scheduler and the Rendezvous ports share it.)
+absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> ServerCredentialsFromFiles(
+    const std::string& tls_cert, const std::string& tls_key, const std::string& tls_client_ca);
+
+// The contents of a PEM (or any) file; InvalidArgument naming `flag` if it cannot be read.
+absl::StatusOr<std::string> ReadPemFile(absl::string_view flag, const std::string& path);
 
 // True for a listen address whose host is a loopback name or address (127.0.0.0/8, ::1,
 // localhost).

@@ -1,0 +1,392 @@
+#include "server/service/rendezvous.h"
+
+#include <netdb.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "grpcpp/grpcpp.h"
+#include "packsched/v1/rendezvous.grpc.pb.h"
+#include "server/base/status_macros.h"
+#include "server/service/server.h"
+
+namespace packsched::service {
+namespace {
+
+namespace pb = ::packsched::v1;
+
+constexpr absl::string_view kBearer = "Bearer ";
+
+grpc::Status ToGrpc(const absl::Status& status) {
+  return grpc::Status(static_cast<grpc::StatusCode>(status.code()), std::string(status.message()));
+}
+
+absl::Status FromGrpc(const grpc::Status& status, absl::string_view address,
+                      absl::string_view what) {
+  if (status.ok()) return absl::OkStatus();
+  return absl::Status(
+      static_cast<absl::StatusCode>(status.error_code()),
+      absl::StrCat("rendezvous store ", address, ": ", what, ": ", status.error_message()));
+}
+
+// The Rendezvous service over an InMemoryStore (callback API: no call holds a thread).
+class RendezvousService final : public pb::Rendezvous::CallbackService {
+ public:
+  RendezvousService(collective::InMemoryStore* store, std::string auth_token)
+      : store_(store), auth_token_(std::move(auth_token)) {}
+
+  grpc::ServerUnaryReactor* Set(grpc::CallbackServerContext* context,
+                                const pb::RendezvousSetRequest* request,
+                                pb::RendezvousSetResponse*) override {
+    absl::Status status = Authorize(*context);
+    if (status.ok()) status = store_->Set(request->key(), request->value(), Forever());
+    return Finished(context, status);
+  }
+
+  grpc::ServerUnaryReactor* TryGet(grpc::CallbackServerContext* context,
+                                   const pb::RendezvousGetRequest* request,
+                                   pb::RendezvousTryGetResponse* response) override {
+    absl::Status status = Authorize(*context);
+    if (status.ok()) {
+      absl::StatusOr<std::optional<std::string>> value = store_->TryGet(request->key(), Forever());
+      status = value.status();
+      if (value.ok() && value->has_value()) {
+        response->set_found(true);
+        response->set_value(**std::move(value));
+      }
+    }
+    return Finished(context, status);
+  }
+
+  grpc::ServerUnaryReactor* CompareAndSet(grpc::CallbackServerContext* context,
+                                          const pb::RendezvousCompareAndSetRequest* request,
+                                          pb::RendezvousCompareAndSetResponse* response) override {
+    absl::Status status = Authorize(*context);
+    if (status.ok()) {
+      std::optional<absl::string_view> expected;
+      if (request->has_expected()) expected = request->expected();
+      absl::StatusOr<std::string> value =
+          store_->CompareAndSet(request->key(), expected, request->desired(), Forever());
+      status = value.status();
+      if (value.ok()) response->set_value(*std::move(value));
+    }
+    return Finished(context, status);
+  }
+
+  grpc::ServerUnaryReactor* DeletePrefix(grpc::CallbackServerContext* context,
+                                         const pb::RendezvousDeletePrefixRequest* request,
+                                         pb::RendezvousDeletePrefixResponse* response) override {
+    absl::Status status = Authorize(*context);
+    if (status.ok()) {
+      absl::StatusOr<int64_t> deleted = store_->DeletePrefix(request->prefix(), Forever());
+      status = deleted.status();
+      if (deleted.ok()) response->set_deleted(*deleted);
+    }
+    return Finished(context, status);
+  }
+
+  grpc::ServerUnaryReactor* Get(grpc::CallbackServerContext* context,
+                                const pb::RendezvousGetRequest* request,
+                                pb::RendezvousGetResponse* response) override {
+    if (absl::Status auth = Authorize(*context); !auth.ok()) return Finished(context, auth);
+    if (context->deadline() == std::chrono::system_clock::time_point::max()) {
+      return Finished(context, absl::InvalidArgumentError(
+                                   "Rendezvous.Get needs a deadline (it waits for the key)"));
+    }
+    auto* reactor = new GetReactor(store_, request->key(), response);
+    reactor->Start();
+    return reactor;
+  }
+
+ private:
+  // Completes when the key is set (the store's watch) or when the call is cancelled — which is
+  // what gRPC does when the client's deadline passes — whichever comes first. The store's
+  // CancelWatch decides the race: the watch callback finishes the call unless it was cancelled.
+  class GetReactor final : public grpc::ServerUnaryReactor {
+   public:
+    GetReactor(collective::InMemoryStore* store, std::string key,
+               pb::RendezvousGetResponse* response)
+        : store_(store), key_(std::move(key)), response_(response) {}
+
+    // The watch callback may finish the call (and gRPC may then call OnDone) before Start
+    // returns: the reactor is deleted by whichever of Start and OnDone ends last.
+    void Start() {
+      const int64_t id = store_->Watch(key_, [this](std::string value) {
+        response_->set_value(std::move(value));
+        Finish(grpc::Status::OK);
+      });
+      {
+        absl::MutexLock lock(&mu_);
+        watch_id_ = id;
+        if (cancelled_) CancelNow();
+      }
+      Unref();
+    }
+
+    void OnCancel() override {
+      absl::MutexLock lock(&mu_);
+      cancelled_ = true;
+      if (watch_id_ >= 0) CancelNow();
+    }
+
+    void OnDone() override { Unref(); }
+
+   private:
+    void Unref() {
+      if (refs_.fetch_sub(1, std::memory_order_acq_rel) == 1) delete this;
+    }
+
+    void CancelNow() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      if (cancel_done_) return;
+      cancel_done_ = true;
+      if (store_->CancelWatch(watch_id_)) {
+        Finish(grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED,
+                            absl::StrCat("key '", key_, "' was not set in time")));
+      }
+    }
+
+    collective::InMemoryStore* const store_;
+    const std::string key_;
+    pb::RendezvousGetResponse* const response_;
+    absl::Mutex mu_;
+    int64_t watch_id_ ABSL_GUARDED_BY(mu_) = -1;
+    bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
+    bool cancel_done_ ABSL_GUARDED_BY(mu_) = false;
+    std::atomic<int> refs_{2};  // Start and OnDone
+  };
+
+  static absl::Time Forever() { return absl::InfiniteFuture(); }
+
+  static grpc::ServerUnaryReactor* Finished(grpc::CallbackServerContext* context,
+                                            const absl::Status& status) {
+    grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+    reactor->Finish(ToGrpc(status));
+    return reactor;
+  }
+
+  absl::Status Authorize(const grpc::CallbackServerContext& context) const {
+    if (auth_token_.empty()) return absl::OkStatus();
+    const auto& metadata = context.client_metadata();
+    const auto it = metadata.find("authorization");
+    if (it == metadata.end()) {
+      return absl::UnauthenticatedError("missing 'authorization: Bearer <token>' metadata");
+    }
+    const absl::string_view value(it->second.data(), it->second.size());
+    if (!absl::StartsWith(value, kBearer) ||
+        !ConstantTimeEquals(value.substr(kBearer.size()), auth_token_)) {
+      return absl::UnauthenticatedError("wrong bearer token");
+    }
+    return absl::OkStatus();
+  }
+
+  collective::InMemoryStore* const store_;
+  const std::string auth_token_;
+};
+
+}  // namespace
+
+struct RendezvousServer::State {
+  std::unique_ptr<RendezvousService> service;  // outlives `server`
+  std::unique_ptr<grpc::Server> server;
+  int port = 0;
+  bool shut_down = false;
+};
+
+RendezvousServer::RendezvousServer(std::unique_ptr<State> state) : state_(std::move(state)) {}
+RendezvousServer::~RendezvousServer() { Shutdown(); }
+int RendezvousServer::port() const { return state_->port; }
+
+absl::StatusOr<std::unique_ptr<RendezvousServer>> RendezvousServer::Start(
+    collective::InMemoryStore* store, const RendezvousServerOptions& options) {
+  ASSIGN_OR_RETURN(std::shared_ptr<grpc::ServerCredentials> credentials,
+                   ServerCredentialsFromFiles(options.tls.cert, options.tls.key, options.tls.ca));
+  if (!options.auth_token.empty() && options.tls.cert.empty() &&
+      !IsLoopbackAddress(options.listen)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("a bearer token is accepted only over TLS or on loopback: the rendezvous "
+                     "address ",
+                     options.listen, " needs --tls_cert and --tls_key"));
+  }
+  auto state = std::make_unique<State>();
+  state->service = std::make_unique<RendezvousService>(store, options.auth_token);
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort(options.listen, credentials, &state->port);
+  builder.RegisterService(state->service.get());
+  state->server = builder.BuildAndStart();
+  if (state->server == nullptr || state->port == 0) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot serve the rendezvous store on ", options.listen));
+  }
+  return std::unique_ptr<RendezvousServer>(new RendezvousServer(std::move(state)));
+}
+
+void RendezvousServer::Shutdown() {
+  if (state_->shut_down) return;
+  state_->shut_down = true;
+  // Waiting Gets are cancelled at once (OnCancel cancels their watches).
+  state_->server->Shutdown(std::chrono::system_clock::now());
+  state_->server->Wait();
+}
+
+struct RendezvousStore::State {
+  RendezvousClientOptions options;
+  std::unique_ptr<pb::Rendezvous::Stub> stub;
+
+  void Prepare(grpc::ClientContext& context, absl::Time deadline) const {
+    context.set_deadline(absl::ToChronoTime(deadline));
+    // Rank 0 may not be up yet: wait for the channel (bounded by the deadline) instead of failing.
+    context.set_wait_for_ready(true);
+    if (!options.auth_token.empty()) {
+      context.AddMetadata("authorization", absl::StrCat(kBearer, options.auth_token));
+    }
+  }
+};
+
+RendezvousStore::RendezvousStore(std::unique_ptr<State> state) : state_(std::move(state)) {}
+RendezvousStore::~RendezvousStore() = default;
+
+absl::StatusOr<std::unique_ptr<RendezvousStore>> RendezvousStore::Create(
+    const RendezvousClientOptions& options) {
+  if (options.address.empty()) return absl::InvalidArgumentError("--rendezvous is empty");
+  std::shared_ptr<grpc::ChannelCredentials> credentials = grpc::InsecureChannelCredentials();
+  if (options.tls.enabled()) {
+    grpc::SslCredentialsOptions ssl;
+    if (!options.tls.ca.empty()) {
+      ASSIGN_OR_RETURN(ssl.pem_root_certs, ReadPemFile("--rendezvous_tls_ca", options.tls.ca));
+    }
+    if (!options.tls.cert.empty()) {
+      ASSIGN_OR_RETURN(ssl.pem_cert_chain, ReadPemFile("--tls_cert", options.tls.cert));
+      ASSIGN_OR_RETURN(ssl.pem_private_key, ReadPemFile("--tls_key", options.tls.key));
+    }
+    credentials = grpc::SslCredentials(ssl);
+  } else if (!options.auth_token.empty() && !IsLoopbackAddress(options.address)) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "a bearer token is sent only over TLS or on loopback: --rendezvous = ", options.address,
+        " needs --rendezvous_tls_ca"));
+  }
+  grpc::ChannelArguments args;
+  // gRPC's default reconnect backoff starts at 1 s; ranks started before rank 0 would idle.
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 50);
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 50);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 500);
+  auto state = std::make_unique<State>();
+  state->options = options;
+  state->stub =
+      pb::Rendezvous::NewStub(grpc::CreateCustomChannel(options.address, credentials, args));
+  return std::unique_ptr<RendezvousStore>(new RendezvousStore(std::move(state)));
+}
+
+absl::Status RendezvousStore::Set(absl::string_view key, absl::string_view value,
+                                  absl::Time deadline) {
+  grpc::ClientContext context;
+  state_->Prepare(context, deadline);
+  pb::RendezvousSetRequest request;
+  request.set_key(std::string(key));
+  request.set_value(std::string(value));
+  pb::RendezvousSetResponse response;
+  return FromGrpc(state_->stub->Set(&context, request, &response), state_->options.address,
+                  absl::StrCat("set '", key, "'"));
+}
+
+absl::StatusOr<std::string> RendezvousStore::Get(absl::string_view key, absl::Time deadline) {
+  grpc::ClientContext context;
+  state_->Prepare(context, deadline);
+  pb::RendezvousGetRequest request;
+  request.set_key(std::string(key));
+  pb::RendezvousGetResponse response;
+  RETURN_IF_ERROR(FromGrpc(state_->stub->Get(&context, request, &response), state_->options.address,
+                           absl::StrCat("get '", key, "'")));
+  return std::move(*response.mutable_value());
+}
+
+absl::StatusOr<std::optional<std::string>> RendezvousStore::TryGet(absl::string_view key,
+                                                                   absl::Time deadline) {
+  grpc::ClientContext context;
+  state_->Prepare(context, deadline);
+  pb::RendezvousGetRequest request;
+  request.set_key(std::string(key));
+  pb::RendezvousTryGetResponse response;
+  RETURN_IF_ERROR(FromGrpc(state_->stub->TryGet(&context, request, &response),
+                           state_->options.address, absl::StrCat("try-get '", key, "'")));
+  if (!response.found()) return std::nullopt;
+  return std::move(*response.mutable_value());
+}
+
+absl::StatusOr<std::string> RendezvousStore::CompareAndSet(
+    absl::string_view key, std::optional<absl::string_view> expected, absl::string_view desired,
+    absl::Time deadline) {
+  grpc::ClientContext context;
+  state_->Prepare(context, deadline);
+  pb::RendezvousCompareAndSetRequest request;
+  request.set_key(std::string(key));
+  if (expected) {
+    request.set_has_expected(true);
+    request.set_expected(std::string(*expected));
+  }
+  request.set_desired(std::string(desired));
+  pb::RendezvousCompareAndSetResponse response;
+  RETURN_IF_ERROR(FromGrpc(state_->stub->CompareAndSet(&context, request, &response),
+                           state_->options.address, absl::StrCat("compare-and-set '", key, "'")));
+  return std::move(*response.mutable_value());
+}
+
+absl::StatusOr<int64_t> RendezvousStore::DeletePrefix(absl::string_view prefix,
+                                                      absl::Time deadline) {
+  grpc::ClientContext context;
+  state_->Prepare(context, deadline);
+  pb::RendezvousDeletePrefixRequest request;
+  request.set_prefix(std::string(prefix));
+  pb::RendezvousDeletePrefixResponse response;
+  RETURN_IF_ERROR(FromGrpc(state_->stub->DeletePrefix(&context, request, &response),
+                           state_->options.address, absl::StrCat("delete-prefix '", prefix, "'")));
+  return response.deleted();
+}
+
+absl::StatusOr<std::string> LocalAddressTowards(absl::string_view address) {
+  std::string host(address);
+  std::string port = "0";
+  if (absl::StartsWith(host, "[")) {
+    const size_t close = host.find(']');
+    if (close == std::string::npos) return absl::InvalidArgumentError("bad address " + host);
+    if (close + 2 < host.size()) port = host.substr(close + 2);
+    host = host.substr(1, close - 1);
+  } else if (const size_t colon = host.rfind(':'); colon != std::string::npos) {
+    port = host.substr(colon + 1);
+    host = host.substr(0, colon);
+  }
+  addrinfo hints = {};
+  hints.ai_socktype = SOCK_DGRAM;
+  addrinfo* found = nullptr;
+  if (int rc = getaddrinfo(host.c_str(), port.c_str(), &hints, &found); rc != 0) {
+    return absl::UnavailableError(absl::StrCat("cannot resolve '", host, "': ", gai_strerror(rc)));
+  }
+  absl::Status error = absl::UnavailableError(absl::StrCat("no route to '", address, "'"));
+  std::string local;
+  for (addrinfo* a = found; a != nullptr && local.empty(); a = a->ai_next) {
+    const int fd = socket(a->ai_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) continue;
+    sockaddr_storage mine = {};
+    socklen_t size = sizeof(mine);
+    if (connect(fd, a->ai_addr, a->ai_addrlen) == 0 &&
+        getsockname(fd, reinterpret_cast<sockaddr*>(&mine), &size) == 0) {
+      char text[NI_MAXHOST];
+      if (getnameinfo(reinterpret_cast<sockaddr*>(&mine), size, text, sizeof(text), nullptr, 0,
+                      NI_NUMERICHOST) == 0) {
+        local = text;
+      }
+    }
+    close(fd);
+  }
+  freeaddrinfo(found);
+  if (local.empty()) return error;
+  return local;
+}
+
+}  // namespace packsched::service

@@ -1,0 +1,98 @@
+#ifndef PACKSCHED_SERVER_SERVICE_RENDEZVOUS_H_
+#define PACKSCHED_SERVER_SERVICE_RENDEZVOUS_H_
+
+// The rank group's rendezvous store over gRPC (proto/packsched/v1/rendezvous.proto, DESIGN.md
+// §3): RendezvousServer serves an InMemoryStore on rank 0's --rendezvous address, and
+// RendezvousStore is the KeyValueStore every rank (rank 0 included) uses to reach it.
+//
+// The server uses gRPC's callback API; a Get for a key that does not exist yet holds no thread:
+// it registers an InMemoryStore watch and completes when the key is set, or with
+// DEADLINE_EXCEEDED when the call's deadline passes (gRPC cancels the call; the watch is
+// cancelled). The client channel reconnects fast (50 ms initial backoff, 500 ms at most) and its
+// calls wait for the server to come up, so ranks started before rank 0 join quickly.
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+#include "server/collective/store.h"
+
+namespace packsched::service {
+
+struct RendezvousTls {
+  // Server: PEM files of the certificate it presents (TLS when both are set) and, optionally,
+  // the CA that must have signed client certificates. Client: the CA that signed the server's
+  // certificate (`ca`; empty: the system roots) and, optionally, the client certificate/key.
+  std::string cert;
+  std::string key;
+  std::string ca;
+  bool enabled() const { return !cert.empty() || !ca.empty(); }
+};
+
+struct RendezvousServerOptions {
+  std::string listen;  // host:port; port 0 picks a free port
+  RendezvousTls tls;   // server side: cert + key (+ ca: require client certificates)
+  // Bearer token every call must carry; empty = none. Accepted only over TLS or on loopback.
+  std::string auth_token;
+};
+
+class RendezvousServer {
+ public:
+  // Serves `store` (not owned; must outlive the server). InvalidArgument for unreadable TLS
+  // files, FailedPrecondition for a token without TLS off loopback, Unavailable if it cannot bind.
+  static absl::StatusOr<std::unique_ptr<RendezvousServer>> Start(
+      collective::InMemoryStore* store, const RendezvousServerOptions& options);
+  ~RendezvousServer();  // Shutdown() if not done
+
+  int port() const;
+  // Stops serving: waiting Gets end with CANCELLED/UNAVAILABLE on their clients. Idempotent.
+  void Shutdown();
+
+ private:
+  struct State;
+  explicit RendezvousServer(std::unique_ptr<State> state);
+  std::unique_ptr<State> state_;
+};
+
+struct RendezvousClientOptions {
+  std::string address;  // host:port of rank 0's rendezvous server
+  RendezvousTls tls;    // client side: ca (+ cert/key for client certificates); empty: insecure
+  std::string auth_token;
+};
+
+// A KeyValueStore backed by a remote RendezvousServer. Thread-safe. Every call is bounded by its
+// deadline; an unreachable server is Unavailable (after the deadline: DeadlineExceeded), and
+// errors name the rendezvous address.
+class RendezvousStore final : public collective::KeyValueStore {
+ public:
+  static absl::StatusOr<std::unique_ptr<RendezvousStore>> Create(
+      const RendezvousClientOptions& options);
+  ~RendezvousStore() override;
+
+  absl::Status Set(absl::string_view key, absl::string_view value, absl::Time deadline) override;
+  absl::StatusOr<std::string> Get(absl::string_view key, absl::Time deadline) override;
+  absl::StatusOr<std::optional<std::string>> TryGet(absl::string_view key,
+                                                    absl::Time deadline) override;
+  absl::StatusOr<std::string> CompareAndSet(absl::string_view key,
+                                            std::optional<absl::string_view> expected,
+                                            absl::string_view desired,
+                                            absl::Time deadline) override;
+  absl::StatusOr<int64_t> DeletePrefix(absl::string_view prefix, absl::Time deadline) override;
+
+ private:
+  struct State;
+  explicit RendezvousStore(std::unique_ptr<State> state);
+  std::unique_ptr<State> state_;
+};
+
+// The local IP address this machine uses to reach `address` (host:port): what Gloo advertises
+// by default. Resolves the host and connects a UDP socket (no packet is sent).
+absl::StatusOr<std::string> LocalAddressTowards(absl::string_view address);
+
+}  // namespace packsched::service
+
+#endif  // PACKSCHED_SERVER_SERVICE_RENDEZVOUS_H_

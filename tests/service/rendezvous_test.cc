@@ -1,0 +1,192 @@
+#include "server/service/rendezvous.h"
+
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "server/collective/store.h"
+
+namespace packsched::service {
+namespace {
+
+using ::testing::HasSubstr;
+
+struct Served {
+  collective::InMemoryStore store;
+  std::unique_ptr<RendezvousServer> server;
+  std::string address;
+};
+
+std::unique_ptr<Served> Serve(std::string token = "", std::string listen = "127.0.0.1:0") {
+  auto served = std::make_unique<Served>();
+  RendezvousServerOptions options;
+  options.listen = std::move(listen);
+  options.auth_token = std::move(token);
+  absl::StatusOr<std::unique_ptr<RendezvousServer>> server =
+      RendezvousServer::Start(&served->store, options);
+  EXPECT_TRUE(server.ok()) << server.status();
+  if (!server.ok()) return nullptr;
+  served->server = *std::move(server);
+  served->address = absl::StrCat("127.0.0.1:", served->server->port());
+  return served;
+}
+
+std::unique_ptr<RendezvousStore> Connect(const std::string& address, std::string token = "") {
+  RendezvousClientOptions options;
+  options.address = address;
+  options.auth_token = std::move(token);
+  absl::StatusOr<std::unique_ptr<RendezvousStore>> store = RendezvousStore::Create(options);
+  EXPECT_TRUE(store.ok()) << store.status();
+  return store.ok() ? *std::move(store) : nullptr;
+}
+
+absl::Time In(absl::Duration d) { return absl::Now() + d; }
+
+TEST(Rendezvous, EveryOperationReachesTheServedStore) {
+  auto served = Serve();
+  ASSERT_NE(served, nullptr);
+  auto client = Connect(served->address);
+  ASSERT_NE(client, nullptr);
+  const absl::Time deadline = In(absl::Seconds(5));
+
+  ASSERT_TRUE(client->Set("a/1", "one", deadline).ok());
+  EXPECT_EQ(*served->store.TryGet("a/1", deadline), std::optional<std::string>("one"));
+  EXPECT_EQ(*client->Get("a/1", deadline), "one");
+  EXPECT_EQ(*client->TryGet("a/1", deadline), std::optional<std::string>("one"));
+  EXPECT_EQ(*client->TryGet("a/2", deadline), std::nullopt);
+
+  // Compare-and-set: create if absent, then only from the expected value.
+  EXPECT_EQ(*client->CompareAndSet("gen", std::nullopt, "0", deadline), "0");
+  EXPECT_EQ(*client->CompareAndSet("gen", std::nullopt, "5", deadline), "0");
+  EXPECT_EQ(*client->CompareAndSet("gen", "0", "1", deadline), "1");
+  EXPECT_EQ(*client->CompareAndSet("gen", "0", "2", deadline), "1");
+  EXPECT_EQ(*client->CompareAndSet("none", "x", "y", deadline), "");
+
+  ASSERT_TRUE(client->Set("a/2", "two", deadline).ok());
+  ASSERT_TRUE(client->Set("b/1", "other", deadline).ok());
+  EXPECT_EQ(*client->DeletePrefix("a/", deadline), 2);
+  EXPECT_EQ(*client->TryGet("a/1", deadline), std::nullopt);
+  EXPECT_EQ(*client->TryGet("b/1", deadline), std::optional<std::string>("other"));
+  // Binary keys and values pass through unchanged.
+  const std::string bytes("\0\xff\x01", 3);
+  ASSERT_TRUE(client->Set(bytes, bytes, deadline).ok());
+  EXPECT_EQ(*client->Get(bytes, deadline), bytes);
+}
+
+TEST(Rendezvous, AGetWaitsForAnotherClientsSet) {
+  auto served = Serve();
+  ASSERT_NE(served, nullptr);
+  auto waiter = Connect(served->address);
+  auto setter = Connect(served->address);
+  std::thread later([&] {
+    absl::SleepFor(absl::Milliseconds(100));
+    EXPECT_TRUE(setter->Set("late", "here", In(absl::Seconds(5))).ok());
+  });
+  const absl::Time start = absl::Now();
+  absl::StatusOr<std::string> value = waiter->Get("late", In(absl::Seconds(5)));
+  later.join();
+  ASSERT_TRUE(value.ok()) << value.status();
+  EXPECT_EQ(*value, "here");
+  EXPECT_GE(absl::Now() - start, absl::Milliseconds(90));
+}
+
+TEST(Rendezvous, ManyConcurrentGetsForMissingKeysEndAtTheirDeadline) {
+  auto served = Serve();
+  ASSERT_NE(served, nullptr);
+  auto client = Connect(served->address);
+  // More concurrent waiting Gets than a thread-per-call server would comfortably hold.
+  constexpr int kWaiters = 200;
+  std::vector<std::thread> threads;
+  std::vector<absl::Status> statuses(kWaiters);
+  const absl::Time start = absl::Now();
+  for (int i = 0; i < kWaiters; ++i) {
+    threads.emplace_back([&, i] {
+      statuses[i] = client->Get(absl::StrCat("never/", i), In(absl::Milliseconds(400))).status();
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  const absl::Duration took = absl::Now() - start;
+  for (const absl::Status& status : statuses) {
+    EXPECT_EQ(status.code(), absl::StatusCode::kDeadlineExceeded) << status;
+  }
+  EXPECT_THAT(statuses[7].message(), HasSubstr("never/7"));
+  EXPECT_LT(took, absl::Seconds(3));
+  // Every watch was cancelled: a later Set of a waited key finds no stale watcher.
+  ASSERT_TRUE(client->Set("never/3", "x", In(absl::Seconds(5))).ok());
+  EXPECT_EQ(served->store.size(), 1);
+}
+
+TEST(Rendezvous, AClientStartedBeforeTheServerConnectsQuickly) {
+  // Pick a free port, then serve on it only after the client has started waiting.
+  int port = 0;
+  {
+    auto probe = Serve();
+    ASSERT_NE(probe, nullptr);
+    port = probe->server->port();
+  }
+  const std::string address = absl::StrCat("127.0.0.1:", port);
+  auto client = Connect(address);
+  absl::StatusOr<std::string> value;
+  absl::Time got;
+  std::thread waiter([&] {
+    value = client->Get("ready", In(absl::Seconds(10)));
+    got = absl::Now();
+  });
+  absl::SleepFor(absl::Milliseconds(1500));  // the client's backoff has grown by now
+  auto served = Serve("", address);
+  ASSERT_NE(served, nullptr);
+  const absl::Time set_at = absl::Now();
+  ASSERT_TRUE(served->store.Set("ready", "yes", absl::InfiniteFuture()).ok());
+  waiter.join();
+  ASSERT_TRUE(value.ok()) << value.status();
+  // Backoff is capped at 500 ms (gRPC's default would be seconds by now).
+  EXPECT_LT(got - set_at, absl::Milliseconds(900));
+}
+
+TEST(Rendezvous, TheBearerTokenIsRequired) {
+  auto served = Serve("s3cret");
+  ASSERT_NE(served, nullptr);
+  auto good = Connect(served->address, "s3cret");
+  auto bad = Connect(served->address, "wrong");
+  auto none = Connect(served->address);
+  const absl::Time deadline = In(absl::Seconds(5));
+  EXPECT_TRUE(good->Set("k", "v", deadline).ok());
+  EXPECT_EQ(bad->Get("k", deadline).status().code(), absl::StatusCode::kUnauthenticated);
+  EXPECT_EQ(none->TryGet("k", deadline).status().code(), absl::StatusCode::kUnauthenticated);
+  EXPECT_THAT(none->Set("k", "v", deadline).message(), HasSubstr(served->address));
+}
+
+TEST(Rendezvous, ATokenWithoutTlsIsRefusedOffLoopback) {
+  collective::InMemoryStore store;
+  RendezvousServerOptions options;
+  options.listen = "0.0.0.0:0";
+  options.auth_token = "t";
+  EXPECT_EQ(RendezvousServer::Start(&store, options).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  RendezvousClientOptions client;
+  client.address = "10.1.2.3:29400";
+  client.auth_token = "t";
+  EXPECT_EQ(RendezvousStore::Create(client).status().code(), absl::StatusCode::kFailedPrecondition);
+}
+
+TEST(Rendezvous, AnUnreachableServerIsADeadlineNotAHang) {
+  auto client = Connect("127.0.0.1:1");
+  const absl::Time start = absl::Now();
+  absl::Status status = client->Set("k", "v", In(absl::Milliseconds(300)));
+  EXPECT_EQ(status.code(), absl::StatusCode::kDeadlineExceeded) << status;
+  EXPECT_LT(absl::Now() - start, absl::Seconds(2));
+}
+
+TEST(Rendezvous, LocalAddressTowardsLoopbackIsLoopback) {
+  absl::StatusOr<std::string> local = LocalAddressTowards("127.0.0.1:29400");
+  ASSERT_TRUE(local.ok()) << local.status();
+  EXPECT_EQ(*local, "127.0.0.1");
+  EXPECT_FALSE(LocalAddressTowards("no-such-host.invalid:1").ok());
+}
+
+}  // namespace
+}  // namespace packsched::service
