@@ -7,6 +7,7 @@
 
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <string>
 
@@ -15,10 +16,15 @@
 #include "absl/flags/usage.h"
 #include "absl/status/status.h"
 #include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "server/base/logging.h"
 #include "server/base/status_macros.h"
+#include "server/collective/backend.h"
+#include "server/collective/group.h"
+#include "server/collective/store.h"
+#include "server/service/rendezvous.h"
 #include "server/service/server.h"
 #include "spdlog/spdlog.h"
 
@@ -47,6 +53,30 @@ ABSL_FLAG(int64_t, max_outstanding_rounds,
 ABSL_FLAG(absl::Duration, collective_timeout,
           packsched::service::ServiceLimits{}.collective_timeout,
           "bound on every server-side wait of a round (peers, forming the group)");
+ABSL_FLAG(int64_t, rank, 0, "this sidecar's data-parallel rank, in [0, --world_size)");
+ABSL_FLAG(int64_t, world_size, 1,
+          "data-parallel ranks in the group (1: a group of one; more needs --rendezvous)");
+ABSL_FLAG(std::string, rendezvous, "",
+          "HOST:PORT of the group's rendezvous store: rank 0 serves it there (on every interface "
+          "unless HOST is loopback or --rendezvous_listen says otherwise); every rank, rank 0 "
+          "included, connects to it");
+ABSL_FLAG(std::string, rendezvous_listen, "",
+          "rank 0 only: the address to serve the rendezvous store on (default: from --rendezvous)");
+ABSL_FLAG(bool, rendezvous_tls, false,
+          "TLS on the rendezvous port: rank 0 serves it with --tls_cert/--tls_key (requiring "
+          "client certificates when --tls_client_ca is set); every rank verifies rank 0 with "
+          "--rendezvous_tls_ca and presents --tls_cert/--tls_key");
+ABSL_FLAG(std::string, rendezvous_tls_ca, "",
+          "PEM CA bundle that signed rank 0's certificate (default: the system roots)");
+ABSL_FLAG(std::string, backend, "auto",
+          "collective backend: auto (NCCL if every rank has a GPU and NCCL, else Gloo), gloo, "
+          "nccl, local (a group of one)");
+ABSL_FLAG(std::string, gloo_hostname, "",
+          "address Gloo listens on and advertises (default: the local address of the connection "
+          "to --rendezvous)");
+ABSL_FLAG(std::string, gloo_iface, "",
+          "network interface whose address Gloo uses (instead of --gloo_hostname)");
+ABSL_FLAG(int64_t, local_gpu, -1, "CUDA device of the NCCL backend (default: LOCAL_RANK, else 0)");
 ABSL_FLAG(int64_t, max_receive_message_bytes, int64_t{64} << 20, "largest request, bytes");
 ABSL_FLAG(int64_t, max_concurrent_streams, 256, "concurrent calls per client connection");
 ABSL_FLAG(int64_t, resource_quota_bytes, int64_t{1} << 30, "gRPC memory quota, bytes");
@@ -134,8 +164,7 @@ absl::StatusOr<packsched::service::ServerOptions> OptionsFromFlags() {
   RETURN_IF_ERROR(Positive("resource_quota_bytes", o.resource_quota_bytes, 1 << 20));
   RETURN_IF_ERROR(Positive("max_threads", o.max_threads, 2));
   o.build_version = PACKSCHED_VERSION;
-  // The rank-group flags (--rank, --world_size, --rendezvous, --backend) set o.rank and
-  // o.make_collective here.
+  o.rank = absl::GetFlag(FLAGS_rank);
   return o;
 }
 
@@ -153,6 +182,102 @@ absl::Status WritePortFile(const std::string& path, int port) {
     return absl::InternalError(absl::StrCat("cannot rename ", temp, " to ", path));
   }
   return absl::OkStatus();
+}
+
+// The rank group: the rendezvous server (rank 0), the store client and the Group.
+struct RankGroup {
+  std::unique_ptr<packsched::collective::InMemoryStore> served;
+  std::unique_ptr<packsched::service::RendezvousServer> server;
+  std::unique_ptr<packsched::service::RendezvousStore> store;
+  std::unique_ptr<packsched::collective::Group> group;
+};
+
+// The rendezvous address rank 0 binds: --rendezvous_listen, else --rendezvous's port on
+// loopback when its host is loopback, else on every interface.
+std::string RendezvousListen(const std::string& rendezvous) {
+  if (std::string listen = absl::GetFlag(FLAGS_rendezvous_listen); !listen.empty()) return listen;
+  if (packsched::service::IsLoopbackAddress(rendezvous)) return rendezvous;
+  const size_t colon = rendezvous.rfind(':');
+  return absl::StrCat("[::]", colon == std::string::npos ? ":0" : rendezvous.substr(colon));
+}
+
+absl::StatusOr<RankGroup> GroupFromFlags(const packsched::service::ServerOptions& server) {
+  namespace collective = packsched::collective;
+  RankGroup g;
+  const int64_t rank = absl::GetFlag(FLAGS_rank);
+  const int64_t world_size = absl::GetFlag(FLAGS_world_size);
+  const std::string rendezvous = absl::GetFlag(FLAGS_rendezvous);
+  ASSIGN_OR_RETURN(collective::Backend backend,
+                   collective::ParseBackend(absl::GetFlag(FLAGS_backend)));
+  RETURN_IF_ERROR(Positive("world_size", world_size));
+  if (rank < 0 || rank >= world_size) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--rank = ", rank, ": must be in [0, --world_size = ", world_size, ")"));
+  }
+  if (rendezvous.empty()) {
+    if (world_size != 1) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--world_size = ", world_size, " needs --rendezvous=HOST:PORT"));
+    }
+    if (backend != collective::Backend::kAuto && backend != collective::Backend::kLocal) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--backend = ", collective::BackendName(backend), " needs --rendezvous=HOST:PORT"));
+    }
+    return g;  // a group of one: the local backend, nothing stored
+  }
+  packsched::service::RendezvousTls tls;
+  if (absl::GetFlag(FLAGS_rendezvous_tls)) {
+    tls.enabled = true;
+    tls.cert = server.tls_cert;
+    tls.key = server.tls_key;
+    if (tls.cert.empty() || tls.key.empty()) {
+      return absl::InvalidArgumentError("--rendezvous_tls needs --tls_cert and --tls_key");
+    }
+  } else if (!absl::GetFlag(FLAGS_rendezvous_tls_ca).empty()) {
+    return absl::InvalidArgumentError("--rendezvous_tls_ca needs --rendezvous_tls");
+  }
+  if (rank == 0) {
+    g.served = std::make_unique<collective::InMemoryStore>();
+    packsched::service::RendezvousServerOptions serve;
+    serve.listen = RendezvousListen(rendezvous);
+    serve.tls = tls;
+    serve.tls.ca = absl::GetFlag(FLAGS_rendezvous_tls) ? server.tls_client_ca : "";
+    serve.auth_token = server.auth_token;
+    ASSIGN_OR_RETURN(g.server, packsched::service::RendezvousServer::Start(g.served.get(), serve));
+    spdlog::info("serving the rendezvous store on {} (port {}){}", serve.listen, g.server->port(),
+                 tls.enabled ? ", TLS" : "");
+  }
+  packsched::service::RendezvousClientOptions connect;
+  connect.address = rendezvous;
+  connect.auth_token = server.auth_token;
+  if (absl::GetFlag(FLAGS_rendezvous_tls)) {
+    connect.tls.enabled = true;
+    connect.tls.ca = absl::GetFlag(FLAGS_rendezvous_tls_ca);  // empty: the system roots
+    connect.tls.cert = server.tls_cert;
+    connect.tls.key = server.tls_key;
+  }
+  ASSIGN_OR_RETURN(g.store, packsched::service::RendezvousStore::Create(connect));
+  collective::GroupOptions options;
+  options.rank = rank;
+  options.world_size = world_size;
+  options.backend = backend;
+  options.collective_timeout = server.limits.collective_timeout;
+  options.gloo.iface = absl::GetFlag(FLAGS_gloo_iface);
+  options.gloo.hostname = absl::GetFlag(FLAGS_gloo_hostname);
+  if (options.gloo.hostname.empty() && options.gloo.iface.empty()) {
+    ASSIGN_OR_RETURN(options.gloo.hostname, packsched::service::LocalAddressTowards(rendezvous));
+  }
+  int64_t gpu = absl::GetFlag(FLAGS_local_gpu);
+  if (gpu < 0) {
+    const char* local_rank = std::getenv("LOCAL_RANK");
+    gpu = 0;
+    if (local_rank != nullptr && !absl::SimpleAtoi(local_rank, &gpu)) {
+      return absl::InvalidArgumentError(absl::StrCat("LOCAL_RANK = '", local_rank, "'"));
+    }
+  }
+  options.nccl.device = static_cast<int>(gpu);
+  ASSIGN_OR_RETURN(g.group, collective::Group::Create(g.store.get(), std::move(options)));
+  return g;
 }
 
 int Fail(const absl::Status& status) {
@@ -174,6 +299,12 @@ int main(int argc, char** argv) {
   absl::StatusOr<packsched::service::ServerOptions> options = OptionsFromFlags();
   if (!options.ok()) return Fail(options.status());
 
+  absl::StatusOr<RankGroup> group = GroupFromFlags(*options);
+  if (!group.ok()) return Fail(group.status());
+  options->group = group->group.get();
+
+  // Serves before the group has formed: each stream forms it on its first round, waiting for
+  // the peers at most --collective_timeout.
   absl::StatusOr<std::unique_ptr<packsched::service::SchedulerServer>> server =
       packsched::service::SchedulerServer::Start(*options);
   if (!server.ok()) return Fail(server.status());
@@ -181,14 +312,21 @@ int main(int argc, char** argv) {
   if (const std::string path = absl::GetFlag(FLAGS_port_file); !path.empty()) {
     if (absl::Status s = WritePortFile(path, port); !s.ok()) return Fail(s);
   }
-  spdlog::info("serving packsched.v1.Scheduler on {} (port {}){}{}", options->listen, port,
-               options->tls_cert.empty() ? "" : ", TLS",
-               options->auth_token.empty() ? "" : ", bearer token required");
+  spdlog::info("serving packsched.v1.Scheduler on {} (port {}){}{}; rank {} of {}{}{}",
+               options->listen, port, options->tls_cert.empty() ? "" : ", TLS",
+               options->auth_token.empty() ? "" : ", bearer token required", options->rank,
+               absl::GetFlag(FLAGS_world_size),
+               absl::GetFlag(FLAGS_rendezvous).empty() ? "" : ", rendezvous ",
+               absl::GetFlag(FLAGS_rendezvous));
 
   WaitForSignal();
   spdlog::info("shutting down (grace {})",
                absl::FormatDuration(absl::GetFlag(FLAGS_shutdown_grace)));
   (*server)->Shutdown(absl::GetFlag(FLAGS_shutdown_grace));
+  // The group outlives the server (its streams are gone now); rank 0's store goes last.
+  group->group.reset();
+  group->store.reset();
+  if (group->server != nullptr) group->server->Shutdown();
   spdlog::info("stopped");
   return 0;
 }

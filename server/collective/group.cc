@@ -1,6 +1,7 @@
 #include "server/collective/group.h"
 
 #include <algorithm>
+#include <atomic>
 #include <random>
 #include <utility>
 #include <vector>
@@ -104,7 +105,10 @@ std::unique_ptr<StreamGroup> Group::ForStream(std::string stream) {
 absl::StatusOr<std::string> Group::Epoch(absl::Time deadline) {
   const std::string key = keys::Epoch(options_.key_root);
   if (options_.rank == 0) {
+    // Rank 0 serves the store in its own process: once published, the epoch stays there.
+    if (epoch_published_.load(std::memory_order_acquire)) return epoch_;
     RETURN_IF_ERROR(store_->Set(key, epoch_, deadline));
+    epoch_published_.store(true, std::memory_order_release);
     return epoch_;
   }
   absl::StatusOr<std::string> epoch = store_->Get(key, deadline);

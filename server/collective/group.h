@@ -22,6 +22,7 @@
 //   if (agreed.ok() && rank == 0) actor->PutResult(round, Serialize(*agreed));
 //   ... GetStatus / readiness: actor->info(); shutdown: actor->Abort().
 
+#include <atomic>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -96,7 +97,8 @@ class Group {
 
   KeyValueStore* const store_;
   const GroupOptions options_;
-  const std::string epoch_;  // rank 0's; empty on other ranks
+  const std::string epoch_;                   // rank 0's; empty on other ranks
+  std::atomic<bool> epoch_published_{false};  // rank 0: epoch_ is in the store
   absl::Mutex mu_;
   std::map<std::string, Backend, std::less<>> decided_
       ABSL_GUARDED_BY(mu_);  // epoch root -> backend

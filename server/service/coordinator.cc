@@ -7,7 +7,10 @@
 #include <utility>
 
 #include "absl/status/status.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
 #include "server/base/checked_math.h"
 #include "server/collective/local_collective.h"
 #include "server/collective/round.h"
@@ -34,6 +37,9 @@ struct RoundCoordinator::Stream {
   // them is used: `stream_group` with a rank group, else `group`.
   std::unique_ptr<collective::Collective> group;
   std::unique_ptr<collective::StreamGroup> stream_group;
+  // Whether this process has agreed a round of the stream with its peers: until then a round may
+  // be one the peers finished before this sidecar (re)started, recovered from the store.
+  bool agreed_once = false;
 
   absl::Mutex mu;
   absl::CondVar work;  // a round was queued, or the stream is stopping
@@ -206,6 +212,49 @@ void RoundCoordinator::WorkerLoop(Stream* stream) {
   }
 }
 
+namespace {
+
+// The agreed result of a round as kept in the rendezvous store: the agreed values and the
+// identity a recovering rank must share ("v1 k min_local_k sequences loss_tokens
+// sequences_with_loss options_hash version").
+std::string SerializeAgreedResult(const collective::AgreedRound& agreed,
+                                  const collective::RoundRecord& record) {
+  return absl::StrCat("v1 ", agreed.k, " ", agreed.min_local_k, " ", agreed.num_sequences, " ",
+                      agreed.loss_tokens, " ", agreed.sequences_with_loss, " ", record.options_hash,
+                      " ", record.version);
+}
+
+absl::StatusOr<collective::AgreedRound> ParseAgreedResult(absl::string_view text,
+                                                          const collective::RoundRecord& mine) {
+  const std::vector<absl::string_view> fields = absl::StrSplit(text, ' ');
+  collective::AgreedRound agreed;
+  uint64_t options_hash = 0;
+  int64_t version = 0;
+  if (fields.size() != 8 || fields[0] != "v1" || !absl::SimpleAtoi(fields[1], &agreed.k) ||
+      !absl::SimpleAtoi(fields[2], &agreed.min_local_k) ||
+      !absl::SimpleAtoi(fields[3], &agreed.num_sequences) ||
+      !absl::SimpleAtoi(fields[4], &agreed.loss_tokens) ||
+      !absl::SimpleAtoi(fields[5], &agreed.sequences_with_loss) ||
+      !absl::SimpleAtoi(fields[6], &options_hash) || !absl::SimpleAtoi(fields[7], &version)) {
+    return absl::InternalError(absl::StrCat("stored round result '", text, "' is malformed"));
+  }
+  if (options_hash != mine.options_hash || version != mine.version) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "stream '%s' round %d was finished by the peers with options fingerprint %016x and "
+        "version %d; this rank has %016x and %d",
+        mine.stream, mine.round, options_hash, version, mine.options_hash, mine.version));
+  }
+  if (agreed.k < mine.local_k) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("stream '", mine.stream, "' round ", mine.round,
+                     " was agreed with k = ", agreed.k, " by the peers, below this rank's bound ",
+                     mine.local_k, ": the lengths differ from the ones this rank sent before"));
+  }
+  return agreed;
+}
+
+}  // namespace
+
 Result RoundCoordinator::RunRound(Stream& stream, const RoundInput& in) {
   auto result = std::make_shared<RoundResult>();
   const absl::Time start = absl::Now();
@@ -269,11 +318,42 @@ Result RoundCoordinator::RunRound(Stream& stream, const RoundInput& in) {
       if (stream.stopping) created->Abort();
       stream.stream_group = std::move(created);
     }
-    // Forms (or re-forms after a failure) within the group's collective timeout.
-    agreed = stream.stream_group->Agree(record);
-    agreed_at = absl::Now();
     world_size = options_.group->options().world_size;
+    std::optional<collective::AgreedRound> recovered;
+    if (!stream.agreed_once && world_size > 1) {
+      // A restarted sidecar: its peers may have finished this round already (they will not come
+      // to it again). Then take their agreed values instead of entering the round alone.
+      absl::StatusOr<std::optional<std::string>> stored = stream.stream_group->GetResult(in.round);
+      if (stored.ok() && stored->has_value()) {
+        if (!record.error.ok()) return record.error;
+        absl::StatusOr<collective::AgreedRound> parsed = ParseAgreedResult(**stored, record);
+        if (!parsed.ok()) return parsed.status();
+        recovered = *parsed;
+        spdlog::info("stream {} round {}: recovered the agreed result its peers finished (k={})",
+                     stream.name, in.round, recovered->k);
+      }
+    }
+    if (recovered) {
+      agreed = *recovered;
+    } else {
+      // Forms (or re-forms after a failure) within the group's collective timeout.
+      agreed = stream.stream_group->Agree(record);
+    }
+    agreed_at = absl::Now();
     if (!agreed.ok()) return agreed.status();
+    if (!recovered) {
+      stream.agreed_once = true;
+      if (options_.group->options().rank == 0 && world_size > 1) {
+        // For a peer that restarts and asks for this round again (best effort: a store failure
+        // leaves the round itself intact).
+        if (absl::Status put =
+                stream.stream_group->PutResult(in.round, SerializeAgreedResult(*agreed, record));
+            !put.ok()) {
+          spdlog::warn("stream {} round {}: storing the agreed result failed: {}", stream.name,
+                       in.round, put.ToString());
+        }
+      }
+    }
   } else {
     if (stream.group == nullptr) {
       absl::StatusOr<std::unique_ptr<collective::Collective>> group =

@@ -205,10 +205,14 @@ int RendezvousServer::port() const { return state_->port; }
 
 absl::StatusOr<std::unique_ptr<RendezvousServer>> RendezvousServer::Start(
     collective::InMemoryStore* store, const RendezvousServerOptions& options) {
+  if (options.tls.enabled && (options.tls.cert.empty() || options.tls.key.empty())) {
+    return absl::InvalidArgumentError("TLS on the rendezvous port needs --tls_cert and --tls_key");
+  }
   ASSIGN_OR_RETURN(std::shared_ptr<grpc::ServerCredentials> credentials,
-                   ServerCredentialsFromFiles(options.tls.cert, options.tls.key, options.tls.ca));
-  if (!options.auth_token.empty() && options.tls.cert.empty() &&
-      !IsLoopbackAddress(options.listen)) {
+                   options.tls.enabled ? ServerCredentialsFromFiles(options.tls.cert,
+                                                                    options.tls.key, options.tls.ca)
+                                       : ServerCredentialsFromFiles("", "", ""));
+  if (!options.auth_token.empty() && !options.tls.enabled && !IsLoopbackAddress(options.listen)) {
     return absl::FailedPreconditionError(
         absl::StrCat("a bearer token is accepted only over TLS or on loopback: the rendezvous "
                      "address ",
@@ -256,7 +260,7 @@ absl::StatusOr<std::unique_ptr<RendezvousStore>> RendezvousStore::Create(
     const RendezvousClientOptions& options) {
   if (options.address.empty()) return absl::InvalidArgumentError("--rendezvous is empty");
   std::shared_ptr<grpc::ChannelCredentials> credentials = grpc::InsecureChannelCredentials();
-  if (options.tls.enabled()) {
+  if (options.tls.enabled) {
     grpc::SslCredentialsOptions ssl;
     if (!options.tls.ca.empty()) {
       ASSIGN_OR_RETURN(ssl.pem_root_certs, ReadPemFile("--rendezvous_tls_ca", options.tls.ca));

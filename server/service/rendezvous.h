@@ -24,13 +24,13 @@
 namespace packsched::service {
 
 struct RendezvousTls {
+  bool enabled = false;  // TLS on the rendezvous port (server: needs cert and key)
   // Server: PEM files of the certificate it presents (TLS when both are set) and, optionally,
   // the CA that must have signed client certificates. Client: the CA that signed the server's
   // certificate (`ca`; empty: the system roots) and, optionally, the client certificate/key.
   std::string cert;
   std::string key;
   std::string ca;
-  bool enabled() const { return !cert.empty() || !ca.empty(); }
 };
 
 struct RendezvousServerOptions {
