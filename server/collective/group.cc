@@ -217,6 +217,26 @@ absl::Status StreamGroup::FormIfNeeded(absl::Time deadline) {
     return absl::InternalError(
         absl::StrCat("store: generation of stream '", stream_, "' is '", generation_text, "'"));
   }
+  if (!tried_to_form_) {
+    tried_to_form_ = true;
+    // This process's first formation of the stream. If an earlier incarnation of this rank
+    // (before a restart) joined the current generation, the peers may still hold it, with
+    // connections to the dead process: end it, so they re-form with this one at their next call
+    // instead of failing a round first.
+    ASSIGN_OR_RETURN(
+        std::optional<std::string> joined_before,
+        store.TryGet(keys::Joined(keys::Formation(stream_root_, generation), options.rank),
+                     deadline));
+    if (joined_before.has_value()) {
+      ASSIGN_OR_RETURN(const std::string moved,
+                       store.CompareAndSet(keys::Generation(stream_root_), absl::StrCat(generation),
+                                           absl::StrCat(generation + 1), deadline));
+      if (!absl::SimpleAtoi(moved, &generation)) {
+        return absl::InternalError(
+            absl::StrCat("store: generation of stream '", stream_, "' is '", moved, "'"));
+      }
+    }
+  }
   const std::string formation = keys::Formation(stream_root_, generation);
   RETURN_IF_ERROR(store.Set(keys::Joined(formation, options.rank), "1", deadline));
 

@@ -156,6 +156,7 @@ class StreamGroup {
   // Touched only by the calling thread (one at a time).
   std::string stream_root_;  // under the epoch the collective was formed in
   std::deque<int64_t> written_results_;
+  bool tried_to_form_ = false;  // a restarted rank ends the generation its old self joined
 
   mutable absl::Mutex mu_;
   std::shared_ptr<Collective> collective_ ABSL_GUARDED_BY(mu_);
