@@ -44,3 +44,30 @@ class Sidecar:
 
     def __exit__(self, *exc):
         self.stop()
+
+
+def free_port():
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_group(workdir, world_size, *flags):
+    """``world_size`` sidecars forming one rank group over Gloo on loopback (rank 0 serves the
+    rendezvous store); one sidecar without group flags when world_size is 1. Returns the Sidecars
+    in rank order; stop each (or use contextlib.ExitStack)."""
+    if world_size == 1:
+        return [Sidecar(workdir, *flags)]
+    rendezvous = f"127.0.0.1:{free_port()}"
+    group = []
+    try:
+        for rank in range(world_size):
+            group.append(Sidecar(workdir, f"--rank={rank}", f"--world_size={world_size}",
+                                 f"--rendezvous={rendezvous}", "--backend=gloo", *flags))
+    except Exception:
+        for sidecar in group:
+            sidecar.stop()
+        raise
+    return group
