@@ -142,3 +142,23 @@ def test_a_realistic_rl_batch_where_verls_partition_breaks_the_cap():
     micro_batches, _ = rearrange_micro_batches(make_batch(lengths), max_token_len=16384)
     assert all(int(mb["attention_mask"].sum()) <= 16384 for mb in micro_batches)
     assert len(micro_batches) > k
+
+
+def test_through_a_sidecar_each_call_is_the_next_round(tmp_path):
+    from packsched.client import SchedulerClient
+    from packsched.compat import verl
+    from sidecar import Sidecar
+
+    lengths = [300, 900, 1200, 40, 700, 1500]
+    local, _ = rearrange_micro_batches(make_batch(lengths), 2048)
+    with Sidecar(tmp_path) as s, SchedulerClient(s.target) as client:
+        verl.use_sidecar(client, stream="actor", first_round=10)
+        try:
+            for _ in range(3):
+                remote, idx = rearrange_micro_batches(make_batch(lengths), 2048)
+                assert [int(mb["attention_mask"].sum()) for mb in remote] == [
+                    int(mb["attention_mask"].sum()) for mb in local]
+        finally:
+            verl.use_sidecar(None)
+        streams = {st["name"]: st for st in client.status()["streams"]}
+    assert int(streams["actor"]["last_round"]) == 12

@@ -300,19 +300,67 @@ def packed_cross_entropy(logits, labels, cu_seqlens, ignore_index=-100, cu_seqle
     Returns (per_token_loss [rows], per_sequence_sum [B], per_sequence_count int64 [B]): loss in
     nats, -log softmax(logits[t])[labels[t]], 0 where ignored; losses and sums in logits' dtype
     (16-bit inputs accumulate in float32, float64 in float64); counts of non-ignored tokens.
+    For torch logits that require grad, the losses and sums are differentiable with respect to
+    the logits (d loss_t / d logits[t] = softmax(logits[t]) - onehot(labels[t]), 0 where ignored).
     """
-    lib, logits = _lib_of(logits)
-    logits = lib.contiguous(logits)
+    lib, logits_in = _lib_of(logits)
     labels = _same_lib(lib, labels)
     cu_seqlens = _same_lib(lib, cu_seqlens)
     host = _host(lib, cu_seqlens, cu_seqlens_host)
+    if isinstance(lib, _Torch) and logits_in.requires_grad:
+        return _cross_entropy_function().apply(logits_in, labels, cu_seqlens, host,
+                                               int(ignore_index))
+    return _cross_entropy(lib, logits_in, labels, cu_seqlens, host, int(ignore_index))
+
+
+def _cross_entropy(lib, logits, labels, cu_seqlens, host, ignore_index):
+    logits = lib.contiguous(logits)
     batch = len(host) - 1
     loss = lib.empty((host[-1],), None, logits)
     sums = lib.empty((batch,), None, logits)
     counts = lib.empty((batch,), "int64", logits)
-    _kernels.packed_cross_entropy(logits, labels, cu_seqlens, host, int(ignore_index), loss, sums,
+    _kernels.packed_cross_entropy(logits, labels, cu_seqlens, host, ignore_index, loss, sums,
                                   counts, lib.stream(logits))
     return loss, sums, counts
+
+
+_CROSS_ENTROPY = None
+
+
+def _cross_entropy_function():
+    global _CROSS_ENTROPY
+    if _CROSS_ENTROPY is None:
+        import torch
+
+        class PackedCrossEntropy(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx, logits, labels, cu_seqlens, host, ignore_index):
+                loss, sums, counts = _cross_entropy(_LIBS["torch"], logits, labels, cu_seqlens,
+                                                    host, ignore_index)
+                ctx.save_for_backward(logits, labels)
+                ctx.host, ctx.ignore_index = host, ignore_index
+                ctx.mark_non_differentiable(counts)
+                return loss, sums, counts
+
+            @staticmethod
+            def backward(ctx, d_loss, d_sums, _d_counts):
+                logits, labels = ctx.saved_tensors
+                # Each row's loss feeds its own entry and its sequence's sum.
+                lengths = torch.tensor([b - a for a, b in zip(ctx.host, ctx.host[1:])],
+                                       device=logits.device)
+                seq_of_row = torch.repeat_interleave(
+                    torch.arange(len(lengths), device=logits.device), lengths)
+                grad_row = d_loss + d_sums[seq_of_row]
+                valid = labels != ctx.ignore_index
+                compute = torch.float64 if logits.dtype == torch.float64 else torch.float32
+                grad = torch.softmax(logits.to(compute), dim=-1)
+                rows = torch.nonzero(valid).squeeze(1)
+                grad[rows, labels[rows].long()] -= 1.0  # d(-log p_y)/d logits = p - onehot(y)
+                grad[~valid] = 0.0
+                return (grad * grad_row.to(compute)[:, None]).to(logits.dtype), None, None, None, None
+
+        _CROSS_ENTROPY = PackedCrossEntropy
+    return _CROSS_ENTROPY
 
 
 def _is_float64(lib, x):

@@ -15,7 +15,18 @@ from collections.abc import Mapping
 from .. import planner
 from ._dist import all_reduce_max
 
-__all__ = ["rearrange_micro_batches", "get_reverse_idx", "restore_dynamic_batch"]
+__all__ = ["rearrange_micro_batches", "get_reverse_idx", "restore_dynamic_batch", "use_sidecar"]
+
+_sidecar = None  # (SchedulerClient, stream, [next round]) once use_sidecar() was called
+
+
+def use_sidecar(client, stream="verl", first_round=0):
+    """Plans through this rank's packsched sidecar instead of the in-process planner plus a
+    torch.distributed all-reduce: the sidecars agree the count (``dp_group`` is then ignored).
+    Every rank must make the same sequence of rearrange_micro_batches calls: the n-th call of each
+    rank is round first_round + n of ``stream``. ``client=None`` switches back."""
+    global _sidecar
+    _sidecar = None if client is None else (client, stream, [int(first_round)])
 
 
 def rearrange_micro_batches(
@@ -34,7 +45,8 @@ def rearrange_micro_batches(
     batch: a TensorDict or a mapping of tensors indexed on dim 0, with "attention_mask"
         [B, S] (nonzero = token); the sequence lengths are its row sums.
     dp_group: the torch.distributed group whose ranks must agree on the micro-batch count
-        (when ``same_micro_num_in_dp`` and torch.distributed is initialised).
+        (when ``same_micro_num_in_dp`` and torch.distributed is initialised); with a sidecar
+        configured (``use_sidecar``) the sidecars agree instead.
     num_batches_divided_by: the count is a multiple of this (virtual pipeline stages).
     min_num_micro_batch: at least this many micro-batches.
     use_dynamic_bsz_balance: True orders micro-batches by cost, largest first (as verl sorts
@@ -53,10 +65,16 @@ def rearrange_micro_batches(
         overlong="isolate",
         cost=cost,
     )
-    k = planner.local_bound(seq_lens, max_token_len, **options).k
-    if same_micro_num_in_dp:
-        k = all_reduce_max(k, dp_group)
-    plan = planner.partition(seq_lens, k, max_token_len, **options)
+    if _sidecar is not None:
+        client, stream, next_round = _sidecar
+        plan = client.plan(next_round[0], seq_lens, max_token_len, stream=stream,
+                           same_micro_num_in_dp=same_micro_num_in_dp, **options)
+        next_round[0] += 1
+    else:
+        k = planner.local_bound(seq_lens, max_token_len, **options).k
+        if same_micro_num_in_dp:
+            k = all_reduce_max(k, dp_group)
+        plan = planner.partition(seq_lens, k, max_token_len, **options)
     micro_bsz_idx = [list(indices) for indices in plan.micro_batches]
     return [_select(batch, indices) for indices in micro_bsz_idx], micro_bsz_idx
 

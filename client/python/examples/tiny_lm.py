@@ -1,0 +1,173 @@
+"""A tiny causal language model run two ways: packed with packsched (plan, kernels, loss weights)
+and padded in plain torch (the reference). Shared by train_tiny_lm.py and the end-to-end
+gradient test (tests/python/test_gradient_equivalence.py).
+
+Conventions: a sequence is int64 token ids [L] with a loss mask [L] (False on prompt tokens);
+token t is trained to predict token t+1 when t+1 < L and mask[t+1] (so a sequence has
+mask[1:].sum() "loss tokens"). The objective of each loss mode is DESIGN.md §2's.
+"""
+
+import math
+
+import torch
+import torch.nn.functional as F
+
+from packsched import kernels
+
+IGNORE = -100
+
+
+class TinyCausalLM(torch.nn.Module):
+    """Embedding + learned positions, one pre-norm block (GQA attention, MLP), output head.
+    Parameters are initialised from ``seed`` alone, so every process builds the same model."""
+
+    def __init__(self, vocab=61, dim=32, heads=4, kv_heads=2, head_dim=8, max_len=512, seed=0,
+                 dtype=torch.float64):
+        super().__init__()
+        self.heads, self.kv_heads, self.head_dim = heads, kv_heads, head_dim
+        generator_state = torch.random.get_rng_state()
+        torch.manual_seed(seed)
+        self.embed = torch.nn.Embedding(vocab, dim)
+        self.pos = torch.nn.Embedding(max_len, dim)
+        self.norm1 = torch.nn.LayerNorm(dim)
+        self.qkv = torch.nn.Linear(dim, (heads + 2 * kv_heads) * head_dim)
+        self.out = torch.nn.Linear(heads * head_dim, dim)
+        self.norm2 = torch.nn.LayerNorm(dim)
+        self.mlp = torch.nn.Sequential(torch.nn.Linear(dim, 4 * dim), torch.nn.GELU(),
+                                       torch.nn.Linear(4 * dim, dim))
+        self.head = torch.nn.Linear(dim, vocab)
+        torch.random.set_rng_state(generator_state)
+        self.to(dtype)
+
+    def _qkv(self, x):
+        q, k, v = self.qkv(x).split([self.heads * self.head_dim, self.kv_heads * self.head_dim,
+                                     self.kv_heads * self.head_dim], dim=-1)
+        shape = x.shape[:-1]
+        return (q.reshape(*shape, self.heads, self.head_dim),
+                k.reshape(*shape, self.kv_heads, self.head_dim),
+                v.reshape(*shape, self.kv_heads, self.head_dim))
+
+    def forward_packed(self, ids, positions, cu_seqlens, cu_seqlens_host, max_seqlen):
+        """ids, positions: [T]; cu_seqlens: int32 [B+1] (host copy in cu_seqlens_host) ->
+        logits [T, vocab]. Attention runs through packsched.kernels.varlen_attention."""
+        x = self.embed(ids) + self.pos(positions)
+        q, k, v = self._qkv(self.norm1(x))
+        a = kernels.varlen_attention(q, k, v, cu_seqlens, cu_seqlens, max_seqlen, max_seqlen,
+                                     causal=True, cu_seqlens_q_host=cu_seqlens_host,
+                                     cu_seqlens_k_host=cu_seqlens_host)
+        x = x + self.out(a.reshape(len(ids), -1))
+        return self.head(x + self.mlp(self.norm2(x)))
+
+    def forward_padded(self, ids, mask):
+        """ids, mask: [B, S] (right padding, mask True on real tokens) -> logits [B, S, vocab],
+        with plain torch attention (causal, pads never keys)."""
+        batch, seqlen = ids.shape
+        positions = torch.arange(seqlen).expand(batch, seqlen)
+        x = self.embed(ids) + self.pos(positions)
+        q, k, v = self._qkv(self.norm1(x))
+        group = self.heads // self.kv_heads
+        k, v = k.repeat_interleave(group, dim=2), v.repeat_interleave(group, dim=2)
+        scores = torch.einsum("bshd,bthd->bhst", q, k) / math.sqrt(self.head_dim)
+        causal = torch.ones(seqlen, seqlen, dtype=torch.bool).tril()
+        allowed = causal[None, None] & mask[:, None, None, :]
+        p = torch.softmax(scores.masked_fill(~allowed, float("-inf")), dim=-1)
+        a = torch.einsum("bhst,bthd->bshd", p, v)
+        x = x + self.out(a.reshape(batch, seqlen, -1))
+        return self.head(x + self.mlp(self.norm2(x)))
+
+
+def make_batch(num_sequences, seed, vocab=61, max_len=96):
+    """(ids, loss masks): random lengths in [2, max_len]; a random-length prompt masked out, except
+    every second sequence, trained from its first token (pretraining/SFT without a prompt: the
+    token a cross-boundary label would wrongly target), and every fifth, masked entirely (it has no
+    loss tokens)."""
+    g = torch.Generator().manual_seed(seed)
+    ids, masks = [], []
+    for i in range(num_sequences):
+        length = int(torch.randint(2, max_len + 1, (1,), generator=g))
+        ids.append(torch.randint(0, vocab, (length,), generator=g))
+        prompt = int(torch.randint(1, length, (1,), generator=g))
+        if i % 2 == 0:
+            prompt = 0
+        if i % 5 == 4:
+            prompt = length
+        mask = torch.ones(length, dtype=torch.bool)
+        mask[:prompt] = False
+        masks.append(mask)
+    return ids, masks
+
+
+def loss_tokens(masks):
+    """Per sequence: the tokens with a label (mask[1:])."""
+    return [int(m[1:].sum()) for m in masks]
+
+
+def direct_objective(per_sequence_sums, counts, mode, sum_norm_constant=1.0):
+    """The loss of one whole batch from each sequence's summed token loss and its loss-token
+    count, by definition."""
+    with_loss = [i for i, c in enumerate(counts) if c > 0]
+    if mode == "token_mean":
+        return sum(per_sequence_sums) / sum(counts)
+    if mode == "sample_mean":
+        return sum(per_sequence_sums[i] / counts[i] for i in with_loss) / len(with_loss)
+    if mode == "seq_sum":
+        return sum(per_sequence_sums[i] for i in with_loss) / len(with_loss)
+    if mode == "sum":
+        return sum(per_sequence_sums)
+    if mode == "sum_norm":
+        return sum(per_sequence_sums) / sum_norm_constant
+    raise ValueError(f"unknown loss mode {mode!r}")
+
+
+def padded_loss(model, ids, masks, mode, sum_norm_constant=1.0):
+    """The reference: the whole batch padded to [B, longest], one forward, the objective."""
+    batch, seqlen = len(ids), max(len(x) for x in ids)
+    tokens = torch.zeros(batch, seqlen, dtype=torch.int64)
+    real = torch.zeros(batch, seqlen, dtype=torch.bool)
+    trained = torch.zeros(batch, seqlen, dtype=torch.bool)
+    for b, (x, m) in enumerate(zip(ids, masks)):
+        tokens[b, :len(x)], real[b, :len(x)], trained[b, :len(x)] = x, True, m
+    logits = model.forward_padded(tokens, real)
+    labels = torch.where(real[:, 1:] & trained[:, 1:], tokens[:, 1:], torch.full_like(tokens[:, 1:], IGNORE))
+    per_token = F.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]), labels.reshape(-1),
+                                ignore_index=IGNORE, reduction="none").view(batch, seqlen - 1)
+    sums = list(per_token.sum(dim=1))
+    counts = [int(c) for c in (labels != IGNORE).sum(dim=1)]
+    return direct_objective(sums, counts, mode, sum_norm_constant)
+
+
+def packed_backward(model, plan, ids, masks, cross_boundary_labels=False):
+    """Runs every micro-batch of ``plan`` packed and accumulates the weighted gradient
+    (sum over sequences of plan.loss_weights[s] times its summed token loss). Empty micro-batches
+    run a one-token dummy pass with weight 0, as trainers that need every rank to run k passes do.
+    ``cross_boundary_labels`` shifts labels over the whole packed buffer (the classic packing
+    bug: a sequence's last token learns the next sequence's first) — for the negative control.
+    Returns the number of real tokens run."""
+    tokens = 0
+    for indices, meta in zip(plan.micro_batches, plan.metadata):
+        if meta.empty:
+            dummy = model.forward_packed(torch.zeros(1, dtype=torch.int64),
+                                         torch.zeros(1, dtype=torch.int64),
+                                         torch.tensor([0, 1], dtype=torch.int32), [0, 1], 1)
+            (dummy.sum() * 0.0).backward()
+            continue
+        packed_ids = torch.cat([ids[i] for i in indices])
+        packed_mask = torch.cat([masks[i] for i in indices])
+        cu = torch.tensor(meta.cu_seqlens, dtype=torch.int32)
+        positions = kernels.position_ids(cu, cu_seqlens_host=meta.cu_seqlens)
+        targets = torch.where(packed_mask, packed_ids, torch.full_like(packed_ids, IGNORE))
+        if cross_boundary_labels:
+            labels = torch.cat([targets[1:], torch.tensor([IGNORE])])
+        else:
+            labels = kernels.shift_labels(targets, cu, cu_seqlens_host=meta.cu_seqlens)
+        logits = model.forward_packed(packed_ids, positions, cu, meta.cu_seqlens, meta.max_seqlen)
+        _, sums, _ = kernels.packed_cross_entropy(logits, labels, cu,
+                                                  cu_seqlens_host=meta.cu_seqlens)
+        weights = torch.tensor([plan.loss_weights[i] for i in indices], dtype=sums.dtype)
+        (sums * weights).sum().backward()
+        tokens += meta.tokens
+    return tokens
+
+
+def flat_grad(model):
+    return torch.cat([p.grad.reshape(-1) for p in model.parameters()])

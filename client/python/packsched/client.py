@@ -1,0 +1,236 @@
+"""``SchedulerClient``: the trainer side of the packsched sidecar (gRPC, packsched.v1.Scheduler).
+
+    client = packsched.client.SchedulerClient("127.0.0.1:50051")
+    plan = client.plan(round=step, seq_lens=lengths, max_token_len=16384, stream="actor_update")
+    for indices, meta in zip(plan.micro_batches, plan.metadata): ...
+
+Every rank of a data-parallel group calls ``plan`` with the same stream and round; the sidecars
+agree the micro-batch count and the global loss counts, and each rank gets its own ``Plan``
+(packsched.plan). The model-parallel ranks of one DP rank may all call their sidecar for the
+same round: the round is computed once and served to each of them.
+
+The client does not validate: it sends, and the server judges, so one rank's bad request fails the
+round on every rank with the same message. It retries only failures to reach its own sidecar
+(UNAVAILABLE before the server answered), within ``timeout`` seconds, never a round that failed.
+Errors raise ``SchedulerError`` with ``.code`` (the gRPC status code name, e.g.
+"INVALID_ARGUMENT") and the server's message.
+"""
+
+import time
+
+import grpc
+from google.protobuf import json_format
+
+from ._options import PLAN_DEFAULTS, split_options
+from .plan import MicroBatchMeta, Plan, PlanStats
+from .planner import Balanced, RankPlan
+from .v1 import scheduler_pb2, scheduler_pb2_grpc
+
+__all__ = ["SchedulerClient", "SchedulerError"]
+
+_SERVED = "packsched-served"  # trailing metadata on every answer the service itself produced
+_CHANNEL_OPTIONS = [
+    # Reconnect fast: a rank's sidecar may start after its trainer (gRPC's default backoff is 1 s).
+    ("grpc.initial_reconnect_backoff_ms", 50),
+    ("grpc.min_reconnect_backoff_ms", 50),
+    ("grpc.max_reconnect_backoff_ms", 500),
+    ("grpc.max_receive_message_length", 256 << 20),
+    ("grpc.max_send_message_length", 256 << 20),
+]
+
+_ENUMS = {  # option name -> (proto enum prefix)
+    "cap_mode": "CAP_MODE",
+    "algorithm": "ALGORITHM",
+    "cost": "COST_MODEL",
+    "overlong": "OVERLONG_POLICY",
+    "order": "PART_ORDER",
+    "loss_mode": "LOSS_MODE",
+    "dp_reduction": "DP_REDUCTION",
+}
+_UNKNOWN_ENUM = -1  # sent for a name the proto does not know: the server rejects it for the round
+
+
+class SchedulerError(Exception):
+    """A failed call. ``code``: gRPC status code name; ``message``: the server's text."""
+
+    def __init__(self, code, message):
+        super().__init__(f"{code}: {message}")
+        self.code = code
+        self.message = message
+
+
+class SchedulerClient:
+    """A connection to one sidecar.
+
+    target   "host:port" of this rank's sidecar (normally 127.0.0.1:50051)
+    timeout  seconds per call, retries of an unreachable sidecar included
+    token    bearer token (servers started with --auth_token_file); sent only over TLS or to a
+             loopback address, as the server accepts it only there
+    tls      None (plaintext), True (TLS with the system's roots), or a dict with any of
+             root_certificates, certificate_chain, private_key (PEM bytes or file paths)
+    """
+
+    def __init__(self, target, timeout=30.0, token=None, tls=None):
+        self._target = target
+        self._timeout = float(timeout)
+        self._metadata = (("authorization", f"Bearer {token}"),) if token else ()
+        if tls:
+            pem = tls if isinstance(tls, dict) else {}
+            creds = grpc.ssl_channel_credentials(**{k: _pem(v) for k, v in pem.items()})
+            self._channel = grpc.secure_channel(target, creds, options=_CHANNEL_OPTIONS)
+        else:
+            self._channel = grpc.insecure_channel(target, options=_CHANNEL_OPTIONS)
+        self._stub = scheduler_pb2_grpc.SchedulerStub(self._channel)
+
+    def close(self):
+        self._channel.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def plan(self, round, seq_lens, max_token_len, *, stream="default", **options):
+        """One rank's plan for (stream, round). Keyword options and defaults as
+        packsched.planner.plan_local (see packsched._options). -> Plan"""
+        plan_options, loss = split_options(max_token_len, options, where="plan")
+        request = scheduler_pb2.PlanRequest(stream=stream, round=int(round),
+                                            lengths=_ints(seq_lens))
+        _fill_options(request.options, plan_options)
+        _fill_loss(request, loss)
+        return _to_plan(self._call(self._stub.Plan, request))
+
+    def partition(self, seq_lens, num_micro_batches, max_token_len=None, *, global_counts=None,
+                  world_size=1, **options):
+        """Exactly ``num_micro_batches`` micro-batches (a count the caller agreed itself; no
+        collective). ``global_counts``: (loss tokens, sequences with loss) summed by the caller.
+        -> Plan"""
+        plan_options, loss = split_options(max_token_len, options, where="partition")
+        request = scheduler_pb2.PartitionRequest(lengths=_ints(seq_lens),
+                                                 num_micro_batches=int(num_micro_batches))
+        _fill_options(request.options, plan_options)
+        _fill_loss(request, loss)
+        if global_counts is not None:
+            getattr(request, "global").CopyFrom(scheduler_pb2.GlobalCounts(
+                loss_tokens=int(global_counts[0]), sequences_with_loss=int(global_counts[1]),
+                world_size=int(world_size)))
+        return _to_plan(self._call(self._stub.Partition, request))
+
+    def balance_batch(self, seq_lens, world_size, max_token_len, *, group_ids=None, **options):
+        """Coordinator mode: the whole global batch over ``world_size`` DP ranks. -> Balanced"""
+        plan_options, loss = split_options(max_token_len, options, where="balance_batch")
+        request = scheduler_pb2.BalanceBatchRequest(lengths=_ints(seq_lens),
+                                                    world_size=int(world_size))
+        if group_ids is not None:
+            request.group_ids.extend(_ints(group_ids))
+        _fill_options(request.options, plan_options)
+        _fill_loss(request, loss)
+        response = self._call(self._stub.BalanceBatch, request)
+        ranks = [RankPlan(list(r.indices), r.cost, _to_plan(r.plan)) for r in response.ranks]
+        return Balanced(ranks, response.num_micro_batches, list(response.dropped))
+
+    def status(self):
+        """The sidecar's rank, world size, group readiness, backend, streams and counters, as a
+        dict with the proto's field names."""
+        response = self._call(self._stub.GetStatus, scheduler_pb2.GetStatusRequest())
+        return json_format.MessageToDict(response, preserving_proto_field_name=True,
+                                         including_default_value_fields=True)
+
+    def _call(self, method, request):
+        deadline = time.monotonic() + self._timeout
+        backoff = 0.05
+        while True:
+            remaining = deadline - time.monotonic()
+            try:
+                response, call = method.with_call(request, timeout=max(remaining, 0.001),
+                                                  metadata=self._metadata, wait_for_ready=True)
+                return response
+            except grpc.RpcError as error:
+                served = any(key == _SERVED for key, _ in (error.trailing_metadata() or ()))
+                unreached = error.code() == grpc.StatusCode.UNAVAILABLE and not served
+                if not unreached or time.monotonic() + backoff >= deadline:
+                    raise SchedulerError(error.code().name, error.details()) from None
+                time.sleep(backoff)
+                backoff = min(backoff * 2, 1.0)
+
+
+def _pem(value):
+    if value is None or isinstance(value, bytes):
+        return value
+    with open(value, "rb") as f:
+        return f.read()
+
+
+def _ints(values):
+    if hasattr(values, "tolist"):  # numpy arrays, torch tensors
+        values = values.tolist()
+    return list(values)
+
+
+def _enum(name, value):
+    full = f"{_ENUMS[name]}_{str(value).upper()}"
+    return getattr(scheduler_pb2, full, _UNKNOWN_ENUM) if isinstance(value, str) else _UNKNOWN_ENUM
+
+
+def _fill_options(msg, o):
+    msg.max_token_len = int(o["max_token_len"] or 0)
+    msg.max_seqs_per_micro_batch = int(o["max_seqs_per_micro_batch"] or 0)
+    msg.min_micro_batches = int(o["min_micro_batches"])
+    msg.divisible_by = int(o["divisible_by"])
+    msg.align_to = int(o["align_to"])
+    msg.align_total_to = int(o["align_total_to"])
+    for name in ("cap_mode", "algorithm", "cost", "overlong", "order"):
+        setattr(msg, name, _enum(name, o[name]))
+    if o["attention_cost"] is not None:
+        msg.attention_linear, msg.attention_quadratic = (int(x) for x in o["attention_cost"])
+    if o["max_micro_batches"] != PLAN_DEFAULTS["max_micro_batches"]:
+        msg.max_micro_batches = int(o["max_micro_batches"])  # else 0: the server's own limit
+    msg.equal_size = bool(o["equal_size"])
+    msg.same_micro_num_in_dp = bool(o["same_micro_num_in_dp"])
+
+
+def _fill_loss(request, loss):
+    if loss["loss_tokens"] is not None:
+        request.loss_tokens.extend(_ints(loss["loss_tokens"]))
+    request.loss.mode = _enum("loss_mode", loss["loss_mode"])
+    request.loss.dp_reduction = _enum("dp_reduction", loss["dp_reduction"])
+    request.loss.sum_norm_constant = float(loss["sum_norm_constant"])
+
+
+def _to_plan(response):
+    metadata = [
+        MicroBatchMeta(
+            indices=list(mb.indices), tokens=mb.tokens, aligned_tokens=mb.aligned_tokens,
+            total=mb.total, padded_tokens=mb.padded_tokens, cost=mb.cost,
+            max_seqlen=mb.max_seqlen, max_seqlen_aligned=mb.max_seqlen_aligned,
+            cu_seqlens=list(mb.cu_seqlens), cu_seqlens_aligned=list(mb.cu_seqlens_aligned),
+            empty=mb.empty, overlong=mb.overlong,
+            loss_scale=mb.loss_scale if mb.HasField("loss_scale") else None)
+        for mb in response.micro_batches
+    ]
+    s = response.stats
+    stats = PlanStats(
+        num_sequences=s.num_sequences, num_kept=s.num_kept, total_tokens=s.total_tokens,
+        total_cost=s.total_cost, max_part_cost=s.max_part_cost, min_part_cost=s.min_part_cost,
+        imbalance=s.imbalance, lower_bound_k=s.lower_bound_k,
+        local_k=response.local_num_micro_batches, over_cap_parts=s.over_cap_parts,
+        naive_padded_tokens=s.naive_padded_tokens, packed_tokens=s.packed_tokens,
+        cap=s.max_token_len, local_ms=s.local_us / 1000, wait_ms=s.wait_us / 1000,
+        partition_ms=s.partition_us / 1000)
+    has_loss = len(response.loss_weights) > 0
+    counts = getattr(response, "global")  # a Python keyword: reachable only through getattr
+    return Plan(
+        num_micro_batches=response.num_micro_batches,
+        local_num_micro_batches=response.local_num_micro_batches,
+        micro_batches=[m.indices for m in metadata],
+        metadata=metadata,
+        reorder=list(response.reorder),
+        revert=list(response.revert),
+        dropped=list(response.dropped),
+        loss_weights=list(response.loss_weights) if has_loss else None,
+        loss_scales=[m.loss_scale for m in metadata] if has_loss else None,
+        empty=[m.empty for m in metadata],
+        stats=stats,
+        global_counts=(counts.loss_tokens, counts.sequences_with_loss) if has_loss else None,
+    )
