@@ -6,7 +6,9 @@ form one rank group over Gloo through rank 0's rendezvous store, then simulates 
 client per data-parallel rank: every round, each rank plans its own batch (a realistic RL mix,
 a different size per rank) on two streams, and the sidecars agree the micro-batch count. Prints a
 table per round and closes with the plain-Python Karmarkar-Karp (verl's formulation: k =
-ceil(total / cap)) on the same batches: its time and the micro-batches it leaves over the cap.
+ceil(total / cap)) on the same batches: its time and the micro-batches it leaves over the cap,
+separating single sequences longer than the cap (unavoidable) from avoidable ones. Stops every
+sidecar with SIGTERM and exits 0 only if each one exited 0.
 
     deploy/demo_cluster.py [--world_size 4] [--rounds 3] [--n 1024] [--max_token_len 16384]
 """
@@ -59,14 +61,36 @@ def start_group(server, world_size, workdir, backend):
     while len(ports) < world_size:
         for rank, proc in procs.items():
             if proc.poll() is not None:
-                sys.exit(f"demo: sidecar {rank} exited ({proc.returncode}); see {workdir}/rank{rank}.log")
+                stop_group(list(procs.values()), workdir)
+                sys.exit(f"demo: sidecar {rank} exited ({proc.returncode}); "
+                         f"see {workdir}/rank{rank}.log")
             port_file = workdir / f"rank{rank}.port"
             if rank not in ports and port_file.exists():
                 ports[rank] = int(port_file.read_text().strip())
         if time.monotonic() > deadline:
+            stop_group(list(procs.values()), workdir)
             sys.exit("demo: sidecars did not start within 30 s")
         time.sleep(0.02)
     return [procs[r] for r in range(world_size)], [ports[r] for r in range(world_size)]
+
+
+def stop_group(procs, workdir):
+    """SIGTERM every sidecar; True if each exits 0 within 15 s (else it is killed)."""
+    for proc in procs:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+    clean = True
+    for rank, proc in enumerate(procs):
+        try:
+            code = proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            code = proc.wait()
+        if code != 0:
+            clean = False
+            print(f"demo: sidecar {rank} exited with {code}; see {workdir}/rank{rank}.log",
+                  file=sys.stderr)
+    return clean
 
 
 def rank_batch(round_, rank, stream, world_size, n):
@@ -108,6 +132,7 @@ def main():
 
     workdir = pathlib.Path(tempfile.mkdtemp(prefix="packsched-demo-"))
     procs, ports = start_group(args.server, args.world_size, workdir, args.backend)
+    clean_plans = False
     clients = [packsched.client.SchedulerClient(f"127.0.0.1:{p}", timeout=60) for p in ports]
     print(f"packsched demo: {args.world_size} sidecars on loopback ({args.backend}), "
           f"max_token_len {args.max_token_len}, ~{args.n} sequences per rank and round\n")
@@ -116,6 +141,8 @@ def main():
     print(header)
     print("-" * len(header))
     batches = []
+    plans_seen = []
+    round_ms = []
     try:
         for round_ in range(1, args.rounds + 1):
             for stream in STREAMS:
@@ -133,31 +160,70 @@ def main():
                       f"{100 * (1 - packed / naive):>14.1f}%"
                       f"{statistics.median(latencies):>8.2f}{max(latencies):>8.2f}")
                 batches.append([lengths for _, _, lengths in results])
-        compare(batches, args.max_token_len)
+                plans_seen.append(plans)
+                round_ms.append(statistics.median(latencies))
+        if not compare(batches, plans_seen, args.max_token_len, round_ms):
+            print("demo: packsched left an avoidable micro-batch over the cap", file=sys.stderr)
+            clean_plans = False
+        else:
+            clean_plans = True
     finally:
         for client in clients:
             client.close()
-        for proc in procs:
-            proc.send_signal(signal.SIGTERM)
-        for proc in procs:
-            proc.wait(timeout=15)
+        clean = stop_group(procs, workdir)
+    if not clean or not clean_plans:
+        sys.exit(1)
+    print(f"\nall {args.world_size} sidecars stopped cleanly (logs in {workdir})")
 
 
-def compare(batches, cap):
-    """The plain-Python Karmarkar-Karp at verl's k on the same batches."""
+def over_cap(lengths, parts, cap):
+    """(unavoidable, avoidable) micro-batches over the cap: a part holding a single sequence
+    longer than the cap cannot be helped; any other part over the cap is the packer's doing."""
+    unavoidable = avoidable = 0
+    for part in parts:
+        if sum(lengths[i] for i in part) <= cap:
+            continue
+        if len(part) == 1:
+            unavoidable += 1
+        else:
+            avoidable += 1
+    return unavoidable, avoidable
+
+
+def compare(batches, plans, cap, sidecar_ms):
+    """packsched's plans against the plain-Python Karmarkar-Karp at verl's k on the same batches."""
+    ours = [0, 0]
+    parts_ours = 0
+    for ranks, rank_plans in zip(batches, plans):
+        for lengths, plan in zip(ranks, rank_plans):
+            parts = [list(m.indices) for m in plan.metadata]
+            parts_ours += len(parts)
+            u, a = over_cap(lengths, parts, cap)
+            ours[0] += u
+            ours[1] += a
     start = time.perf_counter()
-    over = total = 0
+    theirs = [0, 0]
+    parts_theirs = 0
     for ranks in batches:
         k = max(math.ceil(sum(lengths) / cap) for lengths in ranks)  # verl: MAX over the group
         for lengths in ranks:
-            for part in python_kk(lengths, k):
-                total += 1
-                over += sum(lengths[i] for i in part) > cap
-    elapsed = time.perf_counter() - start
-    print(f"\nplain-Python Karmarkar-Karp (verl's k = ceil(total / cap)) on the same "
-          f"{len(batches)} rounds x {len(batches[0])} ranks: {elapsed:.2f} s, "
-          f"{over} of {total} micro-batches over the cap of {cap}; packsched: 0 over the cap "
-          f"(sequences longer than the cap alone excepted).")
+            parts = python_kk(lengths, k)
+            parts_theirs += len(parts)
+            u, a = over_cap(lengths, parts, cap)
+            theirs[0] += u
+            theirs[1] += a
+    elapsed = 1000 * (time.perf_counter() - start)
+    rounds = len(batches)
+    print(f"\nthe same {rounds} rounds x {len(batches[0])} ranks, cap {cap} tokens:")
+    print(f"{'':<44}{'time ms':>10}{'micro-batches':>15}{'over cap: unavoidable':>23}"
+          f"{'avoidable':>11}")
+    print(f"{'packsched sidecars (median round, per rank)':<44}"
+          f"{statistics.median(sidecar_ms):>10.2f}{parts_ours:>15}{ours[0]:>23}{ours[1]:>11}")
+    print(f"{'plain-Python KK, k = ceil(total / cap) (all)':<44}"
+          f"{elapsed:>10.2f}{parts_theirs:>15}{theirs[0]:>23}{theirs[1]:>11}")
+    print("unavoidable: a micro-batch that is one sequence longer than the cap (isolated);"
+          " avoidable: several sequences summing past the cap.")
+    return ours[1] == 0
 
 
 if __name__ == "__main__":
