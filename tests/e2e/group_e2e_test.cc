@@ -20,6 +20,7 @@
 #include "client/cpp/scheduler_client.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "server/planner/planner.h"
 #include "tests/e2e/server_process.h"
 #include "tests/testing/lengths.h"
 
@@ -308,6 +309,34 @@ TEST(GroupE2E, AnInvalidRequestOnOneRankFailsEveryRankAtOnceWithItsError) {
         << "rank " << r << ": " << outcomes[r].result.status();
     EXPECT_THAT(outcomes[r].result.status().message(), HasSubstr("rank 2"));
   }
+}
+
+TEST(GroupE2E, AKAboveMaxMicroBatchesOnOneRankFailsTheRoundOnEveryRank) {
+  Cluster cluster(2, absl::Seconds(2));
+  ASSERT_TRUE(cluster.started()) << cluster.Logs();
+  // Each rank's own count, from the planner in this process; the ceiling sits between them.
+  std::vector<int64_t> local(2);
+  for (int64_t r : {0, 1}) {
+    const PlanRequest request = Request("actor_update", 1, r, r == 0 ? 200 : 900);
+    absl::StatusOr<planner::MicroBatchPlan> alone =
+        planner::PlanMicroBatches(request.lengths, request.options);
+    ASSERT_TRUE(alone.ok()) << alone.status();
+    local[r] = static_cast<int64_t>(alone->parts.size());
+  }
+  ASSERT_LT(local[0], local[1]);
+  std::vector<Outcome> outcomes = PlanOn(cluster, {0, 1}, [&](int64_t rank) {
+    PlanRequest request = Request("actor_update", 1, rank, rank == 0 ? 200 : 900);
+    request.options.max_micro_batches = local[0];  // same options on both ranks
+    return request;
+  });
+  for (int64_t r : {0, 1}) {
+    ASSERT_FALSE(outcomes[r].result.ok()) << "rank " << r;
+    EXPECT_EQ(outcomes[r].result.status().code(), absl::StatusCode::kInvalidArgument)
+        << outcomes[r].result.status();
+    EXPECT_THAT(outcomes[r].result.status().message(), HasSubstr("rank 1"));
+    EXPECT_THAT(outcomes[r].result.status().message(), HasSubstr("max_micro_batches"));
+  }
+  EXPECT_EQ(outcomes[0].result.status(), outcomes[1].result.status());
 }
 
 TEST(GroupE2E, MismatchedRoundsAndOptionsAreFailedPreconditionNamingBoth) {
