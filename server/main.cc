@@ -103,6 +103,9 @@ absl::Status InstallSignalHandlers() {
   if (sigaction(SIGTERM, &action, nullptr) != 0 || sigaction(SIGINT, &action, nullptr) != 0) {
     return absl::InternalError("sigaction failed");
   }
+  // Gloo writes to peers' sockets without MSG_NOSIGNAL: a peer that died must fail the round
+  // (ABORTED), not kill this process with SIGPIPE.
+  if (signal(SIGPIPE, SIG_IGN) == SIG_ERR) return absl::InternalError("ignoring SIGPIPE failed");
   return absl::OkStatus();
 }
 

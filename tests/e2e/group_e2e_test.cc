@@ -101,10 +101,14 @@ class Cluster {
     }
     return true;
   }
-  std::string Logs() const {
+  std::string Logs() {
     std::string logs;
     for (size_t r = 0; r < servers_.size(); ++r) {
-      if (servers_[r]) absl::StrAppend(&logs, "--- rank ", r, ":\n", servers_[r]->stderr_text());
+      if (!servers_[r]) continue;
+      absl::StrAppend(&logs, "--- rank ", r, ":\n", servers_[r]->stderr_text());
+      if (servers_[r]->Exited(absl::ZeroDuration())) {
+        absl::StrAppend(&logs, "(exited, wait status ", *servers_[r]->exit_status(), ")\n");
+      }
     }
     return logs;
   }
