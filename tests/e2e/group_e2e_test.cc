@@ -9,6 +9,9 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <fstream>
 #include <functional>
 #include <memory>
 #include <string>
@@ -16,9 +19,12 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "client/cpp/scheduler_client.h"
 #include "gmock/gmock.h"
+#include "grpcpp/generic/generic_stub.h"
+#include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "server/planner/planner.h"
 #include "tests/e2e/server_process.h"
@@ -58,11 +64,13 @@ int FreePort() {
 class Cluster {
  public:
   Cluster(int64_t world_size, absl::Duration timeout, std::vector<int64_t> start_order = {},
-          std::vector<std::string> extra = {})
+          std::vector<std::string> extra = {}, ClientOptions client_options = {},
+          std::string rendezvous_host = "127.0.0.1")
       : world_size_(world_size),
         timeout_(timeout),
         extra_(std::move(extra)),
-        rendezvous_(absl::StrCat("127.0.0.1:", FreePort())),
+        client_options_(std::move(client_options)),
+        rendezvous_(absl::StrCat(rendezvous_host, ":", FreePort())),
         servers_(world_size),
         clients_(world_size) {
     if (start_order.empty()) {
@@ -81,7 +89,7 @@ class Cluster {
         "--log_level=warn"};
     flags.insert(flags.end(), extra_.begin(), extra_.end());
     servers_[rank] = std::make_unique<ServerProcess>(flags);
-    ClientOptions options;
+    ClientOptions options = client_options_;
     options.target = servers_[rank]->target();
     options.timeout = absl::Seconds(30);
     absl::StatusOr<std::unique_ptr<SchedulerClient>> client = SchedulerClient::Create(options);
@@ -114,12 +122,14 @@ class Cluster {
   }
 
   SchedulerClient& client(int64_t rank) { return *clients_[rank]; }
+  const std::string& rendezvous() const { return rendezvous_; }
   int64_t world_size() const { return world_size_; }
 
  private:
   const int64_t world_size_;
   const absl::Duration timeout_;
   const std::vector<std::string> extra_;
+  const ClientOptions client_options_;
   const std::string rendezvous_;
   std::vector<std::unique_ptr<ServerProcess>> servers_;
   std::vector<std::unique_ptr<SchedulerClient>> clients_;
@@ -243,6 +253,41 @@ TEST(GroupE2E, AutoFallsBackToGlooWithoutAGpu) {
   ASSERT_TRUE(status.ok());
   // This test machine has no GPU (CI); with one and an NCCL build, auto would choose NCCL.
   EXPECT_EQ(status->backend, "gloo");
+}
+
+// TLS on the rendezvous port (and the trainer port) with client certificates and the token.
+TEST(GroupE2E, TheRendezvousPortSpeaksTlsWithClientCertificatesAndTheToken) {
+  testing::TempDir dir;
+  const std::string d = dir.path();
+  const std::string script = absl::StrCat(
+      "cd '", d, "' && exec > openssl.log 2>&1 && ",
+      "openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -keyout ca.key "
+      "-out ca.pem -days 1 -subj /CN=packsched-test-ca && ",
+      "openssl req -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -keyout rank.key "
+      "-out rank.csr -subj /CN=localhost && ",
+      "printf 'subjectAltName=DNS:localhost,IP:127.0.0.1' > san.ext && ",
+      "openssl x509 -req -in rank.csr -CA ca.pem -CAkey ca.key -CAcreateserial -out rank.pem "
+      "-days 1 -extfile san.ext");
+  if (std::system(script.c_str()) != 0) GTEST_SKIP() << "openssl could not make certificates";
+  {
+    std::ofstream token(dir.File("token"));
+    token << "group-token";
+  }
+  ClientOptions client;
+  client.tls_root_certs_file = dir.File("ca.pem");
+  client.tls_client_cert_file = dir.File("rank.pem");
+  client.tls_client_key_file = dir.File("rank.key");
+  client.auth_token = "group-token";
+  Cluster cluster(
+      2, absl::Seconds(5), {},
+      {"--rendezvous_tls", absl::StrCat("--rendezvous_tls_ca=", d, "/ca.pem"),
+       absl::StrCat("--tls_cert=", d, "/rank.pem"), absl::StrCat("--tls_key=", d, "/rank.key"),
+       absl::StrCat("--tls_client_ca=", d, "/ca.pem"),
+       absl::StrCat("--auth_token_file=", d, "/token"), "--gloo_hostname=127.0.0.1"},
+      client, "localhost");
+  ASSERT_TRUE(cluster.started()) << cluster.Logs();
+  auto request = [](int64_t rank) { return Request("actor_update", 1, rank); };
+  ExpectAgreed(cluster, PlanOn(cluster, {0, 1}, request), request);
 }
 
 TEST(GroupE2E, AMissingRankIsADeadlineNamingItAndEndsTheGeneration) {
