@@ -326,7 +326,9 @@ int main(int argc, char** argv) {
   spdlog::info("shutting down (grace {})",
                absl::FormatDuration(absl::GetFlag(FLAGS_shutdown_grace)));
   (*server)->Shutdown(absl::GetFlag(FLAGS_shutdown_grace));
-  // The group outlives the server (its streams are gone now); rank 0's store goes last.
+  // The group outlives the server and its coordinator (which holds the streams' groups); rank 0's
+  // store goes last.
+  server->reset();
   group->group.reset();
   group->store.reset();
   if (group->server != nullptr) group->server->Shutdown();
