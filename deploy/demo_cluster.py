@@ -27,7 +27,8 @@ import threading
 import time
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "build" / "python"))
+# The package built into build/python (PACKSCHED_PYTHON_DIR: another build's, as ctest passes).
+sys.path.insert(0, os.environ.get("PACKSCHED_PYTHON_DIR", str(ROOT / "build" / "python")))
 sys.path.insert(0, str(ROOT / "tests" / "bench"))
 
 from compare_verl import python_kk  # noqa: E402  (the plain-Python baseline, written here)
