@@ -17,6 +17,7 @@ import argparse
 import math
 import os
 import pathlib
+import shutil
 import signal
 import socket
 import statistics
@@ -128,6 +129,8 @@ def main():
     parser.add_argument("--n", type=int, default=1024, help="mean sequences per rank and round")
     parser.add_argument("--max_token_len", type=int, default=16384)
     parser.add_argument("--backend", default="gloo")
+    parser.add_argument("--keep_logs", action="store_true",
+                        help="keep the sidecars' logs after a clean run (always kept otherwise)")
     parser.add_argument("--server", default=str(ROOT / "build" / "bin" / "packsched-server"))
     args = parser.parse_args()
 
@@ -174,7 +177,11 @@ def main():
         clean = stop_group(procs, workdir)
     if not clean or not clean_plans:
         sys.exit(1)
-    print(f"\nall {args.world_size} sidecars stopped cleanly (logs in {workdir})")
+    if args.keep_logs:
+        print(f"\nall {args.world_size} sidecars stopped cleanly (logs in {workdir})")
+    else:
+        shutil.rmtree(workdir, ignore_errors=True)
+        print(f"\nall {args.world_size} sidecars stopped cleanly")
 
 
 def over_cap(lengths, parts, cap):
