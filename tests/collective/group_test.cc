@@ -216,6 +216,24 @@ TEST(Group, APeerThatDiesAbortsTheRoundAndItsRestartHealsTheGroup) {
   for (const auto& rank : ranks) EXPECT_EQ(rank->stream->info().generation, 1);
 }
 
+TEST(Group, ARankRestartedBetweenRoundsEndsItsOldGenerationSoTheNextRoundSucceeds) {
+  InMemoryStore store;
+  auto ranks = MakeRanks(store, 3);
+  ExpectAgreed(OnRanks(3, All(3), [&](int64_t r) { return ranks[r]->stream->Agree(Record(r, 1)); }),
+               3, 1);
+  // Rank 2 dies and restarts between rounds; the survivors have not noticed.
+  ranks[2].reset();
+  ranks[2] = std::make_unique<Rank>(store, Options(2, 3));
+  // The restarted rank comes first: its first formation ends generation 0 (its old self joined
+  // it), so the survivors re-form at their next call instead of failing on dead connections.
+  std::vector<Result> results = OnRanks(3, All(3), [&](int64_t r) {
+    if (r != 2) absl::SleepFor(absl::Milliseconds(300));
+    return ranks[r]->stream->Agree(Record(r, 2));
+  });
+  ExpectAgreed(results, 3, 2);
+  for (const auto& rank : ranks) EXPECT_EQ(rank->stream->info().generation, 1);
+}
+
 // Rank 0 serves the store, so when rank 0 restarts the store starts empty too.
 class RestartableStore final : public KeyValueStore {
  public:
