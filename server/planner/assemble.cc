@@ -16,6 +16,7 @@ MicroBatch MakePart(std::vector<Item> members, const Validated& v, bool overlong
   MicroBatch part;
   part.empty = members.empty();
   part.overlong = overlong;
+  part.indices.reserve(members.size());
   part.cu_seqlens.reserve(members.size() + 1);
   part.cu_seqlens_aligned.reserve(members.size() + 1);
   part.cu_seqlens.push_back(0);
@@ -86,6 +87,7 @@ MicroBatchPlan Assemble(const Validated& v, const Parts& parts, int64_t lower_bo
   Order(plan.parts, v.options.order);
 
   plan.revert.assign(v.num_sequences, -1);
+  plan.reorder.reserve(v.items.size() + v.isolated.size());
   plan.dropped = v.dropped;
   PlanStats& s = plan.stats;
   s.num_sequences = v.num_sequences;

@@ -116,16 +116,20 @@ Parts BestFitDecreasing(absl::Span<const Item> items, const Capacity& capacity) 
   for (int32_t position : ByAlignedDesc(items)) {
     const Item& item = items[position];
     auto it = open.lower_bound({bins.Need(item), -1});
-    int32_t bin;
     if (it == open.end()) {
-      bin = bins.Open(item, position);
-    } else {
-      bin = it->second;
-      open.erase(it);
-      bins.Add(bin, item, position);
+      const int32_t bin = bins.Open(item, position);
+      const int64_t key = bins.Key(bin);
+      if (key != kClosed) open.emplace(key, bin);
+      continue;
     }
+    // The bin's node is re-keyed in place (extract, edit, insert): no allocation per item.
+    auto node = open.extract(it);
+    const int32_t bin = node.value().second;
+    bins.Add(bin, item, position);
     const int64_t key = bins.Key(bin);
-    if (key != kClosed) open.emplace(key, bin);
+    if (key == kClosed) continue;
+    node.value().first = key;
+    open.insert(std::move(node));
   }
   return bins.Take();
 }

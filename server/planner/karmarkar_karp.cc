@@ -23,10 +23,16 @@ struct SlotGreater {
   }
 };
 
-// A k-tuple holding only its non-empty sums (the other k - slots.size() are 0).
+// A k-tuple holding only its non-empty sums (the other k - slots.size() are 0). A tuple of one
+// item (every tuple at the start) keeps its sum in `single` with `slots` empty, so the n
+// starting tuples allocate nothing; `slots` is used from the first merge into it.
 struct Tuple {
   std::vector<Slot> slots;  // min-heap under SlotGreater
+  Slot single{0, -1, -1};   // the one sum while slots is empty (head -1: consumed)
   int64_t max = 0;
+
+  int64_t size() const { return slots.empty() ? (single.head >= 0 ? 1 : 0) : slots.size(); }
+  const Slot& smallest() const { return slots.empty() ? single : slots.front(); }
 };
 
 class Merger {
@@ -34,19 +40,27 @@ class Merger {
   Merger(int64_t k, std::vector<int32_t>& next) : k_(k), next_(next) {}
 
   int64_t Spread(const Tuple& t) const {
-    const int64_t min = static_cast<int64_t>(t.slots.size()) < k_ ? 0 : t.slots.front().sum;
+    const int64_t min = t.size() < k_ ? 0 : t.smallest().sum;
     return t.max - min;
   }
 
   // Merges `small` into `big`: big's smallest sums (zeros first) take small's sums, largest to
   // smallest. Costs O(|small| log |big|).
   void Merge(Tuple& big, Tuple& small) {
-    std::vector<Slot>& incoming = small.slots;
-    std::sort(incoming.begin(), incoming.end(), [](const Slot& a, const Slot& b) {
-      return a.sum != b.sum ? a.sum > b.sum : a.head < b.head;
-    });
+    if (big.slots.empty()) {  // big holds one item: it moves into its heap (of one)
+      big.slots.reserve(2);
+      big.slots.push_back(big.single);
+      big.single.head = -1;
+    }
+    Slot* incoming = &small.single;
+    if (!small.slots.empty()) {
+      incoming = small.slots.data();
+      std::sort(small.slots.begin(), small.slots.end(), [](const Slot& a, const Slot& b) {
+        return a.sum != b.sum ? a.sum > b.sum : a.head < b.head;
+      });
+    }
     const int64_t zeros = k_ - static_cast<int64_t>(big.slots.size());
-    const int64_t m = static_cast<int64_t>(incoming.size());
+    const int64_t m = small.size();
     const int64_t from_zeros = std::min(zeros, m);
     // The big tuple's m smallest sums in ascending order: from_zeros empty ones, then heap pops.
     taken_.clear();
@@ -68,7 +82,8 @@ class Merger {
       big.slots.push_back(merged);
       std::push_heap(big.slots.begin(), big.slots.end(), SlotGreater());
     }
-    std::vector<Slot>().swap(incoming);
+    std::vector<Slot>().swap(small.slots);
+    small.single.head = -1;
   }
 
  private:
@@ -89,7 +104,7 @@ Parts KarmarkarKarp(absl::Span<const int64_t> costs, int64_t k) {
   // Max-heap of (spread, -id): the largest spread first, ties to the lowest id.
   std::priority_queue<std::pair<int64_t, int64_t>> heap;
   for (int32_t i = 0; i < n; ++i) {
-    tuples[i].slots.push_back(Slot{costs[i], i, i});
+    tuples[i].single = Slot{costs[i], i, i};
     tuples[i].max = costs[i];
     heap.emplace(merger.Spread(tuples[i]), -static_cast<int64_t>(i));
   }
@@ -98,7 +113,7 @@ Parts KarmarkarKarp(absl::Span<const int64_t> costs, int64_t k) {
     heap.pop();
     const int64_t b = -heap.top().second;
     heap.pop();
-    const bool a_big = tuples[a].slots.size() >= tuples[b].slots.size();
+    const bool a_big = tuples[a].size() >= tuples[b].size();
     const int64_t big = a_big ? a : b;
     const int64_t small = a_big ? b : a;
     merger.Merge(tuples[big], tuples[small]);
@@ -109,7 +124,7 @@ Parts KarmarkarKarp(absl::Span<const int64_t> costs, int64_t k) {
   }
   const Tuple& last = tuples[-heap.top().second];
   // Emit parts in descending sum order for a stable, readable result.
-  std::vector<Slot> slots = last.slots;
+  std::vector<Slot> slots = last.slots.empty() ? std::vector<Slot>{last.single} : last.slots;
   std::sort(slots.begin(), slots.end(), [](const Slot& a, const Slot& b) {
     return a.sum != b.sum ? a.sum > b.sum : a.head < b.head;
   });

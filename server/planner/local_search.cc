@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <utility>
 #include <vector>
 
 namespace packsched::planner::internal {
@@ -17,11 +18,17 @@ constexpr int kProbes = 16;
 LocalSearch::LocalSearch(absl::Span<const Item> items, const Capacity& capacity, Parts parts)
     : items_(items), capacity_(capacity), parts_(std::move(parts)) {
   loads_ = LoadsOf(parts_, items_);
+  // Both indexes are built from sorted keys (a linear-time set construction).
+  std::vector<std::pair<int64_t, int32_t>> costs(parts_.size()), aligned(parts_.size());
   for (int32_t p = 0; p < static_cast<int32_t>(parts_.size()); ++p) {
     std::sort(parts_[p].begin(), parts_[p].end(), ByCost());
-    by_cost_.emplace(loads_[p].cost, p);
-    by_aligned_.emplace(loads_[p].aligned, p);
+    costs[p] = {loads_[p].cost, p};
+    aligned[p] = {loads_[p].aligned, p};
   }
+  std::sort(costs.begin(), costs.end());
+  std::sort(aligned.begin(), aligned.end());
+  by_cost_.insert(costs.begin(), costs.end());
+  by_aligned_.insert(aligned.begin(), aligned.end());
   budget_ = 8 * static_cast<int64_t>(items_.size() + parts_.size()) + 1024;
 }
 
@@ -48,10 +55,13 @@ void LocalSearch::Insert(int32_t q, int32_t position) {
 }
 
 void LocalSearch::Reindex(int32_t p, const PartLoad& before) {
-  by_cost_.erase({before.cost, p});
-  by_aligned_.erase({before.aligned, p});
-  by_cost_.emplace(loads_[p].cost, p);
-  by_aligned_.emplace(loads_[p].aligned, p);
+  // Re-keys p's nodes in place (extract, edit, insert): no allocation per step.
+  auto cost_node = by_cost_.extract({before.cost, p});
+  cost_node.value().first = loads_[p].cost;
+  by_cost_.insert(std::move(cost_node));
+  auto aligned_node = by_aligned_.extract({before.aligned, p});
+  aligned_node.value().first = loads_[p].aligned;
+  by_aligned_.insert(std::move(aligned_node));
 }
 
 void LocalSearch::Move(int32_t p, size_t slot, int32_t q) {
@@ -175,7 +185,8 @@ bool LocalSearch::RepairBySwap(int32_t p) {
     const int32_t q = it->second;
     if (q == p || capacity_.Over(loads_[q])) continue;
     ++tried;
-    std::vector<size_t> in_q(parts_[q].size());
+    std::vector<size_t>& in_q = in_q_;
+    in_q.resize(parts_[q].size());
     for (size_t s = 0; s < in_q.size(); ++s) in_q[s] = s;
     auto aligned_q = [&](size_t s) { return items_[parts_[q][s]].aligned; };
     std::sort(in_q.begin(), in_q.end(), [&](size_t a, size_t b) {
@@ -231,7 +242,8 @@ bool LocalSearch::Repair() {
       // that fits somewhere; targets are the parts with the most free tokens.
       const int64_t overflow =
           capacity_.has_cap() ? capacity_.Measure(loads_[p]) - capacity_.cap() : 0;
-      std::vector<size_t> slots(parts_[p].size());
+      std::vector<size_t>& slots = slots_;
+      slots.resize(parts_[p].size());
       for (size_t s = 0; s < slots.size(); ++s) slots[s] = s;
       auto aligned = [&](size_t s) { return items_[parts_[p][s]].aligned; };
       std::sort(slots.begin(), slots.end(), [&](size_t a, size_t b) {
@@ -241,7 +253,8 @@ bool LocalSearch::Repair() {
           std::lower_bound(slots.begin(), slots.end(), overflow,
                            [&](size_t s, int64_t o) { return aligned(s) < o; }) -
           slots.begin();
-      std::vector<size_t> candidates;
+      std::vector<size_t>& candidates = candidates_;
+      candidates.clear();
       for (ptrdiff_t s = first; s < static_cast<ptrdiff_t>(slots.size()); ++s) {
         candidates.push_back(slots[s]);
       }

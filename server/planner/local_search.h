@@ -63,6 +63,10 @@ class LocalSearch {
   std::set<std::pair<int64_t, int32_t>> by_cost_;     // (cost, part)
   std::set<std::pair<int64_t, int32_t>> by_aligned_;  // (aligned tokens, part)
   int64_t budget_;
+  // Scratch for Repair and RepairBySwap, reused across their steps.
+  std::vector<size_t> slots_;
+  std::vector<size_t> candidates_;
+  std::vector<size_t> in_q_;
 };
 
 }  // namespace packsched::planner::internal

@@ -21,6 +21,9 @@ Parts Lpt(absl::Span<const int64_t> costs, absl::Span<const int32_t> order,
           absl::Span<const int64_t> limits) {
   const int64_t k = static_cast<int64_t>(limits.size());
   Parts parts(k);
+  // Room for twice the mean count: most parts never reallocate.
+  const size_t room = k > 0 ? 2 * (order.size() / static_cast<size_t>(k)) + 2 : 0;
+  for (std::vector<int32_t>& part : parts) part.reserve(room);
   using Entry = std::pair<int64_t, int64_t>;  // (load, part)
   std::priority_queue<Entry, std::vector<Entry>, std::greater<Entry>> least;
   for (int64_t p = 0; p < k; ++p) {

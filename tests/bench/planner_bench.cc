@@ -114,6 +114,8 @@ void BalanceCases(benchmark::internal::Benchmark* b) {
 }
 
 BENCHMARK(BM_Kk)->Apply(BalanceCases);
+// The sidecar's request size (issue 3's load benchmark): one rank's n = 1,024.
+BENCHMARK(BM_Kk)->Args({1024, 16384})->Args({1024, 65536})->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_Lpt)->Apply(BalanceCases);
 BENCHMARK(BM_Bfd)->Apply(BalanceCases);
 BENCHMARK(BM_FixedK)->Args({4096, 256})->Unit(benchmark::kMillisecond);
