@@ -10,10 +10,13 @@
 namespace packsched::planner::internal {
 
 std::vector<int32_t> OrderByCostDesc(absl::Span<const int64_t> costs) {
+  // Sorted as (-cost, position) pairs (costs are >= 0): unique keys, so the order is the
+  // stable one, without an indirect comparison per step.
+  std::vector<std::pair<int64_t, int32_t>> keys(costs.size());
+  for (size_t i = 0; i < costs.size(); ++i) keys[i] = {-costs[i], static_cast<int32_t>(i)};
+  std::sort(keys.begin(), keys.end());
   std::vector<int32_t> order(costs.size());
-  std::iota(order.begin(), order.end(), 0);
-  std::stable_sort(order.begin(), order.end(),
-                   [&](int32_t a, int32_t b) { return costs[a] > costs[b]; });
+  for (size_t i = 0; i < keys.size(); ++i) order[i] = keys[i].second;
   return order;
 }
 
