@@ -13,10 +13,18 @@ namespace {
 constexpr int kTargets = 8;
 constexpr int kProbes = 16;
 
+// Room for one index node (a red-black tree node of a (int64, int32) pair: 48 bytes with
+// libstdc++), with slack; a larger node only makes the resource fall back to the heap.
+constexpr size_t kNodeBytes = 64;
+
 }  // namespace
 
 LocalSearch::LocalSearch(absl::Span<const Item> items, const Capacity& capacity, Parts parts)
-    : items_(items), capacity_(capacity), parts_(std::move(parts)) {
+    : items_(items),
+      capacity_(capacity),
+      parts_(std::move(parts)),
+      node_block_(new std::byte[2 * kNodeBytes * parts_.size() + kNodeBytes]),
+      nodes_(node_block_.get(), 2 * kNodeBytes * parts_.size() + kNodeBytes) {
   loads_ = LoadsOf(parts_, items_);
   // Both indexes are built from sorted keys (a linear-time set construction).
   std::vector<std::pair<int64_t, int32_t>> costs(parts_.size()), aligned(parts_.size());
