@@ -26,12 +26,17 @@ LocalSearch::LocalSearch(absl::Span<const Item> items, const Capacity& capacity,
       node_block_(new std::byte[2 * kNodeBytes * parts_.size() + kNodeBytes]),
       nodes_(node_block_.get(), 2 * kNodeBytes * parts_.size() + kNodeBytes) {
   loads_ = LoadsOf(parts_, items_);
-  // Both indexes are built from sorted keys (a linear-time set construction).
-  std::vector<std::pair<int64_t, int32_t>> costs(parts_.size()), aligned(parts_.size());
+  cost_is_aligned_ = std::all_of(items_.begin(), items_.end(),
+                                 [](const Item& item) { return item.cost == item.aligned; });
+  // Both indexes are built from sorted keys (a linear-time set construction). When every cost
+  // is the aligned length (the tokens cost model) the two would hold the same keys: by_cost_
+  // serves as both.
+  std::vector<std::pair<int64_t, int32_t>> costs(parts_.size()), aligned;
+  if (!cost_is_aligned_) aligned.resize(parts_.size());
   for (int32_t p = 0; p < static_cast<int32_t>(parts_.size()); ++p) {
     std::sort(parts_[p].begin(), parts_[p].end(), ByCost());
     costs[p] = {loads_[p].cost, p};
-    aligned[p] = {loads_[p].aligned, p};
+    if (!cost_is_aligned_) aligned[p] = {loads_[p].aligned, p};
   }
   std::sort(costs.begin(), costs.end());
   std::sort(aligned.begin(), aligned.end());
@@ -67,6 +72,7 @@ void LocalSearch::Reindex(int32_t p, const PartLoad& before) {
   auto cost_node = by_cost_.extract({before.cost, p});
   cost_node.value().first = loads_[p].cost;
   by_cost_.insert(std::move(cost_node));
+  if (cost_is_aligned_) return;
   auto aligned_node = by_aligned_.extract({before.aligned, p});
   aligned_node.value().first = loads_[p].aligned;
   by_aligned_.insert(std::move(aligned_node));
@@ -189,7 +195,7 @@ bool LocalSearch::RepairBySwap(int32_t p) {
   // largest that the target can absorb.
   const int64_t overflow = capacity_.Measure(loads_[p]) - capacity_.cap();
   int tried = 0;
-  for (auto it = by_aligned_.begin(); it != by_aligned_.end() && tried < kTargets; ++it) {
+  for (auto it = ByAligned().begin(); it != ByAligned().end() && tried < kTargets; ++it) {
     const int32_t q = it->second;
     if (q == p || capacity_.Over(loads_[q])) continue;
     ++tried;
@@ -271,7 +277,7 @@ bool LocalSearch::Repair() {
       for (size_t c = 0; c < candidates.size() && c < kProbes && !moved; ++c) {
         const Item& item = items_[parts_[p][candidates[c]]];
         int tried = 0;
-        for (auto it = by_aligned_.begin(); it != by_aligned_.end() && tried < kTargets; ++it) {
+        for (auto it = ByAligned().begin(); it != ByAligned().end() && tried < kTargets; ++it) {
           const int32_t q = it->second;
           if (q == p || capacity_.Over(loads_[q])) continue;
           ++tried;

@@ -73,6 +73,11 @@ class LocalSearch {
   std::pmr::monotonic_buffer_resource nodes_;
   std::pmr::set<std::pair<int64_t, int32_t>> by_cost_{&nodes_};     // (cost, part)
   std::pmr::set<std::pair<int64_t, int32_t>> by_aligned_{&nodes_};  // (aligned tokens, part)
+  // Every item's cost is its aligned length: by_aligned_ stays empty and by_cost_ serves.
+  bool cost_is_aligned_ = false;
+  const std::pmr::set<std::pair<int64_t, int32_t>>& ByAligned() const {
+    return cost_is_aligned_ ? by_cost_ : by_aligned_;
+  }
   int64_t budget_;
   // Scratch for Repair and RepairBySwap, reused across their steps.
   std::vector<size_t> slots_;
