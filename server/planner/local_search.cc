@@ -203,10 +203,14 @@ bool LocalSearch::RepairBySwap(int32_t p) {
     in_q.resize(parts_[q].size());
     for (size_t s = 0; s < in_q.size(); ++s) in_q[s] = s;
     auto aligned_q = [&](size_t s) { return items_[parts_[q][s]].aligned; };
-    std::sort(in_q.begin(), in_q.end(), [&](size_t a, size_t b) {
-      return aligned_q(a) != aligned_q(b) ? aligned_q(a) < aligned_q(b)
-                                          : parts_[q][a] < parts_[q][b];
-    });
+    // Parts are kept in (cost, position) order: with costs equal to aligned lengths that is
+    // already the (aligned, position) order.
+    if (!cost_is_aligned_) {
+      std::sort(in_q.begin(), in_q.end(), [&](size_t a, size_t b) {
+        return aligned_q(a) != aligned_q(b) ? aligned_q(a) < aligned_q(b)
+                                            : parts_[q][a] < parts_[q][b];
+      });
+    }
     bool found = false;
     int64_t best_score = 0;
     size_t best_p = 0, best_q = 0;
@@ -260,9 +264,11 @@ bool LocalSearch::Repair() {
       slots.resize(parts_[p].size());
       for (size_t s = 0; s < slots.size(); ++s) slots[s] = s;
       auto aligned = [&](size_t s) { return items_[parts_[p][s]].aligned; };
-      std::sort(slots.begin(), slots.end(), [&](size_t a, size_t b) {
-        return aligned(a) != aligned(b) ? aligned(a) < aligned(b) : parts_[p][a] < parts_[p][b];
-      });
+      if (!cost_is_aligned_) {  // else already in this order (see RepairBySwap)
+        std::sort(slots.begin(), slots.end(), [&](size_t a, size_t b) {
+          return aligned(a) != aligned(b) ? aligned(a) < aligned(b) : parts_[p][a] < parts_[p][b];
+        });
+      }
       const ptrdiff_t first =
           std::lower_bound(slots.begin(), slots.end(), overflow,
                            [&](size_t s, int64_t o) { return aligned(s) < o; }) -
