@@ -10,12 +10,14 @@
 namespace packsched::planner::internal {
 namespace {
 
-MicroBatch MakePart(std::vector<Item> members, const Validated& v, bool overlong) {
+// `members` is the caller's scratch: sorted here.
+MicroBatch MakePart(std::vector<Item>& members, const Validated& v, bool overlong) {
   std::sort(members.begin(), members.end(),
             [](const Item& a, const Item& b) { return a.index < b.index; });
   MicroBatch part;
   part.empty = members.empty();
   part.overlong = overlong;
+  part.indices.reserve(members.size());
   part.cu_seqlens.reserve(members.size() + 1);
   part.cu_seqlens_aligned.reserve(members.size() + 1);
   part.cu_seqlens.push_back(0);
@@ -76,16 +78,20 @@ MicroBatchPlan Assemble(const Validated& v, const Parts& parts, int64_t lower_bo
                         int64_t local_k) {
   MicroBatchPlan plan;
   plan.parts.reserve(parts.size() + v.isolated.size());
+  std::vector<Item> members;  // reused for every part
   for (const std::vector<int32_t>& positions : parts) {
-    std::vector<Item> members;
-    members.reserve(positions.size());
+    members.clear();
     for (int32_t position : positions) members.push_back(v.items[position]);
-    plan.parts.push_back(MakePart(std::move(members), v, /*overlong=*/false));
+    plan.parts.push_back(MakePart(members, v, /*overlong=*/false));
   }
-  for (const Item& item : v.isolated) plan.parts.push_back(MakePart({item}, v, true));
+  for (const Item& item : v.isolated) {
+    members.assign(1, item);
+    plan.parts.push_back(MakePart(members, v, /*overlong=*/true));
+  }
   Order(plan.parts, v.options.order);
 
   plan.revert.assign(v.num_sequences, -1);
+  plan.reorder.reserve(v.items.size() + v.isolated.size());
   plan.dropped = v.dropped;
   PlanStats& s = plan.stats;
   s.num_sequences = v.num_sequences;

@@ -13,11 +13,15 @@ namespace {
 constexpr int64_t kClosed = -1;
 constexpr int64_t kUnbounded = std::numeric_limits<int64_t>::max();
 
+// Sorted as (-aligned, position) pairs: unique keys, so the order is the stable one.
 std::vector<int32_t> ByAlignedDesc(absl::Span<const Item> items) {
+  std::vector<std::pair<int64_t, int32_t>> keys(items.size());
+  for (size_t i = 0; i < items.size(); ++i) {
+    keys[i] = {-items[i].aligned, static_cast<int32_t>(i)};
+  }
+  std::sort(keys.begin(), keys.end());
   std::vector<int32_t> order(items.size());
-  std::iota(order.begin(), order.end(), 0);
-  std::stable_sort(order.begin(), order.end(),
-                   [&](int32_t a, int32_t b) { return items[a].aligned > items[b].aligned; });
+  for (size_t i = 0; i < keys.size(); ++i) order[i] = keys[i].second;
   return order;
 }
 
@@ -111,21 +115,30 @@ Parts FirstFitDecreasing(absl::Span<const Item> items, const Capacity& capacity)
 }
 
 Parts BestFitDecreasing(absl::Span<const Item> items, const Capacity& capacity) {
+  return BestFitDecreasing(items, capacity, ByAlignedDesc(items));
+}
+
+Parts BestFitDecreasing(absl::Span<const Item> items, const Capacity& capacity,
+                        absl::Span<const int32_t> order) {
   DecreasingBins bins(capacity);
   std::set<std::pair<int64_t, int32_t>> open;  // (key, bin): the tightest fitting bin first
-  for (int32_t position : ByAlignedDesc(items)) {
+  for (int32_t position : order) {
     const Item& item = items[position];
     auto it = open.lower_bound({bins.Need(item), -1});
-    int32_t bin;
     if (it == open.end()) {
-      bin = bins.Open(item, position);
-    } else {
-      bin = it->second;
-      open.erase(it);
-      bins.Add(bin, item, position);
+      const int32_t bin = bins.Open(item, position);
+      const int64_t key = bins.Key(bin);
+      if (key != kClosed) open.emplace(key, bin);
+      continue;
     }
+    // The bin's node is re-keyed in place (extract, edit, insert): no allocation per item.
+    auto node = open.extract(it);
+    const int32_t bin = node.value().second;
+    bins.Add(bin, item, position);
     const int64_t key = bins.Key(bin);
-    if (key != kClosed) open.emplace(key, bin);
+    if (key == kClosed) continue;
+    node.value().first = key;
+    open.insert(std::move(node));
   }
   return bins.Take();
 }

@@ -14,6 +14,10 @@ Parts FirstFitDecreasing(absl::Span<const Item> items, const Capacity& capacity)
 
 // Best fit decreasing: as FFD, into the fullest bin it fits. O(n log n). Same REQUIRES.
 Parts BestFitDecreasing(absl::Span<const Item> items, const Capacity& capacity);
+// The same with the visiting order given: `order` must be the positions of `items` by aligned
+// length descending, ties by position ascending (callers that have it already skip a sort).
+Parts BestFitDecreasing(absl::Span<const Item> items, const Capacity& capacity,
+                        absl::Span<const int32_t> order);
 
 // Items in their given order; a new bin whenever the next item does not fit the current one.
 // O(n). Same REQUIRES.

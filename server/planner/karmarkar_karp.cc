@@ -2,12 +2,28 @@
 
 #include <algorithm>
 #include <functional>
-#include <queue>
 #include <utility>
 #include <vector>
 
 namespace packsched::planner::internal {
 namespace {
+
+// Restores the heap [first, last) (std::make_heap's order under `less`) after its top element
+// was overwritten: one pass down instead of a pop_heap plus a push_heap. Every key used here is
+// unique, so the sequence of tops is the one the pop/push pair would give.
+template <typename It, typename Less>
+void ReplaceTop(It first, It last, Less less) {
+  const ptrdiff_t n = last - first;
+  ptrdiff_t i = 0;
+  while (true) {
+    ptrdiff_t child = 2 * i + 1;
+    if (child >= n) return;
+    if (child + 1 < n && less(first[child], first[child + 1])) ++child;
+    if (!less(first[i], first[child])) return;
+    std::iter_swap(first + i, first + child);
+    i = child;
+  }
+}
 
 // One non-empty sum of a tuple; its items form a linked list through `next`.
 struct Slot {
@@ -23,10 +39,16 @@ struct SlotGreater {
   }
 };
 
-// A k-tuple holding only its non-empty sums (the other k - slots.size() are 0).
+// A k-tuple holding only its non-empty sums (the other k - slots.size() are 0). A tuple of one
+// item (every tuple at the start) keeps its sum in `single` with `slots` empty, so the n
+// starting tuples allocate nothing; `slots` is used from the first merge into it.
 struct Tuple {
   std::vector<Slot> slots;  // min-heap under SlotGreater
+  Slot single{0, -1, -1};   // the one sum while slots is empty (head -1: consumed)
   int64_t max = 0;
+
+  int64_t size() const { return slots.empty() ? (single.head >= 0 ? 1 : 0) : slots.size(); }
+  const Slot& smallest() const { return slots.empty() ? single : slots.front(); }
 };
 
 class Merger {
@@ -34,28 +56,39 @@ class Merger {
   Merger(int64_t k, std::vector<int32_t>& next) : k_(k), next_(next) {}
 
   int64_t Spread(const Tuple& t) const {
-    const int64_t min = static_cast<int64_t>(t.slots.size()) < k_ ? 0 : t.slots.front().sum;
+    const int64_t min = t.size() < k_ ? 0 : t.smallest().sum;
     return t.max - min;
   }
 
   // Merges `small` into `big`: big's smallest sums (zeros first) take small's sums, largest to
   // smallest. Costs O(|small| log |big|).
   void Merge(Tuple& big, Tuple& small) {
-    std::vector<Slot>& incoming = small.slots;
-    std::sort(incoming.begin(), incoming.end(), [](const Slot& a, const Slot& b) {
-      return a.sum != b.sum ? a.sum > b.sum : a.head < b.head;
-    });
+    if (big.slots.empty()) {  // big holds one item: it moves into its heap (of one)
+      big.slots.reserve(2);
+      big.slots.push_back(big.single);
+      big.single.head = -1;
+    }
+    Slot* incoming = &small.single;
+    if (!small.slots.empty()) {
+      incoming = small.slots.data();
+      std::sort(small.slots.begin(), small.slots.end(), [](const Slot& a, const Slot& b) {
+        return a.sum != b.sum ? a.sum > b.sum : a.head < b.head;
+      });
+    }
     const int64_t zeros = k_ - static_cast<int64_t>(big.slots.size());
-    const int64_t m = static_cast<int64_t>(incoming.size());
+    const int64_t m = small.size();
     const int64_t from_zeros = std::min(zeros, m);
     // The big tuple's m smallest sums in ascending order: from_zeros empty ones, then heap pops.
+    // The last of them is not popped: it stays at the top and its merged sum replaces it there.
     taken_.clear();
-    for (int64_t j = from_zeros; j < m; ++j) {
+    for (int64_t j = from_zeros; j + 1 < m; ++j) {
       std::pop_heap(big.slots.begin(), big.slots.end(), SlotGreater());
       taken_.push_back(big.slots.back());
       big.slots.pop_back();
     }
-    for (int64_t j = 0; j < m; ++j) {
+    const bool last_from_heap = from_zeros < m;
+    if (last_from_heap) taken_.push_back(big.slots.front());
+    auto merged_at = [&](int64_t j) {
       Slot merged = incoming[j];
       if (j >= from_zeros) {
         const Slot& old = taken_[j - from_zeros];
@@ -65,10 +98,18 @@ class Merger {
         merged.tail = incoming[j].tail;
       }
       big.max = std::max(big.max, merged.sum);
-      big.slots.push_back(merged);
+      return merged;
+    };
+    if (last_from_heap) {
+      big.slots.front() = merged_at(m - 1);
+      ReplaceTop(big.slots.begin(), big.slots.end(), SlotGreater());
+    }
+    for (int64_t j = 0; j < (last_from_heap ? m - 1 : m); ++j) {
+      big.slots.push_back(merged_at(j));
       std::push_heap(big.slots.begin(), big.slots.end(), SlotGreater());
     }
-    std::vector<Slot>().swap(incoming);
+    std::vector<Slot>().swap(small.slots);
+    small.single.head = -1;
   }
 
  private:
@@ -86,30 +127,34 @@ Parts KarmarkarKarp(absl::Span<const int64_t> costs, int64_t k) {
   std::vector<int32_t> next(n, -1);
   std::vector<Tuple> tuples(n);
   Merger merger(k, next);
-  // Max-heap of (spread, -id): the largest spread first, ties to the lowest id.
-  std::priority_queue<std::pair<int64_t, int64_t>> heap;
+  // Max-heap (std::make_heap order) of (spread, -id): the largest spread first, ties to the
+  // lowest id.
+  using Entry = std::pair<int64_t, int64_t>;
+  std::vector<Entry> heap(n);
   for (int32_t i = 0; i < n; ++i) {
-    tuples[i].slots.push_back(Slot{costs[i], i, i});
+    tuples[i].single = Slot{costs[i], i, i};
     tuples[i].max = costs[i];
-    heap.emplace(merger.Spread(tuples[i]), -static_cast<int64_t>(i));
+    heap[i] = {merger.Spread(tuples[i]), -static_cast<int64_t>(i)};
   }
+  std::make_heap(heap.begin(), heap.end());
   while (heap.size() > 1) {
-    const int64_t a = -heap.top().second;
-    heap.pop();
-    const int64_t b = -heap.top().second;
-    heap.pop();
-    const bool a_big = tuples[a].slots.size() >= tuples[b].slots.size();
+    const int64_t a = -heap.front().second;
+    std::pop_heap(heap.begin(), heap.end());
+    heap.pop_back();
+    const int64_t b = -heap.front().second;
+    const bool a_big = tuples[a].size() >= tuples[b].size();
     const int64_t big = a_big ? a : b;
     const int64_t small = a_big ? b : a;
     merger.Merge(tuples[big], tuples[small]);
     // The result keeps the id of the first popped tuple, as the textbook method does, so ties
-    // in later rounds break the same way.
+    // in later rounds break the same way. It takes b's place at the top.
     if (big != a) std::swap(tuples[a], tuples[big]);
-    heap.emplace(merger.Spread(tuples[a]), -a);
+    heap.front() = {merger.Spread(tuples[a]), -a};
+    ReplaceTop(heap.begin(), heap.end(), std::less<Entry>());
   }
-  const Tuple& last = tuples[-heap.top().second];
+  const Tuple& last = tuples[-heap.front().second];
   // Emit parts in descending sum order for a stable, readable result.
-  std::vector<Slot> slots = last.slots;
+  std::vector<Slot> slots = last.slots.empty() ? std::vector<Slot>{last.single} : last.slots;
   std::sort(slots.begin(), slots.end(), [](const Slot& a, const Slot& b) {
     return a.sum != b.sum ? a.sum > b.sum : a.head < b.head;
   });

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <utility>
 #include <vector>
 
 namespace packsched::planner::internal {
@@ -12,16 +13,35 @@ namespace {
 constexpr int kTargets = 8;
 constexpr int kProbes = 16;
 
+// Room for one index node (a red-black tree node of a (int64, int32) pair: 48 bytes with
+// libstdc++), with slack; a larger node only makes the resource fall back to the heap.
+constexpr size_t kNodeBytes = 64;
+
 }  // namespace
 
 LocalSearch::LocalSearch(absl::Span<const Item> items, const Capacity& capacity, Parts parts)
-    : items_(items), capacity_(capacity), parts_(std::move(parts)) {
+    : items_(items),
+      capacity_(capacity),
+      parts_(std::move(parts)),
+      node_block_(new std::byte[2 * kNodeBytes * parts_.size() + kNodeBytes]),
+      nodes_(node_block_.get(), 2 * kNodeBytes * parts_.size() + kNodeBytes) {
   loads_ = LoadsOf(parts_, items_);
+  cost_is_aligned_ = std::all_of(items_.begin(), items_.end(),
+                                 [](const Item& item) { return item.cost == item.aligned; });
+  // Both indexes are built from sorted keys (a linear-time set construction). When every cost
+  // is the aligned length (the tokens cost model) the two would hold the same keys: by_cost_
+  // serves as both.
+  std::vector<std::pair<int64_t, int32_t>> costs(parts_.size()), aligned;
+  if (!cost_is_aligned_) aligned.resize(parts_.size());
   for (int32_t p = 0; p < static_cast<int32_t>(parts_.size()); ++p) {
     std::sort(parts_[p].begin(), parts_[p].end(), ByCost());
-    by_cost_.emplace(loads_[p].cost, p);
-    by_aligned_.emplace(loads_[p].aligned, p);
+    costs[p] = {loads_[p].cost, p};
+    if (!cost_is_aligned_) aligned[p] = {loads_[p].aligned, p};
   }
+  std::sort(costs.begin(), costs.end());
+  std::sort(aligned.begin(), aligned.end());
+  by_cost_.insert(costs.begin(), costs.end());
+  by_aligned_.insert(aligned.begin(), aligned.end());
   budget_ = 8 * static_cast<int64_t>(items_.size() + parts_.size()) + 1024;
 }
 
@@ -48,10 +68,14 @@ void LocalSearch::Insert(int32_t q, int32_t position) {
 }
 
 void LocalSearch::Reindex(int32_t p, const PartLoad& before) {
-  by_cost_.erase({before.cost, p});
-  by_aligned_.erase({before.aligned, p});
-  by_cost_.emplace(loads_[p].cost, p);
-  by_aligned_.emplace(loads_[p].aligned, p);
+  // Re-keys p's nodes in place (extract, edit, insert): no allocation per step.
+  auto cost_node = by_cost_.extract({before.cost, p});
+  cost_node.value().first = loads_[p].cost;
+  by_cost_.insert(std::move(cost_node));
+  if (cost_is_aligned_) return;
+  auto aligned_node = by_aligned_.extract({before.aligned, p});
+  aligned_node.value().first = loads_[p].aligned;
+  by_aligned_.insert(std::move(aligned_node));
 }
 
 void LocalSearch::Move(int32_t p, size_t slot, int32_t q) {
@@ -171,17 +195,22 @@ bool LocalSearch::RepairBySwap(int32_t p) {
   // largest that the target can absorb.
   const int64_t overflow = capacity_.Measure(loads_[p]) - capacity_.cap();
   int tried = 0;
-  for (auto it = by_aligned_.begin(); it != by_aligned_.end() && tried < kTargets; ++it) {
+  for (auto it = ByAligned().begin(); it != ByAligned().end() && tried < kTargets; ++it) {
     const int32_t q = it->second;
     if (q == p || capacity_.Over(loads_[q])) continue;
     ++tried;
-    std::vector<size_t> in_q(parts_[q].size());
+    std::vector<size_t>& in_q = in_q_;
+    in_q.resize(parts_[q].size());
     for (size_t s = 0; s < in_q.size(); ++s) in_q[s] = s;
     auto aligned_q = [&](size_t s) { return items_[parts_[q][s]].aligned; };
-    std::sort(in_q.begin(), in_q.end(), [&](size_t a, size_t b) {
-      return aligned_q(a) != aligned_q(b) ? aligned_q(a) < aligned_q(b)
-                                          : parts_[q][a] < parts_[q][b];
-    });
+    // Parts are kept in (cost, position) order: with costs equal to aligned lengths that is
+    // already the (aligned, position) order.
+    if (!cost_is_aligned_) {
+      std::sort(in_q.begin(), in_q.end(), [&](size_t a, size_t b) {
+        return aligned_q(a) != aligned_q(b) ? aligned_q(a) < aligned_q(b)
+                                            : parts_[q][a] < parts_[q][b];
+      });
+    }
     bool found = false;
     int64_t best_score = 0;
     size_t best_p = 0, best_q = 0;
@@ -231,17 +260,21 @@ bool LocalSearch::Repair() {
       // that fits somewhere; targets are the parts with the most free tokens.
       const int64_t overflow =
           capacity_.has_cap() ? capacity_.Measure(loads_[p]) - capacity_.cap() : 0;
-      std::vector<size_t> slots(parts_[p].size());
+      std::vector<size_t>& slots = slots_;
+      slots.resize(parts_[p].size());
       for (size_t s = 0; s < slots.size(); ++s) slots[s] = s;
       auto aligned = [&](size_t s) { return items_[parts_[p][s]].aligned; };
-      std::sort(slots.begin(), slots.end(), [&](size_t a, size_t b) {
-        return aligned(a) != aligned(b) ? aligned(a) < aligned(b) : parts_[p][a] < parts_[p][b];
-      });
+      if (!cost_is_aligned_) {  // else already in this order (see RepairBySwap)
+        std::sort(slots.begin(), slots.end(), [&](size_t a, size_t b) {
+          return aligned(a) != aligned(b) ? aligned(a) < aligned(b) : parts_[p][a] < parts_[p][b];
+        });
+      }
       const ptrdiff_t first =
           std::lower_bound(slots.begin(), slots.end(), overflow,
                            [&](size_t s, int64_t o) { return aligned(s) < o; }) -
           slots.begin();
-      std::vector<size_t> candidates;
+      std::vector<size_t>& candidates = candidates_;
+      candidates.clear();
       for (ptrdiff_t s = first; s < static_cast<ptrdiff_t>(slots.size()); ++s) {
         candidates.push_back(slots[s]);
       }
@@ -250,7 +283,7 @@ bool LocalSearch::Repair() {
       for (size_t c = 0; c < candidates.size() && c < kProbes && !moved; ++c) {
         const Item& item = items_[parts_[p][candidates[c]]];
         int tried = 0;
-        for (auto it = by_aligned_.begin(); it != by_aligned_.end() && tried < kTargets; ++it) {
+        for (auto it = ByAligned().begin(); it != ByAligned().end() && tried < kTargets; ++it) {
           const int32_t q = it->second;
           if (q == p || capacity_.Over(loads_[q])) continue;
           ++tried;

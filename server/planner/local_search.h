@@ -4,7 +4,10 @@
 // Moves and swaps between the parts of a fixed-k partition: repair (bring parts within the
 // cap) and rebalance (lower the largest cost without breaking the cap).
 
+#include <cstddef>
 #include <cstdint>
+#include <memory>
+#include <memory_resource>
 #include <set>
 #include <utility>
 #include <vector>
@@ -19,6 +22,9 @@ namespace packsched::planner::internal {
 class LocalSearch {
  public:
   LocalSearch(absl::Span<const Item> items, const Capacity& capacity, Parts parts);
+  // The part indexes allocate from a member: neither copyable nor movable.
+  LocalSearch(const LocalSearch&) = delete;
+  LocalSearch& operator=(const LocalSearch&) = delete;
 
   // Moves items out of parts over the capacity into parts that stay within it. Returns whether
   // every part is within the capacity afterwards (false: no single move could help).
@@ -60,9 +66,23 @@ class LocalSearch {
   Capacity capacity_;
   Parts parts_;
   std::vector<PartLoad> loads_;
-  std::set<std::pair<int64_t, int32_t>> by_cost_;     // (cost, part)
-  std::set<std::pair<int64_t, int32_t>> by_aligned_;  // (aligned tokens, part)
+  // The two indexes hold one node per part for the whole search (Reindex re-keys nodes in
+  // place), so their nodes come from one block sized up front, not one malloc each; nothing is
+  // freed before the search ends. Declared before the sets that use it.
+  std::unique_ptr<std::byte[]> node_block_;
+  std::pmr::monotonic_buffer_resource nodes_;
+  std::pmr::set<std::pair<int64_t, int32_t>> by_cost_{&nodes_};     // (cost, part)
+  std::pmr::set<std::pair<int64_t, int32_t>> by_aligned_{&nodes_};  // (aligned tokens, part)
+  // Every item's cost is its aligned length: by_aligned_ stays empty and by_cost_ serves.
+  bool cost_is_aligned_ = false;
+  const std::pmr::set<std::pair<int64_t, int32_t>>& ByAligned() const {
+    return cost_is_aligned_ ? by_cost_ : by_aligned_;
+  }
   int64_t budget_;
+  // Scratch for Repair and RepairBySwap, reused across their steps.
+  std::vector<size_t> slots_;
+  std::vector<size_t> candidates_;
+  std::vector<size_t> in_q_;
 };
 
 }  // namespace packsched::planner::internal

@@ -81,7 +81,11 @@ std::optional<Parts> WithoutLightestPart(const Prepared& p, Parts parts) {
 // gets one try at the bound itself; then whole parts are dissolved into the others while the
 // repair keeps succeeding.
 std::pair<int64_t, Parts> FewestParts(const Prepared& p, int64_t lo) {
-  Parts best = BestFitDecreasing(p.v.items, p.v.capacity);
+  // Under the tokens cost model a cost is the aligned length, so the cost order Create already
+  // sorted is BFD's visiting order (both: descending, ties by position).
+  Parts best = p.v.options.cost == CostModel::kTokens
+                   ? BestFitDecreasing(p.v.items, p.v.capacity, p.cost_order)
+                   : BestFitDecreasing(p.v.items, p.v.capacity);
   if (static_cast<int64_t>(best.size()) > lo) {
     if (std::optional<Parts> lpt =
             WithinCapacity(p, Lpt(p.costs, p.cost_order, CountLimits(p, lo)))) {

@@ -5,6 +5,8 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "google/protobuf/arena.h"
+#include "grpcpp/support/message_allocator.h"
 #include "server/base/status_macros.h"
 #include "server/service/convert.h"
 
@@ -13,6 +15,44 @@ namespace {
 
 constexpr absl::string_view kBearer = "Bearer ";
 constexpr absl::string_view kServedKey = "packsched-served";
+
+// One call's request and response on a protobuf arena: a plan response is a few hundred
+// sub-messages and repeated fields (one per micro-batch, three fields each), which the arena
+// allocates from a few blocks and frees at once when gRPC releases the call, instead of one
+// malloc and one free each. Blocks start at 16 KiB (a 1,024-sequence request is about 16 KiB).
+template <typename Request, typename Response>
+class ArenaMessages final : public grpc::MessageHolder<Request, Response> {
+ public:
+  ArenaMessages() : arena_(Options()) {
+    this->set_request(google::protobuf::Arena::CreateMessage<Request>(&arena_));
+    this->set_response(google::protobuf::Arena::CreateMessage<Response>(&arena_));
+  }
+  void Release() override { delete this; }
+
+ private:
+  static google::protobuf::ArenaOptions Options() {
+    google::protobuf::ArenaOptions options;
+    options.start_block_size = 16 << 10;
+    options.max_block_size = 256 << 10;
+    return options;
+  }
+
+  google::protobuf::Arena arena_;
+};
+
+// Stateless, so one instance serves every call and every service; never destroyed (gRPC
+// needs it for the server's lifetime).
+template <typename Request, typename Response>
+grpc::MessageAllocator<Request, Response>* ArenaAllocator() {
+  class Allocator final : public grpc::MessageAllocator<Request, Response> {
+   public:
+    grpc::MessageHolder<Request, Response>* AllocateMessages() override {
+      return new ArenaMessages<Request, Response>();
+    }
+  };
+  static Allocator* const allocator = new Allocator();
+  return allocator;
+}
 
 }  // namespace
 
@@ -33,7 +73,10 @@ bool ConstantTimeEquals(absl::string_view a, absl::string_view b) {
 }
 
 SchedulerService::SchedulerService(RoundCoordinator* coordinator, Options options)
-    : coordinator_(coordinator), options_(std::move(options)) {}
+    : coordinator_(coordinator), options_(std::move(options)) {
+  SetMessageAllocatorFor_Plan(ArenaAllocator<v1::PlanRequest, v1::PlanResponse>());
+  SetMessageAllocatorFor_Partition(ArenaAllocator<v1::PartitionRequest, v1::PlanResponse>());
+}
 
 absl::Status SchedulerService::Authorize(const grpc::CallbackServerContext& context) const {
   if (options_.auth_token.empty()) return absl::OkStatus();

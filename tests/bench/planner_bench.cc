@@ -5,7 +5,8 @@
 //   build/bin/planner_bench --benchmark_filter='Kk/65536'     one case (peak_rss_mib is then
 //                                                             that case's own peak)
 //
-// Targets (issue 2): Kk/4096/16384 under 5 ms, Kk/65536/16384 under 300 ms.
+// Targets (issue 2): Kk/4096/16384 under 5 ms, Kk/65536/16384 under 300 ms. SidecarPlan/1024/*
+// is the planner part of the sidecar's load benchmark (issue 3).
 // Counters: k (micro-batches), max_over_mean (largest part cost / mean part cost),
 // over_cap (parts over the cap), peak_rss_mib (the process's peak resident set so far).
 
@@ -87,6 +88,27 @@ void BM_FixedK(benchmark::State& state) {
   Report(state, plan);
 }
 
+// Args: n, cap. The sidecar's per-request path (Problem::Create, then Partition at the local
+// bound; kk, isolate) over 16 inputs (seeds 1..16) in turn: one seed alone is not typical,
+// since the bound's repair probes run only when best-fit decreasing misses the volume bound.
+// The counters describe the last input planned.
+void BM_SidecarPlan(benchmark::State& state) {
+  constexpr uint64_t kInputs = 16;
+  std::vector<std::vector<int64_t>> inputs;
+  for (uint64_t seed = 1; seed <= kInputs; ++seed) {
+    inputs.push_back(testing::RealisticRlLengths(state.range(0), seed));
+  }
+  const PlanOptions options = Options(state.range(1), Algorithm::kKarmarkarKarp);
+  MicroBatchPlan plan;
+  uint64_t i = 0;
+  for (auto _ : state) {
+    const Problem problem = *Problem::Create(inputs[i++ % kInputs], options);
+    plan = *problem.Partition(problem.local_k());
+    benchmark::DoNotOptimize(plan.parts.data());
+  }
+  Report(state, plan);
+}
+
 // Args: n, world size; cap 16,384. Counters: the common k and the ranks' cost spread.
 void BM_BalanceBatch(benchmark::State& state) {
   const std::vector<int64_t> lengths = testing::RealisticRlLengths(state.range(0), kSeed);
@@ -114,6 +136,9 @@ void BalanceCases(benchmark::internal::Benchmark* b) {
 }
 
 BENCHMARK(BM_Kk)->Apply(BalanceCases);
+// The sidecar's request size (issue 3's load benchmark): one rank's n = 1,024.
+BENCHMARK(BM_Kk)->Args({1024, 16384})->Args({1024, 65536})->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_SidecarPlan)->Args({1024, 16384})->Args({1024, 65536})->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_Lpt)->Apply(BalanceCases);
 BENCHMARK(BM_Bfd)->Apply(BalanceCases);
 BENCHMARK(BM_FixedK)->Args({4096, 256})->Unit(benchmark::kMillisecond);
