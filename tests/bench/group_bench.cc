@@ -39,22 +39,8 @@ namespace {
 using packsched::client::PlanRequest;
 using packsched::client::PlanResult;
 using packsched::client::SchedulerClient;
+using packsched::testing::FreePort;
 using packsched::testing::ServerProcess;
-
-int FreePort() {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in address = {};
-  address.sin_family = AF_INET;
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t size = sizeof(address);
-  int port = 0;
-  if (bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) == 0 &&
-      getsockname(fd, reinterpret_cast<sockaddr*>(&address), &size) == 0) {
-    port = ntohs(address.sin_port);
-  }
-  close(fd);
-  return port;
-}
 
 double Percentile(std::vector<double> values, double p) {
   std::sort(values.begin(), values.end());

@@ -37,6 +37,7 @@ using ::packsched::client::ClientOptions;
 using ::packsched::client::PlanRequest;
 using ::packsched::client::PlanResult;
 using ::packsched::client::SchedulerClient;
+using ::packsched::testing::FreePort;
 using ::packsched::testing::ServerProcess;
 using ::testing::HasSubstr;
 
@@ -44,21 +45,6 @@ constexpr int64_t kCap = 18432;  // above the longest realistic sequence (18,000
 // Failure reports must come within the collective timeout plus this (process scheduling on a
 // loaded 2-core CI machine, the store look-ups that name the missing ranks).
 constexpr absl::Duration kMargin = absl::Milliseconds(1500);
-
-int FreePort() {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in address = {};
-  address.sin_family = AF_INET;
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t size = sizeof(address);
-  int port = 0;
-  if (bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) == 0 &&
-      getsockname(fd, reinterpret_cast<sockaddr*>(&address), &size) == 0) {
-    port = ntohs(address.sin_port);
-  }
-  close(fd);
-  return port;
-}
 
 // W sidecars sharing one rendezvous address; rank 0 serves the store.
 class Cluster {
@@ -190,7 +176,9 @@ void ExpectValidPlan(const PlanRequest& request, const PlanResult& result, int64
     }
     EXPECT_EQ(tokens, part.tokens);
     // Within the cap, unless the part is one sequence longer than the cap.
-    if (!(part.indices.size() == 1 && tokens > kCap)) EXPECT_LE(tokens, kCap);
+    if (!(part.indices.size() == 1 && tokens > kCap)) {
+      EXPECT_LE(tokens, kCap);
+    }
   }
   for (int64_t index : result.plan.dropped) ++seen[index];
   for (size_t i = 0; i < seen.size(); ++i) EXPECT_EQ(seen[i], 1) << "sequence " << i;

@@ -30,6 +30,7 @@ using ::packsched::client::ClientOptions;
 using ::packsched::client::PlanRequest;
 using ::packsched::client::PlanResult;
 using ::packsched::client::SchedulerClient;
+using ::packsched::testing::FreePort;
 using ::packsched::testing::ServerProcess;
 using ::packsched::testing::TempDir;
 using ::testing::HasSubstr;
@@ -304,22 +305,6 @@ TEST(ServerE2E, HealthAndStatus) {
   EXPECT_EQ(s->streams[1].name, "critic");
   EXPECT_EQ(s->streams[1].last_round, 5);
   EXPECT_EQ(s->rounds, 2);
-}
-
-// A free loopback port right now (bound, read, released).
-int FreePort() {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in address = {};
-  address.sin_family = AF_INET;
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t length = sizeof(address);
-  int port = 0;
-  if (bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) == 0 &&
-      getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) == 0) {
-    port = ntohs(address.sin_port);
-  }
-  close(fd);
-  return port;
 }
 
 TEST(ServerE2E, ClientReachesASidecarThatStartsAfterIt) {

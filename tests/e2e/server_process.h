@@ -5,7 +5,9 @@
 // until the port file appears, and stops the process (SIGTERM, then SIGKILL) when destroyed.
 
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -41,6 +43,22 @@ class TempDir {
  private:
   std::string path_;
 };
+
+// A loopback port that was free just now (bound, read, released), or 0 if none could be bound.
+inline int FreePort() {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in address = {};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t size = sizeof(address);
+  int port = 0;
+  if (bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) == 0 &&
+      getsockname(fd, reinterpret_cast<sockaddr*>(&address), &size) == 0) {
+    port = ntohs(address.sin_port);
+  }
+  close(fd);
+  return port;
+}
 
 inline std::string ReadAll(const std::string& path) {
   std::ifstream in(path);
