@@ -148,8 +148,8 @@ absl::StatusOr<AgreedRound> AgreeRound(Collective& group, const RoundRecord& min
   if (!ok) {
     // Neutral in the options comparison: a rank whose options are invalid fingerprints bytes its
     // peers never see; its error (kMaxError) is what every rank must report.
-    values[kMinIdentity + kOptions] = std::numeric_limits<int64_t>::max();
-    values[kMaxIdentity + kOptions] = std::numeric_limits<int64_t>::min();
+    values[kMinIdentity + static_cast<int>(kOptions)] = std::numeric_limits<int64_t>::max();
+    values[kMaxIdentity + static_cast<int>(kOptions)] = std::numeric_limits<int64_t>::min();
   }
   RETURN_IF_ERROR(group.AllReduce(absl::MakeSpan(values), ops, deadline));
 
