@@ -307,7 +307,22 @@ absl::StatusOr<AgreedRound> StreamGroup::Agree(const RoundRecord& record) {
   if (!tracked.failed()) return agreed.status();  // failed on its records; the group is fine
 
   absl::Status status = agreed.status();
-  if (absl::IsDeadlineExceeded(status)) {
+  // A rank that timed out waiting for a missing peer records why (per generation and round)
+  // before its collective closes its connections; the closures reach the ranks still waiting as
+  // resets (Aborted). Every rank then reports the recorded timeout, so all fail alike, naming the
+  // missing ranks.
+  const std::string timeout_key =
+      keys::Timeout(keys::Formation(stream_root_, generation), record.round);
+  const absl::Time cleanup = absl::Now() + kCleanupTimeout;
+  bool recorded = false;
+  if (absl::IsDeadlineExceeded(status) || absl::IsAborted(status)) {
+    absl::StatusOr<std::optional<std::string>> verdict = store.TryGet(timeout_key, cleanup);
+    if (verdict.ok() && verdict->has_value()) {
+      status = absl::DeadlineExceededError(**verdict);
+      recorded = true;
+    }
+  }
+  if (absl::IsDeadlineExceeded(status) && !recorded) {
     const std::string missing =
         MissingRanks([&](int64_t rank) { return keys::Arrival(stream_root_, record.round, rank); });
     status = absl::DeadlineExceededError(
@@ -319,6 +334,7 @@ absl::StatusOr<AgreedRound> StreamGroup::Agree(const RoundRecord& record) {
             : absl::StrCat("stream '", stream_, "' round ", record.round, ": ranks ", missing,
                            " did not arrive within ",
                            absl::FormatDuration(options.collective_timeout)));
+    if (missing != "[]") store.Set(timeout_key, status.message(), cleanup).IgnoreError();
   }
   EndGeneration(generation, status);
   SetFailure(status);

@@ -9,6 +9,7 @@
 //   <root><epoch>/s/<stream>/generation           the stream's current generation (decimal)
 //   <root><epoch>/s/<stream>/g<gen>/joined/<rank> a rank came to form this generation
 //   <root><epoch>/s/<stream>/g<gen>/<backend>/... the backend's own rendezvous keys
+//   <root><epoch>/s/<stream>/g<gen>/timeout/<round>/  why a round of this generation timed out
 //   <root><epoch>/s/<stream>/arrive/<round>/<rank>  a rank entered this round
 //   <root><epoch>/s/<stream>/result/<round>/      the agreed result of a finished round
 //
@@ -66,6 +67,10 @@ inline std::string Arrival(absl::string_view stream_root, int64_t round, int64_t
 
 inline std::string Result(absl::string_view stream_root, int64_t round) {
   return absl::StrCat(stream_root, "result/", round, "/");
+}
+
+inline std::string Timeout(absl::string_view formation, int64_t round) {
+  return absl::StrCat(formation, "timeout/", round, "/");
 }
 
 }  // namespace packsched::collective::keys

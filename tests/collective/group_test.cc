@@ -187,6 +187,25 @@ TEST(Group, ARankMissingFromARoundIsNamedAndTheNextGenerationHeals) {
   for (const auto& rank : ranks) EXPECT_EQ(rank->stream->info().generation, 1);
 }
 
+// Regression: the rank that arrives first times out first and closes its connections; a rank
+// that arrived later, still waiting, used to see that as a reset (ABORTED) instead of the
+// timeout naming the missing rank.
+TEST(Group, RanksArrivingAtDifferentTimesAllReportTheMissingRank) {
+  InMemoryStore store;
+  auto ranks = MakeRanks(store, 3);
+  ExpectAgreed(OnRanks(3, All(3), [&](int64_t r) { return ranks[r]->stream->Agree(Record(r, 1)); }),
+               3, 1);
+  std::vector<Result> failed = OnRanks(3, {0, 1}, [&](int64_t r) -> Result {
+    if (r == 0) absl::SleepFor(kTimeout / 3);  // rank 1's deadline comes well before rank 0's
+    return ranks[r]->stream->Agree(Record(r, 2));
+  });
+  for (int64_t r : {0, 1}) {
+    EXPECT_EQ(failed[r].status().code(), absl::StatusCode::kDeadlineExceeded) << failed[r].status();
+    EXPECT_THAT(std::string(failed[r].status().message()),
+                HasSubstr("round 2: ranks [2] did not arrive"));
+  }
+}
+
 TEST(Group, APeerThatDiesAbortsTheRoundAndItsRestartHealsTheGroup) {
   InMemoryStore store;
   auto ranks = MakeRanks(store, 3);
