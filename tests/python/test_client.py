@@ -180,3 +180,10 @@ def test_status_reports_the_group_and_counters(client):
     assert status["backend"] == "local"
     assert int(status["proto_version"]) == 1
     assert "rounds" in status["counters"]
+
+
+def test_the_error_and_client_are_exported_by_the_package():
+    import packsched
+
+    assert packsched.SchedulerError is SchedulerError
+    assert packsched.SchedulerClient is SchedulerClient

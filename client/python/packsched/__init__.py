@@ -3,8 +3,9 @@
 Submodules: ``packsched.planner`` (the planner in-process: plan_local, local_bound, partition,
 balance), ``packsched.plan`` (the ``Plan`` every entry point returns, with split/restore),
 ``packsched.kernels`` (packing kernels over DLPack tensors), ``packsched.compat.verl`` and
-``packsched.compat.openrlhf`` (drop-ins for those trainers' dynamic batching). The sidecar client
-joins as it lands; optional submodules are imported only if present, so the package stays
+``packsched.compat.openrlhf`` (drop-ins for those trainers' dynamic batching) and
+``packsched.client`` (``SchedulerClient`` and ``SchedulerError``, also importable from
+``packsched`` itself). Optional submodules are imported only if present, so the package stays
 importable from a partial build.
 """
 
@@ -22,3 +23,5 @@ for _name in ("client", "planner"):
         if _e.name != f"{__name__}.{_name}":
             raise  # the submodule exists but one of its own imports failed: say so
 del _name
+if "client" in globals():
+    from .client import SchedulerClient, SchedulerError  # noqa: F401  (packsched.SchedulerError)
