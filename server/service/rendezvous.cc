@@ -15,18 +15,13 @@
 #include "grpcpp/grpcpp.h"
 #include "packsched/v1/rendezvous.grpc.pb.h"
 #include "server/base/status_macros.h"
+#include "server/service/scheduler_service.h"
 #include "server/service/server.h"
 
 namespace packsched::service {
 namespace {
 
 namespace pb = ::packsched::v1;
-
-constexpr absl::string_view kBearer = "Bearer ";
-
-grpc::Status ToGrpc(const absl::Status& status) {
-  return grpc::Status(static_cast<grpc::StatusCode>(status.code()), std::string(status.message()));
-}
 
 absl::Status FromGrpc(const grpc::Status& status, absl::string_view address,
                       absl::string_view what) {
@@ -167,23 +162,12 @@ class RendezvousService final : public pb::Rendezvous::CallbackService {
   static grpc::ServerUnaryReactor* Finished(grpc::CallbackServerContext* context,
                                             const absl::Status& status) {
     grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-    reactor->Finish(ToGrpc(status));
+    reactor->Finish(ToGrpcStatus(status));
     return reactor;
   }
 
   absl::Status Authorize(const grpc::CallbackServerContext& context) const {
-    if (auth_token_.empty()) return absl::OkStatus();
-    const auto& metadata = context.client_metadata();
-    const auto it = metadata.find("authorization");
-    if (it == metadata.end()) {
-      return absl::UnauthenticatedError("missing 'authorization: Bearer <token>' metadata");
-    }
-    const absl::string_view value(it->second.data(), it->second.size());
-    if (!absl::StartsWith(value, kBearer) ||
-        !ConstantTimeEquals(value.substr(kBearer.size()), auth_token_)) {
-      return absl::UnauthenticatedError("wrong bearer token");
-    }
-    return absl::OkStatus();
+    return CheckBearerToken(AuthorizationOf(context), auth_token_);
   }
 
   collective::InMemoryStore* const store_;
@@ -248,7 +232,7 @@ struct RendezvousStore::State {
     // Rank 0 may not be up yet: wait for the channel (bounded by the deadline) instead of failing.
     context.set_wait_for_ready(true);
     if (!options.auth_token.empty()) {
-      context.AddMetadata("authorization", absl::StrCat(kBearer, options.auth_token));
+      context.AddMetadata("authorization", absl::StrCat(kBearerPrefix, options.auth_token));
     }
   }
 };

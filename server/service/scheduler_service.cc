@@ -13,7 +13,6 @@
 namespace packsched::service {
 namespace {
 
-constexpr absl::string_view kBearer = "Bearer ";
 constexpr absl::string_view kServedKey = "packsched-served";
 
 // One call's request and response on a protobuf arena: a plan response is a few hundred
@@ -61,36 +60,21 @@ grpc::Status ToGrpcStatus(const absl::Status& status) {
   return grpc::Status(static_cast<grpc::StatusCode>(status.code()), std::string(status.message()));
 }
 
-bool ConstantTimeEquals(absl::string_view a, absl::string_view b) {
-  unsigned char diff = a.size() == b.size() ? 0 : 1;
-  const size_t n = std::max(a.size(), b.size());
-  for (size_t i = 0; i < n; ++i) {
-    const unsigned char x = i < a.size() ? a[i] : 0;
-    const unsigned char y = i < b.size() ? b[i] : 0;
-    diff |= x ^ y;
-  }
-  return diff == 0;
-}
-
 SchedulerService::SchedulerService(RoundCoordinator* coordinator, Options options)
     : coordinator_(coordinator), options_(std::move(options)) {
   SetMessageAllocatorFor_Plan(ArenaAllocator<v1::PlanRequest, v1::PlanResponse>());
   SetMessageAllocatorFor_Partition(ArenaAllocator<v1::PartitionRequest, v1::PlanResponse>());
 }
 
-absl::Status SchedulerService::Authorize(const grpc::CallbackServerContext& context) const {
-  if (options_.auth_token.empty()) return absl::OkStatus();
+std::optional<absl::string_view> AuthorizationOf(const grpc::CallbackServerContext& context) {
   const auto& metadata = context.client_metadata();
   const auto it = metadata.find("authorization");
-  if (it == metadata.end()) {
-    return absl::UnauthenticatedError("missing 'authorization: Bearer <token>' metadata");
-  }
-  const absl::string_view value(it->second.data(), it->second.size());
-  if (!absl::StartsWith(value, kBearer) ||
-      !ConstantTimeEquals(value.substr(kBearer.size()), options_.auth_token)) {
-    return absl::UnauthenticatedError("wrong bearer token");
-  }
-  return absl::OkStatus();
+  if (it == metadata.end()) return std::nullopt;
+  return absl::string_view(it->second.data(), it->second.size());
+}
+
+absl::Status SchedulerService::Authorize(const grpc::CallbackServerContext& context) const {
+  return CheckBearerToken(AuthorizationOf(context), options_.auth_token);
 }
 
 void SchedulerService::Finish(grpc::CallbackServerContext* context,

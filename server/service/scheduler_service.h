@@ -7,6 +7,7 @@
 // happens. Nothing here blocks a gRPC thread: Partition and BalanceBatch are bounded CPU work.
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "absl/base/thread_annotations.h"
@@ -24,6 +25,9 @@ namespace packsched::service {
 
 // absl -> gRPC status, code for code (the two enums share values), message kept.
 grpc::Status ToGrpcStatus(const absl::Status& status);
+
+// The call's `authorization` metadata value (see CheckBearerToken), nullopt when it sent none.
+std::optional<absl::string_view> AuthorizationOf(const grpc::CallbackServerContext& context);
 
 class SchedulerService final : public v1::Scheduler::CallbackService {
  public:

@@ -62,6 +62,30 @@ absl::StatusOr<std::string> ReadPemFile(absl::string_view flag, const std::strin
   return ReadFile(flag, path);
 }
 
+bool ConstantTimeEquals(absl::string_view a, absl::string_view b) {
+  unsigned char diff = a.size() == b.size() ? 0 : 1;
+  const size_t n = std::max(a.size(), b.size());
+  for (size_t i = 0; i < n; ++i) {
+    const unsigned char x = i < a.size() ? a[i] : 0;
+    const unsigned char y = i < b.size() ? b[i] : 0;
+    diff |= x ^ y;
+  }
+  return diff == 0;
+}
+
+absl::Status CheckBearerToken(std::optional<absl::string_view> authorization,
+                              absl::string_view token) {
+  if (token.empty()) return absl::OkStatus();
+  if (!authorization.has_value()) {
+    return absl::UnauthenticatedError("missing 'authorization: Bearer <token>' metadata");
+  }
+  if (!absl::StartsWith(*authorization, kBearerPrefix) ||
+      !ConstantTimeEquals(authorization->substr(kBearerPrefix.size()), token)) {
+    return absl::UnauthenticatedError("wrong bearer token");
+  }
+  return absl::OkStatus();
+}
+
 bool IsLoopbackAddress(absl::string_view listen) {
   absl::string_view host = listen;
   if (absl::StartsWith(host, "[")) {

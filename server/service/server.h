@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -68,6 +69,16 @@ class SchedulerServer {
 
 // True when `a` and `b` are equal; the time taken depends only on their lengths (bearer tokens).
 bool ConstantTimeEquals(absl::string_view a, absl::string_view b);
+
+// The scheme of the `authorization` metadata value: "Bearer <token>".
+inline constexpr absl::string_view kBearerPrefix = "Bearer ";
+
+// Checks a call's `authorization` metadata value (nullopt when the call sent none) against the
+// server's bearer `token`; every call passes when `token` is empty. Returns Unauthenticated for a
+// missing or wrong token (compared in constant time). Both the Scheduler and the Rendezvous
+// services use it.
+absl::Status CheckBearerToken(std::optional<absl::string_view> authorization,
+                              absl::string_view token);
 
 // Insecure credentials without files; TLS with `tls_cert` + `tls_key`, requiring client
 // certificates signed by `tls_client_ca` when that is set. InvalidArgument names the flag of an

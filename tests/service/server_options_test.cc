@@ -32,5 +32,16 @@ TEST(ConstantTimeEquals, ComparesWholeStrings) {
   EXPECT_FALSE(ConstantTimeEquals(std::string("a\0b", 3), std::string("a\0c", 3)));
 }
 
+TEST(CheckBearerToken, AcceptsOnlyTheServersTokenInTheBearerScheme) {
+  EXPECT_TRUE(CheckBearerToken(std::nullopt, "").ok());  // no token configured: every call passes
+  EXPECT_TRUE(CheckBearerToken("Bearer s3cret", "s3cret").ok());
+  EXPECT_EQ(CheckBearerToken(std::nullopt, "s3cret").code(), absl::StatusCode::kUnauthenticated);
+  EXPECT_EQ(CheckBearerToken("Bearer wrong", "s3cret").code(), absl::StatusCode::kUnauthenticated);
+  EXPECT_EQ(CheckBearerToken("Basic s3cret", "s3cret").code(), absl::StatusCode::kUnauthenticated);
+  EXPECT_EQ(CheckBearerToken("Bearer s3cret2", "s3cret").code(),
+            absl::StatusCode::kUnauthenticated);
+  EXPECT_EQ(CheckBearerToken("", "s3cret").code(), absl::StatusCode::kUnauthenticated);
+}
+
 }  // namespace
 }  // namespace packsched::service
