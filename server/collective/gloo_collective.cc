@@ -13,6 +13,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
@@ -148,6 +149,32 @@ class RecordAllreduceOptions final : public gloo::AllreduceOptions {
   }
 };
 
+// Recursive doubling's layout of W ranks: p = the largest power of two <= W takes part in the
+// hypercube exchange; each of the first `extra` = W - p odd ranks first absorbs the even rank
+// before it (the fold) and stands in for it.
+struct Hypercube {
+  explicit Hypercube(int world) {
+    while (p * 2 <= world) p *= 2;
+    extra = world - p;
+  }
+  // The rank that `rank` folds with, or -1.
+  int FoldPartner(int rank) const {
+    if (rank >= 2 * extra) return -1;
+    return rank % 2 == 0 ? rank + 1 : rank - 1;
+  }
+  // The rank's index in the hypercube, or -1 for a rank folded away.
+  int VirtualRank(int rank) const {
+    if (rank < 2 * extra) return rank % 2 == 1 ? rank / 2 : -1;
+    return rank - extra;
+  }
+  int RankOf(int virtual_rank) const {
+    return virtual_rank < extra ? 2 * virtual_rank + 1 : virtual_rank + extra;
+  }
+
+  int p = 1;
+  int extra = 0;
+};
+
 // Our own slot range, apart from Gloo's collectives (types.h uses prefixes 0x01..0x08).
 constexpr uint8_t kRecursiveDoublingSlotPrefix = 0x50;
 
@@ -160,8 +187,8 @@ constexpr uint8_t kRecursiveDoublingSlotPrefix = 0x50;
 void RecursiveDoublingAllreduce(gloo::Context& context, int64_t* data,
                                 const std::vector<ReduceOp>& ops,
                                 std::chrono::milliseconds timeout) {
-  const int world = context.size;
   const int rank = context.rank;
+  const Hypercube cube(context.size);
   const size_t bytes = ops.size() * sizeof(int64_t);
   std::vector<int64_t> incoming(ops.size());
   auto mine = context.createUnboundBuffer(data, bytes);
@@ -172,30 +199,22 @@ void RecursiveDoublingAllreduce(gloo::Context& context, int64_t* data,
       throw gloo::IoException("recursive doubling: aborted");
     }
   };
-  int p = 1;
-  while (p * 2 <= world) p *= 2;
-  const int extra = world - p;
   // Fold: among the first 2·extra ranks, each even rank hands its record to the next odd one.
-  int virtual_rank;
-  if (rank < 2 * extra) {
+  const int fold = cube.FoldPartner(rank);
+  if (fold >= 0) {
     if (rank % 2 == 0) {
-      mine->send(rank + 1, slot);
+      mine->send(fold, slot);
       wait(false);
-      virtual_rank = -1;
     } else {
-      theirs->recv(rank - 1, slot);
+      theirs->recv(fold, slot);
       wait(true);
       ReduceRecords(data, data, incoming.data(), 1, ops);
-      virtual_rank = rank / 2;
     }
-  } else {
-    virtual_rank = rank - extra;
   }
+  const int virtual_rank = cube.VirtualRank(rank);
   if (virtual_rank >= 0) {
-    for (int mask = 1; mask < p; mask <<= 1) {
-      const int partner_virtual = virtual_rank ^ mask;
-      const int partner =
-          partner_virtual < extra ? partner_virtual * 2 + 1 : partner_virtual + extra;
+    for (int mask = 1; mask < cube.p; mask <<= 1) {
+      const int partner = cube.RankOf(virtual_rank ^ mask);
       theirs->recv(partner, slot);
       mine->send(partner, slot);
       wait(true);
@@ -204,16 +223,80 @@ void RecursiveDoublingAllreduce(gloo::Context& context, int64_t* data,
     }
   }
   // Unfold: the odd ranks give the result back to the even ranks that folded into them.
-  if (rank < 2 * extra) {
+  if (fold >= 0) {
     if (rank % 2 == 0) {
-      mine->recv(rank + 1, slot);
+      mine->recv(fold, slot);
       if (!mine->waitRecv(timeout)) throw gloo::IoException("recursive doubling: aborted");
     } else {
-      mine->send(rank - 1, slot);
+      mine->send(fold, slot);
       wait(false);
     }
   }
 }
+
+// A gloo::Context connected only to `peers` (the pairs to every other rank stay null, which
+// Gloo's closeConnections skips). Formation exchanges one store key per rank, holding its
+// addresses for its own peers, instead of Gloo's full mesh: a key of W addresses per rank, read
+// by every rank (O(W^2) bytes through the store) and W - 1 sockets per rank.
+class PeerContext final : public gloo::Context {
+ public:
+  PeerContext(int rank, int size) : gloo::Context(rank, size) {}
+
+  // Throws what Gloo throws, or gloo::IoException after recording a store failure in `failure`.
+  void Connect(KeyValueStore& store, absl::string_view prefix,
+               std::shared_ptr<gloo::transport::Device>& device, const std::vector<int>& peers,
+               absl::Time deadline, absl::Status& failure) {
+    auto check = [&](const absl::Status& status) {
+      if (status.ok()) return;
+      if (failure.ok()) failure = status;
+      throw gloo::IoException(std::string(status.message()));
+    };
+    auto key = [&](int of) { return absl::StrCat(prefix, "peer_addresses/", of); };
+    std::shared_ptr<gloo::transport::Context> transport = device->createContext(rank, size);
+    transport->setTimeout(Remaining(deadline));
+    // Ours: "<peer> <size> <bytes>" for each peer, in ascending peer order.
+    std::string mine;
+    for (int peer : peers) {
+      const std::vector<char> address = transport->createPair(peer)->address().bytes();
+      absl::StrAppend(&mine, peer, " ", address.size(), " ",
+                      absl::string_view(address.data(), address.size()));
+    }
+    check(store.Set(key(rank), mine, deadline));
+    for (int peer : peers) {
+      absl::StatusOr<std::string> theirs = store.Get(key(peer), deadline);
+      check(theirs.status());
+      absl::StatusOr<std::vector<char>> address = AddressFor(*theirs, peer);
+      check(address.status());
+      transport->getPair(peer)->connect(*address);
+    }
+    device_ = device;
+    transportContext_ = std::move(transport);
+  }
+
+ private:
+  // This rank's entry in peer `of`'s published addresses.
+  absl::StatusOr<std::vector<char>> AddressFor(absl::string_view published, int of) const {
+    while (!published.empty()) {
+      const size_t first = published.find(' ');
+      const size_t second =
+          first == absl::string_view::npos ? first : published.find(' ', first + 1);
+      int peer = 0;
+      size_t length = 0;
+      if (second == absl::string_view::npos ||
+          !absl::SimpleAtoi(published.substr(0, first), &peer) ||
+          !absl::SimpleAtoi(published.substr(first + 1, second - first - 1), &length) ||
+          length > published.size() - second - 1) {
+        break;
+      }
+      const absl::string_view address = published.substr(second + 1, length);
+      if (peer == rank) return std::vector<char>(address.begin(), address.end());
+      published.remove_prefix(second + 1 + length);
+    }
+    return absl::InternalError(
+        absl::StrCat("rank ", of, " published no address for rank ", rank,
+                     " (ranks disagree on the world size or the algorithm)"));
+  }
+};
 
 // Runs `body`, turning whatever Gloo throws into a Status.
 absl::Status RunGloo(absl::string_view what, int64_t rank, const std::function<void()>& body) {
@@ -230,6 +313,19 @@ absl::Status RunGloo(absl::string_view what, int64_t rank, const std::function<v
 }
 
 }  // namespace
+
+std::vector<int64_t> RecursiveDoublingPeers(int64_t rank, int64_t world_size) {
+  std::vector<int64_t> peers;
+  if (world_size < 1 || rank < 0 || rank >= world_size) return peers;
+  const Hypercube cube(static_cast<int>(world_size));
+  const int r = static_cast<int>(rank);
+  if (const int fold = cube.FoldPartner(r); fold >= 0) peers.push_back(fold);
+  if (const int v = cube.VirtualRank(r); v >= 0) {
+    for (int mask = 1; mask < cube.p; mask <<= 1) peers.push_back(cube.RankOf(v ^ mask));
+  }
+  std::sort(peers.begin(), peers.end());
+  return peers;
+}
 
 struct GlooCollective::State {
   int64_t rank = 0;
@@ -340,17 +436,40 @@ absl::StatusOr<std::unique_ptr<GlooCollective>> GlooCollective::Create(
   state->rank = rank;
   state->world_size = world_size;
   state->algorithm = options.algorithm;
-  auto context = std::make_shared<gloo::rendezvous::Context>(static_cast<int>(rank),
-                                                             static_cast<int>(world_size));
-  // The transport keeps this as the bound of every wait that has no explicit timeout (bcube's).
-  context->setTimeout(Remaining(deadline));
-  StoreAdapter adapter(store, prefix, deadline);
-  absl::Status connected =
-      RunGloo("rendezvous", rank, [&] { context->connectFullMesh(adapter, *device); });
-  if (!adapter.failure().ok()) {
-    return absl::Status(adapter.failure().code(),
+  std::shared_ptr<gloo::Context> context;
+  absl::Status store_failure;
+  absl::Status connected;
+  if (options.algorithm == GlooOptions::Algorithm::kRecursiveDoubling) {
+    // Only the pairs the algorithm uses: ceil(log2 W) + 1 at most, not W - 1.
+    auto peer_context =
+        std::make_shared<PeerContext>(static_cast<int>(rank), static_cast<int>(world_size));
+    peer_context->setTimeout(Remaining(deadline));
+    std::vector<int> peers;
+    for (int64_t peer : RecursiveDoublingPeers(rank, world_size)) {
+      peers.push_back(static_cast<int>(peer));
+    }
+    connected = RunGloo("rendezvous", rank, [&] {
+      peer_context->Connect(store, prefix, *device, peers, deadline, store_failure);
+      // A barrier: each rank reaches only its partners, so formation completes on a rank only
+      // once every rank has connected (the group is whole, not just this rank's corner of it).
+      int64_t barrier = 0;
+      RecursiveDoublingAllreduce(*peer_context, &barrier, {ReduceOp::kMax}, Remaining(deadline));
+    });
+    context = std::move(peer_context);
+  } else {
+    auto full = std::make_shared<gloo::rendezvous::Context>(static_cast<int>(rank),
+                                                            static_cast<int>(world_size));
+    // The transport keeps this as the bound of every wait that has no explicit timeout (bcube's).
+    full->setTimeout(Remaining(deadline));
+    StoreAdapter adapter(store, prefix, deadline);
+    connected = RunGloo("rendezvous", rank, [&] { full->connectFullMesh(adapter, *device); });
+    store_failure = adapter.failure();
+    context = std::move(full);
+  }
+  if (!store_failure.ok()) {
+    return absl::Status(store_failure.code(),
                         absl::StrCat("gloo rendezvous of rank ", rank, " of ", world_size,
-                                     " under '", prefix, "': ", adapter.failure().message()));
+                                     " under '", prefix, "': ", store_failure.message()));
   }
   if (!connected.ok()) {
     if (absl::Now() >= deadline) return absl::DeadlineExceededError(connected.message());
@@ -424,9 +543,21 @@ absl::Status GlooCollective::AllGather(absl::Span<const int64_t> record, absl::S
   auto gathered = std::make_shared<std::vector<int64_t>>(out.size());
   std::shared_ptr<gloo::Context> context = state_->context;
   const int64_t rank = state_->rank;
+  const bool sparse = state_->algorithm == GlooOptions::Algorithm::kRecursiveDoubling;
   absl::Status status = state_->Call(
       [=] {
         return RunGloo("all-gather", rank, [&] {
+          if (sparse) {
+            // Only the recursive-doubling pairs are connected: gather as an all-reduce (sum) of
+            // the W records, each rank's own in its slot and zeros elsewhere (x + 0 = x, so the
+            // sum is exact). W·record bytes per hop: the failure path only, where the records
+            // name the ranks at fault.
+            std::copy(in->begin(), in->end(), gathered->begin() + rank * in->size());
+            RecursiveDoublingAllreduce(*context, gathered->data(),
+                                       std::vector<ReduceOp>(gathered->size(), ReduceOp::kSum),
+                                       Remaining(deadline));
+            return;
+          }
           gloo::AllgatherOptions options(context);
           options.setInput(in->data(), in->size());
           options.setOutput(gathered->data(), gathered->size());

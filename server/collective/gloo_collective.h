@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -36,10 +37,18 @@ struct GlooOptions {
   Algorithm algorithm = Algorithm::kRecursiveDoubling;
 };
 
+// The ranks that rank `rank` of `world_size` exchanges records with under kRecursiveDoubling,
+// ascending: its fold partner when W is not a power of two, and one partner per bit of the
+// largest power of two <= W (none for a rank that folds away) — at most floor(log2 W) + 1.
+// The relation is symmetric. Under kRecursiveDoubling a rank connects to these alone; Gloo's
+// own algorithms need the full mesh (W - 1 connections per rank). Empty for a bad rank.
+std::vector<int64_t> RecursiveDoublingPeers(int64_t rank, int64_t world_size);
+
 class GlooCollective final : public Collective {
  public:
   // Forms rank `rank` of a group of `world_size` through `store`: every rank publishes its
-  // address under `prefix` and connects to every other rank. `prefix` must be fresh for every
+  // addresses under `prefix` and connects to its RecursiveDoublingPeers (kRecursiveDoubling),
+  // or to every other rank (Gloo's algorithms). `prefix` must be fresh for every
   // formation (Gloo's keys are fixed names): the group layer uses run epoch + generation.
   // `store` is used only during this call.
   // Returns InvalidArgument for a bad rank, size or device option, DeadlineExceeded if some

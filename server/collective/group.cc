@@ -248,9 +248,14 @@ absl::Status StreamGroup::FormIfNeeded(absl::Time deadline) {
   }();
   if (!formed.ok()) {
     absl::Status status = formed.status();
-    if (absl::IsDeadlineExceeded(status)) {
-      const std::string missing =
-          MissingRanks([&](int64_t rank) { return keys::Joined(formation, rank); });
+    // A rank that never joined is the cause whether this rank waited for it (a deadline) or a
+    // peer that waited for it gave up first and closed its connections (aborted, unavailable).
+    const std::string missing =
+        absl::IsDeadlineExceeded(status) || absl::IsAborted(status) ||
+                absl::IsUnavailable(status)
+            ? MissingRanks([&](int64_t rank) { return keys::Joined(formation, rank); })
+            : "[]";
+    if (missing != "[]") {
       status = absl::DeadlineExceededError(
           absl::StrCat("stream '", stream_, "': generation ", generation, " did not form within ",
                        absl::FormatDuration(options.collective_timeout), ": ranks ", missing,

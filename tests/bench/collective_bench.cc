@@ -244,6 +244,34 @@ void Rendezvous(int repeats) {
   }
   Print("W=8 Gloo rendezvous (GlooCollective::Create, all ranks)", Summarize(gloo_ms), repeats);
   Print("W=8 StreamGroup formation (epoch, auto backend, Gloo)", Summarize(group_ms), repeats);
+
+  // Recursive doubling connects each rank to its hypercube partners only (log2 W); Gloo's own
+  // algorithms need the full mesh (W - 1 each, and every rank reads every rank's W addresses).
+  for (int64_t world : {8, 32, 64}) {
+    for (const bool sparse : {true, false}) {
+      std::vector<double> ms;
+      for (int i = 0; i < std::max(1, repeats / 3); ++i) {
+        double seconds = 0;
+        Form(store, world,
+             Loopback(sparse ? GlooOptions::Algorithm::kRecursiveDoubling
+                             : GlooOptions::Algorithm::kRing),
+             &seconds);
+        ms.push_back(seconds * 1e3);
+      }
+      int64_t connections = world - 1;
+      if (sparse) {
+        connections = 0;
+        for (int64_t r = 0; r < world; ++r) {
+          connections = std::max<int64_t>(connections, RecursiveDoublingPeers(r, world).size());
+        }
+      }
+      Print(absl::StrCat("W=", world, " Gloo formation, ",
+                         sparse ? "recursive-doubling peers" : "full mesh", " (", connections,
+                         " connections per rank at most)")
+                .c_str(),
+            Summarize(ms), static_cast<int>(ms.size()));
+    }
+  }
 }
 
 // 4. AgreeRound latency against W, and the fitted growth.

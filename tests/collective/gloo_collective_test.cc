@@ -79,7 +79,9 @@ TEST(GlooCollective, GloosOwnAlgorithmsAgree) {
 
 TEST(GlooCollective, GathersRecordsInRankOrder) {
   InMemoryStore store;
-  for (int64_t world_size : {2, 4, 8}) {
+  // Recursive doubling connects only its hypercube partners: the gather runs over them too,
+  // folds (W not a power of two) included.
+  for (int64_t world_size : {2, 3, 4, 5, 7, 8}) {
     auto group = FormGlooGroup(store, world_size);
     ASSERT_TRUE(group.ok()) << group.status();
     std::vector<int64_t> expected;
@@ -92,6 +94,58 @@ TEST(GlooCollective, GathersRecordsInRankOrder) {
     });
     for (const auto& out : results) EXPECT_THAT(out, ElementsAreArray(expected));
   }
+}
+
+TEST(GlooCollective, GloosGatherOverTheFullMesh) {
+  InMemoryStore store;
+  auto group = FormGlooGroup(store, 3, absl::Seconds(10), Loopback(GlooOptions::Algorithm::kRing));
+  ASSERT_TRUE(group.ok()) << group.status();
+  auto results = RunRanks<std::vector<int64_t>>(*group, [&](Collective& rank) {
+    const std::vector<int64_t> record = {rank.rank() + 5};
+    std::vector<int64_t> out(3);
+    EXPECT_TRUE(rank.AllGather(record, absl::MakeSpan(out), Soon()).ok());
+    return out;
+  });
+  for (const auto& out : results) EXPECT_THAT(out, ElementsAreArray({5, 6, 7}));
+}
+
+// floor(log2 w).
+int64_t Log2(int64_t w) {
+  int64_t log = 0;
+  while ((int64_t{2} << log) <= w) ++log;
+  return log;
+}
+
+TEST(RecursiveDoublingPeers, SymmetricAndLogarithmic) {
+  std::vector<int64_t> sizes;
+  for (int64_t w = 1; w <= 130; ++w) sizes.push_back(w);
+  sizes.insert(sizes.end(), {1000, 1024, 4097, 10000});
+  for (int64_t w : sizes) {
+    std::vector<std::vector<int64_t>> peers(w);
+    int64_t largest = 0;
+    for (int64_t r = 0; r < w; ++r) {
+      peers[r] = RecursiveDoublingPeers(r, w);
+      largest = std::max<int64_t>(largest, peers[r].size());
+      EXPECT_TRUE(std::is_sorted(peers[r].begin(), peers[r].end())) << w << " " << r;
+      EXPECT_EQ(std::adjacent_find(peers[r].begin(), peers[r].end()), peers[r].end());
+      for (int64_t q : peers[r]) {
+        ASSERT_TRUE(q >= 0 && q < w && q != r) << "W = " << w << " rank " << r << " peer " << q;
+      }
+    }
+    for (int64_t r = 0; r < w; ++r) {
+      for (int64_t q : peers[r]) {
+        EXPECT_TRUE(std::binary_search(peers[q].begin(), peers[q].end(), r))
+            << "W = " << w << ": " << r << " -> " << q << " but not back";
+      }
+    }
+    EXPECT_LE(largest, Log2(w) + 1) << "W = " << w;
+    // A power of two is a hypercube: exactly log2 W partners each.
+    if ((w & (w - 1)) == 0) {
+      EXPECT_EQ(largest, Log2(w)) << "W = " << w;
+    }
+  }
+  EXPECT_TRUE(RecursiveDoublingPeers(3, 3).empty());
+  EXPECT_TRUE(RecursiveDoublingPeers(-1, 3).empty());
 }
 
 TEST(GlooCollective, ManyCallsInARowStayInStep) {
