@@ -135,6 +135,44 @@ absl::StatusOr<Backend> Group::ResolveBackend(absl::string_view epoch_root, absl
   return decided;
 }
 
+absl::StatusOr<bool> Group::AwaitMembers(absl::Time deadline) {
+  if (ready()) return true;
+  if (local() || options_.world_size == 1) {
+    members_seen_.store(options_.world_size, std::memory_order_release);
+    ready_.store(true, std::memory_order_release);
+    return true;
+  }
+  absl::StatusOr<std::string> epoch = Epoch(deadline);
+  if (absl::IsDeadlineExceeded(epoch.status())) return false;
+  if (!epoch.ok()) return epoch.status();
+  const std::string epoch_root = keys::EpochRoot(options_.key_root, *epoch);
+  if (!member_published_) {
+    RETURN_IF_ERROR(store_->Set(keys::Member(epoch_root, options_.rank), "1", deadline));
+    member_published_ = true;
+  }
+  auto wait = [&](const std::string& key) -> absl::StatusOr<bool> {
+    absl::StatusOr<std::string> value = store_->Get(key, deadline);
+    if (absl::IsDeadlineExceeded(value.status())) return false;
+    if (!value.ok()) return value.status();
+    return true;
+  };
+  if (options_.rank == 0) {
+    // In rank order, resuming after the ranks already seen.
+    for (int64_t r = members_seen_.load(); r < options_.world_size; ++r) {
+      ASSIGN_OR_RETURN(const bool joined, wait(keys::Member(epoch_root, r)));
+      if (!joined) return false;
+      members_seen_.store(r + 1, std::memory_order_release);
+    }
+    RETURN_IF_ERROR(store_->Set(keys::Complete(epoch_root), "1", deadline));
+  } else {
+    ASSIGN_OR_RETURN(const bool complete, wait(keys::Complete(epoch_root)));
+    if (!complete) return false;
+    members_seen_.store(options_.world_size, std::memory_order_release);
+  }
+  ready_.store(true, std::memory_order_release);
+  return true;
+}
+
 // ---- StreamGroup ------------------------------------------------------------------------------
 
 StreamGroup::StreamGroup(Group& group, std::string stream)
@@ -251,8 +289,7 @@ absl::Status StreamGroup::FormIfNeeded(absl::Time deadline) {
     // A rank that never joined is the cause whether this rank waited for it (a deadline) or a
     // peer that waited for it gave up first and closed its connections (aborted, unavailable).
     const std::string missing =
-        absl::IsDeadlineExceeded(status) || absl::IsAborted(status) ||
-                absl::IsUnavailable(status)
+        absl::IsDeadlineExceeded(status) || absl::IsAborted(status) || absl::IsUnavailable(status)
             ? MissingRanks([&](int64_t rank) { return keys::Joined(formation, rank); })
             : "[]";
     if (missing != "[]") {

@@ -85,6 +85,19 @@ class Group {
 
   const GroupOptions& options() const { return options_; }
 
+  // Readiness: whether every rank's sidecar has joined the run. Publishes this rank's
+  // membership under the run epoch, then waits until `deadline`: rank 0 for every rank's
+  // membership (then it marks the epoch complete), the others for that mark — O(W) store reads
+  // on rank 0, O(1) on the others, no collective. Returns true once complete (ready() then
+  // stays true), false when `deadline` comes first (call again: rank 0 resumes where it
+  // stopped), or the store's error (e.g. Unavailable while rank 0 is not up yet). A group of
+  // one is complete at once. One caller at a time.
+  absl::StatusOr<bool> AwaitMembers(absl::Time deadline);
+  bool ready() const { return ready_.load(std::memory_order_acquire); }
+  // Rank 0: how many ranks have joined so far (as far as AwaitMembers has seen); other ranks:
+  // world_size once ready, else 0.
+  int64_t members_seen() const { return members_seen_.load(std::memory_order_acquire); }
+
  private:
   friend class StreamGroup;
   Group(KeyValueStore* store, GroupOptions options, std::string epoch);
@@ -102,6 +115,10 @@ class Group {
   absl::Mutex mu_;
   std::map<std::string, Backend, std::less<>> decided_
       ABSL_GUARDED_BY(mu_);  // epoch root -> backend
+  // AwaitMembers' progress (its one caller at a time writes them).
+  bool member_published_ = false;
+  std::atomic<int64_t> members_seen_{0};
+  std::atomic<bool> ready_{false};
 };
 
 class StreamGroup {

@@ -6,6 +6,8 @@
 //   <root>epoch                                   run epoch, written by rank 0
 //   <root><epoch>/backend                         the agreed backend ("gloo" / "nccl")
 //   <root><epoch>/nccl_capable/<rank>             "1" / "0", for --backend=auto
+//   <root><epoch>/member/<rank>                   a rank's sidecar has joined the run (readiness)
+//   <root><epoch>/complete                        every rank has joined (written by rank 0)
 //   <root><epoch>/s/<stream>/generation           the stream's current generation (decimal)
 //   <root><epoch>/s/<stream>/g<gen>/joined/<rank> a rank came to form this generation
 //   <root><epoch>/s/<stream>/g<gen>/<backend>/... the backend's own rendezvous keys
@@ -39,6 +41,14 @@ inline std::string Backend(absl::string_view epoch_root) {
 
 inline std::string NcclCapable(absl::string_view epoch_root, int64_t rank) {
   return absl::StrCat(epoch_root, "nccl_capable/", rank);
+}
+
+inline std::string Member(absl::string_view epoch_root, int64_t rank) {
+  return absl::StrCat(epoch_root, "member/", rank);
+}
+
+inline std::string Complete(absl::string_view epoch_root) {
+  return absl::StrCat(epoch_root, "complete");
 }
 
 inline std::string StreamRoot(absl::string_view epoch_root, absl::string_view stream) {

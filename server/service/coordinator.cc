@@ -466,7 +466,9 @@ RoundCoordinator::Stats RoundCoordinator::GetStats() const {
     stats.backend = backend_;
     if (options_.group != nullptr) {
       stats.world_size = options_.group->options().world_size;
-      stats.group_ready = !streams_.empty();
+      // Every rank has joined (the server's readiness watch), or a stream has formed (which
+      // needs every rank too); and no stream is between generations.
+      stats.group_ready = options_.group->ready() || !streams_.empty();
     }
     for (const auto& [name, stream] : streams_) {
       absl::MutexLock stream_lock(&stream->mu);

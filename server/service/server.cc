@@ -14,6 +14,7 @@
 #include "grpcpp/health_check_service_interface.h"
 #include "grpcpp/resource_quota.h"
 #include "server/base/status_macros.h"
+#include "server/collective/readiness.h"
 #include "server/service/scheduler_service.h"
 
 namespace packsched::service {
@@ -101,6 +102,9 @@ struct SchedulerServer::State {
   std::unique_ptr<RoundCoordinator> coordinator;
   std::unique_ptr<SchedulerService> service;  // outlives `server` (declared before it)
   std::unique_ptr<grpc::Server> server;
+  // With a rank group: flips the Scheduler's health to SERVING once every rank has joined.
+  // Declared last: stopped before anything it calls is destroyed.
+  std::unique_ptr<collective::ReadinessWatch> readiness;
   int port = 0;
   bool shut_down = false;
 };
@@ -155,12 +159,21 @@ absl::StatusOr<std::unique_ptr<SchedulerServer>> SchedulerServer::Start(
   }
   grpc::HealthCheckServiceInterface* health = state->server->GetHealthCheckService();
   if (health != nullptr) health->SetServingStatus(true);
+  if (health != nullptr && options.group != nullptr && options.group->options().world_size > 1) {
+    // Liveness is the server's own status (""); readiness is the Scheduler service's, NOT_SERVING
+    // until every rank of the group has joined the run.
+    const std::string service = v1::Scheduler::service_full_name();
+    health->SetServingStatus(service, false);
+    state->readiness = std::make_unique<collective::ReadinessWatch>(
+        *options.group, [health, service] { health->SetServingStatus(service, true); });
+  }
   return std::unique_ptr<SchedulerServer>(new SchedulerServer(std::move(state)));
 }
 
 void SchedulerServer::Shutdown(absl::Duration grace) {
   if (state_->shut_down) return;
   state_->shut_down = true;
+  state_->readiness.reset();  // before the health status it would set
   if (grpc::HealthCheckServiceInterface* health = state_->server->GetHealthCheckService()) {
     health->SetServingStatus(false);
   }

@@ -146,6 +146,46 @@ TEST(Group, AutoOnThisMachineFallsBackToGloo) {
   EXPECT_EQ(ranks[0]->stream->info().backend, "gloo");
 }
 
+TEST(Group, MembersAreAwaitedInSlicesUntilEveryRankHasJoined) {
+  InMemoryStore store;
+  auto ranks = MakeRanks(store, 3);
+  auto soon = [] { return absl::Now() + absl::Milliseconds(100); };
+  // Rank 2 before rank 0 has published the epoch: not complete, no error.
+  absl::StatusOr<bool> early = ranks[2]->group->AwaitMembers(soon());
+  ASSERT_TRUE(early.ok()) << early.status();
+  EXPECT_FALSE(*early);
+  // Rank 0 sees itself, then waits for rank 1 (rank 2 has not published yet either: the epoch
+  // was unknown to it).
+  absl::StatusOr<bool> zero = ranks[0]->group->AwaitMembers(soon());
+  ASSERT_TRUE(zero.ok()) << zero.status();
+  EXPECT_FALSE(*zero);
+  EXPECT_EQ(ranks[0]->group->members_seen(), 1);
+  EXPECT_FALSE(ranks[0]->group->ready());
+  ASSERT_FALSE(*ranks[1]->group->AwaitMembers(soon()));  // joins; not complete yet
+  ASSERT_FALSE(*ranks[0]->group->AwaitMembers(soon()));  // resumes: rank 1 seen, rank 2 not
+  EXPECT_EQ(ranks[0]->group->members_seen(), 2);
+  ASSERT_FALSE(*ranks[2]->group->AwaitMembers(soon()));  // joins now
+  EXPECT_TRUE(*ranks[0]->group->AwaitMembers(soon()));
+  EXPECT_EQ(ranks[0]->group->members_seen(), 3);
+  for (int64_t r = 0; r < 3; ++r) {
+    absl::StatusOr<bool> done = ranks[r]->group->AwaitMembers(soon());
+    ASSERT_TRUE(done.ok()) << done.status();
+    EXPECT_TRUE(*done) << "rank " << r;
+    EXPECT_TRUE(ranks[r]->group->ready());
+  }
+  // No stream was formed for it: readiness costs store keys only.
+  EXPECT_FALSE(ranks[0]->stream->info().formed);
+}
+
+TEST(Group, AGroupOfOneIsReadyAtOnce) {
+  GroupOptions options;
+  options.backend = Backend::kLocal;
+  auto group = Group::Create(nullptr, options);
+  ASSERT_TRUE(group.ok()) << group.status();
+  EXPECT_TRUE(*(*group)->AwaitMembers(absl::Now()));
+  EXPECT_TRUE((*group)->ready());
+}
+
 TEST(Group, ARankThatNeverComesIsNamedWhenTheGroupCannotForm) {
   InMemoryStore store;
   auto ranks = MakeRanks(store, 3);

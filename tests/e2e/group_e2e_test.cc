@@ -27,6 +27,7 @@
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "server/planner/planner.h"
+#include "tests/e2e/health_check.h"
 #include "tests/e2e/server_process.h"
 #include "tests/testing/lengths.h"
 
@@ -108,6 +109,7 @@ class Cluster {
   }
 
   SchedulerClient& client(int64_t rank) { return *clients_[rank]; }
+  std::string target(int64_t rank) const { return servers_[rank]->target(); }
   const std::string& rendezvous() const { return rendezvous_; }
   int64_t world_size() const { return world_size_; }
 
@@ -229,6 +231,41 @@ TEST(GroupE2E, TwoFourAndEightRanksAgreeOnOneK) {
       EXPECT_EQ(status->backend, "gloo");
       EXPECT_EQ(status->generation, 0);
     }
+  }
+}
+
+TEST(GroupE2E, ReadinessTurnsOnOnceEveryRankHasJoinedWithoutAnyPlan) {
+  using testing::CheckHealth;
+  using testing::Serving;
+  const std::string kScheduler = "packsched.v1.Scheduler";
+  Cluster cluster(3, absl::Seconds(10), /*start_order=*/{0, 2});
+  ASSERT_TRUE(cluster.client(0).GetStatus().ok()) << cluster.Logs();
+  // Rank 1 is not up: both servers live (""), neither ready (the Scheduler service).
+  absl::SleepFor(absl::Milliseconds(500));
+  for (int64_t r : {0, 2}) {
+    EXPECT_EQ(CheckHealth(cluster.target(r), "").value_or(Serving::kUnknown), Serving::kServing);
+    EXPECT_EQ(CheckHealth(cluster.target(r), kScheduler).value_or(Serving::kUnknown),
+              Serving::kNotServing);
+    absl::StatusOr<client::ServerStatus> status = cluster.client(r).GetStatus();
+    ASSERT_TRUE(status.ok()) << status.status();
+    EXPECT_FALSE(status->group_ready) << "rank " << r;
+  }
+
+  cluster.Start(1);
+  for (int64_t r = 0; r < 3; ++r) {
+    const absl::Time give_up = absl::Now() + absl::Seconds(10);
+    absl::StatusOr<Serving> health;
+    do {
+      health = CheckHealth(cluster.target(r), kScheduler);
+      if (health.ok() && *health == Serving::kServing) break;
+      absl::SleepFor(absl::Milliseconds(50));
+    } while (absl::Now() < give_up);
+    ASSERT_TRUE(health.ok()) << health.status();
+    EXPECT_EQ(*health, Serving::kServing) << "rank " << r << "\n" << cluster.Logs();
+    absl::StatusOr<client::ServerStatus> status = cluster.client(r).GetStatus();
+    ASSERT_TRUE(status.ok()) << status.status();
+    EXPECT_TRUE(status->group_ready) << "rank " << r;
+    EXPECT_TRUE(status->streams.empty());
   }
 }
 
