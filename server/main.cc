@@ -24,6 +24,7 @@
 #include "server/collective/backend.h"
 #include "server/collective/group.h"
 #include "server/collective/store.h"
+#include "server/service/health_probe.h"
 #include "server/service/rendezvous.h"
 #include "server/service/server.h"
 #include "spdlog/spdlog.h"
@@ -81,6 +82,13 @@ ABSL_FLAG(int64_t, max_receive_message_bytes, int64_t{64} << 20, "largest reques
 ABSL_FLAG(int64_t, max_concurrent_streams, 256, "concurrent calls per client connection");
 ABSL_FLAG(int64_t, resource_quota_bytes, int64_t{1} << 30, "gRPC memory quota, bytes");
 ABSL_FLAG(int64_t, max_threads, 64, "gRPC thread quota");
+ABSL_FLAG(std::string, probe, "",
+          "probe mode, for exec probes (Kubernetes' grpc probes dial the pod IP, not the "
+          "loopback the sidecar listens on): check the grpc.health.v1 status of the server at "
+          "this HOST:PORT, exit 0 if SERVING, else 1");
+ABSL_FLAG(std::string, probe_service, "",
+          "with --probe: '' = the process is live; packsched.v1.Scheduler = the rank group has "
+          "formed (readiness)");
 ABSL_FLAG(absl::Duration, shutdown_grace, absl::Seconds(5),
           "on SIGTERM/SIGINT, how long calls in progress may take to finish");
 
@@ -283,6 +291,22 @@ absl::StatusOr<RankGroup> GroupFromFlags(const packsched::service::ServerOptions
   return g;
 }
 
+// --probe: one health check, its outcome in the exit code and one line on stderr.
+int Probe(const std::string& target, const std::string& service) {
+  absl::StatusOr<packsched::service::Serving> serving =
+      packsched::service::CheckHealth(target, service, absl::Now() + absl::Seconds(5));
+  if (!serving.ok()) {
+    std::fprintf(stderr, "packsched-server --probe: %s\n", serving.status().ToString().c_str());
+    return 1;
+  }
+  if (*serving != packsched::service::Serving::kServing) {
+    std::fprintf(stderr, "packsched-server --probe: '%s' at %s is not serving (status %d)\n",
+                 service.c_str(), target.c_str(), static_cast<int>(*serving));
+    return 1;
+  }
+  return 0;
+}
+
 int Fail(const absl::Status& status) {
   spdlog::error("{}", status.ToString());
   return 1;
@@ -297,6 +321,9 @@ int main(int argc, char** argv) {
       !s.ok()) {
     std::fprintf(stderr, "packsched-server: %s\n", s.ToString().c_str());
     return 1;
+  }
+  if (const std::string target = absl::GetFlag(FLAGS_probe); !target.empty()) {
+    return Probe(target, absl::GetFlag(FLAGS_probe_service));
   }
   if (absl::Status s = InstallSignalHandlers(); !s.ok()) return Fail(s);
   absl::StatusOr<packsched::service::ServerOptions> options = OptionsFromFlags();

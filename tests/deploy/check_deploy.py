@@ -7,7 +7,8 @@
   exists in `packsched-server --helpfull`;
 - the Kubernetes manifest: StatefulSet replicas == --world_size, packsched is a native sidecar
   (an init container with restartPolicy: Always), the rendezvous address is rank 0's pod behind
-  the headless service (clusterIP: None, not-ready addresses published);
+  the headless service (clusterIP: None, not-ready addresses published), and its probes reach
+  the loopback port (exec `packsched-server --probe=...`; readiness = the group has formed);
 - the systemd unit: every ${VAR} it uses is defined in deploy/config/packsched.env, every
   PACKSCHED_* variable there names a real flag, and `systemd-analyze verify` accepts the unit
   (skipped when systemd-analyze is not installed).
@@ -97,8 +98,35 @@ def check_manifest(known, errors):
             rank0 = f"{sts['metadata']['name']}-0.{spec['serviceName']}:"
             if not (flags.get("rendezvous") or "").startswith(rank0):
                 errors.append(f"{where}: --rendezvous should be {rank0}PORT (rank 0's pod)")
+            check_probes(where, sidecar, flags, known, errors)
             if not any(c["name"] != sidecar["name"] for c in pod["containers"]):
                 errors.append(f"{where}: no trainer container")
+
+
+def check_probes(where, sidecar, flags, known, errors):
+    """Kubelet's grpc, tcpSocket and httpGet probes dial the pod IP: a sidecar listening on
+    loopback answers them only through an exec probe, `packsched-server --probe=<--listen>`."""
+    listen = flags.get("listen") or "127.0.0.1:50051"
+    probes = {kind: sidecar.get(kind) for kind in ("startupProbe", "livenessProbe",
+                                                   "readinessProbe") if sidecar.get(kind)}
+    if "readinessProbe" not in probes:
+        errors.append(f"{where}: the packsched sidecar has no readinessProbe (group readiness)")
+    for kind, probe in probes.items():
+        command = (probe.get("exec") or {}).get("command")
+        if listen.startswith(("127.", "localhost", "[::1]")) and not command:
+            errors.append(f"{where}: {kind} must be an exec probe: the sidecar listens on "
+                          f"{listen}, which kubelet's network probes cannot reach")
+            continue
+        if command:
+            probe_flags = flags_in(command)
+            check_flags(f"{where} {kind}", probe_flags, known, errors)
+            if probe_flags.get("probe") != listen:
+                errors.append(f"{where}: {kind} probes {probe_flags.get('probe')}, "
+                              f"not the --listen address {listen}")
+    ready = (probes.get("readinessProbe", {}).get("exec") or {}).get("command", [])
+    if ready and flags_in(ready).get("probe_service") != "packsched.v1.Scheduler":
+        errors.append(f"{where}: the readinessProbe should check --probe_service="
+                      "packsched.v1.Scheduler (the rank group has formed)")
 
 
 def env_file(path):
