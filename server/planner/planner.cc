@@ -127,7 +127,7 @@ Parts BestPlan(const Prepared& p, int64_t k_items, const Parts& seed) {
     return cost;
   };
   if (p.v.options.algorithm == Algorithm::kKarmarkarKarp) {
-    consider(KarmarkarKarp(p.costs, k_items));
+    consider(KarmarkarKarp(p.costs, p.cost_order, k_items));
   }
   const std::optional<int64_t> lpt = consider(Lpt(p.costs, p.cost_order, CountLimits(p, k_items)));
   const bool mostly_empty = 2 * static_cast<int64_t>(seed.size()) < k_items;
