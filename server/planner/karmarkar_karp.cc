@@ -15,16 +15,19 @@ namespace {
 // unique, so the sequence of tops is the one the pop/push pair would give.
 template <typename It, typename Less>
 void ReplaceTop(It first, It last, Less less) {
+  // The new top sinks as a hole: each step moves one child up, and the top lands once.
   const ptrdiff_t n = last - first;
+  auto top = std::move(first[0]);
   ptrdiff_t i = 0;
   while (true) {
     ptrdiff_t child = 2 * i + 1;
-    if (child >= n) return;
+    if (child >= n) break;
     if (child + 1 < n && less(first[child], first[child + 1])) ++child;
-    if (!less(first[i], first[child])) return;
-    std::iter_swap(first + i, first + child);
+    if (!less(top, first[child])) break;
+    first[i] = std::move(first[child]);
     i = child;
   }
+  first[i] = std::move(top);
 }
 
 // One non-empty sum of a tuple; its items form a linked list through `next`.
@@ -183,6 +186,9 @@ Parts KarmarkarKarp(absl::Span<const int64_t> costs, absl::Span<const int32_t> c
     return a.sum != b.sum ? a.sum > b.sum : a.head < b.head;
   });
   for (size_t p = 0; p < slots.size(); ++p) {
+    size_t count = 1;  // each part's list is walked twice: one allocation per part
+    for (int32_t i = slots[p].head; i != slots[p].tail; i = next[i]) ++count;
+    parts[p].reserve(count);
     for (int32_t i = slots[p].head; i != -1; i = next[i]) {
       parts[p].push_back(i);
       if (i == slots[p].tail) break;
