@@ -39,18 +39,20 @@ Parts Lpt(absl::Span<const int64_t> costs, absl::Span<const int32_t> order,
     const auto [load, p] = least.front();
     parts[p].push_back(item);
     if (static_cast<int64_t>(parts[p].size()) < limits[p]) {
-      // The part stays: its new load replaces it at the top and sinks to its place.
-      least.front() = {load + costs[item], p};
+      // The part stays: its new load replaces it at the top and sinks to its place as a hole
+      // (each step moves one child up; the entry lands once).
+      const Entry top{load + costs[item], p};
       size_t i = 0;
       const size_t n = least.size();
       while (true) {
         size_t child = 2 * i + 1;
         if (child >= n) break;
         if (child + 1 < n && greater(least[child], least[child + 1])) ++child;
-        if (!greater(least[i], least[child])) break;
-        std::swap(least[i], least[child]);
+        if (!greater(top, least[child])) break;
+        least[i] = least[child];
         i = child;
       }
+      least[i] = top;
     } else {
       std::pop_heap(least.begin(), least.end(), greater);
       least.pop_back();

@@ -24,6 +24,8 @@ struct Prepared {
   Validated v;
   std::vector<int64_t> costs;       // of v.items
   std::vector<int32_t> cost_order;  // v.items by cost descending
+  int64_t total_cost = 0;           // of v.items
+  int64_t max_cost = 0;             // of v.items (0 if none)
   int64_t lower_bound_k = 0;
   int64_t local_k = 0;
   Parts base;  // the plan at local_k, over v.items (local_k - isolated parts)
@@ -117,33 +119,37 @@ Parts BestPlan(const Prepared& p, int64_t k_items, const Parts& seed) {
   if (k_items == 0) return {};
   // One part: every candidate is the same set of items, the seed (within the capacity).
   if (k_items == 1) return WithEmptyParts(seed, 1);
-  std::vector<Parts> candidates;
+  // No partition of the items into k_items parts has a largest cost below `floor`: the largest
+  // item's cost, or the mean part cost rounded up (costs are additive and >= 0). Every candidate
+  // is such a partition (repair and rebalance only move and swap items), so once one reaches
+  // `floor` no later candidate can be strictly better, and ties go to the earlier: the rest are
+  // skipped without changing the choice.
+  const int64_t floor = std::max(p.max_cost, CeilDiv(p.total_cost, k_items));
+  Parts best;
+  std::optional<int64_t> best_cost;
   auto consider = [&](Parts parts) -> std::optional<int64_t> {
     LocalSearch search(p.v.items, p.v.capacity, std::move(parts));
     if (!search.Repair()) return std::nullopt;
     search.Rebalance(/*keep_counts=*/false);
     const int64_t cost = search.max_cost();
-    candidates.push_back(search.Take());
+    if (!best_cost || cost < *best_cost) {  // ties: the earlier candidate
+      best = search.Take();
+      best_cost = cost;
+    }
     return cost;
   };
+  auto settled = [&] { return best_cost && *best_cost <= floor; };
   if (p.v.options.algorithm == Algorithm::kKarmarkarKarp) {
     consider(KarmarkarKarp(p.costs, p.cost_order, k_items));
   }
+  if (settled()) return best;
   const std::optional<int64_t> lpt = consider(Lpt(p.costs, p.cost_order, CountLimits(p, k_items)));
+  if (settled()) return best;
   const bool mostly_empty = 2 * static_cast<int64_t>(seed.size()) < k_items;
   if (!mostly_empty || !lpt || *lpt > MaxCost(seed, p.v.items)) {
     consider(WithEmptyParts(seed, k_items));
   }
-  size_t best = 0;
-  int64_t best_cost = MaxCost(candidates[0], p.v.items);
-  for (size_t c = 1; c < candidates.size(); ++c) {
-    const int64_t cost = MaxCost(candidates[c], p.v.items);
-    if (cost < best_cost) {
-      best = c;
-      best_cost = cost;
-    }
-  }
-  return std::move(candidates[best]);
+  return best;
 }
 
 // equal_size: n / k sequences per part, cost balanced by LPT under exact counts and swaps.
@@ -189,6 +195,8 @@ absl::StatusOr<Problem> Problem::Create(absl::Span<const int64_t> lengths,
   for (const internal::Item& item : v.items) {
     p->costs.push_back(item.cost);
     aligned_total += item.aligned;
+    p->total_cost += item.cost;  // Validate checked that the total fits int64
+    p->max_cost = std::max(p->max_cost, item.cost);
   }
   p->cost_order = internal::OrderByCostDesc(p->costs);
 
