@@ -7,22 +7,19 @@
 #include <utility>
 #include <vector>
 
+#include "server/planner/lpt.h"
+
 namespace packsched::planner::internal {
 namespace {
 
 constexpr int64_t kClosed = -1;
 constexpr int64_t kUnbounded = std::numeric_limits<int64_t>::max();
 
-// Sorted as (-aligned, position) pairs: unique keys, so the order is the stable one.
+// Positions by aligned length descending, ties by position.
 std::vector<int32_t> ByAlignedDesc(absl::Span<const Item> items) {
-  std::vector<std::pair<int64_t, int32_t>> keys(items.size());
-  for (size_t i = 0; i < items.size(); ++i) {
-    keys[i] = {-items[i].aligned, static_cast<int32_t>(i)};
-  }
-  std::sort(keys.begin(), keys.end());
-  std::vector<int32_t> order(items.size());
-  for (size_t i = 0; i < keys.size(); ++i) order[i] = keys[i].second;
-  return order;
+  std::vector<int64_t> aligned(items.size());
+  for (size_t i = 0; i < items.size(); ++i) aligned[i] = items[i].aligned;
+  return OrderByCostDesc(aligned);
 }
 
 // Bins filled in aligned-descending order. A bin's key says what still fits, as one integer:

@@ -1,6 +1,7 @@
 #include "server/planner/lpt.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <functional>
 #include <numeric>
 #include <utility>
@@ -9,13 +10,41 @@
 namespace packsched::planner::internal {
 
 std::vector<int32_t> OrderByCostDesc(absl::Span<const int64_t> costs) {
-  // Sorted as (-cost, position) pairs (costs are >= 0): unique keys, so the order is the
-  // stable one, without an indirect comparison per step.
-  std::vector<std::pair<int64_t, int32_t>> keys(costs.size());
-  for (size_t i = 0; i < costs.size(); ++i) keys[i] = {-costs[i], static_cast<int32_t>(i)};
-  std::sort(keys.begin(), keys.end());
-  std::vector<int32_t> order(costs.size());
-  for (size_t i = 0; i < keys.size(); ++i) order[i] = keys[i].second;
+  const size_t n = costs.size();
+  std::vector<int32_t> order(n);
+  if (n < 64) {
+    // Sorted as (-cost, position) pairs (costs are >= 0): unique keys, so the order is the
+    // stable one, without an indirect comparison per step.
+    std::vector<std::pair<int64_t, int32_t>> keys(n);
+    for (size_t i = 0; i < n; ++i) keys[i] = {-costs[i], static_cast<int32_t>(i)};
+    std::sort(keys.begin(), keys.end());
+    for (size_t i = 0; i < n; ++i) order[i] = keys[i].second;
+    return order;
+  }
+  // Least-significant-digit radix sort of max - cost (ascending: cost descending), one byte a
+  // pass, only as many passes as the largest key has bytes. Each pass is stable and the first
+  // starts from position order, so equal costs stay in position order: the same order as the
+  // sort above, in O(n) per pass instead of O(n log n) comparisons.
+  struct Entry {
+    uint64_t key;
+    int32_t position;
+  };
+  const int64_t max = *std::max_element(costs.begin(), costs.end());
+  std::vector<Entry> from(n), to(n);
+  uint64_t largest = 0;
+  for (size_t i = 0; i < n; ++i) {
+    from[i] = {static_cast<uint64_t>(max) - static_cast<uint64_t>(costs[i]),
+               static_cast<int32_t>(i)};
+    largest = std::max(largest, from[i].key);
+  }
+  for (int shift = 0; shift < 64 && (largest >> shift) != 0; shift += 8) {
+    size_t start[257] = {};
+    for (const Entry& e : from) ++start[((e.key >> shift) & 0xff) + 1];
+    for (int d = 0; d < 256; ++d) start[d + 1] += start[d];
+    for (const Entry& e : from) to[start[(e.key >> shift) & 0xff]++] = e;
+    from.swap(to);
+  }
+  for (size_t i = 0; i < n; ++i) order[i] = from[i].position;
   return order;
 }
 
