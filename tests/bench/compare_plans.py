@@ -10,7 +10,8 @@ build/bin/packsched before the first change), then:
 Inputs: tests/bench/gen_lengths.py realistic mixes, n in {1, 7, 64, 1024, 4096} (a few seeds),
 caps 4,096 / 16,384 / 65,536, kk and lpt, crossed with option variants (cap mode, attention
 cost, max_seqs_per_micro_batch, align_to, divisible_by, overlong isolate/drop, order,
-min_micro_batches, fixed --num_parts, equal_size). Each case runs both CLIs with --format=json
+min_micro_batches, fixed --num_parts, equal_size); the packers ffd, bfd and sequential with a
+few variants each. Each case runs both CLIs with --format=json
 and compares stdout, stderr and the exit status. Prints the count compared and every mismatch;
 exits 1 on any mismatch. The one field that differs between runs of the same binary, the JSON's
 "timing" object (wall time), is removed before comparing. Not part of the test command (it needs
@@ -51,6 +52,15 @@ VARIANTS = (
     ["--overlong=isolate", "--cost=attention", "--attention_cost=1,0"],
 )
 
+# Dataset packing (PackDataset): the packers over every (n, cap).
+PACKERS = ("ffd", "bfd", "sequential")
+PACKER_VARIANTS = (
+    ["--overlong=isolate"],
+    ["--overlong=drop", "--cap_mode=padded", "--order=index"],
+    ["--overlong=isolate", "--cost=attention", "--align_to=64", "--order=interleave"],
+    ["--overlong=drop", "--max_seqs_per_micro_batch=5"],
+)
+
 # Fixed-k cases: (num_parts as a multiple of the n-dependent scale, extra flags).
 FIXED_K = (
     (1, ["--overlong=isolate"]),
@@ -65,6 +75,8 @@ def cases(seeds):
     for n, seed in itertools.product(SIZES, seeds):
         lengths = realistic_rl_lengths(n, seed)
         for cap, algorithm, variant in itertools.product(CAPS, ALGORITHMS, VARIANTS):
+            yield lengths, [f"--algorithm={algorithm}", f"--max_token_len={cap}"] + variant
+        for cap, algorithm, variant in itertools.product(CAPS, PACKERS, PACKER_VARIANTS):
             yield lengths, [f"--algorithm={algorithm}", f"--max_token_len={cap}"] + variant
         for algorithm, (k, extra) in itertools.product(ALGORITHMS, FIXED_K):
             flags = [f"--algorithm={algorithm}", f"--num_parts={k}"] + extra
