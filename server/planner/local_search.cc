@@ -140,13 +140,14 @@ bool LocalSearch::TrySwap(int32_t p, int32_t q, int64_t gap) {
   const int64_t target = gap / 2;
   int64_t best_distance = gap;
   size_t best_p = 0, best_q = 0;
+  // `at`: the first slot of q whose cost is >= want (a lower bound). p's slots are in cost
+  // order, so want never decreases from one sp to the next and `at` only moves forward: one
+  // pass over q instead of a binary search per item of p.
+  ptrdiff_t at = 0;
   for (size_t sp = 0; sp < parts_[p].size() && budget_ > 0; ++sp) {
     const Item& give = items_[parts_[p][sp]];
     const int64_t want = give.cost - target;  // the c_j that makes the difference gap / 2
-    auto it = std::lower_bound(in_q.begin(), in_q.end(), want, [&](int32_t position, int64_t w) {
-      return items_[position].cost < w;
-    });
-    const ptrdiff_t at = it - in_q.begin();
+    while (at < static_cast<ptrdiff_t>(in_q.size()) && items_[in_q[at]].cost < want) ++at;
     for (ptrdiff_t j = std::max<ptrdiff_t>(0, at - 1);
          j < std::min<ptrdiff_t>(static_cast<ptrdiff_t>(in_q.size()), at + 1); ++j) {
       --budget_;
