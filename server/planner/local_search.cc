@@ -19,7 +19,8 @@ constexpr size_t kNodeBytes = 64;
 
 }  // namespace
 
-LocalSearch::LocalSearch(absl::Span<const Item> items, const Capacity& capacity, Parts parts)
+LocalSearch::LocalSearch(absl::Span<const Item> items, const Capacity& capacity, Parts parts,
+                         absl::Span<const int32_t> by_cost)
     : items_(items),
       capacity_(capacity),
       parts_(std::move(parts)),
@@ -33,8 +34,20 @@ LocalSearch::LocalSearch(absl::Span<const Item> items, const Capacity& capacity,
   // serves as both.
   std::vector<std::pair<int64_t, int32_t>> costs(parts_.size()), aligned;
   if (!cost_is_aligned_) aligned.resize(parts_.size());
+  if (!by_cost.empty()) {
+    // Every part's items in (cost, position) order at once: each item is appended to its part
+    // in the global order (the key is unique, so this is the order a sort would give).
+    std::vector<int32_t> part_of(items_.size(), -1);
+    for (int32_t p = 0; p < static_cast<int32_t>(parts_.size()); ++p) {
+      for (int32_t position : parts_[p]) part_of[position] = p;
+      parts_[p].clear();  // keeps its capacity
+    }
+    for (int32_t position : by_cost) {
+      if (part_of[position] >= 0) parts_[part_of[position]].push_back(position);
+    }
+  }
   for (int32_t p = 0; p < static_cast<int32_t>(parts_.size()); ++p) {
-    std::sort(parts_[p].begin(), parts_[p].end(), ByCost());
+    if (by_cost.empty()) std::sort(parts_[p].begin(), parts_[p].end(), ByCost());
     costs[p] = {loads_[p].cost, p};
     if (!cost_is_aligned_) aligned[p] = {loads_[p].aligned, p};
   }

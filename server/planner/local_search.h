@@ -21,7 +21,10 @@ namespace packsched::planner::internal {
 // from the input size, so a call always terminates in O((n + k) log) steps per unit of budget.
 class LocalSearch {
  public:
-  LocalSearch(absl::Span<const Item> items, const Capacity& capacity, Parts parts);
+  // `by_cost`, if given, lists every item's position in (cost, position) order, the order each
+  // part is kept in: the parts are then put in order by one pass over it, not a sort each.
+  LocalSearch(absl::Span<const Item> items, const Capacity& capacity, Parts parts,
+              absl::Span<const int32_t> by_cost = {});
   // The part indexes allocate from a member: neither copyable nor movable.
   LocalSearch(const LocalSearch&) = delete;
   LocalSearch& operator=(const LocalSearch&) = delete;

@@ -23,7 +23,8 @@ namespace internal {
 struct Prepared {
   Validated v;
   std::vector<int64_t> costs;       // of v.items
-  std::vector<int32_t> cost_order;  // v.items by cost descending
+  std::vector<int32_t> cost_order;  // v.items by cost descending (ties: position ascending)
+  std::vector<int32_t> by_cost;     // v.items by (cost, position) ascending: LocalSearch's order
   int64_t total_cost = 0;           // of v.items
   int64_t max_cost = 0;             // of v.items (0 if none)
   int64_t lower_bound_k = 0;
@@ -42,7 +43,7 @@ Parts WithEmptyParts(Parts parts, int64_t k) {
 
 // `parts` brought within the capacity by moves, or nullopt if moves cannot do it.
 std::optional<Parts> WithinCapacity(const Prepared& p, Parts parts) {
-  LocalSearch search(p.v.items, p.v.capacity, std::move(parts));
+  LocalSearch search(p.v.items, p.v.capacity, std::move(parts), p.by_cost);
   if (!search.Repair()) return std::nullopt;
   return search.Take();
 }
@@ -115,10 +116,10 @@ std::pair<int64_t, Parts> FewestParts(const Prepared& p, int64_t lo) {
 // skipped: rebalancing it is one single-item move per sequence that rebuilds what LPT did.
 // The test reads LPT's candidate alone, so kk and lpt make the same choice and kk's
 // candidates still include all of lpt's.
-Parts BestPlan(const Prepared& p, int64_t k_items, const Parts& seed) {
+Parts BestPlan(const Prepared& p, int64_t k_items, Parts seed) {
   if (k_items == 0) return {};
   // One part: every candidate is the same set of items, the seed (within the capacity).
-  if (k_items == 1) return WithEmptyParts(seed, 1);
+  if (k_items == 1) return WithEmptyParts(std::move(seed), 1);
   // No partition of the items into k_items parts has a largest cost below `floor`: the largest
   // item's cost, or the mean part cost rounded up (costs are additive and >= 0). Every candidate
   // is such a partition (repair and rebalance only move and swap items), so once one reaches
@@ -128,7 +129,7 @@ Parts BestPlan(const Prepared& p, int64_t k_items, const Parts& seed) {
   Parts best;
   std::optional<int64_t> best_cost;
   auto consider = [&](Parts parts) -> std::optional<int64_t> {
-    LocalSearch search(p.v.items, p.v.capacity, std::move(parts));
+    LocalSearch search(p.v.items, p.v.capacity, std::move(parts), p.by_cost);
     if (!search.Repair()) return std::nullopt;
     search.Rebalance(/*keep_counts=*/false);
     const int64_t cost = search.max_cost();
@@ -147,7 +148,7 @@ Parts BestPlan(const Prepared& p, int64_t k_items, const Parts& seed) {
   if (settled()) return best;
   const bool mostly_empty = 2 * static_cast<int64_t>(seed.size()) < k_items;
   if (!mostly_empty || !lpt || *lpt > MaxCost(seed, p.v.items)) {
-    consider(WithEmptyParts(seed, k_items));
+    consider(WithEmptyParts(std::move(seed), k_items));
   }
   return best;
 }
@@ -156,7 +157,7 @@ Parts BestPlan(const Prepared& p, int64_t k_items, const Parts& seed) {
 Parts EqualSizePlan(const Prepared& p, int64_t k) {
   const int64_t n = static_cast<int64_t>(p.v.items.size());
   const std::vector<int64_t> limits(k, n / k);
-  LocalSearch search(p.v.items, Capacity(), Lpt(p.costs, p.cost_order, limits));
+  LocalSearch search(p.v.items, Capacity(), Lpt(p.costs, p.cost_order, limits), p.by_cost);
   search.Rebalance(/*keep_counts=*/true);
   return search.Take();
 }
@@ -199,6 +200,15 @@ absl::StatusOr<Problem> Problem::Create(absl::Span<const int64_t> lengths,
     p->max_cost = std::max(p->max_cost, item.cost);
   }
   p->cost_order = internal::OrderByCostDesc(p->costs);
+  // cost_order reversed is cost ascending with ties by position descending: each run of equal
+  // costs is reversed back.
+  p->by_cost.assign(p->cost_order.rbegin(), p->cost_order.rend());
+  for (size_t run = 0; run < p->by_cost.size();) {
+    size_t end = run + 1;
+    while (end < p->by_cost.size() && p->costs[p->by_cost[end]] == p->costs[p->by_cost[run]]) ++end;
+    std::reverse(p->by_cost.begin() + run, p->by_cost.begin() + end);
+    run = end;
+  }
 
   int64_t lb_items = n_items > 0 ? 1 : 0;
   if (n_items > 0 && v.capacity.has_cap() && !options.equal_size) {
@@ -230,7 +240,7 @@ absl::StatusOr<Problem> Problem::Create(absl::Span<const int64_t> lengths,
   }
   p->local_k = *local_k;
   if (!options.equal_size) {
-    p->base = internal::BestPlan(*p, p->local_k - n_isolated, witness);
+    p->base = internal::BestPlan(*p, p->local_k - n_isolated, std::move(witness));
   }
   return Problem(std::move(p));
 }
