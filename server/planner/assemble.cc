@@ -18,13 +18,6 @@ struct PartKey {
   int32_t part = 0;  // < parts.size(): parts[part]; else v.isolated[part - parts.size()]
 };
 
-// The positions of one part in ascending order (= original index order: v.items is in input
-// order). `sorted` is the caller's scratch.
-void SortedPositions(const std::vector<int32_t>& positions, std::vector<int32_t>& sorted) {
-  sorted.assign(positions.begin(), positions.end());
-  std::sort(sorted.begin(), sorted.end());
-}
-
 // A part over `count` items in index order, item j being `item_at(j)`.
 template <typename ItemAt>
 MicroBatch MakePart(size_t count, ItemAt item_at, const Validated& v, bool overlong) {
@@ -85,16 +78,30 @@ void Order(std::vector<PartKey>& keys, PartOrder order) {
 
 MicroBatchPlan Assemble(const Validated& v, const Parts& parts, int64_t lower_bound_k,
                         int64_t local_k) {
+  // Every part's positions in ascending order (= original index order: v.items is in input
+  // order), laid out part after part by one pass over the positions instead of a sort per part.
+  std::vector<int32_t> begin(parts.size() + 1, 0);
+  for (size_t p = 0; p < parts.size(); ++p) {
+    begin[p + 1] = begin[p] + static_cast<int32_t>(parts[p].size());
+  }
+  std::vector<int32_t> part_of(v.items.size(), -1);
+  for (size_t p = 0; p < parts.size(); ++p) {
+    for (int32_t position : parts[p]) part_of[position] = static_cast<int32_t>(p);
+  }
+  std::vector<int32_t> sorted(begin.back());
+  {
+    std::vector<int32_t> cursor(begin.begin(), begin.end() - 1);
+    for (int32_t position = 0; position < static_cast<int32_t>(v.items.size()); ++position) {
+      if (part_of[position] >= 0) sorted[cursor[part_of[position]]++] = position;
+    }
+  }
+
   std::vector<PartKey> keys(parts.size() + v.isolated.size());
   for (size_t p = 0; p < parts.size(); ++p) {
     PartKey& key = keys[p];
     key.part = static_cast<int32_t>(p);
-    int32_t first = std::numeric_limits<int32_t>::max();
-    for (int32_t position : parts[p]) {
-      key.cost += v.items[position].cost;
-      first = std::min(first, position);
-    }
-    if (!parts[p].empty()) key.first_index = v.items[first].index;
+    for (int32_t s = begin[p]; s < begin[p + 1]; ++s) key.cost += v.items[sorted[s]].cost;
+    if (begin[p] < begin[p + 1]) key.first_index = v.items[sorted[begin[p]]].index;
   }
   for (size_t i = 0; i < v.isolated.size(); ++i) {
     PartKey& key = keys[parts.size() + i];
@@ -106,13 +113,12 @@ MicroBatchPlan Assemble(const Validated& v, const Parts& parts, int64_t lower_bo
 
   MicroBatchPlan plan;
   plan.parts.reserve(keys.size());
-  std::vector<int32_t> sorted;  // reused for every part
   for (const PartKey& key : keys) {
     if (static_cast<size_t>(key.part) < parts.size()) {
-      SortedPositions(parts[key.part], sorted);
+      const int32_t* members = sorted.data() + begin[key.part];
       plan.parts.push_back(MakePart(
-          sorted.size(), [&](size_t j) -> const Item& { return v.items[sorted[j]]; }, v,
-          /*overlong=*/false));
+          begin[key.part + 1] - begin[key.part],
+          [&](size_t j) -> const Item& { return v.items[members[j]]; }, v, /*overlong=*/false));
     } else {
       const Item& item = v.isolated[key.part - parts.size()];
       plan.parts.push_back(MakePart(
