@@ -228,14 +228,22 @@ bool LocalSearch::RepairBySwap(int32_t p) {
     bool found = false;
     int64_t best_score = 0;
     size_t best_p = 0, best_q = 0;
+    ptrdiff_t at = 0;
     for (size_t sp = 0; sp < parts_[p].size() && budget_ > 0; ++sp) {
       const Item& give = items_[parts_[p][sp]];
       // Any q item no longer than give.aligned - overflow clears p's overflow; probe the few
       // lengths around that boundary.
       const int64_t want = give.aligned - std::max<int64_t>(overflow, 1);
-      const ptrdiff_t at = std::upper_bound(in_q.begin(), in_q.end(), want,
-                                            [&](int64_t w, size_t s) { return w < aligned_q(s); }) -
-                           in_q.begin();
+      // `at`: the first slot of q longer than want (an upper bound). With costs equal to
+      // aligned lengths p's slots are in aligned order too, want never decreases from one sp
+      // to the next, and `at` only moves forward (one pass over q); else a binary search.
+      if (cost_is_aligned_) {
+        while (at < static_cast<ptrdiff_t>(in_q.size()) && aligned_q(in_q[at]) <= want) ++at;
+      } else {
+        at = std::upper_bound(in_q.begin(), in_q.end(), want,
+                              [&](int64_t w, size_t s) { return w < aligned_q(s); }) -
+             in_q.begin();
+      }
       for (ptrdiff_t j = std::max<ptrdiff_t>(0, at - 2);
            j < std::min<ptrdiff_t>(static_cast<ptrdiff_t>(in_q.size()), at + 2); ++j) {
         --budget_;
