@@ -55,6 +55,14 @@ LocalSearch::LocalSearch(absl::Span<const Item> items, const Capacity& capacity,
   std::sort(aligned.begin(), aligned.end());
   by_cost_.insert(costs.begin(), costs.end());
   by_aligned_.insert(aligned.begin(), aligned.end());
+  cost_node_.resize(parts_.size());
+  for (auto it = by_cost_.begin(); it != by_cost_.end(); ++it) cost_node_[it->second] = it;
+  if (!cost_is_aligned_) {
+    aligned_node_.resize(parts_.size());
+    for (auto it = by_aligned_.begin(); it != by_aligned_.end(); ++it) {
+      aligned_node_[it->second] = it;
+    }
+  }
   budget_ = 8 * static_cast<int64_t>(items_.size() + parts_.size()) + 1024;
 }
 
@@ -80,32 +88,32 @@ void LocalSearch::Insert(int32_t q, int32_t position) {
   part.insert(std::upper_bound(part.begin(), part.end(), position, ByCost()), position);
 }
 
-void LocalSearch::Reindex(int32_t p, const PartLoad& before) {
+void LocalSearch::Reindex(int32_t p) {
   // Re-keys p's nodes in place (extract, edit, insert): no allocation per step.
-  auto cost_node = by_cost_.extract({before.cost, p});
+  // The stored node is p's (still under its old key); the next one is the insertion hint, right
+  // whenever the new key keeps p's place, else the insert searches as usual.
+  auto cost_hint = std::next(cost_node_[p]);
+  auto cost_node = by_cost_.extract(cost_node_[p]);
   cost_node.value().first = loads_[p].cost;
-  by_cost_.insert(std::move(cost_node));
+  cost_node_[p] = by_cost_.insert(cost_hint, std::move(cost_node));
   if (cost_is_aligned_) return;
-  auto aligned_node = by_aligned_.extract({before.aligned, p});
+  auto aligned_hint = std::next(aligned_node_[p]);
+  auto aligned_node = by_aligned_.extract(aligned_node_[p]);
   aligned_node.value().first = loads_[p].aligned;
-  by_aligned_.insert(std::move(aligned_node));
+  aligned_node_[p] = by_aligned_.insert(aligned_hint, std::move(aligned_node));
 }
 
 void LocalSearch::Move(int32_t p, size_t slot, int32_t q) {
-  const PartLoad before_p = loads_[p];
-  const PartLoad before_q = loads_[q];
   const int32_t position = parts_[p][slot];
   loads_[p] = Replaced(p, slot, nullptr);
   parts_[p].erase(parts_[p].begin() + static_cast<ptrdiff_t>(slot));
   Insert(q, position);
   loads_[q].Add(items_[position]);
-  Reindex(p, before_p);
-  Reindex(q, before_q);
+  Reindex(p);
+  Reindex(q);
 }
 
 void LocalSearch::Swap(int32_t p, size_t slot_p, int32_t q, size_t slot_q) {
-  const PartLoad before_p = loads_[p];
-  const PartLoad before_q = loads_[q];
   const PartLoad after_p = Replaced(p, slot_p, &items_[parts_[q][slot_q]]);
   const PartLoad after_q = Replaced(q, slot_q, &items_[parts_[p][slot_p]]);
   const int32_t from_p = parts_[p][slot_p];
@@ -116,8 +124,8 @@ void LocalSearch::Swap(int32_t p, size_t slot_p, int32_t q, size_t slot_q) {
   Insert(q, from_p);
   loads_[p] = after_p;
   loads_[q] = after_q;
-  Reindex(p, before_p);
-  Reindex(q, before_q);
+  Reindex(p);
+  Reindex(q);
 }
 
 bool LocalSearch::TryMove(int32_t p, int32_t q, int64_t gap) {
