@@ -5,6 +5,8 @@
 #include <utility>
 #include <vector>
 
+#include "server/planner/lpt.h"
+
 namespace packsched::planner::internal {
 namespace {
 
@@ -29,11 +31,6 @@ LocalSearch::LocalSearch(absl::Span<const Item> items, const Capacity& capacity,
   loads_ = LoadsOf(parts_, items_);
   cost_is_aligned_ = std::all_of(items_.begin(), items_.end(),
                                  [](const Item& item) { return item.cost == item.aligned; });
-  // Both indexes are built from sorted keys (a linear-time set construction). When every cost
-  // is the aligned length (the tokens cost model) the two would hold the same keys: by_cost_
-  // serves as both.
-  std::vector<std::pair<int64_t, int32_t>> costs(parts_.size()), aligned;
-  if (!cost_is_aligned_) aligned.resize(parts_.size());
   if (!by_cost.empty()) {
     // Every part's items in (cost, position) order at once: each item is appended to its part
     // in the global order (the key is unique, so this is the order a sort would give).
@@ -45,23 +42,24 @@ LocalSearch::LocalSearch(absl::Span<const Item> items, const Capacity& capacity,
     for (int32_t position : by_cost) {
       if (part_of[position] >= 0) parts_[part_of[position]].push_back(position);
     }
+  } else {
+    for (std::vector<int32_t>& part : parts_) std::sort(part.begin(), part.end(), ByCost());
   }
-  for (int32_t p = 0; p < static_cast<int32_t>(parts_.size()); ++p) {
-    if (by_cost.empty()) std::sort(parts_[p].begin(), parts_[p].end(), ByCost());
-    costs[p] = {loads_[p].cost, p};
-    if (!cost_is_aligned_) aligned[p] = {loads_[p].aligned, p};
-  }
-  std::sort(costs.begin(), costs.end());
-  std::sort(aligned.begin(), aligned.end());
-  by_cost_.insert(costs.begin(), costs.end());
-  by_aligned_.insert(aligned.begin(), aligned.end());
-  cost_node_.resize(parts_.size());
-  for (auto it = by_cost_.begin(); it != by_cost_.end(); ++it) cost_node_[it->second] = it;
+  // Both indexes are built from keys in ascending (key, part) order, each node placed at the
+  // end (a linear-time set construction). When every cost is the aligned length (the tokens
+  // cost model) the two would hold the same keys: by_cost_ serves as both.
+  auto build = [&](std::pmr::set<std::pair<int64_t, int32_t>>& index, auto key_of,
+                   std::vector<std::pmr::set<std::pair<int64_t, int32_t>>::iterator>& nodes) {
+    std::vector<int64_t> keys(parts_.size());
+    for (size_t p = 0; p < parts_.size(); ++p) keys[p] = key_of(loads_[p]);
+    nodes.resize(parts_.size());
+    for (int32_t p : OrderByCostAsc(keys)) nodes[p] = index.emplace_hint(index.end(), keys[p], p);
+  };
+  build(
+      by_cost_, [](const PartLoad& load) { return load.cost; }, cost_node_);
   if (!cost_is_aligned_) {
-    aligned_node_.resize(parts_.size());
-    for (auto it = by_aligned_.begin(); it != by_aligned_.end(); ++it) {
-      aligned_node_[it->second] = it;
-    }
+    build(
+        by_aligned_, [](const PartLoad& load) { return load.aligned; }, aligned_node_);
   }
   budget_ = 8 * static_cast<int64_t>(items_.size() + parts_.size()) + 1024;
 }

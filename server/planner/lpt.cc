@@ -9,32 +9,38 @@
 
 namespace packsched::planner::internal {
 
-std::vector<int32_t> OrderByCostDesc(absl::Span<const int64_t> costs) {
+namespace {
+
+// Positions 0..n-1 by cost (descending or ascending), ties by position ascending.
+std::vector<int32_t> OrderByCost(absl::Span<const int64_t> costs, bool descending) {
   const size_t n = costs.size();
   std::vector<int32_t> order(n);
   if (n < 64) {
-    // Sorted as (-cost, position) pairs (costs are >= 0): unique keys, so the order is the
-    // stable one, without an indirect comparison per step.
+    // Sorted as (+-cost, position) pairs: unique keys, so the order is the stable one, without
+    // an indirect comparison per step.
     std::vector<std::pair<int64_t, int32_t>> keys(n);
-    for (size_t i = 0; i < n; ++i) keys[i] = {-costs[i], static_cast<int32_t>(i)};
+    for (size_t i = 0; i < n; ++i) {
+      keys[i] = {descending ? -costs[i] : costs[i], static_cast<int32_t>(i)};
+    }
     std::sort(keys.begin(), keys.end());
     for (size_t i = 0; i < n; ++i) order[i] = keys[i].second;
     return order;
   }
-  // Least-significant-digit radix sort of max - cost (ascending: cost descending), one byte a
-  // pass, only as many passes as the largest key has bytes. Each pass is stable and the first
-  // starts from position order, so equal costs stay in position order: the same order as the
-  // sort above, in O(n) per pass instead of O(n log n) comparisons.
+  // Least-significant-digit radix sort of max - cost (descending) or cost - min (ascending),
+  // one byte a pass, only as many passes as the largest key has bytes. Each pass is stable and
+  // the first starts from position order, so equal costs stay in position order: the same order
+  // as the sort above, in O(n) per pass instead of O(n log n) comparisons.
   struct Entry {
     uint64_t key;
     int32_t position;
   };
-  const int64_t max = *std::max_element(costs.begin(), costs.end());
+  const auto [min, max] = std::minmax_element(costs.begin(), costs.end());
+  const uint64_t base = static_cast<uint64_t>(descending ? *max : *min);
   std::vector<Entry> from(n), to(n);
   uint64_t largest = 0;
   for (size_t i = 0; i < n; ++i) {
-    from[i] = {static_cast<uint64_t>(max) - static_cast<uint64_t>(costs[i]),
-               static_cast<int32_t>(i)};
+    const uint64_t cost = static_cast<uint64_t>(costs[i]);
+    from[i] = {descending ? base - cost : cost - base, static_cast<int32_t>(i)};
     largest = std::max(largest, from[i].key);
   }
   for (int shift = 0; shift < 64 && (largest >> shift) != 0; shift += 8) {
@@ -46,6 +52,16 @@ std::vector<int32_t> OrderByCostDesc(absl::Span<const int64_t> costs) {
   }
   for (size_t i = 0; i < n; ++i) order[i] = from[i].position;
   return order;
+}
+
+}  // namespace
+
+std::vector<int32_t> OrderByCostDesc(absl::Span<const int64_t> costs) {
+  return OrderByCost(costs, /*descending=*/true);
+}
+
+std::vector<int32_t> OrderByCostAsc(absl::Span<const int64_t> costs) {
+  return OrderByCost(costs, /*descending=*/false);
 }
 
 Parts Lpt(absl::Span<const int64_t> costs, absl::Span<const int32_t> order,

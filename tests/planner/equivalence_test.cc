@@ -39,13 +39,18 @@ std::vector<int32_t> StableOrderByCostDesc(const std::vector<int64_t>& costs) {
   return order;
 }
 
-TEST(OrderByCostDesc, MatchesStableSortAcrossSizesAndRanges) {
+TEST(OrderByCost, MatchesStableSortAcrossSizesAndRanges) {
   for (int64_t n : {0, 1, 2, 63, 64, 65, 200, 1000, 5000}) {
     for (int64_t spread : {int64_t{0}, int64_t{3}, int64_t{255}, int64_t{256}, int64_t{70000},
                            int64_t{1} << 40, int64_t{1} << 62}) {
       const std::vector<int64_t> costs = RandomCosts(n, spread, static_cast<uint64_t>(n + spread));
       EXPECT_EQ(OrderByCostDesc(costs), StableOrderByCostDesc(costs))
           << "n " << n << " spread " << spread;
+      std::vector<int32_t> ascending(costs.size());
+      std::iota(ascending.begin(), ascending.end(), 0);
+      std::stable_sort(ascending.begin(), ascending.end(),
+                       [&](int32_t a, int32_t b) { return costs[a] < costs[b]; });
+      EXPECT_EQ(OrderByCostAsc(costs), ascending) << "n " << n << " spread " << spread;
     }
   }
 }
