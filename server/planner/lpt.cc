@@ -64,6 +64,45 @@ std::vector<int32_t> OrderByCostAsc(absl::Span<const int64_t> costs) {
   return OrderByCost(costs, /*descending=*/false);
 }
 
+namespace {
+
+// Lpt with each (load, part) heap entry packed into one integer, load << shift | part, which
+// orders as the pair does: one comparison per step and a branch-free choice of child. For many
+// parts, where the heap is deep. REQUIRES: every load fits 63 - shift bits.
+void PackedLpt(absl::Span<const int64_t> costs, absl::Span<const int32_t> order,
+               absl::Span<const int64_t> limits, int shift, Parts& parts) {
+  const uint64_t part_mask = (uint64_t{1} << shift) - 1;
+  std::vector<uint64_t> least;  // min-heap; ascending part ids: already a heap
+  least.reserve(limits.size());
+  for (size_t p = 0; p < limits.size(); ++p) {
+    if (limits[p] > 0) least.push_back(p);
+  }
+  for (int32_t item : order) {
+    const uint64_t top = least.front();
+    const size_t p = top & part_mask;
+    parts[p].push_back(item);
+    if (static_cast<int64_t>(parts[p].size()) < limits[p]) {
+      const uint64_t entry = top + (static_cast<uint64_t>(costs[item]) << shift);
+      size_t i = 0;
+      const size_t n = least.size();
+      while (true) {
+        size_t child = 2 * i + 1;
+        if (child >= n) break;
+        if (child + 1 < n) child += least[child + 1] < least[child];
+        if (entry <= least[child]) break;  // keys are unique: entry < least[child]
+        least[i] = least[child];
+        i = child;
+      }
+      least[i] = entry;
+    } else {
+      std::pop_heap(least.begin(), least.end(), std::greater<uint64_t>());
+      least.pop_back();
+    }
+  }
+}
+
+}  // namespace
+
 Parts Lpt(absl::Span<const int64_t> costs, absl::Span<const int32_t> order,
           absl::Span<const int64_t> limits) {
   const int64_t k = static_cast<int64_t>(limits.size());
@@ -71,6 +110,17 @@ Parts Lpt(absl::Span<const int64_t> costs, absl::Span<const int32_t> order,
   // Room for twice the mean count: most parts never reallocate.
   const size_t room = k > 0 ? 2 * (order.size() / static_cast<size_t>(k)) + 2 : 0;
   for (std::vector<int32_t>& part : parts) part.reserve(room);
+  // Many parts, and every load fits beside a part id in 64 bits: the packed heap.
+  if (k >= 512) {
+    int shift = 1;
+    while ((int64_t{1} << shift) < k) ++shift;
+    uint64_t total = 0;
+    for (int32_t item : order) total += static_cast<uint64_t>(costs[item]);  // costs >= 0
+    if (shift < 40 && total < (uint64_t{1} << (63 - shift))) {
+      PackedLpt(costs, order, limits, shift, parts);
+      return parts;
+    }
+  }
   // Min-heap (std::make_heap order under greater) of (load, part); keys are unique, so the
   // least loaded part, ties to the lowest, is always the top.
   using Entry = std::pair<int64_t, int64_t>;

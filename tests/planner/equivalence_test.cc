@@ -55,6 +55,38 @@ TEST(OrderByCost, MatchesStableSortAcrossSizesAndRanges) {
   }
 }
 
+// LPT by a linear scan: each item (in `order`) to the least loaded part below its limit, ties
+// to the lowest part.
+Parts ScanLpt(const std::vector<int64_t>& costs, const std::vector<int32_t>& order,
+              const std::vector<int64_t>& limits) {
+  Parts parts(limits.size());
+  std::vector<int64_t> loads(limits.size(), 0);
+  for (int32_t item : order) {
+    size_t best = limits.size();
+    for (size_t p = 0; p < limits.size(); ++p) {
+      if (static_cast<int64_t>(parts[p].size()) >= limits[p]) continue;
+      if (best == limits.size() || loads[p] < loads[best]) best = p;
+    }
+    parts[best].push_back(item);
+    loads[best] += costs[item];
+  }
+  return parts;
+}
+
+TEST(Lpt, SamePartsAsLinearScanForFewAndManyParts) {
+  for (uint64_t seed = 0; seed < 12; ++seed) {
+    const int64_t k = seed < 6 ? 3 + static_cast<int64_t>(seed) * 40 : 512 + 300 * (seed - 6);
+    const int64_t n = 3 * k + static_cast<int64_t>(seed) * 17;
+    const std::vector<int64_t> costs = RandomCosts(n, seed % 2 == 0 ? 9 : 40000, seed);
+    std::vector<int64_t> limits(k, n);
+    if (seed % 3 == 0) {
+      for (int64_t p = 0; p < k; ++p) limits[p] = p % 4 == 0 ? 0 : (p % 4 == 1 ? 2 : n);
+    }
+    const std::vector<int32_t> order = OrderByCostDesc(costs);
+    EXPECT_EQ(Lpt(costs, order, limits), ScanLpt(costs, order, limits)) << "seed " << seed;
+  }
+}
+
 // Textbook k-way largest differencing with dense tuples and the same tie rules as the planner's:
 // the pair with the largest spreads merges (ties: lowest id; the result keeps the first id); the
 // tuple with more non-empty sums takes the other's (ties: the first); its smallest sums (empty
