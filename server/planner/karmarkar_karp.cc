@@ -187,7 +187,7 @@ Parts KarmarkarKarp(absl::Span<const int64_t> costs, absl::Span<const int32_t> c
   });
   for (size_t p = 0; p < slots.size(); ++p) {
     size_t count = 1;  // each part's list is walked twice: one allocation per part
-    for (int32_t i = slots[p].head; i != slots[p].tail; i = next[i]) ++count;
+    for (int32_t i = slots[p].head; i != slots[p].tail && i != -1; i = next[i]) ++count;
     parts[p].reserve(count);
     for (int32_t i = slots[p].head; i != -1; i = next[i]) {
       parts[p].push_back(i);
