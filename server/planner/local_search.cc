@@ -257,10 +257,18 @@ bool LocalSearch::RepairBySwap(int32_t p) {
         const Item& take = items_[parts_[q][sq]];
         const int64_t d = give.aligned - take.aligned;
         if (d <= 0) continue;
-        const PartLoad after_p = Replaced(p, sp, &take);
-        const PartLoad after_q = Replaced(q, sq, &give);
-        if (capacity_.Over(after_q) || capacity_.Measure(after_p) >= capacity_.Measure(loads_[p])) {
-          continue;
+        if (capacity_.mode() == CapMode::kTokens) {
+          // A swap keeps both counts (q's is within the limit: q is not over), p sheds d > 0
+          // tokens, and q stays within the cap iff its tokens plus d do: the check below
+          // without building the two loads.
+          if (capacity_.has_cap() && loads_[q].aligned + d > capacity_.cap()) continue;
+        } else {
+          const PartLoad after_p = Replaced(p, sp, &take);
+          const PartLoad after_q = Replaced(q, sq, &give);
+          if (capacity_.Over(after_q) ||
+              capacity_.Measure(after_p) >= capacity_.Measure(loads_[p])) {
+            continue;
+          }
         }
         // Clearing beats reducing; among clearing swaps the smallest d, else the largest d.
         const int64_t score = d >= overflow ? (int64_t{1} << 62) - d : d;
