@@ -10,19 +10,27 @@
 namespace packsched::planner::internal {
 namespace {
 
-// `members` is the caller's scratch: sorted here.
-MicroBatch MakePart(std::vector<Item>& members, const Validated& v, bool overlong) {
-  std::sort(members.begin(), members.end(),
-            [](const Item& a, const Item& b) { return a.index < b.index; });
+// Where a part goes in the plan's order: what the order compares, and which part it is. Parts
+// are placed by sorting these small keys, then built once in their final place.
+struct PartKey {
+  int64_t cost = 0;
+  int64_t first_index = std::numeric_limits<int64_t>::max();  // max for an empty part
+  int32_t part = 0;  // < parts.size(): parts[part]; else v.isolated[part - parts.size()]
+};
+
+// A part over `count` items in index order, item j being `item_at(j)`.
+template <typename ItemAt>
+MicroBatch MakePart(size_t count, ItemAt item_at, const Validated& v, bool overlong) {
   MicroBatch part;
-  part.empty = members.empty();
+  part.empty = count == 0;
   part.overlong = overlong;
-  part.indices.reserve(members.size());
-  part.cu_seqlens.reserve(members.size() + 1);
-  part.cu_seqlens_aligned.reserve(members.size() + 1);
+  part.indices.reserve(count);
+  part.cu_seqlens.reserve(count + 1);
+  part.cu_seqlens_aligned.reserve(count + 1);
   part.cu_seqlens.push_back(0);
   part.cu_seqlens_aligned.push_back(0);
-  for (const Item& item : members) {
+  for (size_t j = 0; j < count; ++j) {
+    const Item& item = item_at(j);
     part.indices.push_back(item.index);
     part.tokens += item.length;
     part.aligned_tokens += item.aligned;
@@ -34,39 +42,33 @@ MicroBatch MakePart(std::vector<Item>& members, const Validated& v, bool overlon
     part.cu_seqlens_aligned.push_back(static_cast<int32_t>(part.aligned_tokens));
   }
   part.total = *CheckedRoundUp(part.aligned_tokens, v.options.align_total_to);
-  part.padded_tokens = static_cast<int64_t>(members.size()) * part.max_seqlen_aligned;
+  part.padded_tokens = static_cast<int64_t>(count) * part.max_seqlen_aligned;
   return part;
 }
 
-int64_t FirstIndex(const MicroBatch& part) {
-  return part.empty ? std::numeric_limits<int64_t>::max() : part.indices.front();
-}
-
-void Order(std::vector<MicroBatch>& parts, PartOrder order) {
-  auto by_index = [](const MicroBatch& a, const MicroBatch& b) {
-    return FirstIndex(a) < FirstIndex(b);
-  };
-  auto by_cost_asc = [](const MicroBatch& a, const MicroBatch& b) {
-    return a.cost != b.cost ? a.cost < b.cost : FirstIndex(a) < FirstIndex(b);
+// Sorts `keys` into the plan's part order. Keys tie only between empty parts, which are equal
+// in every field, so which of them goes first changes nothing.
+void Order(std::vector<PartKey>& keys, PartOrder order) {
+  auto by_cost_asc = [](const PartKey& a, const PartKey& b) {
+    return a.cost != b.cost ? a.cost < b.cost : a.first_index < b.first_index;
   };
   switch (order) {
     case PartOrder::kIndex:
-      std::sort(parts.begin(), parts.end(), by_index);
+      std::sort(keys.begin(), keys.end(),
+                [](const PartKey& a, const PartKey& b) { return a.first_index < b.first_index; });
       return;
     case PartOrder::kCostDesc:
-      std::sort(parts.begin(), parts.end(), [](const MicroBatch& a, const MicroBatch& b) {
-        return a.cost != b.cost ? a.cost > b.cost : FirstIndex(a) < FirstIndex(b);
+      std::sort(keys.begin(), keys.end(), [](const PartKey& a, const PartKey& b) {
+        return a.cost != b.cost ? a.cost > b.cost : a.first_index < b.first_index;
       });
       return;
     case PartOrder::kInterleave: {
       // Ascending costs dealt to the two ends in turn: the largest land in the middle.
-      std::sort(parts.begin(), parts.end(), by_cost_asc);
-      std::vector<MicroBatch> out(parts.size());
-      size_t front = 0, back = parts.size();
-      for (size_t i = 0; i < parts.size(); ++i) {
-        out[i % 2 == 0 ? front++ : --back] = std::move(parts[i]);
-      }
-      parts = std::move(out);
+      std::sort(keys.begin(), keys.end(), by_cost_asc);
+      std::vector<PartKey> out(keys.size());
+      size_t front = 0, back = keys.size();
+      for (size_t i = 0; i < keys.size(); ++i) out[i % 2 == 0 ? front++ : --back] = keys[i];
+      keys = std::move(out);
       return;
     }
   }
@@ -76,19 +78,53 @@ void Order(std::vector<MicroBatch>& parts, PartOrder order) {
 
 MicroBatchPlan Assemble(const Validated& v, const Parts& parts, int64_t lower_bound_k,
                         int64_t local_k) {
+  // Every part's positions in ascending order (= original index order: v.items is in input
+  // order), laid out part after part by one pass over the positions instead of a sort per part.
+  std::vector<int32_t> begin(parts.size() + 1, 0);
+  for (size_t p = 0; p < parts.size(); ++p) {
+    begin[p + 1] = begin[p] + static_cast<int32_t>(parts[p].size());
+  }
+  std::vector<int32_t> part_of(v.items.size(), -1);
+  for (size_t p = 0; p < parts.size(); ++p) {
+    for (int32_t position : parts[p]) part_of[position] = static_cast<int32_t>(p);
+  }
+  std::vector<int32_t> sorted(begin.back());
+  {
+    std::vector<int32_t> cursor(begin.begin(), begin.end() - 1);
+    for (int32_t position = 0; position < static_cast<int32_t>(v.items.size()); ++position) {
+      if (part_of[position] >= 0) sorted[cursor[part_of[position]]++] = position;
+    }
+  }
+
+  std::vector<PartKey> keys(parts.size() + v.isolated.size());
+  for (size_t p = 0; p < parts.size(); ++p) {
+    PartKey& key = keys[p];
+    key.part = static_cast<int32_t>(p);
+    for (int32_t s = begin[p]; s < begin[p + 1]; ++s) key.cost += v.items[sorted[s]].cost;
+    if (begin[p] < begin[p + 1]) key.first_index = v.items[sorted[begin[p]]].index;
+  }
+  for (size_t i = 0; i < v.isolated.size(); ++i) {
+    PartKey& key = keys[parts.size() + i];
+    key.part = static_cast<int32_t>(parts.size() + i);
+    key.cost = v.isolated[i].cost;
+    key.first_index = v.isolated[i].index;
+  }
+  Order(keys, v.options.order);
+
   MicroBatchPlan plan;
-  plan.parts.reserve(parts.size() + v.isolated.size());
-  std::vector<Item> members;  // reused for every part
-  for (const std::vector<int32_t>& positions : parts) {
-    members.clear();
-    for (int32_t position : positions) members.push_back(v.items[position]);
-    plan.parts.push_back(MakePart(members, v, /*overlong=*/false));
+  plan.parts.reserve(keys.size());
+  for (const PartKey& key : keys) {
+    if (static_cast<size_t>(key.part) < parts.size()) {
+      const int32_t* members = sorted.data() + begin[key.part];
+      plan.parts.push_back(MakePart(
+          begin[key.part + 1] - begin[key.part],
+          [&](size_t j) -> const Item& { return v.items[members[j]]; }, v, /*overlong=*/false));
+    } else {
+      const Item& item = v.isolated[key.part - parts.size()];
+      plan.parts.push_back(MakePart(
+          1, [&](size_t) -> const Item& { return item; }, v, /*overlong=*/true));
+    }
   }
-  for (const Item& item : v.isolated) {
-    members.assign(1, item);
-    plan.parts.push_back(MakePart(members, v, /*overlong=*/true));
-  }
-  Order(plan.parts, v.options.order);
 
   plan.revert.assign(v.num_sequences, -1);
   plan.reorder.reserve(v.items.size() + v.isolated.size());

@@ -1,11 +1,15 @@
 #include "server/planner/bin_packing.h"
 
 #include <algorithm>
+#include <cstddef>
 #include <limits>
+#include <memory_resource>
 #include <numeric>
 #include <set>
 #include <utility>
 #include <vector>
+
+#include "server/planner/lpt.h"
 
 namespace packsched::planner::internal {
 namespace {
@@ -13,40 +17,39 @@ namespace {
 constexpr int64_t kClosed = -1;
 constexpr int64_t kUnbounded = std::numeric_limits<int64_t>::max();
 
-// Sorted as (-aligned, position) pairs: unique keys, so the order is the stable one.
+// Positions by aligned length descending, ties by position.
 std::vector<int32_t> ByAlignedDesc(absl::Span<const Item> items) {
-  std::vector<std::pair<int64_t, int32_t>> keys(items.size());
-  for (size_t i = 0; i < items.size(); ++i) {
-    keys[i] = {-items[i].aligned, static_cast<int32_t>(i)};
-  }
-  std::sort(keys.begin(), keys.end());
-  std::vector<int32_t> order(items.size());
-  for (size_t i = 0; i < keys.size(); ++i) order[i] = keys[i].second;
-  return order;
+  std::vector<int64_t> aligned(items.size());
+  for (size_t i = 0; i < items.size(); ++i) aligned[i] = items[i].aligned;
+  return OrderByCostDesc(aligned);
 }
 
 // Bins filled in aligned-descending order. A bin's key says what still fits, as one integer:
 // in tokens mode the free aligned tokens (an item fits iff key >= its aligned length); in
 // padded mode the free padded tokens after one more row of the bin's first (longest) length
 // (an item, never longer than that, fits iff key >= 0). kClosed once the sequence limit is hit.
+//
+// Bins are recorded as one (position, bin) entry per placed item; the parts are built once at
+// the end, each with its final size (one allocation per bin instead of one per doubling).
 class DecreasingBins {
  public:
-  explicit DecreasingBins(const Capacity& capacity) : capacity_(capacity) {}
+  DecreasingBins(const Capacity& capacity, size_t num_items) : capacity_(capacity) {
+    placed_.reserve(num_items);
+  }
 
   // The smallest key an open bin needs to take `item`.
   int64_t Need(const Item& item) const { return padded() ? 0 : item.aligned; }
 
   // Opens a bin with `item`; returns its id.
   int32_t Open(const Item& item, int32_t position) {
-    parts_.emplace_back();
     loads_.emplace_back();
-    const int32_t bin = static_cast<int32_t>(parts_.size()) - 1;
+    const int32_t bin = static_cast<int32_t>(loads_.size()) - 1;
     Add(bin, item, position);
     return bin;
   }
 
   void Add(int32_t bin, const Item& item, int32_t position) {
-    parts_[bin].push_back(position);
+    placed_.push_back({position, bin});
     loads_[bin].Add(item);
   }
 
@@ -58,16 +61,26 @@ class DecreasingBins {
     return capacity_.cap() - (load.count + 1) * load.max_aligned;
   }
 
-  int32_t size() const { return static_cast<int32_t>(parts_.size()); }
-  Parts Take() { return std::move(parts_); }
+  int32_t size() const { return static_cast<int32_t>(loads_.size()); }
+
+  // The bins, each listing its items in the order they were added.
+  Parts Take() const {
+    Parts parts(loads_.size());
+    for (size_t bin = 0; bin < loads_.size(); ++bin) parts[bin].reserve(loads_[bin].count);
+    for (const auto& [position, bin] : placed_) parts[bin].push_back(position);
+    return parts;
+  }
 
  private:
   bool padded() const { return capacity_.mode() == CapMode::kPadded; }
 
   const Capacity& capacity_;
-  Parts parts_;
+  std::vector<std::pair<int32_t, int32_t>> placed_;  // (position, bin) in placing order
   std::vector<PartLoad> loads_;
 };
+
+// Room for one std::set node of a (int64, int32) pair (48 bytes with libstdc++), with slack.
+constexpr size_t kNodeBytes = 64;
 
 // Max-segment tree over bin keys, for the leftmost bin whose key reaches a threshold.
 class LeftmostTree {
@@ -99,7 +112,7 @@ class LeftmostTree {
 }  // namespace
 
 Parts FirstFitDecreasing(absl::Span<const Item> items, const Capacity& capacity) {
-  DecreasingBins bins(capacity);
+  DecreasingBins bins(capacity, items.size());
   LeftmostTree tree(std::max<int32_t>(1, static_cast<int32_t>(items.size())));
   for (int32_t position : ByAlignedDesc(items)) {
     const Item& item = items[position];
@@ -120,8 +133,13 @@ Parts BestFitDecreasing(absl::Span<const Item> items, const Capacity& capacity) 
 
 Parts BestFitDecreasing(absl::Span<const Item> items, const Capacity& capacity,
                         absl::Span<const int32_t> order) {
-  DecreasingBins bins(capacity);
-  std::set<std::pair<int64_t, int32_t>> open;  // (key, bin): the tightest fitting bin first
+  DecreasingBins bins(capacity, items.size());
+  // One node per open bin, re-keyed in place: the nodes come from a buffer here (and blocks
+  // growing geometrically past it), not one malloc each; none is freed before the end.
+  std::byte first_nodes[128 * kNodeBytes];
+  std::pmr::monotonic_buffer_resource nodes(first_nodes, sizeof(first_nodes));
+  // (key, bin): the tightest fitting bin first
+  std::pmr::set<std::pair<int64_t, int32_t>> open(&nodes);
   for (int32_t position : order) {
     const Item& item = items[position];
     auto it = open.lower_bound({bins.Need(item), -1});

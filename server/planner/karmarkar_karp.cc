@@ -5,6 +5,8 @@
 #include <utility>
 #include <vector>
 
+#include "server/planner/lpt.h"
+
 namespace packsched::planner::internal {
 namespace {
 
@@ -13,16 +15,19 @@ namespace {
 // unique, so the sequence of tops is the one the pop/push pair would give.
 template <typename It, typename Less>
 void ReplaceTop(It first, It last, Less less) {
+  // The new top sinks as a hole: each step moves one child up, and the top lands once.
   const ptrdiff_t n = last - first;
+  auto top = std::move(first[0]);
   ptrdiff_t i = 0;
   while (true) {
     ptrdiff_t child = 2 * i + 1;
-    if (child >= n) return;
+    if (child >= n) break;
     if (child + 1 < n && less(first[child], first[child + 1])) ++child;
-    if (!less(first[i], first[child])) return;
-    std::iter_swap(first + i, first + child);
+    if (!less(top, first[child])) break;
+    first[i] = std::move(first[child]);
     i = child;
   }
+  first[i] = std::move(top);
 }
 
 // One non-empty sum of a tuple; its items form a linked list through `next`.
@@ -121,44 +126,69 @@ class Merger {
 }  // namespace
 
 Parts KarmarkarKarp(absl::Span<const int64_t> costs, int64_t k) {
+  return KarmarkarKarp(costs, OrderByCostDesc(costs), k);
+}
+
+Parts KarmarkarKarp(absl::Span<const int64_t> costs, absl::Span<const int32_t> cost_order,
+                    int64_t k) {
   const int32_t n = static_cast<int32_t>(costs.size());
   Parts parts(k);
   if (n == 0) return parts;
   std::vector<int32_t> next(n, -1);
   std::vector<Tuple> tuples(n);
   Merger merger(k, next);
-  // Max-heap (std::make_heap order) of (spread, -id): the largest spread first, ties to the
-  // lowest id.
-  using Entry = std::pair<int64_t, int64_t>;
-  std::vector<Entry> heap(n);
   for (int32_t i = 0; i < n; ++i) {
     tuples[i].single = Slot{costs[i], i, i};
     tuples[i].max = costs[i];
-    heap[i] = {merger.Spread(tuples[i]), -static_cast<int64_t>(i)};
   }
-  std::make_heap(heap.begin(), heap.end());
-  while (heap.size() > 1) {
-    const int64_t a = -heap.front().second;
-    std::pop_heap(heap.begin(), heap.end());
-    heap.pop_back();
-    const int64_t b = -heap.front().second;
+  // The textbook method keeps every tuple in one max-heap of (spread, -id): the largest spread
+  // first, ties to the lowest id. Almost every merge here takes a tuple that is still a single
+  // item, and a single's key never changes before it is popped: the singles wait in a list
+  // already in key order, and only the merged tuples live in a heap. Every pop takes the larger
+  // of the two fronts; keys are unique, so the pops are the ones the one heap would give.
+  // A single's spread is its cost for k >= 2 (the list is cost_order) and 0 for k = 1 (the
+  // list is every id in turn).
+  using Entry = std::pair<int64_t, int64_t>;
+  std::vector<Entry> merged;  // max-heap (std::make_heap order) of merged tuples
+  int32_t next_single = 0;
+  auto single_at = [&](int32_t s) { return k >= 2 ? cost_order[s] : s; };
+  auto pop = [&]() -> int64_t {
+    if (next_single < n) {
+      const int32_t id = single_at(next_single);
+      const Entry single{merger.Spread(tuples[id]), -static_cast<int64_t>(id)};
+      if (merged.empty() || merged.front() < single) {
+        ++next_single;
+        return id;
+      }
+    }
+    std::pop_heap(merged.begin(), merged.end());
+    const int64_t id = -merged.back().second;
+    merged.pop_back();
+    return id;
+  };
+  while ((n - next_single) + static_cast<int64_t>(merged.size()) > 1) {
+    const int64_t a = pop();
+    const int64_t b = pop();
     const bool a_big = tuples[a].size() >= tuples[b].size();
     const int64_t big = a_big ? a : b;
     const int64_t small = a_big ? b : a;
     merger.Merge(tuples[big], tuples[small]);
     // The result keeps the id of the first popped tuple, as the textbook method does, so ties
-    // in later rounds break the same way. It takes b's place at the top.
+    // in later rounds break the same way.
     if (big != a) std::swap(tuples[a], tuples[big]);
-    heap.front() = {merger.Spread(tuples[a]), -a};
-    ReplaceTop(heap.begin(), heap.end(), std::less<Entry>());
+    merged.emplace_back(merger.Spread(tuples[a]), -a);
+    std::push_heap(merged.begin(), merged.end());
   }
-  const Tuple& last = tuples[-heap.front().second];
+  const Tuple& last = tuples[next_single < n ? single_at(next_single) : -merged.front().second];
   // Emit parts in descending sum order for a stable, readable result.
   std::vector<Slot> slots = last.slots.empty() ? std::vector<Slot>{last.single} : last.slots;
   std::sort(slots.begin(), slots.end(), [](const Slot& a, const Slot& b) {
     return a.sum != b.sum ? a.sum > b.sum : a.head < b.head;
   });
   for (size_t p = 0; p < slots.size(); ++p) {
+    size_t count = 1;  // each part's list is walked twice: one allocation per part
+    for (int32_t i = slots[p].head; i != slots[p].tail && i != -1; i = next[i]) ++count;
+    parts[p].reserve(count);
     for (int32_t i = slots[p].head; i != -1; i = next[i]) {
       parts[p].push_back(i);
       if (i == slots[p].tail) break;

@@ -20,6 +20,9 @@ namespace packsched::planner::internal {
 // whole run costs O(n log^2 n) time and O(n) memory, independent of k — not the O(n·k) of
 // dense tuples. Ignores caps. Deterministic. REQUIRES: k >= 1, costs >= 0.
 Parts KarmarkarKarp(absl::Span<const int64_t> costs, int64_t k);
+// The same, given `cost_order` == OrderByCostDesc(costs) (lpt.h), which it would compute.
+Parts KarmarkarKarp(absl::Span<const int64_t> costs, absl::Span<const int32_t> cost_order,
+                    int64_t k);
 
 }  // namespace packsched::planner::internal
 

@@ -5,6 +5,8 @@
 #include <utility>
 #include <vector>
 
+#include "server/planner/lpt.h"
+
 namespace packsched::planner::internal {
 namespace {
 
@@ -19,7 +21,8 @@ constexpr size_t kNodeBytes = 64;
 
 }  // namespace
 
-LocalSearch::LocalSearch(absl::Span<const Item> items, const Capacity& capacity, Parts parts)
+LocalSearch::LocalSearch(absl::Span<const Item> items, const Capacity& capacity, Parts parts,
+                         absl::Span<const int32_t> by_cost)
     : items_(items),
       capacity_(capacity),
       parts_(std::move(parts)),
@@ -28,20 +31,36 @@ LocalSearch::LocalSearch(absl::Span<const Item> items, const Capacity& capacity,
   loads_ = LoadsOf(parts_, items_);
   cost_is_aligned_ = std::all_of(items_.begin(), items_.end(),
                                  [](const Item& item) { return item.cost == item.aligned; });
-  // Both indexes are built from sorted keys (a linear-time set construction). When every cost
-  // is the aligned length (the tokens cost model) the two would hold the same keys: by_cost_
-  // serves as both.
-  std::vector<std::pair<int64_t, int32_t>> costs(parts_.size()), aligned;
-  if (!cost_is_aligned_) aligned.resize(parts_.size());
-  for (int32_t p = 0; p < static_cast<int32_t>(parts_.size()); ++p) {
-    std::sort(parts_[p].begin(), parts_[p].end(), ByCost());
-    costs[p] = {loads_[p].cost, p};
-    if (!cost_is_aligned_) aligned[p] = {loads_[p].aligned, p};
+  if (!by_cost.empty()) {
+    // Every part's items in (cost, position) order at once: each item is appended to its part
+    // in the global order (the key is unique, so this is the order a sort would give).
+    std::vector<int32_t> part_of(items_.size(), -1);
+    for (int32_t p = 0; p < static_cast<int32_t>(parts_.size()); ++p) {
+      for (int32_t position : parts_[p]) part_of[position] = p;
+      parts_[p].clear();  // keeps its capacity
+    }
+    for (int32_t position : by_cost) {
+      if (part_of[position] >= 0) parts_[part_of[position]].push_back(position);
+    }
+  } else {
+    for (std::vector<int32_t>& part : parts_) std::sort(part.begin(), part.end(), ByCost());
   }
-  std::sort(costs.begin(), costs.end());
-  std::sort(aligned.begin(), aligned.end());
-  by_cost_.insert(costs.begin(), costs.end());
-  by_aligned_.insert(aligned.begin(), aligned.end());
+  // Both indexes are built from keys in ascending (key, part) order, each node placed at the
+  // end (a linear-time set construction). When every cost is the aligned length (the tokens
+  // cost model) the two would hold the same keys: by_cost_ serves as both.
+  auto build = [&](std::pmr::set<std::pair<int64_t, int32_t>>& index, auto key_of,
+                   std::vector<std::pmr::set<std::pair<int64_t, int32_t>>::iterator>& nodes) {
+    std::vector<int64_t> keys(parts_.size());
+    for (size_t p = 0; p < parts_.size(); ++p) keys[p] = key_of(loads_[p]);
+    nodes.resize(parts_.size());
+    for (int32_t p : OrderByCostAsc(keys)) nodes[p] = index.emplace_hint(index.end(), keys[p], p);
+  };
+  build(
+      by_cost_, [](const PartLoad& load) { return load.cost; }, cost_node_);
+  if (!cost_is_aligned_) {
+    build(
+        by_aligned_, [](const PartLoad& load) { return load.aligned; }, aligned_node_);
+  }
   budget_ = 8 * static_cast<int64_t>(items_.size() + parts_.size()) + 1024;
 }
 
@@ -67,32 +86,32 @@ void LocalSearch::Insert(int32_t q, int32_t position) {
   part.insert(std::upper_bound(part.begin(), part.end(), position, ByCost()), position);
 }
 
-void LocalSearch::Reindex(int32_t p, const PartLoad& before) {
+void LocalSearch::Reindex(int32_t p) {
   // Re-keys p's nodes in place (extract, edit, insert): no allocation per step.
-  auto cost_node = by_cost_.extract({before.cost, p});
+  // The stored node is p's (still under its old key); the next one is the insertion hint, right
+  // whenever the new key keeps p's place, else the insert searches as usual.
+  auto cost_hint = std::next(cost_node_[p]);
+  auto cost_node = by_cost_.extract(cost_node_[p]);
   cost_node.value().first = loads_[p].cost;
-  by_cost_.insert(std::move(cost_node));
+  cost_node_[p] = by_cost_.insert(cost_hint, std::move(cost_node));
   if (cost_is_aligned_) return;
-  auto aligned_node = by_aligned_.extract({before.aligned, p});
+  auto aligned_hint = std::next(aligned_node_[p]);
+  auto aligned_node = by_aligned_.extract(aligned_node_[p]);
   aligned_node.value().first = loads_[p].aligned;
-  by_aligned_.insert(std::move(aligned_node));
+  aligned_node_[p] = by_aligned_.insert(aligned_hint, std::move(aligned_node));
 }
 
 void LocalSearch::Move(int32_t p, size_t slot, int32_t q) {
-  const PartLoad before_p = loads_[p];
-  const PartLoad before_q = loads_[q];
   const int32_t position = parts_[p][slot];
   loads_[p] = Replaced(p, slot, nullptr);
   parts_[p].erase(parts_[p].begin() + static_cast<ptrdiff_t>(slot));
   Insert(q, position);
   loads_[q].Add(items_[position]);
-  Reindex(p, before_p);
-  Reindex(q, before_q);
+  Reindex(p);
+  Reindex(q);
 }
 
 void LocalSearch::Swap(int32_t p, size_t slot_p, int32_t q, size_t slot_q) {
-  const PartLoad before_p = loads_[p];
-  const PartLoad before_q = loads_[q];
   const PartLoad after_p = Replaced(p, slot_p, &items_[parts_[q][slot_q]]);
   const PartLoad after_q = Replaced(q, slot_q, &items_[parts_[p][slot_p]]);
   const int32_t from_p = parts_[p][slot_p];
@@ -103,8 +122,8 @@ void LocalSearch::Swap(int32_t p, size_t slot_p, int32_t q, size_t slot_q) {
   Insert(q, from_p);
   loads_[p] = after_p;
   loads_[q] = after_q;
-  Reindex(p, before_p);
-  Reindex(q, before_q);
+  Reindex(p);
+  Reindex(q);
 }
 
 bool LocalSearch::TryMove(int32_t p, int32_t q, int64_t gap) {
@@ -140,13 +159,14 @@ bool LocalSearch::TrySwap(int32_t p, int32_t q, int64_t gap) {
   const int64_t target = gap / 2;
   int64_t best_distance = gap;
   size_t best_p = 0, best_q = 0;
+  // `at`: the first slot of q whose cost is >= want (a lower bound). p's slots are in cost
+  // order, so want never decreases from one sp to the next and `at` only moves forward: one
+  // pass over q instead of a binary search per item of p.
+  ptrdiff_t at = 0;
   for (size_t sp = 0; sp < parts_[p].size() && budget_ > 0; ++sp) {
     const Item& give = items_[parts_[p][sp]];
     const int64_t want = give.cost - target;  // the c_j that makes the difference gap / 2
-    auto it = std::lower_bound(in_q.begin(), in_q.end(), want, [&](int32_t position, int64_t w) {
-      return items_[position].cost < w;
-    });
-    const ptrdiff_t at = it - in_q.begin();
+    while (at < static_cast<ptrdiff_t>(in_q.size()) && items_[in_q[at]].cost < want) ++at;
     for (ptrdiff_t j = std::max<ptrdiff_t>(0, at - 1);
          j < std::min<ptrdiff_t>(static_cast<ptrdiff_t>(in_q.size()), at + 1); ++j) {
       --budget_;
@@ -214,14 +234,22 @@ bool LocalSearch::RepairBySwap(int32_t p) {
     bool found = false;
     int64_t best_score = 0;
     size_t best_p = 0, best_q = 0;
+    ptrdiff_t at = 0;
     for (size_t sp = 0; sp < parts_[p].size() && budget_ > 0; ++sp) {
       const Item& give = items_[parts_[p][sp]];
       // Any q item no longer than give.aligned - overflow clears p's overflow; probe the few
       // lengths around that boundary.
       const int64_t want = give.aligned - std::max<int64_t>(overflow, 1);
-      const ptrdiff_t at = std::upper_bound(in_q.begin(), in_q.end(), want,
-                                            [&](int64_t w, size_t s) { return w < aligned_q(s); }) -
-                           in_q.begin();
+      // `at`: the first slot of q longer than want (an upper bound). With costs equal to
+      // aligned lengths p's slots are in aligned order too, want never decreases from one sp
+      // to the next, and `at` only moves forward (one pass over q); else a binary search.
+      if (cost_is_aligned_) {
+        while (at < static_cast<ptrdiff_t>(in_q.size()) && aligned_q(in_q[at]) <= want) ++at;
+      } else {
+        at = std::upper_bound(in_q.begin(), in_q.end(), want,
+                              [&](int64_t w, size_t s) { return w < aligned_q(s); }) -
+             in_q.begin();
+      }
       for (ptrdiff_t j = std::max<ptrdiff_t>(0, at - 2);
            j < std::min<ptrdiff_t>(static_cast<ptrdiff_t>(in_q.size()), at + 2); ++j) {
         --budget_;
@@ -229,10 +257,18 @@ bool LocalSearch::RepairBySwap(int32_t p) {
         const Item& take = items_[parts_[q][sq]];
         const int64_t d = give.aligned - take.aligned;
         if (d <= 0) continue;
-        const PartLoad after_p = Replaced(p, sp, &take);
-        const PartLoad after_q = Replaced(q, sq, &give);
-        if (capacity_.Over(after_q) || capacity_.Measure(after_p) >= capacity_.Measure(loads_[p])) {
-          continue;
+        if (capacity_.mode() == CapMode::kTokens) {
+          // A swap keeps both counts (q's is within the limit: q is not over), p sheds d > 0
+          // tokens, and q stays within the cap iff its tokens plus d do: the check below
+          // without building the two loads.
+          if (capacity_.has_cap() && loads_[q].aligned + d > capacity_.cap()) continue;
+        } else {
+          const PartLoad after_p = Replaced(p, sp, &take);
+          const PartLoad after_q = Replaced(q, sq, &give);
+          if (capacity_.Over(after_q) ||
+              capacity_.Measure(after_p) >= capacity_.Measure(loads_[p])) {
+            continue;
+          }
         }
         // Clearing beats reducing; among clearing swaps the smallest d, else the largest d.
         const int64_t score = d >= overflow ? (int64_t{1} << 62) - d : d;

@@ -21,7 +21,10 @@ namespace packsched::planner::internal {
 // from the input size, so a call always terminates in O((n + k) log) steps per unit of budget.
 class LocalSearch {
  public:
-  LocalSearch(absl::Span<const Item> items, const Capacity& capacity, Parts parts);
+  // `by_cost`, if given, lists every item's position in (cost, position) order, the order each
+  // part is kept in: the parts are then put in order by one pass over it, not a sort each.
+  LocalSearch(absl::Span<const Item> items, const Capacity& capacity, Parts parts,
+              absl::Span<const int32_t> by_cost = {});
   // The part indexes allocate from a member: neither copyable nor movable.
   LocalSearch(const LocalSearch&) = delete;
   LocalSearch& operator=(const LocalSearch&) = delete;
@@ -56,7 +59,8 @@ class LocalSearch {
   bool Fits(int32_t q, const Item& item) const { return capacity_.Fits(loads_[q], item.aligned); }
   // The load of part p without the item at `slot`, and with `added` instead if not null.
   PartLoad Replaced(int32_t p, size_t slot, const Item* added) const;
-  void Reindex(int32_t p, const PartLoad& before);
+  // Re-keys p in the indexes after its load changed.
+  void Reindex(int32_t p);
   bool TryMove(int32_t p, int32_t q, int64_t gap);
   bool TrySwap(int32_t p, int32_t q, int64_t gap);
   // One swap that lowers part p's cap measure without breaking the target's capacity.
@@ -73,6 +77,9 @@ class LocalSearch {
   std::pmr::monotonic_buffer_resource nodes_;
   std::pmr::set<std::pair<int64_t, int32_t>> by_cost_{&nodes_};     // (cost, part)
   std::pmr::set<std::pair<int64_t, int32_t>> by_aligned_{&nodes_};  // (aligned tokens, part)
+  // Each part's node in by_cost_ and by_aligned_ (when used): Reindex re-keys it without a
+  // lookup.
+  std::vector<std::pmr::set<std::pair<int64_t, int32_t>>::iterator> cost_node_, aligned_node_;
   // Every item's cost is its aligned length: by_aligned_ stays empty and by_cost_ serves.
   bool cost_is_aligned_ = false;
   const std::pmr::set<std::pair<int64_t, int32_t>>& ByAligned() const {

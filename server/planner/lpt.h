@@ -12,6 +12,8 @@ namespace packsched::planner::internal {
 
 // Positions 0..costs.size()-1 ordered by cost descending, ties by position ascending.
 std::vector<int32_t> OrderByCostDesc(absl::Span<const int64_t> costs);
+// Positions 0..costs.size()-1 ordered by cost ascending, ties by position ascending.
+std::vector<int32_t> OrderByCostAsc(absl::Span<const int64_t> costs);
 
 // Assigns items (visited in `order`) to exactly `limits.size()` parts: each to the part with
 // the least cost among those below their count limit (ties: lowest part). Ignores caps.

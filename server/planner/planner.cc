@@ -23,7 +23,10 @@ namespace internal {
 struct Prepared {
   Validated v;
   std::vector<int64_t> costs;       // of v.items
-  std::vector<int32_t> cost_order;  // v.items by cost descending
+  std::vector<int32_t> cost_order;  // v.items by cost descending (ties: position ascending)
+  std::vector<int32_t> by_cost;     // v.items by (cost, position) ascending: LocalSearch's order
+  int64_t total_cost = 0;           // of v.items
+  int64_t max_cost = 0;             // of v.items (0 if none)
   int64_t lower_bound_k = 0;
   int64_t local_k = 0;
   Parts base;  // the plan at local_k, over v.items (local_k - isolated parts)
@@ -40,7 +43,7 @@ Parts WithEmptyParts(Parts parts, int64_t k) {
 
 // `parts` brought within the capacity by moves, or nullopt if moves cannot do it.
 std::optional<Parts> WithinCapacity(const Prepared& p, Parts parts) {
-  LocalSearch search(p.v.items, p.v.capacity, std::move(parts));
+  LocalSearch search(p.v.items, p.v.capacity, std::move(parts), p.by_cost);
   if (!search.Repair()) return std::nullopt;
   return search.Take();
 }
@@ -113,44 +116,48 @@ std::pair<int64_t, Parts> FewestParts(const Prepared& p, int64_t lo) {
 // skipped: rebalancing it is one single-item move per sequence that rebuilds what LPT did.
 // The test reads LPT's candidate alone, so kk and lpt make the same choice and kk's
 // candidates still include all of lpt's.
-Parts BestPlan(const Prepared& p, int64_t k_items, const Parts& seed) {
+Parts BestPlan(const Prepared& p, int64_t k_items, Parts seed) {
   if (k_items == 0) return {};
   // One part: every candidate is the same set of items, the seed (within the capacity).
-  if (k_items == 1) return WithEmptyParts(seed, 1);
-  std::vector<Parts> candidates;
+  if (k_items == 1) return WithEmptyParts(std::move(seed), 1);
+  // No partition of the items into k_items parts has a largest cost below `floor`: the largest
+  // item's cost, or the mean part cost rounded up (costs are additive and >= 0). Every candidate
+  // is such a partition (repair and rebalance only move and swap items), so once one reaches
+  // `floor` no later candidate can be strictly better, and ties go to the earlier: the rest are
+  // skipped without changing the choice.
+  const int64_t floor = std::max(p.max_cost, CeilDiv(p.total_cost, k_items));
+  Parts best;
+  std::optional<int64_t> best_cost;
   auto consider = [&](Parts parts) -> std::optional<int64_t> {
-    LocalSearch search(p.v.items, p.v.capacity, std::move(parts));
+    LocalSearch search(p.v.items, p.v.capacity, std::move(parts), p.by_cost);
     if (!search.Repair()) return std::nullopt;
     search.Rebalance(/*keep_counts=*/false);
     const int64_t cost = search.max_cost();
-    candidates.push_back(search.Take());
-    return cost;
-  };
-  if (p.v.options.algorithm == Algorithm::kKarmarkarKarp) {
-    consider(KarmarkarKarp(p.costs, k_items));
-  }
-  const std::optional<int64_t> lpt = consider(Lpt(p.costs, p.cost_order, CountLimits(p, k_items)));
-  const bool mostly_empty = 2 * static_cast<int64_t>(seed.size()) < k_items;
-  if (!mostly_empty || !lpt || *lpt > MaxCost(seed, p.v.items)) {
-    consider(WithEmptyParts(seed, k_items));
-  }
-  size_t best = 0;
-  int64_t best_cost = MaxCost(candidates[0], p.v.items);
-  for (size_t c = 1; c < candidates.size(); ++c) {
-    const int64_t cost = MaxCost(candidates[c], p.v.items);
-    if (cost < best_cost) {
-      best = c;
+    if (!best_cost || cost < *best_cost) {  // ties: the earlier candidate
+      best = search.Take();
       best_cost = cost;
     }
+    return cost;
+  };
+  auto settled = [&] { return best_cost && *best_cost <= floor; };
+  if (p.v.options.algorithm == Algorithm::kKarmarkarKarp) {
+    consider(KarmarkarKarp(p.costs, p.cost_order, k_items));
   }
-  return std::move(candidates[best]);
+  if (settled()) return best;
+  const std::optional<int64_t> lpt = consider(Lpt(p.costs, p.cost_order, CountLimits(p, k_items)));
+  if (settled()) return best;
+  const bool mostly_empty = 2 * static_cast<int64_t>(seed.size()) < k_items;
+  if (!mostly_empty || !lpt || *lpt > MaxCost(seed, p.v.items)) {
+    consider(WithEmptyParts(std::move(seed), k_items));
+  }
+  return best;
 }
 
 // equal_size: n / k sequences per part, cost balanced by LPT under exact counts and swaps.
 Parts EqualSizePlan(const Prepared& p, int64_t k) {
   const int64_t n = static_cast<int64_t>(p.v.items.size());
   const std::vector<int64_t> limits(k, n / k);
-  LocalSearch search(p.v.items, Capacity(), Lpt(p.costs, p.cost_order, limits));
+  LocalSearch search(p.v.items, Capacity(), Lpt(p.costs, p.cost_order, limits), p.by_cost);
   search.Rebalance(/*keep_counts=*/true);
   return search.Take();
 }
@@ -189,8 +196,19 @@ absl::StatusOr<Problem> Problem::Create(absl::Span<const int64_t> lengths,
   for (const internal::Item& item : v.items) {
     p->costs.push_back(item.cost);
     aligned_total += item.aligned;
+    p->total_cost += item.cost;  // Validate checked that the total fits int64
+    p->max_cost = std::max(p->max_cost, item.cost);
   }
   p->cost_order = internal::OrderByCostDesc(p->costs);
+  // cost_order reversed is cost ascending with ties by position descending: each run of equal
+  // costs is reversed back.
+  p->by_cost.assign(p->cost_order.rbegin(), p->cost_order.rend());
+  for (size_t run = 0; run < p->by_cost.size();) {
+    size_t end = run + 1;
+    while (end < p->by_cost.size() && p->costs[p->by_cost[end]] == p->costs[p->by_cost[run]]) ++end;
+    std::reverse(p->by_cost.begin() + run, p->by_cost.begin() + end);
+    run = end;
+  }
 
   int64_t lb_items = n_items > 0 ? 1 : 0;
   if (n_items > 0 && v.capacity.has_cap() && !options.equal_size) {
@@ -222,7 +240,7 @@ absl::StatusOr<Problem> Problem::Create(absl::Span<const int64_t> lengths,
   }
   p->local_k = *local_k;
   if (!options.equal_size) {
-    p->base = internal::BestPlan(*p, p->local_k - n_isolated, witness);
+    p->base = internal::BestPlan(*p, p->local_k - n_isolated, std::move(witness));
   }
   return Problem(std::move(p));
 }

@@ -104,6 +104,7 @@ absl::StatusOr<Validated> Validate(absl::Span<const int64_t> lengths, const Plan
   v.capacity = Capacity(cap, options.cap_mode, options.max_seqs_per_micro_batch);
 
   int64_t total_cost = 0;
+  v.items.reserve(n);
   for (int64_t i = 0; i < n; ++i) {
     const int64_t length = lengths[i];
     if (length < 1 || length > kMaxLength) {
@@ -162,7 +163,9 @@ std::vector<PartLoad> LoadsOf(const Parts& parts, absl::Span<const Item> items) 
 }
 
 bool WithinCapacity(const Parts& parts, absl::Span<const Item> items, const Capacity& capacity) {
-  for (const PartLoad& load : LoadsOf(parts, items)) {
+  for (const std::vector<int32_t>& part : parts) {  // one load at a time: nothing allocated
+    PartLoad load;
+    for (int32_t i : part) load.Add(items[i]);
     if (capacity.Over(load)) return false;
   }
   return true;
@@ -170,7 +173,11 @@ bool WithinCapacity(const Parts& parts, absl::Span<const Item> items, const Capa
 
 int64_t MaxCost(const Parts& parts, absl::Span<const Item> items) {
   int64_t best = 0;
-  for (const PartLoad& load : LoadsOf(parts, items)) best = std::max(best, load.cost);
+  for (const std::vector<int32_t>& part : parts) {
+    int64_t cost = 0;
+    for (int32_t i : part) cost += items[i].cost;
+    best = std::max(best, cost);
+  }
   return best;
 }
 
