@@ -1,6 +1,7 @@
 #include "server/planner/planner.h"
 
 #include <algorithm>
+#include <functional>
 #include <optional>
 #include <tuple>
 #include <utility>
@@ -29,7 +30,9 @@ struct Prepared {
   int64_t max_cost = 0;             // of v.items (0 if none)
   int64_t lower_bound_k = 0;
   int64_t local_k = 0;
-  Parts base;  // the plan at local_k, over v.items (local_k - isolated parts)
+  // Best-fit decreasing's packing (repaired and narrowed to the bound), within the capacity:
+  // the seed of the plan at local_k. Over v.items, with at most local_k - isolated parts.
+  Parts witness;
 };
 
 namespace {
@@ -105,8 +108,8 @@ std::pair<int64_t, Parts> FewestParts(const Prepared& p, int64_t lo) {
 }
 
 // The best plan into k_items parts the configured algorithm finds, seeded with a plan known to
-// be within the capacity (`seed`, with at most k_items parts). Candidates: Karmarkar–Karp (kk
-// only), LPT and the seed, each brought within the capacity and rebalanced; the smallest
+// be within the capacity (`make_seed()`, with at most k_items parts). Candidates: Karmarkar–Karp
+// (kk only), LPT and the seed, each brought within the capacity and rebalanced; the smallest
 // largest cost wins (ties: the earlier candidate). kk's candidates include lpt's, so kk is
 // never worse than lpt.
 //
@@ -116,10 +119,15 @@ std::pair<int64_t, Parts> FewestParts(const Prepared& p, int64_t lo) {
 // skipped: rebalancing it is one single-item move per sequence that rebuilds what LPT did.
 // The test reads LPT's candidate alone, so kk and lpt make the same choice and kk's
 // candidates still include all of lpt's.
-Parts BestPlan(const Prepared& p, int64_t k_items, Parts seed) {
+//
+// `seed_floor`: a lower bound on the seed's largest cost, or -1. When KK or LPT already ends
+// at or below it, it is no worse than the seed could make it, so the seed is never made (it
+// may be costly: above the bound it is the plan at the bound).
+Parts BestPlan(const Prepared& p, int64_t k_items, const std::function<Parts()>& make_seed,
+               int64_t seed_floor) {
   if (k_items == 0) return {};
   // One part: every candidate is the same set of items, the seed (within the capacity).
-  if (k_items == 1) return WithEmptyParts(std::move(seed), 1);
+  if (k_items == 1) return WithEmptyParts(make_seed(), 1);
   // No partition of the items into k_items parts has a largest cost below `floor`: the largest
   // item's cost, or the mean part cost rounded up (costs are additive and >= 0). Every candidate
   // is such a partition (repair and rebalance only move and swap items), so once one reaches
@@ -145,12 +153,28 @@ Parts BestPlan(const Prepared& p, int64_t k_items, Parts seed) {
   }
   if (settled()) return best;
   const std::optional<int64_t> lpt = consider(Lpt(p.costs, p.cost_order, CountLimits(p, k_items)));
-  if (settled()) return best;
+  if (settled() || (best_cost && *best_cost <= seed_floor)) return best;
+  Parts seed = make_seed();
   const bool mostly_empty = 2 * static_cast<int64_t>(seed.size()) < k_items;
   if (!mostly_empty || !lpt || *lpt > MaxCost(seed, p.v.items)) {
     consider(WithEmptyParts(std::move(seed), k_items));
   }
   return best;
+}
+
+// The plan into k_items parts. At the bound (local_k) the seed is the witness. Above it, the
+// seed is the plan at the bound, so that a larger k is never balanced worse; it is made only
+// when KK and LPT do not already end at or below that plan's floor (its largest item, or its
+// mean part cost rounded up), which on trainers' mixes is most of the time: a rank whose k was
+// raised by its peers plans once, not twice.
+Parts PlanFor(const Prepared& p, int64_t k_items) {
+  const int64_t at_bound = p.local_k - NumIsolated(p.v);
+  auto witness = [&p] { return p.witness; };
+  if (k_items == at_bound) return BestPlan(p, k_items, witness, /*seed_floor=*/-1);
+  const int64_t bound_floor =
+      at_bound > 0 ? std::max(p.max_cost, CeilDiv(p.total_cost, at_bound)) : -1;
+  return BestPlan(
+      p, k_items, [&] { return BestPlan(p, at_bound, witness, /*seed_floor=*/-1); }, bound_floor);
 }
 
 // equal_size: n / k sequences per part, cost balanced by LPT under exact counts and swaps.
@@ -239,9 +263,7 @@ absl::StatusOr<Problem> Problem::Create(absl::Span<const int64_t> lengths,
         options.divisible_by, "), more than max_micro_batches = ", options.max_micro_batches));
   }
   p->local_k = *local_k;
-  if (!options.equal_size) {
-    p->base = internal::BestPlan(*p, p->local_k - n_isolated, std::move(witness));
-  }
+  p->witness = std::move(witness);
   return Problem(std::move(p));
 }
 
@@ -275,10 +297,8 @@ absl::StatusOr<MicroBatchPlan> Problem::Partition(int64_t k) const {
     }
     return internal::Assemble(p.v, internal::EqualSizePlan(p, k), p.lower_bound_k, p.local_k);
   }
-  const int64_t k_items = k - internal::NumIsolated(p.v);
-  if (k == p.local_k) return internal::Assemble(p.v, p.base, p.lower_bound_k, p.local_k);
-  return internal::Assemble(p.v, internal::BestPlan(p, k_items, p.base), p.lower_bound_k,
-                            p.local_k);
+  return internal::Assemble(p.v, internal::PlanFor(p, k - internal::NumIsolated(p.v)),
+                            p.lower_bound_k, p.local_k);
 }
 
 absl::StatusOr<MicroBatchPlan> PlanMicroBatches(absl::Span<const int64_t> lengths,

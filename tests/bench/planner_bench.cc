@@ -109,6 +109,29 @@ void BM_SidecarPlan(benchmark::State& state) {
   Report(state, plan);
 }
 
+// Args: n, cap. One rank's planner work in a round of a group of 4 (the sidecar's path with
+// peers): Problem::Create for the local bound, then Partition at the agreed k, the largest of
+// the 4 ranks' bounds (each rank plans n + 61·rank sequences of its own mix, as group_bench
+// does). Time per rank, averaged over the 4; 3 of them plan above their own bound.
+void BM_GroupRank(benchmark::State& state) {
+  constexpr int kRanks = 4;
+  std::vector<std::vector<int64_t>> inputs;
+  const PlanOptions options = Options(state.range(1), Algorithm::kKarmarkarKarp);
+  int64_t k = 0;
+  for (int r = 0; r < kRanks; ++r) {
+    inputs.push_back(testing::RealisticRlLengths(state.range(0) + 61 * r, 1000 + r));
+    k = std::max(k, Problem::Create(inputs.back(), options)->local_k());
+  }
+  MicroBatchPlan plan;
+  int r = 0;
+  for (auto _ : state) {
+    const Problem problem = *Problem::Create(inputs[r++ % kRanks], options);
+    plan = *problem.Partition(k);
+    benchmark::DoNotOptimize(plan.parts.data());
+  }
+  Report(state, plan);
+}
+
 // Args: n, world size; cap 16,384. Counters: the common k and the ranks' cost spread.
 void BM_BalanceBatch(benchmark::State& state) {
   const std::vector<int64_t> lengths = testing::RealisticRlLengths(state.range(0), kSeed);
@@ -139,6 +162,7 @@ BENCHMARK(BM_Kk)->Apply(BalanceCases);
 // The sidecar's request size (issue 3's load benchmark): one rank's n = 1,024.
 BENCHMARK(BM_Kk)->Args({1024, 16384})->Args({1024, 65536})->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_SidecarPlan)->Args({1024, 16384})->Args({1024, 65536})->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_GroupRank)->Args({1024, 16384})->Args({1024, 65536})->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_Lpt)->Apply(BalanceCases);
 BENCHMARK(BM_Bfd)->Apply(BalanceCases);
 BENCHMARK(BM_FixedK)->Args({4096, 256})->Unit(benchmark::kMillisecond);
