@@ -13,10 +13,10 @@
 namespace packsched::planner {
 namespace {
 
-absl::Status CheckLossTokens(const MicroBatchPlan& plan, absl::Span<const int64_t> loss_tokens) {
-  if (loss_tokens.size() != plan.revert.size()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "loss_tokens has ", loss_tokens.size(), " entries for ", plan.revert.size(), " sequences"));
+absl::Status CheckLossTokens(size_t num_sequences, absl::Span<const int64_t> loss_tokens) {
+  if (loss_tokens.size() != num_sequences) {
+    return absl::InvalidArgumentError(absl::StrCat("loss_tokens has ", loss_tokens.size(),
+                                                   " entries for ", num_sequences, " sequences"));
   }
   for (size_t i = 0; i < loss_tokens.size(); ++i) {
     if (loss_tokens[i] < 0) {
@@ -63,9 +63,26 @@ auto Parse(const Table& table, absl::string_view what, absl::string_view name)
 
 absl::StatusOr<LossCounts> CountLoss(const MicroBatchPlan& plan,
                                      absl::Span<const int64_t> loss_tokens) {
-  RETURN_IF_ERROR(CheckLossTokens(plan, loss_tokens));
+  RETURN_IF_ERROR(CheckLossTokens(plan.revert.size(), loss_tokens));
   LossCounts counts;
   for (int64_t index : plan.reorder) {
+    counts.loss_tokens += loss_tokens[index];
+    if (loss_tokens[index] > 0) ++counts.sequences_with_loss;
+  }
+  return counts;
+}
+
+absl::StatusOr<LossCounts> CountLoss(const Problem& problem,
+                                     absl::Span<const int64_t> loss_tokens) {
+  RETURN_IF_ERROR(CheckLossTokens(static_cast<size_t>(problem.num_sequences()), loss_tokens));
+  LossCounts counts;
+  const std::vector<int64_t>& dropped = problem.dropped();  // ascending
+  auto next_dropped = dropped.begin();
+  for (int64_t index = 0; index < static_cast<int64_t>(loss_tokens.size()); ++index) {
+    if (next_dropped != dropped.end() && *next_dropped == index) {
+      ++next_dropped;
+      continue;
+    }
     counts.loss_tokens += loss_tokens[index];
     if (loss_tokens[index] > 0) ++counts.sequences_with_loss;
   }
@@ -76,7 +93,7 @@ absl::StatusOr<LossWeights> ComputeLossWeights(const MicroBatchPlan& plan,
                                                absl::Span<const int64_t> loss_tokens,
                                                const LossOptions& options, const LossCounts& global,
                                                int64_t world_size) {
-  RETURN_IF_ERROR(CheckLossTokens(plan, loss_tokens));
+  RETURN_IF_ERROR(CheckLossTokens(plan.revert.size(), loss_tokens));
   if (world_size < 1) {
     return absl::InvalidArgumentError(absl::StrCat("world_size = ", world_size, ": must be >= 1"));
   }

@@ -12,6 +12,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 #include "server/planner/plan.h"
+#include "server/planner/planner.h"
 
 namespace packsched::planner {
 
@@ -53,6 +54,9 @@ struct LossWeights {
 // negative.
 absl::StatusOr<LossCounts> CountLoss(const MicroBatchPlan& plan,
                                      absl::Span<const int64_t> loss_tokens);
+// The same counts before any plan exists: the kept sequences are those `problem` does not drop
+// (every plan of it keeps exactly these). What a rank sends into the round before k is agreed.
+absl::StatusOr<LossCounts> CountLoss(const Problem& problem, absl::Span<const int64_t> loss_tokens);
 
 // Weights for this rank's sequences from the globally summed counts of the round.
 // `world_size` >= 1 is used by DpReduction::kMean. A global count of 0 (nothing to learn from)

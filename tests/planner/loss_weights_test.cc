@@ -136,6 +136,36 @@ TEST(LossWeights, DroppedSequencesWeighNothingAndCountNowhere) {
   EXPECT_EQ(w.weights[1], 0.0);
 }
 
+TEST(LossWeights, CountsBeforeAnyPlanMatchTheCountsOfEveryPlan) {
+  std::mt19937_64 rng(5);
+  PlanOptions po;
+  po.max_token_len = 16384;
+  for (OverlongPolicy overlong : {OverlongPolicy::kDrop, OverlongPolicy::kIsolate}) {
+    po.overlong = overlong;
+    for (uint64_t seed = 1; seed <= 5; ++seed) {
+      const std::vector<int64_t> lengths = testing::RealisticRlLengths(300, seed);
+      std::vector<int64_t> tokens(lengths.size());
+      for (size_t i = 0; i < lengths.size(); ++i) tokens[i] = rng() % 3 == 0 ? 0 : lengths[i] / 2;
+      const Problem problem = *Problem::Create(lengths, po);
+      const LossCounts before = *CountLoss(problem, tokens);
+      for (int64_t k : {problem.local_k(), problem.local_k() + 7}) {
+        const LossCounts after = *CountLoss(*problem.Partition(k), tokens);
+        EXPECT_EQ(before.loss_tokens, after.loss_tokens) << seed << " k=" << k;
+        EXPECT_EQ(before.sequences_with_loss, after.sequences_with_loss) << seed << " k=" << k;
+      }
+    }
+  }
+  const Problem dropping = *Problem::Create({10, 500, 20}, [] {
+    PlanOptions o;
+    o.max_token_len = 100;
+    o.overlong = OverlongPolicy::kDrop;
+    return o;
+  }());
+  EXPECT_EQ(CountLoss(dropping, {4, 400, 6})->loss_tokens, 10);
+  EXPECT_EQ(CountLoss(dropping, {4, 400}).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(CountLoss(dropping, {4, -1, 6}).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
 TEST(LossWeights, RejectsBadArguments) {
   PlanOptions po;
   po.max_token_len = 100;
