@@ -5,6 +5,12 @@
 // worker thread, agreeing every round with the peer sidecars over the stream's collective
 // (DESIGN.md §1). No gRPC or protobuf here: the service adapts it.
 //
+// Where a round runs: on the stream's worker thread, except that for a group of one whose
+// collective never blocks (no `group`, the default LocalCollective or `collectives_never_block`)
+// a round submitted while its stream has nothing queued or running runs at once on the
+// submitting thread, saving the hand-off to the worker and back. Either way a stream runs one
+// round at a time, and the rules below hold unchanged.
+//
 // Per (stream, round):
 //  - the first call queues the round; calls with the same content while it is queued or running
 //    join it (one computation); later calls are served from a bounded per-stream cache of
@@ -43,9 +49,10 @@ class RoundCoordinator {
   // error fails the round that needed it.
   using CollectiveFactory =
       std::function<absl::StatusOr<std::unique_ptr<collective::Collective>>(absl::string_view)>;
-  // Receives a round's outcome. Called exactly once per Submit, on the stream's worker thread,
-  // or on the submitting thread for immediate answers (cache hits, limits, mismatches); must not
-  // block.
+  // Receives a round's outcome. Called exactly once per Submit, on the thread that ran the round
+  // (the stream's worker, or the submitting thread of the round's first caller when it ran
+  // inline), or on the submitting thread for immediate answers (cache hits, limits,
+  // mismatches); may be called before Submit returns; must not block.
   using Done = absl::AnyInvocable<void(absl::StatusOr<std::shared_ptr<const RoundResult>>) &&>;
 
   struct Options {
@@ -57,6 +64,10 @@ class RoundCoordinator {
     // Without `group`: makes each stream's collective. Default: a LocalCollective per stream
     // (a group of one).
     CollectiveFactory make_collective;
+    // Without `group`: the collectives `make_collective` makes are groups of one that never
+    // block, so rounds may run inline (see the top of this file). Implied when
+    // `make_collective` is unset (LocalCollective).
+    bool collectives_never_block = false;
     // Protocol/build version every rank of a round must share.
     int64_t version = kProtocolVersion;
   };
@@ -94,11 +105,13 @@ class RoundCoordinator {
   // max_outstanding_rounds; FailedPrecondition for different content in the same round;
   // Unavailable after Shutdown(); otherwise the round's own outcome (its validation error or a
   // peer's, a mismatch between ranks, DeadlineExceeded / Aborted from the collective).
-  // Never blocks on a round. Thread-safe.
+  // Never blocks on another round; a round that runs inline (see the top of this file) is
+  // computed before Submit returns. Thread-safe.
   void Submit(RoundInput input, Done done);
 
   // Stops accepting rounds, aborts every stream's collective, fails queued rounds with
-  // Unavailable, lets running rounds end and joins the workers. Logs a summary per stream.
+  // Unavailable, lets running rounds end (inline ones included) and joins the workers. Logs a
+  // summary per stream.
   // Idempotent, thread-safe.
   void Shutdown();
 
@@ -109,10 +122,15 @@ class RoundCoordinator {
   struct Pending;
 
   void WorkerLoop(Stream* stream);
+  // Runs `round` of `stream`, which the caller marked running, then caches it, answers its
+  // waiters and lets the worker pick the next queued round.
+  void RunAndAnswer(Stream* stream, int64_t round, const RoundInput* input);
   absl::StatusOr<std::shared_ptr<const RoundResult>> RunRound(Stream& stream,
                                                               const RoundInput& input);
 
   const Options options_;
+  // A group of one whose collective never blocks: rounds may run on the submitting thread.
+  const bool inline_rounds_;
   mutable absl::Mutex mu_;
   bool shut_down_ ABSL_GUARDED_BY(mu_) = false;
   std::map<std::string, std::unique_ptr<Stream>, std::less<>> streams_ ABSL_GUARDED_BY(mu_);

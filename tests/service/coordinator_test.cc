@@ -245,6 +245,95 @@ TEST(Coordinator, ShutdownAbortsTheRunningRoundAndFailsQueuedOnes) {
   EXPECT_EQ(later.status().code(), absl::StatusCode::kUnavailable);
 }
 
+// A group of one runs a round on the submitting thread when its stream is idle (no hand-off to
+// the stream's worker); a collective that may block keeps rounds on the worker.
+TEST(Coordinator, AnIdleStreamOfAGroupOfOneRunsTheRoundOnTheSubmittingThread) {
+  RoundCoordinator coordinator({});
+  std::thread::id ran_on;
+  bool answered = false;
+  coordinator.Submit(Input(Request("s", 1, Batch(30), kCap)), [&](Result r) {
+    EXPECT_TRUE(r.ok()) << r.status();
+    ran_on = std::this_thread::get_id();
+    answered = true;
+  });
+  EXPECT_TRUE(answered);  // before Submit returned
+  EXPECT_EQ(ran_on, std::this_thread::get_id());
+
+  Gate gate;
+  gate.Open();
+  RoundCoordinator worker(Gated(&gate));
+  Call call(worker, Input(Request("s", 1, Batch(30), kCap)));
+  std::thread::id worker_thread;
+  worker.Submit(Input(Request("s", 2, Batch(31), kCap)),
+                [&](Result r) { worker_thread = std::this_thread::get_id(); });
+  ASSERT_TRUE(call.Wait().ok());
+  EXPECT_TRUE(SubmitAndWait(worker, Input(Request("s", 3, Batch(32), kCap))).ok());
+  EXPECT_NE(worker_thread, std::thread::id());
+  EXPECT_NE(worker_thread, std::this_thread::get_id());
+}
+
+// The gate stands in for a long round running inline: callers that arrive meanwhile join it,
+// conflict with it, or queue behind it — never run beside it.
+RoundCoordinator::Options GatedInline(Gate* gate) {
+  RoundCoordinator::Options options = Gated(gate);
+  options.collectives_never_block = true;
+  return options;
+}
+
+TEST(Coordinator, CallersArrivingWhileAnInlineRoundRunsJoinConflictOrQueueBehindIt) {
+  Gate gate;
+  RoundCoordinator coordinator(GatedInline(&gate));
+  const v1::PlanRequest request = Request("s", 10, Batch(33), kCap);
+  std::unique_ptr<Call> first;
+  std::thread submitter([&] { first = std::make_unique<Call>(coordinator, Input(request)); });
+  gate.WaitEntered(1);  // round 10 runs inside the submitter's Submit
+  Call joined(coordinator, Input(request));
+  const Result conflict = SubmitAndWait(coordinator, Input(Request("s", 10, Batch(34), kCap)));
+  EXPECT_EQ(conflict.status().code(), absl::StatusCode::kFailedPrecondition);
+  absl::Notification lower_done;
+  bool round_10_answered_first = false;
+  coordinator.Submit(Input(Request("s", 5, Batch(35), kCap)), [&](Result r) {
+    EXPECT_TRUE(r.ok()) << r.status();
+    round_10_answered_first = joined.done();
+    lower_done.Notify();
+  });
+  absl::SleepFor(absl::Milliseconds(50));
+  EXPECT_EQ(gate.entered(), 1);  // round 5 waits: one round of a stream at a time
+  EXPECT_FALSE(joined.done());
+  gate.Open();
+  submitter.join();  // its Submit returned once round 10 was answered
+  ASSERT_TRUE(first->done());
+  const Result& result = first->Wait();
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_EQ(joined.Wait()->get(), result->get());  // the same computation
+  lower_done.WaitForNotification();
+  EXPECT_TRUE(round_10_answered_first);  // round 5 started only after round 10 had ended
+  const RoundCoordinator::Stats stats = coordinator.GetStats();
+  EXPECT_EQ(stats.rounds, 2);
+  EXPECT_EQ(stats.joined_in_flight, 1);
+  EXPECT_EQ(stats.streams[0].last_round, 10);
+}
+
+TEST(Coordinator, ShutdownWaitsForAnInlineRoundAndFailsTheRoundsQueuedBehindIt) {
+  Gate gate;  // never opened: only Shutdown's abort ends the inline round
+  RoundCoordinator coordinator(GatedInline(&gate));
+  absl::Notification inline_answered;
+  absl::Status inline_status;
+  std::thread submitter([&] {
+    coordinator.Submit(Input(Request("s", 1, Batch(36), kCap)), [&](Result r) {
+      inline_status = r.status();
+      inline_answered.Notify();
+    });
+  });
+  gate.WaitEntered(1);
+  Call queued(coordinator, Input(Request("s", 2, Batch(37), kCap)));
+  coordinator.Shutdown();
+  EXPECT_TRUE(inline_answered.HasBeenNotified());  // Shutdown returned after its answer
+  EXPECT_EQ(inline_status.code(), absl::StatusCode::kAborted);
+  EXPECT_EQ(queued.Wait().status().code(), absl::StatusCode::kUnavailable);
+  submitter.join();
+}
+
 // Several sidecars (one coordinator per rank) agreeing over an in-process group.
 class Ranks {
  public:
