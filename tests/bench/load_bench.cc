@@ -15,7 +15,8 @@
 //    counts its wait: a stall is not hidden (no coordinated omission). Reports the offered and
 //    achieved rates and the sends that started more than 1 ms after their slot.
 //
-//   build/bin/load_bench [--clients=8] [--duration=30s] [--n=1024] [--target=HOST:PORT]
+//   build/bin/load_bench [--clients=8] [--duration=30s] [--n=1024] [--target=HOST:PORT
+//                        [--server_pid=PID]]
 //   build/bin/load_bench --rate=2000 --duration=10s
 //   build/bin/load_bench --rates=1000,1500,2000 --duration=10s    (one server, one run per rate)
 
@@ -50,6 +51,8 @@ ABSL_FLAG(int64_t, n, 1024, "sequences per request");
 ABSL_FLAG(int64_t, max_token_len, 16384, "cap per micro-batch, tokens");
 ABSL_FLAG(std::string, target, "",
           "an existing server (default: start build/bin/packsched-server)");
+ABSL_FLAG(int, server_pid, 0,
+          "with --target: the server's process id, to report its CPU per plan and memory");
 ABSL_FLAG(double, rate, 0,
           "open loop: plans/s offered over all clients, on a fixed schedule (0 = closed loop)");
 ABSL_FLAG(std::string, rates, "",
@@ -332,7 +335,9 @@ int main(int argc, char** argv) {
     }
   }
 
-  const pid_t server_pid = server ? server->pid() : -1;
+  const pid_t server_pid =
+      server ? server->pid()
+             : (absl::GetFlag(FLAGS_server_pid) > 0 ? absl::GetFlag(FLAGS_server_pid) : -1);
   std::vector<RunResult> results;
   for (double rate : rates) {
     results.push_back(Run(clients, rate, server_pid));
