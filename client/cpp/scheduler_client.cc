@@ -9,6 +9,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "google/protobuf/arena.h"
 #include "grpcpp/grpcpp.h"
 #include "packsched/v1/scheduler.grpc.pb.h"
 #include "server/base/status_macros.h"
@@ -24,6 +25,17 @@ absl::StatusOr<std::string> ReadFile(absl::string_view what, const std::string& 
   std::stringstream contents;
   contents << in.rdbuf();
   return contents.str();
+}
+
+// An arena for one call's messages. A plan response is a few hundred sub-messages and repeated
+// fields (three per micro-batch), which parsing on the arena allocates from a few blocks and
+// frees at once, instead of one malloc and one free each; the value types returned are built
+// from it before it goes.
+google::protobuf::ArenaOptions CallArenaOptions() {
+  google::protobuf::ArenaOptions options;
+  options.start_block_size = 32 << 10;  // a 1,024-sequence plan is about 60 KiB of messages
+  options.max_block_size = 1 << 20;
+  return options;
 }
 
 absl::Status FromGrpc(const grpc::Status& status) {
@@ -231,7 +243,8 @@ absl::StatusOr<std::unique_ptr<SchedulerClient>> SchedulerClient::Create(ClientO
 
 absl::StatusOr<PlanResult> SchedulerClient::Plan(const PlanRequest& request,
                                                  absl::Duration timeout) {
-  v1::PlanRequest wire;
+  google::protobuf::Arena arena(CallArenaOptions());
+  auto& wire = *google::protobuf::Arena::CreateMessage<v1::PlanRequest>(&arena);
   wire.set_stream(request.stream);
   wire.set_round(request.round);
   wire.mutable_lengths()->Assign(request.lengths.begin(), request.lengths.end());
@@ -239,14 +252,15 @@ absl::StatusOr<PlanResult> SchedulerClient::Plan(const PlanRequest& request,
   wire.mutable_options()->set_same_micro_num_in_dp(request.same_micro_num_in_dp);
   wire.mutable_loss_tokens()->Assign(request.loss_tokens.begin(), request.loss_tokens.end());
   FillLoss(request.loss, wire.mutable_loss());
-  v1::PlanResponse response;
-  RETURN_IF_ERROR(impl_->Call(&v1::Scheduler::Stub::Plan, wire, &response, timeout));
-  return FromProto(response);
+  auto* response = google::protobuf::Arena::CreateMessage<v1::PlanResponse>(&arena);
+  RETURN_IF_ERROR(impl_->Call(&v1::Scheduler::Stub::Plan, wire, response, timeout));
+  return FromProto(*response);
 }
 
 absl::StatusOr<PlanResult> SchedulerClient::Partition(const PartitionRequest& request,
                                                       absl::Duration timeout) {
-  v1::PartitionRequest wire;
+  google::protobuf::Arena arena(CallArenaOptions());
+  auto& wire = *google::protobuf::Arena::CreateMessage<v1::PartitionRequest>(&arena);
   wire.mutable_lengths()->Assign(request.lengths.begin(), request.lengths.end());
   wire.set_num_micro_batches(request.num_micro_batches);
   RETURN_IF_ERROR(FillOptions(request.options, wire.mutable_options()));
@@ -259,9 +273,9 @@ absl::StatusOr<PlanResult> SchedulerClient::Partition(const PartitionRequest& re
     g->set_sequences_with_loss(request.global->sequences_with_loss);
     g->set_world_size(request.global->world_size);
   }
-  v1::PlanResponse response;
-  RETURN_IF_ERROR(impl_->Call(&v1::Scheduler::Stub::Partition, wire, &response, timeout));
-  return FromProto(response);
+  auto* response = google::protobuf::Arena::CreateMessage<v1::PlanResponse>(&arena);
+  RETURN_IF_ERROR(impl_->Call(&v1::Scheduler::Stub::Partition, wire, response, timeout));
+  return FromProto(*response);
 }
 
 absl::StatusOr<BalancedPlan> SchedulerClient::BalanceBatch(const BalanceBatchRequest& request,
