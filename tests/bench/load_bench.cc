@@ -20,6 +20,7 @@
 //   build/bin/load_bench --rate=2000 --duration=10s
 //   build/bin/load_bench --rates=1000,1500,2000 --duration=10s    (one server, one run per rate)
 
+#include <dirent.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -93,6 +94,28 @@ double ProcCpuSeconds(pid_t pid) {
   return ticks / static_cast<double>(sysconf(_SC_CLK_TCK));
 }
 
+// Context switches (voluntary + involuntary) of all of a process's threads so far, from
+// /proc/<pid>/task/*/status; threads that already ended are not counted. -1 if unknown.
+int64_t ProcContextSwitches(pid_t pid) {
+  const std::string tasks = absl::StrCat("/proc/", pid, "/task");
+  DIR* dir = opendir(tasks.c_str());
+  if (dir == nullptr) return -1;
+  int64_t total = 0;
+  while (const dirent* entry = readdir(dir)) {
+    if (entry->d_name[0] == '.') continue;
+    std::ifstream in(absl::StrCat(tasks, "/", entry->d_name, "/status"));
+    std::string line;
+    while (std::getline(in, line)) {
+      if (line.rfind("voluntary_ctxt_switches:", 0) == 0 ||
+          line.rfind("nonvoluntary_ctxt_switches:", 0) == 0) {
+        total += std::atoll(line.c_str() + line.find(':') + 1);
+      }
+    }
+  }
+  closedir(dir);
+  return total;
+}
+
 double Micros(Clock::duration d) { return std::chrono::duration<double, std::micro>(d).count(); }
 
 struct ClientStats {
@@ -126,6 +149,7 @@ struct RunResult {
   int64_t errors = 0;
   std::string first_error;
   double server_cpu_ms_per_plan = -1;
+  double server_switches_per_plan = -1;  // context switches of the server's threads
   double client_cpu_ms_per_plan = 0;
   int64_t rss_start = -1, rss_end = -1, hwm = -1;
 
@@ -205,9 +229,11 @@ RunResult Run(std::vector<Client>& clients, double rate, pid_t server_pid) {
   r.rss_start = server_pid > 0 ? ProcStatusKb(server_pid, "VmRSS") : -1;
   const double server_cpu_start = server_pid > 0 ? ProcCpuSeconds(server_pid) : -1;
   const double self_cpu_start = ProcCpuSeconds(getpid());
+  const int64_t switches_start = server_pid > 0 ? ProcContextSwitches(server_pid) : -1;
   std::this_thread::sleep_until(measure_end);
   const double server_cpu = server_pid > 0 ? ProcCpuSeconds(server_pid) - server_cpu_start : -1;
   const double self_cpu = ProcCpuSeconds(getpid()) - self_cpu_start;
+  const int64_t switches = server_pid > 0 ? ProcContextSwitches(server_pid) - switches_start : -1;
   r.seconds = std::chrono::duration<double>(Clock::now() - measure_start).count();
   stop = true;
   for (std::thread& t : threads) t.join();
@@ -231,6 +257,7 @@ RunResult Run(std::vector<Client>& clients, double rate, pid_t server_pid) {
   const double sends = std::max<double>(1, r.latencies_us.size() + r.errors);
   r.mean_lateness_us = lateness_us / sends;
   if (server_pid > 0) r.server_cpu_ms_per_plan = server_cpu * 1000 / plans;
+  if (server_pid > 0 && switches_start >= 0) r.server_switches_per_plan = switches / plans;
   r.client_cpu_ms_per_plan = self_cpu * 1000 / plans;
   return r;
 }
@@ -273,6 +300,10 @@ void Print(const RunResult& r, int clients, int64_t n, const std::string& target
       "  CPU per plan      server %.3f ms, clients %.3f ms (user + system; %d cores here)\n",
       r.server_cpu_ms_per_plan, r.client_cpu_ms_per_plan,
       static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN)));
+  if (r.server_switches_per_plan >= 0) {
+    std::printf("  server switches   %.2f context switches per plan (all its threads)\n",
+                r.server_switches_per_plan);
+  }
   if (r.rss_start >= 0) {
     std::printf("  server VmRSS      %lld kB after warm-up, %lld kB at the end\n",
                 static_cast<long long>(r.rss_start), static_cast<long long>(r.rss_end));
