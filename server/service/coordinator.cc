@@ -141,7 +141,9 @@ void RoundCoordinator::Submit(RoundInput input, Done done) {
     } else {
       // Nothing queued or running: a group of one runs the round here (it is trivially the
       // lowest queued round); callers arriving meanwhile join it or queue behind it.
-      const bool run_here = inline_rounds_ && !stream->running && stream->in_flight.empty();
+      const bool run_here =
+          inline_rounds_ && !stream->running && stream->in_flight.empty() &&
+          static_cast<int64_t>(input.input.lengths.size()) <= options_.max_inline_sequences;
       Pending& pending = stream->in_flight[round];
       pending.input = std::move(input);
       pending.waiters.push_back(std::move(done));

@@ -7,9 +7,9 @@
 //
 // Where a round runs: on the stream's worker thread, except that for a group of one whose
 // collective never blocks (no `group`, the default LocalCollective or `collectives_never_block`)
-// a round submitted while its stream has nothing queued or running runs at once on the
-// submitting thread, saving the hand-off to the worker and back. Either way a stream runs one
-// round at a time, and the rules below hold unchanged.
+// a round of at most `max_inline_sequences` sequences submitted while its stream has nothing
+// queued or running runs at once on the submitting thread, saving the hand-off to the worker and
+// back. Either way a stream runs one round at a time, and the rules below hold unchanged.
 //
 // Per (stream, round):
 //  - the first call queues the round; calls with the same content while it is queued or running
@@ -68,6 +68,10 @@ class RoundCoordinator {
     // block, so rounds may run inline (see the top of this file). Implied when
     // `make_collective` is unset (LocalCollective).
     bool collectives_never_block = false;
+    // Larger rounds always run on the stream's worker, so that a submitting thread (a gRPC
+    // callback thread, of which there are few) is never held long: 4,096 sequences plan in a
+    // few milliseconds.
+    int64_t max_inline_sequences = 4096;
     // Protocol/build version every rank of a round must share.
     int64_t version = kProtocolVersion;
   };

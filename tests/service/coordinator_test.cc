@@ -270,6 +270,24 @@ TEST(Coordinator, AnIdleStreamOfAGroupOfOneRunsTheRoundOnTheSubmittingThread) {
   EXPECT_TRUE(SubmitAndWait(worker, Input(Request("s", 3, Batch(32), kCap))).ok());
   EXPECT_NE(worker_thread, std::thread::id());
   EXPECT_NE(worker_thread, std::this_thread::get_id());
+
+  // A round larger than max_inline_sequences goes to the worker too.
+  RoundCoordinator::Options small;
+  small.max_inline_sequences = 255;
+  RoundCoordinator limited(std::move(small));
+  std::thread::id large_on;
+  absl::Notification large_done;
+  limited.Submit(Input(Request("s", 1, Batch(40, 256), kCap)), [&](Result r) {
+    EXPECT_TRUE(r.ok()) << r.status();
+    large_on = std::this_thread::get_id();
+    large_done.Notify();
+  });
+  large_done.WaitForNotification();
+  EXPECT_NE(large_on, std::this_thread::get_id());
+  std::thread::id fits_on;
+  limited.Submit(Input(Request("t", 1, Batch(42, 255), kCap)),  // an idle stream
+                 [&](Result r) { fits_on = std::this_thread::get_id(); });
+  EXPECT_EQ(fits_on, std::this_thread::get_id());
 }
 
 // The gate stands in for a long round running inline: callers that arrive meanwhile join it,
