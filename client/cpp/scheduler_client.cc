@@ -234,6 +234,9 @@ absl::StatusOr<std::unique_ptr<SchedulerClient>> SchedulerClient::Create(ClientO
   args.SetMaxReceiveMessageSize(-1);
   // One connection per client, not shared with other clients of the same target in the process.
   args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+  // gRPC's own retries are off: the retry rule above is ours (Call), and without it gRPC does
+  // not keep a copy of every request for a retry it would never make.
+  args.SetInt(GRPC_ARG_ENABLE_RETRIES, 0);
   auto impl = std::make_unique<Impl>();
   impl->channel = grpc::CreateCustomChannel(options.target, credentials, args);
   impl->stub = v1::Scheduler::NewStub(impl->channel);
