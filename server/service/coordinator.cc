@@ -141,9 +141,16 @@ void RoundCoordinator::Submit(RoundInput input, Done done) {
     } else {
       // Nothing queued or running: a group of one runs the round here (it is trivially the
       // lowest queued round); callers arriving meanwhile join it or queue behind it.
-      const bool run_here =
+      bool run_here =
           inline_rounds_ && !stream->running && stream->in_flight.empty() &&
           static_cast<int64_t>(input.input.lengths.size()) <= options_.max_inline_sequences;
+      if (run_here) {  // claim one of the max_inline_rounds slots
+        int64_t now = inline_running_.load(std::memory_order_relaxed);
+        while (now < options_.max_inline_rounds &&
+               !inline_running_.compare_exchange_weak(now, now + 1, std::memory_order_relaxed)) {
+        }
+        run_here = now < options_.max_inline_rounds;
+      }
       Pending& pending = stream->in_flight[round];
       pending.input = std::move(input);
       pending.waiters.push_back(std::move(done));
@@ -158,6 +165,7 @@ void RoundCoordinator::Submit(RoundInput input, Done done) {
   }
   if (run_input != nullptr) {
     RunAndAnswer(stream, run_input->round, run_input);
+    inline_running_.fetch_sub(1, std::memory_order_relaxed);
     return;
   }
   if (answered) std::move(done)(std::move(immediate));

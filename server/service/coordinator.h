@@ -8,8 +8,9 @@
 // Where a round runs: on the stream's worker thread, except that for a group of one whose
 // collective never blocks (no `group`, the default LocalCollective or `collectives_never_block`)
 // a round of at most `max_inline_sequences` sequences submitted while its stream has nothing
-// queued or running runs at once on the submitting thread, saving the hand-off to the worker and
-// back. Either way a stream runs one round at a time, and the rules below hold unchanged.
+// queued or running may run at once on the submitting thread (up to `max_inline_rounds` at a
+// time; off by default), saving the hand-off to the worker and back. Either way a stream runs
+// one round at a time, and the rules below hold unchanged.
 //
 // Per (stream, round):
 //  - the first call queues the round; calls with the same content while it is queued or running
@@ -21,6 +22,7 @@
 //    outstanding, and a round never waits for a lower number that has not arrived;
 //  - failures are not cached: calling a failed round again runs it again.
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -72,6 +74,13 @@ class RoundCoordinator {
     // callback thread, of which there are few) is never held long: 4,096 sequences plan in a
     // few milliseconds.
     int64_t max_inline_sequences = 4096;
+    // At most this many rounds run inline at once (over all streams); the others go to their
+    // streams' workers. 0 (the default) never runs a round inline. Inline rounds save a thread
+    // hand-off each (less CPU per plan, about one context switch per plan instead of four to
+    // eight), but they run on gRPC's few callback threads (2 on a 2-core machine): under other
+    // processes' load, load_bench's open-loop p99 was several times worse with every round
+    // inline (and still worse with 1) than with a worker per stream (README).
+    int64_t max_inline_rounds = 0;
     // Protocol/build version every rank of a round must share.
     int64_t version = kProtocolVersion;
   };
@@ -135,6 +144,7 @@ class RoundCoordinator {
   const Options options_;
   // A group of one whose collective never blocks: rounds may run on the submitting thread.
   const bool inline_rounds_;
+  std::atomic<int64_t> inline_running_{0};  // rounds running inline now
   mutable absl::Mutex mu_;
   bool shut_down_ ABSL_GUARDED_BY(mu_) = false;
   std::map<std::string, std::unique_ptr<Stream>, std::less<>> streams_ ABSL_GUARDED_BY(mu_);

@@ -4,6 +4,7 @@
 
 #include "server/service/coordinator.h"
 
+#include <atomic>
 #include <memory>
 #include <string>
 #include <thread>
@@ -247,8 +248,27 @@ TEST(Coordinator, ShutdownAbortsTheRunningRoundAndFailsQueuedOnes) {
 
 // A group of one runs a round on the submitting thread when its stream is idle (no hand-off to
 // the stream's worker); a collective that may block keeps rounds on the worker.
-TEST(Coordinator, AnIdleStreamOfAGroupOfOneRunsTheRoundOnTheSubmittingThread) {
+RoundCoordinator::Options Inline(int64_t max_inline_rounds = 1) {
+  RoundCoordinator::Options options;
+  options.max_inline_rounds = max_inline_rounds;
+  return options;
+}
+
+TEST(Coordinator, RoundsRunOnTheStreamsWorkerByDefault) {
   RoundCoordinator coordinator({});
+  std::thread::id ran_on;
+  absl::Notification done;
+  coordinator.Submit(Input(Request("s", 1, Batch(30), kCap)), [&](Result r) {
+    EXPECT_TRUE(r.ok()) << r.status();
+    ran_on = std::this_thread::get_id();
+    done.Notify();
+  });
+  done.WaitForNotification();
+  EXPECT_NE(ran_on, std::this_thread::get_id());
+}
+
+TEST(Coordinator, AnIdleStreamOfAGroupOfOneRunsTheRoundOnTheSubmittingThread) {
+  RoundCoordinator coordinator(Inline());
   std::thread::id ran_on;
   bool answered = false;
   coordinator.Submit(Input(Request("s", 1, Batch(30), kCap)), [&](Result r) {
@@ -261,7 +281,9 @@ TEST(Coordinator, AnIdleStreamOfAGroupOfOneRunsTheRoundOnTheSubmittingThread) {
 
   Gate gate;
   gate.Open();
-  RoundCoordinator worker(Gated(&gate));
+  RoundCoordinator::Options gated = Gated(&gate);
+  gated.max_inline_rounds = 1;  // but its collective may block
+  RoundCoordinator worker(std::move(gated));
   Call call(worker, Input(Request("s", 1, Batch(30), kCap)));
   std::thread::id worker_thread;
   worker.Submit(Input(Request("s", 2, Batch(31), kCap)),
@@ -272,7 +294,7 @@ TEST(Coordinator, AnIdleStreamOfAGroupOfOneRunsTheRoundOnTheSubmittingThread) {
   EXPECT_NE(worker_thread, std::this_thread::get_id());
 
   // A round larger than max_inline_sequences goes to the worker too.
-  RoundCoordinator::Options small;
+  RoundCoordinator::Options small = Inline();
   small.max_inline_sequences = 255;
   RoundCoordinator limited(std::move(small));
   std::thread::id large_on;
@@ -295,7 +317,29 @@ TEST(Coordinator, AnIdleStreamOfAGroupOfOneRunsTheRoundOnTheSubmittingThread) {
 RoundCoordinator::Options GatedInline(Gate* gate) {
   RoundCoordinator::Options options = Gated(gate);
   options.collectives_never_block = true;
+  options.max_inline_rounds = 1;
   return options;
+}
+
+TEST(Coordinator, AtMostMaxInlineRoundsRunInlineAtOnce) {
+  Gate gate;
+  RoundCoordinator coordinator(GatedInline(&gate));
+  std::thread first([&] { Call call(coordinator, Input(Request("a", 1, Batch(43), kCap))); });
+  gate.WaitEntered(1);  // stream a's round runs inline on `first`
+  std::atomic<bool> returned{false};
+  std::unique_ptr<Call> second;
+  std::thread other([&] {
+    second = std::make_unique<Call>(coordinator, Input(Request("b", 1, Batch(44), kCap)));
+    returned = true;
+  });
+  gate.WaitEntered(2);  // stream b's round runs too
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  while (!returned && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(1));
+  EXPECT_TRUE(returned);  // b's Submit did not wait for its round: it runs on b's worker
+  gate.Open();
+  other.join();
+  first.join();
+  EXPECT_TRUE(second->Wait().ok());
 }
 
 TEST(Coordinator, CallersArrivingWhileAnInlineRoundRunsJoinConflictOrQueueBehindIt) {
