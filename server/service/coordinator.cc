@@ -139,8 +139,9 @@ void RoundCoordinator::Submit(RoundInput input, Done done) {
                        " rounds outstanding: the server limit --max_outstanding_rounds is ",
                        options_.limits.max_outstanding_rounds));
     } else {
-      // Nothing queued or running: a group of one runs the round here (it is trivially the
-      // lowest queued round); callers arriving meanwhile join it or queue behind it.
+      // Inline rounds enabled and nothing queued or running: a group of one may run the round
+      // here (it is trivially the lowest queued round); callers arriving meanwhile join it or
+      // queue behind it.
       bool run_here =
           inline_rounds_ && !stream->running && stream->in_flight.empty() &&
           static_cast<int64_t>(input.input.lengths.size()) <= options_.max_inline_sequences;
