@@ -31,8 +31,9 @@ RULES = {
     "server/service": (("absl/", "spdlog/", "grpcpp/", "google/protobuf/", "packsched/v1/",
                         "server/base/", "server/planner/", "server/collective/", "server/service/"),
                        ("nccl", "cuda", "gloo")),
-    "client/cpp": (("absl/", "grpcpp/", "packsched/v1/", "server/base/", "server/planner/",
-                    "client/cpp/"), ("nccl", "cuda", "server/service", "server/collective")),
+    "client/cpp": (("absl/", "grpcpp/", "google/protobuf/", "packsched/v1/", "server/base/",
+                    "server/planner/", "client/cpp/"),
+                   ("nccl", "cuda", "server/service", "server/collective")),
     # The client's public headers include no gRPC and no generated code (files, not directories).
     "client/cpp/scheduler_client.h": (("absl/", "server/planner/"), HEAVY + ("packsched/v1",)),
     "client/cpp/plan_apply.h": (("absl/", "server/planner/"), HEAVY + ("packsched/v1",)),

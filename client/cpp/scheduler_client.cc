@@ -9,7 +9,11 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "client/cpp/plan_decoder.h"
+#include "google/protobuf/arena.h"
 #include "grpcpp/grpcpp.h"
+#include "grpcpp/impl/client_unary_call.h"
+#include "grpcpp/impl/rpc_method.h"
 #include "packsched/v1/scheduler.grpc.pb.h"
 #include "server/base/status_macros.h"
 
@@ -24,6 +28,15 @@ absl::StatusOr<std::string> ReadFile(absl::string_view what, const std::string& 
   std::stringstream contents;
   contents << in.rdbuf();
   return contents.str();
+}
+
+// An arena for one call's request message: its repeated fields and sub-messages come from one
+// block, freed at once. (Plan responses are decoded from their bytes, see plan_decoder.h.)
+google::protobuf::ArenaOptions CallArenaOptions() {
+  google::protobuf::ArenaOptions options;
+  options.start_block_size = 32 << 10;  // a 1,024-sequence request is about 17 KiB
+  options.max_block_size = 1 << 20;
+  return options;
 }
 
 absl::Status FromGrpc(const grpc::Status& status) {
@@ -96,74 +109,59 @@ void FillLoss(const planner::LossOptions& loss, v1::LossOptions* out) {
   out->set_sum_norm_constant(loss.sum_norm_constant);
 }
 
-GlobalCounts FromProto(const v1::GlobalCounts& g) {
-  return {g.num_sequences(), g.loss_tokens(), g.sequences_with_loss(), g.world_size()};
-}
-
-PlanResult FromProto(const v1::PlanResponse& r) {
-  PlanResult out;
-  out.num_micro_batches = r.num_micro_batches();
-  out.local_num_micro_batches = r.local_num_micro_batches();
-  planner::MicroBatchPlan& plan = out.plan;
-  plan.parts.reserve(r.micro_batches_size());
-  bool has_scales = false;
-  for (const v1::MicroBatch& m : r.micro_batches()) {
-    planner::MicroBatch part;
-    part.indices.assign(m.indices().begin(), m.indices().end());
-    part.tokens = m.tokens();
-    part.aligned_tokens = m.aligned_tokens();
-    part.total = m.total();
-    part.padded_tokens = m.padded_tokens();
-    part.cost = m.cost();
-    part.max_seqlen = m.max_seqlen();
-    part.max_seqlen_aligned = m.max_seqlen_aligned();
-    part.cu_seqlens.assign(m.cu_seqlens().begin(), m.cu_seqlens().end());
-    part.cu_seqlens_aligned.assign(m.cu_seqlens_aligned().begin(), m.cu_seqlens_aligned().end());
-    part.empty = m.empty();
-    part.overlong = m.overlong();
-    plan.parts.push_back(std::move(part));
-    has_scales |= m.has_loss_scale();
-  }
-  if (has_scales) {
-    for (const v1::MicroBatch& m : r.micro_batches()) out.loss_scales.push_back(m.loss_scale());
-  }
-  plan.reorder.assign(r.reorder().begin(), r.reorder().end());
-  plan.revert.assign(r.revert().begin(), r.revert().end());
-  plan.dropped.assign(r.dropped().begin(), r.dropped().end());
-  out.loss_weights.assign(r.loss_weights().begin(), r.loss_weights().end());
-  const v1::PlanStats& s = r.stats();
-  plan.stats.num_sequences = s.num_sequences();
-  plan.stats.num_kept = s.num_kept();
-  plan.stats.total_tokens = s.total_tokens();
-  plan.stats.total_cost = s.total_cost();
-  plan.stats.max_part_cost = s.max_part_cost();
-  plan.stats.min_part_cost = s.min_part_cost();
-  plan.stats.imbalance = s.imbalance();
-  plan.stats.lower_bound_k = s.lower_bound_k();
-  plan.stats.local_k = r.local_num_micro_batches();
-  plan.stats.over_cap_parts = s.over_cap_parts();
-  plan.stats.naive_padded_tokens = s.naive_padded_tokens();
-  plan.stats.packed_tokens = s.packed_tokens();
-  out.global = FromProto(r.global());
-  out.max_token_len = s.max_token_len();
-  out.local_time = absl::Microseconds(s.local_us());
-  out.wait_time = absl::Microseconds(s.wait_us());
-  out.partition_time = absl::Microseconds(s.partition_us());
-  return out;
-}
-
 }  // namespace
 
 struct SchedulerClient::Impl {
   ClientOptions options;
   std::shared_ptr<grpc::Channel> channel;
   std::unique_ptr<v1::Scheduler::Stub> stub;
+  // Plan and Partition by hand: their responses come back as bytes, for DecodePlanResponse.
+  std::string plan_name = absl::StrCat("/", v1::Scheduler::service_full_name(), "/Plan");
+  std::string partition_name = absl::StrCat("/", v1::Scheduler::service_full_name(), "/Partition");
+  std::unique_ptr<grpc::internal::RpcMethod> plan_method;
+  std::unique_ptr<grpc::internal::RpcMethod> partition_method;
 
   // Runs one unary call with the retry rule of the header.
   template <typename Request, typename Response>
   absl::Status Call(grpc::Status (v1::Scheduler::Stub::*method)(grpc::ClientContext*,
                                                                 const Request&, Response*),
                     const Request& request, Response* response, absl::Duration timeout) {
+    return Retried(timeout, [&](grpc::ClientContext* context) {
+      response->Clear();
+      return (stub.get()->*method)(context, request, response);
+    });
+  }
+
+  // Runs a call whose response is a PlanResponse and decodes it (DecodePlanResponse).
+  template <typename Request>
+  absl::StatusOr<PlanResult> CallForPlan(const grpc::internal::RpcMethod& method,
+                                         const Request& request, absl::Duration timeout) {
+    grpc::ByteBuffer response;
+    RETURN_IF_ERROR(Retried(timeout, [&](grpc::ClientContext* context) {
+      response.Clear();
+      return grpc::internal::BlockingUnaryCall<Request, grpc::ByteBuffer,
+                                               google::protobuf::MessageLite, grpc::ByteBuffer>(
+          channel.get(), method, context, request, &response);
+    }));
+    std::vector<grpc::Slice> slices;
+    if (!response.Dump(&slices).ok()) {
+      return absl::InternalError("the sidecar's response could not be read");
+    }
+    if (slices.size() == 1) {
+      return internal::DecodePlanResponse(
+          absl::string_view(reinterpret_cast<const char*>(slices[0].begin()), slices[0].size()));
+    }
+    std::string joined;
+    joined.reserve(response.Length());
+    for (const grpc::Slice& slice : slices) {
+      joined.append(reinterpret_cast<const char*>(slice.begin()), slice.size());
+    }
+    return internal::DecodePlanResponse(joined);
+  }
+
+  // `invoke(context)` makes one attempt; retried by the rule of the header.
+  template <typename Invoke>
+  absl::Status Retried(absl::Duration timeout, Invoke invoke) {
     const absl::Time deadline =
         absl::Now() + (timeout == absl::ZeroDuration() ? options.timeout : timeout);
     absl::Duration backoff = options.initial_backoff;
@@ -175,8 +173,7 @@ struct SchedulerClient::Impl {
       if (!options.auth_token.empty()) {
         context.AddMetadata("authorization", absl::StrCat("Bearer ", options.auth_token));
       }
-      response->Clear();
-      const grpc::Status status = (stub.get()->*method)(&context, request, response);
+      const grpc::Status status = invoke(&context);
       if (status.ok()) return absl::OkStatus();
       const bool served = context.GetServerTrailingMetadata().count("packsched-served") > 0;
       const bool unreached = status.error_code() == grpc::StatusCode::UNAVAILABLE && !served;
@@ -222,16 +219,24 @@ absl::StatusOr<std::unique_ptr<SchedulerClient>> SchedulerClient::Create(ClientO
   args.SetMaxReceiveMessageSize(-1);
   // One connection per client, not shared with other clients of the same target in the process.
   args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+  // gRPC's own retries are off: the retry rule above is ours (Call), and without it gRPC does
+  // not keep a copy of every request for a retry it would never make.
+  args.SetInt(GRPC_ARG_ENABLE_RETRIES, 0);
   auto impl = std::make_unique<Impl>();
   impl->channel = grpc::CreateCustomChannel(options.target, credentials, args);
   impl->stub = v1::Scheduler::NewStub(impl->channel);
+  impl->plan_method = std::make_unique<grpc::internal::RpcMethod>(
+      impl->plan_name.c_str(), grpc::internal::RpcMethod::NORMAL_RPC, impl->channel);
+  impl->partition_method = std::make_unique<grpc::internal::RpcMethod>(
+      impl->partition_name.c_str(), grpc::internal::RpcMethod::NORMAL_RPC, impl->channel);
   impl->options = std::move(options);
   return std::unique_ptr<SchedulerClient>(new SchedulerClient(std::move(impl)));
 }
 
 absl::StatusOr<PlanResult> SchedulerClient::Plan(const PlanRequest& request,
                                                  absl::Duration timeout) {
-  v1::PlanRequest wire;
+  google::protobuf::Arena arena(CallArenaOptions());
+  auto& wire = *google::protobuf::Arena::CreateMessage<v1::PlanRequest>(&arena);
   wire.set_stream(request.stream);
   wire.set_round(request.round);
   wire.mutable_lengths()->Assign(request.lengths.begin(), request.lengths.end());
@@ -239,14 +244,13 @@ absl::StatusOr<PlanResult> SchedulerClient::Plan(const PlanRequest& request,
   wire.mutable_options()->set_same_micro_num_in_dp(request.same_micro_num_in_dp);
   wire.mutable_loss_tokens()->Assign(request.loss_tokens.begin(), request.loss_tokens.end());
   FillLoss(request.loss, wire.mutable_loss());
-  v1::PlanResponse response;
-  RETURN_IF_ERROR(impl_->Call(&v1::Scheduler::Stub::Plan, wire, &response, timeout));
-  return FromProto(response);
+  return impl_->CallForPlan(*impl_->plan_method, wire, timeout);
 }
 
 absl::StatusOr<PlanResult> SchedulerClient::Partition(const PartitionRequest& request,
                                                       absl::Duration timeout) {
-  v1::PartitionRequest wire;
+  google::protobuf::Arena arena(CallArenaOptions());
+  auto& wire = *google::protobuf::Arena::CreateMessage<v1::PartitionRequest>(&arena);
   wire.mutable_lengths()->Assign(request.lengths.begin(), request.lengths.end());
   wire.set_num_micro_batches(request.num_micro_batches);
   RETURN_IF_ERROR(FillOptions(request.options, wire.mutable_options()));
@@ -259,9 +263,7 @@ absl::StatusOr<PlanResult> SchedulerClient::Partition(const PartitionRequest& re
     g->set_sequences_with_loss(request.global->sequences_with_loss);
     g->set_world_size(request.global->world_size);
   }
-  v1::PlanResponse response;
-  RETURN_IF_ERROR(impl_->Call(&v1::Scheduler::Stub::Partition, wire, &response, timeout));
-  return FromProto(response);
+  return impl_->CallForPlan(*impl_->partition_method, wire, timeout);
 }
 
 absl::StatusOr<BalancedPlan> SchedulerClient::BalanceBatch(const BalanceBatchRequest& request,
@@ -281,11 +283,11 @@ absl::StatusOr<BalancedPlan> SchedulerClient::BalanceBatch(const BalanceBatchReq
     RankPlan r;
     r.indices.assign(rank.indices().begin(), rank.indices().end());
     r.cost = rank.cost();
-    r.plan = FromProto(rank.plan());
+    r.plan = internal::PlanResultFromProto(rank.plan());
     out.ranks.push_back(std::move(r));
   }
   out.dropped.assign(response.dropped().begin(), response.dropped().end());
-  out.global = FromProto(response.global());
+  out.global = internal::GlobalCountsFromProto(response.global());
   return out;
 }
 

@@ -3,8 +3,10 @@
 
 // packsched.v1.Scheduler over gRPC's callback API: a thin adapter. Each RPC converts its
 // request (convert.h), hands rounds to the coordinator (which finishes the reactor from the
-// stream's worker thread), and turns absl::Status into grpc::Status — the only place that
-// happens. Nothing here blocks a gRPC thread: Partition and BalanceBatch are bounded CPU work.
+// stream's worker thread, or — with inline rounds enabled, a small round of a group of one on an
+// idle stream — runs it and finishes it inline, before Plan returns), and turns absl::Status into
+// grpc::Status — the only place that happens. Nothing here blocks a gRPC thread: Partition,
+// BalanceBatch and inline rounds are bounded CPU work.
 
 #include <cstdint>
 #include <optional>

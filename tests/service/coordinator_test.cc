@@ -4,6 +4,7 @@
 
 #include "server/service/coordinator.h"
 
+#include <atomic>
 #include <memory>
 #include <string>
 #include <thread>
@@ -243,6 +244,156 @@ TEST(Coordinator, ShutdownAbortsTheRunningRoundAndFailsQueuedOnes) {
   EXPECT_EQ(queued.Wait().status().code(), absl::StatusCode::kUnavailable);
   const Result later = SubmitAndWait(coordinator, Input(Request("s", 3, Batch(3), kCap)));
   EXPECT_EQ(later.status().code(), absl::StatusCode::kUnavailable);
+}
+
+// A group of one runs a round on the submitting thread when its stream is idle (no hand-off to
+// the stream's worker); a collective that may block keeps rounds on the worker.
+RoundCoordinator::Options Inline(int64_t max_inline_rounds = 1) {
+  RoundCoordinator::Options options;
+  options.max_inline_rounds = max_inline_rounds;
+  return options;
+}
+
+TEST(Coordinator, RoundsRunOnTheStreamsWorkerByDefault) {
+  RoundCoordinator coordinator({});
+  std::thread::id ran_on;
+  absl::Notification done;
+  coordinator.Submit(Input(Request("s", 1, Batch(30), kCap)), [&](Result r) {
+    EXPECT_TRUE(r.ok()) << r.status();
+    ran_on = std::this_thread::get_id();
+    done.Notify();
+  });
+  done.WaitForNotification();
+  EXPECT_NE(ran_on, std::this_thread::get_id());
+}
+
+TEST(Coordinator, AnIdleStreamOfAGroupOfOneRunsTheRoundOnTheSubmittingThread) {
+  RoundCoordinator coordinator(Inline());
+  std::thread::id ran_on;
+  bool answered = false;
+  coordinator.Submit(Input(Request("s", 1, Batch(30), kCap)), [&](Result r) {
+    EXPECT_TRUE(r.ok()) << r.status();
+    ran_on = std::this_thread::get_id();
+    answered = true;
+  });
+  EXPECT_TRUE(answered);  // before Submit returned
+  EXPECT_EQ(ran_on, std::this_thread::get_id());
+
+  Gate gate;
+  gate.Open();
+  RoundCoordinator::Options gated = Gated(&gate);
+  gated.max_inline_rounds = 1;  // but its collective may block
+  RoundCoordinator worker(std::move(gated));
+  Call call(worker, Input(Request("s", 1, Batch(30), kCap)));
+  std::thread::id worker_thread;
+  worker.Submit(Input(Request("s", 2, Batch(31), kCap)),
+                [&](Result r) { worker_thread = std::this_thread::get_id(); });
+  ASSERT_TRUE(call.Wait().ok());
+  EXPECT_TRUE(SubmitAndWait(worker, Input(Request("s", 3, Batch(32), kCap))).ok());
+  EXPECT_NE(worker_thread, std::thread::id());
+  EXPECT_NE(worker_thread, std::this_thread::get_id());
+
+  // A round larger than max_inline_sequences goes to the worker too.
+  RoundCoordinator::Options small = Inline();
+  small.max_inline_sequences = 255;
+  RoundCoordinator limited(std::move(small));
+  std::thread::id large_on;
+  absl::Notification large_done;
+  limited.Submit(Input(Request("s", 1, Batch(40, 256), kCap)), [&](Result r) {
+    EXPECT_TRUE(r.ok()) << r.status();
+    large_on = std::this_thread::get_id();
+    large_done.Notify();
+  });
+  large_done.WaitForNotification();
+  EXPECT_NE(large_on, std::this_thread::get_id());
+  std::thread::id fits_on;
+  limited.Submit(Input(Request("t", 1, Batch(42, 255), kCap)),  // an idle stream
+                 [&](Result r) { fits_on = std::this_thread::get_id(); });
+  EXPECT_EQ(fits_on, std::this_thread::get_id());
+}
+
+// The gate stands in for a long round running inline: callers that arrive meanwhile join it,
+// conflict with it, or queue behind it — never run beside it.
+RoundCoordinator::Options GatedInline(Gate* gate) {
+  RoundCoordinator::Options options = Gated(gate);
+  options.collectives_never_block = true;
+  options.max_inline_rounds = 1;
+  return options;
+}
+
+TEST(Coordinator, AtMostMaxInlineRoundsRunInlineAtOnce) {
+  Gate gate;
+  RoundCoordinator coordinator(GatedInline(&gate));
+  std::thread first([&] { Call call(coordinator, Input(Request("a", 1, Batch(43), kCap))); });
+  gate.WaitEntered(1);  // stream a's round runs inline on `first`
+  std::atomic<bool> returned{false};
+  std::unique_ptr<Call> second;
+  std::thread other([&] {
+    second = std::make_unique<Call>(coordinator, Input(Request("b", 1, Batch(44), kCap)));
+    returned = true;
+  });
+  gate.WaitEntered(2);  // stream b's round runs too
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  while (!returned && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(1));
+  EXPECT_TRUE(returned);  // b's Submit did not wait for its round: it runs on b's worker
+  gate.Open();
+  other.join();
+  first.join();
+  EXPECT_TRUE(second->Wait().ok());
+}
+
+TEST(Coordinator, CallersArrivingWhileAnInlineRoundRunsJoinConflictOrQueueBehindIt) {
+  Gate gate;
+  RoundCoordinator coordinator(GatedInline(&gate));
+  const v1::PlanRequest request = Request("s", 10, Batch(33), kCap);
+  std::unique_ptr<Call> first;
+  std::thread submitter([&] { first = std::make_unique<Call>(coordinator, Input(request)); });
+  gate.WaitEntered(1);  // round 10 runs inside the submitter's Submit
+  Call joined(coordinator, Input(request));
+  const Result conflict = SubmitAndWait(coordinator, Input(Request("s", 10, Batch(34), kCap)));
+  EXPECT_EQ(conflict.status().code(), absl::StatusCode::kFailedPrecondition);
+  absl::Notification lower_done;
+  bool round_10_answered_first = false;
+  coordinator.Submit(Input(Request("s", 5, Batch(35), kCap)), [&](Result r) {
+    EXPECT_TRUE(r.ok()) << r.status();
+    round_10_answered_first = joined.done();
+    lower_done.Notify();
+  });
+  absl::SleepFor(absl::Milliseconds(50));
+  EXPECT_EQ(gate.entered(), 1);  // round 5 waits: one round of a stream at a time
+  EXPECT_FALSE(joined.done());
+  gate.Open();
+  submitter.join();  // its Submit returned once round 10 was answered
+  ASSERT_TRUE(first->done());
+  const Result& result = first->Wait();
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_EQ(joined.Wait()->get(), result->get());  // the same computation
+  lower_done.WaitForNotification();
+  EXPECT_TRUE(round_10_answered_first);  // round 5 started only after round 10 had ended
+  const RoundCoordinator::Stats stats = coordinator.GetStats();
+  EXPECT_EQ(stats.rounds, 2);
+  EXPECT_EQ(stats.joined_in_flight, 1);
+  EXPECT_EQ(stats.streams[0].last_round, 10);
+}
+
+TEST(Coordinator, ShutdownWaitsForAnInlineRoundAndFailsTheRoundsQueuedBehindIt) {
+  Gate gate;  // never opened: only Shutdown's abort ends the inline round
+  RoundCoordinator coordinator(GatedInline(&gate));
+  absl::Notification inline_answered;
+  absl::Status inline_status;
+  std::thread submitter([&] {
+    coordinator.Submit(Input(Request("s", 1, Batch(36), kCap)), [&](Result r) {
+      inline_status = r.status();
+      inline_answered.Notify();
+    });
+  });
+  gate.WaitEntered(1);
+  Call queued(coordinator, Input(Request("s", 2, Batch(37), kCap)));
+  coordinator.Shutdown();
+  EXPECT_TRUE(inline_answered.HasBeenNotified());  // Shutdown returned after its answer
+  EXPECT_EQ(inline_status.code(), absl::StatusCode::kAborted);
+  EXPECT_EQ(queued.Wait().status().code(), absl::StatusCode::kUnavailable);
+  submitter.join();
 }
 
 // Several sidecars (one coordinator per rank) agreeing over an in-process group.
