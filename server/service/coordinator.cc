@@ -42,11 +42,8 @@ struct RoundCoordinator::Stream {
   bool agreed_once = false;
 
   absl::Mutex mu;
-  absl::CondVar work;  // a round was queued or finished, or the stream is stopping
-  absl::CondVar idle;  // `running` became false
+  absl::CondVar work;  // a round was queued, or the stream is stopping
   bool stopping ABSL_GUARDED_BY(mu) = false;
-  // A round of the stream is running (on the worker or inline): at most one at a time.
-  bool running ABSL_GUARDED_BY(mu) = false;
   std::map<int64_t, Pending> in_flight ABSL_GUARDED_BY(mu);  // queued and running, by round
   struct Cached {
     uint64_t content_hash;
@@ -71,10 +68,7 @@ absl::Status ContentMismatch(absl::string_view stream, int64_t round, absl::stri
 
 }  // namespace
 
-RoundCoordinator::RoundCoordinator(Options options)
-    : options_(std::move(options)),
-      inline_rounds_(options_.group == nullptr &&
-                     (!options_.make_collective || options_.collectives_never_block)) {}
+RoundCoordinator::RoundCoordinator(Options options) : options_(std::move(options)) {}
 
 RoundCoordinator::~RoundCoordinator() { Shutdown(); }
 
@@ -106,7 +100,6 @@ void RoundCoordinator::Submit(RoundInput input, Done done) {
 
   Result immediate;
   bool answered = false;
-  const RoundInput* run_input = nullptr;  // set when the round runs inline
   {
     absl::MutexLock lock(&stream->mu);
     const int64_t round = input.round;
@@ -139,127 +132,84 @@ void RoundCoordinator::Submit(RoundInput input, Done done) {
                        " rounds outstanding: the server limit --max_outstanding_rounds is ",
                        options_.limits.max_outstanding_rounds));
     } else {
-      // Inline rounds enabled and nothing queued or running: a group of one may run the round
-      // here (it is trivially the lowest queued round); callers arriving meanwhile join it or
-      // queue behind it.
-      bool run_here =
-          inline_rounds_ && !stream->running && stream->in_flight.empty() &&
-          static_cast<int64_t>(input.input.lengths.size()) <= options_.max_inline_sequences;
-      if (run_here) {  // claim one of the max_inline_rounds slots
-        int64_t now = inline_running_.load(std::memory_order_relaxed);
-        while (now < options_.max_inline_rounds &&
-               !inline_running_.compare_exchange_weak(now, now + 1, std::memory_order_relaxed)) {
-        }
-        run_here = now < options_.max_inline_rounds;
-      }
       Pending& pending = stream->in_flight[round];
       pending.input = std::move(input);
       pending.waiters.push_back(std::move(done));
-      if (!run_here) {
-        stream->work.Signal();
-        return;
-      }
-      pending.running = true;
-      stream->running = true;
-      run_input = &pending.input;  // stable: map nodes do not move, and only the runner erases
+      stream->work.Signal();
+      return;
     }
-  }
-  if (run_input != nullptr) {
-    RunAndAnswer(stream, run_input->round, run_input);
-    inline_running_.fetch_sub(1, std::memory_order_relaxed);
-    return;
   }
   if (answered) std::move(done)(std::move(immediate));
 }
 
 void RoundCoordinator::WorkerLoop(Stream* stream) {
   while (true) {
-    const RoundInput* input = nullptr;
+    RoundInput* input = nullptr;
     int64_t round = 0;
     {
       absl::MutexLock lock(&stream->mu);
-      // Lowest queued round first; one round at a time per stream (an inline round may be
-      // running: wait for it).
-      while (!stream->stopping && (stream->in_flight.empty() || stream->running)) {
-        stream->work.Wait(&stream->mu);
-      }
+      // Lowest queued round first; one round at a time per stream.
+      while (!stream->stopping && stream->in_flight.empty()) stream->work.Wait(&stream->mu);
       if (stream->stopping) break;
       auto it = stream->in_flight.begin();
       it->second.running = true;
-      stream->running = true;
       round = it->first;
       input = &it->second.input;  // stable: std::map nodes do not move, and only we erase
     }
-    RunAndAnswer(stream, round, input);
+
+    const absl::Time start = absl::Now();
+    Result result = RunRound(*stream, *input);
+    const absl::Duration took = absl::Now() - start;
+
+    std::vector<Done> waiters;
+    {
+      absl::MutexLock lock(&stream->mu);
+      auto it = stream->in_flight.find(round);
+      waiters = std::move(it->second.waiters);
+      const uint64_t content_hash = it->second.input.content_hash;
+      stream->in_flight.erase(it);
+      if (result.ok()) {
+        ++stream->rounds_completed;
+        if (!stream->has_last_round || round > stream->last_round) stream->last_round = round;
+        stream->has_last_round = true;
+        if (options_.limits.max_cached_rounds > 0) {
+          stream->cache[round] = {content_hash, *result};
+          stream->cache_order.push_back(round);
+          while (static_cast<int64_t>(stream->cache_order.size()) >
+                 options_.limits.max_cached_rounds) {
+            stream->cache.erase(stream->cache_order.front());
+            stream->cache_order.pop_front();
+          }
+        }
+      } else {
+        ++stream->rounds_failed;
+      }
+    }
+    if (result.ok()) {
+      spdlog::debug("stream {} round {}: k={} local_k={} sequences={} world_size={} in {} us",
+                    stream->name, round, (*result)->num_micro_batches, (*result)->local_k,
+                    (*result)->plan.stats.num_sequences, (*result)->global.world_size,
+                    absl::ToInt64Microseconds(took));
+    } else {
+      spdlog::debug("stream {} round {} failed in {} us: {}", stream->name, round,
+                    absl::ToInt64Microseconds(took), result.status().ToString());
+    }
+    for (Done& done : waiters) std::move(done)(result);
   }
 
-  // Stopping: fail what is still queued (not an inline round still running: it answers itself).
-  std::vector<std::pair<int64_t, std::vector<Done>>> left;
+  // Stopping: fail what is still queued.
+  std::map<int64_t, Pending> left;
   {
     absl::MutexLock lock(&stream->mu);
-    for (auto it = stream->in_flight.begin(); it != stream->in_flight.end();) {
-      if (it->second.running) {
-        ++it;
-        continue;
-      }
-      left.emplace_back(it->first, std::move(it->second.waiters));
-      it = stream->in_flight.erase(it);
-    }
+    left.swap(stream->in_flight);
   }
-  for (auto& [round, waiters] : left) {
-    for (Done& done : waiters) {
+  for (auto& [round, pending] : left) {
+    for (Done& done : pending.waiters) {
       std::move(done)(
           absl::UnavailableError(absl::StrCat("the scheduler is shutting down: stream '",
                                               stream->name, "' round ", round, " did not run")));
     }
   }
-}
-
-void RoundCoordinator::RunAndAnswer(Stream* stream, int64_t round, const RoundInput* input) {
-  const absl::Time start = absl::Now();
-  Result result = RunRound(*stream, *input);
-  const absl::Duration took = absl::Now() - start;
-
-  std::vector<Done> waiters;
-  {
-    absl::MutexLock lock(&stream->mu);
-    auto it = stream->in_flight.find(round);
-    waiters = std::move(it->second.waiters);
-    const uint64_t content_hash = it->second.input.content_hash;
-    stream->in_flight.erase(it);
-    if (result.ok()) {
-      ++stream->rounds_completed;
-      if (!stream->has_last_round || round > stream->last_round) stream->last_round = round;
-      stream->has_last_round = true;
-      if (options_.limits.max_cached_rounds > 0) {
-        stream->cache[round] = {content_hash, *result};
-        stream->cache_order.push_back(round);
-        while (static_cast<int64_t>(stream->cache_order.size()) >
-               options_.limits.max_cached_rounds) {
-          stream->cache.erase(stream->cache_order.front());
-          stream->cache_order.pop_front();
-        }
-      }
-    } else {
-      ++stream->rounds_failed;
-    }
-  }
-  if (result.ok()) {
-    spdlog::debug("stream {} round {}: k={} local_k={} sequences={} world_size={} in {} us",
-                  stream->name, round, (*result)->num_micro_batches, (*result)->local_k,
-                  (*result)->plan.stats.num_sequences, (*result)->global.world_size,
-                  absl::ToInt64Microseconds(took));
-  } else {
-    spdlog::debug("stream {} round {} failed in {} us: {}", stream->name, round,
-                  absl::ToInt64Microseconds(took), result.status().ToString());
-  }
-  for (Done& done : waiters) std::move(done)(result);
-
-  // Only now, so that Shutdown() returns after every answer of a running round.
-  absl::MutexLock lock(&stream->mu);
-  stream->running = false;
-  stream->idle.SignalAll();
-  if (!stream->in_flight.empty()) stream->work.Signal();  // rounds queued meanwhile
 }
 
 namespace {
@@ -502,7 +452,6 @@ void RoundCoordinator::Shutdown() {
   }
   for (Stream* stream : streams) {
     absl::MutexLock lock(&stream->mu);
-    while (stream->running) stream->idle.Wait(&stream->mu);  // an inline round ending
     spdlog::info("stream {}: {} rounds completed, {} failed, last round {}", stream->name,
                  stream->rounds_completed, stream->rounds_failed,
                  stream->has_last_round ? absl::StrCat(stream->last_round) : "none");

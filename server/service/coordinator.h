@@ -5,13 +5,6 @@
 // worker thread, agreeing every round with the peer sidecars over the stream's collective
 // (DESIGN.md §1). No gRPC or protobuf here: the service adapts it.
 //
-// Where a round runs: on the stream's worker thread, except that for a group of one whose
-// collective never blocks (no `group`, the default LocalCollective or `collectives_never_block`)
-// a round of at most `max_inline_sequences` sequences submitted while its stream has nothing
-// queued or running may run at once on the submitting thread (up to `max_inline_rounds` at a
-// time; off by default), saving the hand-off to the worker and back. Either way a stream runs
-// one round at a time, and the rules below hold unchanged.
-//
 // Per (stream, round):
 //  - the first call queues the round; calls with the same content while it is queued or running
 //    join it (one computation); later calls are served from a bounded per-stream cache of
@@ -22,7 +15,6 @@
 //    outstanding, and a round never waits for a lower number that has not arrived;
 //  - failures are not cached: calling a failed round again runs it again.
 
-#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -51,10 +43,9 @@ class RoundCoordinator {
   // error fails the round that needed it.
   using CollectiveFactory =
       std::function<absl::StatusOr<std::unique_ptr<collective::Collective>>(absl::string_view)>;
-  // Receives a round's outcome. Called exactly once per Submit, on the thread that ran the round
-  // (the stream's worker, or the submitting thread of the round's first caller when it ran
-  // inline), or on the submitting thread for immediate answers (cache hits, limits,
-  // mismatches); may be called before Submit returns; must not block.
+  // Receives a round's outcome. Called exactly once per Submit, on the stream's worker thread,
+  // or on the submitting thread for immediate answers (cache hits, limits, mismatches); must not
+  // block.
   using Done = absl::AnyInvocable<void(absl::StatusOr<std::shared_ptr<const RoundResult>>) &&>;
 
   struct Options {
@@ -66,21 +57,6 @@ class RoundCoordinator {
     // Without `group`: makes each stream's collective. Default: a LocalCollective per stream
     // (a group of one).
     CollectiveFactory make_collective;
-    // Without `group`: the collectives `make_collective` makes are groups of one that never
-    // block, so rounds may run inline (see the top of this file). Implied when
-    // `make_collective` is unset (LocalCollective).
-    bool collectives_never_block = false;
-    // Larger rounds always run on the stream's worker, so that a submitting thread (a gRPC
-    // callback thread, of which there are few) is never held long: 4,096 sequences plan in a
-    // few milliseconds.
-    int64_t max_inline_sequences = 4096;
-    // At most this many rounds run inline at once (over all streams); the others go to their
-    // streams' workers. 0 (the default) never runs a round inline. Inline rounds save a thread
-    // hand-off each (less CPU per plan, about one context switch per plan instead of four to
-    // eight), but they run on gRPC's few callback threads (2 on a 2-core machine): under other
-    // processes' load, load_bench's open-loop p99 was several times worse with every round
-    // inline (and still worse with 1) than with a worker per stream (README).
-    int64_t max_inline_rounds = 0;
     // Protocol/build version every rank of a round must share.
     int64_t version = kProtocolVersion;
   };
@@ -118,13 +94,11 @@ class RoundCoordinator {
   // max_outstanding_rounds; FailedPrecondition for different content in the same round;
   // Unavailable after Shutdown(); otherwise the round's own outcome (its validation error or a
   // peer's, a mismatch between ranks, DeadlineExceeded / Aborted from the collective).
-  // Never blocks on another round; a round that runs inline (see the top of this file) is
-  // computed before Submit returns. Thread-safe.
+  // Never blocks on a round. Thread-safe.
   void Submit(RoundInput input, Done done);
 
   // Stops accepting rounds, aborts every stream's collective, fails queued rounds with
-  // Unavailable, lets running rounds end (inline ones included) and joins the workers. Logs a
-  // summary per stream.
+  // Unavailable, lets running rounds end and joins the workers. Logs a summary per stream.
   // Idempotent, thread-safe.
   void Shutdown();
 
@@ -135,16 +109,10 @@ class RoundCoordinator {
   struct Pending;
 
   void WorkerLoop(Stream* stream);
-  // Runs `round` of `stream`, which the caller marked running, then caches it, answers its
-  // waiters and lets the worker pick the next queued round.
-  void RunAndAnswer(Stream* stream, int64_t round, const RoundInput* input);
   absl::StatusOr<std::shared_ptr<const RoundResult>> RunRound(Stream& stream,
                                                               const RoundInput& input);
 
   const Options options_;
-  // A group of one whose collective never blocks: rounds may run on the submitting thread.
-  const bool inline_rounds_;
-  std::atomic<int64_t> inline_running_{0};  // rounds running inline now
   mutable absl::Mutex mu_;
   bool shut_down_ ABSL_GUARDED_BY(mu_) = false;
   std::map<std::string, std::unique_ptr<Stream>, std::less<>> streams_ ABSL_GUARDED_BY(mu_);

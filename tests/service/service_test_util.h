@@ -71,11 +71,6 @@ class Gate {
     absl::MutexLock lock(&mu_);
     while (entered_ < n) entered_cv_.Wait(&mu_);
   }
-  // AllReduce calls that entered so far.
-  int entered() {
-    absl::MutexLock lock(&mu_);
-    return entered_;
-  }
 
  private:
   friend class GatedCollective;
