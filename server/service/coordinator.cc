@@ -270,29 +270,22 @@ Result RoundCoordinator::RunRound(Stream& stream, const RoundInput& in) {
   record.version = options_.version;
   record.error = in.error;
 
-  // The local half: its errors do not return early, they join the round.
+  // The local half — the bound and the counts, no plan yet (the plan waits for the agreed k):
+  // its errors do not return early, they join the round.
   std::optional<planner::Problem> problem;
-  planner::MicroBatchPlan local_plan;
   const PlanInput& input = in.input;
   if (record.error.ok()) {
     absl::StatusOr<planner::Problem> created =
         planner::Problem::Create(input.lengths, input.options);
     if (created.ok()) {
       problem = *std::move(created);
-      // Cheap at the local bound (the prepared packing itself); needed for the kept set.
-      absl::StatusOr<planner::MicroBatchPlan> plan = problem->Partition(problem->local_k());
-      if (plan.ok()) {
-        local_plan = *std::move(plan);
-      } else {
-        record.error = plan.status();
-      }
     } else {
       record.error = created.status();
     }
   }
   planner::LossCounts local_counts;
   if (record.error.ok() && input.loss_tokens) {
-    absl::StatusOr<planner::LossCounts> counts = planner::CountLoss(local_plan, *input.loss_tokens);
+    absl::StatusOr<planner::LossCounts> counts = planner::CountLoss(*problem, *input.loss_tokens);
     if (counts.ok()) {
       local_counts = *counts;
     } else {
@@ -397,16 +390,12 @@ Result RoundCoordinator::RunRound(Stream& stream, const RoundInput& in) {
         in.round, ")"));
   }
   k = *rounded;
-  if (k == problem->local_k()) {
-    result->plan = std::move(local_plan);
-  } else {
-    absl::StatusOr<planner::MicroBatchPlan> plan = problem->Partition(k);
-    if (!plan.ok()) {
-      return absl::InternalError(
-          absl::StrCat("partition into the agreed k = ", k, " failed: ", plan.status().ToString()));
-    }
-    result->plan = *std::move(plan);
+  absl::StatusOr<planner::MicroBatchPlan> plan = problem->Partition(k);
+  if (!plan.ok()) {
+    return absl::InternalError(
+        absl::StrCat("partition into the agreed k = ", k, " failed: ", plan.status().ToString()));
   }
+  result->plan = *std::move(plan);
   if (input.loss_tokens) {
     absl::StatusOr<planner::LossWeights> weights = planner::ComputeLossWeights(
         result->plan, *input.loss_tokens, input.loss,
