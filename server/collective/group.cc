@@ -20,6 +20,9 @@ namespace {
 
 // Ranks named in one message at most; the rest are counted.
 constexpr size_t kNamedRanks = 16;
+// A rank publishes its arrival in a round only when the round is still running this long after
+// it began (or a quarter of the collective timeout, if shorter): see arrival.h.
+constexpr absl::Duration kArrivalDelay = absl::Milliseconds(100);
 // Bound of the store calls made while explaining or ending a failed generation.
 constexpr absl::Duration kCleanupTimeout = absl::Seconds(5);
 // On forming generation g, rank 0 deletes the keys of generations [g - this, g).
@@ -335,15 +338,19 @@ absl::StatusOr<AgreedRound> StreamGroup::Agree(const RoundRecord& record) {
   if (group_.local()) return AgreeRound(*collective, record, Deadline());
 
   KeyValueStore& store = *group_.store_;
-  RETURN_IF_ERROR(
-      store.Set(keys::Arrival(stream_root_, record.round, options.rank), "1", Deadline()));
+  if (arrival_ == nullptr) {
+    arrival_ = std::make_unique<ArrivalPublisher>(
+        store, std::min(options.collective_timeout / 4, kArrivalDelay));
+  }
+  const std::string arrival = keys::Arrival(stream_root_, record.round, options.rank);
+  const absl::Time deadline = Deadline();
+  arrival_->Begin(arrival, deadline);
   FailureTracking tracked(*collective);
-  absl::StatusOr<AgreedRound> agreed = AgreeRound(tracked, record, Deadline());
+  absl::StatusOr<AgreedRound> agreed = AgreeRound(tracked, record, deadline);
+  const bool published = arrival_->End();
   if (agreed.ok()) {
-    if (options.rank == 0) {
-      // Every rank has arrived; the keys have served their purpose.
-      store.DeletePrefix(keys::ArrivalPrefix(stream_root_, record.round), Deadline()).IgnoreError();
-    }
+    // Every rank has arrived; a key published by a slow round has served its purpose.
+    if (published) store.DeletePrefix(arrival, deadline).IgnoreError();
     return agreed;
   }
   if (!tracked.failed()) return agreed.status();  // failed on its records; the group is fine

@@ -36,6 +36,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "server/collective/arrival.h"
 #include "server/collective/backend.h"
 #include "server/collective/collective.h"
 #include "server/collective/gloo_collective.h"
@@ -133,10 +134,10 @@ class StreamGroup {
   absl::Status Form();
 
   // Runs one round's agreement (round.h) on the formed collective, forming it first if needed,
-  // and publishes this rank's arrival for (stream, record.round). Same outcome on every rank as
-  // AgreeRound; additionally a round whose collective times out fails with DeadlineExceeded
-  // naming the ranks that never arrived, and a collective failure of any kind ends the
-  // generation (the next call re-forms).
+  // and publishes this rank's arrival for (stream, record.round) if the round is slow
+  // (arrival.h). Same outcome on every rank as AgreeRound; additionally a round whose collective
+  // times out fails with DeadlineExceeded naming the ranks that never arrived, and a collective
+  // failure of any kind ends the generation (the next call re-forms).
   absl::StatusOr<AgreedRound> Agree(const RoundRecord& record);
 
   // Stores the agreed result of `round` (opaque bytes chosen by the service) so that a restarted
@@ -174,6 +175,8 @@ class StreamGroup {
   std::string stream_root_;  // under the epoch the collective was formed in
   std::deque<int64_t> written_results_;
   bool tried_to_form_ = false;  // a restarted rank ends the generation its old self joined
+
+  std::unique_ptr<ArrivalPublisher> arrival_;  // made by the first round with a store
 
   mutable absl::Mutex mu_;
   std::shared_ptr<Collective> collective_ ABSL_GUARDED_BY(mu_);

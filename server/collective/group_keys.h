@@ -12,7 +12,7 @@
 //   <root><epoch>/s/<stream>/g<gen>/joined/<rank> a rank came to form this generation
 //   <root><epoch>/s/<stream>/g<gen>/<backend>/... the backend's own rendezvous keys
 //   <root><epoch>/s/<stream>/g<gen>/timeout/<round>/  why a round of this generation timed out
-//   <root><epoch>/s/<stream>/arrive/<round>/<rank>  a rank entered this round
+//   <root><epoch>/s/<stream>/arrive/<round>/<rank>/ a rank is waiting in this round (slow rounds)
 //   <root><epoch>/s/<stream>/result/<round>/      the agreed result of a finished round
 //
 // Keys deleted by DeletePrefix end with '/' so that deleting round 5 never touches round 50.
@@ -72,7 +72,7 @@ inline std::string ArrivalPrefix(absl::string_view stream_root, int64_t round) {
 }
 
 inline std::string Arrival(absl::string_view stream_root, int64_t round, int64_t rank) {
-  return absl::StrCat(ArrivalPrefix(stream_root, round), rank);
+  return absl::StrCat(ArrivalPrefix(stream_root, round), rank, "/");
 }
 
 inline std::string Result(absl::string_view stream_root, int64_t round) {
