@@ -226,26 +226,13 @@ absl::Status StreamGroup::FormIfNeeded(absl::Time deadline) {
   }
   KeyValueStore& store = *group_.store_;
 
-  // Still formed for the store's current generation? (One store read per call.)
-  std::shared_ptr<Collective> current;
-  int64_t current_generation;
+  // Formed: used as it is, with no store call. If its generation has ended meanwhile (a round
+  // this rank sat out failed, or a peer restarted), its first call fails at once on connections
+  // the peers have closed, and Agree moves to the next generation (StaleGeneration).
   {
     absl::MutexLock lock(&mu_);
-    current = collective_;
-    current_generation = info_.generation;
+    if (collective_ != nullptr) return absl::OkStatus();
   }
-  if (current != nullptr) {
-    ASSIGN_OR_RETURN(std::optional<std::string> generation,
-                     store.TryGet(keys::Generation(stream_root_), deadline));
-    if (generation.has_value() && *generation == absl::StrCat(current_generation)) {
-      return absl::OkStatus();
-    }
-    // The generation moved on (a peer failed), or the store was restarted with rank 0.
-    absl::MutexLock lock(&mu_);
-    collective_.reset();
-    info_.formed = false;
-  }
-  current.reset();
 
   ASSIGN_OR_RETURN(const std::string epoch, group_.Epoch(deadline));
   const std::string epoch_root = keys::EpochRoot(options.key_root, epoch);
@@ -269,6 +256,10 @@ absl::Status StreamGroup::FormIfNeeded(absl::Time deadline) {
         store.TryGet(keys::Joined(keys::Formation(stream_root_, generation), options.rank),
                      deadline));
     if (joined_before.has_value()) {
+      store
+          .CompareAndSet(keys::Ended(keys::Formation(stream_root_, generation)), std::nullopt,
+                         "restart", deadline)
+          .IgnoreError();
       ASSIGN_OR_RETURN(const std::string moved,
                        store.CompareAndSet(keys::Generation(stream_root_), absl::StrCat(generation),
                                            absl::StrCat(generation + 1), deadline));
@@ -301,7 +292,7 @@ absl::Status StreamGroup::FormIfNeeded(absl::Time deadline) {
                        absl::FormatDuration(options.collective_timeout), ": ranks ", missing,
                        " did not join (", status.message(), ")"));
     }
-    EndGeneration(generation, status);
+    EndGeneration(generation, status, "formation");
     return status;
   }
   if (options.rank == 0) {
@@ -322,8 +313,39 @@ absl::Status StreamGroup::FormIfNeeded(absl::Time deadline) {
 }
 
 absl::StatusOr<AgreedRound> StreamGroup::Agree(const RoundRecord& record) {
+  const absl::Time deadline = Deadline();
+  absl::StatusOr<AgreedRound> agreed = AgreeOnce(record, deadline, /*first=*/true);
+  if (agreed.ok() || !absl::IsAborted(agreed.status()) || group_.local()) return agreed;
+  if (!stale_) return agreed;
+  // The collective belonged to a generation that had already ended before this round: run the
+  // round on the next one (the peers form it at their next call), within the same deadline.
+  return AgreeOnce(record, deadline, /*first=*/false);
+}
+
+bool StreamGroup::StaleGeneration(int64_t generation, int64_t round) {
+  KeyValueStore& store = *group_.store_;
+  const absl::Time deadline = absl::Now() + kCleanupTimeout;
+  absl::StatusOr<std::optional<std::string>> why =
+      store.TryGet(keys::Ended(keys::Formation(stream_root_, generation)), deadline);
+  if (!why.ok()) return false;
+  if (why->has_value()) return **why != absl::StrCat("round ", round);
+  // Rank 0 restarted with an empty store: its run epoch is new (or not yet published), and this
+  // generation never was in it.
+  absl::StatusOr<std::optional<std::string>> epoch =
+      store.TryGet(keys::Epoch(group_.options_.key_root), deadline);
+  std::string mine;
+  {
+    absl::MutexLock lock(&mu_);
+    mine = info_.epoch;
+  }
+  return epoch.ok() && (!epoch->has_value() || **epoch != mine);
+}
+
+absl::StatusOr<AgreedRound> StreamGroup::AgreeOnce(const RoundRecord& record, absl::Time deadline,
+                                                   bool first) {
   const GroupOptions& options = group_.options_;
-  absl::Status formed = FormIfNeeded(Deadline());
+  stale_ = false;
+  absl::Status formed = FormIfNeeded(deadline);
   if (!formed.ok()) {
     SetFailure(formed);
     return formed;
@@ -335,7 +357,7 @@ absl::StatusOr<AgreedRound> StreamGroup::Agree(const RoundRecord& record) {
     collective = collective_;
     generation = info_.generation;
   }
-  if (group_.local()) return AgreeRound(*collective, record, Deadline());
+  if (group_.local()) return AgreeRound(*collective, record, deadline);
 
   KeyValueStore& store = *group_.store_;
   if (arrival_ == nullptr) {
@@ -343,7 +365,6 @@ absl::StatusOr<AgreedRound> StreamGroup::Agree(const RoundRecord& record) {
         store, std::min(options.collective_timeout / 4, kArrivalDelay));
   }
   const std::string arrival = keys::Arrival(stream_root_, record.round, options.rank);
-  const absl::Time deadline = Deadline();
   arrival_->Begin(arrival, deadline);
   FailureTracking tracked(*collective);
   absl::StatusOr<AgreedRound> agreed = AgreeRound(tracked, record, deadline);
@@ -356,6 +377,14 @@ absl::StatusOr<AgreedRound> StreamGroup::Agree(const RoundRecord& record) {
   if (!tracked.failed()) return agreed.status();  // failed on its records; the group is fine
 
   absl::Status status = agreed.status();
+  if (first && absl::IsAborted(status) && StaleGeneration(generation, record.round)) {
+    // Ended before this round: drop it without failing the round (Agree runs it again).
+    absl::MutexLock lock(&mu_);
+    collective_.reset();
+    info_.formed = false;
+    stale_ = true;
+    return status;
+  }
   // A rank that timed out waiting for a missing peer records why (per generation and round)
   // before its collective closes its connections; the closures reach the ranks still waiting as
   // resets (Aborted). Every rank then reports the recorded timeout, so all fail alike, naming the
@@ -385,14 +414,19 @@ absl::StatusOr<AgreedRound> StreamGroup::Agree(const RoundRecord& record) {
                            absl::FormatDuration(options.collective_timeout)));
     if (missing != "[]") store.Set(timeout_key, status.message(), cleanup).IgnoreError();
   }
-  EndGeneration(generation, status);
+  EndGeneration(generation, status, absl::StrCat("round ", record.round));
   SetFailure(status);
   return status;
 }
 
-void StreamGroup::EndGeneration(int64_t generation, absl::Status why) {
+void StreamGroup::EndGeneration(int64_t generation, absl::Status why, absl::string_view cause) {
   KeyValueStore& store = *group_.store_;
   const absl::Time deadline = absl::Now() + kCleanupTimeout;
+  // Why it ended, before it does: a rank still holding it reads this when its next call fails.
+  store
+      .CompareAndSet(keys::Ended(keys::Formation(stream_root_, generation)), std::nullopt, cause,
+                     deadline)
+      .IgnoreError();
   // Several ranks end the same generation; compare-and-set makes it one bump.
   store
       .CompareAndSet(keys::Generation(stream_root_), absl::StrCat(generation),

@@ -161,9 +161,14 @@ class StreamGroup {
 
   absl::Time Deadline() const;
   absl::Status FormIfNeeded(absl::Time deadline);
-  // Bumps the generation from `generation` (no-op if someone already did) and drops the
-  // collective.
-  void EndGeneration(int64_t generation, absl::Status why);
+  // Records `cause` ("round <r>", "formation"; first writer wins), bumps the generation from
+  // `generation` (no-op if someone already did) and drops the collective.
+  void EndGeneration(int64_t generation, absl::Status why, absl::string_view cause);
+  // One attempt of Agree. `first`: an Aborted failure on a generation that had ended before
+  // this round drops it and sets stale_ instead of failing the round.
+  absl::StatusOr<AgreedRound> AgreeOnce(const RoundRecord& record, absl::Time deadline, bool first);
+  // Whether `generation` ended before `round` (by an earlier round, a formation or a restart).
+  bool StaleGeneration(int64_t generation, int64_t round);
   // "[1, 3]" for the ranks whose `key(rank)` is absent from the store.
   std::string MissingRanks(const std::function<std::string(int64_t)>& key);
   void SetFailure(absl::Status status);
@@ -175,6 +180,7 @@ class StreamGroup {
   std::string stream_root_;  // under the epoch the collective was formed in
   std::deque<int64_t> written_results_;
   bool tried_to_form_ = false;  // a restarted rank ends the generation its old self joined
+  bool stale_ = false;          // the last AgreeOnce dropped a generation that had ended
 
   std::unique_ptr<ArrivalPublisher> arrival_;  // made by the first round with a store
 

@@ -12,8 +12,9 @@
 //   <root><epoch>/s/<stream>/g<gen>/joined/<rank> a rank came to form this generation
 //   <root><epoch>/s/<stream>/g<gen>/<backend>/... the backend's own rendezvous keys
 //   <root><epoch>/s/<stream>/g<gen>/timeout/<round>/  why a round of this generation timed out
-//   <root><epoch>/s/<stream>/arrive/<round>/<rank>/ a rank is waiting in this round (slow rounds)
-//   <root><epoch>/s/<stream>/result/<round>/      the agreed result of a finished round
+//   <root><epoch>/s/<stream>/g<gen>/ended         what ended it: "round <r>", "formation",
+//   "restart" <root><epoch>/s/<stream>/arrive/<round>/<rank>/ a rank is waiting in this round (slow
+//   rounds) <root><epoch>/s/<stream>/result/<round>/      the agreed result of a finished round
 //
 // Keys deleted by DeletePrefix end with '/' so that deleting round 5 never touches round 50.
 // <stream> is the stream name's fingerprint in hex, so any name (with '/' or not) is one path
@@ -66,6 +67,9 @@ inline std::string Formation(absl::string_view stream_root, int64_t generation) 
 inline std::string Joined(absl::string_view formation, int64_t rank) {
   return absl::StrCat(formation, "joined/", rank);
 }
+
+// Why generation g ended: "round <r>", "formation" or "restart" (first writer wins).
+inline std::string Ended(absl::string_view formation) { return absl::StrCat(formation, "ended"); }
 
 inline std::string ArrivalPrefix(absl::string_view stream_root, int64_t round) {
   return absl::StrCat(stream_root, "arrive/", round, "/");

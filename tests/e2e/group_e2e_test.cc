@@ -494,6 +494,29 @@ TEST(GroupE2E, APeerKilledBetweenRoundsAbortsTheNextAndHealsAfterRestart) {
   ExpectAgreed(cluster, PlanOn(cluster, {0, 1}, request(3)), request(3));
 }
 
+TEST(GroupE2E, APeerRestartedBeforeItsPeersNextRoundCostsThemNoRound) {
+  Cluster cluster(3, absl::Seconds(5));
+  ASSERT_TRUE(cluster.started()) << cluster.Logs();
+  auto request = [](int64_t round) {
+    return [round](int64_t rank) { return Request("actor_update", round, rank); };
+  };
+  ExpectAgreed(cluster, PlanOn(cluster, {0, 1, 2}, request(1)), request(1));
+  cluster.Kill(1);
+  cluster.Start(1);
+  ASSERT_TRUE(cluster.started()) << cluster.Logs();
+  // The restarted rank comes to round 2 first: it ends the generation its old self was in.
+  std::vector<Outcome> restarted;
+  std::thread first([&] { restarted = PlanOn(cluster, {1}, request(2)); });
+  absl::SleepFor(absl::Milliseconds(500));
+  // The survivors still hold that generation: their first attempt fails on the closed
+  // connections, finds it ended by the restart, and runs the round on the next one.
+  std::vector<Outcome> outcomes = PlanOn(cluster, {0, 2}, request(2));
+  first.join();
+  outcomes[1] = restarted[1];
+  ExpectAgreed(cluster, outcomes, request(2));
+  ExpectAgreed(cluster, PlanOn(cluster, {0, 1, 2}, request(3)), request(3));
+}
+
 TEST(GroupE2E, TwoStreamsInterleavedInOppositeOrders) {
   Cluster cluster(2, absl::Seconds(5));
   ASSERT_TRUE(cluster.started()) << cluster.Logs();
