@@ -23,6 +23,8 @@ constexpr size_t kNamedRanks = 16;
 // A rank publishes its arrival in a round only when the round is still running this long after
 // it began (or a quarter of the collective timeout, if shorter): see arrival.h.
 constexpr absl::Duration kArrivalDelay = absl::Milliseconds(100);
+// How long a rank whose collective failed at once waits for the generation's recorded end.
+constexpr absl::Duration kEndedWait = absl::Milliseconds(250);
 // Bound of the store calls made while explaining or ending a failed generation.
 constexpr absl::Duration kCleanupTimeout = absl::Seconds(5);
 // On forming generation g, rank 0 deletes the keys of generations [g - this, g).
@@ -325,10 +327,13 @@ absl::StatusOr<AgreedRound> StreamGroup::Agree(const RoundRecord& record) {
 bool StreamGroup::StaleGeneration(int64_t generation, int64_t round) {
   KeyValueStore& store = *group_.store_;
   const absl::Time deadline = absl::Now() + kCleanupTimeout;
-  absl::StatusOr<std::optional<std::string>> why =
-      store.TryGet(keys::Ended(keys::Formation(stream_root_, generation)), deadline);
-  if (!why.ok()) return false;
-  if (why->has_value()) return **why != absl::StrCat("round ", round);
+  // Waits a moment for the cause: a restarted peer that reaches this round at the same time as
+  // this rank records "restart" just after its first call, and a peer that dies during the round
+  // is recorded by whichever rank noticed first.
+  absl::StatusOr<std::string> why =
+      store.Get(keys::Ended(keys::Formation(stream_root_, generation)), absl::Now() + kEndedWait);
+  if (why.ok()) return *why != absl::StrCat("round ", round);
+  if (!absl::IsDeadlineExceeded(why.status())) return false;
   // Rank 0 restarted with an empty store: its run epoch is new (or not yet published), and this
   // generation never was in it.
   absl::StatusOr<std::optional<std::string>> epoch =

@@ -5,18 +5,25 @@
 
 namespace packsched::collective {
 
+std::vector<InMemoryStore::Watcher> InMemoryStore::StoreLocked(absl::string_view key,
+                                                               absl::string_view value) {
+  values_.insert_or_assign(std::string(key), std::string(value));
+  std::vector<Watcher> fired;
+  auto it = watchers_.find(key);
+  if (it != watchers_.end()) {
+    fired = std::move(it->second);
+    watchers_.erase(it);
+    for (const Watcher& watcher : fired) watched_key_.erase(watcher.id);
+  }
+  return fired;
+}
+
 absl::Status InMemoryStore::Set(absl::string_view key, absl::string_view value,
                                 absl::Time deadline) {
   std::vector<Watcher> fired;
   {
     absl::MutexLock lock(&mu_);
-    values_.insert_or_assign(std::string(key), std::string(value));
-    auto it = watchers_.find(key);
-    if (it != watchers_.end()) {
-      fired = std::move(it->second);
-      watchers_.erase(it);
-      for (const Watcher& watcher : fired) watched_key_.erase(watcher.id);
-    }
+    fired = StoreLocked(key, value);
   }
   for (Watcher& watcher : fired) watcher.done(std::string(value));
   return absl::OkStatus();
@@ -80,12 +87,17 @@ absl::StatusOr<std::string> InMemoryStore::CompareAndSet(absl::string_view key,
                                                          std::optional<absl::string_view> expected,
                                                          absl::string_view desired,
                                                          absl::Time deadline) {
-  absl::MutexLock lock(&mu_);
-  auto it = values_.find(key);
-  const bool matches =
-      it == values_.end() ? !expected.has_value() : expected.has_value() && it->second == *expected;
-  if (!matches) return it == values_.end() ? std::string() : it->second;
-  values_.insert_or_assign(std::string(key), std::string(desired));
+  std::vector<Watcher> fired;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = values_.find(key);
+    const bool matches = it == values_.end() ? !expected.has_value()
+                                             : expected.has_value() && it->second == *expected;
+    if (!matches) return it == values_.end() ? std::string() : it->second;
+    fired = StoreLocked(key, desired);
+  }
+  // A key created or changed here wakes its watchers as Set does (remote Gets wait on them).
+  for (Watcher& watcher : fired) watcher.done(std::string(desired));
   return std::string(desired);
 }
 

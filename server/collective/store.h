@@ -94,6 +94,10 @@ class InMemoryStore final : public KeyValueStore {
     WatchCallback done;
   };
 
+  // Stores `value` under `key` and takes the key's watchers, for the caller to run unlocked.
+  std::vector<Watcher> StoreLocked(absl::string_view key, absl::string_view value)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
   mutable absl::Mutex mu_;
   std::map<std::string, std::string, std::less<>> values_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, std::vector<Watcher>, std::less<>> watchers_ ABSL_GUARDED_BY(mu_);

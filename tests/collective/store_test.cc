@@ -72,6 +72,17 @@ TEST(InMemoryStore, AWatchOfAnExistingKeyFiresAtOnce) {
   EXPECT_FALSE(store.CancelWatch(id));
 }
 
+TEST(InMemoryStore, ACompareAndSetThatCreatesAKeyFiresItsWatches) {
+  // What a remote Get waits on: a key first written by compare-and-set must wake it too.
+  InMemoryStore store;
+  std::vector<std::string> seen;
+  store.Watch("k", [&](std::string value) { seen.push_back(value); });
+  EXPECT_EQ(*store.CompareAndSet("k", "absent", "x", Soon()), "");  // no match: nothing stored
+  EXPECT_TRUE(seen.empty());
+  EXPECT_EQ(*store.CompareAndSet("k", std::nullopt, "first", Soon()), "first");
+  EXPECT_EQ(seen, std::vector<std::string>{"first"});
+}
+
 TEST(InMemoryStore, WatchesFireOnceFromTheSetThatCreatesTheKey) {
   InMemoryStore store;
   std::vector<std::string> seen;
