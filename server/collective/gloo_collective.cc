@@ -4,9 +4,9 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cstring>
 #include <exception>
 #include <functional>
+#include <memory>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -22,11 +22,18 @@
 #include "gloo/common/error.h"
 #include "gloo/rendezvous/context.h"
 #include "gloo/rendezvous/store.h"
+#include "gloo/transport/pair.h"
 #include "gloo/transport/tcp/device.h"
 #include "gloo/types.h"
+#include "server/collective/recursive_doubling.h"
 
 namespace packsched::collective {
 namespace {
+
+using internal::BoundRecursiveDoubling;
+using internal::Hypercube;
+using internal::RecursiveDoublingAllreduce;
+using internal::ReduceRecords;
 
 std::chrono::milliseconds Remaining(absl::Time deadline) {
   // Gloo treats 0 as "no timeout"; never hand it 0 or less.
@@ -105,32 +112,6 @@ absl::StatusOr<std::shared_ptr<gloo::transport::Device>> CreateDevice(const Gloo
   }
 }
 
-// out[r][j] = ops[j](a[r][j], b[r][j]) for `n` records of ops.size() words (byte pointers:
-// Gloo hands its reduction callback untyped, possibly unaligned, memory).
-void ReduceRecords(void* out, const void* a, const void* b, size_t n,
-                   const std::vector<ReduceOp>& ops) {
-  for (size_t r = 0; r < n; ++r) {
-    for (size_t j = 0; j < ops.size(); ++j) {
-      const size_t at = (r * ops.size() + j) * sizeof(int64_t);
-      int64_t x, y, z = 0;
-      std::memcpy(&x, static_cast<const char*>(a) + at, sizeof(x));
-      std::memcpy(&y, static_cast<const char*>(b) + at, sizeof(y));
-      switch (ops[j]) {
-        case ReduceOp::kMax:
-          z = std::max(x, y);
-          break;
-        case ReduceOp::kMin:
-          z = std::min(x, y);
-          break;
-        case ReduceOp::kSum:  // callers bound their sums; wrap rather than invoke UB
-          z = static_cast<int64_t>(static_cast<uint64_t>(x) + static_cast<uint64_t>(y));
-          break;
-      }
-      std::memcpy(static_cast<char*>(out) + at, &z, sizeof(z));
-    }
-  }
-}
-
 // Gloo's own all-reduce (bcube or ring) over the whole vector as ONE element of
 // values.size() * 8 bytes, so that the reduction callback always sees whole records and can
 // apply each word's op. (Gloo has no per-element op; this keeps it at one all-reduce.)
@@ -149,91 +130,6 @@ class RecordAllreduceOptions final : public gloo::AllreduceOptions {
   }
 };
 
-// Recursive doubling's layout of W ranks: p = the largest power of two <= W takes part in the
-// hypercube exchange; each of the first `extra` = W - p odd ranks first absorbs the even rank
-// before it (the fold) and stands in for it.
-struct Hypercube {
-  explicit Hypercube(int world) {
-    while (p * 2 <= world) p *= 2;
-    extra = world - p;
-  }
-  // The rank that `rank` folds with, or -1.
-  int FoldPartner(int rank) const {
-    if (rank >= 2 * extra) return -1;
-    return rank % 2 == 0 ? rank + 1 : rank - 1;
-  }
-  // The rank's index in the hypercube, or -1 for a rank folded away.
-  int VirtualRank(int rank) const {
-    if (rank < 2 * extra) return rank % 2 == 1 ? rank / 2 : -1;
-    return rank - extra;
-  }
-  int RankOf(int virtual_rank) const {
-    return virtual_rank < extra ? 2 * virtual_rank + 1 : virtual_rank + extra;
-  }
-
-  int p = 1;
-  int extra = 0;
-};
-
-// Our own slot range, apart from Gloo's collectives (types.h uses prefixes 0x01..0x08).
-constexpr uint8_t kRecursiveDoublingSlotPrefix = 0x50;
-
-// Recursive doubling over Gloo's point-to-point buffers: every rank holds the whole (small)
-// record and exchanges it with the rank whose index differs in one bit, log2(p) times (p the
-// largest power of two <= W). The W - p extra ranks first fold into a partner and get the
-// result back at the end: ceil(log2 W) + 2 hops at most, against bcube's 2·log2 W (and its
-// W/2^k-way exchange when W is not a power of two). The ops are commutative and associative on
-// int64 (sums wrap), so every rank computes the identical result.
-void RecursiveDoublingAllreduce(gloo::Context& context, int64_t* data,
-                                const std::vector<ReduceOp>& ops,
-                                std::chrono::milliseconds timeout) {
-  const int rank = context.rank;
-  const Hypercube cube(context.size);
-  const size_t bytes = ops.size() * sizeof(int64_t);
-  std::vector<int64_t> incoming(ops.size());
-  auto mine = context.createUnboundBuffer(data, bytes);
-  auto theirs = context.createUnboundBuffer(incoming.data(), bytes);
-  const uint64_t slot = gloo::Slot::build(kRecursiveDoublingSlotPrefix, 0);
-  auto wait = [&](bool received) {
-    if (!(received ? theirs->waitRecv(timeout) : mine->waitSend(timeout))) {
-      throw gloo::IoException("recursive doubling: aborted");
-    }
-  };
-  // Fold: among the first 2·extra ranks, each even rank hands its record to the next odd one.
-  const int fold = cube.FoldPartner(rank);
-  if (fold >= 0) {
-    if (rank % 2 == 0) {
-      mine->send(fold, slot);
-      wait(false);
-    } else {
-      theirs->recv(fold, slot);
-      wait(true);
-      ReduceRecords(data, data, incoming.data(), 1, ops);
-    }
-  }
-  const int virtual_rank = cube.VirtualRank(rank);
-  if (virtual_rank >= 0) {
-    for (int mask = 1; mask < cube.p; mask <<= 1) {
-      const int partner = cube.RankOf(virtual_rank ^ mask);
-      theirs->recv(partner, slot);
-      mine->send(partner, slot);
-      wait(true);
-      wait(false);
-      ReduceRecords(data, data, incoming.data(), 1, ops);
-    }
-  }
-  // Unfold: the odd ranks give the result back to the even ranks that folded into them.
-  if (fold >= 0) {
-    if (rank % 2 == 0) {
-      mine->recv(fold, slot);
-      if (!mine->waitRecv(timeout)) throw gloo::IoException("recursive doubling: aborted");
-    } else {
-      mine->send(fold, slot);
-      wait(false);
-    }
-  }
-}
-
 // A gloo::Context connected only to `peers` (the pairs to every other rank stay null, which
 // Gloo's closeConnections skips). Formation exchanges one store key per rank, holding its
 // addresses for its own peers, instead of Gloo's full mesh: a key of W addresses per rank, read
@@ -243,9 +139,11 @@ class PeerContext final : public gloo::Context {
   PeerContext(int rank, int size) : gloo::Context(rank, size) {}
 
   // Throws what Gloo throws, or gloo::IoException after recording a store failure in `failure`.
+  // `pair_timeout` bounds every wait of the pairs' bound buffers, and a wait for a peer that
+  // published its address to connect.
   void Connect(KeyValueStore& store, absl::string_view prefix,
                std::shared_ptr<gloo::transport::Device>& device, const std::vector<int>& peers,
-               absl::Time deadline, absl::Status& failure) {
+               absl::Time deadline, std::chrono::milliseconds pair_timeout, absl::Status& failure) {
     auto check = [&](const absl::Status& status) {
       if (status.ok()) return;
       if (failure.ok()) failure = status;
@@ -253,7 +151,7 @@ class PeerContext final : public gloo::Context {
     };
     auto key = [&](int of) { return absl::StrCat(prefix, "peer_addresses/", of); };
     std::shared_ptr<gloo::transport::Context> transport = device->createContext(rank, size);
-    transport->setTimeout(Remaining(deadline));
+    transport->setTimeout(pair_timeout);
     // Ours: "<peer> <size> <bytes>" for each peer, in ascending peer order.
     std::string mine;
     for (int peer : peers) {
@@ -332,6 +230,8 @@ struct GlooCollective::State {
   int64_t world_size = 0;
   GlooOptions::Algorithm algorithm = GlooOptions::Algorithm::kRecursiveDoubling;
   std::shared_ptr<gloo::Context> context;  // set before the worker starts; then read-only
+  // kRecursiveDoubling: the all-reduce of small records (the rounds); used on the worker only.
+  std::shared_ptr<BoundRecursiveDoubling> bound;
 
   // One call handed to the worker at a time (the Collective contract: one caller at a time).
   struct Job {
@@ -448,14 +348,23 @@ absl::StatusOr<std::unique_ptr<GlooCollective>> GlooCollective::Create(
     for (int64_t peer : RecursiveDoublingPeers(rank, world_size)) {
       peers.push_back(static_cast<int>(peer));
     }
+    // Bound waits (BoundRecursiveDoubling) have no timeout argument: they use the pairs' own,
+    // which must outlast any later call's deadline, so it is the longest a call can have
+    // (wait_timeout), not what is left of this formation.
+    const std::chrono::milliseconds pair_timeout =
+        std::max(Remaining(deadline), absl::ToChronoMilliseconds(options.wait_timeout));
+    std::shared_ptr<BoundRecursiveDoubling> bound;
     connected = RunGloo("rendezvous", rank, [&] {
-      peer_context->Connect(store, prefix, *device, peers, deadline, store_failure);
+      peer_context->Connect(store, prefix, *device, peers, deadline, pair_timeout, store_failure);
+      // Before the barrier: no partner sends into these buffers before it has passed it.
+      bound = std::make_shared<BoundRecursiveDoubling>(peer_context);
       // A barrier: each rank reaches only its partners, so formation completes on a rank only
       // once every rank has connected (the group is whole, not just this rank's corner of it).
       int64_t barrier = 0;
       RecursiveDoublingAllreduce(*peer_context, &barrier, {ReduceOp::kMax}, Remaining(deadline));
     });
     context = std::move(peer_context);
+    state->bound = std::move(bound);
   } else {
     auto full = std::make_shared<gloo::rendezvous::Context>(static_cast<int>(rank),
                                                             static_cast<int>(world_size));
@@ -509,12 +418,18 @@ absl::Status GlooCollective::AllReduce(absl::Span<int64_t> values, absl::Span<co
   // The worker works on its own copy, so a call abandoned at its deadline never writes `values`.
   auto data = std::make_shared<std::vector<int64_t>>(values.begin(), values.end());
   std::shared_ptr<gloo::Context> context = state_->context;
+  std::shared_ptr<BoundRecursiveDoubling> bound =
+      values.size() <= BoundRecursiveDoubling::kMaxWords ? state_->bound : nullptr;
   const GlooOptions::Algorithm algorithm = state_->algorithm;
   const int64_t rank = state_->rank;
   std::vector<ReduceOp> op_copy(ops.begin(), ops.end());
   absl::Status status = state_->Call(
       [=, ops = std::move(op_copy)]() mutable {
         return RunGloo("all-reduce", rank, [&] {
+          if (bound != nullptr) {
+            bound->Run(data->data(), ops);
+            return;
+          }
           if (algorithm == GlooOptions::Algorithm::kRecursiveDoubling) {
             RecursiveDoublingAllreduce(*context, data->data(), ops, Remaining(deadline));
             return;

@@ -35,6 +35,11 @@ struct GlooOptions {
   // power of two, else a final W/2^k-way exchange; 2·(W - 1) steps), kept for comparison.
   enum class Algorithm { kRecursiveDoubling, kBcube, kRing };
   Algorithm algorithm = Algorithm::kRecursiveDoubling;
+  // The longest deadline a call on the formed group will have (the collective timeout). Under
+  // kRecursiveDoubling the all-reduce waits on buffers whose only bound is the connection's
+  // timeout, fixed at formation: it is max(what is left of the formation, wait_timeout), so that
+  // no wait ends before its call's deadline.
+  absl::Duration wait_timeout = absl::ZeroDuration();
 };
 
 // The ranks that rank `rank` of `world_size` exchanges records with under kRecursiveDoubling,

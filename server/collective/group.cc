@@ -277,8 +277,10 @@ absl::Status StreamGroup::FormIfNeeded(absl::Time deadline) {
   absl::StatusOr<std::unique_ptr<Collective>> formed = [&]() {
     absl::StatusOr<Backend> backend = group_.ResolveBackend(epoch_root, deadline);
     if (!backend.ok()) return absl::StatusOr<std::unique_ptr<Collective>>(backend.status());
-    return FormCollective(*backend, store, formation, options.rank, options.world_size,
-                          options.gloo, options.nccl, deadline);
+    GlooOptions gloo = options.gloo;
+    gloo.wait_timeout = options.collective_timeout;  // every round's deadline is within it
+    return FormCollective(*backend, store, formation, options.rank, options.world_size, gloo,
+                          options.nccl, deadline);
   }();
   if (!formed.ok()) {
     absl::Status status = formed.status();

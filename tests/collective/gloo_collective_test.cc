@@ -148,22 +148,71 @@ TEST(RecursiveDoublingPeers, SymmetricAndLogarithmic) {
   EXPECT_TRUE(RecursiveDoublingPeers(-1, 3).empty());
 }
 
+// The all-reduce reuses one pair of buffers per partner, alternating by call: a stale or
+// overwritten record in any call would change the totals. W = 3 and 5 fold a rank away.
 TEST(GlooCollective, ManyCallsInARowStayInStep) {
+  for (int64_t world_size : {3, 4, 5}) {
+    InMemoryStore store;
+    auto group = FormGlooGroup(store, world_size);
+    ASSERT_TRUE(group.ok()) << group.status();
+    auto totals = RunRanks<int64_t>(*group, [](Collective& rank) {
+      int64_t total = 0;
+      for (int64_t call = 0; call < 100; ++call) {
+        std::vector<int64_t> values = {call * (rank.rank() + 1), call};
+        const std::vector<ReduceOp> ops = {ReduceOp::kSum, ReduceOp::kMax};
+        EXPECT_TRUE(rank.AllReduce(absl::MakeSpan(values), ops, Soon()).ok());
+        EXPECT_EQ(values[1], call);
+        total += values[0];
+      }
+      return total;
+    });
+    const int64_t rank_sum = world_size * (world_size + 1) / 2;
+    for (int64_t total : totals) EXPECT_EQ(total, rank_sum * (99 * 100 / 2)) << world_size;
+  }
+}
+
+// Records longer than the preset buffers take Gloo's unbound buffers, in between calls that
+// use the preset ones.
+TEST(GlooCollective, LongRecordsAndShortOnesInterleave) {
   InMemoryStore store;
-  auto group = FormGlooGroup(store, 4);
+  auto group = FormGlooGroup(store, 3);
   ASSERT_TRUE(group.ok()) << group.status();
-  auto totals = RunRanks<int64_t>(*group, [](Collective& rank) {
-    int64_t total = 0;
-    for (int64_t call = 0; call < 100; ++call) {
-      std::vector<int64_t> values = {call * rank.rank(), call};
-      const std::vector<ReduceOp> ops = {ReduceOp::kSum, ReduceOp::kMax};
+  auto results = RunRanks<std::vector<int64_t>>(*group, [](Collective& rank) {
+    std::vector<int64_t> sums;
+    for (int64_t call = 0; call < 6; ++call) {
+      const size_t words = call % 2 == 0 ? 100 : 3;
+      std::vector<int64_t> values(words, call + rank.rank());
+      const std::vector<ReduceOp> ops(words, ReduceOp::kSum);
       EXPECT_TRUE(rank.AllReduce(absl::MakeSpan(values), ops, Soon()).ok());
-      EXPECT_EQ(values[1], call);
-      total += values[0];
+      for (int64_t v : values) EXPECT_EQ(v, values.front());
+      sums.push_back(values.front());
     }
-    return total;
+    return sums;
   });
-  for (int64_t total : totals) EXPECT_EQ(total, (0 + 1 + 2 + 3) * (99 * 100 / 2));
+  for (const auto& sums : results) {
+    for (int64_t call = 0; call < 6; ++call) EXPECT_EQ(sums[call], 3 * call + (0 + 1 + 2));
+  }
+}
+
+// The waits of a formed group are bounded by the call's deadline, not by what was left of the
+// formation's: a group formed with a short deadline still waits out a peer that is late by more
+// than that (GlooOptions::wait_timeout).
+TEST(GlooCollective, AWaitIsNotCutShortByTheFormationsDeadline) {
+  InMemoryStore store;
+  GlooOptions options = Loopback();
+  options.wait_timeout = absl::Seconds(10);
+  auto group = FormGlooGroup(store, 3, absl::Milliseconds(1500), options);
+  ASSERT_TRUE(group.ok()) << group.status();
+  const absl::Duration late = absl::Milliseconds(1800);
+  auto results = RunRanks<absl::Status>(*group, [&](Collective& rank) {
+    if (rank.rank() == 1) absl::SleepFor(late);
+    std::vector<int64_t> values = {rank.rank()};
+    const std::vector<ReduceOp> ops = {ReduceOp::kMax};
+    absl::Status status = rank.AllReduce(absl::MakeSpan(values), ops, Soon());
+    EXPECT_EQ(values[0], 2);
+    return status;
+  });
+  for (const absl::Status& status : results) EXPECT_TRUE(status.ok()) << status;
 }
 
 TEST(GlooCollective, AMissingRankIsADeadlineWithinTheTimeout) {
