@@ -25,6 +25,7 @@
 #include "gloo/transport/pair.h"
 #include "gloo/transport/tcp/device.h"
 #include "gloo/types.h"
+#include "server/base/thread_name.h"
 #include "server/collective/recursive_doubling.h"
 
 namespace packsched::collective {
@@ -250,6 +251,7 @@ struct GlooCollective::State {
   std::thread worker;
 
   static void WorkerLoop(std::shared_ptr<State> state) {
+    NameThisThread("psched-gloo");
     for (;;) {
       std::shared_ptr<Job> job;
       {

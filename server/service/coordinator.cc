@@ -12,6 +12,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "server/base/checked_math.h"
+#include "server/base/thread_name.h"
 #include "server/collective/local_collective.h"
 #include "server/collective/round.h"
 #include "server/planner/planner.h"
@@ -143,6 +144,7 @@ void RoundCoordinator::Submit(RoundInput input, Done done) {
 }
 
 void RoundCoordinator::WorkerLoop(Stream* stream) {
+  NameThisThread("psched-stream");
   while (true) {
     RoundInput* input = nullptr;
     int64_t round = 0;
