@@ -352,7 +352,10 @@ absl::StatusOr<std::unique_ptr<GlooCollective>> GlooCollective::Create(
     }
     // Bound waits (BoundRecursiveDoubling) have no timeout argument: they use the pairs' own,
     // which must outlast any later call's deadline, so it is the longest a call can have
-    // (wait_timeout), not what is left of this formation.
+    // (wait_timeout), not what is left of this formation. The one formation wait it also bounds
+    // is the listening side of a pair waiting for its partner, which has published its address,
+    // to connect: a partner that dies in that window holds this formation for wait_timeout
+    // instead of what was left of its deadline (the same when the formation starts its round).
     const std::chrono::milliseconds pair_timeout =
         std::max(Remaining(deadline), absl::ToChronoMilliseconds(options.wait_timeout));
     std::shared_ptr<BoundRecursiveDoubling> bound;
