@@ -171,6 +171,38 @@ TEST(GlooCollective, ManyCallsInARowStayInStep) {
   }
 }
 
+// The same with ranks drifting apart between calls (each sleeps a different, varying time before
+// each one), so that a fast partner's next record reaches a rank before it has finished the
+// previous call: every call must still see exactly its own records.
+TEST(GlooCollective, RanksThatDriftApartStillSeeEachCallsOwnRecords) {
+  constexpr int64_t kCalls = 60;
+  for (int64_t world_size : {3, 4, 5}) {
+    InMemoryStore store;
+    auto group = FormGlooGroup(store, world_size);
+    ASSERT_TRUE(group.ok()) << group.status();
+    auto results = RunRanks<std::vector<int64_t>>(*group, [](Collective& rank) {
+      std::vector<int64_t> sums;
+      for (int64_t call = 0; call < kCalls; ++call) {
+        absl::SleepFor(absl::Microseconds(((call * 7 + rank.rank() * 13) % 5) * 150));
+        std::vector<int64_t> values = {(call + 1) * (rank.rank() + 1), -call, call};
+        const std::vector<ReduceOp> ops = {ReduceOp::kSum, ReduceOp::kMin, ReduceOp::kMax};
+        EXPECT_TRUE(rank.AllReduce(absl::MakeSpan(values), ops, Soon()).ok());
+        EXPECT_EQ(values[1], -call);
+        EXPECT_EQ(values[2], call);
+        sums.push_back(values[0]);
+      }
+      return sums;
+    });
+    const int64_t rank_sum = world_size * (world_size + 1) / 2;
+    for (const auto& sums : results) {
+      ASSERT_EQ(sums.size(), static_cast<size_t>(kCalls));
+      for (int64_t call = 0; call < kCalls; ++call) {
+        EXPECT_EQ(sums[call], (call + 1) * rank_sum) << "W = " << world_size << ", call " << call;
+      }
+    }
+  }
+}
+
 // Records longer than the preset buffers take Gloo's unbound buffers, in between calls that
 // use the preset ones.
 TEST(GlooCollective, LongRecordsAndShortOnesInterleave) {
