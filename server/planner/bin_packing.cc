@@ -65,7 +65,7 @@ class DecreasingBins {
 
   // The bins, each listing its items in the order they were added.
   Parts Take() const {
-    Parts parts(loads_.size());
+    Parts parts(loads_.size(), PlanMemory());
     for (size_t bin = 0; bin < loads_.size(); ++bin) parts[bin].reserve(loads_[bin].count);
     for (const auto& [position, bin] : placed_) parts[bin].push_back(position);
     return parts;
@@ -162,7 +162,7 @@ Parts BestFitDecreasing(absl::Span<const Item> items, const Capacity& capacity,
 }
 
 Parts Sequential(absl::Span<const Item> items, const Capacity& capacity) {
-  Parts parts;
+  Parts parts(PlanMemory());
   PartLoad load;
   for (int32_t position = 0; position < static_cast<int32_t>(items.size()); ++position) {
     const Item& item = items[position];

@@ -132,7 +132,7 @@ Parts KarmarkarKarp(absl::Span<const int64_t> costs, int64_t k) {
 Parts KarmarkarKarp(absl::Span<const int64_t> costs, absl::Span<const int32_t> cost_order,
                     int64_t k) {
   const int32_t n = static_cast<int32_t>(costs.size());
-  Parts parts(k);
+  Parts parts(k, PlanMemory());
   if (n == 0) return parts;
   std::vector<int32_t> next(n, -1);
   std::vector<Tuple> tuples(n);

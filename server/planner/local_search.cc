@@ -43,7 +43,7 @@ LocalSearch::LocalSearch(absl::Span<const Item> items, const Capacity& capacity,
       if (part_of[position] >= 0) parts_[part_of[position]].push_back(position);
     }
   } else {
-    for (std::vector<int32_t>& part : parts_) std::sort(part.begin(), part.end(), ByCost());
+    for (Part& part : parts_) std::sort(part.begin(), part.end(), ByCost());
   }
   // Both indexes are built from keys in ascending (key, part) order, each node placed at the
   // end (a linear-time set construction). When every cost is the aligned length (the tokens
@@ -82,7 +82,7 @@ PartLoad LocalSearch::Replaced(int32_t p, size_t slot, const Item* added) const 
 }
 
 void LocalSearch::Insert(int32_t q, int32_t position) {
-  std::vector<int32_t>& part = parts_[q];
+  Part& part = parts_[q];
   part.insert(std::upper_bound(part.begin(), part.end(), position, ByCost()), position);
 }
 
@@ -155,7 +155,7 @@ bool LocalSearch::TryMove(int32_t p, int32_t q, int64_t gap) {
 bool LocalSearch::TrySwap(int32_t p, int32_t q, int64_t gap) {
   // Swapping i (in p) for j (in q) lowers the pair's maximum iff 0 < c_i - c_j < gap.
   // q's slots are in cost order.
-  const std::vector<int32_t>& in_q = parts_[q];
+  const Part& in_q = parts_[q];
   const int64_t target = gap / 2;
   int64_t best_distance = gap;
   size_t best_p = 0, best_q = 0;

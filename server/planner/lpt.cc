@@ -106,10 +106,10 @@ void PackedLpt(absl::Span<const int64_t> costs, absl::Span<const int32_t> order,
 Parts Lpt(absl::Span<const int64_t> costs, absl::Span<const int32_t> order,
           absl::Span<const int64_t> limits) {
   const int64_t k = static_cast<int64_t>(limits.size());
-  Parts parts(k);
+  Parts parts(k, PlanMemory());
   // Room for twice the mean count: most parts never reallocate.
   const size_t room = k > 0 ? 2 * (order.size() / static_cast<size_t>(k)) + 2 : 0;
-  for (std::vector<int32_t>& part : parts) part.reserve(room);
+  for (Part& part : parts) part.reserve(room);
   // Many parts, and every load fits beside a part id in 64 bits: the packed heap.
   if (k >= 512) {
     int shift = 1;

@@ -67,7 +67,7 @@ std::optional<Parts> WithoutLightestPart(const Prepared& p, Parts parts) {
            loads.begin();
   };
   const ptrdiff_t lightest = fewest_tokens();
-  std::vector<int32_t> homeless = std::move(parts[lightest]);
+  Part homeless = std::move(parts[lightest]);
   parts.erase(parts.begin() + lightest);
   loads.erase(loads.begin() + lightest);
   std::sort(homeless.begin(), homeless.end(),
@@ -99,7 +99,7 @@ std::pair<int64_t, Parts> FewestParts(const Prepared& p, int64_t lo) {
     }
   }
   while (static_cast<int64_t>(best.size()) > lo) {
-    std::optional<Parts> fewer = WithoutLightestPart(p, best);
+    std::optional<Parts> fewer = WithoutLightestPart(p, Parts(best, PlanMemory()));
     if (!fewer) break;
     best = std::move(*fewer);
   }
@@ -125,7 +125,7 @@ std::pair<int64_t, Parts> FewestParts(const Prepared& p, int64_t lo) {
 // may be costly: above the bound it is the plan at the bound).
 Parts BestPlan(const Prepared& p, int64_t k_items, const std::function<Parts()>& make_seed,
                int64_t seed_floor) {
-  if (k_items == 0) return {};
+  if (k_items == 0) return Parts(PlanMemory());
   // One part: every candidate is the same set of items, the seed (within the capacity).
   if (k_items == 1) return WithEmptyParts(make_seed(), 1);
   // No partition of the items into k_items parts has a largest cost below `floor`: the largest
@@ -134,7 +134,7 @@ Parts BestPlan(const Prepared& p, int64_t k_items, const std::function<Parts()>&
   // `floor` no later candidate can be strictly better, and ties go to the earlier: the rest are
   // skipped without changing the choice.
   const int64_t floor = std::max(p.max_cost, CeilDiv(p.total_cost, k_items));
-  Parts best;
+  Parts best(PlanMemory());
   std::optional<int64_t> best_cost;
   auto consider = [&](Parts parts) -> std::optional<int64_t> {
     LocalSearch search(p.v.items, p.v.capacity, std::move(parts), p.by_cost);
@@ -169,7 +169,7 @@ Parts BestPlan(const Prepared& p, int64_t k_items, const std::function<Parts()>&
 // raised by its peers plans once, not twice.
 Parts PlanFor(const Prepared& p, int64_t k_items) {
   const int64_t at_bound = p.local_k - NumIsolated(p.v);
-  auto witness = [&p] { return p.witness; };
+  auto witness = [&p] { return Parts(p.witness, PlanMemory()); };
   if (k_items == at_bound) return BestPlan(p, k_items, witness, /*seed_floor=*/-1);
   const int64_t bound_floor =
       at_bound > 0 ? std::max(p.max_cost, CeilDiv(p.total_cost, at_bound)) : -1;
@@ -208,6 +208,8 @@ Problem::Problem(std::shared_ptr<const Prepared> prepared) : prepared_(std::move
 
 absl::StatusOr<Problem> Problem::Create(absl::Span<const int64_t> lengths,
                                         const PlanOptions& options, bool cap_optional) {
+  // The witness outlives it: it is moved into a heap-backed Parts below (element by element).
+  internal::PlanArena arena;
   auto p = std::make_shared<Prepared>();
   ASSIGN_OR_RETURN(p->v, internal::Validate(lengths, options, !cap_optional, /*balancing=*/true));
   const internal::Validated& v = p->v;
@@ -278,6 +280,7 @@ const std::vector<int64_t>& Problem::dropped() const { return prepared_->v.dropp
 const PlanOptions& Problem::options() const { return prepared_->v.options; }
 
 absl::StatusOr<MicroBatchPlan> Problem::Partition(int64_t k) const {
+  internal::PlanArena arena;  // every Parts here is gone before it (Assemble copies out)
   const Prepared& p = *prepared_;
   const PlanOptions& o = p.v.options;
   if (k < p.local_k || k > o.max_micro_batches) {
@@ -324,10 +327,11 @@ absl::StatusOr<MicroBatchPlan> PartitionFixedK(absl::Span<const int64_t> lengths
 
 absl::StatusOr<MicroBatchPlan> PackDataset(absl::Span<const int64_t> lengths,
                                            const PlanOptions& options) {
+  internal::PlanArena arena;
   ASSIGN_OR_RETURN(
       internal::Validated v,
       internal::Validate(lengths, options, /*cap_required=*/true, /*balancing=*/false));
-  Parts parts;
+  Parts parts(internal::PlanMemory());
   switch (options.algorithm) {
     case Algorithm::kFirstFitDecreasing:
       parts = internal::FirstFitDecreasing(v.items, v.capacity);

@@ -5,11 +5,13 @@
 // every algorithm shares. Not part of the public API.
 
 #include <cstdint>
+#include <memory_resource>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "server/planner/options.h"
+#include "server/planner/plan_memory.h"
 
 namespace packsched::planner::internal {
 
@@ -21,8 +23,10 @@ struct Item {
   int64_t cost = 0;
 };
 
-// A partition: each part lists positions into an item array.
-using Parts = std::vector<std::vector<int32_t>>;
+// A partition: each part lists positions into an item array. Allocated from PlanMemory() by
+// whatever makes one (the planner's functions make theirs there).
+using Part = std::pmr::vector<int32_t>;
+using Parts = std::pmr::vector<Part>;
 
 // What a part holds, as far as the capacity rules care.
 struct PartLoad {

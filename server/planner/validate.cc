@@ -163,7 +163,7 @@ std::vector<PartLoad> LoadsOf(const Parts& parts, absl::Span<const Item> items) 
 }
 
 bool WithinCapacity(const Parts& parts, absl::Span<const Item> items, const Capacity& capacity) {
-  for (const std::vector<int32_t>& part : parts) {  // one load at a time: nothing allocated
+  for (const Part& part : parts) {  // one load at a time: nothing allocated
     PartLoad load;
     for (int32_t i : part) load.Add(items[i]);
     if (capacity.Over(load)) return false;
@@ -173,7 +173,7 @@ bool WithinCapacity(const Parts& parts, absl::Span<const Item> items, const Capa
 
 int64_t MaxCost(const Parts& parts, absl::Span<const Item> items) {
   int64_t best = 0;
-  for (const std::vector<int32_t>& part : parts) {
+  for (const Part& part : parts) {
     int64_t cost = 0;
     for (int32_t i : part) cost += items[i].cost;
     best = std::max(best, cost);

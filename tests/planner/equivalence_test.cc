@@ -160,7 +160,8 @@ Parts DenseKarmarkarKarp(const std::vector<int64_t>& costs, int64_t k) {
   std::sort(sums.begin(), sums.end(), [](const Sum& x, const Sum& y) {
     return x.sum != y.sum ? x.sum > y.sum : x.items.front() < y.items.front();
   });
-  for (size_t p = 0; p < sums.size(); ++p) parts[p] = sums[p].items;
+  for (size_t p = 0; p < sums.size(); ++p)
+    parts[p].assign(sums[p].items.begin(), sums[p].items.end());
   return parts;
 }
 
