@@ -271,6 +271,25 @@ absl::Status StreamGroup::FormIfNeeded(absl::Time deadline) {
       }
     }
   }
+  // Never join a generation that has ended. Its end is recorded before the number moves on (so
+  // that a rank still holding it can read why), and a rank can read the cause and then the old
+  // number in between: it would join the ended generation and dial its dead connections (a
+  // restarted peer's old address) while the others form the next one.
+  for (;;) {
+    ASSIGN_OR_RETURN(
+        const std::optional<std::string> ended,
+        store.TryGet(keys::Ended(keys::Formation(stream_root_, generation)), deadline));
+    if (!ended.has_value()) break;
+    ASSIGN_OR_RETURN(const std::string moved,
+                     store.CompareAndSet(keys::Generation(stream_root_), absl::StrCat(generation),
+                                         absl::StrCat(generation + 1), deadline));
+    int64_t next;
+    if (!absl::SimpleAtoi(moved, &next) || next <= generation) {
+      return absl::InternalError(
+          absl::StrCat("store: generation of stream '", stream_, "' is '", moved, "'"));
+    }
+    generation = next;
+  }
   const std::string formation = keys::Formation(stream_root_, generation);
   RETURN_IF_ERROR(store.Set(keys::Joined(formation, options.rank), "1", deadline));
 

@@ -9,6 +9,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/time/clock.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -290,6 +291,55 @@ TEST(Group, ARankRestartedBetweenRoundsEndsItsOldGenerationSoTheNextRoundSucceed
     return ranks[r]->stream->Agree(Record(r, 2));
   });
   ExpectAgreed(results, 3, 2);
+  for (const auto& rank : ranks) EXPECT_EQ(rank->stream->info().generation, 1);
+}
+
+// A store whose generation bumps land late: a generation's end is recorded first and the
+// number moves on after, and other ranks can read both in between.
+class SlowBumps final : public KeyValueStore {
+ public:
+  absl::Status Set(absl::string_view key, absl::string_view value, absl::Time deadline) override {
+    return store_.Set(key, value, deadline);
+  }
+  absl::StatusOr<std::string> Get(absl::string_view key, absl::Time deadline) override {
+    return store_.Get(key, deadline);
+  }
+  absl::StatusOr<std::optional<std::string>> TryGet(absl::string_view key,
+                                                    absl::Time deadline) override {
+    return store_.TryGet(key, deadline);
+  }
+  absl::StatusOr<std::string> CompareAndSet(absl::string_view key,
+                                            std::optional<absl::string_view> expected,
+                                            absl::string_view desired,
+                                            absl::Time deadline) override {
+    if (expected.has_value() && absl::EndsWith(key, "/generation")) {
+      absl::SleepFor(absl::Milliseconds(400));
+    }
+    return store_.CompareAndSet(key, expected, desired, deadline);
+  }
+  absl::StatusOr<int64_t> DeletePrefix(absl::string_view prefix, absl::Time deadline) override {
+    return store_.DeletePrefix(prefix, deadline);
+  }
+
+ private:
+  InMemoryStore store_;
+};
+
+// A survivor that learns of a restart from the recorded cause re-forms before the restarted
+// rank's bump has landed: it must not join the ended generation (whose addresses include the
+// dead process's) but the next one, with the restarted rank.
+TEST(Group, AnEndedGenerationIsNeverJoinedEvenBeforeItsNumberMovesOn) {
+  SlowBumps store;
+  auto ranks = MakeRanks(store, 2);
+  ExpectAgreed(OnRanks(2, All(2), [&](int64_t r) { return ranks[r]->stream->Agree(Record(r, 1)); }),
+               2, 1);
+  ranks[1].reset();
+  ranks[1] = std::make_unique<Rank>(store, Options(1, 2));
+  std::vector<Result> results = OnRanks(2, All(2), [&](int64_t r) {
+    if (r == 0) absl::SleepFor(absl::Milliseconds(100));  // after rank 1 has recorded "restart"
+    return ranks[r]->stream->Agree(Record(r, 2));
+  });
+  ExpectAgreed(results, 2, 2);
   for (const auto& rank : ranks) EXPECT_EQ(rank->stream->info().generation, 1);
 }
 
