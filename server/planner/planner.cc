@@ -21,6 +21,31 @@
 namespace packsched::planner {
 namespace internal {
 
+// A partition kept beyond the PlanArena it was made in: part p is
+// positions[begin[p], begin[p + 1]), in its order. Two allocations instead of one per part.
+struct FlatParts {
+  std::vector<int32_t> begin{0};
+  std::vector<int32_t> positions;
+
+  static FlatParts Of(const Parts& parts) {
+    FlatParts flat;
+    flat.begin.reserve(parts.size() + 1);
+    for (const Part& part : parts) {
+      flat.positions.insert(flat.positions.end(), part.begin(), part.end());
+      flat.begin.push_back(static_cast<int32_t>(flat.positions.size()));
+    }
+    return flat;
+  }
+  // The same parts, in PlanMemory().
+  Parts ToParts() const {
+    Parts parts(begin.size() - 1, PlanMemory());
+    for (size_t p = 0; p + 1 < begin.size(); ++p) {
+      parts[p].assign(positions.begin() + begin[p], positions.begin() + begin[p + 1]);
+    }
+    return parts;
+  }
+};
+
 struct Prepared {
   Validated v;
   std::vector<int64_t> costs;       // of v.items
@@ -32,7 +57,7 @@ struct Prepared {
   int64_t local_k = 0;
   // Best-fit decreasing's packing (repaired and narrowed to the bound), within the capacity:
   // the seed of the plan at local_k. Over v.items, with at most local_k - isolated parts.
-  Parts witness;
+  FlatParts witness;
 };
 
 namespace {
@@ -169,7 +194,7 @@ Parts BestPlan(const Prepared& p, int64_t k_items, const std::function<Parts()>&
 // raised by its peers plans once, not twice.
 Parts PlanFor(const Prepared& p, int64_t k_items) {
   const int64_t at_bound = p.local_k - NumIsolated(p.v);
-  auto witness = [&p] { return Parts(p.witness, PlanMemory()); };
+  auto witness = [&p] { return p.witness.ToParts(); };
   if (k_items == at_bound) return BestPlan(p, k_items, witness, /*seed_floor=*/-1);
   const int64_t bound_floor =
       at_bound > 0 ? std::max(p.max_cost, CeilDiv(p.total_cost, at_bound)) : -1;
@@ -208,7 +233,7 @@ Problem::Problem(std::shared_ptr<const Prepared> prepared) : prepared_(std::move
 
 absl::StatusOr<Problem> Problem::Create(absl::Span<const int64_t> lengths,
                                         const PlanOptions& options, bool cap_optional) {
-  // The witness outlives it: it is moved into a heap-backed Parts below (element by element).
+  // The witness outlives it: it is kept flat, on the heap (Prepared::witness).
   internal::PlanArena arena;
   auto p = std::make_shared<Prepared>();
   ASSIGN_OR_RETURN(p->v, internal::Validate(lengths, options, !cap_optional, /*balancing=*/true));
@@ -252,9 +277,10 @@ absl::StatusOr<Problem> Problem::Create(absl::Span<const int64_t> lengths,
   }
 
   int64_t k_items = lb_items;
-  Parts witness;
   if (!options.equal_size && n_items > 0) {
-    std::tie(k_items, witness) = internal::FewestParts(*p, lb_items);
+    auto [fewest, witness] = internal::FewestParts(*p, lb_items);
+    k_items = fewest;
+    p->witness = internal::FlatParts::Of(witness);
   }
   const std::optional<int64_t> local_k =
       CheckedRoundUp(std::max<int64_t>({k_items + n_isolated, options.min_micro_batches, 1}),
@@ -265,7 +291,6 @@ absl::StatusOr<Problem> Problem::Create(absl::Span<const int64_t> lengths,
         options.divisible_by, "), more than max_micro_batches = ", options.max_micro_batches));
   }
   p->local_k = *local_k;
-  p->witness = std::move(witness);
   return Problem(std::move(p));
 }
 
