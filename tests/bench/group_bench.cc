@@ -42,6 +42,17 @@ using packsched::client::SchedulerClient;
 using packsched::testing::FreePort;
 using packsched::testing::ServerProcess;
 
+// CPU time spent by the whole machine (every process) so far, in milliseconds, from /proc/stat:
+// user + nice + system + irq + softirq + steal.
+double MachineBusyMs() {
+  std::ifstream stat("/proc/stat");
+  std::string cpu;
+  int64_t user = 0, nice = 0, system = 0, idle = 0, iowait = 0, irq = 0, softirq = 0, steal = 0;
+  stat >> cpu >> user >> nice >> system >> idle >> iowait >> irq >> softirq >> steal;
+  const double ticks = static_cast<double>(user + nice + system + irq + softirq + steal);
+  return 1000.0 * ticks / static_cast<double>(sysconf(_SC_CLK_TCK));
+}
+
 double Percentile(std::vector<double> values, double p) {
   std::sort(values.begin(), values.end());
   const size_t i = std::min(values.size() - 1, static_cast<size_t>(p * values.size()));
@@ -61,10 +72,10 @@ int main(int argc, char** argv) {
   std::vector<std::unique_ptr<ServerProcess>> servers(w);
   std::vector<std::unique_ptr<SchedulerClient>> clients(w);
   for (int64_t r = w - 1; r >= 0; --r) {
-    servers[r] = std::make_unique<ServerProcess>(std::vector<std::string>{
-        absl::StrCat("--rank=", r), absl::StrCat("--world_size=", w),
-        absl::StrCat("--rendezvous=", rendezvous), "--backend=gloo", "--collective_timeout=30s",
-        "--log_level=warn"});
+    servers[r] = std::make_unique<ServerProcess>(
+        std::vector<std::string>{absl::StrCat("--rank=", r), absl::StrCat("--world_size=", w),
+                                 absl::StrCat("--rendezvous=", rendezvous), "--backend=gloo",
+                                 "--collective_timeout=30s", "--log_level=warn"});
     if (!servers[r]->started()) {
       std::fprintf(stderr, "rank %lld did not start:\n%s\n", static_cast<long long>(r),
                    servers[r]->stderr_text().c_str());
@@ -103,6 +114,7 @@ int main(int argc, char** argv) {
   std::vector<absl::Time> released(total);
   std::vector<absl::Status> errors(w);
   absl::Barrier* start_barrier = new absl::Barrier(static_cast<int>(w));
+  double busy_at_warmup_end = 0;  // written by rank 0's thread before its first measured round
   std::vector<std::thread> threads;
   // Each rank's thread runs its rounds back to back, as a trainer does; a round's latency is the
   // slowest rank's call (all ranks start the round within microseconds of each other because
@@ -111,6 +123,7 @@ int main(int argc, char** argv) {
     threads.emplace_back([&, r] {
       if (start_barrier->Block()) delete start_barrier;
       for (int64_t round = 0; round < total; ++round) {
+        if (r == 0 && round == warmup) busy_at_warmup_end = MachineBusyMs();
         PlanRequest request = requests[r][round % kBatches];
         request.round = round + 1;
         const absl::Time start = absl::Now();
@@ -127,6 +140,8 @@ int main(int argc, char** argv) {
     });
   }
   for (std::thread& t : threads) t.join();
+  const double busy_per_round =
+      (MachineBusyMs() - busy_at_warmup_end) / static_cast<double>(rounds);
   for (int64_t r = 0; r < w; ++r) {
     if (!errors[r].ok()) {
       std::fprintf(stderr, "rank %lld: %s\n", static_cast<long long>(r),
@@ -148,19 +163,28 @@ int main(int argc, char** argv) {
   }
   std::string load;
   std::getline(std::ifstream("/proc/loadavg"), load);
-  std::printf("group_bench: W = %lld sidecar processes, Gloo on loopback, n = %lld per rank, "
-              "%lld rounds (after %lld warm-up), %u CPUs, loadavg %s\n",
-              static_cast<long long>(w), static_cast<long long>(n),
-              static_cast<long long>(rounds), static_cast<long long>(warmup),
-              std::thread::hardware_concurrency(), load.c_str());
-  std::printf("round latency (slowest rank's Plan call): p50 %.3f ms  p90 %.3f ms  p99 %.3f ms"
-              "  max %.3f ms\n",
-              Percentile(slowest, 0.5), Percentile(slowest, 0.9), Percentile(slowest, 0.99),
-              Percentile(slowest, 1.0));
+  std::printf(
+      "group_bench: W = %lld sidecar processes, Gloo on loopback, n = %lld per rank, "
+      "%lld rounds (after %lld warm-up), %u CPUs, loadavg %s\n",
+      static_cast<long long>(w), static_cast<long long>(n), static_cast<long long>(rounds),
+      static_cast<long long>(warmup), std::thread::hardware_concurrency(), load.c_str());
+  std::printf(
+      "round latency (slowest rank's Plan call): p50 %.3f ms  p90 %.3f ms  p99 %.3f ms"
+      "  max %.3f ms\n",
+      Percentile(slowest, 0.5), Percentile(slowest, 0.9), Percentile(slowest, 0.99),
+      Percentile(slowest, 1.0));
   std::printf("per-rank Plan call: p50 %.3f ms  p99 %.3f ms\n", Percentile(rank_calls, 0.5),
               Percentile(rank_calls, 0.99));
-  std::printf("sidecar split, p50 per rank: local %.3f ms, wait for peers %.3f ms, partition "
-              "%.3f ms\n",
-              Percentile(local, 0.5), Percentile(wait, 0.5), Percentile(partition, 0.5));
+  std::printf(
+      "sidecar split, p50 per rank: local %.3f ms, wait for peers %.3f ms, partition "
+      "%.3f ms\n",
+      Percentile(local, 0.5), Percentile(wait, 0.5), Percentile(partition, 0.5));
+  // What the machine spends per round (sidecars, clients, kernel): with C CPUs a round cannot
+  // take less than that / C, however well the ranks overlap.
+  const unsigned cpus = std::max(1u, std::thread::hardware_concurrency());
+  std::printf(
+      "machine CPU per round (all processes, /proc/stat): %.2f ms, so at least %.2f ms on "
+      "%u CPUs\n",
+      busy_per_round, busy_per_round / cpus, cpus);
   return 0;
 }
