@@ -16,6 +16,20 @@ namespace packsched::collective {
 
 enum class ReduceOp { kMax, kMin, kSum };
 
+// op(a, b). Sums wrap (callers bound their sums; wrapping keeps every rank's result identical
+// rather than invoking undefined behaviour).
+inline int64_t Reduce(ReduceOp op, int64_t a, int64_t b) {
+  switch (op) {
+    case ReduceOp::kMax:
+      return a > b ? a : b;
+    case ReduceOp::kMin:
+      return a < b ? a : b;
+    case ReduceOp::kSum:
+      break;
+  }
+  return static_cast<int64_t>(static_cast<uint64_t>(a) + static_cast<uint64_t>(b));
+}
+
 // One rank's handle on a formed group.
 //
 // Every rank must make the same sequence of calls with the same sizes and ops; a rank that

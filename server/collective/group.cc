@@ -239,36 +239,33 @@ absl::Status StreamGroup::FormIfNeeded(absl::Time deadline) {
   ASSIGN_OR_RETURN(const std::string epoch, group_.Epoch(deadline));
   const std::string epoch_root = keys::EpochRoot(options.key_root, epoch);
   stream_root_ = keys::StreamRoot(epoch_root, stream_);
+  auto parse = [&](absl::string_view text) -> absl::StatusOr<int64_t> {
+    int64_t value;
+    if (!absl::SimpleAtoi(text, &value)) {
+      return absl::InternalError(
+          absl::StrCat("store: generation of stream '", stream_, "' is '", text, "'"));
+    }
+    return value;
+  };
   ASSIGN_OR_RETURN(
       const std::string generation_text,
       store.CompareAndSet(keys::Generation(stream_root_), std::nullopt, "0", deadline));
-  int64_t generation;
-  if (!absl::SimpleAtoi(generation_text, &generation)) {
-    return absl::InternalError(
-        absl::StrCat("store: generation of stream '", stream_, "' is '", generation_text, "'"));
-  }
+  ASSIGN_OR_RETURN(int64_t generation, parse(generation_text));
   if (!tried_to_form_) {
     tried_to_form_ = true;
     // This process's first formation of the stream. If an earlier incarnation of this rank
     // (before a restart) joined the current generation, the peers may still hold it, with
-    // connections to the dead process: end it, so they re-form with this one at their next call
-    // instead of failing a round first.
+    // connections to the dead process: end it (the loop below moves past it), so they re-form
+    // with this one at their next call instead of failing a round first.
     ASSIGN_OR_RETURN(
         std::optional<std::string> joined_before,
         store.TryGet(keys::Joined(keys::Formation(stream_root_, generation), options.rank),
                      deadline));
     if (joined_before.has_value()) {
-      store
-          .CompareAndSet(keys::Ended(keys::Formation(stream_root_, generation)), std::nullopt,
-                         "restart", deadline)
-          .IgnoreError();
-      ASSIGN_OR_RETURN(const std::string moved,
-                       store.CompareAndSet(keys::Generation(stream_root_), absl::StrCat(generation),
-                                           absl::StrCat(generation + 1), deadline));
-      if (!absl::SimpleAtoi(moved, &generation)) {
-        return absl::InternalError(
-            absl::StrCat("store: generation of stream '", stream_, "' is '", moved, "'"));
-      }
+      RETURN_IF_ERROR(store
+                          .CompareAndSet(keys::Ended(keys::Formation(stream_root_, generation)),
+                                         std::nullopt, "restart", deadline)
+                          .status());
     }
   }
   // Never join a generation that has ended. Its end is recorded before the number moves on (so
@@ -283,10 +280,10 @@ absl::Status StreamGroup::FormIfNeeded(absl::Time deadline) {
     ASSIGN_OR_RETURN(const std::string moved,
                      store.CompareAndSet(keys::Generation(stream_root_), absl::StrCat(generation),
                                          absl::StrCat(generation + 1), deadline));
-    int64_t next;
-    if (!absl::SimpleAtoi(moved, &next) || next <= generation) {
-      return absl::InternalError(
-          absl::StrCat("store: generation of stream '", stream_, "' is '", moved, "'"));
+    ASSIGN_OR_RETURN(const int64_t next, parse(moved));
+    if (next <= generation) {
+      return absl::InternalError(absl::StrCat("store: generation of stream '", stream_,
+                                              "' went from ", generation, " to ", next));
     }
     generation = next;
   }

@@ -98,20 +98,7 @@ class InProcessCollective final : public Collective {
     }
     for (size_t i = 0; i < values.size(); ++i) {
       int64_t v = (*inputs)[0][i];
-      for (size_t r = 1; r < inputs->size(); ++r) {
-        const int64_t x = (*inputs)[r][i];
-        switch (ops[i]) {
-          case ReduceOp::kMax:
-            v = std::max(v, x);
-            break;
-          case ReduceOp::kMin:
-            v = std::min(v, x);
-            break;
-          case ReduceOp::kSum:
-            v += x;
-            break;
-        }
-      }
+      for (size_t r = 1; r < inputs->size(); ++r) v = Reduce(ops[i], v, (*inputs)[r][i]);
       values[i] = v;
     }
     return absl::OkStatus();

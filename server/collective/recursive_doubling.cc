@@ -1,6 +1,5 @@
 #include "server/collective/recursive_doubling.h"
 
-#include <algorithm>
 #include <cstring>
 #include <utility>
 
@@ -16,20 +15,10 @@ void ReduceRecords(void* out, const void* a, const void* b, size_t n,
   for (size_t r = 0; r < n; ++r) {
     for (size_t j = 0; j < ops.size(); ++j) {
       const size_t at = (r * ops.size() + j) * sizeof(int64_t);
-      int64_t x, y, z = 0;
+      int64_t x, y;
       std::memcpy(&x, static_cast<const char*>(a) + at, sizeof(x));
       std::memcpy(&y, static_cast<const char*>(b) + at, sizeof(y));
-      switch (ops[j]) {
-        case ReduceOp::kMax:
-          z = std::max(x, y);
-          break;
-        case ReduceOp::kMin:
-          z = std::min(x, y);
-          break;
-        case ReduceOp::kSum:  // callers bound their sums; wrap rather than invoke UB
-          z = static_cast<int64_t>(static_cast<uint64_t>(x) + static_cast<uint64_t>(y));
-          break;
-      }
+      const int64_t z = Reduce(ops[j], x, y);
       std::memcpy(static_cast<char*>(out) + at, &z, sizeof(z));
     }
   }

@@ -294,20 +294,37 @@ TEST(Group, ARankRestartedBetweenRoundsEndsItsOldGenerationSoTheNextRoundSucceed
   for (const auto& rank : ranks) EXPECT_EQ(rank->stream->info().generation, 1);
 }
 
-// A store whose generation bumps land late: a generation's end is recorded first and the
-// number moves on after, and other ranks can read both in between.
-class SlowBumps final : public KeyValueStore {
+// A store that hands every call to another one (Inner()); tests override the calls they change.
+class ForwardingStore : public KeyValueStore {
  public:
   absl::Status Set(absl::string_view key, absl::string_view value, absl::Time deadline) override {
-    return store_.Set(key, value, deadline);
+    return Inner().Set(key, value, deadline);
   }
   absl::StatusOr<std::string> Get(absl::string_view key, absl::Time deadline) override {
-    return store_.Get(key, deadline);
+    return Inner().Get(key, deadline);
   }
   absl::StatusOr<std::optional<std::string>> TryGet(absl::string_view key,
                                                     absl::Time deadline) override {
-    return store_.TryGet(key, deadline);
+    return Inner().TryGet(key, deadline);
   }
+  absl::StatusOr<std::string> CompareAndSet(absl::string_view key,
+                                            std::optional<absl::string_view> expected,
+                                            absl::string_view desired,
+                                            absl::Time deadline) override {
+    return Inner().CompareAndSet(key, expected, desired, deadline);
+  }
+  absl::StatusOr<int64_t> DeletePrefix(absl::string_view prefix, absl::Time deadline) override {
+    return Inner().DeletePrefix(prefix, deadline);
+  }
+
+ protected:
+  virtual KeyValueStore& Inner() = 0;
+};
+
+// A store whose generation bumps land late: a generation's end is recorded first and the
+// number moves on after, and other ranks can read both in between.
+class SlowBumps final : public ForwardingStore {
+ public:
   absl::StatusOr<std::string> CompareAndSet(absl::string_view key,
                                             std::optional<absl::string_view> expected,
                                             absl::string_view desired,
@@ -317,11 +334,9 @@ class SlowBumps final : public KeyValueStore {
     }
     return store_.CompareAndSet(key, expected, desired, deadline);
   }
-  absl::StatusOr<int64_t> DeletePrefix(absl::string_view prefix, absl::Time deadline) override {
-    return store_.DeletePrefix(prefix, deadline);
-  }
 
  private:
+  KeyValueStore& Inner() override { return store_; }
   InMemoryStore store_;
 };
 
@@ -344,39 +359,26 @@ TEST(Group, AnEndedGenerationIsNeverJoinedEvenBeforeItsNumberMovesOn) {
 }
 
 // Rank 0 serves the store, so when rank 0 restarts the store starts empty too.
-class RestartableStore final : public KeyValueStore {
+class RestartableStore final : public ForwardingStore {
  public:
   void Restart() {
     absl::MutexLock lock(&mu_);
-    current_ = std::make_shared<InMemoryStore>();
-  }
-  absl::Status Set(absl::string_view key, absl::string_view value, absl::Time deadline) override {
-    return Current()->Set(key, value, deadline);
-  }
-  absl::StatusOr<std::string> Get(absl::string_view key, absl::Time deadline) override {
-    return Current()->Get(key, deadline);
-  }
-  absl::StatusOr<std::optional<std::string>> TryGet(absl::string_view key,
-                                                    absl::Time deadline) override {
-    return Current()->TryGet(key, deadline);
-  }
-  absl::StatusOr<std::string> CompareAndSet(absl::string_view key,
-                                            std::optional<absl::string_view> expected,
-                                            absl::string_view desired,
-                                            absl::Time deadline) override {
-    return Current()->CompareAndSet(key, expected, desired, deadline);
-  }
-  absl::StatusOr<int64_t> DeletePrefix(absl::string_view prefix, absl::Time deadline) override {
-    return Current()->DeletePrefix(prefix, deadline);
+    stores_.push_back(std::make_unique<InMemoryStore>());
   }
 
  private:
-  std::shared_ptr<InMemoryStore> Current() {
+  // The store of the moment. Earlier ones stay alive: a call begun before a restart finishes on
+  // the store it started with.
+  KeyValueStore& Inner() override {
     absl::MutexLock lock(&mu_);
-    return current_;
+    return *stores_.back();
   }
   absl::Mutex mu_;
-  std::shared_ptr<InMemoryStore> current_ = std::make_shared<InMemoryStore>();
+  std::vector<std::unique_ptr<InMemoryStore>> stores_ = [] {
+    std::vector<std::unique_ptr<InMemoryStore>> stores;
+    stores.push_back(std::make_unique<InMemoryStore>());
+    return stores;
+  }();
 };
 
 TEST(Group, WhenRankZeroRestartsWithItsStoreTheNextRoundFormsANewEpoch) {
