@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -35,6 +36,9 @@ using internal::BoundRecursiveDoubling;
 using internal::Hypercube;
 using internal::RecursiveDoublingAllreduce;
 using internal::ReduceRecords;
+
+// How much longer than the longest call a connection's own timeout is (see Create).
+constexpr int64_t kPairTimeoutMarginMs = 1000;
 
 std::chrono::milliseconds Remaining(absl::Time deadline) {
   // Gloo treats 0 as "no timeout"; never hand it 0 or less.
@@ -204,7 +208,12 @@ absl::Status RunGloo(absl::string_view what, int64_t rank, const std::function<v
     return absl::OkStatus();
   } catch (const gloo::IoException& e) {
     const std::string message = absl::StrCat("gloo ", what, " on rank ", rank, ": ", e.what());
-    if (absl::StrContains(e.what(), "Timed out")) return absl::DeadlineExceededError(message);
+    // Gloo's waits say "Timed out ..." (unbound buffers) or "Read timeout" / "Write timeout" /
+    // "Connect timeout" (registered buffers and connections).
+    const std::string lower = absl::AsciiStrToLower(e.what());
+    if (absl::StrContains(lower, "timed out") || absl::StrContains(lower, "timeout")) {
+      return absl::DeadlineExceededError(message);
+    }
     return absl::AbortedError(message);
   } catch (const std::exception& e) {
     return absl::AbortedError(absl::StrCat("gloo ", what, " on rank ", rank, ": ", e.what()));
@@ -352,12 +361,15 @@ absl::StatusOr<std::unique_ptr<GlooCollective>> GlooCollective::Create(
     }
     // Bound waits (BoundRecursiveDoubling) have no timeout argument: they use the pairs' own,
     // which must outlast any later call's deadline, so it is the longest a call can have
-    // (wait_timeout), not what is left of this formation. The one formation wait it also bounds
-    // is the listening side of a pair waiting for its partner, which has published its address,
-    // to connect: a partner that dies in that window holds this formation for wait_timeout
-    // instead of what was left of its deadline (the same when the formation starts its round).
+    // (wait_timeout) plus a margin, not what is left of this formation: the caller's own
+    // deadline (State::WaitFor) then always ends a call first, with DeadlineExceeded, however
+    // late the worker thread is scheduled. The one formation wait it also bounds is the listening
+    // side of a pair waiting for its partner, which has published its address, to connect: a
+    // partner that dies in that window holds this formation for up to wait_timeout + margin
+    // instead of what was left of its deadline.
     const std::chrono::milliseconds pair_timeout =
-        std::max(Remaining(deadline), absl::ToChronoMilliseconds(options.wait_timeout));
+        std::max(Remaining(deadline), absl::ToChronoMilliseconds(options.wait_timeout) +
+                                          std::chrono::milliseconds(kPairTimeoutMarginMs));
     std::shared_ptr<BoundRecursiveDoubling> bound;
     connected = RunGloo("rendezvous", rank, [&] {
       peer_context->Connect(store, prefix, *device, peers, deadline, pair_timeout, store_failure);

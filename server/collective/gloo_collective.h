@@ -37,8 +37,8 @@ struct GlooOptions {
   Algorithm algorithm = Algorithm::kRecursiveDoubling;
   // The longest deadline a call on the formed group will have (the collective timeout). Under
   // kRecursiveDoubling the all-reduce waits on buffers whose only bound is the connection's
-  // timeout, fixed at formation: it is max(what is left of the formation, wait_timeout), so that
-  // no wait ends before its call's deadline.
+  // timeout, fixed at formation: it is max(what is left of the formation, wait_timeout + 1 s), so
+  // that no wait ends before its call's deadline.
   absl::Duration wait_timeout = absl::ZeroDuration();
 };
 
