@@ -10,6 +10,7 @@
 #include "gtest/gtest.h"
 #include "server/planner/planner.h"
 #include "tests/planner/plan_checks.h"
+#include "tests/testing/soak.h"
 
 namespace packsched::planner {
 namespace {
@@ -35,9 +36,10 @@ int64_t Extreme(std::mt19937_64& rng) {
 }
 
 TEST(PlannerFuzz, AnyInputGivesAValidPlanOrInvalidArgument) {
-  std::mt19937_64 rng(2024);
+  std::mt19937_64 rng(2024 + packsched::testing::SoakSeed());
   int ok = 0;
-  for (int trial = 0; trial < 20000; ++trial) {
+  const int64_t trials = packsched::testing::SoakTrials(20000);
+  for (int64_t trial = 0; trial < trials; ++trial) {
     std::vector<int64_t> lengths(std::uniform_int_distribution<int>(0, 40)(rng));
     for (int64_t& l : lengths) {
       l = std::uniform_int_distribution<int>(0, 9)(rng) == 0

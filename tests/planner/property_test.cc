@@ -10,6 +10,7 @@
 #include "server/planner/planner.h"
 #include "tests/planner/plan_checks.h"
 #include "tests/testing/lengths.h"
+#include "tests/testing/soak.h"
 
 namespace packsched::planner {
 namespace {
@@ -61,10 +62,12 @@ Case RandomCase(uint64_t seed) {
   return c;
 }
 
-constexpr uint64_t kSeeds = 3000;
+// Seeds [first, end): 3,000 from 0 by default (tests/testing/soak.h moves and widens the range).
+const uint64_t kFirst = packsched::testing::SoakSeed();
+const uint64_t kEnd = kFirst + static_cast<uint64_t>(packsched::testing::SoakTrials(3000));
 
 TEST(PlannerProperties, EveryPlanIsConsistentAndWithinTheCap) {
-  for (uint64_t seed = 0; seed < kSeeds; ++seed) {
+  for (uint64_t seed = kFirst; seed < kEnd; ++seed) {
     const Case c = RandomCase(seed);
     const absl::StatusOr<MicroBatchPlan> plan = PlanMicroBatches(c.lengths, c.options);
     ASSERT_TRUE(plan.ok()) << "seed " << seed << ": " << plan.status();
@@ -78,7 +81,7 @@ TEST(PlannerProperties, EveryPlanIsConsistentAndWithinTheCap) {
 }
 
 TEST(PlannerProperties, CountIsNeverBelowAnyBoundNorAboveBestFitDecreasing) {
-  for (uint64_t seed = 0; seed < kSeeds; ++seed) {
+  for (uint64_t seed = kFirst; seed < kEnd; ++seed) {
     const Case c = RandomCase(seed);
     const PlanOptions& o = c.options;
     const absl::StatusOr<Problem> problem = Problem::Create(c.lengths, o);
@@ -118,7 +121,7 @@ TEST(PlannerProperties, CountIsNeverBelowAnyBoundNorAboveBestFitDecreasing) {
 }
 
 TEST(PlannerProperties, LargerAgreedCountStaysWithinCapAndIsNeverWorse) {
-  for (uint64_t seed = 0; seed < kSeeds; seed += 3) {
+  for (uint64_t seed = kFirst; seed < kEnd; seed += 3) {
     const Case c = RandomCase(seed);
     const absl::StatusOr<Problem> problem = Problem::Create(c.lengths, c.options);
     ASSERT_TRUE(problem.ok()) << problem.status();
@@ -136,7 +139,7 @@ TEST(PlannerProperties, LargerAgreedCountStaysWithinCapAndIsNeverWorse) {
 }
 
 TEST(PlannerProperties, KarmarkarKarpIsNeverWorseThanLpt) {
-  for (uint64_t seed = 0; seed < kSeeds; ++seed) {
+  for (uint64_t seed = kFirst; seed < kEnd; ++seed) {
     Case c = RandomCase(seed);
     c.options.algorithm = Algorithm::kKarmarkarKarp;
     const absl::StatusOr<MicroBatchPlan> kk = PlanMicroBatches(c.lengths, c.options);
@@ -149,7 +152,7 @@ TEST(PlannerProperties, KarmarkarKarpIsNeverWorseThanLpt) {
 }
 
 TEST(PlannerProperties, SameInputSamePlan) {
-  for (uint64_t seed = 0; seed < kSeeds; seed += 7) {
+  for (uint64_t seed = kFirst; seed < kEnd; seed += 7) {
     const Case c = RandomCase(seed);
     const absl::StatusOr<MicroBatchPlan> a = PlanMicroBatches(c.lengths, c.options);
     const absl::StatusOr<MicroBatchPlan> b = PlanMicroBatches(c.lengths, c.options);

@@ -9,9 +9,11 @@
 #include <string>
 #include <vector>
 
+#include "google/protobuf/stubs/logging.h"
 #include "gtest/gtest.h"
 #include "server/planner/planner.h"
 #include "server/service/convert.h"
+#include "tests/testing/soak.h"
 
 namespace packsched::service {
 namespace {
@@ -155,11 +157,11 @@ ServiceLimits FuzzLimits() {
 }
 
 TEST(ValidationFuzz, PlanRequestsAreAcceptedOrRejectedCleanly) {
-  RandomRequests random(20261123);
+  RandomRequests random(20261123 + testing::SoakSeed());
   const ServiceLimits limits = FuzzLimits();
   int accepted = 0;
   int planned = 0;
-  for (int i = 0; i < 5000; ++i) {
+  for (int64_t i = 0; i < testing::SoakTrials(5000); ++i) {
     const v1::PlanRequest request = random.Plan();
     const absl::StatusOr<RoundInput> round = ToRoundInput(request, limits);
     ASSERT_TRUE(Expected(round.status())) << round.status() << "\n" << request.DebugString();
@@ -189,10 +191,10 @@ TEST(ValidationFuzz, PlanRequestsAreAcceptedOrRejectedCleanly) {
 }
 
 TEST(ValidationFuzz, PartitionAndBalanceBatchRequests) {
-  RandomRequests random(7);
+  RandomRequests random(7 + testing::SoakSeed());
   const ServiceLimits limits = FuzzLimits();
   int ok = 0;
-  for (int i = 0; i < 1500; ++i) {
+  for (int64_t i = 0; i < testing::SoakTrials(1500); ++i) {
     v1::PlanResponse plan;
     const absl::Status partition = RunPartition(random.Partition(), limits, &plan);
     ASSERT_TRUE(Expected(partition)) << partition;
@@ -205,9 +207,12 @@ TEST(ValidationFuzz, PartitionAndBalanceBatchRequests) {
 }
 
 TEST(ValidationFuzz, RandomWireBytes) {
-  RandomRequests random(99);
+  RandomRequests random(99 + testing::SoakSeed());
   const ServiceLimits limits = FuzzLimits();
-  for (int i = 0; i < 3000; ++i) {
+  // Random bytes often hold invalid UTF-8 in string fields: protobuf rejects them (tested below
+  // as a failed parse) and would log each one.
+  const google::protobuf::LogSilencer quiet;
+  for (int64_t i = 0; i < testing::SoakTrials(3000); ++i) {
     v1::PlanRequest request;
     if (!request.ParseFromString(random.Bytes())) continue;
     ASSERT_TRUE(Expected(ToRoundInput(request, limits).status()));
