@@ -80,8 +80,12 @@ std::string PlanTable(const PlanRun& run) {
   line("max / mean cost", absl::StrFormat("%.4f (largest %d, smallest %d)", s.imbalance,
                                           s.max_part_cost, s.min_part_cost));
   if (cap > 0) {
+    // Flagged overlong parts, and (equal_size, which ignores the cap) any other part over the
+    // cap with a single sequence: no plan could bring those within it.
     int64_t overlong = 0;
-    for (const planner::MicroBatch& part : plan.parts) overlong += part.overlong ? 1 : 0;
+    for (const planner::MicroBatch& part : plan.parts) {
+      overlong += part.overlong || (part.indices.size() == 1 && CapMeasure(part, o.cap_mode) > cap) ? 1 : 0;
+    }
     line("over the cap", absl::StrCat(s.over_cap_parts, " micro-batches (", overlong,
                                       " holding one sequence longer than the cap)"));
   }

@@ -66,6 +66,14 @@ absl::Status CheckOptions(const PlanOptions& o, bool cap_required, bool balancin
       return absl::InvalidArgumentError("attention cost weights are both 0: every cost would be 0");
     }
   }
+  // equal_size promises counts, not the cap, so no sequence is overlong there: a policy that
+  // drops or isolates sequences would break the counts it promises, and silently ignoring it
+  // would keep sequences the caller asked to drop.
+  if (o.equal_size && o.overlong != OverlongPolicy::kReject) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("equal_size gives every micro-batch n / k sequences and does not apply the cap, "
+                     "so overlong = ", Name(o.overlong), " cannot hold; leave overlong at reject"));
+  }
   if (o.max_token_len > 0 && o.cap_mode == CapMode::kTokens && o.max_token_len < o.align_total_to) {
     return absl::InvalidArgumentError(absl::StrCat("max_token_len = ", o.max_token_len,
                                                    " is below align_total_to = ", o.align_total_to,

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -56,6 +57,25 @@ TEST(PlanTableTest, WithoutACapFillIsAgainstTheLargestPart) {
   // {4, 2} and {4}: 6 and 4 tokens.
   EXPECT_THAT(table, HasSubstr("|####################          |   66.7%"));
   EXPECT_THAT(table, ::testing::Not(HasSubstr("over the cap")));
+}
+
+TEST(PlanTableTest, EqualSizeCountsASingleSequenceOverTheCapAsUnavoidable) {
+  // equal_size does not apply the cap: one sequence per part, and the 7-token one is over it.
+  PlanRequest request;
+  request.num_parts = 3;
+  request.options.max_token_len = 6;
+  request.options.equal_size = true;
+  const std::vector<int64_t> lengths = {5, 3, 7};
+  absl::StatusOr<PlanRun> run = RunPlan(lengths, request);
+  ASSERT_TRUE(run.ok()) << run.status();
+  ASSERT_EQ(run->plan.stats.over_cap_parts, 1);
+  int64_t single_over = 0;
+  for (const planner::MicroBatch& part : run->plan.parts) {
+    single_over += part.indices.size() == 1 && part.tokens > 6 ? 1 : 0;
+  }
+  const std::string table = PlanTable(*run);
+  EXPECT_THAT(table, HasSubstr(absl::StrCat("over the cap         ", run->plan.stats.over_cap_parts,
+                                            " micro-batches (", single_over, " holding one")));
 }
 
 }  // namespace

@@ -118,6 +118,21 @@ TEST(Validation, EqualSizeNeedsFixedKDividingN) {
   ExpectInvalid(PlanMicroBatches({1, 2}, capped).status(), "equal_size");
 }
 
+TEST(Validation, EqualSizeKeepsEverySequenceSoOnlyRejectIsAccepted) {
+  // A 7-token sequence over a cap of 6: equal_size keeps it (counts, not the cap), so a policy
+  // that would drop or isolate it is an error, never silently ignored.
+  PlanOptions o = Capped(6);
+  o.equal_size = true;
+  const absl::StatusOr<MicroBatchPlan> kept = PartitionFixedK({5, 3, 7}, 3, o);
+  ASSERT_TRUE(kept.ok()) << kept.status();
+  EXPECT_TRUE(kept->dropped.empty());
+  for (const OverlongPolicy policy : {OverlongPolicy::kDrop, OverlongPolicy::kIsolate}) {
+    o.overlong = policy;
+    ExpectInvalid(PartitionFixedK({5, 3, 7}, 3, o).status(),
+                  std::string("overlong = ") + std::string(Name(policy)));
+  }
+}
+
 TEST(Validation, UncappedBatchMustFitInt32Offsets) {
   const std::vector<int64_t> lengths(3, int64_t{1} << 30);
   ExpectInvalid(PartitionFixedK(lengths, 3, Capped(0)).status(), "int32");
