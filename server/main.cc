@@ -20,6 +20,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "server/base/address.h"
 #include "server/base/logging.h"
 #include "server/base/status_macros.h"
 #include "server/collective/backend.h"
@@ -208,7 +209,7 @@ struct RankGroup {
 // loopback when its host is loopback, else on every interface.
 std::string RendezvousListen(const std::string& rendezvous) {
   if (std::string listen = absl::GetFlag(FLAGS_rendezvous_listen); !listen.empty()) return listen;
-  if (packsched::service::IsLoopbackAddress(rendezvous)) return rendezvous;
+  if (packsched::IsLoopbackAddress(rendezvous)) return rendezvous;
   const size_t colon = rendezvous.rfind(':');
   return absl::StrCat("[::]", colon == std::string::npos ? ":0" : rendezvous.substr(colon));
 }

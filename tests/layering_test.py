@@ -37,8 +37,8 @@ RULES = {
     # The client's public headers include no gRPC and no generated code (files, not directories).
     "client/cpp/scheduler_client.h": (("absl/", "server/planner/"), HEAVY + ("packsched/v1",)),
     "client/cpp/plan_apply.h": (("absl/", "server/planner/"), HEAVY + ("packsched/v1",)),
-    "tests/service": (("absl/", "gmock/", "gtest/", "packsched/v1/", "server/", "tests/service/",
-                       "tests/testing/"), ("nccl", "cuda")),
+    "tests/service": (("absl/", "gmock/", "google/protobuf/", "gtest/", "packsched/v1/", "server/",
+                       "tests/service/", "tests/testing/"), ("nccl", "cuda")),
 }
 
 INCLUDE = re.compile(r'^\s*#\s*include\s*([<"])([^>"]+)[>"]')

@@ -15,6 +15,7 @@
 #include "grpcpp/impl/client_unary_call.h"
 #include "grpcpp/impl/rpc_method.h"
 #include "packsched/v1/scheduler.grpc.pb.h"
+#include "server/base/address.h"
 #include "server/base/status_macros.h"
 
 namespace packsched::client {
@@ -194,6 +195,13 @@ absl::StatusOr<std::unique_ptr<SchedulerClient>> SchedulerClient::Create(ClientO
   if (options.max_attempts < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("max_attempts = ", options.max_attempts, ": must be >= 1"));
+  }
+  // A token in plaintext to another machine could be read on the way (or by a wrong target).
+  if (!options.auth_token.empty() && options.tls_root_certs_file.empty() &&
+      !IsLoopbackAddress(options.target)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("a bearer token is sent only over TLS or to loopback: target = ",
+                     options.target, " needs tls_root_certs_file"));
   }
   std::shared_ptr<grpc::ChannelCredentials> credentials;
   if (options.tls_root_certs_file.empty()) {

@@ -34,7 +34,8 @@ struct ClientOptions {
   // Deadline of a call that does not pass its own. It covers waiting for the peer ranks, so keep
   // it above the sidecar's --collective_timeout.
   absl::Duration timeout = absl::Seconds(120);
-  // Bearer token sent as "authorization: Bearer <token>"; empty = none.
+  // Bearer token sent as "authorization: Bearer <token>"; empty = none. Only over TLS or to a
+  // loopback target (Create fails otherwise).
   std::string auth_token;
   // TLS: a PEM file with the CA that signed the sidecar's certificate; empty = plaintext.
   std::string tls_root_certs_file;

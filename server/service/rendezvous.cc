@@ -14,6 +14,7 @@
 #include "absl/synchronization/mutex.h"
 #include "grpcpp/grpcpp.h"
 #include "packsched/v1/rendezvous.grpc.pb.h"
+#include "server/base/address.h"
 #include "server/base/status_macros.h"
 #include "server/service/scheduler_service.h"
 #include "server/service/server.h"

@@ -13,6 +13,7 @@
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "grpcpp/resource_quota.h"
+#include "server/base/address.h"
 #include "server/base/status_macros.h"
 #include "server/collective/readiness.h"
 #include "server/service/scheduler_service.h"
@@ -85,17 +86,6 @@ absl::Status CheckBearerToken(std::optional<absl::string_view> authorization,
     return absl::UnauthenticatedError("wrong bearer token");
   }
   return absl::OkStatus();
-}
-
-bool IsLoopbackAddress(absl::string_view listen) {
-  absl::string_view host = listen;
-  if (absl::StartsWith(host, "[")) {
-    host = host.substr(
-        1, host.find(']') == absl::string_view::npos ? host.size() : host.find(']') - 1);
-  } else if (const size_t colon = host.rfind(':'); colon != absl::string_view::npos) {
-    host = host.substr(0, colon);
-  }
-  return host == "localhost" || host == "::1" || absl::StartsWith(host, "127.");
 }
 
 struct SchedulerServer::State {

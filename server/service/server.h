@@ -89,10 +89,6 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> ServerCredentialsFromFi
 // The contents of a PEM (or any) file; InvalidArgument naming `flag` if it cannot be read.
 absl::StatusOr<std::string> ReadPemFile(absl::string_view flag, const std::string& path);
 
-// True for a listen address whose host is a loopback name or address (127.0.0.0/8, ::1,
-// localhost).
-bool IsLoopbackAddress(absl::string_view listen);
-
 }  // namespace packsched::service
 
 #endif  // PACKSCHED_SERVER_SERVICE_SERVER_H_

@@ -216,6 +216,20 @@ TEST(ServerE2E, RefusesATokenWithoutTlsOffLoopback) {
   EXPECT_THAT(server.stderr_text(), HasSubstr("only over TLS or on loopback"));
 }
 
+TEST(ServerE2E, ClientSendsATokenOnlyOverTlsOrToLoopback) {
+  ClientOptions options;
+  options.auth_token = "t";
+  options.target = "10.0.0.7:50051";
+  const auto remote = SchedulerClient::Create(options);
+  EXPECT_EQ(remote.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(remote.status().message()), HasSubstr("10.0.0.7:50051"));
+  options.target = "dns:///localhost:50051";
+  EXPECT_TRUE(SchedulerClient::Create(options).ok());
+  options.target = "10.0.0.7:50051";
+  options.auth_token.clear();
+  EXPECT_TRUE(SchedulerClient::Create(options).ok());  // nothing secret to send
+}
+
 TEST(ServerE2E, TlsWithClientCertificatesAndToken) {
   TempDir dir;
   const std::string d = dir.path();

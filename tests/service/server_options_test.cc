@@ -1,27 +1,11 @@
-// The server's security helpers: which listen addresses count as loopback (a bearer token
-// without TLS is accepted only there) and the constant-time token comparison.
+// The server's security helpers: the constant-time token comparison (which addresses count as
+// loopback: tests/base/address_test.cc).
 
 #include "gtest/gtest.h"
 #include "server/service/server.h"
 
 namespace packsched::service {
 namespace {
-
-TEST(IsLoopbackAddress, LoopbackNamesAndAddresses) {
-  EXPECT_TRUE(IsLoopbackAddress("127.0.0.1:50051"));
-  EXPECT_TRUE(IsLoopbackAddress("127.1.2.3:0"));
-  EXPECT_TRUE(IsLoopbackAddress("localhost:8080"));
-  EXPECT_TRUE(IsLoopbackAddress("[::1]:50051"));
-}
-
-TEST(IsLoopbackAddress, EverythingElse) {
-  EXPECT_FALSE(IsLoopbackAddress("0.0.0.0:50051"));
-  EXPECT_FALSE(IsLoopbackAddress("[::]:50051"));
-  EXPECT_FALSE(IsLoopbackAddress("10.0.0.7:50051"));
-  EXPECT_FALSE(IsLoopbackAddress("localhost.example.com:1"));
-  EXPECT_FALSE(IsLoopbackAddress("128.0.0.1:1"));
-  EXPECT_FALSE(IsLoopbackAddress(""));
-}
 
 TEST(ConstantTimeEquals, ComparesWholeStrings) {
   EXPECT_TRUE(ConstantTimeEquals("secret", "secret"));
