@@ -94,7 +94,10 @@ absl::Status FillOptions(const planner::PlanOptions& o, v1::PlanOptions* out) {
       out->set_order(v1::PART_ORDER_INTERLEAVE);
       break;
   }
-  out->set_max_micro_batches(o.max_micro_batches);
+  // The planner's default means "no limit of the caller's own": 0 lets the sidecar apply its
+  // --max_micro_batches (the default itself would exceed a lower server limit).
+  out->set_max_micro_batches(
+      o.max_micro_batches == planner::kDefaultMaxMicroBatches ? 0 : o.max_micro_batches);
   out->set_equal_size(o.equal_size);
   return absl::OkStatus();
 }
@@ -202,6 +205,12 @@ absl::StatusOr<std::unique_ptr<SchedulerClient>> SchedulerClient::Create(ClientO
     return absl::InvalidArgumentError(
         absl::StrCat("a bearer token is sent only over TLS or to loopback: target = ",
                      options.target, " needs tls_root_certs_file"));
+  }
+  if (options.tls_root_certs_file.empty() &&
+      (!options.tls_client_cert_file.empty() || !options.tls_client_key_file.empty())) {
+    return absl::InvalidArgumentError(
+        "tls_client_cert_file / tls_client_key_file need tls_root_certs_file (TLS); without it "
+        "the client would connect in plaintext");
   }
   std::shared_ptr<grpc::ChannelCredentials> credentials;
   if (options.tls_root_certs_file.empty()) {

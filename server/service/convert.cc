@@ -126,10 +126,10 @@ absl::StatusOr<PlanInput> MakePlanInput(const google::protobuf::RepeatedField<in
                                         const v1::PlanOptions& options,
                                         const google::protobuf::RepeatedField<int64_t>& loss_tokens,
                                         const v1::LossOptions& loss, const ServiceLimits& limits,
-                                        bool cap_required) {
+                                        bool planner_picks_k) {
   PlanInput input;
   // Options first: they are small, and bound everything sized by them.
-  ASSIGN_OR_RETURN(input.options, ToPlanOptions(options, limits, cap_required));
+  ASSIGN_OR_RETURN(input.options, ToPlanOptions(options, limits, planner_picks_k));
   ASSIGN_OR_RETURN(input.loss, ToLossOptions(loss));
   input.same_micro_num_in_dp =
       options.has_same_micro_num_in_dp() ? options.same_micro_num_in_dp() : true;
@@ -172,13 +172,13 @@ absl::Status ValidateStream(absl::string_view stream, const ServiceLimits& limit
 }
 
 absl::StatusOr<planner::PlanOptions> ToPlanOptions(const v1::PlanOptions& p,
-                                                   const ServiceLimits& limits, bool cap_required) {
+                                                   const ServiceLimits& limits, bool planner_picks_k) {
   planner::PlanOptions o;
   o.max_token_len = p.max_token_len();
-  if (o.max_token_len < 0 || (cap_required && o.max_token_len < 1)) {
+  if (o.max_token_len < 0 || (planner_picks_k && o.max_token_len < 1)) {
     return absl::InvalidArgumentError(
         absl::StrCat("options.max_token_len = ", o.max_token_len,
-                     cap_required ? ": must be >= 1 (tokens)" : ": must be >= 0 (0 = no cap)"));
+                     planner_picks_k ? ": must be >= 1 (tokens)" : ": must be >= 0 (0 = no cap)"));
   }
   RETURN_IF_ERROR(
       AtMost("options.max_token_len", o.max_token_len, "the largest length", planner::kMaxLength));
@@ -279,6 +279,14 @@ absl::StatusOr<planner::PlanOptions> ToPlanOptions(const v1::PlanOptions& p,
     default:
       return NotKnown("options.order", p.order(), v1::PartOrder_descriptor());
   }
+  // equal_size gives n / k sequences per micro-batch for a k the caller fixes. Where the planner
+  // picks k it would ignore the cap, and a k agreed by the ranks need not divide this rank's n:
+  // the round would fail after agreement.
+  if (p.equal_size() && planner_picks_k) {
+    return absl::InvalidArgumentError(
+        "options.equal_size = true applies to Partition only (a micro-batch count the caller "
+        "fixes); Plan and BalanceBatch choose the count under the cap");
+  }
   o.equal_size = p.equal_size();
   return o;
 }
@@ -329,7 +337,7 @@ absl::StatusOr<planner::LossOptions> ToLossOptions(const v1::LossOptions& p) {
 
 absl::StatusOr<PlanInput> ToPlanInput(const v1::PlanRequest& request, const ServiceLimits& limits) {
   return MakePlanInput(request.lengths(), request.options(), request.loss_tokens(), request.loss(),
-                       limits, /*cap_required=*/true);
+                       limits, /*planner_picks_k=*/true);
 }
 
 absl::StatusOr<RoundInput> ToRoundInput(const v1::PlanRequest& request,
@@ -346,7 +354,7 @@ absl::StatusOr<RoundInput> ToRoundInput(const v1::PlanRequest& request,
   } else {
     round.error = input.status();
     const absl::StatusOr<planner::PlanOptions> options =
-        ToPlanOptions(request.options(), limits, /*cap_required=*/true);
+        ToPlanOptions(request.options(), limits, /*planner_picks_k=*/true);
     const absl::StatusOr<planner::LossOptions> loss = ToLossOptions(request.loss());
     const v1::PlanOptions& p = request.options();
     round.options_hash =
@@ -366,7 +374,7 @@ absl::Status RunPartition(const v1::PartitionRequest& request, const ServiceLimi
                           v1::PlanResponse* response) {
   ASSIGN_OR_RETURN(PlanInput input,
                    MakePlanInput(request.lengths(), request.options(), request.loss_tokens(),
-                                 request.loss(), limits, /*cap_required=*/false));
+                                 request.loss(), limits, /*planner_picks_k=*/false));
   const int64_t k = request.num_micro_batches();
   if (k < 1 || k > input.options.max_micro_batches) {
     return absl::InvalidArgumentError(absl::StrCat("num_micro_batches = ", k, ": must be in [1, ",
@@ -386,9 +394,24 @@ absl::Status RunPartition(const v1::PartitionRequest& request, const ServiceLimi
                    planner::PartitionFixedK(input.lengths, k, input.options));
   std::optional<planner::LossWeights> weights;
   const int64_t world_size = g.world_size() == 0 ? 1 : g.world_size();
+  // Global counts sum every rank's, this one's included: one below this request's own is a
+  // caller's mistake (e.g. `global` set for world_size alone) that would silently scale or zero
+  // every weight.
+  auto at_least_own = [](absl::string_view field, int64_t global, int64_t own) -> absl::Status {
+    if (global >= own) return absl::OkStatus();
+    return absl::InvalidArgumentError(absl::StrCat(
+        field, " = ", global, " is below this request's own ", own,
+        ": global counts are summed over every rank, this one included"));
+  };
+  if (request.has_global() && g.num_sequences() > 0) {
+    RETURN_IF_ERROR(at_least_own("global.num_sequences", g.num_sequences(), plan.stats.num_kept));
+  }
   if (input.loss_tokens) {
     ASSIGN_OR_RETURN(planner::LossCounts counts, planner::CountLoss(plan, *input.loss_tokens));
     if (request.has_global()) {
+      RETURN_IF_ERROR(at_least_own("global.loss_tokens", g.loss_tokens(), counts.loss_tokens));
+      RETURN_IF_ERROR(at_least_own("global.sequences_with_loss", g.sequences_with_loss(),
+                                   counts.sequences_with_loss));
       counts.loss_tokens = g.loss_tokens();
       counts.sequences_with_loss = g.sequences_with_loss();
     }
@@ -398,8 +421,8 @@ absl::Status RunPartition(const v1::PartitionRequest& request, const ServiceLimi
   }
   response->set_num_micro_batches(k);
   response->set_local_num_micro_batches(plan.stats.local_k);
-  response->mutable_global()->set_num_sequences(request.has_global() ? g.num_sequences()
-                                                                     : plan.stats.num_kept);
+  response->mutable_global()->set_num_sequences(
+      request.has_global() && g.num_sequences() > 0 ? g.num_sequences() : plan.stats.num_kept);
   response->mutable_global()->set_world_size(world_size);
   PlanToProto(plan, weights ? &*weights : nullptr, input.options.max_token_len, response);
   return absl::OkStatus();
@@ -409,7 +432,7 @@ absl::Status RunBalanceBatch(const v1::BalanceBatchRequest& request, const Servi
                              v1::BalanceBatchResponse* response) {
   ASSIGN_OR_RETURN(PlanInput input,
                    MakePlanInput(request.lengths(), request.options(), request.loss_tokens(),
-                                 request.loss(), limits, /*cap_required=*/true));
+                                 request.loss(), limits, /*planner_picks_k=*/true));
   const int64_t world_size = request.world_size();
   if (world_size < 1 || world_size > planner::kMaxWorldSize) {
     return absl::InvalidArgumentError(absl::StrCat("world_size = ", world_size, ": must be in [1, ",

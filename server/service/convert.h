@@ -27,9 +27,11 @@ namespace packsched::service {
 absl::Status ValidateStream(absl::string_view stream, const ServiceLimits& limits);
 
 // The planner options of a request, defaults applied (0 / UNSPECIFIED = documented default).
-// `cap_required`: Plan and BalanceBatch need max_token_len >= 1; Partition allows 0.
+// `planner_picks_k` (Plan, BalanceBatch: the planner chooses the micro-batch count): max_token_len
+// must be >= 1 and equal_size is refused. Partition (a count the caller fixes) allows a cap of 0
+// and equal_size.
 absl::StatusOr<planner::PlanOptions> ToPlanOptions(const v1::PlanOptions& options,
-                                                   const ServiceLimits& limits, bool cap_required);
+                                                   const ServiceLimits& limits, bool planner_picks_k);
 absl::StatusOr<planner::LossOptions> ToLossOptions(const v1::LossOptions& loss);
 
 // Validates lengths (count within the limit, each >= 1) and loss_tokens (empty, or one per

@@ -216,6 +216,34 @@ TEST(ServerE2E, RefusesATokenWithoutTlsOffLoopback) {
   EXPECT_THAT(server.stderr_text(), HasSubstr("only over TLS or on loopback"));
 }
 
+TEST(ServerE2E, DefaultOptionsWorkUnderALowerServerLimit) {
+  // The planner's default max_micro_batches (1,000,000) is "no limit of the caller's own": the
+  // client leaves it to the sidecar's --max_micro_batches instead of sending it.
+  ServerProcess server({"--max_micro_batches=1000"});
+  ASSERT_TRUE(server.started()) << server.stderr_text();
+  std::unique_ptr<SchedulerClient> client = Connect(server.target());
+  const absl::StatusOr<PlanResult> plan = client->Plan(Request("s", 1, 1));
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  client::PartitionRequest partition;
+  partition.lengths = {5, 6, 7};
+  partition.num_micro_batches = 2;
+  const absl::StatusOr<PlanResult> parts = client->Partition(partition);
+  ASSERT_TRUE(parts.ok()) << parts.status();
+  EXPECT_EQ(parts->plan.parts.size(), 2u);
+  // An explicit value above the server's limit is still the caller's and is refused.
+  PlanRequest over = Request("s", 2, 1);
+  over.options.max_micro_batches = 1001;
+  EXPECT_EQ(client->Plan(over).status().code(), absl::StatusCode::kResourceExhausted);
+}
+
+TEST(ServerE2E, ClientRefusesACertificateWithoutTls) {
+  ClientOptions options;
+  options.tls_client_cert_file = "/nonexistent/client.pem";
+  const auto client = SchedulerClient::Create(options);
+  EXPECT_EQ(client.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(client.status().message()), HasSubstr("tls_root_certs_file"));
+}
+
 TEST(ServerE2E, ClientSendsATokenOnlyOverTlsOrToLoopback) {
   ClientOptions options;
   options.auth_token = "t";

@@ -136,6 +136,9 @@ INSTANTIATE_TEST_SUITE_P(
                   for (int64_t t : {1, 2, 3, 8}) r.add_loss_tokens(t);
                 },
                 kInvalid, "loss_tokens[3] = 8: must be in [0, lengths[3] = 7]"},
+        BadCase{"EqualSizeIsForPartitionOnly",
+                [](auto& r) { r.mutable_options()->set_equal_size(true); }, kInvalid,
+                "options.equal_size = true applies to Partition only"},
         BadCase{"SumNormWithoutConstant",
                 [](auto& r) { r.mutable_loss()->set_mode(v1::LOSS_MODE_SUM_NORM); }, kInvalid,
                 "loss.sum_norm_constant = 0"},
@@ -273,6 +276,48 @@ TEST(Partition, RejectsBadCountsAndAcceptsNoCap) {
   ASSERT_TRUE(RunPartition(request, {}, &response).ok());  // max_token_len 0: no cap
   EXPECT_EQ(response.micro_batches_size(), 2);
   EXPECT_EQ(response.num_micro_batches(), 2);
+}
+
+TEST(Partition, GlobalCountsBelowThisRequestsOwnAreRejected) {
+  v1::PartitionRequest request;
+  for (int64_t length : {5, 6, 7}) request.add_lengths(length);
+  for (int64_t tokens : {2, 0, 4}) request.add_loss_tokens(tokens);
+  request.set_num_micro_batches(2);
+  v1::PlanResponse response;
+  // `global` set for the world size alone: zero counts would zero every weight.
+  request.mutable_global()->set_world_size(4);
+  absl::Status status = RunPartition(request, {}, &response);
+  EXPECT_EQ(status.code(), kInvalid);
+  EXPECT_THAT(std::string(status.message()),
+              HasSubstr("global.loss_tokens = 0 is below this request's own 6"));
+  request.mutable_global()->set_loss_tokens(6);
+  request.mutable_global()->set_sequences_with_loss(1);
+  EXPECT_THAT(std::string(RunPartition(request, {}, &response).message()),
+              HasSubstr("global.sequences_with_loss = 1 is below this request's own 2"));
+  request.mutable_global()->set_sequences_with_loss(2);
+  request.mutable_global()->set_num_sequences(2);
+  EXPECT_THAT(std::string(RunPartition(request, {}, &response).message()),
+              HasSubstr("global.num_sequences = 2 is below this request's own 3"));
+  // Counts that include this request's own are accepted; num_sequences 0 means this request's.
+  request.mutable_global()->set_num_sequences(0);
+  request.mutable_global()->set_loss_tokens(24);
+  request.mutable_global()->set_sequences_with_loss(8);
+  ASSERT_TRUE(RunPartition(request, {}, &response).ok());
+  EXPECT_EQ(response.global().num_sequences(), 3);
+  EXPECT_EQ(response.global().loss_tokens(), 24);
+  EXPECT_EQ(response.global().world_size(), 4);
+}
+
+TEST(BalanceBatch, RejectsEqualSize) {
+  v1::BalanceBatchRequest request;
+  for (int64_t length : {5, 6, 7, 8}) request.add_lengths(length);
+  request.mutable_options()->set_max_token_len(100);
+  request.mutable_options()->set_equal_size(true);
+  request.set_world_size(2);
+  v1::BalanceBatchResponse response;
+  const absl::Status status = RunBalanceBatch(request, {}, &response);
+  EXPECT_EQ(status.code(), kInvalid);
+  EXPECT_THAT(std::string(status.message()), HasSubstr("options.equal_size"));
 }
 
 TEST(BalanceBatch, RejectsBadWorldSizesAndGroups) {
