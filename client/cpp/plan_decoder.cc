@@ -406,7 +406,7 @@ absl::StatusOr<PlanResult> DecodePlanResponse(absl::string_view bytes) {
         }
       });
   if (!ok) {
-    return absl::InvalidArgumentError(absl::StrCat(
+    return absl::InternalError(absl::StrCat(
         "malformed PlanResponse from the sidecar near byte ", r.offset(), " of ", bytes.size()));
   }
   bool has_scales = false;

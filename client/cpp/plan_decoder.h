@@ -26,9 +26,10 @@ PlanResult PlanResultFromProto(const v1::PlanResponse& response);
 GlobalCounts GlobalCountsFromProto(const v1::GlobalCounts& global);
 
 // The PlanResult of a serialized PlanResponse; equal to PlanResultFromProto of the parsed message.
-// Returns InvalidArgument, naming the byte offset, for malformed bytes (a truncated or overlong
-// varint, a length past the end, field number 0, an unmatched group, a packed double field whose
-// length is not a multiple of 8), all of which protobuf rejects too. Thread-safe (pure).
+// Returns Internal (the sidecar's answer is broken, not the caller's request), naming the byte
+// offset, for malformed bytes (a truncated or overlong varint, a length past the end, field
+// number 0, an unmatched group, a packed double field whose length is not a multiple of 8), all
+// of which protobuf rejects too. Thread-safe (pure).
 absl::StatusOr<PlanResult> DecodePlanResponse(absl::string_view bytes);
 
 }  // namespace packsched::client::internal

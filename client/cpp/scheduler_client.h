@@ -142,13 +142,15 @@ struct ServerStatus {
 class SchedulerClient {
  public:
   // Creates a client (the connection is made lazily, on the first call). Returns
-  // InvalidArgument for an empty target, max_attempts < 1 or unreadable TLS files.
+  // InvalidArgument for an empty target, max_attempts < 1, unreadable TLS files, a client
+  // certificate without TLS, or a bearer token without TLS to a target off loopback.
   static absl::StatusOr<std::unique_ptr<SchedulerClient>> Create(ClientOptions options);
   ~SchedulerClient();
 
   // Each call's deadline is now + `timeout`; a zero timeout means ClientOptions::timeout.
   // Errors are the sidecar's status codes (see proto/packsched/v1/scheduler.proto); a call that
-  // never reached the sidecar ends with UNAVAILABLE or DEADLINE_EXCEEDED.
+  // never reached the sidecar ends with UNAVAILABLE or DEADLINE_EXCEEDED; an answer that cannot
+  // be decoded is INTERNAL.
   absl::StatusOr<PlanResult> Plan(const PlanRequest& request,
                                   absl::Duration timeout = absl::ZeroDuration());
   absl::StatusOr<PlanResult> Partition(const PartitionRequest& request,
