@@ -287,3 +287,33 @@ def test_openrlhf_partition_of_other_lengths_applies_no_remembered_capacity():
     assert sorted(len(part) for part in parts) == [2, 2]
     # The same lengths with fewer parts than the count: the caller's choice, no error.
     assert len(openrlhf.get_seqlen_balanced_partitions([6, 6, 6], 2, False)) == 2
+
+
+class DataProtoLike:
+    """The part of verl.protocol.DataProto that prepare_dynamic_batch uses: batch (tensors on dim
+    0), non_tensor_batch (numpy object arrays), meta_info, and from_dict."""
+
+    def __init__(self, batch, non_tensor_batch, meta_info):
+        self.batch, self.non_tensor_batch, self.meta_info = batch, non_tensor_batch, meta_info
+
+    @classmethod
+    def from_dict(cls, tensors, non_tensors=None, meta_info=None):
+        return cls(TensorDictLike(tensors), non_tensors or {}, meta_info or {})
+
+
+def test_prepare_dynamic_batch_splits_tensors_non_tensors_and_copies_meta_info():
+    import numpy as np
+
+    lengths = [300, 900, 1200, 40, 700, 1500, 60]
+    batch = make_batch(lengths, TensorDictLike)
+    uids = np.array([f"uid{i}" for i in range(len(lengths))], dtype=object)
+    data = DataProtoLike(batch, {"uid": uids}, {"temperature": 0.7, "nested": {"a": [1]}})
+    protos, idx = verl.prepare_dynamic_batch(data, 2048)
+    _, expected_idx = rearrange_micro_batches(batch, 2048)
+    assert idx == expected_idx
+    for proto, rows in zip(protos, idx):
+        assert type(proto) is DataProtoLike
+        assert torch.equal(proto.batch["input_ids"], batch["input_ids"][rows])
+        assert list(proto.non_tensor_batch["uid"]) == [f"uid{i}" for i in rows]
+        assert proto.meta_info == data.meta_info and proto.meta_info is not data.meta_info
+        assert proto.meta_info["nested"] is not data.meta_info["nested"]  # a deep copy

@@ -1,7 +1,8 @@
 """Drop-ins for verl's dynamic batching (``verl.utils.seqlen_balancing``).
 
-    from packsched.compat.verl import (rearrange_micro_batches, get_reverse_idx,
-                                       restore_dynamic_batch, get_seqlen_balanced_partitions)
+    from packsched.compat.verl import (rearrange_micro_batches, prepare_dynamic_batch,
+                                       get_reverse_idx, restore_dynamic_batch,
+                                       get_seqlen_balanced_partitions)
 
 Same signatures and return values as verl's functions. What changes: verl picks
 k = ceil(total / max_token_len), which is often infeasible, so its Karmarkar–Karp partitions
@@ -13,6 +14,7 @@ sequence then runs alone). Balancing uses packsched's attention-aware cost
 semantics: exactly k non-empty parts, each sorted, balanced sums).
 """
 
+import copy
 from collections.abc import Mapping
 
 from .. import planner
@@ -20,8 +22,8 @@ from ._dist import agree_max
 from ._indices import get_reverse_idx
 from .openrlhf import get_seqlen_balanced_partitions
 
-__all__ = ["rearrange_micro_batches", "get_reverse_idx", "restore_dynamic_batch", "use_sidecar",
-           "get_seqlen_balanced_partitions"]
+__all__ = ["rearrange_micro_batches", "prepare_dynamic_batch", "get_reverse_idx",
+           "restore_dynamic_batch", "use_sidecar", "get_seqlen_balanced_partitions"]
 
 _sidecar = None  # (SchedulerClient, stream, [next round]) once use_sidecar() was called
 
@@ -100,6 +102,33 @@ def rearrange_micro_batches(
     if use_dynamic_bsz_balance and len(micro_bsz_idx) % 2 == 0:
         micro_bsz_idx.reverse()  # verl's placement for an even count (see the docstring)
     return [_select(batch, indices) for indices in micro_bsz_idx], micro_bsz_idx
+
+
+def prepare_dynamic_batch(
+    data,
+    max_token_len,
+    dp_group=None,
+    num_batches_divided_by=None,
+    same_micro_num_in_dp=True,
+    min_num_micro_batch=None,
+    use_dynamic_bsz_balance=True,
+    *,
+    cost="attention",
+):
+    """verl's ``prepare_dynamic_batch`` for a ``DataProto``: ``rearrange_micro_batches`` on
+    ``data.batch``, then one DataProto per micro-batch (built with ``type(data).from_dict``) with
+    its tensors, its rows of every ``non_tensor_batch`` array and a deep copy of ``meta_info``.
+    Returns (micro-batch DataProtos, micro_bsz_idx). verl's newer ``padding_mode`` variants are
+    not offered: this is the default, padding-free one."""
+    micro_batches, micro_bsz_idx = rearrange_micro_batches(
+        data.batch, max_token_len, dp_group, num_batches_divided_by, same_micro_num_in_dp,
+        min_num_micro_batch, use_dynamic_bsz_balance, cost=cost)
+    protos = []
+    for piece, indices in zip(micro_batches, micro_bsz_idx):
+        non_tensors = {key: value[indices] for key, value in data.non_tensor_batch.items()}
+        protos.append(type(data).from_dict(tensors=dict(piece), non_tensors=non_tensors,
+                                           meta_info=copy.deepcopy(data.meta_info)))
+    return protos, micro_bsz_idx
 
 
 def restore_dynamic_batch(data, batch_idx_list):
