@@ -68,11 +68,15 @@ def rearrange_micro_batches(
 
     Returns (micro_batches, micro_bsz_idx): the pieces of ``batch`` (same type; rows in index
     order) and the original row indices of each. A rank with fewer sequences than the agreed count
-    (an empty batch included) gets empty micro-batches (zero rows).
+    gets empty micro-batches (zero rows); in-process that includes an empty batch, which the
+    sidecar refuses instead (INVALID_ARGUMENT "lengths", on every rank of the round).
 
-    In-process, a rank whose batch cannot be planned (a row without tokens, a sequence the cap
-    cannot hold under other options) still takes part in the count's all-reduce, then raises its
-    error; the other ranks of ``dp_group`` raise RuntimeError naming it, so none waits forever.
+    In-process, a rank whose batch cannot be planned (a row without tokens, a bad option value)
+    still takes part in the count's all-reduce, then raises its error; the other ranks of
+    ``dp_group`` raise RuntimeError naming it, so none waits forever. Through a sidecar, such a
+    rank's request still joins its round wherever the server can judge it (it fails the round on
+    every rank); a request that cannot be built fails on this rank alone, and its peers' round
+    ends at the sidecars' --collective_timeout naming the missing rank.
     """
     options = dict(
         min_micro_batches=min_num_micro_batch or 1,
@@ -87,17 +91,18 @@ def rearrange_micro_batches(
         plan = client.plan(round_, _seq_lens(batch), max_token_len, stream=stream,
                            same_micro_num_in_dp=same_micro_num_in_dp, **options)
     else:
-        seq_lens = []
+        seq_lens = None
 
         def local_count():
-            seq_lens.append(_seq_lens(batch))
-            return planner.local_bound(seq_lens[0], max_token_len, **options).k
+            nonlocal seq_lens
+            seq_lens = _seq_lens(batch)
+            return planner.local_bound(seq_lens, max_token_len, **options).k
 
         if same_micro_num_in_dp:
             k = agree_max(local_count, dp_group, "rearrange_micro_batches")
         else:
             k = local_count()
-        plan = planner.partition(seq_lens[0], k, max_token_len, **options)
+        plan = planner.partition(seq_lens, k, max_token_len, **options)
     micro_bsz_idx = [list(indices) for indices in plan.micro_batches]
     if use_dynamic_bsz_balance and len(micro_bsz_idx) % 2 == 0:
         micro_bsz_idx.reverse()  # verl's placement for an even count (see the docstring)
