@@ -224,6 +224,17 @@ def test_dynamic_bsz_balance_orders_micro_batches_as_verl_small_at_both_ends():
     assert parities == {0, 1}  # both the odd (interleave as is) and the even (mirrored) case
 
 
+def test_dynamic_bsz_balance_worked_examples():
+    # One sequence per micro-batch. verl: sort largest first, then [::2] reversed + [1::2].
+    # Four parts 400 > 300 > 200 > 100 -> [200, 400, 300, 100]; five 500..100 ->
+    # [100, 300, 500, 400, 200].
+    _, idx = rearrange_micro_batches(make_batch([100, 200, 300, 400]), 1000, min_num_micro_batch=4)
+    assert idx == [[1], [3], [2], [0]]
+    _, idx = rearrange_micro_batches(make_batch([100, 200, 300, 400, 500]), 1000,
+                                     min_num_micro_batch=5)
+    assert idx == [[0], [2], [4], [3], [1]]
+
+
 def test_through_a_sidecar_a_failed_round_does_not_hold_back_the_next_call(tmp_path):
     # The peers of a round finished it (here: another caller of the same sidecar, with other
     # content) while this rank's call failed: its next call must be the next round, not a resend.
