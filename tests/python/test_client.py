@@ -201,7 +201,7 @@ def test_the_default_timeout_outlasts_the_servers_collective_timeout():
 
 
 def test_a_round_missing_a_rank_reports_the_rank_and_a_short_timeout_says_so(tmp_path):
-    group = start_group(tmp_path, 2, "--collective_timeout=2s")
+    group = start_group(tmp_path, 2, "--collective_timeout=1s")
     try:
         with SchedulerClient(group[0].target) as patient:  # the default timeout
             with pytest.raises(SchedulerError) as e:

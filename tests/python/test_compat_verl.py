@@ -150,9 +150,9 @@ def test_a_rank_with_an_empty_batch_joins_the_count_and_gets_empty_micro_batches
 
 def test_a_rank_that_cannot_plan_makes_every_rank_fail_instead_of_hanging():
     # Rank 0's second row has no token: its planner raises. It must still join the all-reduce
-    # so rank 1 (and rank 2) learn of it and raise too.
-    results, codes = run_dp_ranks([[100, 0, 50], [900] * 4, [300] * 3], 2000, timeout=30)
-    assert codes == [1, 1, 1], results
+    # so rank 1 learns of it and raises too.
+    results, codes = run_dp_ranks([[100, 0, 50], [900] * 4], 2000, timeout=30)
+    assert codes == [1, 1], results
     assert results[0]["error"].startswith("ValueError") and "lengths[1] = 0" in results[0]["error"]
     for other in results[1:]:
         assert other["error"].startswith("RuntimeError"), other
