@@ -1,8 +1,11 @@
 """packsched.client.SchedulerClient against the real packsched-server (a group of one)."""
 
 import dataclasses
+import inspect
 import math
+import re
 import socket
+import subprocess
 import threading
 import time
 
@@ -11,7 +14,7 @@ import pytest
 
 from packsched import planner
 from packsched.client import SchedulerClient, SchedulerError
-from sidecar import Sidecar
+from sidecar import SERVER, Sidecar, start_group
 
 
 @pytest.fixture(scope="module")
@@ -99,7 +102,6 @@ def test_the_same_round_with_other_content_is_failed_precondition(client):
     ([5, -3], 100, {}, "INVALID_ARGUMENT", "lengths[1]"),
     ([5, 3], 0, {}, "INVALID_ARGUMENT", "max_token_len"),
     ([], 100, {}, "INVALID_ARGUMENT", "lengths"),
-    ([5, 3], 100, {"cap_mode": "wide"}, "INVALID_ARGUMENT", "cap_mode"),
     ([5, 300], 100, {}, "INVALID_ARGUMENT", "300"),
     ([5, 3], 100, {"loss_tokens": [1]}, "INVALID_ARGUMENT", "loss_tokens"),
     ([5, 3], 100, {"min_micro_batches": 10**12}, "INVALID_ARGUMENT", "min_micro_batches"),
@@ -161,16 +163,193 @@ def test_waits_for_a_sidecar_that_starts_late(tmp_path):
     assert result["plan"].num_micro_batches == 1
 
 
-def test_an_unreachable_sidecar_fails_at_the_deadline():
+def unused_target():
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+        return f"127.0.0.1:{sock.getsockname()[1]}"
+
+
+def test_an_unreachable_sidecar_fails_at_the_deadline_naming_target_and_wait():
+    target = unused_target()
     start = time.monotonic()
-    with SchedulerClient(f"127.0.0.1:{port}", timeout=0.5) as c:
+    with SchedulerClient(target, timeout=0.5) as c:
         with pytest.raises(SchedulerError) as e:
             c.plan(1, [3], 10)
     assert e.value.code in ("DEADLINE_EXCEEDED", "UNAVAILABLE")
     assert time.monotonic() - start < 5
+    assert target in e.value.message
+    waited = float(re.search(r"after (\d+\.\d) s", e.value.message).group(1))
+    assert 0.4 <= waited < 5
+    assert "cannot be reached" in e.value.message
+
+
+def server_default_collective_timeout_s():
+    """The --collective_timeout default that packsched-server --helpfull prints (e.g. "1m")."""
+    text = subprocess.run([str(SERVER), "--helpfull"], capture_output=True, text=True).stdout
+    default = re.search(r"--collective_timeout .*?default: ([0-9hms.]+);", text, re.S).group(1)
+    units = {"h": 3600, "m": 60, "s": 1, "ms": 0.001}
+    return sum(float(n) * units[u] for n, u in re.findall(r"([0-9.]+)(ms|h|m|s)", default))
+
+
+def test_the_default_timeout_outlasts_the_servers_collective_timeout():
+    # A round waits up to --collective_timeout for its peers, then fails with the message naming
+    # the missing rank: only a caller that is still waiting hears it.
+    collective = server_default_collective_timeout_s()
+    default = inspect.signature(SchedulerClient).parameters["timeout"].default
+    assert collective > 0
+    assert default >= 1.5 * collective
+
+
+def test_a_round_missing_a_rank_reports_the_rank_and_a_short_timeout_says_so(tmp_path):
+    group = start_group(tmp_path, 2, "--collective_timeout=1s")
+    try:
+        with SchedulerClient(group[0].target) as patient:  # the default timeout
+            with pytest.raises(SchedulerError) as e:
+                patient.plan(1, [10, 20], 100, stream="alone")
+        assert e.value.code == "DEADLINE_EXCEEDED"
+        assert "ranks [1]" in e.value.message
+        with SchedulerClient(group[0].target, timeout=0.5) as hasty:
+            with pytest.raises(SchedulerError) as e:
+                hasty.plan(2, [10, 20], 100, stream="alone")
+        assert e.value.code == "DEADLINE_EXCEEDED"
+        assert group[0].target in e.value.message
+        assert "--collective_timeout" in e.value.message
+    finally:
+        for sidecar in group:
+            sidecar.stop()
+
+
+@pytest.mark.parametrize("target", [
+    "10.1.2.3:50051", "example.com:50051", "0.0.0.0:50051", "[2001:db8::1]:50051",
+    "ipv4:127.0.0.1:50051,10.0.0.1:50051", "dns:///example.com:50051", "127.example.com:1",
+])
+def test_a_token_is_never_sent_in_clear_off_loopback(target):
+    with pytest.raises(ValueError, match="TLS"):
+        SchedulerClient(target, token="s3cret")
+    SchedulerClient(target, token="s3cret", tls=True).close()  # over TLS it may go anywhere
+    SchedulerClient(target).close()  # no token, no objection
+
+
+@pytest.mark.parametrize("target", [
+    "127.0.0.1:50051", "127.8.9.10:50051", "localhost:50051", "LocalHost:1", "[::1]:50051",
+    "unix:/tmp/packsched.sock", "unix-abstract:packsched", "ipv4:127.0.0.1:1,127.0.0.2:1",
+    "ipv6:[::1]:50051", "dns:///localhost:50051", "dns:localhost:50051",
+])
+def test_a_token_may_go_in_clear_to_loopback(target):
+    SchedulerClient(target, token="s3cret").close()
+
+
+BAD_OPTIONS = [
+    ({"order": "Interleave"}, "order 'Interleave'"),
+    ({"order": "bubble"}, "order 'bubble'"),
+    ({"cap_mode": "wide"}, "cap_mode 'wide'"),
+    ({"cost": 2}, "cost 2"),
+    ({"overlong": None}, "overlong None"),
+    ({"loss_tokens": [1, 1], "loss_mode": "mean"}, "loss_mode 'mean'"),
+    ({"loss_tokens": [1, 1], "dp_reduction": "avg"}, "dp_reduction 'avg'"),
+    ({"min_micro_batches": 0}, "min_micro_batches = 0"),
+    ({"divisible_by": 0}, "divisible_by = 0"),
+    ({"align_to": 0}, "align_to = 0"),
+    ({"max_micro_batches": 0}, "max_micro_batches = 0"),
+    ({"min_micro_batches": 1.5}, "min_micro_batches = 1.5"),
+    ({"attention_cost": (1,)}, "attention_cost = (1,)"),
+    ({"equal_size": "yes"}, "equal_size = 'yes'"),
+]
+
+
+@pytest.mark.parametrize("options,text", BAD_OPTIONS)
+def test_bad_option_values_raise_the_in_process_planners_value_error_before_sending(options, text):
+    # The target is unused: a request that went out would end in SchedulerError, not ValueError.
+    with pytest.raises(ValueError) as local:
+        planner.partition([5, 3], 2, 100, **options)
+    assert text in str(local.value)
+    with SchedulerClient(unused_target(), timeout=0.5) as c:
+        with pytest.raises(ValueError) as remote:
+            c.partition([5, 3], 2, 100, **options)
+        assert str(remote.value) == str(local.value)
+        with pytest.raises(ValueError) as remote:
+            c.plan(1, [5, 3], 100, **options)
+        assert str(remote.value) == str(local.value)
+        with pytest.raises(ValueError) as remote:
+            c.balance_batch([5, 3], 2, 100, **{k: v for k, v in options.items()
+                                                if k != "loss_tokens"})
+        assert text in str(remote.value)
+
+
+def test_the_sidecar_refuses_dataset_packing_algorithms_before_sending():
+    assert planner.plan_local([5, 3], 10, algorithm="ffd").num_micro_batches == 1  # in-process
+    with SchedulerClient(unused_target(), timeout=0.5) as c:
+        with pytest.raises(ValueError, match="algorithm 'ffd' is not one of kk, lpt"):
+            c.plan(1, [5, 3], 10, algorithm="ffd")
+
+
+def test_the_option_vocabulary_is_the_protos_and_the_planners():
+    from packsched import _options
+    from packsched.v1 import scheduler_pb2
+
+    prefixes = {"cap_mode": "CAP_MODE", "algorithm": "ALGORITHM", "cost": "COST_MODEL",
+                "overlong": "OVERLONG_POLICY", "order": "PART_ORDER", "loss_mode": "LOSS_MODE",
+                "dp_reduction": "DP_REDUCTION"}
+    for name, choices in _options.CHOICES.items():
+        proto = {v.name for v in scheduler_pb2.DESCRIPTOR.enum_types_by_name[
+            "".join(w.title() for w in prefixes[name].split("_"))].values}
+        sidecar = [c for c in choices
+                   if name != "algorithm" or c in _options.SIDECAR_ALGORITHMS]
+        assert {f"{prefixes[name]}_{c.upper()}" for c in sidecar} | {
+            f"{prefixes[name]}_UNSPECIFIED"} == proto, name
+        for choice in choices:  # the in-process planner accepts every name
+            option = {name: choice, "loss_tokens": [1, 1]}
+            if choice in ("ffd", "bfd", "sequential"):
+                planner.plan_local([5, 3], 10, **option)
+            else:
+                planner.partition([5, 3], 2, 10, sum_norm_constant=1.0, **option)
+
+
+def test_partition_needs_global_counts_for_a_world_size_on_both_paths(client):
+    lengths, loss_tokens = [100, 200, 300, 400], [50, 0, 100, 150]
+    options = dict(loss_tokens=loss_tokens, dp_reduction="mean")
+    with pytest.raises(ValueError, match="world_size = 4 needs global_counts") as local:
+        planner.partition(lengths, 2, 1000, world_size=4, **options)
+    with pytest.raises(ValueError) as remote:
+        client.partition(lengths, 2, 1000, world_size=4, **options)
+    assert str(remote.value) == str(local.value)
+    counts = (600, 6)
+    remote = client.partition(lengths, 2, 1000, world_size=4, global_counts=counts, **options)
+    local = planner.partition(lengths, 2, 1000, world_size=4, global_counts=counts, **options)
+    assert remote.loss_weights == local.loss_weights
+    assert remote.loss_weights[0] == pytest.approx(4 / 600)  # W / N_tokens, token_mean
+    assert remote.global_counts == local.global_counts == counts
+
+
+def test_global_counts_without_loss_tokens_give_no_counts_on_both_paths(client):
+    remote = client.partition([100, 200], 2, 1000, global_counts=(600, 6))
+    local = planner.partition([100, 200], 2, 1000, global_counts=(600, 6))
+    assert remote.global_counts is None and local.global_counts is None
+    assert remote.loss_weights is None and local.loss_weights is None
+
+
+def test_status_works_with_protobufs_before_and_after_5_26(client, monkeypatch):
+    # protobuf 5.26 renamed MessageToDict's including_default_value_fields to
+    # always_print_fields_with_no_presence; trainers' environments may have either.
+    from google.protobuf import json_format
+
+    real = json_format.MessageToDict
+    if "including_default_value_fields" in inspect.signature(real).parameters:
+        def other_api(message, always_print_fields_with_no_presence=False,
+                      preserving_proto_field_name=False):  # as protobuf >= 5.26
+            return real(message, including_default_value_fields=always_print_fields_with_no_presence,
+                        preserving_proto_field_name=preserving_proto_field_name)
+    else:
+        def other_api(message, including_default_value_fields=False,
+                      preserving_proto_field_name=False):  # as protobuf < 5.26
+            return real(message, always_print_fields_with_no_presence=including_default_value_fields,
+                        preserving_proto_field_name=preserving_proto_field_name)
+
+    for api in (real, other_api):
+        monkeypatch.setattr(json_format, "MessageToDict", api)
+        status = client.status()
+        assert int(status["rank"]) == 0  # a default value: printed only with every field
+        assert int(status["world_size"]) == 1
 
 
 def test_status_reports_the_group_and_counters(client):

@@ -4,6 +4,7 @@ import json
 import math
 import os
 import pathlib
+import random
 import socket
 import subprocess
 import sys
@@ -11,7 +12,8 @@ import sys
 import pytest
 import torch
 
-from packsched.compat import openrlhf
+from packsched import planner
+from packsched.compat import openrlhf, verl
 from packsched.compat.verl import get_reverse_idx, rearrange_micro_batches, restore_dynamic_batch
 
 HELPERS = pathlib.Path(__file__).parent / "helpers"
@@ -105,24 +107,56 @@ def free_port():
         return s.getsockname()[1]
 
 
-def test_ranks_of_a_dp_group_agree_on_the_count():
-    # Rank 0 has a light batch, rank 1 a heavy one: both must run rank 1's count.
-    per_rank = [[100] * 4, [900] * 12]
+def run_dp_ranks(per_rank, cap, timeout=60):
+    """Runs helpers/verl_dp_rank.py once per rank (a gloo group on loopback); returns each rank's
+    JSON line and exit status. A rank still running after ``timeout`` s fails the test (a hang)."""
     port = free_port()
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
     procs = [
         subprocess.Popen(
-            [sys.executable, str(HELPERS / "verl_dp_rank.py"), str(r), "2", str(port), "2000",
-             ",".join(map(str, lengths))],
+            [sys.executable, str(HELPERS / "verl_dp_rank.py"), str(r), str(len(per_rank)),
+             str(port), str(cap), ",".join(map(str, lengths))],
             stdout=subprocess.PIPE, text=True, env=env)
         for r, lengths in enumerate(per_rank)
     ]
-    results = [json.loads(p.communicate(timeout=60)[0]) for p in procs]
-    assert all(p.returncode == 0 for p in procs)
+    try:
+        outputs = [p.communicate(timeout=timeout)[0] for p in procs]
+    except subprocess.TimeoutExpired:
+        for p in procs:
+            p.kill()
+            p.wait()
+        pytest.fail(f"a DP rank was still waiting after {timeout} s")
+    return [json.loads(out) for out in outputs], [p.returncode for p in procs]
+
+
+def test_ranks_of_a_dp_group_agree_on_the_count():
+    # Rank 0 has a light batch, rank 1 a heavy one: both must run rank 1's count.
+    per_rank = [[100] * 4, [900] * 12]
+    results, codes = run_dp_ranks(per_rank, 2000)
+    assert codes == [0, 0]
     heavy_k = math.ceil(12 * 900 / 2000)  # 6 parts of 2 x 900 each fit 2000 exactly
     assert [r["num_micro_batches"] for r in results] == [heavy_k, heavy_k]
     assert all(t <= 2000 for r in results for t in r["tokens"])
     assert sum(results[0]["tokens"]) == 400 and results[0]["tokens"].count(0) == heavy_k - 4
+
+
+def test_a_rank_with_an_empty_batch_joins_the_count_and_gets_empty_micro_batches():
+    results, codes = run_dp_ranks([[], [900] * 12], 2000, timeout=30)
+    assert codes == [0, 0], results
+    heavy_k = math.ceil(12 * 900 / 2000)
+    assert [r["num_micro_batches"] for r in results] == [heavy_k, heavy_k]
+    assert results[0]["rows"] == [0] * heavy_k
+
+
+def test_a_rank_that_cannot_plan_makes_every_rank_fail_instead_of_hanging():
+    # Rank 0's second row has no token: its planner raises. It must still join the all-reduce
+    # so rank 1 learns of it and raises too.
+    results, codes = run_dp_ranks([[100, 0, 50], [900] * 4], 2000, timeout=30)
+    assert codes == [1, 1], results
+    assert results[0]["error"].startswith("ValueError") and "lengths[1] = 0" in results[0]["error"]
+    for other in results[1:]:
+        assert other["error"].startswith("RuntimeError"), other
+        assert "rank 0" in other["error"]
 
 
 def test_a_realistic_rl_batch_where_verls_partition_breaks_the_cap():
@@ -162,3 +196,135 @@ def test_through_a_sidecar_each_call_is_the_next_round(tmp_path):
             verl.use_sidecar(None)
         streams = {st["name"]: st for st in client.status()["streams"]}
     assert int(streams["actor"]["last_round"]) == 12
+
+
+def verl_order(parts, lengths):
+    """verl's placement with use_dynamic_bsz_balance (verl/utils/seqlen_balancing.py,
+    rearrange_micro_batches): parts sorted by (workload, first index), largest first; then every
+    other one from the first, reversed, followed by the remaining ones."""
+    def workload(part):
+        return sum(24576 * lengths[i] + lengths[i] ** 2 for i in part)
+
+    ranked = sorted(parts, key=lambda part: (workload(part), part[0] if part else 0), reverse=True)
+    return ranked[::2][::-1] + ranked[1::2]
+
+
+def test_dynamic_bsz_balance_orders_micro_batches_as_verl_small_at_both_ends():
+    rng = random.Random(11)
+    parities = set()
+    for trial in range(12):
+        lengths = [rng.randint(20, 2000) for _ in range(rng.randint(8, 60))]
+        cap = rng.choice([2048, 3000, 4096])
+        _, idx = rearrange_micro_batches(make_batch(lengths), cap)
+        parities.add(len(idx) % 2)
+        assert idx == verl_order(idx, lengths), (trial, len(idx))
+        if len(idx) >= 3:  # the largest workload is inside, never at an end
+            loads = [sum(24576 * lengths[i] + lengths[i] ** 2 for i in part) for part in idx]
+            assert loads.index(max(loads)) not in (0, len(loads) - 1)
+    assert parities == {0, 1}  # both the odd (interleave as is) and the even (mirrored) case
+
+
+def test_dynamic_bsz_balance_worked_examples():
+    # One sequence per micro-batch. verl: sort largest first, then [::2] reversed + [1::2].
+    # Four parts 400 > 300 > 200 > 100 -> [200, 400, 300, 100]; five 500..100 ->
+    # [100, 300, 500, 400, 200].
+    _, idx = rearrange_micro_batches(make_batch([100, 200, 300, 400]), 1000, min_num_micro_batch=4)
+    assert idx == [[1], [3], [2], [0]]
+    _, idx = rearrange_micro_batches(make_batch([100, 200, 300, 400, 500]), 1000,
+                                     min_num_micro_batch=5)
+    assert idx == [[0], [2], [4], [3], [1]]
+
+
+def test_through_a_sidecar_a_failed_round_does_not_hold_back_the_next_call(tmp_path):
+    # The peers of a round finished it (here: another caller of the same sidecar, with other
+    # content) while this rank's call failed: its next call must be the next round, not a resend.
+    from packsched.client import SchedulerClient, SchedulerError
+    from sidecar import Sidecar
+
+    with Sidecar(tmp_path) as s, SchedulerClient(s.target) as client:
+        client.plan(20, [5, 5], 2048, stream="actor")
+        verl.use_sidecar(client, stream="actor", first_round=20)
+        try:
+            with pytest.raises(SchedulerError) as e:
+                rearrange_micro_batches(make_batch([300, 900]), 2048)
+            assert e.value.code == "FAILED_PRECONDITION"
+            micro_batches, _ = rearrange_micro_batches(make_batch([300, 900, 1200]), 2048)
+            assert sum(int(mb["attention_mask"].sum()) for mb in micro_batches) == 2400
+        finally:
+            verl.use_sidecar(None)
+        streams = {st["name"]: st for st in client.status()["streams"]}
+    assert int(streams["actor"]["last_round"]) == 21
+
+
+def test_verl_exports_the_seqlen_balanced_partitions_of_the_openrlhf_drop_in():
+    assert verl.get_seqlen_balanced_partitions is openrlhf.get_seqlen_balanced_partitions
+    rng = random.Random(4)
+    for _ in range(30):
+        lengths = [rng.randint(1, 5000) for _ in range(rng.randint(1, 40))]
+        k = rng.randint(1, len(lengths))
+        parts = verl.get_seqlen_balanced_partitions(lengths, k, equal_size=False)
+        # verl's contract: exactly k non-empty parts, each sorted, covering every index once.
+        assert len(parts) == k
+        assert all(part and part == sorted(part) for part in parts)
+        assert sorted(i for part in parts for i in part) == list(range(len(lengths)))
+        if len(lengths) % k == 0:
+            equal = verl.get_seqlen_balanced_partitions(lengths, k, equal_size=True)
+            assert [len(part) for part in equal] == [len(lengths) // k] * k
+
+
+def test_openrlhf_count_then_partition_keeps_the_capacity():
+    # OpenRLHF calls get_minimum_num_micro_batch_size, then get_seqlen_balanced_partitions with
+    # that count and no cap. The pair must keep every micro-batch within the capacity.
+    rng = random.Random(5)
+    uncapped_over = 0
+    for _ in range(300):
+        cap = rng.choice([1000, 4096, 16384])
+        lengths = [min(cap, max(1, int(rng.lognormvariate(math.log(cap / 6), 1.0))))
+                   for _ in range(rng.randint(2, 120))]
+        k = openrlhf.get_minimum_num_micro_batch_size(lengths, cap, 1, 1)
+        if k > len(lengths):
+            continue
+        parts = openrlhf.get_seqlen_balanced_partitions(lengths, k, False)
+        assert max(sum(lengths[i] for i in part) for part in parts) <= cap
+        plain = planner.partition(lengths, k)  # the same k with no cap: balance only
+        uncapped_over += any(meta.tokens > cap for meta in plain.metadata)
+    assert uncapped_over > 0  # without the remembered capacity the pair would break the cap
+
+
+def test_openrlhf_partition_of_other_lengths_applies_no_remembered_capacity():
+    assert openrlhf.get_minimum_num_micro_batch_size([6, 6, 6], 10, 1, 1) == 3
+    # Other lengths: balance only (two parts of 12 tokens are fine, no cap of 10 applies).
+    parts = openrlhf.get_seqlen_balanced_partitions([6, 6, 6, 6], 2, False)
+    assert sorted(len(part) for part in parts) == [2, 2]
+    # The same lengths with fewer parts than the count: the caller's choice, no error.
+    assert len(openrlhf.get_seqlen_balanced_partitions([6, 6, 6], 2, False)) == 2
+
+
+class DataProtoLike:
+    """The part of verl.protocol.DataProto that prepare_dynamic_batch uses: batch (tensors on dim
+    0), non_tensor_batch (numpy object arrays), meta_info, and from_dict."""
+
+    def __init__(self, batch, non_tensor_batch, meta_info):
+        self.batch, self.non_tensor_batch, self.meta_info = batch, non_tensor_batch, meta_info
+
+    @classmethod
+    def from_dict(cls, tensors, non_tensors=None, meta_info=None):
+        return cls(TensorDictLike(tensors), non_tensors or {}, meta_info or {})
+
+
+def test_prepare_dynamic_batch_splits_tensors_non_tensors_and_copies_meta_info():
+    import numpy as np
+
+    lengths = [300, 900, 1200, 40, 700, 1500, 60]
+    batch = make_batch(lengths, TensorDictLike)
+    uids = np.array([f"uid{i}" for i in range(len(lengths))], dtype=object)
+    data = DataProtoLike(batch, {"uid": uids}, {"temperature": 0.7, "nested": {"a": [1]}})
+    protos, idx = verl.prepare_dynamic_batch(data, 2048)
+    _, expected_idx = rearrange_micro_batches(batch, 2048)
+    assert idx == expected_idx
+    for proto, rows in zip(protos, idx):
+        assert type(proto) is DataProtoLike
+        assert torch.equal(proto.batch["input_ids"], batch["input_ids"][rows])
+        assert list(proto.non_tensor_batch["uid"]) == [f"uid{i}" for i in rows]
+        assert proto.meta_info == data.meta_info and proto.meta_info is not data.meta_info
+        assert proto.meta_info["nested"] is not data.meta_info["nested"]  # a deep copy

@@ -107,6 +107,23 @@ def test_invalid_input_raises_value_error_naming_the_value():
         planner.plan_local([1, 2], 10, loss_tokens=[1])
 
 
+@pytest.mark.parametrize("call", [
+    lambda: planner.local_bound([1, 2], None),
+    lambda: planner.plan_local([1, 2], None),
+    lambda: planner.balance([1, 2], 2, None),
+])
+def test_a_missing_cap_is_reported_as_required(call):
+    with pytest.raises(ValueError, match="max_token_len is required") as e:
+        call()
+    assert "= 0" not in str(e.value)  # None is not the value 0 the planner would report
+
+
+def test_numpy_integer_options_are_accepted():
+    plan = planner.partition([5, 3, 4], np.int64(2), np.int64(10), min_micro_batches=np.int32(2),
+                             align_to=np.int64(2))
+    assert plan.num_micro_batches == 2 and plan.stats.cap == 10
+
+
 def test_fixed_k_needs_no_cap_and_equal_size_splits_counts_evenly():
     lengths = rl_lengths(60, 2)
     plan = planner.partition(lengths, 6, equal_size=True)

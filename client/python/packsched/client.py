@@ -9,19 +9,25 @@ agree the micro-batch count and the global loss counts, and each rank gets its o
 (packsched.plan). The model-parallel ranks of one DP rank may all call their sidecar for the
 same round: the round is computed once and served to each of them.
 
-The client does not validate: it sends, and the server judges, so one rank's bad request fails the
-round on every rank with the same message. It retries only failures to reach its own sidecar
+Option values are checked before anything is sent, with the in-process planner's vocabulary and
+messages (packsched._options): a bad name or value raises ValueError on the calling rank (every
+rank passes the same options, so every rank raises). The request data (lengths, loss tokens) and
+the planner's limits are judged by the server, so one rank's bad request fails the round on every
+rank with the same message. The client retries only failures to reach its own sidecar
 (UNAVAILABLE before the server answered), within ``timeout`` seconds, never a round that failed.
 Errors raise ``SchedulerError`` with ``.code`` (the gRPC status code name, e.g.
-"INVALID_ARGUMENT") and the server's message.
+"INVALID_ARGUMENT") and the server's message; a call that got no answer from the sidecar says so,
+naming the target and the time waited.
 """
 
+import inspect
+import ipaddress
 import time
 
 import grpc
 from google.protobuf import json_format
 
-from ._options import PLAN_DEFAULTS, split_options
+from ._options import PLAN_DEFAULTS, check_world_size, split_options
 from .plan import MicroBatchMeta, Plan, PlanStats
 from .planner import Balanced, RankPlan
 from .v1 import scheduler_pb2, scheduler_pb2_grpc
@@ -47,7 +53,6 @@ _ENUMS = {  # option name -> (proto enum prefix)
     "loss_mode": "LOSS_MODE",
     "dp_reduction": "DP_REDUCTION",
 }
-_UNKNOWN_ENUM = -1  # sent for a name the proto does not know: the server rejects it for the round
 
 
 class SchedulerError(Exception):
@@ -62,15 +67,23 @@ class SchedulerError(Exception):
 class SchedulerClient:
     """A connection to one sidecar.
 
-    target   "host:port" of this rank's sidecar (normally 127.0.0.1:50051)
-    timeout  seconds per call, retries of an unreachable sidecar included
-    token    bearer token (servers started with --auth_token_file); sent only over TLS or to a
-             loopback address, as the server accepts it only there
+    target   "host:port" of this rank's sidecar (normally 127.0.0.1:50051); any gRPC target
+    timeout  seconds per call, retries of an unreachable sidecar included. The default (120 s) is
+             twice the sidecar's default --collective_timeout (60 s): a round waits at most that
+             long for its peers and then fails with the server's error naming the missing ranks,
+             which only reaches a caller still waiting. Keep it above the sidecar's value.
+    token    bearer token (servers started with --auth_token_file); the server accepts it only
+             over TLS or on loopback, so a token without ``tls`` to a target that is not loopback
+             (127.0.0.0/8, ::1, localhost, unix:) raises ValueError instead of sending it in clear
     tls      None (plaintext), True (TLS with the system's roots), or a dict with any of
              root_certificates, certificate_chain, private_key (PEM bytes or file paths)
     """
 
-    def __init__(self, target, timeout=30.0, token=None, tls=None):
+    def __init__(self, target, timeout=120.0, token=None, tls=None):
+        if token and not tls and not _is_loopback(target):
+            raise ValueError(
+                f"SchedulerClient: a bearer token is sent only over TLS or to a loopback address; "
+                f"target {target!r} is neither (pass tls=True or tls={{...}})")
         self._target = target
         self._timeout = float(timeout)
         self._metadata = (("authorization", f"Bearer {token}"),) if token else ()
@@ -94,7 +107,8 @@ class SchedulerClient:
     def plan(self, round, seq_lens, max_token_len, *, stream="default", **options):
         """One rank's plan for (stream, round). Keyword options and defaults as
         packsched.planner.plan_local (see packsched._options). -> Plan"""
-        plan_options, loss = split_options(max_token_len, options, where="plan")
+        plan_options, loss = split_options(max_token_len, options, where="plan",
+                                           cap_required=True, sidecar=True)
         request = scheduler_pb2.PlanRequest(stream=stream, round=int(round),
                                             lengths=_ints(seq_lens))
         _fill_options(request.options, plan_options)
@@ -104,9 +118,13 @@ class SchedulerClient:
     def partition(self, seq_lens, num_micro_batches, max_token_len=None, *, global_counts=None,
                   world_size=1, **options):
         """Exactly ``num_micro_batches`` micro-batches (a count the caller agreed itself; no
-        collective). ``global_counts``: (loss tokens, sequences with loss) summed by the caller.
-        -> Plan"""
-        plan_options, loss = split_options(max_token_len, options, where="partition")
+        collective). ``global_counts``: (loss tokens, sequences with loss) summed by the caller
+        over ``world_size`` DP ranks; without them the weights use this rank's own counts and
+        world size 1, so ``world_size`` != 1 without ``global_counts`` raises ValueError (as
+        packsched.planner.partition does). -> Plan"""
+        plan_options, loss = split_options(max_token_len, options, where="partition",
+                                           sidecar=True)
+        world_size = check_world_size("partition", global_counts, world_size)
         request = scheduler_pb2.PartitionRequest(lengths=_ints(seq_lens),
                                                  num_micro_batches=int(num_micro_batches))
         _fill_options(request.options, plan_options)
@@ -119,7 +137,8 @@ class SchedulerClient:
 
     def balance_batch(self, seq_lens, world_size, max_token_len, *, group_ids=None, **options):
         """Coordinator mode: the whole global batch over ``world_size`` DP ranks. -> Balanced"""
-        plan_options, loss = split_options(max_token_len, options, where="balance_batch")
+        plan_options, loss = split_options(max_token_len, options, where="balance_batch",
+                                           cap_required=True, sidecar=True)
         request = scheduler_pb2.BalanceBatchRequest(lengths=_ints(seq_lens),
                                                     world_size=int(world_size))
         if group_ids is not None:
@@ -134,11 +153,11 @@ class SchedulerClient:
         """The sidecar's rank, world size, group readiness, backend, streams and counters, as a
         dict with the proto's field names."""
         response = self._call(self._stub.GetStatus, scheduler_pb2.GetStatusRequest())
-        return json_format.MessageToDict(response, preserving_proto_field_name=True,
-                                         including_default_value_fields=True)
+        return _to_dict(response)
 
     def _call(self, method, request):
-        deadline = time.monotonic() + self._timeout
+        start = time.monotonic()
+        deadline = start + self._timeout
         backoff = 0.05
         while True:
             remaining = deadline - time.monotonic()
@@ -148,11 +167,26 @@ class SchedulerClient:
                 return response
             except grpc.RpcError as error:
                 served = any(key == _SERVED for key, _ in (error.trailing_metadata() or ()))
-                unreached = error.code() == grpc.StatusCode.UNAVAILABLE and not served
-                if not unreached or time.monotonic() + backoff >= deadline:
-                    raise SchedulerError(error.code().name, error.details()) from None
-                time.sleep(backoff)
-                backoff = min(backoff * 2, 1.0)
+                code = error.code()
+                unreached = code == grpc.StatusCode.UNAVAILABLE and not served
+                if unreached and time.monotonic() + backoff < deadline:
+                    time.sleep(backoff)
+                    backoff = min(backoff * 2, 1.0)
+                    continue
+                if not served and code in (grpc.StatusCode.UNAVAILABLE,
+                                           grpc.StatusCode.DEADLINE_EXCEEDED):
+                    raise SchedulerError(code.name, self._no_answer(
+                        time.monotonic() - start, error.details())) from None
+                raise SchedulerError(code.name, error.details()) from None
+
+    def _no_answer(self, waited, details):
+        """The message of a call the sidecar never answered (no packsched-served trailer)."""
+        return (f"no answer from the sidecar at {self._target} after {waited:.1f} s "
+                f"(timeout {self._timeout:g} s; gRPC: {details}): either it cannot be reached "
+                "there (is packsched-server running and listening on that address?) or a round "
+                "outlasted this client's timeout (keep the timeout above the sidecar's "
+                "--collective_timeout, default 60 s, so the sidecar's own error, naming any "
+                "missing rank, arrives first)")
 
 
 def _pem(value):
@@ -169,8 +203,52 @@ def _ints(values):
 
 
 def _enum(name, value):
-    full = f"{_ENUMS[name]}_{str(value).upper()}"
-    return getattr(scheduler_pb2, full, _UNKNOWN_ENUM) if isinstance(value, str) else _UNKNOWN_ENUM
+    # `value` passed packsched._options' check, so the proto knows it.
+    return getattr(scheduler_pb2, f"{_ENUMS[name]}_{value.upper()}")
+
+
+def _is_loopback(target):
+    """Whether every address of the gRPC ``target`` is loopback: 127.0.0.0/8, ::1, localhost or
+    a unix: socket (the server's rule for accepting a bearer token without TLS)."""
+    if target.startswith(("unix:", "unix-abstract:")):
+        return True
+    if target.startswith(("ipv4:", "ipv6:")):
+        hosts = target.split(":", 1)[1].split(",")
+    else:
+        if target.startswith("dns:"):
+            target = target[len("dns:"):]
+            if target.startswith("//"):  # dns://authority/host:port
+                target = target[2:].partition("/")[2]
+        hosts = [target]
+    return all(_is_loopback_host(_host_of(address)) for address in hosts)
+
+
+def _host_of(address):
+    if address.startswith("["):
+        return address[1:].partition("]")[0]
+    if address.count(":") == 1:
+        return address.partition(":")[0]
+    return address  # no port, or a bare IPv6 address
+
+
+def _is_loopback_host(host):
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _to_dict(message):
+    """MessageToDict with every field printed, on protobuf before and after 5.26 (which renamed
+    including_default_value_fields to always_print_fields_with_no_presence)."""
+    keywords = inspect.signature(json_format.MessageToDict).parameters
+    if "always_print_fields_with_no_presence" in keywords:
+        every_field = {"always_print_fields_with_no_presence": True}
+    else:
+        every_field = {"including_default_value_fields": True}
+    return json_format.MessageToDict(message, preserving_proto_field_name=True, **every_field)
 
 
 def _fill_options(msg, o):

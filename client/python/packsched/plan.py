@@ -75,6 +75,7 @@ class Plan:
     loss_scales              per micro-batch (see MicroBatchMeta.loss_scale), or None
     empty                    per micro-batch: True when it holds no sequence
     global_counts            (loss tokens, sequences with loss) summed over the round, or None
+                             without loss_tokens (no weights, no counts)
     """
 
     num_micro_batches: int

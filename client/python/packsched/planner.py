@@ -8,7 +8,8 @@ whole global batch over W data-parallel ranks in one call).
 Every function takes the keyword options of ``SchedulerClient.plan`` with the same defaults
 (see packsched._options), and gives the plan the sidecar and ``packsched plan`` give for the same
 input. ``seq_lens``: per-sequence token counts, a list, numpy array or torch tensor of integers.
-Invalid input raises ValueError with the planner's message.
+Invalid input raises ValueError with the planner's message (option values are checked first by
+packsched._options, with the messages ``SchedulerClient`` gives).
 """
 
 from dataclasses import dataclass
@@ -16,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import _planner
-from ._options import split_options
+from ._options import check_world_size, split_options
 from .plan import Plan
 
 __all__ = ["plan_local", "local_bound", "partition", "balance", "Bound", "RankPlan", "Balanced"]
@@ -85,7 +86,8 @@ def plan_local(seq_lens, max_token_len, **options):
     micro-batch within ``max_token_len`` (kk/lpt), or dataset packing (ffd/bfd/sequential).
     Loss weights (with ``loss_tokens``) use this rank's own counts, world size 1. -> Plan"""
     lengths = _lengths(seq_lens)
-    plan_options, loss = split_options(max_token_len, options, where="plan_local")
+    plan_options, loss = split_options(max_token_len, options, where="plan_local",
+                                       cap_required=True)
     raw = _planner.plan(lengths, plan_options, 0, _loss(loss, len(lengths), None, 1))
     return Plan.from_raw(raw, cap=max_token_len)
 
@@ -93,7 +95,8 @@ def plan_local(seq_lens, max_token_len, **options):
 def local_bound(seq_lens, max_token_len, **options):
     """This rank's bound k_r (and its loss counts, with ``loss_tokens``) before agreement. -> Bound"""
     lengths = _lengths(seq_lens)
-    plan_options, loss = split_options(max_token_len, options, where="local_bound")
+    plan_options, loss = split_options(max_token_len, options, where="local_bound",
+                                       cap_required=True)
     tokens = None if loss["loss_tokens"] is None else _lengths(loss["loss_tokens"]).tolist()
     raw = _planner.local_bound(lengths, plan_options, tokens)
     return Bound(**{**raw, "loss_counts": raw.get("loss_counts")})
@@ -102,14 +105,21 @@ def local_bound(seq_lens, max_token_len, **options):
 def partition(seq_lens, k, max_token_len=None, *, global_counts=None, world_size=1, **options):
     """Splits into exactly ``k`` micro-batches (an agreed k >= every rank's bound: cannot fail for
     valid input). ``global_counts``: the round's summed (loss tokens, sequences with loss) for the
-    loss weights (default: this rank's own); ``world_size``: for dp_reduction="mean". -> Plan"""
+    loss weights (default: this rank's own, world size 1); ``world_size``: the DP ranks those
+    counts were summed over (for dp_reduction="mean"). ``world_size`` != 1 without
+    ``global_counts`` raises ValueError, as ``SchedulerClient.partition`` does: weights for W ranks
+    need the counts of all W. ``Plan.global_counts`` is set only with ``loss_tokens`` (no weights,
+    no counts). -> Plan"""
     lengths = _lengths(seq_lens)
     plan_options, loss = split_options(max_token_len, options, where="partition")
+    check_world_size("partition", global_counts, world_size)
     if k < 1:
         raise ValueError(f"k = {k}: must be >= 1")
     raw = _planner.plan(lengths, plan_options, int(k),
                         _loss(loss, len(lengths), global_counts, world_size))
-    counts = tuple(global_counts) if global_counts is not None else None
+    counts = None
+    if global_counts is not None and loss["loss_tokens"] is not None:
+        counts = tuple(global_counts)
     return Plan.from_raw(raw, cap=max_token_len, global_counts=counts)
 
 
@@ -118,7 +128,8 @@ def balance(seq_lens, world_size, max_token_len, *, group_ids=None, **options):
     within one; members of a ``group_ids`` group stay on one rank), then plans each rank's
     micro-batches with one common k. -> Balanced"""
     lengths = _lengths(seq_lens)
-    plan_options, loss = split_options(max_token_len, options, where="balance")
+    plan_options, loss = split_options(max_token_len, options, where="balance",
+                                       cap_required=True)
     if loss["loss_tokens"] is not None:
         raise ValueError("balance: loss weights are computed per rank (plan each rank's share)")
     groups = [] if group_ids is None else _lengths(group_ids).tolist()

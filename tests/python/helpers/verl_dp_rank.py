@@ -1,7 +1,9 @@
 """One data-parallel rank calling packsched.compat.verl.rearrange_micro_batches over a gloo group.
 
 Usage: verl_dp_rank.py RANK WORLD_SIZE PORT MAX_TOKEN_LEN LEN,LEN,...
-Prints one JSON line: {"rank", "num_micro_batches", "tokens": [per micro-batch]}.
+An empty LEN list is an empty batch (0 rows); a 0 is a row without tokens.
+Prints one JSON line: {"rank", "num_micro_batches", "tokens": [per micro-batch], "rows": [...]},
+or {"rank", "error": "ExceptionType: message"} (exit status 1) when the call raised.
 """
 
 import json
@@ -15,17 +17,24 @@ from packsched.compat.verl import rearrange_micro_batches
 
 def main():
     rank, world_size, port, cap = (int(x) for x in sys.argv[1:5])
-    lengths = [int(x) for x in sys.argv[5].split(",")]
+    lengths = [int(x) for x in sys.argv[5].split(",") if x]
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
                             world_size=world_size)
-    mask = torch.zeros(len(lengths), max(lengths), dtype=torch.int64)
+    mask = torch.zeros(len(lengths), max(lengths, default=8), dtype=torch.int64)
     for i, length in enumerate(lengths):
         mask[i, :length] = 1
     batch = {"attention_mask": mask, "input_ids": torch.arange(mask.numel()).reshape(mask.shape)}
-    micro_batches, _ = rearrange_micro_batches(batch, max_token_len=cap)
+    try:
+        micro_batches, _ = rearrange_micro_batches(batch, max_token_len=cap)
+    except Exception as e:
+        print(json.dumps({"rank": rank, "error": f"{type(e).__name__}: {e}"}))
+        sys.exit(1)
+    finally:
+        dist.destroy_process_group()
     tokens = [int(mb["attention_mask"].sum()) for mb in micro_batches]
-    print(json.dumps({"rank": rank, "num_micro_batches": len(micro_batches), "tokens": tokens}))
-    dist.destroy_process_group()
+    rows = [int(mb["attention_mask"].shape[0]) for mb in micro_batches]
+    print(json.dumps({"rank": rank, "num_micro_batches": len(micro_batches), "tokens": tokens,
+                      "rows": rows}))
 
 
 if __name__ == "__main__":

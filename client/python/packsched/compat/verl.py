@@ -1,21 +1,29 @@
 """Drop-ins for verl's dynamic batching (``verl.utils.seqlen_balancing``).
 
-    from packsched.compat.verl import rearrange_micro_batches, get_reverse_idx, restore_dynamic_batch
+    from packsched.compat.verl import (rearrange_micro_batches, prepare_dynamic_batch,
+                                       get_reverse_idx, restore_dynamic_batch,
+                                       get_seqlen_balanced_partitions)
 
 Same signatures and return values as verl's functions. What changes: verl picks
 k = ceil(total / max_token_len), which is often infeasible, so its Karmarkar–Karp partitions
 leave micro-batches over the cap; packsched picks the smallest k it can prove feasible (the max
 over the DP group, like verl) and never exceeds the cap unless one sequence alone does (that
 sequence then runs alone). Balancing uses packsched's attention-aware cost
-(24576·L + L², like verl's workload estimate) unless ``cost="tokens"`` is passed.
+(24576·L + L², verl's workload estimate) unless ``cost="tokens"`` is passed.
+``get_seqlen_balanced_partitions`` is the OpenRLHF drop-in's (verl's has the same signature and
+semantics: exactly k non-empty parts, each sorted, balanced sums).
 """
 
+import copy
 from collections.abc import Mapping
 
 from .. import planner
-from ._dist import all_reduce_max
+from ._dist import agree_max
+from ._indices import get_reverse_idx
+from .openrlhf import get_seqlen_balanced_partitions
 
-__all__ = ["rearrange_micro_batches", "get_reverse_idx", "restore_dynamic_batch", "use_sidecar"]
+__all__ = ["rearrange_micro_batches", "prepare_dynamic_batch", "get_reverse_idx",
+           "restore_dynamic_batch", "use_sidecar", "get_seqlen_balanced_partitions"]
 
 _sidecar = None  # (SchedulerClient, stream, [next round]) once use_sidecar() was called
 
@@ -24,7 +32,9 @@ def use_sidecar(client, stream="verl", first_round=0):
     """Plans through this rank's packsched sidecar instead of the in-process planner plus a
     torch.distributed all-reduce: the sidecars agree the count (``dp_group`` is then ignored).
     Every rank must make the same sequence of rearrange_micro_batches calls: the n-th call of each
-    rank is round first_round + n of ``stream``. ``client=None`` switches back."""
+    rank is round first_round + n of ``stream``, whatever happened to the earlier calls (a failed
+    round is not retried under its number: its peers may have finished it). ``client=None``
+    switches back."""
     global _sidecar
     _sidecar = None if client is None else (client, stream, [int(first_round)])
 
@@ -49,43 +59,81 @@ def rearrange_micro_batches(
         configured (``use_sidecar``) the sidecars agree instead.
     num_batches_divided_by: the count is a multiple of this (virtual pipeline stages).
     min_num_micro_batch: at least this many micro-batches.
-    use_dynamic_bsz_balance: True orders micro-batches by cost, largest first (as verl sorts
-        them); False keeps them in order of their first sequence.
+    use_dynamic_bsz_balance: True orders micro-batches as current verl does: small ones at both
+        ends, large ones in the middle (fewer pipeline bubbles in warm-up and cool-down). verl
+        sorts by cost, largest first, then takes every other one reversed followed by the rest;
+        that is the planner's "interleave" order for an odd count and its mirror image for an
+        even one, so the drop-in mirrors it then: the same rule, applied to packsched's parts.
+        False keeps them in order of their first sequence.
 
     Returns (micro_batches, micro_bsz_idx): the pieces of ``batch`` (same type; rows in index
     order) and the original row indices of each. A rank with fewer sequences than the agreed count
-    gets empty micro-batches (zero rows).
+    gets empty micro-batches (zero rows); in-process that includes an empty batch, which the
+    sidecar refuses instead (INVALID_ARGUMENT "lengths", on every rank of the round).
+
+    In-process, a rank whose batch cannot be planned (a row without tokens, a bad option value)
+    still takes part in the count's all-reduce, then raises its error; the other ranks of
+    ``dp_group`` raise RuntimeError naming it, so none waits forever. Through a sidecar, such a
+    rank's request still joins its round wherever the server can judge it (it fails the round on
+    every rank); a request that cannot be built fails on this rank alone, and its peers' round
+    ends at the sidecars' --collective_timeout naming the missing rank.
     """
-    mask = batch["attention_mask"]
-    seq_lens = mask.reshape(mask.shape[0], -1).ne(0).sum(dim=1)
     options = dict(
         min_micro_batches=min_num_micro_batch or 1,
         divisible_by=num_batches_divided_by or 1,
-        order="cost_desc" if use_dynamic_bsz_balance else "index",
+        order="interleave" if use_dynamic_bsz_balance else "index",
         overlong="isolate",
         cost=cost,
     )
     if _sidecar is not None:
         client, stream, next_round = _sidecar
-        plan = client.plan(next_round[0], seq_lens, max_token_len, stream=stream,
+        round_, next_round[0] = next_round[0], next_round[0] + 1  # the n-th call, whatever happens
+        plan = client.plan(round_, _seq_lens(batch), max_token_len, stream=stream,
                            same_micro_num_in_dp=same_micro_num_in_dp, **options)
-        next_round[0] += 1
     else:
-        k = planner.local_bound(seq_lens, max_token_len, **options).k
+        seq_lens = None
+
+        def local_count():
+            nonlocal seq_lens
+            seq_lens = _seq_lens(batch)
+            return planner.local_bound(seq_lens, max_token_len, **options).k
+
         if same_micro_num_in_dp:
-            k = all_reduce_max(k, dp_group)
+            k = agree_max(local_count, dp_group, "rearrange_micro_batches")
+        else:
+            k = local_count()
         plan = planner.partition(seq_lens, k, max_token_len, **options)
     micro_bsz_idx = [list(indices) for indices in plan.micro_batches]
+    if use_dynamic_bsz_balance and len(micro_bsz_idx) % 2 == 0:
+        micro_bsz_idx.reverse()  # verl's placement for an even count (see the docstring)
     return [_select(batch, indices) for indices in micro_bsz_idx], micro_bsz_idx
 
 
-def get_reverse_idx(idx_map):
-    """For a permutation ``idx_map`` (position -> original index), the inverse list
-    (original index -> position)."""
-    reverse = [0] * len(idx_map)
-    for position, index in enumerate(idx_map):
-        reverse[index] = position
-    return reverse
+def prepare_dynamic_batch(
+    data,
+    max_token_len,
+    dp_group=None,
+    num_batches_divided_by=None,
+    same_micro_num_in_dp=True,
+    min_num_micro_batch=None,
+    use_dynamic_bsz_balance=True,
+    *,
+    cost="attention",
+):
+    """verl's ``prepare_dynamic_batch`` for a ``DataProto``: ``rearrange_micro_batches`` on
+    ``data.batch``, then one DataProto per micro-batch (built with ``type(data).from_dict``) with
+    its tensors, its rows of every ``non_tensor_batch`` array and a deep copy of ``meta_info``.
+    Returns (micro-batch DataProtos, micro_bsz_idx). verl's newer ``padding_mode`` variants are
+    not offered: this is the default, padding-free one."""
+    micro_batches, micro_bsz_idx = rearrange_micro_batches(
+        data.batch, max_token_len, dp_group, num_batches_divided_by, same_micro_num_in_dp,
+        min_num_micro_batch, use_dynamic_bsz_balance, cost=cost)
+    protos = []
+    for piece, indices in zip(micro_batches, micro_bsz_idx):
+        non_tensors = {key: value[indices] for key, value in data.non_tensor_batch.items()}
+        protos.append(type(data).from_dict(tensors=dict(piece), non_tensors=non_tensors,
+                                           meta_info=copy.deepcopy(data.meta_info)))
+    return protos, micro_bsz_idx
 
 
 def restore_dynamic_batch(data, batch_idx_list):
@@ -98,6 +146,12 @@ def restore_dynamic_batch(data, batch_idx_list):
         raise ValueError(f"restore_dynamic_batch: {len(indices)} indices for {data.shape[0]} rows")
     revert = torch.as_tensor(get_reverse_idx(indices), dtype=torch.long, device=data.device)
     return data[revert]
+
+
+def _seq_lens(batch):
+    """Real tokens per row of the [B, S] attention mask; B may be 0 (flatten keeps the 0 rows,
+    where reshape(0, -1) cannot infer S)."""
+    return batch["attention_mask"].flatten(1).ne(0).sum(dim=1)
 
 
 def _select(batch, indices):
