@@ -66,3 +66,28 @@ def test_wrong_sizes_are_value_errors(plan):
     pieces[0] = pieces[0] + [99]
     with pytest.raises(ValueError, match=r"outputs\[0\]"):
         plan.restore(pieces)
+
+
+@pytest.mark.parametrize("kind", ["numpy", "torch"])
+def test_an_empty_micro_batch_may_give_a_plain_empty_list(kind):
+    # k = 3 for two sequences: one micro-batch is empty, and a trainer hands back [] for it.
+    plan = planner.partition([30, 40], 3, 100)
+    empty = [i for i, mb in enumerate(plan.micro_batches) if not mb]
+    assert empty
+    make = {"numpy": lambda rows: np.asarray(rows, dtype=np.float64),
+            "torch": lambda rows: torch.tensor(rows, dtype=torch.float32, requires_grad=True)}[kind]
+    leaves = [None] * len(plan.micro_batches)
+    pieces = []
+    for i, mb in enumerate(plan.micro_batches):
+        if not mb:
+            pieces.append([])
+            continue
+        leaves[i] = make([[float(j), float(j) + 0.5] for j in mb])
+        pieces.append(leaves[i])
+    restored = plan.restore(pieces)
+    assert restored.shape == (2, 2)
+    for j in range(2):
+        assert [float(x) for x in restored[j]] == [float(j), float(j) + 0.5]
+    if kind == "torch":  # the tensors keep autograd beside the plain []
+        restored.sum().backward()
+        assert all(leaf.grad is not None for leaf in leaves if leaf is not None)

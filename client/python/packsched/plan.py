@@ -171,10 +171,18 @@ def _take(rows, indices):
 
 
 def _scatter(pieces, reorder, n, fill):
-    if _is_torch(pieces[0]):
+    # An empty micro-batch's piece may be a plain [] beside arrays or tensors: it holds no rows
+    # (checked by the caller), so it is left out, and the first array or tensor decides the kind
+    # (at least one exists: all-list outputs never get here).
+    pieces = [p for p in pieces if len(p) > 0 or not isinstance(p, (list, tuple))]
+    kind = next(p for p in pieces if not isinstance(p, (list, tuple)))
+    if _is_torch(kind):
         import torch
 
-        cat = torch.cat(list(pieces), dim=0)
+        # Tensor pieces go in as they are (autograd flows through them); others are converted.
+        cat = torch.cat([p if _is_torch(p) else torch.as_tensor(p, dtype=kind.dtype,
+                                                               device=kind.device)
+                         for p in pieces], dim=0)
         out = torch.full((n,) + tuple(cat.shape[1:]), fill, dtype=cat.dtype, device=cat.device)
         index = torch.as_tensor(reorder, dtype=torch.long, device=cat.device)
         return out.index_copy(0, index, cat)
