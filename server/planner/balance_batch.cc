@@ -2,6 +2,8 @@
 // micro-batches with one common k. No collective is needed: the caller sees the whole batch.
 
 #include <algorithm>
+#include <optional>
+#include <string>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -124,6 +126,17 @@ absl::StatusOr<BalancedBatch> BalanceBatch(absl::Span<const int64_t> lengths, in
     ASSIGN_OR_RETURN(Problem problem, Problem::Create(local_lengths, options));
     out.num_micro_batches = std::max(out.num_micro_batches, problem.local_k());
     problems.push_back(std::move(problem));
+  }
+  // Every rank gets k micro-batches, empty ones included: bound the total before any of them is
+  // allocated (one group of many short sequences on a large world makes k large on one rank and
+  // W x k micro-batches in all).
+  const std::optional<int64_t> total = CheckedMul(world_size, out.num_micro_batches);
+  if (!total || *total > options.max_micro_batches) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the batch needs world_size = ", world_size, " x k = ", out.num_micro_batches,
+                     " = ", total ? absl::StrCat(*total) : std::string("more than 2^63"),
+                     " micro-batches over all ranks, more than max_micro_batches = ",
+                     options.max_micro_batches));
   }
   for (int64_t r = 0; r < world_size; ++r) {
     ASSIGN_OR_RETURN(out.ranks[r].plan, problems[r].Partition(out.num_micro_batches));
