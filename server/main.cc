@@ -50,6 +50,9 @@ ABSL_FLAG(int64_t, max_streams, packsched::service::ServiceLimits{}.max_streams,
           "most planning streams");
 ABSL_FLAG(int64_t, max_cached_rounds, packsched::service::ServiceLimits{}.max_cached_rounds,
           "finished rounds kept per stream for late callers (TP/PP/CP ranks)");
+ABSL_FLAG(int64_t, max_cached_bytes, packsched::service::ServiceLimits{}.max_cached_bytes,
+          "estimated bytes of finished rounds kept for late callers, over every stream (oldest "
+          "evicted first; a larger result is served but not kept)");
 ABSL_FLAG(int64_t, max_outstanding_rounds,
           packsched::service::ServiceLimits{}.max_outstanding_rounds,
           "rounds queued or running per stream");
@@ -153,6 +156,7 @@ absl::StatusOr<packsched::service::ServerOptions> OptionsFromFlags() {
   l.max_micro_batches = absl::GetFlag(FLAGS_max_micro_batches);
   l.max_streams = absl::GetFlag(FLAGS_max_streams);
   l.max_cached_rounds = absl::GetFlag(FLAGS_max_cached_rounds);
+  l.max_cached_bytes = absl::GetFlag(FLAGS_max_cached_bytes);
   l.max_outstanding_rounds = absl::GetFlag(FLAGS_max_outstanding_rounds);
   l.collective_timeout = absl::GetFlag(FLAGS_collective_timeout);
   RETURN_IF_ERROR(Positive("max_sequences_per_request", l.max_sequences_per_request));
@@ -164,6 +168,7 @@ absl::StatusOr<packsched::service::ServerOptions> OptionsFromFlags() {
   }
   RETURN_IF_ERROR(Positive("max_streams", l.max_streams));
   RETURN_IF_ERROR(Positive("max_cached_rounds", l.max_cached_rounds, 0));
+  RETURN_IF_ERROR(Positive("max_cached_bytes", l.max_cached_bytes, 0));
   RETURN_IF_ERROR(Positive("max_outstanding_rounds", l.max_outstanding_rounds));
   if (l.collective_timeout <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError("--collective_timeout must be positive");
@@ -340,6 +345,11 @@ int main(int argc, char** argv) {
   absl::StatusOr<RankGroup> group = GroupFromFlags(*options);
   if (!group.ok()) return Fail(group.status());
   options->group = group->group.get();
+  if (packsched::service::RendezvousStore* store = group->store.get(); store != nullptr) {
+    // Shutdown must not wait out --collective_timeout in a group formation (a stream worker
+    // blocked on the store for a rank that never comes).
+    options->cancel_group_waits = [store] { store->Cancel(); };
+  }
 
   // Serves before the group has formed: each stream forms it on its first round, waiting for
   // the peers at most --collective_timeout.
