@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "absl/status/status.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -53,6 +54,9 @@ struct RoundCoordinator::Stream {
 
 namespace {
 
+// What collective/round.cc says when the ranks' round numbers differ.
+constexpr absl::string_view kRoundDisagreement = "ranks disagree on the round of a round";
+
 absl::Status ContentMismatch(absl::string_view stream, int64_t round, absl::string_view where) {
   return absl::FailedPreconditionError(
       absl::StrCat("stream '", stream, "' round ", round, " is ", where,
@@ -79,6 +83,21 @@ absl::Status ReleasedRound(absl::string_view stream, int64_t round, int64_t rele
       ", which was already served and has been evicted from the result cache (", bounds,
       "): a round this old is not run (it may have been served already, and its peers would not "
       "join it again); every caller of a round must arrive while it is cached"));
+}
+
+// A round whose ranks brought different round numbers fails on every rank with the same
+// message (collective/round.h), which names the first rank's round — on the other ranks, a
+// number that is not theirs. Say which round failed here, and the usual cause.
+absl::Status WithRoundContext(absl::Status status, absl::string_view stream, int64_t round) {
+  if (!absl::IsFailedPrecondition(status) ||
+      !absl::StrContains(status.message(), kRoundDisagreement)) {
+    return status;
+  }
+  return absl::FailedPreconditionError(absl::StrCat(
+      "stream '", stream, "' round ", round, " (this sidecar's) failed: ", status.message(),
+      ". Outstanding rounds of a stream must reach every sidecar in increasing order: a "
+      "sidecar runs the lowest round it holds without waiting for a lower one, so rounds that "
+      "reach two sidecars in different orders meet different rounds and fail on both"));
 }
 
 }  // namespace
@@ -357,7 +376,7 @@ Result RoundCoordinator::RunRound(Stream& stream, const RoundInput& in) {
       agreed = stream.stream_group->Agree(record);
     }
     agreed_at = absl::Now();
-    if (!agreed.ok()) return agreed.status();
+    if (!agreed.ok()) return WithRoundContext(agreed.status(), stream.name, in.round);
     if (!recovered) {
       stream.agreed_once = true;
       if (options_.group->options().rank == 0 && world_size > 1) {
@@ -398,7 +417,7 @@ Result RoundCoordinator::RunRound(Stream& stream, const RoundInput& in) {
         absl::MutexLock lock(&stream.mu);
         stream.group.reset();
       }
-      return agreed.status();
+      return WithRoundContext(agreed.status(), stream.name, in.round);
     }
   }
 

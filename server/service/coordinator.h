@@ -15,7 +15,11 @@
 //    cached, at or below the highest round of its stream the cache has evicted, gets
 //    FailedPrecondition (the round was served, and its peers would not join it again);
 //  - rounds run lowest number first among those queued: any start value, gaps allowed, several
-//    outstanding, and a round never waits for a lower number that has not arrived;
+//    outstanding, and a round never waits for a lower number that has not arrived. Hence the
+//    callers' rule: outstanding rounds of one stream must reach every sidecar in increasing
+//    order. If rank 0 gets rounds 5 then 6 and rank 1 gets 6 then 5, rank 0 runs 5 while rank 1
+//    runs 6 (5 has not arrived), then 6 against 5: both rounds fail on both ranks with
+//    FailedPrecondition (each rank's error names its own round, the peers' and this rule);
 //  - failures are not cached: calling a failed round again runs it again.
 
 #include <cstdint>

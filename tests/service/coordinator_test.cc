@@ -7,8 +7,10 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "gmock/gmock.h"
@@ -465,6 +467,33 @@ TEST(CoordinatorGroup, DifferentOptionsAreFailedPreconditionOnEveryRank) {
   const absl::Status s0 = c0.Wait().status();
   EXPECT_EQ(s0.code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ(s0, c1.Wait().status());
+}
+
+// Rounds that reach two sidecars in opposite orders: rank 0 runs 5 while rank 1 runs 6, then 6
+// against 5. Both rounds fail on both ranks, and each rank's error names its own round first
+// (the agreed message names rank 0's) and the rule callers must follow.
+TEST(CoordinatorGroup, RoundsInOppositeOrdersFailBothNamingEachRanksOwnRound) {
+  Ranks ranks(2);
+  Call a5(ranks[0], Input(Request("s", 5, Batch(5), kCap)));
+  Call a6(ranks[0], Input(Request("s", 6, Batch(6), kCap)));
+  Call b6(ranks[1], Input(Request("s", 6, Batch(7), kCap)));
+  b6.Wait();  // before rank 1 gets round 5, so its worker ran 6 first
+  Call b5(ranks[1], Input(Request("s", 5, Batch(8), kCap)));
+  for (auto [call, round] : {std::pair<Call*, int>{&a5, 5}, {&a6, 6}, {&b5, 5}, {&b6, 6}}) {
+    const absl::Status status = call->Wait().status();
+    EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition) << status;
+    EXPECT_THAT(
+        std::string(status.message()),
+        ::testing::StartsWith(absl::StrCat("stream 's' round ", round, " (this sidecar's)")));
+    EXPECT_THAT(status.message(), HasSubstr("ranks disagree on the round"));
+    EXPECT_THAT(status.message(), HasSubstr("must reach every sidecar in increasing order"));
+  }
+  EXPECT_THAT(b5.Wait().status().message(), HasSubstr("rank 0 has 6, rank 1 has 5"));
+  // Other failures keep the agreed message as it is (identical on every rank).
+  Call c0(ranks[0], Input(Request("s", 7, Batch(14), kCap)));
+  Call c1(ranks[1], Input(Request("s", 7, Batch(15), kCap * 2)));
+  EXPECT_EQ(c0.Wait().status(), c1.Wait().status());
+  EXPECT_THAT(c0.Wait().status().message(), ::testing::Not(HasSubstr("this sidecar's")));
 }
 
 // Through the rank group's lifecycle (collective/group.h), as the sidecar runs with
