@@ -6,9 +6,14 @@
 namespace packsched::service {
 namespace {
 
+// What the allocator adds to each heap block, about (size-class rounding and headers): a plan
+// holds a few tiny vectors per micro-batch, so this is a good part of its real footprint.
+constexpr int64_t kPerAllocation = 16;
+
 template <typename T>
 int64_t VectorBytes(const std::vector<T>& v) {
-  return static_cast<int64_t>(v.capacity() * sizeof(T));
+  if (v.capacity() == 0) return 0;
+  return static_cast<int64_t>(v.capacity() * sizeof(T)) + kPerAllocation;
 }
 
 }  // namespace

@@ -28,8 +28,8 @@
 
 namespace packsched::service {
 
-// An estimate of the heap bytes `result` holds (its vectors' capacities plus the struct itself):
-// O(number of micro-batches), no allocation.
+// An estimate of the heap bytes `result` holds (its vectors' capacities, a little per allocation,
+// and the struct itself): O(number of micro-batches), no allocation.
 int64_t EstimatedBytes(const RoundResult& result);
 
 class ResultCache {
