@@ -140,6 +140,13 @@ TEST(BalanceBatch, WorldSizeTimesKAboveMaxMicroBatchesIsInvalidArgument) {
               ::testing::AllOf(::testing::HasSubstr("world_size = 200 x k = 200 = 40000"),
                                ::testing::HasSubstr("more than max_micro_batches = 39999")));
 
+  // min_micro_batches alone already exceeds it: refused before any rank's problem is made.
+  PlanOptions many = Capped(10);
+  many.max_micro_batches = 1000;
+  many.min_micro_batches = 10;
+  EXPECT_THAT(std::string(BalanceBatch({5}, 101, many).status().message()),
+              ::testing::HasSubstr("world_size = 101 x k = 10 = 1010"));
+
   o.max_micro_batches = 200 * 200;  // exactly at the limit: allowed
   const absl::StatusOr<BalancedBatch> at = BalanceBatch(lengths, 200, o, one_group);
   ASSERT_TRUE(at.ok()) << at.status();
