@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <optional>
 #include <string>
 
 #include "absl/flags/flag.h"
@@ -50,6 +51,9 @@ ABSL_FLAG(int64_t, max_streams, packsched::service::ServiceLimits{}.max_streams,
           "most planning streams");
 ABSL_FLAG(int64_t, max_cached_rounds, packsched::service::ServiceLimits{}.max_cached_rounds,
           "finished rounds kept per stream for late callers (TP/PP/CP ranks)");
+ABSL_FLAG(int64_t, max_cached_bytes, packsched::service::ServiceLimits{}.max_cached_bytes,
+          "estimated bytes of finished rounds kept for late callers, over every stream (oldest "
+          "evicted first; a larger result is served but not kept)");
 ABSL_FLAG(int64_t, max_outstanding_rounds,
           packsched::service::ServiceLimits{}.max_outstanding_rounds,
           "rounds queued or running per stream");
@@ -87,10 +91,18 @@ ABSL_FLAG(int64_t, max_threads, 64, "gRPC thread quota");
 ABSL_FLAG(std::string, probe, "",
           "probe mode, for exec probes (Kubernetes' grpc probes dial the pod IP, not the "
           "loopback the sidecar listens on): check the grpc.health.v1 status of the server at "
-          "this HOST:PORT, exit 0 if SERVING, else 1");
+          "this HOST:PORT, exit 0 if SERVING, else 1; give it the server's --tls_* flags when "
+          "the server speaks TLS (see --probe_tls_ca)");
 ABSL_FLAG(std::string, probe_service, "",
           "with --probe: '' = the process is live; packsched.v1.Scheduler = the rank group has "
           "formed (readiness)");
+ABSL_FLAG(std::string, probe_tls_ca, "",
+          "with --probe against a server with --tls_cert: PEM CA bundle that signed the server's "
+          "certificate (default: --tls_client_ca). The probe then speaks TLS and presents "
+          "--tls_cert/--tls_key as its client certificate: give it the server's TLS flags");
+ABSL_FLAG(std::string, probe_tls_server_name, "",
+          "with a TLS --probe: the name the server's certificate must carry (default: the host "
+          "of --probe)");
 ABSL_FLAG(absl::Duration, shutdown_grace, absl::Seconds(5),
           "on SIGTERM/SIGINT, how long calls in progress may take to finish");
 
@@ -153,6 +165,7 @@ absl::StatusOr<packsched::service::ServerOptions> OptionsFromFlags() {
   l.max_micro_batches = absl::GetFlag(FLAGS_max_micro_batches);
   l.max_streams = absl::GetFlag(FLAGS_max_streams);
   l.max_cached_rounds = absl::GetFlag(FLAGS_max_cached_rounds);
+  l.max_cached_bytes = absl::GetFlag(FLAGS_max_cached_bytes);
   l.max_outstanding_rounds = absl::GetFlag(FLAGS_max_outstanding_rounds);
   l.collective_timeout = absl::GetFlag(FLAGS_collective_timeout);
   RETURN_IF_ERROR(Positive("max_sequences_per_request", l.max_sequences_per_request));
@@ -164,6 +177,7 @@ absl::StatusOr<packsched::service::ServerOptions> OptionsFromFlags() {
   }
   RETURN_IF_ERROR(Positive("max_streams", l.max_streams));
   RETURN_IF_ERROR(Positive("max_cached_rounds", l.max_cached_rounds, 0));
+  RETURN_IF_ERROR(Positive("max_cached_bytes", l.max_cached_bytes, 0));
   RETURN_IF_ERROR(Positive("max_outstanding_rounds", l.max_outstanding_rounds));
   if (l.collective_timeout <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError("--collective_timeout must be positive");
@@ -293,10 +307,28 @@ absl::StatusOr<RankGroup> GroupFromFlags(const packsched::service::ServerOptions
   return g;
 }
 
-// --probe: one health check, its outcome in the exit code and one line on stderr.
+// --probe: one health check, its outcome in the exit code and one line on stderr. With
+// --tls_cert (the server's own TLS flags) it speaks TLS: verifying the server against
+// --probe_tls_ca (default --tls_client_ca) and presenting --tls_cert/--tls_key, which a server
+// with --tls_client_ca requires.
 int Probe(const std::string& target, const std::string& service) {
-  absl::StatusOr<packsched::service::Serving> serving =
-      packsched::service::CheckHealth(target, service, absl::Now() + absl::Seconds(5));
+  std::optional<packsched::service::ProbeTls> tls;
+  if (!absl::GetFlag(FLAGS_tls_cert).empty()) {
+    tls.emplace();
+    tls->root_certs_file = absl::GetFlag(FLAGS_probe_tls_ca);
+    if (tls->root_certs_file.empty()) tls->root_certs_file = absl::GetFlag(FLAGS_tls_client_ca);
+    if (tls->root_certs_file.empty()) {
+      std::fprintf(stderr,
+                   "packsched-server --probe: with --tls_cert, give --probe_tls_ca (the CA that "
+                   "signed the server's certificate) or --tls_client_ca\n");
+      return 1;
+    }
+    tls->cert_file = absl::GetFlag(FLAGS_tls_cert);
+    tls->key_file = absl::GetFlag(FLAGS_tls_key);
+    tls->server_name = absl::GetFlag(FLAGS_probe_tls_server_name);
+  }
+  absl::StatusOr<packsched::service::Serving> serving = packsched::service::CheckHealth(
+      target, service, absl::Now() + absl::Seconds(5), tls ? &*tls : nullptr);
   if (!serving.ok()) {
     std::fprintf(stderr, "packsched-server --probe: %s\n", serving.status().ToString().c_str());
     return 1;
@@ -340,6 +372,11 @@ int main(int argc, char** argv) {
   absl::StatusOr<RankGroup> group = GroupFromFlags(*options);
   if (!group.ok()) return Fail(group.status());
   options->group = group->group.get();
+  if (packsched::service::RendezvousStore* store = group->store.get(); store != nullptr) {
+    // Shutdown must not wait out --collective_timeout in a group formation (a stream worker
+    // blocked on the store for a rank that never comes).
+    options->cancel_group_waits = [store] { store->Cancel(); };
+  }
 
   // Serves before the group has formed: each stream forms it on its first round, waiting for
   // the peers at most --collective_timeout.

@@ -2,6 +2,8 @@
 // micro-batches with one common k. No collective is needed: the caller sees the whole batch.
 
 #include <algorithm>
+#include <optional>
+#include <string>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -102,6 +104,19 @@ absl::StatusOr<BalancedBatch> BalanceBatch(absl::Span<const int64_t> lengths, in
   }
   ASSIGN_OR_RETURN(internal::Validated v,
                    internal::Validate(lengths, options, /*cap_required=*/true, /*balancing=*/true));
+  // Every rank gets k micro-batches, empty ones included: bound the total before any of them is
+  // allocated (one group of many short sequences on a large world makes k large on one rank and
+  // W x k micro-batches in all). First with the least k can be, before W problems are made.
+  auto bounded = [&](int64_t k) -> absl::Status {
+    const std::optional<int64_t> total = CheckedMul(world_size, k);
+    if (total && *total <= options.max_micro_batches) return absl::OkStatus();
+    return absl::InvalidArgumentError(
+        absl::StrCat("the batch needs world_size = ", world_size, " x k = ", k, " = ",
+                     total ? absl::StrCat(*total) : std::string("more than 2^63"),
+                     " micro-batches over all ranks, more than max_micro_batches = ",
+                     options.max_micro_batches));
+  };
+  RETURN_IF_ERROR(bounded(std::max<int64_t>({options.min_micro_batches, options.divisible_by, 1})));
   const Units units = MakeUnits(v, group_ids);
   const int64_t kept = static_cast<int64_t>(v.items.size() + v.isolated.size());
   const Parts assignment = AssignUnits(units, world_size, kept, !group_ids.empty());
@@ -125,6 +140,7 @@ absl::StatusOr<BalancedBatch> BalanceBatch(absl::Span<const int64_t> lengths, in
     out.num_micro_batches = std::max(out.num_micro_batches, problem.local_k());
     problems.push_back(std::move(problem));
   }
+  RETURN_IF_ERROR(bounded(out.num_micro_batches));
   for (int64_t r = 0; r < world_size; ++r) {
     ASSIGN_OR_RETURN(out.ranks[r].plan, problems[r].Partition(out.num_micro_batches));
   }

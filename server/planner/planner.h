@@ -103,7 +103,9 @@ struct BalancedBatch {
 // (largest group - 1) sequences. Each rank's micro-batches then follow `options` exactly as
 // Problem::Create + Partition(k) would, with k the largest of the ranks' local bounds.
 // Returns InvalidArgument for bad lengths/options (as Problem::Create), world_size < 1 or
-// above kMaxWorldSize, or group_ids of the wrong size.
+// above kMaxWorldSize, group_ids of the wrong size, or world_size x k above
+// options.max_micro_batches (checked before the micro-batches are allocated: every rank gets k
+// of them, empty ones included).
 absl::StatusOr<BalancedBatch> BalanceBatch(absl::Span<const int64_t> lengths, int64_t world_size,
                                            const PlanOptions& options,
                                            absl::Span<const int64_t> group_ids = {});

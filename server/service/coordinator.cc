@@ -1,12 +1,12 @@
 #include "server/service/coordinator.h"
 
 #include <algorithm>
-#include <deque>
 #include <optional>
 #include <thread>
 #include <utility>
 
 #include "absl/status/status.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -46,12 +46,6 @@ struct RoundCoordinator::Stream {
   absl::CondVar work;  // a round was queued, or the stream is stopping
   bool stopping ABSL_GUARDED_BY(mu) = false;
   std::map<int64_t, Pending> in_flight ABSL_GUARDED_BY(mu);  // queued and running, by round
-  struct Cached {
-    uint64_t content_hash;
-    std::shared_ptr<const RoundResult> result;
-  };
-  absl::flat_hash_map<int64_t, Cached> cache ABSL_GUARDED_BY(mu);
-  std::deque<int64_t> cache_order ABSL_GUARDED_BY(mu);  // oldest first
   bool has_last_round ABSL_GUARDED_BY(mu) = false;
   int64_t last_round ABSL_GUARDED_BY(mu) = 0;
   int64_t rounds_completed ABSL_GUARDED_BY(mu) = 0;
@@ -60,6 +54,9 @@ struct RoundCoordinator::Stream {
 
 namespace {
 
+// What collective/round.cc says when the ranks' round numbers differ.
+constexpr absl::string_view kRoundDisagreement = "ranks disagree on the round of a round";
+
 absl::Status ContentMismatch(absl::string_view stream, int64_t round, absl::string_view where) {
   return absl::FailedPreconditionError(
       absl::StrCat("stream '", stream, "' round ", round, " is ", where,
@@ -67,9 +64,47 @@ absl::Status ContentMismatch(absl::string_view stream, int64_t round, absl::stri
                    "a round must send the same request"));
 }
 
+// A round that is neither cached nor in flight, at or below the highest round the cache has let
+// go: it may have been served already (running it again would enter the collective without the
+// peers, who finished it), so it is refused instead.
+absl::Status ReleasedRound(absl::string_view stream, int64_t round, int64_t released,
+                           const ServiceLimits& limits) {
+  const std::string bounds = absl::StrCat("--max_cached_rounds = ", limits.max_cached_rounds,
+                                          ", --max_cached_bytes = ", limits.max_cached_bytes);
+  if (round == released) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "stream '", stream, "' round ", round,
+        " was already served and has been evicted from the result cache (", bounds,
+        "): a served round is not run again (its peers would not join it); every caller of a "
+        "round must arrive while it is cached"));
+  }
+  return absl::FailedPreconditionError(absl::StrCat(
+      "stream '", stream, "' round ", round, " is not cached and is below round ", released,
+      ", which was already served and has been evicted from the result cache (", bounds,
+      "): a round this old is not run (it may have been served already, and its peers would not "
+      "join it again); every caller of a round must arrive while it is cached"));
+}
+
+// A round whose ranks brought different round numbers fails on every rank with the same
+// message (collective/round.h), which names the first rank's round — on the other ranks, a
+// number that is not theirs. Say which round failed here, and the usual cause.
+absl::Status WithRoundContext(absl::Status status, absl::string_view stream, int64_t round) {
+  if (!absl::IsFailedPrecondition(status) ||
+      !absl::StrContains(status.message(), kRoundDisagreement)) {
+    return status;
+  }
+  return absl::FailedPreconditionError(absl::StrCat(
+      "stream '", stream, "' round ", round, " (this sidecar's) failed: ", status.message(),
+      ". Outstanding rounds of a stream must reach every sidecar in increasing order: a "
+      "sidecar runs the lowest round it holds without waiting for a lower one, so rounds that "
+      "reach two sidecars in different orders meet different rounds and fail on both"));
+}
+
 }  // namespace
 
-RoundCoordinator::RoundCoordinator(Options options) : options_(std::move(options)) {}
+RoundCoordinator::RoundCoordinator(Options options)
+    : options_(std::move(options)),
+      cache_(options_.limits.max_cached_rounds, options_.limits.max_cached_bytes) {}
 
 RoundCoordinator::~RoundCoordinator() { Shutdown(); }
 
@@ -104,15 +139,20 @@ void RoundCoordinator::Submit(RoundInput input, Done done) {
   {
     absl::MutexLock lock(&stream->mu);
     const int64_t round = input.round;
-    if (auto cached = stream->cache.find(round); cached != stream->cache.end()) {
+    if (std::optional<ResultCache::Entry> cached = cache_.Find(stream->name, round)) {
       answered = true;
-      if (cached->second.content_hash == input.content_hash) {
-        immediate = cached->second.result;
+      if (cached->content_hash == input.content_hash) {
+        immediate = std::move(cached->result);
         absl::MutexLock counters(&counters_mu_);
         ++cache_hits_;
       } else {
         immediate = ContentMismatch(stream->name, round, "already finished");
       }
+    } else if (stream->stopping) {
+      // Before the in-flight check: Shutdown() has already answered the callers of the rounds
+      // in flight, and a caller joining one now would wait for a round no longer reported.
+      answered = true;
+      immediate = absl::UnavailableError("the scheduler is shutting down");
     } else if (auto pending = stream->in_flight.find(round); pending != stream->in_flight.end()) {
       if (pending->second.input.content_hash == input.content_hash) {
         pending->second.waiters.push_back(std::move(done));
@@ -122,9 +162,10 @@ void RoundCoordinator::Submit(RoundInput input, Done done) {
       }
       answered = true;
       immediate = ContentMismatch(stream->name, round, "in flight");
-    } else if (stream->stopping) {
+    } else if (const std::optional<int64_t> released = cache_.HighestReleased(stream->name);
+               released && round <= *released) {
       answered = true;
-      immediate = absl::UnavailableError("the scheduler is shutting down");
+      immediate = ReleasedRound(stream->name, round, *released, options_.limits);
     } else if (static_cast<int64_t>(stream->in_flight.size()) >=
                options_.limits.max_outstanding_rounds) {
       answered = true;
@@ -174,14 +215,14 @@ void RoundCoordinator::WorkerLoop(Stream* stream) {
         ++stream->rounds_completed;
         if (!stream->has_last_round || round > stream->last_round) stream->last_round = round;
         stream->has_last_round = true;
-        if (options_.limits.max_cached_rounds > 0) {
-          stream->cache[round] = {content_hash, *result};
-          stream->cache_order.push_back(round);
-          while (static_cast<int64_t>(stream->cache_order.size()) >
-                 options_.limits.max_cached_rounds) {
-            stream->cache.erase(stream->cache_order.front());
-            stream->cache_order.pop_front();
-          }
+        // Under the stream's lock, so a caller never sees the round neither in flight nor kept.
+        const int64_t bytes = EstimatedBytes(**result);
+        if (!cache_.Insert(stream->name, round, content_hash, *result, bytes) &&
+            options_.limits.max_cached_rounds > 0) {
+          spdlog::debug(
+              "stream {} round {}: served but not cached: its result (about {} bytes) is larger "
+              "than --max_cached_bytes = {}; a later caller of it gets FAILED_PRECONDITION",
+              stream->name, round, bytes, options_.limits.max_cached_bytes);
         }
       } else {
         ++stream->rounds_failed;
@@ -335,7 +376,7 @@ Result RoundCoordinator::RunRound(Stream& stream, const RoundInput& in) {
       agreed = stream.stream_group->Agree(record);
     }
     agreed_at = absl::Now();
-    if (!agreed.ok()) return agreed.status();
+    if (!agreed.ok()) return WithRoundContext(agreed.status(), stream.name, in.round);
     if (!recovered) {
       stream.agreed_once = true;
       if (options_.group->options().rank == 0 && world_size > 1) {
@@ -376,7 +417,7 @@ Result RoundCoordinator::RunRound(Stream& stream, const RoundInput& in) {
         absl::MutexLock lock(&stream.mu);
         stream.group.reset();
       }
-      return agreed.status();
+      return WithRoundContext(agreed.status(), stream.name, in.round);
     }
   }
 
@@ -431,12 +472,35 @@ void RoundCoordinator::Shutdown() {
     shut_down_ = true;
     for (auto& [name, stream] : streams_) streams.push_back(stream.get());
   }
+  // Every outstanding caller, answered below without any lock held (`done` may do anything).
+  struct Abandoned {
+    std::string stream;
+    int64_t round;
+    bool running;
+    std::vector<Done> waiters;
+  };
+  std::vector<Abandoned> abandoned;
   for (Stream* stream : streams) {
     absl::MutexLock lock(&stream->mu);
     stream->stopping = true;
     if (stream->group != nullptr) stream->group->Abort();
     if (stream->stream_group != nullptr) stream->stream_group->Abort();
+    for (auto& [round, pending] : stream->in_flight) {
+      // The entry stays for its worker (which erases it); only the callers move out.
+      abandoned.push_back({stream->name, round, pending.running, std::move(pending.waiters)});
+      pending.waiters.clear();
+    }
     stream->work.Signal();
+  }
+  if (options_.cancel_waits) options_.cancel_waits();
+  for (Abandoned& a : abandoned) {
+    const absl::Status status =
+        a.running
+            ? absl::AbortedError(absl::StrCat("the scheduler is shutting down: stream '", a.stream,
+                                              "' round ", a.round, " was abandoned while it ran"))
+            : absl::UnavailableError(absl::StrCat("the scheduler is shutting down: stream '",
+                                                  a.stream, "' round ", a.round, " did not run"));
+    for (Done& done : a.waiters) std::move(done)(status);
   }
   for (Stream* stream : streams) {
     if (stream->worker.joinable()) stream->worker.join();
@@ -470,7 +534,7 @@ RoundCoordinator::Stats RoundCoordinator::GetStats() const {
       s.rounds_completed = stream->rounds_completed;
       s.rounds_failed = stream->rounds_failed;
       s.outstanding = static_cast<int64_t>(stream->in_flight.size());
-      s.cached = static_cast<int64_t>(stream->cache.size());
+      s.cached = cache_.Count(name);
       stats.streams.push_back(std::move(s));
       if (options_.group != nullptr) {
         const collective::GroupInfo info = stream->stream_group != nullptr
@@ -487,6 +551,7 @@ RoundCoordinator::Stats RoundCoordinator::GetStats() const {
   stats.cache_hits = cache_hits_;
   stats.joined_in_flight = joined_;
   stats.over_cap_parts = over_cap_parts_;
+  stats.cached_bytes = cache_.bytes();
   return stats;
 }
 

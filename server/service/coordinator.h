@@ -7,12 +7,19 @@
 //
 // Per (stream, round):
 //  - the first call queues the round; calls with the same content while it is queued or running
-//    join it (one computation); later calls are served from a bounded per-stream cache of
-//    finished rounds (the TP/PP/CP callers of one DP rank);
+//    join it (one computation); later calls are served from a bounded cache of finished rounds
+//    (the TP/PP/CP callers of one DP rank; result_cache.h: a count per stream, bytes over all);
 //  - a call with different content for a (stream, round) that is in flight or cached gets
 //    FailedPrecondition at once;
+//  - a finished round is never run again: a call for a round that is neither in flight nor
+//    cached, at or below the highest round of its stream the cache has evicted, gets
+//    FailedPrecondition (the round was served, and its peers would not join it again);
 //  - rounds run lowest number first among those queued: any start value, gaps allowed, several
-//    outstanding, and a round never waits for a lower number that has not arrived;
+//    outstanding, and a round never waits for a lower number that has not arrived. Hence the
+//    callers' rule: outstanding rounds of one stream must reach every sidecar in increasing
+//    order. If rank 0 gets rounds 5 then 6 and rank 1 gets 6 then 5, rank 0 runs 5 while rank 1
+//    runs 6 (5 has not arrived), then 6 against 5: both rounds fail on both ranks with
+//    FailedPrecondition (each rank's error names its own round, the peers' and this rule);
 //  - failures are not cached: calling a failed round again runs it again.
 
 #include <cstdint>
@@ -31,6 +38,7 @@
 #include "server/collective/collective.h"
 #include "server/collective/group.h"
 #include "server/service/limits.h"
+#include "server/service/result_cache.h"
 #include "server/service/round_types.h"
 
 namespace packsched::service {
@@ -59,6 +67,11 @@ class RoundCoordinator {
     CollectiveFactory make_collective;
     // Protocol/build version every rank of a round must share.
     int64_t version = kProtocolVersion;
+    // Called once by Shutdown(), after the streams' collectives are aborted: must end every
+    // blocking wait a stream worker may be in outside its collective — forming the group waits
+    // on the rendezvous store (group.h), up to --collective_timeout — so that the workers exit
+    // promptly. main.cc cancels the rendezvous store's calls. Optional; must not block.
+    std::function<void()> cancel_waits;
   };
 
   struct StreamStats {
@@ -76,6 +89,7 @@ class RoundCoordinator {
     int64_t cache_hits = 0;
     int64_t joined_in_flight = 0;
     int64_t over_cap_parts = 0;
+    int64_t cached_bytes = 0;  // estimated, every stream's cached results
     int64_t world_size = 1;
     std::string backend;      // of the most recently formed stream collective ("local" before)
     bool group_ready = true;  // with a rank group: every stream's collective is formed
@@ -97,9 +111,16 @@ class RoundCoordinator {
   // Never blocks on a round. Thread-safe.
   void Submit(RoundInput input, Done done);
 
-  // Stops accepting rounds, aborts every stream's collective, fails queued rounds with
-  // Unavailable, lets running rounds end and joins the workers. Logs a summary per stream.
-  // Idempotent, thread-safe.
+  // Stops accepting rounds, aborts every stream's collective, calls Options::cancel_waits, and
+  // answers every outstanding caller at once: Aborted for a round that was running (its
+  // collective or formation is being torn down), Unavailable for a queued round (it did not
+  // run). Then joins the workers (a running round ends on its aborted collective; the answer
+  // is not repeated). Logs a summary per stream. Idempotent, thread-safe; a second caller may
+  // return before the first has joined the workers.
+  //
+  // The service answers these with its served marker, so clients take them as final, never as
+  // "did not reach the sidecar": SchedulerServer calls Shutdown() shortly before its grace
+  // period ends, before gRPC cancels the open calls itself (server.h).
   void Shutdown();
 
   Stats GetStats() const;
@@ -113,6 +134,9 @@ class RoundCoordinator {
                                                               const RoundInput& input);
 
   const Options options_;
+  // Thread-safe on its own; the worker inserts under the stream's lock (lock order: a stream's
+  // mu, then the cache's).
+  ResultCache cache_;
   mutable absl::Mutex mu_;
   bool shut_down_ ABSL_GUARDED_BY(mu_) = false;
   std::map<std::string, std::unique_ptr<Stream>, std::less<>> streams_ ABSL_GUARDED_BY(mu_);

@@ -1,5 +1,6 @@
 #include "server/service/health_probe.h"
 
+#include <memory>
 #include <utility>
 #include <vector>
 
@@ -7,11 +8,41 @@
 #include "absl/synchronization/notification.h"
 #include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/grpcpp.h"
+#include "server/base/status_macros.h"
+#include "server/service/server.h"
 
 namespace packsched::service {
 
+namespace {
+
+absl::StatusOr<std::shared_ptr<grpc::Channel>> ProbeChannel(const std::string& target,
+                                                            const ProbeTls* tls) {
+  if (tls == nullptr) return grpc::CreateChannel(target, grpc::InsecureChannelCredentials());
+  if (tls->root_certs_file.empty()) {
+    return absl::InvalidArgumentError(
+        "a TLS probe needs the CA that signed the server's "
+        "certificate");
+  }
+  if (tls->cert_file.empty() != tls->key_file.empty()) {
+    return absl::InvalidArgumentError("a TLS probe's client certificate and key go together");
+  }
+  grpc::SslCredentialsOptions ssl;
+  ASSIGN_OR_RETURN(
+      ssl.pem_root_certs,
+      ReadPemFile("the probe's CA (--probe_tls_ca, --tls_client_ca)", tls->root_certs_file));
+  if (!tls->cert_file.empty()) {
+    ASSIGN_OR_RETURN(ssl.pem_cert_chain, ReadPemFile("--tls_cert", tls->cert_file));
+    ASSIGN_OR_RETURN(ssl.pem_private_key, ReadPemFile("--tls_key", tls->key_file));
+  }
+  grpc::ChannelArguments args;
+  if (!tls->server_name.empty()) args.SetSslTargetNameOverride(tls->server_name);
+  return grpc::CreateCustomChannel(target, grpc::SslCredentials(ssl), args);
+}
+
+}  // namespace
+
 absl::StatusOr<Serving> CheckHealth(const std::string& target, absl::string_view service,
-                                    absl::Time deadline) {
+                                    absl::Time deadline, const ProbeTls* tls) {
   if (service.size() >= 128) {
     return absl::InvalidArgumentError(
         absl::StrCat("health service name of ", service.size(), " bytes: at most 127"));
@@ -22,7 +53,7 @@ absl::StatusOr<Serving> CheckHealth(const std::string& target, absl::string_view
     request_bytes =
         absl::StrCat("\x0a", std::string(1, static_cast<char>(service.size())), service);
   }
-  auto channel = grpc::CreateChannel(target, grpc::InsecureChannelCredentials());
+  ASSIGN_OR_RETURN(std::shared_ptr<grpc::Channel> channel, ProbeChannel(target, tls));
   grpc::GenericStub stub(channel);
   grpc::ClientContext context;
   context.set_deadline(absl::ToChronoTime(deadline));

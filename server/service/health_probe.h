@@ -3,8 +3,9 @@
 
 // A grpc.health.v1 client for probes that cannot reach the sidecar's loopback port themselves
 // (Kubernetes' grpc probes dial the pod IP): `packsched-server --probe=127.0.0.1:50051` runs it
-// inside the pod. Plaintext only. No generated health stubs (Debian's gRPC ships none): the
-// request and the response are one field each, encoded here.
+// inside the pod, in plaintext or, for a server that speaks TLS, over TLS. No generated health
+// stubs (Debian's gRPC ships none): the request and the response are one field each, encoded
+// here.
 
 #include <string>
 
@@ -17,13 +18,25 @@ namespace packsched::service {
 // HealthCheckResponse.ServingStatus.
 enum class Serving { kUnknown = 0, kServing = 1, kNotServing = 2, kServiceUnknown = 3 };
 
+// How the probe speaks TLS (PEM file paths).
+struct ProbeTls {
+  std::string root_certs_file;  // the CA that signed the server's certificate (required)
+  // A client certificate and its key, for a server that requires one (--tls_client_ca); both
+  // or neither.
+  std::string cert_file;
+  std::string key_file;
+  // The name the server's certificate must carry; empty: the host of the target.
+  std::string server_name;
+};
+
 // The health of `service` at `target` ("" = the server as a whole, i.e. liveness;
 // "packsched.v1.Scheduler" = readiness: the rank group has formed). Errors: the call's own
 // (Unavailable when nothing listens, NotFound for a service the server does not know,
-// DeadlineExceeded), InvalidArgument for a service name of 128 bytes or more, Internal for a
-// malformed response.
+// DeadlineExceeded; a TLS handshake failure is Unavailable), InvalidArgument for a service name
+// of 128 bytes or more or an unreadable `tls` file, Internal for a malformed response.
+// Plaintext when `tls` is null.
 absl::StatusOr<Serving> CheckHealth(const std::string& target, absl::string_view service,
-                                    absl::Time deadline);
+                                    absl::Time deadline, const ProbeTls* tls = nullptr);
 
 }  // namespace packsched::service
 

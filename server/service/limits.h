@@ -18,8 +18,13 @@ struct ServiceLimits {
   int64_t max_micro_batches = planner::kDefaultMaxMicroBatches;
   // Streams one sidecar keeps (streams are never forgotten while the server runs).
   int64_t max_streams = 64;
-  // Finished rounds kept per stream for late callers of the same round (TP/PP/CP ranks).
+  // Finished rounds kept per stream for late callers of the same round (TP/PP/CP ranks); 0 keeps
+  // none, so every late caller is refused (see max_cached_bytes).
   int64_t max_cached_rounds = 16;
+  // Estimated bytes of the finished rounds kept for late callers, over every stream; the oldest
+  // go first. A result larger than this on its own is served but not kept. (A late caller of a
+  // round that is no longer kept gets FAILED_PRECONDITION: a served round is never run again.)
+  int64_t max_cached_bytes = int64_t{256} << 20;
   // Rounds queued or running per stream.
   int64_t max_outstanding_rounds = 64;
   // Longest stream name, bytes.

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <utility>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -227,6 +228,9 @@ void RendezvousServer::Shutdown() {
 struct RendezvousStore::State {
   RendezvousClientOptions options;
   std::unique_ptr<pb::Rendezvous::Stub> stub;
+  absl::Mutex mu;
+  bool cancelled ABSL_GUARDED_BY(mu) = false;
+  absl::flat_hash_set<grpc::ClientContext*> active ABSL_GUARDED_BY(mu);  // calls in progress
 
   void Prepare(grpc::ClientContext& context, absl::Time deadline) const {
     context.set_deadline(absl::ToChronoTime(deadline));
@@ -238,8 +242,53 @@ struct RendezvousStore::State {
   }
 };
 
+// One call's context, registered for Cancel() while the call is in progress.
+class RendezvousStore::Call {
+ public:
+  Call(State& state, absl::Time deadline) : state_(state) {
+    state_.Prepare(context_, deadline);
+    absl::MutexLock lock(&state_.mu);
+    refused_ = state_.cancelled;
+    if (!refused_) state_.active.insert(&context_);
+  }
+  ~Call() {
+    absl::MutexLock lock(&state_.mu);  // Cancel() never touches a context that is gone
+    state_.active.erase(&context_);
+  }
+  Call(const Call&) = delete;
+  Call& operator=(const Call&) = delete;
+
+  // Cancelled if Cancel() came first (then the call must not be made).
+  absl::Status Refused() const { return refused_ ? CancelledStatus() : absl::OkStatus(); }
+  grpc::ClientContext* context() { return &context_; }
+  // The call's outcome: a call ended by Cancel() says so rather than gRPC's bare "Cancelled".
+  absl::Status Finish(const grpc::Status& status, absl::string_view what) {
+    if (status.error_code() == grpc::StatusCode::CANCELLED) {
+      absl::MutexLock lock(&state_.mu);
+      if (state_.cancelled) return CancelledStatus();
+    }
+    return FromGrpc(status, state_.options.address, what);
+  }
+
+ private:
+  absl::Status CancelledStatus() const {
+    return absl::CancelledError(absl::StrCat("rendezvous store ", state_.options.address,
+                                             ": cancelled (the sidecar is shutting down)"));
+  }
+
+  State& state_;
+  grpc::ClientContext context_;
+  bool refused_ = false;
+};
+
 RendezvousStore::RendezvousStore(std::unique_ptr<State> state) : state_(std::move(state)) {}
 RendezvousStore::~RendezvousStore() = default;
+
+void RendezvousStore::Cancel() {
+  absl::MutexLock lock(&state_->mu);
+  state_->cancelled = true;
+  for (grpc::ClientContext* context : state_->active) context->TryCancel();
+}
 
 absl::StatusOr<std::unique_ptr<RendezvousStore>> RendezvousStore::Create(
     const RendezvousClientOptions& options) {
@@ -274,36 +323,36 @@ absl::StatusOr<std::unique_ptr<RendezvousStore>> RendezvousStore::Create(
 
 absl::Status RendezvousStore::Set(absl::string_view key, absl::string_view value,
                                   absl::Time deadline) {
-  grpc::ClientContext context;
-  state_->Prepare(context, deadline);
+  Call call(*state_, deadline);
+  RETURN_IF_ERROR(call.Refused());
   pb::RendezvousSetRequest request;
   request.set_key(std::string(key));
   request.set_value(std::string(value));
   pb::RendezvousSetResponse response;
-  return FromGrpc(state_->stub->Set(&context, request, &response), state_->options.address,
-                  absl::StrCat("set '", key, "'"));
+  return call.Finish(state_->stub->Set(call.context(), request, &response),
+                     absl::StrCat("set '", key, "'"));
 }
 
 absl::StatusOr<std::string> RendezvousStore::Get(absl::string_view key, absl::Time deadline) {
-  grpc::ClientContext context;
-  state_->Prepare(context, deadline);
+  Call call(*state_, deadline);
+  RETURN_IF_ERROR(call.Refused());
   pb::RendezvousGetRequest request;
   request.set_key(std::string(key));
   pb::RendezvousGetResponse response;
-  RETURN_IF_ERROR(FromGrpc(state_->stub->Get(&context, request, &response), state_->options.address,
-                           absl::StrCat("get '", key, "'")));
+  RETURN_IF_ERROR(call.Finish(state_->stub->Get(call.context(), request, &response),
+                              absl::StrCat("get '", key, "'")));
   return std::move(*response.mutable_value());
 }
 
 absl::StatusOr<std::optional<std::string>> RendezvousStore::TryGet(absl::string_view key,
                                                                    absl::Time deadline) {
-  grpc::ClientContext context;
-  state_->Prepare(context, deadline);
+  Call call(*state_, deadline);
+  RETURN_IF_ERROR(call.Refused());
   pb::RendezvousGetRequest request;
   request.set_key(std::string(key));
   pb::RendezvousTryGetResponse response;
-  RETURN_IF_ERROR(FromGrpc(state_->stub->TryGet(&context, request, &response),
-                           state_->options.address, absl::StrCat("try-get '", key, "'")));
+  RETURN_IF_ERROR(call.Finish(state_->stub->TryGet(call.context(), request, &response),
+                              absl::StrCat("try-get '", key, "'")));
   if (!response.found()) return std::nullopt;
   return std::move(*response.mutable_value());
 }
@@ -311,8 +360,8 @@ absl::StatusOr<std::optional<std::string>> RendezvousStore::TryGet(absl::string_
 absl::StatusOr<std::string> RendezvousStore::CompareAndSet(
     absl::string_view key, std::optional<absl::string_view> expected, absl::string_view desired,
     absl::Time deadline) {
-  grpc::ClientContext context;
-  state_->Prepare(context, deadline);
+  Call call(*state_, deadline);
+  RETURN_IF_ERROR(call.Refused());
   pb::RendezvousCompareAndSetRequest request;
   request.set_key(std::string(key));
   if (expected) {
@@ -321,20 +370,20 @@ absl::StatusOr<std::string> RendezvousStore::CompareAndSet(
   }
   request.set_desired(std::string(desired));
   pb::RendezvousCompareAndSetResponse response;
-  RETURN_IF_ERROR(FromGrpc(state_->stub->CompareAndSet(&context, request, &response),
-                           state_->options.address, absl::StrCat("compare-and-set '", key, "'")));
+  RETURN_IF_ERROR(call.Finish(state_->stub->CompareAndSet(call.context(), request, &response),
+                              absl::StrCat("compare-and-set '", key, "'")));
   return std::move(*response.mutable_value());
 }
 
 absl::StatusOr<int64_t> RendezvousStore::DeletePrefix(absl::string_view prefix,
                                                       absl::Time deadline) {
-  grpc::ClientContext context;
-  state_->Prepare(context, deadline);
+  Call call(*state_, deadline);
+  RETURN_IF_ERROR(call.Refused());
   pb::RendezvousDeletePrefixRequest request;
   request.set_prefix(std::string(prefix));
   pb::RendezvousDeletePrefixResponse response;
-  RETURN_IF_ERROR(FromGrpc(state_->stub->DeletePrefix(&context, request, &response),
-                           state_->options.address, absl::StrCat("delete-prefix '", prefix, "'")));
+  RETURN_IF_ERROR(call.Finish(state_->stub->DeletePrefix(call.context(), request, &response),
+                              absl::StrCat("delete-prefix '", prefix, "'")));
   return response.deleted();
 }
 

@@ -83,8 +83,15 @@ class RendezvousStore final : public collective::KeyValueStore {
                                             absl::Time deadline) override;
   absl::StatusOr<int64_t> DeletePrefix(absl::string_view prefix, absl::Time deadline) override;
 
+  // Ends every call in progress (a Get blocked until its deadline included) with Cancelled, and
+  // makes every later call return Cancelled at once: what lets a shutting-down sidecar's stream
+  // workers leave a group formation without waiting out --collective_timeout. Irreversible,
+  // idempotent, thread-safe.
+  void Cancel();
+
  private:
   struct State;
+  class Call;
   explicit RendezvousStore(std::unique_ptr<State> state);
   std::unique_ptr<State> state_;
 };

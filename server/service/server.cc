@@ -1,5 +1,6 @@
 #include "server/service/server.h"
 
+#include <algorithm>
 #include <fstream>
 #include <sstream>
 #include <thread>
@@ -20,6 +21,10 @@
 
 namespace packsched::service {
 namespace {
+
+// How long before the end of the shutdown grace period the coordinator answers the rounds still
+// outstanding (at most a quarter of the period): time for the answers to reach gRPC first.
+constexpr absl::Duration kStopRoundsBeforeGraceEnds = absl::Milliseconds(500);
 
 absl::StatusOr<std::string> ReadFile(absl::string_view flag, const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -120,6 +125,7 @@ absl::StatusOr<std::unique_ptr<SchedulerServer>> SchedulerServer::Start(
   coordinator_options.limits = options.limits;
   coordinator_options.group = options.group;
   coordinator_options.make_collective = options.make_collective;
+  coordinator_options.cancel_waits = options.cancel_group_waits;
   state->coordinator = std::make_unique<RoundCoordinator>(std::move(coordinator_options));
   SchedulerService::Options service_options;
   service_options.limits = options.limits;
@@ -168,13 +174,20 @@ void SchedulerServer::Shutdown(absl::Duration grace) {
     health->SetServingStatus(false);
   }
   // grpc::Server::Shutdown waits for every call to end, and a call waiting on a round ends only
-  // when the round does: stop the coordinator once the grace period is over, so rounds stuck on
-  // a peer fail with Unavailable/Aborted instead of holding the shutdown.
+  // when the round does. At its deadline gRPC cancels the calls left ("Cancelling all calls",
+  // without our served marker), and clients would take a round that reached this sidecar and
+  // failed for one that never did, and retry it. So the coordinator stops a little earlier and
+  // answers every outstanding round itself (final, with the marker); stopping also aborts the
+  // streams' collectives and cancels the group's store waits, so no round holds the shutdown.
+  const absl::Time deadline = absl::Now() + grace;
+  const absl::Time stop_rounds_at = deadline - std::min(grace / 4, kStopRoundsBeforeGraceEnds);
   absl::Notification server_down;
-  std::thread stopper([this, grace, &server_down] {
-    if (!server_down.WaitForNotificationWithTimeout(grace)) state_->coordinator->Shutdown();
+  std::thread stopper([this, stop_rounds_at, &server_down] {
+    if (!server_down.WaitForNotificationWithDeadline(stop_rounds_at)) {
+      state_->coordinator->Shutdown();
+    }
   });
-  state_->server->Shutdown(absl::ToChronoTime(absl::Now() + grace));
+  state_->server->Shutdown(absl::ToChronoTime(deadline));
   server_down.Notify();
   stopper.join();
   state_->coordinator->Shutdown();

@@ -7,6 +7,7 @@
 // from flags; tests can run it in process.
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -44,6 +45,8 @@ struct ServerOptions {
   // The rank group (not owned; outlives the server), or null for a group of one.
   collective::Group* group = nullptr;
   RoundCoordinator::CollectiveFactory make_collective;  // without `group`; default: local
+  // Ends the rank group's blocking store waits at shutdown (RoundCoordinator::Options).
+  std::function<void()> cancel_group_waits;
 };
 
 class SchedulerServer {
@@ -57,8 +60,11 @@ class SchedulerServer {
   // The bound port (the chosen one when the listen port was 0).
   int port() const;
 
-  // Stops accepting calls, lets calls in progress finish for up to `grace` (then cancels them),
-  // stops the coordinator and returns when everything has ended. Idempotent.
+  // Stops accepting calls and lets calls in progress finish for up to `grace`. Rounds still
+  // outstanding shortly before the grace period ends (a quarter of it, at most 500 ms, before)
+  // are failed by the coordinator (RoundCoordinator::Shutdown: Aborted / Unavailable, with the
+  // service's served marker, so clients do not retry them); gRPC then cancels whatever call is
+  // left at `grace`. Returns when everything has ended. Idempotent.
   void Shutdown(absl::Duration grace);
 
  private:

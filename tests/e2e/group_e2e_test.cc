@@ -109,6 +109,9 @@ class Cluster {
   }
 
   SchedulerClient& client(int64_t rank) { return *clients_[rank]; }
+  bool servers_started(int64_t rank) const { return servers_[rank] && servers_[rank]->started(); }
+  pid_t pid(int64_t rank) const { return servers_[rank]->pid(); }
+  bool WaitExited(int64_t rank, absl::Duration timeout) { return servers_[rank]->Exited(timeout); }
   std::string target(int64_t rank) const { return servers_[rank]->target(); }
   const std::string& rendezvous() const { return rendezvous_; }
   int64_t world_size() const { return world_size_; }
@@ -354,6 +357,36 @@ TEST(GroupE2E, ARankThatNeverCallsIsNamedWhenTheGroupFirstForms) {
   EXPECT_EQ(outcomes[0].result.status().code(), absl::StatusCode::kDeadlineExceeded);
   EXPECT_THAT(outcomes[0].result.status().message(), HasSubstr("ranks [1] did not join"));
   EXPECT_LT(outcomes[0].took, timeout + kMargin);
+}
+
+// SIGTERM while a stream is forming the group (its worker blocked on the rendezvous store for a
+// rank that never comes) stops within the shutdown grace period, not the collective timeout; the
+// round's caller gets the service's own final answer (ABORTED, not retried), not gRPC's
+// cancellation at the grace deadline (UNAVAILABLE without the served marker: retried).
+TEST(GroupE2E, SigtermDuringGroupFormationStopsWithinTheGracePeriod) {
+  Cluster cluster(2, absl::Seconds(60), /*start_order=*/{0}, {"--shutdown_grace=1s"});
+  ASSERT_TRUE(cluster.servers_started(0)) << cluster.Logs();
+  Outcome outcome;
+  std::thread caller([&] {
+    const absl::Time start = absl::Now();
+    outcome.result = cluster.client(0).Plan(Request("critic", 1, 0));
+    outcome.took = absl::Now() - start;
+  });
+  // Until the round is outstanding (its worker is forming the group, waiting for rank 1).
+  bool outstanding = false;
+  for (int i = 0; i < 1000 && !outstanding; ++i) {
+    const absl::StatusOr<client::ServerStatus> status = cluster.client(0).GetStatus();
+    outstanding = status.ok() && !status->streams.empty() && status->streams[0].outstanding == 1;
+    if (!outstanding) absl::SleepFor(absl::Milliseconds(10));
+  }
+  ASSERT_TRUE(outstanding) << cluster.Logs();
+  kill(cluster.pid(0), SIGTERM);
+  const bool exited = cluster.WaitExited(0, absl::Seconds(10));  // a bound, not a target
+  caller.join();
+  ASSERT_TRUE(exited) << cluster.Logs();
+  ASSERT_FALSE(outcome.result.ok());
+  EXPECT_EQ(outcome.result.status().code(), absl::StatusCode::kAborted) << outcome.result.status();
+  EXPECT_THAT(outcome.result.status().message(), HasSubstr("round 1 was abandoned"));
 }
 
 TEST(GroupE2E, AnInvalidRequestOnOneRankFailsEveryRankAtOnceWithItsError) {

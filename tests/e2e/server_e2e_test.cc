@@ -31,6 +31,7 @@ using ::packsched::client::PlanRequest;
 using ::packsched::client::PlanResult;
 using ::packsched::client::SchedulerClient;
 using ::packsched::testing::FreePort;
+using ::packsched::testing::ReadAll;
 using ::packsched::testing::ServerProcess;
 using ::packsched::testing::TempDir;
 using ::testing::HasSubstr;
@@ -301,6 +302,21 @@ TEST(ServerE2E, TlsWithClientCertificatesAndToken) {
   plaintext.auth_token = "tls-token";
   plaintext.max_attempts = 1;
   EXPECT_FALSE(Connect(target, plaintext)->GetStatus(absl::Seconds(1)).ok());
+
+  // The exec probe, given the server's own TLS flags, speaks TLS (verifying the server against
+  // --tls_client_ca, the one CA here, and presenting server.pem as its client certificate).
+  const std::string probe_log = dir.File("probe.log");
+  auto probe = [&](const std::string& flags) {
+    return std::system(absl::StrCat(PACKSCHED_SERVER_PATH, " --probe=127.0.0.1:", server.port(),
+                                    " ", flags, " 2>>'", probe_log, "'")
+                           .c_str());
+  };
+  const std::string server_tls = absl::StrCat("--tls_cert=", d, "/server.pem --tls_key=", d,
+                                              "/server.key --tls_client_ca=", d, "/ca.pem");
+  EXPECT_EQ(probe(server_tls), 0) << ReadAll(probe_log);
+  EXPECT_EQ(probe(server_tls + " --probe_tls_server_name=localhost"), 0) << ReadAll(probe_log);
+  EXPECT_NE(probe(server_tls + " --probe_tls_server_name=elsewhere"), 0);  // name checked
+  EXPECT_NE(probe(""), 0);                                                 // plaintext against TLS
 }
 
 TEST(ServerE2E, HealthAndStatus) {

@@ -3,9 +3,11 @@
 #include <algorithm>
 #include <cstdint>
 #include <numeric>
+#include <string>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "server/planner/planner.h"
 #include "tests/planner/plan_checks.h"
@@ -122,6 +124,34 @@ TEST(BalanceBatch, RejectsBadWorldSizeAndGroupIds) {
   EXPECT_EQ(BalanceBatch({1, 2}, 2, Capped(10), std::vector<int64_t>{1}).status().code(),
             absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(BalanceBatch({0}, 1, Capped(10)).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+// One group of many one-cap sequences makes k = n on its rank and gives every other rank k
+// (empty) micro-batches too: world_size x k is bounded by max_micro_batches before any of them
+// is allocated (the reviewer's 2,000 x 2,000 = 4,000,000 micro-batches from a 4 KB request).
+TEST(BalanceBatch, WorldSizeTimesKAboveMaxMicroBatchesIsInvalidArgument) {
+  const std::vector<int64_t> lengths(200, 10);
+  const std::vector<int64_t> one_group(lengths.size(), 7);
+  PlanOptions o = Capped(10);
+  o.max_micro_batches = 200 * 200 - 1;
+  const absl::StatusOr<BalancedBatch> over = BalanceBatch(lengths, 200, o, one_group);
+  EXPECT_EQ(over.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(over.status().message()),
+              ::testing::AllOf(::testing::HasSubstr("world_size = 200 x k = 200 = 40000"),
+                               ::testing::HasSubstr("more than max_micro_batches = 39999")));
+
+  // min_micro_batches alone already exceeds it: refused before any rank's problem is made.
+  PlanOptions many = Capped(10);
+  many.max_micro_batches = 1000;
+  many.min_micro_batches = 10;
+  EXPECT_THAT(std::string(BalanceBatch({5}, 101, many).status().message()),
+              ::testing::HasSubstr("world_size = 101 x k = 10 = 1010"));
+
+  o.max_micro_batches = 200 * 200;  // exactly at the limit: allowed
+  const absl::StatusOr<BalancedBatch> at = BalanceBatch(lengths, 200, o, one_group);
+  ASSERT_TRUE(at.ok()) << at.status();
+  EXPECT_EQ(at->num_micro_batches, 200);
+  ExpectValid(lengths, o, *at);
 }
 
 }  // namespace

@@ -7,15 +7,19 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "server/collective/group.h"
 #include "server/collective/in_process_collective.h"
 #include "server/collective/store.h"
 #include "server/planner/planner.h"
+#include "server/service/result_cache.h"
 #include "tests/service/service_test_util.h"
 #include "tests/testing/lengths.h"
 
@@ -208,9 +212,88 @@ TEST(Coordinator, CacheEvictsTheOldestRounds) {
   ASSERT_TRUE(SubmitAndWait(coordinator, Input(Request("s", 3, Batch(3), kCap))).ok());
   EXPECT_EQ(coordinator.GetStats().cache_hits, 1);
   EXPECT_EQ(coordinator.GetStats().rounds, 3);
-  // Round 1 was evicted: calling it again runs it again.
-  ASSERT_TRUE(SubmitAndWait(coordinator, Input(Request("s", 1, Batch(1), kCap))).ok());
-  EXPECT_EQ(coordinator.GetStats().rounds, 4);
+}
+
+// A served round that was evicted is never run again — in a group it would enter the collective
+// alone and hold the stream until the timeout — whatever content the late call brings.
+TEST(Coordinator, AnEvictedRoundIsFailedPreconditionNotRunAgain) {
+  ServiceLimits limits;
+  limits.max_cached_rounds = 2;
+  RoundCoordinator::Options options;
+  options.limits = limits;
+  RoundCoordinator coordinator(std::move(options));
+  for (int64_t round = 1; round <= 3; ++round) {
+    ASSERT_TRUE(SubmitAndWait(coordinator, Input(Request("s", round, Batch(round), kCap))).ok());
+  }
+  for (uint64_t seed : {1, 9}) {  // the same content, and new lengths
+    const Result again = SubmitAndWait(coordinator, Input(Request("s", 1, Batch(seed), kCap)));
+    EXPECT_EQ(again.status().code(), absl::StatusCode::kFailedPrecondition);
+    EXPECT_THAT(again.status().message(),
+                HasSubstr("round 1 was already served and has been evicted"));
+    EXPECT_THAT(again.status().message(), HasSubstr("--max_cached_rounds = 2"));
+  }
+  // Below the evicted round: refused too, naming both rounds.
+  const Result older = SubmitAndWait(coordinator, Input(Request("s", 0, Batch(0), kCap)));
+  EXPECT_EQ(older.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(older.status().message(), HasSubstr("round 0 is not cached and is below round 1"));
+  EXPECT_EQ(coordinator.GetStats().rounds, 3);  // nothing ran again
+  // Cached rounds are still served, new rounds still run, other streams are unaffected.
+  EXPECT_TRUE(SubmitAndWait(coordinator, Input(Request("s", 2, Batch(2), kCap))).ok());
+  EXPECT_TRUE(SubmitAndWait(coordinator, Input(Request("s", 4, Batch(4), kCap))).ok());
+  EXPECT_TRUE(SubmitAndWait(coordinator, Input(Request("t", 1, Batch(1), kCap))).ok());
+  EXPECT_EQ(coordinator.GetStats().rounds, 5);
+}
+
+// A tiny request can ask for a result of many megabytes (min_micro_batches): the cache is
+// bounded by bytes over every stream too, oldest evicted first, and a result over the budget on
+// its own is served but not kept.
+TEST(Coordinator, CacheIsBoundedByBytesOverEveryStream) {
+  v1::PlanRequest big = Request("a", 1, {1}, 1);
+  big.mutable_options()->set_min_micro_batches(20000);  // ~20,000 parts: over a megabyte
+  const Result probe = [&] {
+    RoundCoordinator unbounded({});
+    return SubmitAndWait(unbounded, Input(big));
+  }();
+  ASSERT_TRUE(probe.ok()) << probe.status();
+  const int64_t one = EstimatedBytes(**probe);
+  ASSERT_GT(one, 1 << 20);
+
+  ServiceLimits limits;
+  limits.max_cached_bytes = 2 * one + one / 2;  // room for two such results
+  RoundCoordinator::Options options;
+  options.limits = limits;
+  RoundCoordinator coordinator(std::move(options));
+  ASSERT_TRUE(SubmitAndWait(coordinator, Input(big)).ok());  // a:1
+  big.set_round(2);
+  ASSERT_TRUE(SubmitAndWait(coordinator, Input(big)).ok());  // a:2
+  big.set_stream("b");
+  big.set_round(1);
+  ASSERT_TRUE(SubmitAndWait(coordinator, Input(big)).ok());  // b:1 evicts a:1, the oldest
+  RoundCoordinator::Stats stats = coordinator.GetStats();
+  EXPECT_EQ(stats.cached_bytes, 2 * one);
+  EXPECT_LE(stats.cached_bytes, limits.max_cached_bytes);
+  ASSERT_EQ(stats.streams.size(), 2u);
+  EXPECT_EQ(stats.streams[0].cached, 1);  // a:2
+  EXPECT_EQ(stats.streams[1].cached, 1);  // b:1
+  big.set_stream("a");
+  EXPECT_EQ(SubmitAndWait(coordinator, Input(big)).status().code(),
+            absl::StatusCode::kFailedPrecondition);  // a:1 was evicted
+  big.set_round(2);
+  EXPECT_TRUE(SubmitAndWait(coordinator, Input(big)).ok());  // a:2 from the cache
+  EXPECT_EQ(coordinator.GetStats().cache_hits, 1);
+
+  // Over the whole budget: served, not kept (and the kept rounds stay).
+  v1::PlanRequest huge = Request("c", 1, {1}, 1);
+  huge.mutable_options()->set_min_micro_batches(60000);
+  const Result served = SubmitAndWait(coordinator, Input(huge));
+  ASSERT_TRUE(served.ok()) << served.status();
+  EXPECT_EQ((*served)->num_micro_batches, 60000);
+  stats = coordinator.GetStats();
+  EXPECT_EQ(stats.streams[2].cached, 0);
+  EXPECT_EQ(stats.cached_bytes, 2 * one);
+  const Result late = SubmitAndWait(coordinator, Input(huge));
+  EXPECT_EQ(late.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(late.status().message(), HasSubstr("--max_cached_bytes"));
 }
 
 TEST(Coordinator, LimitsOnStreamsAndOutstandingRounds) {
@@ -243,6 +326,60 @@ TEST(Coordinator, ShutdownAbortsTheRunningRoundAndFailsQueuedOnes) {
   EXPECT_EQ(queued.Wait().status().code(), absl::StatusCode::kUnavailable);
   const Result later = SubmitAndWait(coordinator, Input(Request("s", 3, Batch(3), kCap)));
   EXPECT_EQ(later.status().code(), absl::StatusCode::kUnavailable);
+}
+
+// A round blocked where Abort() does not reach — forming the group waits on the rendezvous
+// store — ends through Options::cancel_waits, so Shutdown() does not wait out the collective
+// timeout; and its caller is answered by Shutdown() itself (Aborted, naming the round).
+TEST(Coordinator, ShutdownCancelsWaitsOutsideTheCollective) {
+  absl::Notification entered;
+  absl::Notification cancelled;
+  RoundCoordinator::Options options;
+  options.limits.collective_timeout = absl::Seconds(60);
+  options.make_collective = [&](absl::string_view) {
+    entered.Notify();
+    // Stands in for a formation blocked on the store: only cancel_waits ends it early.
+    if (!cancelled.WaitForNotificationWithTimeout(absl::Seconds(60))) {
+      return absl::StatusOr<std::unique_ptr<collective::Collective>>(
+          absl::DeadlineExceededError("waited out the timeout"));
+    }
+    return absl::StatusOr<std::unique_ptr<collective::Collective>>(
+        absl::CancelledError("store cancelled"));
+  };
+  options.cancel_waits = [&] { cancelled.Notify(); };
+  RoundCoordinator coordinator(std::move(options));
+  Call running(coordinator, Input(Request("s", 1, Batch(1), kCap)));
+  entered.WaitForNotification();
+  coordinator.Shutdown();  // returns once the worker has left the blocked formation
+  EXPECT_TRUE(cancelled.HasBeenNotified());
+  ASSERT_TRUE(running.done());
+  EXPECT_EQ(running.Wait().status().code(), absl::StatusCode::kAborted);
+  EXPECT_THAT(running.Wait().status().message(), HasSubstr("round 1 was abandoned"));
+}
+
+// Outstanding callers are answered when Shutdown() begins, not when their rounds end: the server
+// calls it before its grace period runs out, so clients get a final answer from the service
+// rather than gRPC's own cancellation (which they would retry).
+TEST(Coordinator, ShutdownAnswersOutstandingCallersBeforeTheirRoundsEnd) {
+  absl::Notification entered;
+  absl::Notification release;
+  RoundCoordinator::Options options;
+  options.make_collective = [&](absl::string_view) {
+    entered.Notify();
+    release.WaitForNotification();  // nothing Shutdown() does ends this
+    return absl::StatusOr<std::unique_ptr<collective::Collective>>(
+        std::make_unique<collective::LocalCollective>());
+  };
+  RoundCoordinator coordinator(std::move(options));
+  Call running(coordinator, Input(Request("s", 1, Batch(1), kCap)));
+  entered.WaitForNotification();
+  Call queued(coordinator, Input(Request("s", 2, Batch(2), kCap)));
+  std::thread stopping([&] { coordinator.Shutdown(); });
+  EXPECT_EQ(running.Wait().status().code(), absl::StatusCode::kAborted);
+  EXPECT_EQ(queued.Wait().status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(queued.Wait().status().message(), HasSubstr("round 2 did not run"));
+  release.Notify();
+  stopping.join();
 }
 
 // Several sidecars (one coordinator per rank) agreeing over an in-process group.
@@ -330,6 +467,33 @@ TEST(CoordinatorGroup, DifferentOptionsAreFailedPreconditionOnEveryRank) {
   const absl::Status s0 = c0.Wait().status();
   EXPECT_EQ(s0.code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ(s0, c1.Wait().status());
+}
+
+// Rounds that reach two sidecars in opposite orders: rank 0 runs 5 while rank 1 runs 6, then 6
+// against 5. Both rounds fail on both ranks, and each rank's error names its own round first
+// (the agreed message names rank 0's) and the rule callers must follow.
+TEST(CoordinatorGroup, RoundsInOppositeOrdersFailBothNamingEachRanksOwnRound) {
+  Ranks ranks(2);
+  Call a5(ranks[0], Input(Request("s", 5, Batch(5), kCap)));
+  Call a6(ranks[0], Input(Request("s", 6, Batch(6), kCap)));
+  Call b6(ranks[1], Input(Request("s", 6, Batch(7), kCap)));
+  b6.Wait();  // before rank 1 gets round 5, so its worker ran 6 first
+  Call b5(ranks[1], Input(Request("s", 5, Batch(8), kCap)));
+  for (auto [call, round] : {std::pair<Call*, int>{&a5, 5}, {&a6, 6}, {&b5, 5}, {&b6, 6}}) {
+    const absl::Status status = call->Wait().status();
+    EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition) << status;
+    EXPECT_THAT(
+        std::string(status.message()),
+        ::testing::StartsWith(absl::StrCat("stream 's' round ", round, " (this sidecar's)")));
+    EXPECT_THAT(status.message(), HasSubstr("ranks disagree on the round"));
+    EXPECT_THAT(status.message(), HasSubstr("must reach every sidecar in increasing order"));
+  }
+  EXPECT_THAT(b5.Wait().status().message(), HasSubstr("rank 0 has 6, rank 1 has 5"));
+  // Other failures keep the agreed message as it is (identical on every rank).
+  Call c0(ranks[0], Input(Request("s", 7, Batch(14), kCap)));
+  Call c1(ranks[1], Input(Request("s", 7, Batch(15), kCap * 2)));
+  EXPECT_EQ(c0.Wait().status(), c1.Wait().status());
+  EXPECT_THAT(c0.Wait().status().message(), ::testing::Not(HasSubstr("this sidecar's")));
 }
 
 // Through the rank group's lifecycle (collective/group.h), as the sidecar runs with

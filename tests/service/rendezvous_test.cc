@@ -181,6 +181,29 @@ TEST(Rendezvous, AnUnreachableServerIsADeadlineNotAHang) {
   EXPECT_LT(absl::Now() - start, absl::Seconds(2));
 }
 
+// Shutdown's way out of a group formation: a Get blocked on a key nobody sets ends at Cancel(),
+// long before its deadline, and every later call is refused at once.
+TEST(Rendezvous, CancelEndsABlockedGetAndRefusesLaterCalls) {
+  auto served = Serve();
+  ASSERT_NE(served, nullptr);
+  auto client = Connect(served->address);
+  ASSERT_NE(client, nullptr);
+  ASSERT_TRUE(client->Set("up", "1", In(absl::Seconds(5))).ok());  // connected
+  absl::StatusOr<std::string> blocked = std::string("not returned");
+  std::thread getter([&] { blocked = client->Get("never-set", In(absl::Seconds(60))); });
+  // Until the server holds the Get (a watch on the key); a Cancel() before the call starts is
+  // refused the same way, so this only makes the test cover the call in progress.
+  absl::SleepFor(absl::Milliseconds(100));
+  client->Cancel();
+  getter.join();
+  EXPECT_EQ(blocked.status().code(), absl::StatusCode::kCancelled) << blocked.status();
+  EXPECT_THAT(blocked.status().message(), HasSubstr("shutting down"));
+  const absl::Status later = client->Set("k", "v", In(absl::Seconds(5)));
+  EXPECT_EQ(later.code(), absl::StatusCode::kCancelled);
+  EXPECT_EQ(served->store.TryGet("k", In(absl::Seconds(5)))->has_value(), false);
+  client->Cancel();  // idempotent
+}
+
 TEST(Rendezvous, LocalAddressTowardsLoopbackIsLoopback) {
   absl::StatusOr<std::string> local = LocalAddressTowards("127.0.0.1:29400");
   ASSERT_TRUE(local.ok()) << local.status();
