@@ -96,8 +96,9 @@ struct AttentionOptions {
 // Returns InvalidArgument naming the argument for a bad dtype, shape, device, head count,
 // head dim, cu_seqlens, max_seqlen, seqused (value checks on the CPU backend only), window,
 // softcap or softmax_scale, for float64 CUDA tensors, and for CUDA calls beyond the launch grid:
-// more than 65535 sequences (B) or query heads (H), or a max_seqlen above 2^31 - 1; Unimplemented / FailedPrecondition /
-// Internal as described in kernels.h. Nothing is written when validation fails.
+// more than 65535 sequences (B) or query heads (H), or a max_seqlen above 2^31 - 1;
+// Unimplemented / FailedPrecondition / Internal as described in kernels.h. Nothing is written when
+// validation fails.
 absl::Status VarlenAttentionForward(const DLTensor& q, const DLTensor& k, const DLTensor& v,
                                     const AttentionSeqlens& seqlens,
                                     const AttentionOptions& options, const DLTensor& out,
