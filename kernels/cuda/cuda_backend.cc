@@ -25,7 +25,10 @@ absl::Status ToStatus(absl::string_view op, const LaunchResult& r) {
 // Kernel launches (and cudaFuncSetAttribute) act on the calling thread's current device, which
 // need not be the one the tensors live on (a trainer thread on cuda:0 handing over cuda:1
 // tensors). The guard makes `device` current for its lifetime and restores the previous device,
-// so the caller's thread state is unchanged. Not copyable.
+// so the caller's thread state is unchanged. Not copyable. Known cost: since CUDA 12 cudaSetDevice
+// initialises the device's primary context, so restoring a previous device that had none (a thread
+// never pointed at its device) creates one there; torch's MaybeSetDevice avoids that through the
+// driver API, which this library does not link.
 class DeviceGuard {
  public:
   explicit DeviceGuard(int device) {
