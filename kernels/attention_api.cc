@@ -3,7 +3,9 @@
 
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <thread>
+#include <utility>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -32,6 +34,9 @@ using internal::ShapeString;
 
 constexpr int64_t kMaxHeadDim = 256;
 
+// gridDim.y (heads) and gridDim.z (sequences) of the CUDA launches (attention_launch.cuh).
+constexpr int64_t kMaxCudaGridYZ = 65535;
+
 struct Checked {
   Backend backend;
   CallDevice call;
@@ -44,6 +49,38 @@ absl::Status CheckMaxSeqlen(absl::string_view op, absl::string_view name, int64_
     return Invalid(
         op, absl::StrCat(name, " = ", max_seqlen, " is less than the longest segment of ", cu_name,
                          " (", cu.max_len, ")"));
+  }
+  return absl::OkStatus();
+}
+
+// FlashAttention's varlen front end (mha_varlen_fwd / _bwd): a window side >= max_seqlen_k is
+// unbounded (-1). For the right side this widens the rows of a sequence with sq > sk (see
+// attention.h); the left side it never changes.
+int64_t NormalizedWindow(int64_t window, int64_t max_seqlen_k) {
+  return window >= max_seqlen_k ? -1 : window;
+}
+
+// Finite, and still finite once rounded to float (values just above FLT_MAX round to +inf).
+bool FiniteAsFloat(double x) { return std::isfinite(x) && std::isfinite(static_cast<float>(x)); }
+
+// The CUDA launch grid: (tiles of max_seqlen, heads, sequences); y and z are limited to 65535.
+absl::Status CheckCudaGrid(absl::string_view op, int64_t batch, int64_t heads,
+                           const AttentionSeqlens& seqlens) {
+  if (batch > kMaxCudaGridYZ) {
+    return Invalid(op, absl::StrCat("B = ", batch, " sequences exceed the CUDA backend's limit of ",
+                                    kMaxCudaGridYZ, " per call; split the batch"));
+  }
+  if (heads > kMaxCudaGridYZ) {
+    return Invalid(op,
+                   absl::StrCat("H = ", heads, " query heads exceed the CUDA backend's limit of ",
+                                kMaxCudaGridYZ, " per call"));
+  }
+  for (const auto& [name, value] : {std::pair{"max_seqlen_q", seqlens.max_seqlen_q},
+                                    std::pair{"max_seqlen_k", seqlens.max_seqlen_k}}) {
+    if (value > std::numeric_limits<int32_t>::max()) {
+      return Invalid(op, absl::StrCat(name, " = ", value,
+                                      " exceeds the CUDA backend's limit of 2^31 - 1 rows"));
+    }
   }
   return absl::OkStatus();
 }
@@ -113,12 +150,21 @@ absl::StatusOr<Checked> CheckCommon(absl::string_view op, const DLTensor& q, con
   ASSIGN_OR_RETURN(a.seqused_k,
                    CheckSeqused(op, "seqused_k", seqlens.seqused_k, cu_k.batch, c.call));
 
+  if (c.backend == Backend::kCuda) RETURN_IF_ERROR(CheckCudaGrid(op, cu_q.batch, a.heads, seqlens));
+
+  // Both backends compute in float (fp64 inputs on the CPU in double): the scale and the cap must
+  // mean the same there as the doubles the caller passed.
   a.scale = options.softmax_scale.value_or(1.0 / std::sqrt(static_cast<double>(a.head_dim)));
-  if (!std::isfinite(a.scale)) {
-    return Invalid(op, absl::StrCat("softmax_scale must be finite, got ", a.scale));
+  if (!FiniteAsFloat(a.scale)) {
+    return Invalid(op, absl::StrCat("softmax_scale must be finite as a float32 (|x| <= ",
+                                    std::numeric_limits<float>::max(), "), got ", a.scale));
   }
-  if (!std::isfinite(options.softcap) || options.softcap < 0) {
-    return Invalid(op, absl::StrCat("softcap must be finite and >= 0, got ", options.softcap));
+  if (options.softcap != 0 &&
+      !(FiniteAsFloat(options.softcap) &&
+        static_cast<float>(options.softcap) >= std::numeric_limits<float>::min())) {
+    return Invalid(op, absl::StrCat("softcap must be 0 (off) or a normal positive float32 in [",
+                                    std::numeric_limits<float>::min(), ", ",
+                                    std::numeric_limits<float>::max(), "], got ", options.softcap));
   }
   if (options.window_left < -1 || options.window_right < -1) {
     return Invalid(op, absl::StrCat("window (", options.window_left, ", ", options.window_right,
@@ -139,8 +185,8 @@ absl::StatusOr<Checked> CheckCommon(absl::string_view op, const DLTensor& q, con
   a.max_seqlen_k = seqlens.max_seqlen_k;
   a.softcap = options.softcap;
   a.causal = options.causal;
-  a.window_left = options.window_left;
-  a.window_right = options.window_right;
+  a.window_left = NormalizedWindow(options.window_left, seqlens.max_seqlen_k);
+  a.window_right = NormalizedWindow(options.window_right, seqlens.max_seqlen_k);
   a.num_threads = options.num_threads > 0
                       ? options.num_threads
                       : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
@@ -181,8 +227,9 @@ absl::Status VarlenAttentionForward(const DLTensor& q, const DLTensor& k, const 
   RETURN_IF_ERROR(CheckLse(op, lse, c));
   c.args.out = Data(out);
   c.args.lse = Data(lse);
-  return c.backend == Backend::kHost ? internal::cpu::AttentionForward(c.args)
-                                     : internal::cuda::AttentionForward(c.args, stream);
+  return c.backend == Backend::kHost
+             ? internal::cpu::AttentionForward(c.args)
+             : internal::cuda::AttentionForward(c.args, c.call.device.device_id, stream);
 }
 
 absl::Status VarlenAttentionBackward(const DLTensor& dout, const DLTensor& q, const DLTensor& k,
@@ -204,8 +251,9 @@ absl::Status VarlenAttentionBackward(const DLTensor& dout, const DLTensor& q, co
   c.args.dq = Data(dq);
   c.args.dk = Data(dk);
   c.args.dv = Data(dv);
-  return c.backend == Backend::kHost ? internal::cpu::AttentionBackward(c.args)
-                                     : internal::cuda::AttentionBackward(c.args, stream);
+  return c.backend == Backend::kHost
+             ? internal::cpu::AttentionBackward(c.args)
+             : internal::cuda::AttentionBackward(c.args, c.call.device.device_id, stream);
 }
 
 }  // namespace packsched::kernels

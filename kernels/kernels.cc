@@ -117,7 +117,8 @@ absl::Status Unpad(const DLTensor& x, const DLTensor& mask, const Seqlens& seqle
   a.total = cu.total;
   a.x_packed = Data(x_packed);
   a.indices = static_cast<int64_t*>(Data(indices));
-  return backend == Backend::kHost ? internal::cpu::Unpad(a) : internal::cuda::Unpad(a, stream);
+  return backend == Backend::kHost ? internal::cpu::Unpad(a)
+                                   : internal::cuda::Unpad(a, call.device.device_id, stream);
 }
 
 absl::Status Pad(const DLTensor& x_packed, const DLTensor& indices, const DLTensor& x,
@@ -152,7 +153,8 @@ absl::Status Pad(const DLTensor& x_packed, const DLTensor& indices, const DLTens
   a.row_bytes = RowBytes(x_packed, 1);
   a.rows_out = x.shape[0] * x.shape[1];
   a.x = Data(x);
-  return backend == Backend::kHost ? internal::cpu::Pad(a) : internal::cuda::Pad(a, stream);
+  return backend == Backend::kHost ? internal::cpu::Pad(a)
+                                   : internal::cuda::Pad(a, call.device.device_id, stream);
 }
 
 absl::StatusOr<std::vector<int32_t>> AlignedCuSeqlens(absl::Span<const int32_t> cu_seqlens,
@@ -215,7 +217,7 @@ absl::Status PackAligned(const DLTensor& x_packed, const Seqlens& seqlens, int64
   a.cu_padded = static_cast<int32_t*>(Data(cu_seqlens_padded));
   a.seqused = static_cast<int32_t*>(Data(seqused));
   return backend == Backend::kHost ? internal::cpu::PackAligned(a)
-                                   : internal::cuda::PackAligned(a, stream);
+                                   : internal::cuda::PackAligned(a, call.device.device_id, stream);
 }
 
 absl::Status UnpackAligned(const DLTensor& x_aligned, const Seqlens& seqlens,
@@ -243,8 +245,9 @@ absl::Status UnpackAligned(const DLTensor& x_aligned, const Seqlens& seqlens,
   a.total = cu.total;
   a.row_bytes = RowBytes(x_aligned, 1);
   a.x_packed = Data(x_packed);
-  return backend == Backend::kHost ? internal::cpu::UnpackAligned(a)
-                                   : internal::cuda::UnpackAligned(a, stream);
+  return backend == Backend::kHost
+             ? internal::cpu::UnpackAligned(a)
+             : internal::cuda::UnpackAligned(a, call.device.device_id, stream);
 }
 
 absl::Status PositionIds(const Seqlens& seqlens, const DLTensor& position_ids, Stream stream) {
@@ -262,7 +265,7 @@ absl::Status PositionIds(const Seqlens& seqlens, const DLTensor& position_ids, S
   a.total = cu.total;
   a.position_ids = static_cast<int64_t*>(Data(position_ids));
   return backend == Backend::kHost ? internal::cpu::PositionIds(a)
-                                   : internal::cuda::PositionIds(a, stream);
+                                   : internal::cuda::PositionIds(a, call.device.device_id, stream);
 }
 
 absl::Status ShiftLabels(const DLTensor& ids, const Seqlens& seqlens, const Seqlens* seqlens_padded,
@@ -302,7 +305,7 @@ absl::Status ShiftLabels(const DLTensor& ids, const Seqlens& seqlens, const Seql
   a.ignore_index = ignore_index;
   a.labels = Data(labels);
   return backend == Backend::kHost ? internal::cpu::ShiftLabels(a)
-                                   : internal::cuda::ShiftLabels(a, stream);
+                                   : internal::cuda::ShiftLabels(a, call.device.device_id, stream);
 }
 
 absl::Status PackedCrossEntropy(const DLTensor& logits, const DLTensor& labels,
@@ -346,8 +349,9 @@ absl::Status PackedCrossEntropy(const DLTensor& logits, const DLTensor& labels,
   a.per_token_loss = Data(per_token_loss);
   a.per_sequence_sum = Data(per_sequence_sum);
   a.per_sequence_count = static_cast<int64_t*>(Data(per_sequence_count));
-  return backend == Backend::kHost ? internal::cpu::PackedCrossEntropy(a)
-                                   : internal::cuda::PackedCrossEntropy(a, stream);
+  return backend == Backend::kHost
+             ? internal::cpu::PackedCrossEntropy(a)
+             : internal::cuda::PackedCrossEntropy(a, call.device.device_id, stream);
 }
 
 }  // namespace packsched::kernels

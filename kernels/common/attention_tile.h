@@ -34,14 +34,19 @@ struct KeyRange {
   int64_t hi;
 };
 
+// sq, sk and i are row counts (below 2^31); a window may be any value >= -1 up to INT64_MAX. The
+// comparisons are arranged so that no intermediate overflows: a window wider than the sequence
+// is the same as an unbounded one.
 PACKSCHED_HD_INLINE KeyRange VisibleKeys(const AttnMask& m, int64_t i) {
   if (i >= m.sq) return KeyRange{0, 0};
   const int64_t diag = i + m.sk - m.sq;  // bottom-right aligned diagonal
   KeyRange r{0, m.sk};
-  if (m.window_left >= 0 && diag - m.window_left > r.lo) r.lo = diag - m.window_left;
+  // lo = diag - left when that is above 0, i.e. when left < diag.
+  if (m.window_left >= 0 && m.window_left < diag) r.lo = diag - m.window_left;
   // causal is a right window of 0, tighter than any explicit right window.
   const int64_t right = m.causal ? 0 : m.window_right;
-  if (right >= 0 && diag + right + 1 < r.hi) r.hi = diag + right + 1;
+  // hi = diag + right + 1 when that is below sk, i.e. when right < sk - 1 - diag = sq - 1 - i.
+  if (right >= 0 && right < m.sq - 1 - i) r.hi = diag + right + 1;
   if (r.hi < r.lo) r.hi = r.lo;
   return r;
 }

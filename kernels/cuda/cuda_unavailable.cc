@@ -18,19 +18,21 @@ absl::Status NotBuilt(absl::string_view op) {
 
 }  // namespace
 
-absl::Status Unpad(const UnpadArgs&, void*) { return NotBuilt("Unpad"); }
-absl::Status Pad(const PadArgs&, void*) { return NotBuilt("Pad"); }
-absl::Status PackAligned(const PackAlignedArgs&, void*) { return NotBuilt("PackAligned"); }
-absl::Status UnpackAligned(const UnpackAlignedArgs&, void*) { return NotBuilt("UnpackAligned"); }
-absl::Status PositionIds(const PositionIdsArgs&, void*) { return NotBuilt("PositionIds"); }
-absl::Status ShiftLabels(const ShiftLabelsArgs&, void*) { return NotBuilt("ShiftLabels"); }
-absl::Status PackedCrossEntropy(const CrossEntropyArgs&, void*) {
+absl::Status Unpad(const UnpadArgs&, int, void*) { return NotBuilt("Unpad"); }
+absl::Status Pad(const PadArgs&, int, void*) { return NotBuilt("Pad"); }
+absl::Status PackAligned(const PackAlignedArgs&, int, void*) { return NotBuilt("PackAligned"); }
+absl::Status UnpackAligned(const UnpackAlignedArgs&, int, void*) {
+  return NotBuilt("UnpackAligned");
+}
+absl::Status PositionIds(const PositionIdsArgs&, int, void*) { return NotBuilt("PositionIds"); }
+absl::Status ShiftLabels(const ShiftLabelsArgs&, int, void*) { return NotBuilt("ShiftLabels"); }
+absl::Status PackedCrossEntropy(const CrossEntropyArgs&, int, void*) {
   return NotBuilt("PackedCrossEntropy");
 }
-absl::Status AttentionForward(const AttentionArgs&, void*) {
+absl::Status AttentionForward(const AttentionArgs&, int, void*) {
   return NotBuilt("VarlenAttentionForward");
 }
-absl::Status AttentionBackward(const AttentionArgs&, void*) {
+absl::Status AttentionBackward(const AttentionArgs&, int, void*) {
   return NotBuilt("VarlenAttentionBackward");
 }
 

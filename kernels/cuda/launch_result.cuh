@@ -2,7 +2,7 @@
 #define PACKSCHED_KERNELS_CUDA_LAUNCH_RESULT_CUH_
 
 // cudaError_t -> LaunchResult, for the .cu translation units (cuda_kernels.cu and the attention
-// launchers); launch.h itself stays free of CUDA headers.
+// launchers) and cuda_backend.cc's device guard; launch.h itself stays free of CUDA headers.
 
 #include <cuda_runtime.h>
 

@@ -29,17 +29,19 @@ absl::Status AttentionBackward(const AttentionArgs& a);
 }  // namespace cpu
 
 namespace cuda {
-// Launch asynchronously on `stream`; return FailedPrecondition when the CUDA runtime has no
-// usable device and Internal for any other launch error.
-absl::Status Unpad(const UnpadArgs& a, void* stream);
-absl::Status Pad(const PadArgs& a, void* stream);
-absl::Status PackAligned(const PackAlignedArgs& a, void* stream);
-absl::Status UnpackAligned(const UnpackAlignedArgs& a, void* stream);
-absl::Status PositionIds(const PositionIdsArgs& a, void* stream);
-absl::Status ShiftLabels(const ShiftLabelsArgs& a, void* stream);
-absl::Status PackedCrossEntropy(const CrossEntropyArgs& a, void* stream);
-absl::Status AttentionForward(const AttentionArgs& a, void* stream);
-absl::Status AttentionBackward(const AttentionArgs& a, void* stream);
+// Launch asynchronously on `stream` with `device` (the tensors' DLDevice::device_id) as the calling
+// thread's current CUDA device, restoring the previous current device before returning; return
+// FailedPrecondition when the CUDA runtime has no usable device and Internal for any other error
+// (including a `device` the runtime cannot select).
+absl::Status Unpad(const UnpadArgs& a, int device, void* stream);
+absl::Status Pad(const PadArgs& a, int device, void* stream);
+absl::Status PackAligned(const PackAlignedArgs& a, int device, void* stream);
+absl::Status UnpackAligned(const UnpackAlignedArgs& a, int device, void* stream);
+absl::Status PositionIds(const PositionIdsArgs& a, int device, void* stream);
+absl::Status ShiftLabels(const ShiftLabelsArgs& a, int device, void* stream);
+absl::Status PackedCrossEntropy(const CrossEntropyArgs& a, int device, void* stream);
+absl::Status AttentionForward(const AttentionArgs& a, int device, void* stream);
+absl::Status AttentionBackward(const AttentionArgs& a, int device, void* stream);
 }  // namespace cuda
 
 }  // namespace packsched::kernels::internal

@@ -5,7 +5,9 @@
 // masking, shared-memory layout and barrier placement on machines without a GPU; it says nothing
 // about the GPU toolchain or the hardware (kernels_attention_cuda_test does, given a device).
 
+#include <algorithm>
 #include <cstdint>
+#include <limits>
 #include <thread>
 #include <vector>
 
@@ -100,12 +102,16 @@ void CheckEmulated(const Problem& p, uint32_t seed = 1) {
   a.kv_heads = p.kv_heads;
   a.head_dim = p.head_dim;
   a.max_seqlen_q = t.seqlens.max_seqlen_q;
-  a.max_seqlen_k = t.seqlens.max_seqlen_k;
+  // The launch grid covers the longest key segment (p.max_seqlen_k only moves the window rule).
+  for (size_t b = 0; b + 1 < t.cu_k_values.size(); ++b) {
+    a.max_seqlen_k = std::max<int64_t>(a.max_seqlen_k, t.cu_k_values[b + 1] - t.cu_k_values[b]);
+  }
   a.scale = p.Scale();
   a.softcap = p.options.softcap;
   a.causal = p.options.causal;
-  a.window_left = p.options.window_left;
-  a.window_right = p.options.window_right;
+  // As the front end passes them: a side >= max_seqlen_k already made unbounded.
+  a.window_left = p.WindowLeft();
+  a.window_right = p.WindowRight();
   a.num_threads = 1;
   a.out = t.out.view().data;
   a.lse = t.lse.view().data;
@@ -141,6 +147,16 @@ TEST(AttentionEmulatedTest, Bucket128WindowWithoutCausal) {
   p.options.window_left = 16;
   p.options.window_right = 4;
   CheckEmulated<Fp16>(p);
+}
+
+// Windows near INT64_MAX (left unnormalised by a max_seqlen_k hint above them) see every key in
+// the device code too: VisibleKeys must not overflow.
+TEST(AttentionEmulatedTest, WindowsNearInt64MaxSeeEveryKey) {
+  Problem p = MakeProblem({33, 5}, {20, 40}, false);
+  p.max_seqlen_k = std::numeric_limits<int64_t>::max();
+  p.options.window_left = std::numeric_limits<int64_t>::max() - 1;
+  p.options.window_right = std::numeric_limits<int64_t>::max() - 1;
+  CheckEmulated<float>(p);
 }
 
 TEST(AttentionEmulatedTest, Bucket256Causal) {

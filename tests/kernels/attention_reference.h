@@ -30,6 +30,8 @@ struct Problem {
   std::vector<int32_t> pad_q, pad_k;  // empty: no pad slots and no seqused
   int64_t heads = 2, kv_heads = 1, head_dim = 64;
   AttentionOptions options;
+  // The max_seqlen_k passed to the kernels; -1: the longest key segment.
+  int64_t max_seqlen_k = -1;
 
   int64_t batch() const { return static_cast<int64_t>(len_q.size()); }
   bool padded() const { return !pad_q.empty(); }
@@ -43,6 +45,18 @@ struct Problem {
   std::vector<int32_t> CuK() const { return CuSeqlens(Segments(false)); }
   double Scale() const {
     return options.softmax_scale.value_or(1.0 / std::sqrt(static_cast<double>(head_dim)));
+  }
+  int64_t MaxSeqlenK() const {
+    if (max_seqlen_k >= 0) return max_seqlen_k;
+    const std::vector<int32_t> seg = Segments(false);
+    return seg.empty() ? 0 : *std::max_element(seg.begin(), seg.end());
+  }
+  // attention.h: a window side >= max_seqlen_k is unbounded (FlashAttention's varlen rule).
+  int64_t WindowLeft() const {
+    return options.window_left >= MaxSeqlenK() ? -1 : options.window_left;
+  }
+  int64_t WindowRight() const {
+    return options.window_right >= MaxSeqlenK() ? -1 : options.window_right;
   }
 };
 
@@ -108,11 +122,13 @@ Outputs NaiveAttention(const Problem& p, const Inputs& in,
       for (int64_t i = 0; i < sq; ++i) {
         const int64_t qi = ((cu_q[b] + i) * H + h) * D;
         const int64_t diag = i + sk - sq;
+        // In __int128: windows may be as large as INT64_MAX.
+        const __int128 left = p.WindowLeft(), right = p.WindowRight();
         std::vector<int64_t> keys;
         for (int64_t j = 0; j < sk; ++j) {
           if (o.causal && j > diag) continue;
-          if (o.window_left >= 0 && j < diag - o.window_left) continue;
-          if (o.window_right >= 0 && j > diag + o.window_right) continue;
+          if (left >= 0 && j < diag - left) continue;
+          if (right >= 0 && j > diag + right) continue;
           keys.push_back(j);
         }
         if (keys.empty()) continue;
@@ -263,6 +279,7 @@ struct AttentionTensors {
       seqlens.max_seqlen_k =
           std::max<int64_t>(seqlens.max_seqlen_k, cu_k_values[b + 1] - cu_k_values[b]);
     }
+    if (p.max_seqlen_k >= 0) seqlens.max_seqlen_k = p.max_seqlen_k;
     if (p.padded()) {
       seqlens.seqused_q = &seqused_q.view();
       seqlens.seqused_k = &seqused_k.view();

@@ -110,6 +110,80 @@ TEST(AttentionTest, SlidingWindows) {
   }
 }
 
+// attention.h (FlashAttention's varlen rule): a window side >= max_seqlen_k is unbounded. With
+// sq = 4 > sk = 2 the right side matters: window (-1, 2) with max_seqlen_k = 2 is plain attention
+// (query 0 sees both keys), while with a hint of 3 the window holds (query 0 sees key 0 only).
+TEST(AttentionTest, WindowSideAtLeastMaxSeqlenKIsUnbounded) {
+  Problem p = MakeProblem({4}, {2});
+  p.head_dim = 8;
+  p.options.window_right = 2;
+  CheckAgainstReference<float>(p);
+  const Inputs in = RandomInputs<double>(p, 3);
+
+  Problem unbounded = p;
+  unbounded.options.window_right = -1;
+  AttentionTensors<double> windowed(p, in), plain(unbounded, in);
+  ASSERT_TRUE(windowed.Forward(p.options).ok());
+  ASSERT_TRUE(windowed.Backward(p.options).ok());
+  ASSERT_TRUE(plain.Forward(unbounded.options).ok());
+  ASSERT_TRUE(plain.Backward(unbounded.options).ok());
+  const Outputs w = windowed.Results(), u = plain.Results();
+  EXPECT_EQ(w.out, u.out);
+  EXPECT_EQ(w.lse, u.lse);
+  EXPECT_EQ(w.dq, u.dq);
+  EXPECT_EQ(w.dk, u.dk);
+  EXPECT_EQ(w.dv, u.dv);
+
+  Problem hinted = p;
+  hinted.max_seqlen_k = 3;
+  CheckAgainstReference<float>(hinted);
+  AttentionTensors<double> h(hinted, in);
+  ASSERT_TRUE(h.Forward(hinted.options).ok());
+  const Outputs r = h.Results();
+  // Query 0 (both heads read kv head 0) sees key 0 alone: out = v_0 exactly.
+  for (int64_t e = 0; e < p.heads * p.head_dim; ++e) {
+    EXPECT_EQ(r.out[e], in.v[e % p.head_dim]) << e;
+  }
+  EXPECT_NE(u.out[0], in.v[0]);
+}
+
+// Windows near INT64_MAX are unbounded too, whether the front end normalises them (>=
+// max_seqlen_k) or, under a max_seqlen_k hint above them, the tile arithmetic sees them as they
+// are (it must not overflow: the bug was lse = +inf and out = 0 everywhere).
+TEST(AttentionTest, WindowsNearInt64MaxAreUnbounded) {
+  constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
+  for (bool causal : {false, true}) {
+    Problem base = MakeProblem({4, 9}, {4, 2}, causal);  // sq > sk in the second sequence
+    base.head_dim = 8;
+    const Inputs in = RandomInputs<double>(base, 5);
+    AttentionTensors<double> plain(base, in);
+    ASSERT_TRUE(plain.Forward(base.options).ok());
+    ASSERT_TRUE(plain.Backward(base.options).ok());
+    const Outputs u = plain.Results();
+    const int64_t windows[][2] = {
+        {-1, kMax}, {kMax, -1}, {int64_t{1} << 62, int64_t{1} << 62}, {kMax - 1, kMax - 1}};
+    for (int64_t hint : {int64_t{-1}, kMax}) {
+      for (const auto& w : windows) {
+        SCOPED_TRACE(::testing::Message() << "causal=" << causal << " max_seqlen_k=" << hint
+                                          << " window=(" << w[0] << ", " << w[1] << ")");
+        Problem p = base;
+        p.max_seqlen_k = hint;
+        p.options.window_left = w[0];
+        p.options.window_right = w[1];
+        AttentionTensors<double> t(p, in);
+        ASSERT_TRUE(t.Forward(p.options).ok()) << t.Forward(p.options);
+        ASSERT_TRUE(t.Backward(p.options).ok());
+        const Outputs r = t.Results();
+        EXPECT_EQ(r.out, u.out);
+        EXPECT_EQ(r.lse, u.lse);
+        EXPECT_EQ(r.dq, u.dq);
+        EXPECT_EQ(r.dk, u.dk);
+        EXPECT_EQ(r.dv, u.dv);
+      }
+    }
+  }
+}
+
 TEST(AttentionTest, SoftcapAndScale) {
   Problem p = MakeProblem({97, 64}, {64, 130}, true);
   p.options.softcap = 2.5;

@@ -2,7 +2,9 @@
 // written when a call fails.
 
 #include <cstdint>
+#include <limits>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "gmock/gmock.h"
@@ -193,13 +195,96 @@ TEST(AttentionValidationTest, OptionsAreChecked) {
   EXPECT_THAT(c.Forward(), InvalidArgumentWith("window (-2, -1) must have entries >= -1"));
   Call d;
   d.options.softcap = -1;
-  EXPECT_THAT(d.Forward(), InvalidArgumentWith("softcap must be finite and >= 0"));
+  EXPECT_THAT(d.Forward(), InvalidArgumentWith("softcap must be 0 (off) or a normal positive"));
   Call e;
   e.options.softmax_scale = std::numeric_limits<double>::infinity();
   EXPECT_THAT(e.Forward(), InvalidArgumentWith("softmax_scale must be finite"));
   Call f;
   f.options.num_threads = -1;
   EXPECT_THAT(f.Forward(), InvalidArgumentWith("num_threads must be >= 0"));
+}
+
+// The kernels compute in float: a double that is finite but not as a float (scale 1e39 gave NaN
+// outputs) or a cap that rounds to 0 or a subnormal (1e-46 silently turned capping off) is an
+// error; the extremes of the float range are accepted.
+TEST(AttentionValidationTest, ScaleAndSoftcapMustFitFloat) {
+  for (double scale : {1e39, -1e39, 3.5e38}) {
+    Call c;
+    c.options.softmax_scale = scale;
+    EXPECT_THAT(c.Forward(), InvalidArgumentWith("softmax_scale must be finite as a float32"))
+        << scale;
+    EXPECT_THAT(c.Backward(), InvalidArgumentWith("softmax_scale must be finite as a float32"))
+        << scale;
+  }
+  for (double cap : {1e-46, 1e-40, 3.5e38, std::numeric_limits<double>::quiet_NaN()}) {
+    Call c;
+    c.options.softcap = cap;
+    EXPECT_THAT(c.Forward(), InvalidArgumentWith("softcap must be 0 (off) or a normal positive "
+                                                 "float32"))
+        << cap;
+  }
+  for (double cap : {0.0, static_cast<double>(std::numeric_limits<float>::min()),
+                     static_cast<double>(std::numeric_limits<float>::max()), 30.0}) {
+    Call c;
+    c.options.softcap = cap;
+    c.options.softmax_scale = std::numeric_limits<float>::max();
+    EXPECT_TRUE(c.Forward().ok()) << cap << ": " << c.Forward();
+  }
+}
+
+// Every tensor of a call moved to cuda:0 (the data stays host memory: these calls fail
+// validation before anything touches it, so this runs without a GPU), with host offsets.
+struct CudaCall {
+  CudaCall(int64_t batch, int64_t heads, int64_t max_seqlen)
+      : cu_values(batch + 1, 0),
+        q({0, heads, 8}, DTypeOf<float>()),
+        k({0, 1, 8}, DTypeOf<float>()),
+        v({0, 1, 8}, DTypeOf<float>()),
+        out({0, heads, 8}, DTypeOf<float>()),
+        lse({heads, 0}, DTypeOf<float>()),
+        cu(CuTensor(cu_values)) {
+    for (HostTensor* t : {&q, &k, &v, &out, &lse, &cu}) t->mutable_view().device = {kDLCUDA, 0};
+    seqlens.q = {&cu.view(), cu_values};
+    seqlens.k = {&cu.view(), cu_values};
+    seqlens.max_seqlen_q = max_seqlen;
+    seqlens.max_seqlen_k = max_seqlen;
+  }
+  absl::Status Forward() {
+    return VarlenAttentionForward(q.view(), k.view(), v.view(), seqlens, {}, out.view(), lse.view(),
+                                  nullptr);
+  }
+  std::vector<int32_t> cu_values;
+  HostTensor q, k, v, out, lse, cu;
+  AttentionSeqlens seqlens;
+};
+
+// The CUDA grid's y (heads) and z (sequences) are limited to 65535: more is a clear
+// InvalidArgument, not the runtime's "invalid configuration argument" as an Internal error.
+TEST(AttentionValidationTest, CudaCallsBeyondTheLaunchGridAreRejected) {
+  EXPECT_THAT(CudaCall(65536, 1, 0).Forward(),
+              InvalidArgumentWith("B = 65536 sequences exceed the CUDA backend's limit of 65535"));
+  EXPECT_THAT(
+      CudaCall(1, 65536, 0).Forward(),
+      InvalidArgumentWith("H = 65536 query heads exceed the CUDA backend's limit of 65535"));
+  EXPECT_THAT(CudaCall(1, 1, int64_t{1} << 31).Forward(),
+              InvalidArgumentWith("max_seqlen_q = 2147483648 exceeds the CUDA backend's limit"));
+}
+
+// The limits are the CUDA launch grid's: the CPU backend runs such calls.
+TEST(AttentionValidationTest, CpuCallsHaveNoGridLimits) {
+  for (auto [batch, heads] : {std::pair<int64_t, int64_t>{65536, 1}, {1, 65536}}) {
+    const std::vector<int32_t> cu_values(batch + 1, 0);
+    HostTensor q({0, heads, 8}, DTypeOf<float>()), k({0, 1, 8}, DTypeOf<float>()),
+        v({0, 1, 8}, DTypeOf<float>()), out({0, heads, 8}, DTypeOf<float>()),
+        lse({heads, 0}, DTypeOf<float>()), cu = CuTensor(cu_values);
+    AttentionSeqlens s;
+    s.q = {&cu.view(), {}};
+    s.k = {&cu.view(), {}};
+    s.max_seqlen_q = s.max_seqlen_k = int64_t{1} << 40;
+    const absl::Status st = VarlenAttentionForward(q.view(), k.view(), v.view(), s, {}, out.view(),
+                                                   lse.view(), nullptr);
+    EXPECT_TRUE(st.ok()) << "B=" << batch << " H=" << heads << ": " << st;
+  }
 }
 
 TEST(AttentionValidationTest, OutputsMustHaveTheDocumentedShapesAndDtypes) {

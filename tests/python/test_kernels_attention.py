@@ -4,6 +4,7 @@ the equivalence a user relies on: a transformer block on a padded batch with a m
 packed batch gives the same per-token outputs and gradients."""
 
 import math
+import sys
 
 import numpy as np
 import pytest
@@ -182,14 +183,85 @@ def test_errors_name_the_argument():
 
 
 def test_signature_matches_flash_attn_varlen_func():
+    """flash_attn_varlen_func's sixteen parameters (FlashAttention 2.6+), in order and with its
+    defaults, so positional calls carry over; our extras are keyword-only."""
     import inspect
 
     params = list(inspect.signature(k.varlen_attention).parameters.values())
-    assert [p.name for p in params[:11]] == [
-        "q", "k", "v", "cu_seqlens_q", "cu_seqlens_k", "max_seqlen_q", "max_seqlen_k",
-        "dropout_p", "softmax_scale", "causal", "window_size"]
-    assert all(p.kind == p.KEYWORD_ONLY for p in params[11:])
-    assert [p.name for p in params[11:15]] == ["softcap", "seqused_q", "seqused_k", "return_lse"]
+    assert [(p.name, p.default) for p in params[7:16]] == [
+        ("dropout_p", 0.0), ("softmax_scale", None), ("causal", False), ("window_size", (-1, -1)),
+        ("softcap", 0.0), ("alibi_slopes", None), ("deterministic", False),
+        ("return_attn_probs", False), ("block_table", None)]
+    assert [p.name for p in params[:7]] == [
+        "q", "k", "v", "cu_seqlens_q", "cu_seqlens_k", "max_seqlen_q", "max_seqlen_k"]
+    assert all(p.kind == p.POSITIONAL_OR_KEYWORD for p in params[:16])
+    assert all(p.kind == p.KEYWORD_ONLY for p in params[16:])
+    assert [p.name for p in params[16:19]] == ["seqused_q", "seqused_k", "return_lse"]
+
+
+def test_flash_attn_style_calls():
+    """How HF transformers and verl call flash_attn_varlen_func: softcap positionally,
+    deterministic=, alibi_slopes=None, return_attn_probs=."""
+    q, k_, v, cu_q, cu_k = random_problem([5, 0, 17, 1], [9, 3, 17, 0], seed=6)
+    args = [torch.from_numpy(x) for x in (q, k_, v, cu_q, cu_k)] + [17, 17]
+    want, want_lse = reference(q, k_, v, cu_q, cu_k, True, (4, -1), 1.5, 0.3)
+    out = k.varlen_attention(*args, 0.0, 0.3, True, (4, -1), 1.5, None, True, False)
+    torch.testing.assert_close(out.double(), want, atol=2e-5, rtol=0)
+    kw = dict(dropout_p=0.0, softmax_scale=0.3, causal=True, window_size=(4, -1), softcap=1.5)
+    for deterministic in (False, True):
+        assert torch.equal(k.varlen_attention(*args, deterministic=deterministic, **kw), out)
+    got = k.varlen_attention(*args, return_attn_probs=True, alibi_slopes=None, **kw)
+    assert isinstance(got, tuple) and len(got) == 3 and got[2] is None
+    assert torch.equal(got[0], out)
+    finite = torch.isfinite(want_lse)
+    assert torch.equal(torch.isinf(got[1]), ~finite)
+    torch.testing.assert_close(got[1].double()[finite], want_lse[finite], atol=2e-5, rtol=0)
+
+
+def test_deterministic_backward_is_bitwise_repeatable():
+    q, k_, v, cu_q, cu_k = random_problem([33, 7], [20, 7], seed=8)
+    cu_q, cu_k = torch.from_numpy(cu_q), torch.from_numpy(cu_k)
+    grads = []
+    for _ in range(2):
+        x = [torch.from_numpy(a).requires_grad_() for a in (q, k_, v)]
+        k.varlen_attention(*x, cu_q, cu_k, 33, 20, causal=True, deterministic=True).sum().backward()
+        grads.append([a.grad for a in x])
+    assert all(torch.equal(a, b) for a, b in zip(*grads))
+
+
+def test_unsupported_flash_attn_options_are_refused():
+    q, k_, v, cu_q, cu_k = random_problem([3], [3])
+    with pytest.raises(NotImplementedError, match="alibi_slopes"):
+        k.varlen_attention(q, k_, v, cu_q, cu_k, 3, 3, alibi_slopes=np.ones(4, np.float32))
+    with pytest.raises(NotImplementedError, match="block_table"):
+        k.varlen_attention(q, k_, v, cu_q, cu_k, 3, 3, block_table=np.zeros((1, 1), np.int32))
+
+
+def test_a_window_side_at_least_max_seqlen_k_is_unbounded():
+    """FlashAttention's varlen rule, which matters for sq > sk: window (-1, 2) with
+    max_seqlen_k = 2 lets query 0 of a 4-query, 2-key sequence see both keys; with a larger
+    max_seqlen_k the window holds and query 0 sees key 0 alone (out = v_0)."""
+    q, k_, v, cu_q, cu_k = random_problem([4], [2], heads=2, kv_heads=1, dim=8, dtype=np.float64,
+                                          seed=2)
+    plain = k.varlen_attention_forward(q, k_, v, cu_q, cu_k, 4, 2)
+    windowed = k.varlen_attention_forward(q, k_, v, cu_q, cu_k, 4, 2, window_size=(-1, 2))
+    for a, b in zip(windowed, plain):
+        np.testing.assert_array_equal(a, b)
+    out, _ = k.varlen_attention_forward(q, k_, v, cu_q, cu_k, 4, 3, window_size=(-1, 2))
+    np.testing.assert_array_equal(out[0], np.repeat(v[0], 2, axis=0))
+    assert not np.array_equal(plain[0][0], out[0])
+
+
+@pytest.mark.parametrize("window", [(-1, sys.maxsize), (sys.maxsize, -1), (2**62, 2**62),
+                                    (sys.maxsize - 1, sys.maxsize - 1)])
+@pytest.mark.parametrize("max_seqlen_k", [4, sys.maxsize])
+def test_windows_near_int64_max_are_unbounded(window, max_seqlen_k):
+    """Such windows used to overflow and hide every key (lse = +inf, out = 0)."""
+    q, k_, v, cu_q, cu_k = random_problem([4, 9], [4, 2], dtype=np.float64, seed=1)
+    plain = k.varlen_attention_forward(q, k_, v, cu_q, cu_k, 9, 4)
+    got = k.varlen_attention_forward(q, k_, v, cu_q, cu_k, 9, max_seqlen_k, window_size=window)
+    for a, b in zip(got, plain):
+        np.testing.assert_array_equal(a, b)
 
 
 # ---- A small transformer block, padded with a mask vs packed ----

@@ -161,9 +161,17 @@ def _same_lib(lib, x):
     return lib.contiguous(x)
 
 
-def _host(lib, cu, cu_host):
+def _host(lib, cu, cu_host, name="cu_seqlens"):
+    """The host values of an offsets tensor (from cu_host when given, else copied from cu)."""
+    shape = tuple(cu.shape)
+    if len(shape) != 1 or shape[0] < 1:
+        raise ValueError(f"{name} must be a 1-D int32 tensor of B + 1 >= 1 offsets, got shape "
+                         f"{list(shape)}")
     if cu_host is not None:
-        return [int(v) for v in cu_host]
+        host = [int(v) for v in cu_host]
+        if not host:
+            raise ValueError(f"{name}_host must hold B + 1 >= 1 offsets, got an empty list")
+        return host
     return lib.to_list(cu)
 
 
@@ -253,7 +261,8 @@ def unpack_aligned(x_aligned, cu_seqlens, cu_seqlens_padded, cu_seqlens_host=Non
     cu_seqlens = _same_lib(lib, cu_seqlens)
     cu_seqlens_padded = _same_lib(lib, cu_seqlens_padded)
     host = _host(lib, cu_seqlens, cu_seqlens_host)
-    padded_host = _host(lib, cu_seqlens_padded, cu_seqlens_padded_host)
+    padded_host = _host(lib, cu_seqlens_padded, cu_seqlens_padded_host,
+                            "cu_seqlens_padded")
     x_packed = lib.empty((host[-1],) + tuple(x_aligned.shape[1:]), None, x_aligned)
     _kernels.unpack_aligned(x_aligned, cu_seqlens, host, cu_seqlens_padded, padded_host, x_packed,
                             lib.stream(x_aligned))
@@ -285,7 +294,8 @@ def shift_labels(ids, cu_seqlens, ignore_index=-100, cu_seqlens_padded=None,
     padded_host = None
     if cu_seqlens_padded is not None:
         cu_seqlens_padded = _same_lib(lib, cu_seqlens_padded)
-        padded_host = _host(lib, cu_seqlens_padded, cu_seqlens_padded_host)
+        padded_host = _host(lib, cu_seqlens_padded, cu_seqlens_padded_host,
+                            "cu_seqlens_padded")
     labels = lib.empty(tuple(ids.shape), None, ids)
     _kernels.shift_labels(ids, cu_seqlens, host, cu_seqlens_padded, padded_host, int(ignore_index),
                           labels, lib.stream(ids))
@@ -351,16 +361,39 @@ def _cross_entropy_function():
                 seq_of_row = torch.repeat_interleave(
                     torch.arange(len(lengths), device=logits.device), lengths)
                 grad_row = d_loss + d_sums[seq_of_row]
-                valid = labels != ctx.ignore_index
-                compute = torch.float64 if logits.dtype == torch.float64 else torch.float32
-                grad = torch.softmax(logits.to(compute), dim=-1)
-                rows = torch.nonzero(valid).squeeze(1)
-                grad[rows, labels[rows].long()] -= 1.0  # d(-log p_y)/d logits = p - onehot(y)
-                grad[~valid] = 0.0
-                return (grad * grad_row.to(compute)[:, None]).to(logits.dtype), None, None, None, None
+                return (_cross_entropy_grad(torch, logits, labels, grad_row, ctx.ignore_index),
+                        None, None, None, None)
 
         _CROSS_ENTROPY = PackedCrossEntropy
     return _CROSS_ENTROPY
+
+
+# Rows of the cross-entropy gradient are computed this many float32 logits at a time, so the
+# backward's peak is the gradient itself plus one such block (not two [rows, V] float32 arrays).
+_CE_GRAD_BLOCK_ELEMENTS = 1 << 22
+
+
+def _cross_entropy_grad(torch, logits, labels, grad_row, ignore_index):
+    """d(sum_t grad_row[t] * loss_t) / d logits in logits' dtype: per row
+    grad_row[t] * (softmax(logits[t]) - onehot(labels[t])), 0 where labels[t] == ignore_index.
+    Computed in float32 (float64 for float64 logits) one block of rows at a time; every row's
+    arithmetic is the same as for the whole array at once."""
+    compute = torch.float64 if logits.dtype == torch.float64 else torch.float32
+    rows, vocab = logits.shape
+    grad = torch.empty_like(logits)
+    block = max(1, _CE_GRAD_BLOCK_ELEMENTS // max(1, vocab))
+    for start in range(0, rows, block):
+        stop = min(rows, start + block)
+        g = torch.softmax(logits[start:stop].to(compute), dim=-1)
+        lab = labels[start:stop]
+        valid = lab != ignore_index
+        hit = torch.nonzero(valid).squeeze(1)
+        g[hit, lab[hit].long()] -= 1.0  # d(-log p_y)/d logits = p - onehot(y)
+        g[~valid] = 0.0
+        g.mul_(grad_row[start:stop].to(compute)[:, None])
+        grad[start:stop] = g
+        del g  # before the next block's softmax allocates its own
+    return grad
 
 
 def _is_float64(lib, x):
@@ -375,8 +408,8 @@ class _AttentionLayout:
                  cu_seqlens_q_host, cu_seqlens_k_host):
         self.cu_q = _same_lib(lib, cu_seqlens_q)
         self.cu_k = _same_lib(lib, cu_seqlens_k)
-        self.host_q = _host(lib, self.cu_q, cu_seqlens_q_host)
-        self.host_k = _host(lib, self.cu_k, cu_seqlens_k_host)
+        self.host_q = _host(lib, self.cu_q, cu_seqlens_q_host, "cu_seqlens_q")
+        self.host_k = _host(lib, self.cu_k, cu_seqlens_k_host, "cu_seqlens_k")
         self.seqused_q = None if seqused_q is None else _same_lib(lib, seqused_q)
         self.seqused_k = None if seqused_k is None else _same_lib(lib, seqused_k)
         left, right = window_size
@@ -423,9 +456,11 @@ def varlen_attention_forward(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, 
     multiple of Hk (GQA: head h reads kv head h // (H // Hk)), D a multiple of 8 up to 256.
     cu_seqlens_q/k: int32 [B+1] segment offsets (padded offsets for an aligned layout, with
     seqused_q/k: int32 [B] the real lengths). max_seqlen_q/k: ints >= the longest segment.
-    softmax_scale: default D ** -0.5. causal: bottom-right aligned (query i sees key j iff
-    j <= i + sk - sq). window_size: (left, right), -1 = unbounded. softcap > 0: scores become
-    softcap * tanh(s / softcap). The keyword-only cu_seqlens_q_host / cu_seqlens_k_host (lists)
+    softmax_scale: default D ** -0.5, finite as a float32. causal: bottom-right aligned (query i
+    sees key j iff j <= i + sk - sq). window_size: (left, right), -1 = unbounded; as in
+    FlashAttention's varlen API a side >= max_seqlen_k is unbounded too (which lets every row of a
+    sequence with sq > sk see all keys when the right side is). softcap: 0 = off, else a normal
+    positive float32; scores become softcap * tanh(s / softcap). The keyword-only cu_seqlens_q_host / cu_seqlens_k_host (lists)
     spare a GPU caller the device-to-host copy of the offsets.
 
     Returns (out [tq, H, D] q's dtype, lse [H, tq] float32 (float64 for float64 q), natural log
@@ -482,19 +517,40 @@ def _autograd_function():
 
 
 def varlen_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
-                     dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1), *,
-                     softcap=0.0, seqused_q=None, seqused_k=None, return_lse=False,
+                     dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1),
+                     softcap=0.0, alibi_slopes=None, deterministic=False, return_attn_probs=False,
+                     block_table=None, *, seqused_q=None, seqused_k=None, return_lse=False,
                      cu_seqlens_q_host=None, cu_seqlens_k_host=None):
-    """Drop-in for flash_attn_varlen_func (same first eleven arguments; dropout_p must be 0).
+    """Drop-in for flash_attn_varlen_func (FlashAttention 2.6+): the same sixteen parameters in
+    the same positions, so positional and keyword calls (HF transformers, verl) work unchanged.
+
+    - dropout_p must be 0 (attention dropout is not implemented).
+    - window_size: as FlashAttention's varlen API, a side >= max_seqlen_k is unbounded.
+    - alibi_slopes must be None (ALiBi is not implemented: NotImplementedError); block_table
+      (paged KV cache) likewise.
+    - deterministic is accepted and changes nothing: the backward pass is always deterministic
+      (bitwise reproducible, no atomics).
+    - return_attn_probs=True returns (out, softmax_lse, None) like FlashAttention with
+      dropout_p = 0: lse [H, tq] float32 (not differentiable); the third entry, FlashAttention's
+      S_dmask, is always None (FlashAttention only fills it when dropout_p > 0).
+
+    Beyond FlashAttention (keyword-only): seqused_q/k (int32 [B] real lengths of an aligned
+    layout), return_lse (returns (out, lse)), cu_seqlens_q_host/k_host (host offsets: no sync).
 
     For torch tensors this is a torch.autograd.Function: gradients flow to q, k and v through
     varlen_attention_backward. Numpy (and other host DLPack) inputs run the forward only. See
-    varlen_attention_forward for shapes and semantics. Returns out, or (out, lse) when
-    return_lse is true (lse is not differentiable).
+    varlen_attention_forward for shapes and semantics.
     """
     if dropout_p != 0.0:
         raise ValueError(f"varlen_attention: dropout_p must be 0, got {dropout_p} "
                          f"(attention dropout is not implemented)")
+    if alibi_slopes is not None:
+        raise NotImplementedError("varlen_attention: alibi_slopes must be None (ALiBi is not "
+                                  "implemented)")
+    if block_table is not None:
+        raise NotImplementedError("varlen_attention: block_table must be None (a paged KV cache "
+                                  "is not implemented)")
+    del deterministic  # the backward is always deterministic
     lib, q = _lib_of(q)
     layout = _AttentionLayout(lib, q, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                               softmax_scale, causal, window_size, softcap, seqused_q, seqused_k,
@@ -505,4 +561,6 @@ def varlen_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
         out, lse = _autograd_function().apply(q, k, v, layout)
     else:
         out, lse = _forward(lib, q, k, v, layout)
+    if return_attn_probs:
+        return out, lse, None
     return (out, lse) if return_lse else out

@@ -1,7 +1,8 @@
 // packsched._kernels: the pybind11 layer under packsched/kernels.py. It takes already-allocated
 // DLPack producers (the Python wrapper allocates outputs with the inputs' own library), borrows
-// their DLTensor views for the duration of one call, and raises ValueError with the C++ message
-// when a call returns an error status.
+// their DLTensor views for the duration of one call, runs the C++ call without the GIL (so other
+// Python threads run meanwhile), and raises ValueError with the C++ message when a call returns an
+// error status.
 
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
@@ -51,6 +52,22 @@ class Borrowed {
 
 void Check(const absl::Status& s) {
   if (!s.ok()) throw py::value_error(std::string(s.message()));
+}
+
+// Runs one kernel call without the GIL, then raises its error (with the GIL). `call` must touch
+// only C++ state: the DLTensor views of Borrowed objects, host vectors, plain values. It may
+// release the GIL because everything it reads is owned by objects of the calling frame that
+// outlive it (the Borrowed capsules keep the producers' buffers alive, and their destructors run
+// after the GIL is re-acquired). Other Python threads may run meanwhile; as with any torch op
+// that releases the GIL, they must not resize or free these tensors' storage during the call.
+template <typename Call>
+void CheckWithoutGil(Call call) {
+  absl::Status s;
+  {
+    py::gil_scoped_release release;
+    s = call();
+  }
+  Check(s);
 }
 
 Stream AsStream(uintptr_t s) { return reinterpret_cast<Stream>(s); }
@@ -107,7 +124,9 @@ PYBIND11_MODULE(_kernels, m) {
          py::object x_packed, py::object indices, uintptr_t stream) {
         Borrowed bx(x, stream), bm(mask, stream), bc(cu, stream), bp(x_packed, stream),
             bi(indices, stream);
-        Check(Unpad(*bx, *bm, {bc.get(), HostSpan(cu_host)}, *bp, *bi, AsStream(stream)));
+        CheckWithoutGil([&] {
+          return Unpad(*bx, *bm, {bc.get(), HostSpan(cu_host)}, *bp, *bi, AsStream(stream));
+        });
       },
       py::arg("x"), py::arg("mask"), py::arg("cu_seqlens"), py::arg("cu_seqlens_host"),
       py::arg("x_packed"), py::arg("indices"), py::arg("stream"));
@@ -116,7 +135,7 @@ PYBIND11_MODULE(_kernels, m) {
       "pad",
       [](py::object x_packed, py::object indices, py::object x, uintptr_t stream) {
         Borrowed bp(x_packed, stream), bi(indices, stream), bx(x, stream);
-        Check(Pad(*bp, *bi, *bx, AsStream(stream)));
+        CheckWithoutGil([&] { return Pad(*bp, *bi, *bx, AsStream(stream)); });
       },
       py::arg("x_packed"), py::arg("indices"), py::arg("x"), py::arg("stream"));
 
@@ -127,8 +146,10 @@ PYBIND11_MODULE(_kernels, m) {
          py::object seqused, uintptr_t stream) {
         Borrowed bp(x_packed, stream), bc(cu, stream), ba(x_aligned, stream),
             bcp(cu_padded, stream), bs(seqused, stream);
-        Check(PackAligned(*bp, {bc.get(), HostSpan(cu_host)}, align, pad_value, *ba, *bcp, *bs,
-                          AsStream(stream)));
+        CheckWithoutGil([&] {
+          return PackAligned(*bp, {bc.get(), HostSpan(cu_host)}, align, pad_value, *ba, *bcp, *bs,
+                             AsStream(stream));
+        });
       },
       py::arg("x_packed"), py::arg("cu_seqlens"), py::arg("cu_seqlens_host"), py::arg("align"),
       py::arg("pad_value"), py::arg("x_aligned"), py::arg("cu_seqlens_padded"), py::arg("seqused"),
@@ -141,8 +162,10 @@ PYBIND11_MODULE(_kernels, m) {
          py::object x_packed, uintptr_t stream) {
         Borrowed ba(x_aligned, stream), bc(cu, stream), bcp(cu_padded, stream),
             bp(x_packed, stream);
-        Check(UnpackAligned(*ba, {bc.get(), HostSpan(cu_host)},
-                            {bcp.get(), HostSpan(cu_padded_host)}, *bp, AsStream(stream)));
+        CheckWithoutGil([&] {
+          return UnpackAligned(*ba, {bc.get(), HostSpan(cu_host)},
+                               {bcp.get(), HostSpan(cu_padded_host)}, *bp, AsStream(stream));
+        });
       },
       py::arg("x_aligned"), py::arg("cu_seqlens"), py::arg("cu_seqlens_host"),
       py::arg("cu_seqlens_padded"), py::arg("cu_seqlens_padded_host"), py::arg("x_packed"),
@@ -153,7 +176,9 @@ PYBIND11_MODULE(_kernels, m) {
       [](py::object cu, std::optional<std::vector<int32_t>> cu_host, py::object out,
          uintptr_t stream) {
         Borrowed bc(cu, stream), bo(out, stream);
-        Check(PositionIds({bc.get(), HostSpan(cu_host)}, *bo, AsStream(stream)));
+        CheckWithoutGil([&] {
+          return PositionIds({bc.get(), HostSpan(cu_host)}, *bo, AsStream(stream));
+        });
       },
       py::arg("cu_seqlens"), py::arg("cu_seqlens_host"), py::arg("position_ids"),
       py::arg("stream"));
@@ -170,8 +195,10 @@ PYBIND11_MODULE(_kernels, m) {
           bcp.emplace(cu_padded, stream);
           padded = {bcp->get(), HostSpan(cu_padded_host)};
         }
-        Check(ShiftLabels(*bi, {bc.get(), HostSpan(cu_host)}, bcp ? &padded : nullptr, ignore_index,
-                          *bl, AsStream(stream)));
+        CheckWithoutGil([&] {
+          return ShiftLabels(*bi, {bc.get(), HostSpan(cu_host)}, bcp ? &padded : nullptr,
+                             ignore_index, *bl, AsStream(stream));
+        });
       },
       py::arg("ids"), py::arg("cu_seqlens"), py::arg("cu_seqlens_host"),
       py::arg("cu_seqlens_padded"), py::arg("cu_seqlens_padded_host"), py::arg("ignore_index"),
@@ -184,8 +211,10 @@ PYBIND11_MODULE(_kernels, m) {
          py::object sums, py::object counts, uintptr_t stream) {
         Borrowed bl(logits, stream), bt(labels, stream), bc(cu, stream), bo(loss, stream),
             bs(sums, stream), bn(counts, stream);
-        Check(PackedCrossEntropy(*bl, *bt, {bc.get(), HostSpan(cu_host)}, ignore_index, *bo, *bs,
-                                 *bn, AsStream(stream)));
+        CheckWithoutGil([&] {
+          return PackedCrossEntropy(*bl, *bt, {bc.get(), HostSpan(cu_host)}, ignore_index, *bo, *bs,
+                                    *bn, AsStream(stream));
+        });
       },
       py::arg("logits"), py::arg("labels"), py::arg("cu_seqlens"), py::arg("cu_seqlens_host"),
       py::arg("ignore_index"), py::arg("per_token_loss"), py::arg("per_sequence_sum"),
@@ -202,8 +231,10 @@ PYBIND11_MODULE(_kernels, m) {
         Borrowed bq(q, stream), bk(k, stream), bv(v, stream), bo(out, stream), bl(lse, stream);
         AttentionCall c(cu_q, cu_q_host, cu_k, cu_k_host, max_q, max_k, seqused_q, seqused_k, scale,
                         causal, window_left, window_right, softcap, stream);
-        Check(VarlenAttentionForward(*bq, *bk, *bv, c.seqlens, c.options, *bo, *bl,
-                                     AsStream(stream)));
+        CheckWithoutGil([&] {
+          return VarlenAttentionForward(*bq, *bk, *bv, c.seqlens, c.options, *bo, *bl,
+                                        AsStream(stream));
+        });
       },
       py::arg("q"), py::arg("k"), py::arg("v"), py::arg("cu_seqlens_q"),
       py::arg("cu_seqlens_q_host"), py::arg("cu_seqlens_k"), py::arg("cu_seqlens_k_host"),
@@ -223,8 +254,10 @@ PYBIND11_MODULE(_kernels, m) {
             bl(lse, stream), bdq(dq, stream), bdk(dk, stream), bdv(dv, stream);
         AttentionCall c(cu_q, cu_q_host, cu_k, cu_k_host, max_q, max_k, seqused_q, seqused_k, scale,
                         causal, window_left, window_right, softcap, stream);
-        Check(VarlenAttentionBackward(*bdo, *bq, *bk, *bv, *bo, *bl, c.seqlens, c.options, *bdq,
-                                      *bdk, *bdv, AsStream(stream)));
+        CheckWithoutGil([&] {
+          return VarlenAttentionBackward(*bdo, *bq, *bk, *bv, *bo, *bl, c.seqlens, c.options, *bdq,
+                                         *bdk, *bdv, AsStream(stream));
+        });
       },
       py::arg("dout"), py::arg("q"), py::arg("k"), py::arg("v"), py::arg("out"), py::arg("lse"),
       py::arg("cu_seqlens_q"), py::arg("cu_seqlens_q_host"), py::arg("cu_seqlens_k"),

@@ -18,6 +18,10 @@
 //     window_left >= 0:    j >= i + off - window_left
 //     window_right >= 0:   j <= i + off + window_right
 //   (causal together with a window is the window with window_right = min(window_right, 0)).
+//   As in FlashAttention's varlen API, a window side >= max_seqlen_k counts as -1 (unbounded)
+//   before the rule above applies. On the left this changes nothing; on the right it lets a
+//   non-causal sequence with sq > sk see all its keys from every row: with sq = 4, sk = 2,
+//   max_seqlen_k = 2 and window (-1, 2), query 0 sees both keys, not only key 0.
 //
 //   s_ij  = softmax_scale * (q_i . k_j), capped to softcap * tanh(s_ij / softcap) when softcap > 0
 //   lse_i = log(sum over visible j of exp(s_ij))     (natural log; the scale and cap included)
@@ -64,13 +68,17 @@ struct AttentionSeqlens {
 };
 
 struct AttentionOptions {
-  // Multiplies q . k; default D^-0.5. Must be finite.
+  // Multiplies q . k; default D^-0.5. Must be finite as a float32 (|scale| <= FLT_MAX): the
+  // kernels compute in float.
   std::optional<double> softmax_scale;
   bool causal = false;
-  // Sliding window (left, right) in keys around the aligned diagonal; -1 = unbounded. Each >= -1.
+  // Sliding window (left, right) in keys around the aligned diagonal; -1 = unbounded. Each >= -1;
+  // any larger value is allowed, and a side >= max_seqlen_k is unbounded (see above).
   int64_t window_left = -1;
   int64_t window_right = -1;
-  // > 0 caps the scores to softcap * tanh(s / softcap); 0 = off. Must be finite and >= 0.
+  // > 0 caps the scores to softcap * tanh(s / softcap); 0 = off. Otherwise a normal positive
+  // float32: in [FLT_MIN, FLT_MAX] (a subnormal cap would round to 0 and silently turn capping
+  // off).
   double softcap = 0.0;
   // CPU backend: worker threads; 0 = std::thread::hardware_concurrency(). Results do not depend on
   // it. Ignored by the CUDA backend.
@@ -87,8 +95,10 @@ struct AttentionOptions {
 //
 // Returns InvalidArgument naming the argument for a bad dtype, shape, device, head count,
 // head dim, cu_seqlens, max_seqlen, seqused (value checks on the CPU backend only), window,
-// softcap or softmax_scale, and for float64 CUDA tensors; Unimplemented / FailedPrecondition /
-// Internal as described in kernels.h. Nothing is written when validation fails.
+// softcap or softmax_scale, for float64 CUDA tensors, and for CUDA calls beyond the launch grid:
+// more than 65535 sequences (B) or query heads (H), or a max_seqlen above 2^31 - 1;
+// Unimplemented / FailedPrecondition / Internal as described in kernels.h. Nothing is written when
+// validation fails.
 absl::Status VarlenAttentionForward(const DLTensor& q, const DLTensor& k, const DLTensor& v,
                                     const AttentionSeqlens& seqlens,
                                     const AttentionOptions& options, const DLTensor& out,
