@@ -311,6 +311,11 @@ absl::Status StreamGroup::FormIfNeeded(absl::Time deadline) {
           absl::StrCat("stream '", stream_, "': generation ", generation, " did not form within ",
                        absl::FormatDuration(options.collective_timeout), ": ranks ", missing,
                        " did not join (", status.message(), ")"));
+    } else if (absl::IsDeadlineExceeded(status) || absl::IsAborted(status)) {
+      // Every rank joined: the backend names the rank that did not connect, or went away.
+      status = absl::Status(status.code(),
+                            absl::StrCat("stream '", stream_, "': generation ", generation,
+                                         " did not form: ", status.message()));
     }
     EndGeneration(generation, status, "formation");
     return status;
