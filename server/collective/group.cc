@@ -396,6 +396,10 @@ absl::Status StreamGroup::FormIfNeeded(absl::Time deadline) {
   }
   if (options.rank == 0)
     CleanEndedGenerations(generation, kGenerationsCleanedPerFormation, deadline);
+  // Forming needs every rank: the run is complete, whatever AwaitMembers has seen. (After rank 0
+  // restarts, the survivors, long ready, never publish their membership under its new epoch.)
+  group_.members_seen_.store(options.world_size, std::memory_order_release);
+  group_.ready_.store(true, std::memory_order_release);
   absl::MutexLock lock(&mu_);
   collective_ = std::shared_ptr<Collective>(std::move(formed).value());
   info_.formed = true;

@@ -93,7 +93,10 @@ class Group {
   // on rank 0, O(1) on the others, no collective. Returns true once complete (ready() then
   // stays true), false when `deadline` comes first (call again: rank 0 resumes where it
   // stopped), or the store's error (e.g. Unavailable while rank 0 is not up yet). A group of
-  // one is complete at once. One caller at a time.
+  // one is complete at once. The run is also complete (ready() turns true, and AwaitMembers
+  // returns true) once any stream has formed, since forming needs every rank: what makes a rank 0
+  // restarted under a new epoch ready, whose peers do not publish their membership again.
+  // One caller at a time.
   absl::StatusOr<bool> AwaitMembers(absl::Time deadline);
   bool ready() const { return ready_.load(std::memory_order_acquire); }
   // Rank 0: how many ranks have joined so far (as far as AwaitMembers has seen); other ranks:
