@@ -181,6 +181,25 @@ TEST(Rendezvous, AnUnreachableServerIsADeadlineNotAHang) {
   EXPECT_LT(absl::Now() - start, absl::Seconds(2));
 }
 
+// The view used to explain a failed round: a dead rank 0 fails at once instead of being waited
+// for until the deadline, and a live one is the same store.
+TEST(Rendezvous, TheFailFastViewDoesNotWaitForAnUnreachableServer) {
+  auto client = Connect("127.0.0.1:1");
+  const absl::Time start = absl::Now();
+  absl::Status status = client->FailFast().Set("k", "v", In(absl::Seconds(5)));
+  EXPECT_EQ(status.code(), absl::StatusCode::kUnavailable) << status;
+  EXPECT_LT(absl::Now() - start, absl::Seconds(2));
+
+  auto served = Serve();
+  ASSERT_NE(served, nullptr);
+  auto live = Connect(served->address);
+  ASSERT_TRUE(live->Set("k", "v", In(absl::Seconds(5))).ok());
+  absl::StatusOr<std::optional<std::string>> value =
+      live->FailFast().TryGet("k", In(absl::Seconds(5)));
+  ASSERT_TRUE(value.ok()) << value.status();
+  EXPECT_EQ(*value, "v");
+}
+
 TEST(Rendezvous, LocalAddressTowardsLoopbackIsLoopback) {
   absl::StatusOr<std::string> local = LocalAddressTowards("127.0.0.1:29400");
   ASSERT_TRUE(local.ok()) << local.status();
