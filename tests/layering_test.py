@@ -27,7 +27,7 @@ RULES = {
     "server/collective": (("absl/", "spdlog/", "server/base/", "server/collective/", "gloo/",
                            "nccl", "cuda", "grpcpp/", "proto/", "packsched/"), ("server/planner",)),
     "tests/collective": (("absl/", "gmock/", "gtest/", "server/base/", "server/collective/",
-                          "tests/collective/"), ("server/planner", "server/service")),
+                          "tests/collective/", "gloo/"), ("server/planner", "server/service")),
     "server/service": (("absl/", "spdlog/", "grpcpp/", "google/protobuf/", "packsched/v1/",
                         "server/base/", "server/planner/", "server/collective/", "server/service/"),
                        ("nccl", "cuda", "gloo")),

@@ -7,6 +7,8 @@
 #include <exception>
 #include <functional>
 #include <memory>
+#include <optional>
+#include <string>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -16,6 +18,8 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "gloo/allgather.h"
@@ -117,6 +121,71 @@ absl::StatusOr<std::shared_ptr<gloo::transport::Device>> CreateDevice(const Gloo
   }
 }
 
+// Ends a formation that is still connecting when its deadline passes, by closing the
+// half-formed context's pairs. Gloo bounds the listening side's wait for a peer that has published
+// its address to connect (Pair::waitUntilConnected) only by five times the pair timeout.
+// Pair::close takes the pair's lock, moves it to CLOSED and notifies the condition variable that
+// wait sleeps on, whose predicate (state >= CONNECTED) then holds: connect() returns as if
+// connected, and Connect checks fired() after every connect() to tell the two apart.
+class FormationWatchdog {
+ public:
+  explicit FormationWatchdog(absl::Time deadline) : thread_([this, deadline] { Run(deadline); }) {}
+  ~FormationWatchdog() { Stop(); }
+
+  FormationWatchdog(const FormationWatchdog&) = delete;
+  FormationWatchdog& operator=(const FormationWatchdog&) = delete;
+
+  // The pairs to close when it fires (at once if it already has). REQUIRES: every pair to `peers`
+  // has been created; none is created after this.
+  void Watch(std::shared_ptr<gloo::transport::Context> transport, std::vector<int> peers) {
+    absl::MutexLock lock(&mu_);
+    transport_ = std::move(transport);
+    peers_ = std::move(peers);
+    if (fired_) CloseLocked();
+  }
+
+  // Formation is over (either way): the watchdog will not fire any more. Joins its thread.
+  void Stop() {
+    {
+      absl::MutexLock lock(&mu_);
+      stopped_ = true;
+    }
+    if (thread_.joinable()) thread_.join();
+  }
+
+  bool fired() const {
+    absl::MutexLock lock(&mu_);
+    return fired_;
+  }
+
+ private:
+  void Run(absl::Time deadline) {
+    absl::MutexLock lock(&mu_);
+    mu_.AwaitWithDeadline(absl::Condition(&stopped_), deadline);
+    if (stopped_) return;
+    fired_ = true;
+    CloseLocked();
+  }
+
+  void CloseLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (transport_ == nullptr) return;
+    for (int peer : peers_) {
+      try {
+        if (auto& pair = transport_->getPair(peer)) pair->close();
+      } catch (const std::exception&) {
+        // A pair that already failed may throw on close; it is closed either way.
+      }
+    }
+  }
+
+  mutable absl::Mutex mu_;
+  bool stopped_ ABSL_GUARDED_BY(mu_) = false;
+  bool fired_ ABSL_GUARDED_BY(mu_) = false;
+  std::shared_ptr<gloo::transport::Context> transport_ ABSL_GUARDED_BY(mu_);
+  std::vector<int> peers_ ABSL_GUARDED_BY(mu_);
+  std::thread thread_;  // last: started once the rest is constructed
+};
+
 // Gloo's own all-reduce (bcube or ring) over the whole vector as ONE element of
 // values.size() * 8 bytes, so that the reduction callback always sees whole records and can
 // apply each word's op. (Gloo has no per-element op; this keeps it at one all-reduce.)
@@ -144,11 +213,14 @@ class PeerContext final : public gloo::Context {
   PeerContext(int rank, int size) : gloo::Context(rank, size) {}
 
   // Throws what Gloo throws, or gloo::IoException after recording a store failure in `failure`.
-  // `pair_timeout` bounds every wait of the pairs' bound buffers, and a wait for a peer that
-  // published its address to connect.
+  // `pair_timeout` bounds every wait of the pairs' bound buffers (and, five times over, a wait
+  // for a peer that published its address to connect: `watchdog` closes the pairs at the
+  // formation's deadline instead). `unconnected` is set to the peer whose connection failed or
+  // was still pending when the watchdog fired; it stays -1 if every pair connected.
   void Connect(KeyValueStore& store, absl::string_view prefix,
                std::shared_ptr<gloo::transport::Device>& device, const std::vector<int>& peers,
-               absl::Time deadline, std::chrono::milliseconds pair_timeout, absl::Status& failure) {
+               absl::Time deadline, std::chrono::milliseconds pair_timeout,
+               FormationWatchdog& watchdog, absl::Status& failure, int& unconnected) {
     auto check = [&](const absl::Status& status) {
       if (status.ok()) return;
       if (failure.ok()) failure = status;
@@ -164,13 +236,23 @@ class PeerContext final : public gloo::Context {
       absl::StrAppend(&mine, peer, " ", address.size(), " ",
                       absl::string_view(address.data(), address.size()));
     }
+    watchdog.Watch(transport, peers);
     check(store.Set(key(rank), mine, deadline));
     for (int peer : peers) {
       absl::StatusOr<std::string> theirs = store.Get(key(peer), deadline);
       check(theirs.status());
       absl::StatusOr<std::vector<char>> address = AddressFor(*theirs, peer);
       check(address.status());
-      transport->getPair(peer)->connect(*address);
+      try {
+        transport->getPair(peer)->connect(*address);
+      } catch (...) {
+        unconnected = peer;
+        throw;
+      }
+      if (watchdog.fired()) {
+        unconnected = peer;
+        throw gloo::IoException(absl::StrCat("Connect timeout: rank ", peer));
+      }
     }
     device_ = device;
     transportContext_ = std::move(transport);
@@ -218,6 +300,78 @@ absl::Status RunGloo(absl::string_view what, int64_t rank, const std::function<v
   } catch (const std::exception& e) {
     return absl::AbortedError(absl::StrCat("gloo ", what, " on rank ", rank, ": ", e.what()));
   }
+}
+
+// Formation keys of our own, next to the peers' addresses: a rank has connected every pair
+// (set before the barrier); the first rank that knew which peer failed to connect names it.
+std::string ConnectedKey(absl::string_view prefix, int64_t rank) {
+  return absl::StrCat(prefix, "connected/", rank);
+}
+std::string UnconnectedKey(absl::string_view prefix) { return absl::StrCat(prefix, "unconnected"); }
+
+// How long a rank whose formation failed spends naming the rank at fault (store calls), beyond
+// the formation's deadline.
+constexpr absl::Duration kExplainBudget = absl::Milliseconds(500);
+// How long a rank that cannot tell waits for the rank that knows to name it.
+constexpr absl::Duration kBlameWait = absl::Milliseconds(250);
+
+// The error of a formation whose pairs did not all connect (every rank had published its
+// addresses). `unconnected`: the peer this rank waited for or failed to reach (-1: none; this
+// rank then failed in the barrier, because a partner closed its connections or the deadline
+// passed). Names the rank at fault: this rank's own peer (published for the others), else the
+// peer named by whichever rank knew, else the ranks that never connected all their pairs.
+// DeadlineExceeded once the deadline has passed (a rank that may only be slow), else Aborted (a
+// rank that joined and went away, as in a round).
+absl::Status ConnectFailure(KeyValueStore& store, absl::string_view prefix, int64_t rank,
+                            int64_t world_size, int unconnected, bool timed_out,
+                            const absl::Status& cause) {
+  const absl::Time explain = absl::Now() + kExplainBudget;
+  std::string named;
+  if (unconnected >= 0) {
+    // Value: "<rank> <timeout|reset>", first writer wins.
+    absl::StatusOr<std::string> blame =
+        store.CompareAndSet(UnconnectedKey(prefix), std::nullopt,
+                            absl::StrCat(unconnected, timed_out ? " timeout" : " reset"), explain);
+    named = absl::StrCat("[", unconnected, "]");
+    if (blame.ok()) {
+      int64_t first = -1;
+      const std::vector<absl::string_view> parts = absl::StrSplit(*blame, ' ');
+      if (absl::SimpleAtoi(parts[0], &first) && first != unconnected) {
+        // Another rank's verdict came first; report it too, so every rank names the same one.
+        named = absl::StrCat("[", first, ", ", unconnected, "]");
+      }
+    }
+  } else {
+    absl::StatusOr<std::string> blame =
+        store.Get(UnconnectedKey(prefix), std::min(explain, absl::Now() + kBlameWait));
+    if (blame.ok()) {
+      const std::vector<absl::string_view> parts = absl::StrSplit(*blame, ' ');
+      named = absl::StrCat("[", parts[0], "]");
+      if (parts.size() > 1) timed_out = parts[1] == "timeout";
+    } else if (absl::IsDeadlineExceeded(blame.status()) || absl::IsNotFound(blame.status())) {
+      std::vector<int64_t> missing;
+      for (int64_t r = 0; r < world_size && missing.size() < 16; ++r) {
+        absl::StatusOr<std::optional<std::string>> value =
+            store.TryGet(ConnectedKey(prefix, r), explain);
+        if (!value.ok()) {
+          missing.clear();  // the store cannot tell: name nobody
+          break;
+        }
+        if (!value->has_value()) missing.push_back(r);
+      }
+      if (!missing.empty()) named = absl::StrCat("[", absl::StrJoin(missing, ", "), "]");
+    }
+  }
+  if (named.empty()) {
+    return timed_out ? absl::DeadlineExceededError(cause.message())
+                     : absl::AbortedError(cause.message());
+  }
+  const std::string message =
+      absl::StrCat("gloo rendezvous on rank ", rank, " of ", world_size, ": ranks ", named,
+                   timed_out ? " published their addresses but did not connect in time"
+                             : " published their addresses and then could not be reached",
+                   " (", cause.message(), ")");
+  return timed_out ? absl::DeadlineExceededError(message) : absl::AbortedError(message);
 }
 
 }  // namespace
@@ -363,16 +517,24 @@ absl::StatusOr<std::unique_ptr<GlooCollective>> GlooCollective::Create(
     // which must outlast any later call's deadline, so it is the longest a call can have
     // (wait_timeout) plus a margin, not what is left of this formation: the caller's own
     // deadline (State::WaitFor) then always ends a call first, with DeadlineExceeded, however
-    // late the worker thread is scheduled. The one formation wait it also bounds is the listening
-    // side of a pair waiting for its partner, which has published its address, to connect: a
-    // partner that dies in that window holds this formation for up to wait_timeout + margin
-    // instead of what was left of its deadline.
+    // late the worker thread is scheduled. Gloo also bounds the listening side's wait for a
+    // partner to connect by five times this; the watchdog ends that wait at the formation's
+    // deadline instead.
     const std::chrono::milliseconds pair_timeout =
         std::max(Remaining(deadline), absl::ToChronoMilliseconds(options.wait_timeout) +
                                           std::chrono::milliseconds(kPairTimeoutMarginMs));
     std::shared_ptr<BoundRecursiveDoubling> bound;
+    int unconnected = -1;
+    FormationWatchdog watchdog(deadline);
     connected = RunGloo("rendezvous", rank, [&] {
-      peer_context->Connect(store, prefix, *device, peers, deadline, pair_timeout, store_failure);
+      peer_context->Connect(store, prefix, *device, peers, deadline, pair_timeout, watchdog,
+                            store_failure, unconnected);
+      // Every pair of this rank is up: a rank whose formation fails later names the ranks
+      // without this key (ConnectFailure).
+      if (absl::Status set = store.Set(ConnectedKey(prefix, rank), "1", deadline); !set.ok()) {
+        store_failure = set;
+        throw gloo::IoException(std::string(set.message()));
+      }
       // Before the barrier: no partner sends into these buffers before it has passed it.
       bound = std::make_shared<BoundRecursiveDoubling>(peer_context);
       // A barrier: each rank reaches only its partners, so formation completes on a rank only
@@ -380,7 +542,17 @@ absl::StatusOr<std::unique_ptr<GlooCollective>> GlooCollective::Create(
       int64_t barrier = 0;
       RecursiveDoublingAllreduce(*peer_context, &barrier, {ReduceOp::kMax}, Remaining(deadline));
     });
-    context = std::move(peer_context);
+    watchdog.Stop();
+    if (connected.ok() && watchdog.fired()) {
+      // Fired just as the barrier completed: the pairs are closed.
+      connected = absl::DeadlineExceededError(
+          absl::StrCat("gloo rendezvous on rank ", rank, ": the deadline passed"));
+    }
+    if (!connected.ok() && store_failure.ok()) {
+      connected = ConnectFailure(store, prefix, rank, world_size, unconnected,
+                                 watchdog.fired() || absl::Now() >= deadline, connected);
+    }
+    context = std::move(peer_context);  // closed when this returns, after ConnectFailure
     state->bound = std::move(bound);
   } else {
     auto full = std::make_shared<gloo::rendezvous::Context>(static_cast<int>(rank),
@@ -391,6 +563,10 @@ absl::StatusOr<std::unique_ptr<GlooCollective>> GlooCollective::Create(
     connected = RunGloo("rendezvous", rank, [&] { full->connectFullMesh(adapter, *device); });
     store_failure = adapter.failure();
     context = std::move(full);
+    // A peer that joined and went away: Aborted, as in a round (DESIGN.md §3).
+    if (!connected.ok() && absl::Now() < deadline) {
+      connected = absl::AbortedError(connected.message());
+    }
   }
   if (!store_failure.ok()) {
     return absl::Status(store_failure.code(),
@@ -398,8 +574,10 @@ absl::StatusOr<std::unique_ptr<GlooCollective>> GlooCollective::Create(
                                      " under '", prefix, "': ", store_failure.message()));
   }
   if (!connected.ok()) {
-    if (absl::Now() >= deadline) return absl::DeadlineExceededError(connected.message());
-    return absl::UnavailableError(connected.message());
+    if (absl::Now() >= deadline && !absl::IsDeadlineExceeded(connected)) {
+      return absl::DeadlineExceededError(connected.message());
+    }
+    return connected;
   }
   state->context = std::move(context);
   state->worker = std::thread(&State::WorkerLoop, state);

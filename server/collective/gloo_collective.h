@@ -56,9 +56,16 @@ class GlooCollective final : public Collective {
   // or to every other rank (Gloo's algorithms). `prefix` must be fresh for every
   // formation (Gloo's keys are fixed names): the group layer uses run epoch + generation.
   // `store` is used only during this call.
-  // Returns InvalidArgument for a bad rank, size or device option, DeadlineExceeded if some
-  // rank did not publish its address (or could not be connected) by `deadline`, Unavailable for
-  // other transport failures.
+  // Returns InvalidArgument for a bad rank, size or device option; DeadlineExceeded if some
+  // rank did not publish its address, or published it but did not connect, by `deadline` (the
+  // latter naming it: "ranks [2] published their addresses but did not connect in time");
+  // Aborted, naming it, when a rank that published its address could not be reached before the
+  // deadline (it went away); the store's error if the store failed. Returns by `deadline` plus
+  // about half a second (naming the rank at fault), whatever the peers do: a watchdog closes a
+  // pair still waiting for its partner to connect at `deadline`.
+  //
+  // Store keys under `prefix`: peer_addresses/<rank>, connected/<rank> (all of a rank's pairs
+  // are up), unconnected (the rank at fault, named by the first rank that saw it).
   static absl::StatusOr<std::unique_ptr<GlooCollective>> Create(KeyValueStore& store,
                                                                 absl::string_view prefix,
                                                                 int64_t rank, int64_t world_size,

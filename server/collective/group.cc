@@ -25,10 +25,13 @@ constexpr size_t kNamedRanks = 16;
 constexpr absl::Duration kArrivalDelay = absl::Milliseconds(100);
 // How long a rank whose collective failed at once waits for the generation's recorded end.
 constexpr absl::Duration kEndedWait = absl::Milliseconds(250);
-// Bound of the store calls made while explaining or ending a failed generation.
-constexpr absl::Duration kCleanupTimeout = absl::Seconds(5);
-// On forming generation g, rank 0 deletes the keys of generations [g - this, g).
-constexpr int64_t kGenerationsCleaned = 8;
+// The store calls that explain and end a failed round or formation end by its deadline plus this.
+constexpr absl::Duration kCleanupMargin = absl::Milliseconds(750);
+// Rank 0 deletes the keys of ended generations (all of them, from the lowest not yet deleted):
+// at most this many when it forms a generation, and this many after each round it completes, so
+// that the backlog of a long outage (a generation per failed round) drains in a few calls each.
+constexpr int64_t kGenerationsCleanedPerFormation = 64;
+constexpr int64_t kGenerationsCleanedPerRound = 8;
 
 // Forwards to a collective and remembers whether any call failed, so a round that fails on its
 // records (the generation is fine) is told apart from one whose collective failed.
@@ -60,6 +63,10 @@ class FailureTracking final : public Collective {
   bool failed_ = false;
 };
 
+std::string StoreUnreachable(const absl::Status& error) {
+  return absl::StrCat("rendezvous store (rank 0) unreachable: ", error.message());
+}
+
 std::string RandomEpoch() {
   std::random_device device;
   const uint64_t high = (uint64_t{device()} << 32) | device();
@@ -68,6 +75,60 @@ std::string RandomEpoch() {
 }
 
 }  // namespace
+
+// The store calls that explain and end a failed round or formation. They share one deadline (the
+// round's own plus kCleanupMargin), do not wait for an unreachable store (FailFast), and stop at
+// the first call that finds it unreachable (Unavailable, or DeadlineExceeded from a call that
+// does not wait for a key): a dead or stopped rank 0 then costs one bounded call, not one per
+// call, and the failure is reported as the store's instead of as ranks missing.
+inline const absl::Status& StatusOf(const absl::Status& status) { return status; }
+template <typename T>
+const absl::Status& StatusOf(const absl::StatusOr<T>& result) {
+  return result.status();
+}
+
+class CleanupCalls {
+ public:
+  CleanupCalls(KeyValueStore& store, absl::Time deadline)
+      : store_(store.FailFast()), deadline_(deadline) {}
+
+  // The first unreachable error, or OK.
+  const absl::Status& unreachable() const { return unreachable_; }
+
+  absl::StatusOr<std::optional<std::string>> TryGet(absl::string_view key) {
+    if (!unreachable_.ok()) return unreachable_;
+    return Track(store_.TryGet(key, deadline_), /*waits_for_key=*/false);
+  }
+  // Waits for `key` until `until` at most: DeadlineExceeded then means it was not set.
+  absl::StatusOr<std::string> Get(absl::string_view key, absl::Time until) {
+    if (!unreachable_.ok()) return unreachable_;
+    return Track(store_.Get(key, std::min(until, deadline_)), /*waits_for_key=*/true);
+  }
+  absl::Status Set(absl::string_view key, absl::string_view value) {
+    if (!unreachable_.ok()) return unreachable_;
+    return Track(store_.Set(key, value, deadline_), false);
+  }
+  absl::StatusOr<std::string> CompareAndSet(absl::string_view key,
+                                            std::optional<absl::string_view> expected,
+                                            absl::string_view desired) {
+    if (!unreachable_.ok()) return unreachable_;
+    return Track(store_.CompareAndSet(key, expected, desired, deadline_), false);
+  }
+
+ private:
+  template <typename T>
+  T Track(T result, bool waits_for_key) {
+    const absl::Status& status = StatusOf(result);
+    if (absl::IsUnavailable(status) || (absl::IsDeadlineExceeded(status) && !waits_for_key)) {
+      unreachable_ = status;
+    }
+    return result;
+  }
+
+  KeyValueStore& store_;
+  const absl::Time deadline_;
+  absl::Status unreachable_;
+};
 
 // ---- Group ------------------------------------------------------------------------------------
 
@@ -268,6 +329,15 @@ absl::Status StreamGroup::FormIfNeeded(absl::Time deadline) {
                           .status());
     }
   }
+  if (unrecorded_end_.has_value()) {
+    if (unrecorded_end_->stream_root == stream_root_ && unrecorded_end_->generation == generation) {
+      RETURN_IF_ERROR(store
+                          .CompareAndSet(keys::Ended(keys::Formation(stream_root_, generation)),
+                                         std::nullopt, unrecorded_end_->cause, deadline)
+                          .status());
+    }
+    unrecorded_end_.reset();
+  }
   // Never join a generation that has ended. Its end is recorded before the number moves on (so
   // that a rank still holding it can read why), and a rank can read the cause and then the old
   // number in between: it would join the ended generation and dial its dead connections (a
@@ -300,29 +370,36 @@ absl::Status StreamGroup::FormIfNeeded(absl::Time deadline) {
   }();
   if (!formed.ok()) {
     absl::Status status = formed.status();
+    CleanupCalls cleanup(store, std::max(deadline, absl::Now()) + kCleanupMargin);
     // A rank that never joined is the cause whether this rank waited for it (a deadline) or a
     // peer that waited for it gave up first and closed its connections (aborted, unavailable).
-    const std::string missing =
-        absl::IsDeadlineExceeded(status) || absl::IsAborted(status) || absl::IsUnavailable(status)
-            ? MissingRanks([&](int64_t rank) { return keys::Joined(formation, rank); })
-            : "[]";
-    if (missing != "[]") {
-      status = absl::DeadlineExceededError(
-          absl::StrCat("stream '", stream_, "': generation ", generation, " did not form within ",
-                       absl::FormatDuration(options.collective_timeout), ": ranks ", missing,
-                       " did not join (", status.message(), ")"));
+    std::optional<std::string> missing;
+    if (absl::IsDeadlineExceeded(status) || absl::IsAborted(status) ||
+        absl::IsUnavailable(status)) {
+      missing = MissingRanks(cleanup, [&](int64_t rank) { return keys::Joined(formation, rank); });
     }
-    EndGeneration(generation, status, "formation");
+    const std::string what = absl::StrCat("stream '", stream_, "': generation ", generation);
+    if (missing.has_value() && *missing != "[]") {
+      status = absl::DeadlineExceededError(absl::StrCat(
+          what, " did not form within ", absl::FormatDuration(options.collective_timeout),
+          ": ranks ", *missing, " did not join (", status.message(), ")"));
+    } else if (!cleanup.unreachable().ok()) {
+      status =
+          absl::Status(status.code(), absl::StrCat(what, " did not form: ", status.message(), "; ",
+                                                   StoreUnreachable(cleanup.unreachable())));
+    } else if (absl::IsDeadlineExceeded(status) || absl::IsAborted(status)) {
+      // Every rank joined: the backend names the rank that did not connect, or went away.
+      status = absl::Status(status.code(), absl::StrCat(what, " did not form: ", status.message()));
+    }
+    EndGeneration(generation, status, "formation", cleanup);
     return status;
   }
-  if (options.rank == 0) {
-    // Earlier generations' keys are no longer read by anyone who is in this one. (Kept until
-    // now so that every rank of a failed formation could name the ranks that did not join.)
-    for (int64_t old = std::max<int64_t>(0, generation - kGenerationsCleaned); old < generation;
-         ++old) {
-      store.DeletePrefix(keys::Formation(stream_root_, old), deadline).IgnoreError();
-    }
-  }
+  if (options.rank == 0)
+    CleanEndedGenerations(generation, kGenerationsCleanedPerFormation, deadline);
+  // Forming needs every rank: the run is complete, whatever AwaitMembers has seen. (After rank 0
+  // restarts, the survivors, long ready, never publish their membership under its new epoch.)
+  group_.members_seen_.store(options.world_size, std::memory_order_release);
+  group_.ready_.store(true, std::memory_order_release);
   absl::MutexLock lock(&mu_);
   collective_ = std::shared_ptr<Collective>(std::move(formed).value());
   info_.formed = true;
@@ -342,20 +419,18 @@ absl::StatusOr<AgreedRound> StreamGroup::Agree(const RoundRecord& record) {
   return AgreeOnce(record, deadline, /*first=*/false);
 }
 
-bool StreamGroup::StaleGeneration(int64_t generation, int64_t round) {
-  KeyValueStore& store = *group_.store_;
-  const absl::Time deadline = absl::Now() + kCleanupTimeout;
+bool StreamGroup::StaleGeneration(int64_t generation, int64_t round, CleanupCalls& cleanup) {
   // Waits a moment for the cause: a restarted peer that reaches this round at the same time as
   // this rank records "restart" just after its first call, and a peer that dies during the round
   // is recorded by whichever rank noticed first.
   absl::StatusOr<std::string> why =
-      store.Get(keys::Ended(keys::Formation(stream_root_, generation)), absl::Now() + kEndedWait);
+      cleanup.Get(keys::Ended(keys::Formation(stream_root_, generation)), absl::Now() + kEndedWait);
   if (why.ok()) return *why != absl::StrCat("round ", round);
   if (!absl::IsDeadlineExceeded(why.status())) return false;
   // Rank 0 restarted with an empty store: its run epoch is new (or not yet published), and this
   // generation never was in it.
   absl::StatusOr<std::optional<std::string>> epoch =
-      store.TryGet(keys::Epoch(group_.options_.key_root), deadline);
+      cleanup.TryGet(keys::Epoch(group_.options_.key_root));
   std::string mine;
   {
     absl::MutexLock lock(&mu_);
@@ -387,7 +462,8 @@ absl::StatusOr<AgreedRound> StreamGroup::AgreeOnce(const RoundRecord& record, ab
     arrival_ = std::make_unique<ArrivalPublisher>(
         store, std::min(options.collective_timeout / 4, kArrivalDelay));
   }
-  const std::string arrival = keys::Arrival(stream_root_, record.round, options.rank);
+  const std::string formation = keys::Formation(stream_root_, generation);
+  const std::string arrival = keys::Arrival(formation, record.round, options.rank);
   arrival_->Begin(arrival, deadline);
   FailureTracking tracked(*collective);
   absl::StatusOr<AgreedRound> agreed = AgreeRound(tracked, record, deadline);
@@ -395,12 +471,14 @@ absl::StatusOr<AgreedRound> StreamGroup::AgreeOnce(const RoundRecord& record, ab
   if (agreed.ok()) {
     // Every rank has arrived; a key published by a slow round has served its purpose.
     if (published) store.DeletePrefix(arrival, deadline).IgnoreError();
+    if (options.rank == 0) CleanEndedGenerations(generation, kGenerationsCleanedPerRound, deadline);
     return agreed;
   }
   if (!tracked.failed()) return agreed.status();  // failed on its records; the group is fine
 
   absl::Status status = agreed.status();
-  if (first && absl::IsAborted(status) && StaleGeneration(generation, record.round)) {
+  CleanupCalls cleanup(store, std::max(deadline, absl::Now()) + kCleanupMargin);
+  if (first && absl::IsAborted(status) && StaleGeneration(generation, record.round, cleanup)) {
     // Ended before this round: drop it without failing the round (Agree runs it again).
     absl::MutexLock lock(&mu_);
     collective_.reset();
@@ -412,49 +490,60 @@ absl::StatusOr<AgreedRound> StreamGroup::AgreeOnce(const RoundRecord& record, ab
   // before its collective closes its connections; the closures reach the ranks still waiting as
   // resets (Aborted). Every rank then reports the recorded timeout, so all fail alike, naming the
   // missing ranks.
-  const std::string timeout_key =
-      keys::Timeout(keys::Formation(stream_root_, generation), record.round);
-  const absl::Time cleanup = absl::Now() + kCleanupTimeout;
+  const std::string timeout_key = keys::Timeout(formation, record.round);
   bool recorded = false;
   if (absl::IsDeadlineExceeded(status) || absl::IsAborted(status)) {
-    absl::StatusOr<std::optional<std::string>> verdict = store.TryGet(timeout_key, cleanup);
+    absl::StatusOr<std::optional<std::string>> verdict = cleanup.TryGet(timeout_key);
     if (verdict.ok() && verdict->has_value()) {
       status = absl::DeadlineExceededError(**verdict);
       recorded = true;
     }
   }
+  const std::string what = absl::StrCat("stream '", stream_, "' round ", record.round);
   if (absl::IsDeadlineExceeded(status) && !recorded) {
-    const std::string missing =
-        MissingRanks([&](int64_t rank) { return keys::Arrival(stream_root_, record.round, rank); });
-    status = absl::DeadlineExceededError(
-        missing == "[]"
-            ? absl::StrCat("stream '", stream_, "' round ", record.round,
-                           ": every rank arrived but the collective did not complete within ",
-                           absl::FormatDuration(options.collective_timeout), " (", status.message(),
-                           ")")
-            : absl::StrCat("stream '", stream_, "' round ", record.round, ": ranks ", missing,
-                           " did not arrive within ",
-                           absl::FormatDuration(options.collective_timeout)));
-    if (missing != "[]") store.Set(timeout_key, status.message(), cleanup).IgnoreError();
+    const std::optional<std::string> missing = MissingRanks(
+        cleanup, [&](int64_t rank) { return keys::Arrival(formation, record.round, rank); });
+    if (!missing.has_value()) {
+      status = absl::DeadlineExceededError(absl::StrCat(
+          what, ": did not complete within ", absl::FormatDuration(options.collective_timeout),
+          ", and the ranks that did not arrive cannot be named: ",
+          StoreUnreachable(cleanup.unreachable()), " (", status.message(), ")"));
+    } else if (*missing == "[]") {
+      status = absl::DeadlineExceededError(absl::StrCat(
+          what, ": every rank arrived but the collective did not complete within ",
+          absl::FormatDuration(options.collective_timeout), " (", status.message(), ")"));
+    } else {
+      status = absl::DeadlineExceededError(
+          absl::StrCat(what, ": ranks ", *missing, " did not arrive within ",
+                       absl::FormatDuration(options.collective_timeout)));
+      cleanup.Set(timeout_key, status.message()).IgnoreError();
+    }
+  } else if (!cleanup.unreachable().ok() && !recorded) {
+    status = absl::Status(status.code(), absl::StrCat(what, ": ", status.message(), "; ",
+                                                      StoreUnreachable(cleanup.unreachable())));
   }
-  EndGeneration(generation, status, absl::StrCat("round ", record.round));
+  EndGeneration(generation, status, absl::StrCat("round ", record.round), cleanup);
   SetFailure(status);
   return status;
 }
 
-void StreamGroup::EndGeneration(int64_t generation, absl::Status why, absl::string_view cause) {
-  KeyValueStore& store = *group_.store_;
-  const absl::Time deadline = absl::Now() + kCleanupTimeout;
+void StreamGroup::EndGeneration(int64_t generation, absl::Status why, absl::string_view cause,
+                                CleanupCalls& cleanup) {
   // Why it ended, before it does: a rank still holding it reads this when its next call fails.
-  store
-      .CompareAndSet(keys::Ended(keys::Formation(stream_root_, generation)), std::nullopt, cause,
-                     deadline)
-      .IgnoreError();
   // Several ranks end the same generation; compare-and-set makes it one bump.
-  store
-      .CompareAndSet(keys::Generation(stream_root_), absl::StrCat(generation),
-                     absl::StrCat(generation + 1), deadline)
-      .IgnoreError();
+  const bool recorded = cleanup
+                            .CompareAndSet(keys::Ended(keys::Formation(stream_root_, generation)),
+                                           std::nullopt, cause)
+                            .ok() &&
+                        cleanup
+                            .CompareAndSet(keys::Generation(stream_root_), absl::StrCat(generation),
+                                           absl::StrCat(generation + 1))
+                            .ok();
+  if (!recorded) {
+    // The store could not be reached: the next formation records the end first, so that this
+    // rank never forms the ended generation again (its keys are spent).
+    unrecorded_end_ = UnrecordedEnd{stream_root_, generation, std::string(cause)};
+  }
   std::shared_ptr<Collective> spent;
   {
     absl::MutexLock lock(&mu_);
@@ -466,13 +555,31 @@ void StreamGroup::EndGeneration(int64_t generation, absl::Status why, absl::stri
   // fail at once.
 }
 
-std::string StreamGroup::MissingRanks(const std::function<std::string(int64_t)>& key) {
-  const absl::Time deadline = absl::Now() + kCleanupTimeout;
+void StreamGroup::CleanEndedGenerations(int64_t generation, int64_t at_most, absl::Time deadline) {
+  if (cleaned_root_ != stream_root_) {  // a new epoch (rank 0 restarted): nothing cleaned yet
+    cleaned_root_ = stream_root_;
+    cleaned_below_ = 0;
+  }
+  // Every rank is in `generation` (it formed, or a round on it completed): no one reads the
+  // keys of earlier ones any more. (Kept until now so that every rank of a failed formation or
+  // round could name the ranks at fault.)
+  for (int64_t n = 0; n < at_most && cleaned_below_ < generation; ++n) {
+    if (!group_.store_->DeletePrefix(keys::Formation(stream_root_, cleaned_below_), deadline)
+             .ok()) {
+      return;  // the next call resumes here
+    }
+    ++cleaned_below_;
+  }
+}
+
+std::optional<std::string> StreamGroup::MissingRanks(
+    CleanupCalls& cleanup, const std::function<std::string(int64_t)>& key) {
   std::vector<int64_t> missing;
   int64_t unnamed = 0;
   for (int64_t rank = 0; rank < group_.options_.world_size; ++rank) {
-    absl::StatusOr<std::optional<std::string>> value = group_.store_->TryGet(key(rank), deadline);
-    if (value.ok() && value->has_value()) continue;
+    absl::StatusOr<std::optional<std::string>> value = cleanup.TryGet(key(rank));
+    if (!value.ok()) return std::nullopt;  // a store error says nothing about the rank
+    if (value->has_value()) continue;
     if (missing.size() < kNamedRanks) {
       missing.push_back(rank);
     } else {

@@ -72,6 +72,7 @@ struct GroupInfo {
 };
 
 class StreamGroup;
+class CleanupCalls;  // group.cc
 
 class Group {
  public:
@@ -92,7 +93,10 @@ class Group {
   // on rank 0, O(1) on the others, no collective. Returns true once complete (ready() then
   // stays true), false when `deadline` comes first (call again: rank 0 resumes where it
   // stopped), or the store's error (e.g. Unavailable while rank 0 is not up yet). A group of
-  // one is complete at once. One caller at a time.
+  // one is complete at once. The run is also complete (ready() turns true, and AwaitMembers
+  // returns true) once any stream has formed, since forming needs every rank: what makes a rank 0
+  // restarted under a new epoch ready, whose peers do not publish their membership again.
+  // One caller at a time.
   absl::StatusOr<bool> AwaitMembers(absl::Time deadline);
   bool ready() const { return ready_.load(std::memory_order_acquire); }
   // Rank 0: how many ranks have joined so far (as far as AwaitMembers has seen); other ranks:
@@ -162,15 +166,22 @@ class StreamGroup {
   absl::Time Deadline() const;
   absl::Status FormIfNeeded(absl::Time deadline);
   // Records `cause` ("round <r>", "formation"; first writer wins), bumps the generation from
-  // `generation` (no-op if someone already did) and drops the collective.
-  void EndGeneration(int64_t generation, absl::Status why, absl::string_view cause);
+  // `generation` (no-op if someone already did) and drops the collective. If the store cannot
+  // be reached, the next formation records the end before it reads the generation.
+  void EndGeneration(int64_t generation, absl::Status why, absl::string_view cause,
+                     CleanupCalls& cleanup);
   // One attempt of Agree. `first`: an Aborted failure on a generation that had ended before
   // this round drops it and sets stale_ instead of failing the round.
   absl::StatusOr<AgreedRound> AgreeOnce(const RoundRecord& record, absl::Time deadline, bool first);
   // Whether `generation` ended before `round` (by an earlier round, a formation or a restart).
-  bool StaleGeneration(int64_t generation, int64_t round);
-  // "[1, 3]" for the ranks whose `key(rank)` is absent from the store.
-  std::string MissingRanks(const std::function<std::string(int64_t)>& key);
+  bool StaleGeneration(int64_t generation, int64_t round, CleanupCalls& cleanup);
+  // "[1, 3]" for the ranks whose `key(rank)` is absent from the store; std::nullopt if the store
+  // could not tell (cleanup.unreachable() says why).
+  std::optional<std::string> MissingRanks(CleanupCalls& cleanup,
+                                          const std::function<std::string(int64_t)>& key);
+  // Rank 0: deletes the keys of up to `at_most` generations below `generation`, from the lowest
+  // not yet deleted.
+  void CleanEndedGenerations(int64_t generation, int64_t at_most, absl::Time deadline);
   void SetFailure(absl::Status status);
 
   Group& group_;
@@ -181,6 +192,16 @@ class StreamGroup {
   std::deque<int64_t> written_results_;
   bool tried_to_form_ = false;  // a restarted rank ends the generation its old self joined
   bool stale_ = false;          // the last AgreeOnce dropped a generation that had ended
+  // A generation this rank ended while the store was unreachable (recorded at the next formation).
+  struct UnrecordedEnd {
+    std::string stream_root;
+    int64_t generation;
+    std::string cause;
+  };
+  std::optional<UnrecordedEnd> unrecorded_end_;
+  // Rank 0: generations below cleaned_below_ under cleaned_root_ have had their keys deleted.
+  std::string cleaned_root_;
+  int64_t cleaned_below_ = 0;
 
   std::unique_ptr<ArrivalPublisher> arrival_;  // made by the first round with a store
 

@@ -1,6 +1,7 @@
 #ifndef PACKSCHED_SERVER_COLLECTIVE_GROUP_KEYS_H_
 #define PACKSCHED_SERVER_COLLECTIVE_GROUP_KEYS_H_
 
+// clang-format off
 // The layout of the rendezvous store, in one place (every rank must compute the same keys):
 //
 //   <root>epoch                                   run epoch, written by rank 0
@@ -12,13 +13,18 @@
 //   <root><epoch>/s/<stream>/g<gen>/joined/<rank> a rank came to form this generation
 //   <root><epoch>/s/<stream>/g<gen>/<backend>/... the backend's own rendezvous keys
 //   <root><epoch>/s/<stream>/g<gen>/timeout/<round>/  why a round of this generation timed out
+//   <root><epoch>/s/<stream>/g<gen>/arrive/<round>/<rank>/  a rank is waiting in this round of
+//                                                 this generation (slow rounds only)
 //   <root><epoch>/s/<stream>/g<gen>/ended         what ended it: "round <r>", "formation",
-//   "restart" <root><epoch>/s/<stream>/arrive/<round>/<rank>/ a rank is waiting in this round (slow
-//   rounds) <root><epoch>/s/<stream>/result/<round>/      the agreed result of a finished round
+//                                                 "restart"
+//   <root><epoch>/s/<stream>/result/<round>/      the agreed result of a finished round
 //
+// Everything under g<gen>/ is deleted by rank 0 once every rank is in a later generation.
+
 // Keys deleted by DeletePrefix end with '/' so that deleting round 5 never touches round 50.
 // <stream> is the stream name's fingerprint in hex, so any name (with '/' or not) is one path
 // segment.
+// clang-format on
 
 #include <cstdint>
 #include <string>
@@ -71,12 +77,12 @@ inline std::string Joined(absl::string_view formation, int64_t rank) {
 // Why generation g ended: "round <r>", "formation" or "restart" (first writer wins).
 inline std::string Ended(absl::string_view formation) { return absl::StrCat(formation, "ended"); }
 
-inline std::string ArrivalPrefix(absl::string_view stream_root, int64_t round) {
-  return absl::StrCat(stream_root, "arrive/", round, "/");
+inline std::string ArrivalPrefix(absl::string_view formation, int64_t round) {
+  return absl::StrCat(formation, "arrive/", round, "/");
 }
 
-inline std::string Arrival(absl::string_view stream_root, int64_t round, int64_t rank) {
-  return absl::StrCat(ArrivalPrefix(stream_root, round), rank, "/");
+inline std::string Arrival(absl::string_view formation, int64_t round, int64_t rank) {
+  return absl::StrCat(ArrivalPrefix(formation, round), rank, "/");
 }
 
 inline std::string Result(absl::string_view stream_root, int64_t round) {

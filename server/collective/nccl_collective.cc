@@ -17,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
+#include "server/collective/round.h"
 
 namespace packsched::collective {
 
@@ -225,6 +226,13 @@ absl::StatusOr<std::unique_ptr<NcclCollective>> NcclCollective::Create(
   cudaError_t error = cudaSetDevice(options.device);
   if (error == cudaSuccess) error = cudaStreamCreateWithFlags(&impl->stream, cudaStreamNonBlocking);
   if (error != cudaSuccess) return CudaError(error, "stream");
+  // Buffers for the largest call up front: the gather of a failed round's records (W records).
+  // cudaMalloc/cudaFree synchronise the device, which must not happen in the middle of a round.
+  if (absl::Status room = impl->EnsureCapacity(static_cast<size_t>(world_size) *
+                                               static_cast<size_t>(kGatheredRecordWords));
+      !room.ok()) {
+    return room;
+  }
 
   // The unique id travels through the store: rank 0 writes it, the others wait for it.
   const std::string key = absl::StrCat(prefix, "nccl_unique_id");

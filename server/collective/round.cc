@@ -39,6 +39,7 @@ constexpr int kMessageWords = kRecordMessageBytes / 8;
 constexpr int kNameOffset = kNumIdentity + 1;
 constexpr int kMessageOffset = kNameOffset + kNameWords;
 constexpr int kRecordWords = kMessageOffset + kMessageWords;
+static_assert(kRecordWords == kGatheredRecordWords, "round.h's kGatheredRecordWords is stale");
 
 void PackBytes(absl::string_view bytes, int64_t* words, int num_words) {
   std::memset(words, 0, sizeof(int64_t) * num_words);

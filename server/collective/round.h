@@ -22,6 +22,10 @@ inline constexpr int64_t kMaxRoundCount = int64_t{1} << 40;
 // Bytes of the stream name and of an error message carried when a failed round is explained.
 inline constexpr int kRecordNameBytes = 48;
 inline constexpr int kRecordMessageBytes = 256;
+// Words of one rank's record in the gather that explains a failed round (the identity, the error
+// code, the name and the message): a backend sizes its buffers for world_size of them up front,
+// so the failure path allocates nothing.
+inline constexpr int kGatheredRecordWords = 5 + kRecordNameBytes / 8 + kRecordMessageBytes / 8;
 
 // What one rank brings to a round.
 struct RoundRecord {

@@ -54,6 +54,12 @@ class KeyValueStore {
   // Deletes every key that starts with `prefix`; returns how many were deleted. Keys of finished
   // generations and old rounds are deleted this way so the store does not grow without bound.
   virtual absl::StatusOr<int64_t> DeletePrefix(absl::string_view prefix, absl::Time deadline) = 0;
+
+  // The same store, through calls that fail at once with Unavailable while it cannot be reached
+  // instead of waiting (up to their deadline) for it to come up: for the calls that explain and
+  // end a failed round, which must not wait for a rank 0 that has died. A store that is always
+  // reachable (in memory) returns itself. The view lives as long as this store.
+  virtual KeyValueStore& FailFast() { return *this; }
 };
 
 // A KeyValueStore in this process's memory. Get waits on a condition variable; nothing is

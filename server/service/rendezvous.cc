@@ -227,7 +227,8 @@ void RendezvousServer::Shutdown() {
 
 struct RendezvousStore::State {
   RendezvousClientOptions options;
-  std::unique_ptr<pb::Rendezvous::Stub> stub;
+  std::shared_ptr<pb::Rendezvous::Stub> stub;  // shared by the store and its fail-fast view
+  bool wait_for_ready = true;
   absl::Mutex mu;
   bool cancelled ABSL_GUARDED_BY(mu) = false;
   absl::flat_hash_set<grpc::ClientContext*> active ABSL_GUARDED_BY(mu);  // calls in progress
@@ -235,7 +236,7 @@ struct RendezvousStore::State {
   void Prepare(grpc::ClientContext& context, absl::Time deadline) const {
     context.set_deadline(absl::ToChronoTime(deadline));
     // Rank 0 may not be up yet: wait for the channel (bounded by the deadline) instead of failing.
-    context.set_wait_for_ready(true);
+    context.set_wait_for_ready(wait_for_ready);
     if (!options.auth_token.empty()) {
       context.AddMetadata("authorization", absl::StrCat(kBearerPrefix, options.auth_token));
     }
@@ -285,9 +286,12 @@ RendezvousStore::RendezvousStore(std::unique_ptr<State> state) : state_(std::mov
 RendezvousStore::~RendezvousStore() = default;
 
 void RendezvousStore::Cancel() {
-  absl::MutexLock lock(&state_->mu);
-  state_->cancelled = true;
-  for (grpc::ClientContext* context : state_->active) context->TryCancel();
+  {
+    absl::MutexLock lock(&state_->mu);
+    state_->cancelled = true;
+    for (grpc::ClientContext* context : state_->active) context->TryCancel();
+  }
+  if (fail_fast_ != nullptr) fail_fast_->Cancel();  // the view's calls end too
 }
 
 absl::StatusOr<std::unique_ptr<RendezvousStore>> RendezvousStore::Create(
@@ -318,7 +322,17 @@ absl::StatusOr<std::unique_ptr<RendezvousStore>> RendezvousStore::Create(
   state->options = options;
   state->stub =
       pb::Rendezvous::NewStub(grpc::CreateCustomChannel(options.address, credentials, args));
-  return std::unique_ptr<RendezvousStore>(new RendezvousStore(std::move(state)));
+  auto fail_fast_state = std::make_unique<State>();
+  fail_fast_state->options = options;
+  fail_fast_state->stub = state->stub;
+  fail_fast_state->wait_for_ready = false;
+  std::unique_ptr<RendezvousStore> store(new RendezvousStore(std::move(state)));
+  store->fail_fast_.reset(new RendezvousStore(std::move(fail_fast_state)));
+  return store;
+}
+
+collective::KeyValueStore& RendezvousStore::FailFast() {
+  return fail_fast_ != nullptr ? *fail_fast_ : *this;
 }
 
 absl::Status RendezvousStore::Set(absl::string_view key, absl::string_view value,

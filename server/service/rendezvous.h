@@ -65,8 +65,9 @@ struct RendezvousClientOptions {
 };
 
 // A KeyValueStore backed by a remote RendezvousServer. Thread-safe. Every call is bounded by its
-// deadline; an unreachable server is Unavailable (after the deadline: DeadlineExceeded), and
-// errors name the rendezvous address.
+// deadline; calls wait (within it) for an unreachable server to come up, and then fail with
+// DeadlineExceeded, except through FailFast(), where they fail at once with Unavailable. Errors
+// name the rendezvous address.
 class RendezvousStore final : public collective::KeyValueStore {
  public:
   static absl::StatusOr<std::unique_ptr<RendezvousStore>> Create(
@@ -82,6 +83,8 @@ class RendezvousStore final : public collective::KeyValueStore {
                                             absl::string_view desired,
                                             absl::Time deadline) override;
   absl::StatusOr<int64_t> DeletePrefix(absl::string_view prefix, absl::Time deadline) override;
+  // The same channel, with calls that do not wait for the server to be reachable.
+  collective::KeyValueStore& FailFast() override;
 
   // Ends every call in progress (a Get blocked until its deadline included) with Cancelled, and
   // makes every later call return Cancelled at once: what lets a shutting-down sidecar's stream
@@ -94,6 +97,7 @@ class RendezvousStore final : public collective::KeyValueStore {
   class Call;
   explicit RendezvousStore(std::unique_ptr<State> state);
   std::unique_ptr<State> state_;
+  std::unique_ptr<RendezvousStore> fail_fast_;  // null in the fail-fast view itself
 };
 
 // The local IP address this machine uses to reach `address` (host:port): what Gloo advertises

@@ -81,6 +81,18 @@ std::vector<Result> OnRanks(int64_t world_size, const std::vector<int64_t>& who,
   return results;
 }
 
+// Every rank's AwaitMembers at once (each publishes its membership); rank 0's result.
+absl::StatusOr<bool> OnRanksReady(std::vector<std::unique_ptr<Rank>>& ranks) {
+  std::vector<absl::StatusOr<bool>> ready(ranks.size(), false);
+  std::vector<std::thread> threads;
+  for (size_t r = 0; r < ranks.size(); ++r) {
+    threads.emplace_back(
+        [&, r] { ready[r] = ranks[r]->group->AwaitMembers(absl::Now() + absl::Seconds(5)); });
+  }
+  for (std::thread& t : threads) t.join();
+  return ready[0];
+}
+
 std::vector<int64_t> All(int64_t world_size) {
   std::vector<int64_t> all(world_size);
   for (int64_t r = 0; r < world_size; ++r) all[r] = r;
@@ -399,6 +411,29 @@ TEST(Group, WhenRankZeroRestartsWithItsStoreTheNextRoundFormsANewEpoch) {
     EXPECT_EQ(rank->stream->info().epoch, ranks[0]->stream->info().epoch);
     EXPECT_EQ(rank->stream->info().generation, 0);
   }
+}
+
+// Regression: the survivors never publish their membership under the restarted rank 0's new
+// epoch, so its readiness waited forever although the group had formed again.
+TEST(Group, ARestartedRankZeroIsReadyOnceAStreamHasFormed) {
+  RestartableStore store;
+  auto ranks = MakeRanks(store, 3);
+  absl::StatusOr<bool> ready = OnRanksReady(ranks);
+  ASSERT_TRUE(ready.ok() && *ready) << ready.status();
+  ranks[0].reset();
+  store.Restart();
+  ranks[0] = std::make_unique<Rank>(store, Options(0, 3));
+  absl::StatusOr<bool> before = ranks[0]->group->AwaitMembers(absl::Now() + absl::Milliseconds(50));
+  ASSERT_TRUE(before.ok()) << before.status();
+  EXPECT_FALSE(*before);
+
+  ExpectAgreed(OnRanks(3, All(3), [&](int64_t r) { return ranks[r]->stream->Agree(Record(r, 2)); }),
+               3, 2);
+  absl::StatusOr<bool> after = ranks[0]->group->AwaitMembers(absl::Now() + absl::Milliseconds(200));
+  ASSERT_TRUE(after.ok()) << after.status();
+  EXPECT_TRUE(*after);
+  EXPECT_TRUE(ranks[0]->group->ready());
+  EXPECT_EQ(ranks[0]->group->members_seen(), 3);
 }
 
 TEST(Group, ARoundThatFailsOnItsRecordsKeepsTheGeneration) {

@@ -202,6 +202,27 @@ TEST(Rendezvous, CancelEndsABlockedGetAndRefusesLaterCalls) {
   EXPECT_EQ(later.code(), absl::StatusCode::kCancelled);
   EXPECT_EQ(served->store.TryGet("k", In(absl::Seconds(5)))->has_value(), false);
   client->Cancel();  // idempotent
+  EXPECT_EQ(client->FailFast().Set("k", "v", In(absl::Seconds(5))).code(),
+            absl::StatusCode::kCancelled);  // the fail-fast view is cancelled with the store
+}
+
+// The view used to explain a failed round: a dead rank 0 fails at once instead of being waited
+// for until the deadline, and a live one is the same store.
+TEST(Rendezvous, TheFailFastViewDoesNotWaitForAnUnreachableServer) {
+  auto client = Connect("127.0.0.1:1");
+  const absl::Time start = absl::Now();
+  absl::Status status = client->FailFast().Set("k", "v", In(absl::Seconds(5)));
+  EXPECT_EQ(status.code(), absl::StatusCode::kUnavailable) << status;
+  EXPECT_LT(absl::Now() - start, absl::Seconds(2));
+
+  auto served = Serve();
+  ASSERT_NE(served, nullptr);
+  auto live = Connect(served->address);
+  ASSERT_TRUE(live->Set("k", "v", In(absl::Seconds(5))).ok());
+  absl::StatusOr<std::optional<std::string>> value =
+      live->FailFast().TryGet("k", In(absl::Seconds(5)));
+  ASSERT_TRUE(value.ok()) << value.status();
+  EXPECT_EQ(*value, "v");
 }
 
 TEST(Rendezvous, LocalAddressTowardsLoopbackIsLoopback) {
