@@ -14,9 +14,13 @@
 #include "gtest/gtest.h"
 #include "server/collective/group.h"
 #include "server/collective/store.h"
+#include "tests/collective/group_testing.h"
 
 namespace packsched::collective {
 namespace {
+
+using ::packsched::collective::testing::ForwardingStore;
+using ::packsched::collective::testing::Rank;
 
 using ::testing::HasSubstr;
 using ::testing::Not;
@@ -28,45 +32,21 @@ constexpr absl::Duration kMargin = absl::Milliseconds(1200);
 // Rank 0's store as the other ranks see it: up, stopped (SIGSTOP: every call waits until its
 // deadline), or dead (calls wait for it to come back until their deadline, as gRPC's
 // wait_for_ready does, except through FailFast(), where they fail at once).
-class Rank0Store final : public KeyValueStore {
+class Rank0Store final : public ForwardingStore {
  public:
   enum class Mode { kUp, kStopped, kDead };
 
   Rank0Store() : fail_fast_(new Rank0Store(inner_, mode_)) {}
   void SetMode(Mode mode) { mode_->store(mode); }
   int64_t size() const { return inner_->size(); }
-
-  absl::Status Set(absl::string_view key, absl::string_view value, absl::Time deadline) override {
-    if (absl::Status up = Reach(deadline); !up.ok()) return up;
-    return inner_->Set(key, value, deadline);
-  }
-  absl::StatusOr<std::string> Get(absl::string_view key, absl::Time deadline) override {
-    if (absl::Status up = Reach(deadline); !up.ok()) return up;
-    return inner_->Get(key, deadline);
-  }
-  absl::StatusOr<std::optional<std::string>> TryGet(absl::string_view key,
-                                                    absl::Time deadline) override {
-    if (absl::Status up = Reach(deadline); !up.ok()) return up;
-    return inner_->TryGet(key, deadline);
-  }
-  absl::StatusOr<std::string> CompareAndSet(absl::string_view key,
-                                            std::optional<absl::string_view> expected,
-                                            absl::string_view desired,
-                                            absl::Time deadline) override {
-    if (absl::Status up = Reach(deadline); !up.ok()) return up;
-    return inner_->CompareAndSet(key, expected, desired, deadline);
-  }
-  absl::StatusOr<int64_t> DeletePrefix(absl::string_view prefix, absl::Time deadline) override {
-    if (absl::Status up = Reach(deadline); !up.ok()) return up;
-    return inner_->DeletePrefix(prefix, deadline);
-  }
   KeyValueStore& FailFast() override { return fail_fast_ != nullptr ? *fail_fast_ : *this; }
 
  private:
   Rank0Store(std::shared_ptr<InMemoryStore> inner, std::shared_ptr<std::atomic<Mode>> mode)
       : inner_(std::move(inner)), mode_(std::move(mode)), fails_fast_(true) {}
 
-  absl::Status Reach(absl::Time deadline) {
+  KeyValueStore& Inner() override { return *inner_; }
+  absl::Status Admit(absl::Time deadline) override {
     const Mode mode = mode_->load();
     if (mode == Mode::kUp) return absl::OkStatus();
     if (mode == Mode::kDead && fails_fast_) return absl::UnavailableError("connection refused");
@@ -89,17 +69,6 @@ GroupOptions Options(int64_t rank, absl::Duration timeout = kTimeout) {
   options.gloo.hostname = "127.0.0.1";
   return options;
 }
-
-struct Rank {
-  Rank(KeyValueStore& store, GroupOptions options) {
-    auto created = Group::Create(&store, std::move(options));
-    EXPECT_TRUE(created.ok()) << created.status();
-    group = std::move(created).value();
-    stream = group->ForStream("actor");
-  }
-  std::unique_ptr<Group> group;
-  std::unique_ptr<StreamGroup> stream;
-};
 
 RoundRecord Record(int64_t round) {
   RoundRecord record;

@@ -14,10 +14,13 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "server/collective/store.h"
+#include "tests/collective/group_testing.h"
 
 namespace packsched::collective {
 namespace {
 
+using ::packsched::collective::testing::ForwardingStore;
+using ::packsched::collective::testing::Rank;
 using ::testing::HasSubstr;
 using ::testing::Not;
 
@@ -34,18 +37,6 @@ GroupOptions Options(int64_t rank, int64_t world_size, Backend backend = Backend
   options.can_use_nccl = false;  // thread-ranks share one machine: never NCCL here
   return options;
 }
-
-// One sidecar: its Group and the context of stream "actor".
-struct Rank {
-  Rank(KeyValueStore& store, GroupOptions options) {
-    auto created = Group::Create(&store, std::move(options));
-    EXPECT_TRUE(created.ok()) << created.status();
-    group = std::move(created).value();
-    stream = group->ForStream("actor");
-  }
-  std::unique_ptr<Group> group;
-  std::unique_ptr<StreamGroup> stream;
-};
 
 std::vector<std::unique_ptr<Rank>> MakeRanks(KeyValueStore& store, int64_t world_size,
                                              Backend backend = Backend::kGloo) {
@@ -305,33 +296,6 @@ TEST(Group, ARankRestartedBetweenRoundsEndsItsOldGenerationSoTheNextRoundSucceed
   ExpectAgreed(results, 3, 2);
   for (const auto& rank : ranks) EXPECT_EQ(rank->stream->info().generation, 1);
 }
-
-// A store that hands every call to another one (Inner()); tests override the calls they change.
-class ForwardingStore : public KeyValueStore {
- public:
-  absl::Status Set(absl::string_view key, absl::string_view value, absl::Time deadline) override {
-    return Inner().Set(key, value, deadline);
-  }
-  absl::StatusOr<std::string> Get(absl::string_view key, absl::Time deadline) override {
-    return Inner().Get(key, deadline);
-  }
-  absl::StatusOr<std::optional<std::string>> TryGet(absl::string_view key,
-                                                    absl::Time deadline) override {
-    return Inner().TryGet(key, deadline);
-  }
-  absl::StatusOr<std::string> CompareAndSet(absl::string_view key,
-                                            std::optional<absl::string_view> expected,
-                                            absl::string_view desired,
-                                            absl::Time deadline) override {
-    return Inner().CompareAndSet(key, expected, desired, deadline);
-  }
-  absl::StatusOr<int64_t> DeletePrefix(absl::string_view prefix, absl::Time deadline) override {
-    return Inner().DeletePrefix(prefix, deadline);
-  }
-
- protected:
-  virtual KeyValueStore& Inner() = 0;
-};
 
 // A store whose generation bumps land late: a generation's end is recorded first and the
 // number moves on after, and other ranks can read both in between.

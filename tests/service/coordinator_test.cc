@@ -199,12 +199,15 @@ TEST(Coordinator, StreamsAreIndependent) {
   EXPECT_TRUE(critic.Wait().ok());
 }
 
-TEST(Coordinator, CacheEvictsTheOldestRounds) {
-  ServiceLimits limits;
-  limits.max_cached_rounds = 2;
+// A coordinator whose streams each cache `rounds` finished rounds.
+RoundCoordinator::Options CachingRounds(int64_t rounds) {
   RoundCoordinator::Options options;
-  options.limits = limits;
-  RoundCoordinator coordinator(std::move(options));
+  options.limits.max_cached_rounds = rounds;
+  return options;
+}
+
+TEST(Coordinator, CacheEvictsTheOldestRounds) {
+  RoundCoordinator coordinator(CachingRounds(2));
   for (int64_t round = 1; round <= 3; ++round) {
     ASSERT_TRUE(SubmitAndWait(coordinator, Input(Request("s", round, Batch(round), kCap))).ok());
   }
@@ -217,11 +220,7 @@ TEST(Coordinator, CacheEvictsTheOldestRounds) {
 // A served round that was evicted is never run again — in a group it would enter the collective
 // alone and hold the stream until the timeout — whatever content the late call brings.
 TEST(Coordinator, AnEvictedRoundIsFailedPreconditionNotRunAgain) {
-  ServiceLimits limits;
-  limits.max_cached_rounds = 2;
-  RoundCoordinator::Options options;
-  options.limits = limits;
-  RoundCoordinator coordinator(std::move(options));
+  RoundCoordinator coordinator(CachingRounds(2));
   for (int64_t round = 1; round <= 3; ++round) {
     ASSERT_TRUE(SubmitAndWait(coordinator, Input(Request("s", round, Batch(round), kCap))).ok());
   }
