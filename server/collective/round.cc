@@ -6,6 +6,7 @@
 #include <limits>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "server/base/fingerprint.h"
@@ -29,6 +30,8 @@ enum Slot : int {
 };
 
 enum IdentityField : int { kStream, kRound, kOptions, kVersion, kNumIdentity };
+// How a mismatch's message starts (IsRoundNumberMismatch reads it back).
+constexpr absl::string_view kDisagree = "ranks disagree on the ";
 constexpr std::array<const char*, kNumIdentity> kIdentityNames = {"stream", "round", "options",
                                                                   "version"};
 
@@ -95,7 +98,7 @@ absl::Status ExplainFailure(absl::Span<const int64_t> records, int64_t world_siz
       if (skip_failed && failed_rank(r)) continue;
       if (record(r)[field] == record(ref)[field]) continue;
       return absl::FailedPreconditionError(absl::StrCat(
-          "ranks disagree on the ", kIdentityNames[field], " of a round (rank ", ref, ": stream ",
+          kDisagree, kIdentityNames[field], " of a round (rank ", ref, ": stream ",
           DescribeValue(kStream, record(ref)), " round ", record(ref)[kRound], "): rank ", ref,
           " has ", DescribeValue(field, record(ref)), ", rank ", r, " has ",
           DescribeValue(field, record(r))));
@@ -178,6 +181,12 @@ absl::StatusOr<AgreedRound> AgreeRound(Collective& group, const RoundRecord& min
   std::vector<int64_t> records(static_cast<size_t>(group.world_size()) * kRecordWords);
   RETURN_IF_ERROR(group.AllGather(record, absl::MakeSpan(records), deadline));
   return ExplainFailure(records, group.world_size());
+}
+
+bool IsRoundNumberMismatch(const absl::Status& status) {
+  return absl::IsFailedPrecondition(status) &&
+         absl::StrContains(status.message(),
+                           absl::StrCat(kDisagree, kIdentityNames[kRound], " of a round"));
 }
 
 }  // namespace packsched::collective

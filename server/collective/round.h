@@ -63,6 +63,9 @@ struct AgreedRound {
 absl::StatusOr<AgreedRound> AgreeRound(Collective& group, const RoundRecord& mine,
                                        absl::Time deadline);
 
+// Whether `status` is AgreeRound's failure for ranks that brought different round numbers.
+bool IsRoundNumberMismatch(const absl::Status& status);
+
 }  // namespace packsched::collective
 
 #endif  // PACKSCHED_SERVER_COLLECTIVE_ROUND_H_

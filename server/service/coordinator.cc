@@ -6,7 +6,6 @@
 #include <utility>
 
 #include "absl/status/status.h"
-#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -54,9 +53,6 @@ struct RoundCoordinator::Stream {
 
 namespace {
 
-// What collective/round.cc says when the ranks' round numbers differ.
-constexpr absl::string_view kRoundDisagreement = "ranks disagree on the round of a round";
-
 absl::Status ContentMismatch(absl::string_view stream, int64_t round, absl::string_view where) {
   return absl::FailedPreconditionError(
       absl::StrCat("stream '", stream, "' round ", round, " is ", where,
@@ -89,10 +85,7 @@ absl::Status ReleasedRound(absl::string_view stream, int64_t round, int64_t rele
 // message (collective/round.h), which names the first rank's round — on the other ranks, a
 // number that is not theirs. Say which round failed here, and the usual cause.
 absl::Status WithRoundContext(absl::Status status, absl::string_view stream, int64_t round) {
-  if (!absl::IsFailedPrecondition(status) ||
-      !absl::StrContains(status.message(), kRoundDisagreement)) {
-    return status;
-  }
+  if (!collective::IsRoundNumberMismatch(status)) return status;
   return absl::FailedPreconditionError(absl::StrCat(
       "stream '", stream, "' round ", round, " (this sidecar's) failed: ", status.message(),
       ". Outstanding rounds of a stream must reach every sidecar in increasing order: a "
