@@ -5,8 +5,6 @@
 #include <utility>
 #include <vector>
 
-#include "server/planner/lpt.h"
-
 namespace packsched::planner::internal {
 namespace {
 
@@ -15,19 +13,11 @@ namespace {
 constexpr int kTargets = 8;
 constexpr int kProbes = 16;
 
-// Room for one index node (a red-black tree node of a (int64, int32) pair: 48 bytes with
-// libstdc++), with slack; a larger node only makes the resource fall back to the heap.
-constexpr size_t kNodeBytes = 64;
-
 }  // namespace
 
 LocalSearch::LocalSearch(absl::Span<const Item> items, const Capacity& capacity, Parts parts,
                          absl::Span<const int32_t> by_cost)
-    : items_(items),
-      capacity_(capacity),
-      parts_(std::move(parts)),
-      node_block_(new std::byte[2 * kNodeBytes * parts_.size() + kNodeBytes]),
-      nodes_(node_block_.get(), 2 * kNodeBytes * parts_.size() + kNodeBytes) {
+    : items_(items), capacity_(capacity), parts_(std::move(parts)) {
   loads_ = LoadsOf(parts_, items_);
   cost_is_aligned_ = std::all_of(items_.begin(), items_.end(),
                                  [](const Item& item) { return item.cost == item.aligned; });
@@ -45,22 +35,15 @@ LocalSearch::LocalSearch(absl::Span<const Item> items, const Capacity& capacity,
   } else {
     for (Part& part : parts_) std::sort(part.begin(), part.end(), ByCost());
   }
-  // Both indexes are built from keys in ascending (key, part) order, each node placed at the
-  // end (a linear-time set construction). When every cost is the aligned length (the tokens
-  // cost model) the two would hold the same keys: by_cost_ serves as both.
-  auto build = [&](std::pmr::set<std::pair<int64_t, int32_t>>& index, auto key_of,
-                   std::vector<std::pmr::set<std::pair<int64_t, int32_t>>::iterator>& nodes) {
+  // When every cost is the aligned length (the tokens cost model) the two indexes would hold
+  // the same keys: by_cost_ serves as both.
+  auto index = [&](auto key_of) {
     std::vector<int64_t> keys(parts_.size());
     for (size_t p = 0; p < parts_.size(); ++p) keys[p] = key_of(loads_[p]);
-    nodes.resize(parts_.size());
-    for (int32_t p : OrderByCostAsc(keys)) nodes[p] = index.emplace_hint(index.end(), keys[p], p);
+    return PartIndex(keys);
   };
-  build(
-      by_cost_, [](const PartLoad& load) { return load.cost; }, cost_node_);
-  if (!cost_is_aligned_) {
-    build(
-        by_aligned_, [](const PartLoad& load) { return load.aligned; }, aligned_node_);
-  }
+  by_cost_ = index([](const PartLoad& load) { return load.cost; });
+  if (!cost_is_aligned_) by_aligned_ = index([](const PartLoad& load) { return load.aligned; });
   budget_ = 8 * static_cast<int64_t>(items_.size() + parts_.size()) + 1024;
 }
 
@@ -86,29 +69,20 @@ void LocalSearch::Insert(int32_t q, int32_t position) {
   part.insert(std::upper_bound(part.begin(), part.end(), position, ByCost()), position);
 }
 
-void LocalSearch::Reindex(int32_t p) {
-  // Re-keys p's nodes in place (extract, edit, insert): no allocation per step.
-  // The stored node is p's (still under its old key); the next one is the insertion hint, right
-  // whenever the new key keeps p's place, else the insert searches as usual.
-  auto cost_hint = std::next(cost_node_[p]);
-  auto cost_node = by_cost_.extract(cost_node_[p]);
-  cost_node.value().first = loads_[p].cost;
-  cost_node_[p] = by_cost_.insert(cost_hint, std::move(cost_node));
-  if (cost_is_aligned_) return;
-  auto aligned_hint = std::next(aligned_node_[p]);
-  auto aligned_node = by_aligned_.extract(aligned_node_[p]);
-  aligned_node.value().first = loads_[p].aligned;
-  aligned_node_[p] = by_aligned_.insert(aligned_hint, std::move(aligned_node));
+void LocalSearch::Reindex(int32_t p, const PartLoad& old) {
+  by_cost_.Rekey(p, old.cost, loads_[p].cost);
+  if (!cost_is_aligned_) by_aligned_.Rekey(p, old.aligned, loads_[p].aligned);
 }
 
 void LocalSearch::Move(int32_t p, size_t slot, int32_t q) {
   const int32_t position = parts_[p][slot];
+  const PartLoad old_p = loads_[p], old_q = loads_[q];
   loads_[p] = Replaced(p, slot, nullptr);
   parts_[p].erase(parts_[p].begin() + static_cast<ptrdiff_t>(slot));
   Insert(q, position);
   loads_[q].Add(items_[position]);
-  Reindex(p);
-  Reindex(q);
+  Reindex(p, old_p);
+  Reindex(q, old_q);
 }
 
 void LocalSearch::Swap(int32_t p, size_t slot_p, int32_t q, size_t slot_q) {
@@ -120,10 +94,11 @@ void LocalSearch::Swap(int32_t p, size_t slot_p, int32_t q, size_t slot_q) {
   parts_[q].erase(parts_[q].begin() + static_cast<ptrdiff_t>(slot_q));
   Insert(p, from_q);
   Insert(q, from_p);
+  const PartLoad old_p = loads_[p], old_q = loads_[q];
   loads_[p] = after_p;
   loads_[q] = after_q;
-  Reindex(p);
-  Reindex(q);
+  Reindex(p, old_p);
+  Reindex(q, old_q);
 }
 
 bool LocalSearch::TryMove(int32_t p, int32_t q, int64_t gap) {
@@ -190,7 +165,7 @@ bool LocalSearch::TrySwap(int32_t p, int32_t q, int64_t gap) {
 
 void LocalSearch::Rebalance(bool keep_counts) {
   while (budget_ > 0 && by_cost_.size() > 1) {
-    const auto [largest, p] = *by_cost_.rbegin();
+    const auto [largest, p] = by_cost_.back();
     bool improved = false;
     int tried = 0;
     for (auto it = by_cost_.begin(); it != by_cost_.end() && tried < kTargets; ++it) {

@@ -6,13 +6,10 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <memory>
-#include <memory_resource>
-#include <set>
-#include <utility>
 #include <vector>
 
 #include "absl/types/span.h"
+#include "server/planner/part_index.h"
 #include "server/planner/prepared.h"
 
 namespace packsched::planner::internal {
@@ -25,10 +22,6 @@ class LocalSearch {
   // part is kept in: the parts are then put in order by one pass over it, not a sort each.
   LocalSearch(absl::Span<const Item> items, const Capacity& capacity, Parts parts,
               absl::Span<const int32_t> by_cost = {});
-  // The part indexes allocate from a member: neither copyable nor movable.
-  LocalSearch(const LocalSearch&) = delete;
-  LocalSearch& operator=(const LocalSearch&) = delete;
-
   // Moves items out of parts over the capacity into parts that stay within it. Returns whether
   // every part is within the capacity afterwards (false: no single move could help).
   bool Repair();
@@ -38,7 +31,7 @@ class LocalSearch {
   // so the sorted cost vector decreases at every step: the largest cost never rises.
   void Rebalance(bool keep_counts);
 
-  int64_t max_cost() const { return by_cost_.empty() ? 0 : by_cost_.rbegin()->first; }
+  int64_t max_cost() const { return by_cost_.empty() ? 0 : by_cost_.back().first; }
   Parts Take() { return std::move(parts_); }
 
  private:
@@ -59,8 +52,8 @@ class LocalSearch {
   bool Fits(int32_t q, const Item& item) const { return capacity_.Fits(loads_[q], item.aligned); }
   // The load of part p without the item at `slot`, and with `added` instead if not null.
   PartLoad Replaced(int32_t p, size_t slot, const Item* added) const;
-  // Re-keys p in the indexes after its load changed.
-  void Reindex(int32_t p);
+  // Re-keys p in the indexes after its load changed from `old`.
+  void Reindex(int32_t p, const PartLoad& old);
   bool TryMove(int32_t p, int32_t q, int64_t gap);
   bool TrySwap(int32_t p, int32_t q, int64_t gap);
   // One swap that lowers part p's cap measure without breaking the target's capacity.
@@ -70,21 +63,11 @@ class LocalSearch {
   Capacity capacity_;
   Parts parts_;
   std::vector<PartLoad> loads_;
-  // The two indexes hold one node per part for the whole search (Reindex re-keys nodes in
-  // place), so their nodes come from one block sized up front, not one malloc each; nothing is
-  // freed before the search ends. Declared before the sets that use it.
-  std::unique_ptr<std::byte[]> node_block_;
-  std::pmr::monotonic_buffer_resource nodes_;
-  std::pmr::set<std::pair<int64_t, int32_t>> by_cost_{&nodes_};     // (cost, part)
-  std::pmr::set<std::pair<int64_t, int32_t>> by_aligned_{&nodes_};  // (aligned tokens, part)
-  // Each part's node in by_cost_ and by_aligned_ (when used): Reindex re-keys it without a
-  // lookup.
-  std::vector<std::pmr::set<std::pair<int64_t, int32_t>>::iterator> cost_node_, aligned_node_;
+  PartIndex by_cost_;     // (cost, part)
+  PartIndex by_aligned_;  // (aligned tokens, part)
   // Every item's cost is its aligned length: by_aligned_ stays empty and by_cost_ serves.
   bool cost_is_aligned_ = false;
-  const std::pmr::set<std::pair<int64_t, int32_t>>& ByAligned() const {
-    return cost_is_aligned_ ? by_cost_ : by_aligned_;
-  }
+  const PartIndex& ByAligned() const { return cost_is_aligned_ ? by_cost_ : by_aligned_; }
   int64_t budget_;
   // Scratch for Repair and RepairBySwap, reused across their steps.
   std::vector<size_t> slots_;
