@@ -15,7 +15,8 @@
 namespace packsched::planner::internal {
 
 // Holds one partition and its part loads. Deterministic; work is bounded by a budget fixed
-// from the input size, so a call always terminates in O((n + k) log) steps per unit of budget.
+// from the input size, at most O(n + k) per unit of budget (a move or swap shifts items within
+// two parts and index entries between a part's old and new place), so a call always ends.
 class LocalSearch {
  public:
   // `by_cost`, if given, lists every item's position in (cost, position) order, the order each
