@@ -173,7 +173,7 @@ void RoundCoordinator::Submit(RoundInput input, Done done) {
       Pending& pending = stream->in_flight[round];
       pending.input = std::move(input);
       pending.waiters.push_back(std::move(done));
-      if (RunsOnCaller(pending.input) && !stream->busy && stream->in_flight.size() == 1) {
+      if (RunsOnCaller() && !stream->busy && stream->in_flight.size() == 1) {
         pending.running = true;
         stream->busy = true;
         run_here = &pending.input;  // stable: only the runner erases it
@@ -519,7 +519,7 @@ void RoundCoordinator::Shutdown() {
   }
   for (Stream* stream : streams) {
     if (stream->worker.joinable()) stream->worker.join();
-    // A round running on its submitter's thread never waits (RunsOnCaller()): it ends soon.
+    // A round running on its submitter's thread never waits (RunsOnCaller): it ends soon.
     absl::MutexLock lock(&stream->mu);
     stream->mu.Await(absl::Condition(
         +[](bool* busy) { return !*busy; }, &stream->busy));

@@ -54,7 +54,7 @@ class RoundCoordinator {
   using CollectiveFactory =
       std::function<absl::StatusOr<std::unique_ptr<collective::Collective>>(absl::string_view)>;
   // Receives a round's outcome. Called exactly once per Submit, on the thread that ran the round
-  // (the stream's worker, or a submitting thread: RunsOnCaller()), or on the submitting thread for
+  // (the stream's worker, or a submitting thread: RunsOnCaller), or on the submitting thread for
   // immediate answers (cache hits, limits, mismatches); must not block.
   using Done = absl::AnyInvocable<void(absl::StatusOr<std::shared_ptr<const RoundResult>>) &&>;
 
@@ -98,9 +98,6 @@ class RoundCoordinator {
     int64_t generation = 0;   // with a rank group: the highest generation of its streams
   };
 
-  // A round of at most this many sequences may run on the thread that submits it (RunsOnCaller).
-  static constexpr size_t kMaxSequencesOnCaller = 16384;
-
   explicit RoundCoordinator(Options options);
   // Shutdown(), then joins the workers.
   ~RoundCoordinator();
@@ -139,16 +136,10 @@ class RoundCoordinator {
   // Runs the queued round `round` of `stream` (marked running, the stream busy) and answers its
   // callers; then lets the worker take the next queued round.
   void RunQueued(Stream& stream, int64_t round, const RoundInput& input);
-  // Whether `input`, finding its stream idle, runs on the submitting thread instead of the
+  // Whether a round that finds its stream idle runs on the submitting thread instead of the
   // stream's worker: with a group of one on the default local collective, whose rounds never
-  // wait, the hand-off to the worker (a wake-up and a thread switch per round) is pure cost.
-  // Only a round of at most kMaxSequencesOnCaller sequences (a few milliseconds of planning):
-  // the submitting thread is gRPC's, which also serves health checks and status calls.
-  bool RunsOnCaller(const RoundInput& input) const {
-    return options_.group == nullptr && !options_.make_collective &&
-           input.input.lengths.size() <= kMaxSequencesOnCaller;
-  }
-
+  // wait, so the hand-off to the worker (a wake-up and a thread switch per round) is pure cost.
+  bool RunsOnCaller() const { return options_.group == nullptr && !options_.make_collective; }
   absl::StatusOr<std::shared_ptr<const RoundResult>> RunRound(Stream& stream,
                                                               const RoundInput& input);
 
