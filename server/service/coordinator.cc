@@ -44,8 +44,6 @@ struct RoundCoordinator::Stream {
   absl::Mutex mu;
   absl::CondVar work;  // a round was queued, or the stream is stopping
   bool stopping ABSL_GUARDED_BY(mu) = false;
-  // A round of the stream is running (on the worker, or on the thread that submitted it).
-  bool busy ABSL_GUARDED_BY(mu) = false;
   std::map<int64_t, Pending> in_flight ABSL_GUARDED_BY(mu);  // queued and running, by round
   bool has_last_round ABSL_GUARDED_BY(mu) = false;
   int64_t last_round ABSL_GUARDED_BY(mu) = 0;
@@ -131,7 +129,6 @@ void RoundCoordinator::Submit(RoundInput input, Done done) {
 
   Result immediate;
   bool answered = false;
-  const RoundInput* run_here = nullptr;  // a round this thread runs itself
   {
     absl::MutexLock lock(&stream->mu);
     const int64_t round = input.round;
@@ -173,19 +170,9 @@ void RoundCoordinator::Submit(RoundInput input, Done done) {
       Pending& pending = stream->in_flight[round];
       pending.input = std::move(input);
       pending.waiters.push_back(std::move(done));
-      if (RunsOnCaller() && !stream->busy && stream->in_flight.size() == 1) {
-        pending.running = true;
-        stream->busy = true;
-        run_here = &pending.input;  // stable: only the runner erases it
-      } else {
-        stream->work.Signal();
-        return;
-      }
+      stream->work.Signal();
+      return;
     }
-  }
-  if (run_here != nullptr) {
-    RunQueued(*stream, run_here->round, *run_here);
-    return;
   }
   if (answered) std::move(done)(std::move(immediate));
 }
@@ -197,19 +184,53 @@ void RoundCoordinator::WorkerLoop(Stream* stream) {
     int64_t round = 0;
     {
       absl::MutexLock lock(&stream->mu);
-      // Lowest queued round first; one round at a time per stream (one may be running on the
-      // thread that submitted it: see RunsOnCaller).
-      while (!stream->stopping && (stream->in_flight.empty() || stream->busy)) {
-        stream->work.Wait(&stream->mu);
-      }
+      // Lowest queued round first; one round at a time per stream.
+      while (!stream->stopping && stream->in_flight.empty()) stream->work.Wait(&stream->mu);
       if (stream->stopping) break;
       auto it = stream->in_flight.begin();
       it->second.running = true;
-      stream->busy = true;
       round = it->first;
       input = &it->second.input;  // stable: std::map nodes do not move, and only we erase
     }
-    RunQueued(*stream, round, *input);
+
+    const absl::Time start = absl::Now();
+    Result result = RunRound(*stream, *input);
+    const absl::Duration took = absl::Now() - start;
+
+    std::vector<Done> waiters;
+    {
+      absl::MutexLock lock(&stream->mu);
+      auto it = stream->in_flight.find(round);
+      waiters = std::move(it->second.waiters);
+      const uint64_t content_hash = it->second.input.content_hash;
+      stream->in_flight.erase(it);
+      if (result.ok()) {
+        ++stream->rounds_completed;
+        if (!stream->has_last_round || round > stream->last_round) stream->last_round = round;
+        stream->has_last_round = true;
+        // Under the stream's lock, so a caller never sees the round neither in flight nor kept.
+        const int64_t bytes = EstimatedBytes(**result);
+        if (!cache_.Insert(stream->name, round, content_hash, *result, bytes) &&
+            options_.limits.max_cached_rounds > 0) {
+          spdlog::debug(
+              "stream {} round {}: served but not cached: its result (about {} bytes) is larger "
+              "than --max_cached_bytes = {}; a later caller of it gets FAILED_PRECONDITION",
+              stream->name, round, bytes, options_.limits.max_cached_bytes);
+        }
+      } else {
+        ++stream->rounds_failed;
+      }
+    }
+    if (result.ok()) {
+      spdlog::debug("stream {} round {}: k={} local_k={} sequences={} world_size={} in {} us",
+                    stream->name, round, (*result)->num_micro_batches, (*result)->local_k,
+                    (*result)->plan.stats.num_sequences, (*result)->global.world_size,
+                    absl::ToInt64Microseconds(took));
+    } else {
+      spdlog::debug("stream {} round {} failed in {} us: {}", stream->name, round,
+                    absl::ToInt64Microseconds(took), result.status().ToString());
+    }
+    for (Done& done : waiters) std::move(done)(result);
   }
 
   // Stopping: fail what is still queued.
@@ -225,49 +246,6 @@ void RoundCoordinator::WorkerLoop(Stream* stream) {
                                               stream->name, "' round ", round, " did not run")));
     }
   }
-}
-
-void RoundCoordinator::RunQueued(Stream& stream, int64_t round, const RoundInput& input) {
-  const absl::Time start = absl::Now();
-  Result result = RunRound(stream, input);
-  const absl::Duration took = absl::Now() - start;
-
-  std::vector<Done> waiters;
-  {
-    absl::MutexLock lock(&stream.mu);
-    auto it = stream.in_flight.find(round);
-    waiters = std::move(it->second.waiters);
-    const uint64_t content_hash = it->second.input.content_hash;
-    stream.in_flight.erase(it);
-    stream.busy = false;
-    if (!stream.in_flight.empty()) stream.work.Signal();
-    if (result.ok()) {
-      ++stream.rounds_completed;
-      if (!stream.has_last_round || round > stream.last_round) stream.last_round = round;
-      stream.has_last_round = true;
-      // Under the stream's lock, so a caller never sees the round neither in flight nor kept.
-      const int64_t bytes = EstimatedBytes(**result);
-      if (!cache_.Insert(stream.name, round, content_hash, *result, bytes) &&
-          options_.limits.max_cached_rounds > 0) {
-        spdlog::debug(
-            "stream {} round {}: served but not cached: its result (about {} bytes) is larger "
-            "than --max_cached_bytes = {}; a later caller of it gets FAILED_PRECONDITION",
-            stream.name, round, bytes, options_.limits.max_cached_bytes);
-      }
-    } else {
-      ++stream.rounds_failed;
-    }
-  }
-  if (result.ok()) {
-    spdlog::debug("stream {} round {}: k={} local_k={} sequences={} world_size={} in {} us",
-                  stream.name, round, (*result)->num_micro_batches, (*result)->local_k,
-                  (*result)->plan.stats.num_sequences, (*result)->global.world_size,
-                  absl::ToInt64Microseconds(took));
-  } else {
-    spdlog::debug("stream {} round {} failed in {} us: {}", stream.name, round,
-                  absl::ToInt64Microseconds(took), result.status().ToString());
-  }
-  for (Done& done : waiters) std::move(done)(result);
 }
 
 namespace {
@@ -519,10 +497,6 @@ void RoundCoordinator::Shutdown() {
   }
   for (Stream* stream : streams) {
     if (stream->worker.joinable()) stream->worker.join();
-    // A round running on its submitter's thread never waits (RunsOnCaller): it ends soon.
-    absl::MutexLock lock(&stream->mu);
-    stream->mu.Await(absl::Condition(
-        +[](bool* busy) { return !*busy; }, &stream->busy));
   }
   for (Stream* stream : streams) {
     absl::MutexLock lock(&stream->mu);

@@ -3,9 +3,7 @@
 
 // The round coordinator: runs each stream's planning rounds, in order, on the stream's own
 // worker thread, agreeing every round with the peer sidecars over the stream's collective
-// (DESIGN.md §1). A group of one on the default local collective never waits in a round: there
-// a round that finds its stream idle runs on the submitting thread instead (no hand-off).
-// No gRPC or protobuf here: the service adapts it.
+// (DESIGN.md §1). No gRPC or protobuf here: the service adapts it.
 //
 // Per (stream, round):
 //  - the first call queues the round; calls with the same content while it is queued or running
@@ -53,9 +51,9 @@ class RoundCoordinator {
   // error fails the round that needed it.
   using CollectiveFactory =
       std::function<absl::StatusOr<std::unique_ptr<collective::Collective>>(absl::string_view)>;
-  // Receives a round's outcome. Called exactly once per Submit, on the thread that ran the round
-  // (the stream's worker, or a submitting thread: RunsOnCaller), or on the submitting thread for
-  // immediate answers (cache hits, limits, mismatches); must not block.
+  // Receives a round's outcome. Called exactly once per Submit, on the stream's worker thread,
+  // or on the submitting thread for immediate answers (cache hits, limits, mismatches); must not
+  // block.
   using Done = absl::AnyInvocable<void(absl::StatusOr<std::shared_ptr<const RoundResult>>) &&>;
 
   struct Options {
@@ -110,8 +108,7 @@ class RoundCoordinator {
   // max_outstanding_rounds; FailedPrecondition for different content in the same round;
   // Unavailable after Shutdown(); otherwise the round's own outcome (its validation error or a
   // peer's, a mismatch between ranks, DeadlineExceeded / Aborted from the collective).
-  // Never waits for a round; with RunsOnCaller() it may run one (computation only, no waits) and
-  // answer it before returning. Thread-safe.
+  // Never blocks on a round. Thread-safe.
   void Submit(RoundInput input, Done done);
 
   // Stops accepting rounds, aborts every stream's collective, calls Options::cancel_waits, and
@@ -133,13 +130,6 @@ class RoundCoordinator {
   struct Pending;
 
   void WorkerLoop(Stream* stream);
-  // Runs the queued round `round` of `stream` (marked running, the stream busy) and answers its
-  // callers; then lets the worker take the next queued round.
-  void RunQueued(Stream& stream, int64_t round, const RoundInput& input);
-  // Whether a round that finds its stream idle runs on the submitting thread instead of the
-  // stream's worker: with a group of one on the default local collective, whose rounds never
-  // wait, so the hand-off to the worker (a wake-up and a thread switch per round) is pure cost.
-  bool RunsOnCaller() const { return options_.group == nullptr && !options_.make_collective; }
   absl::StatusOr<std::shared_ptr<const RoundResult>> RunRound(Stream& stream,
                                                               const RoundInput& input);
 

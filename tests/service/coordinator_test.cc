@@ -97,69 +97,6 @@ TEST(Coordinator, ConcurrentCallersOfOneRoundShareOneComputation) {
   EXPECT_EQ(stats.joined_in_flight, 7);
 }
 
-// A group of one on the default local collective: a round that finds its stream idle runs on
-// the submitting thread and is answered before Submit returns.
-TEST(Coordinator, AnIdleLocalStreamRunsTheRoundOnTheCaller) {
-  RoundCoordinator coordinator({});
-  const std::thread::id caller = std::this_thread::get_id();
-  std::thread::id answered_on;
-  bool answered = false;
-  coordinator.Submit(Input(Request("s", 1, Batch(4), kCap)), [&](Result result) {
-    EXPECT_TRUE(result.ok()) << result.status();
-    answered_on = std::this_thread::get_id();
-    answered = true;
-  });
-  EXPECT_TRUE(answered);
-  EXPECT_EQ(answered_on, caller);
-  EXPECT_EQ(coordinator.GetStats().rounds, 1);
-}
-
-// While a round runs on its submitter's thread, a later round of the stream is queued for the
-// stream's worker (one round at a time, lowest first), and a caller of the running round joins
-// it. The running round is a large batch, so the later calls arrive while it runs; an attempt
-// where it ended first proves nothing and is repeated.
-TEST(Coordinator, RoundsArrivingWhileOneRunsOnACallerGoToTheWorker) {
-  RoundCoordinator coordinator({});
-  const std::vector<int64_t> large = packsched::testing::RealisticRlLengths(150000, 5);
-  bool observed = false;
-  for (int attempt = 0; attempt < 5 && !observed; ++attempt) {
-    const int64_t round = 10 * attempt;
-    std::unique_ptr<Call> running;
-    std::thread::id runner_id;
-    std::thread runner([&] {
-      runner_id = std::this_thread::get_id();
-      running = std::make_unique<Call>(coordinator, Input(Request("s", round, large, kCap)));
-    });
-    // Wait until the round is in flight (on the runner's thread).
-    while (true) {
-      const RoundCoordinator::Stats stats = coordinator.GetStats();
-      if (!stats.streams.empty() && stats.streams[0].outstanding > 0) break;
-      std::this_thread::yield();
-    }
-    std::thread::id later_on;
-    absl::Notification later_done;
-    coordinator.Submit(Input(Request("s", round + 1, Batch(6), kCap)), [&](Result result) {
-      EXPECT_TRUE(result.ok()) << result.status();
-      later_on = std::this_thread::get_id();
-      later_done.Notify();
-    });
-    const bool queued = !later_done.HasBeenNotified();
-    Call joined(coordinator, Input(Request("s", round, large, kCap)));
-    runner.join();  // the runner's Submit returns once its round is answered
-    const Result& first = running->Wait();
-    ASSERT_TRUE(first.ok()) << first.status();
-    later_done.WaitForNotification();
-    if (!queued) continue;  // the large round had ended already
-    observed = true;
-    EXPECT_NE(later_on, std::this_thread::get_id());  // the stream's worker ran it
-    EXPECT_NE(later_on, runner_id);
-    const Result& second = joined.Wait();
-    ASSERT_TRUE(second.ok());
-    EXPECT_EQ(second->get(), first->get());  // joined (or cached): one computation
-  }
-  EXPECT_TRUE(observed) << "the large round never outlasted the later Submit";
-}
-
 TEST(Coordinator, LateCallersAreServedFromTheCache) {
   RoundCoordinator coordinator({});
   const v1::PlanRequest request = Request("s", 1, Batch(3), kCap);
