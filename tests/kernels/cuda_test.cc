@@ -83,11 +83,11 @@ TEST_F(CudaTest, AlignedPackingMatchesTheCpuBackend) {
       HostTensor aligned = HostTensor::Zeros<float>({padded.back(), width});
       HostTensor cu_padded = HostTensor::Zeros<int32_t>({batch + 1});
       HostTensor seqused = HostTensor::Zeros<int32_t>({batch});
-      ASSERT_TRUE(PackAligned(x.view(), {&cu_t.view(), {}}, 16, -1.5, aligned.view(),
+      ASSERT_TRUE(PackAligned(x.view(), {&cu_t.view(), {}}, 16, -1, -1.5, aligned.view(),
                               cu_padded.view(), seqused.view(), nullptr)
                       .ok());
       DeviceTensor dx(x), dcu(cu_t), daligned(aligned), dcu_padded(cu_padded), dseqused(seqused);
-      ASSERT_TRUE(PackAligned(dx.view(), {&dcu.view(), cu}, 16, -1.5, daligned.view(),
+      ASSERT_TRUE(PackAligned(dx.view(), {&dcu.view(), cu}, 16, -1, -1.5, daligned.view(),
                               dcu_padded.view(), dseqused.view(), nullptr)
                       .ok());
       EXPECT_EQ(daligned.bytes(), aligned.bytes());
