@@ -64,11 +64,13 @@ int64_t NormalizedWindow(int64_t window, int64_t max_seqlen_k) {
 bool FiniteAsFloat(double x) { return std::isfinite(x) && std::isfinite(static_cast<float>(x)); }
 
 // The CUDA launch grid: (tiles of max_seqlen, heads, sequences); y and z are limited to 65535.
-absl::Status CheckCudaGrid(absl::string_view op, int64_t batch, int64_t heads,
+// A tail takes one more sequence slot of the grid (attention_device.cuh's LaunchSpan).
+absl::Status CheckCudaGrid(absl::string_view op, int64_t batch, bool tail, int64_t heads,
                            const AttentionSeqlens& seqlens) {
-  if (batch > kMaxCudaGridYZ) {
-    return Invalid(op, absl::StrCat("B = ", batch, " sequences exceed the CUDA backend's limit of ",
-                                    kMaxCudaGridYZ, " per call; split the batch"));
+  if (batch + (tail ? 1 : 0) > kMaxCudaGridYZ) {
+    return Invalid(op, absl::StrCat("B = ", batch, " sequences", tail ? " and a tail" : "",
+                                    " exceed the CUDA backend's limit of ", kMaxCudaGridYZ,
+                                    " per call; split the batch"));
   }
   if (heads > kMaxCudaGridYZ) {
     return Invalid(op,
@@ -141,8 +143,8 @@ absl::StatusOr<Checked> CheckCommon(absl::string_view op, const DLTensor& q, con
     return Invalid(op, absl::StrCat("cu_seqlens_q has B = ", cu_q.batch,
                                     " sequences but cu_seqlens_k has B = ", cu_k.batch));
   }
-  RETURN_IF_ERROR(internal::CheckRows(op, "q", q, cu_q.total, "cu_seqlens_q"));
-  RETURN_IF_ERROR(internal::CheckRows(op, "k", k, cu_k.total, "cu_seqlens_k"));
+  RETURN_IF_ERROR(internal::CheckRows(op, "q", q, cu_q, "cu_seqlens_q"));
+  RETURN_IF_ERROR(internal::CheckRows(op, "k", k, cu_k, "cu_seqlens_k"));
   RETURN_IF_ERROR(CheckMaxSeqlen(op, "max_seqlen_q", seqlens.max_seqlen_q, cu_q, "cu_seqlens_q"));
   RETURN_IF_ERROR(CheckMaxSeqlen(op, "max_seqlen_k", seqlens.max_seqlen_k, cu_k, "cu_seqlens_k"));
   ASSIGN_OR_RETURN(a.seqused_q,
@@ -150,7 +152,10 @@ absl::StatusOr<Checked> CheckCommon(absl::string_view op, const DLTensor& q, con
   ASSIGN_OR_RETURN(a.seqused_k,
                    CheckSeqused(op, "seqused_k", seqlens.seqused_k, cu_k.batch, c.call));
 
-  if (c.backend == Backend::kCuda) RETURN_IF_ERROR(CheckCudaGrid(op, cu_q.batch, a.heads, seqlens));
+  if (c.backend == Backend::kCuda) {
+    const bool tail = cu_q.rows > cu_q.total || cu_k.rows > cu_k.total;
+    RETURN_IF_ERROR(CheckCudaGrid(op, cu_q.batch, tail, a.heads, seqlens));
+  }
 
   // Both backends compute in float (fp64 inputs on the CPU in double): the scale and the cap must
   // mean the same there as the doubles the caller passed.

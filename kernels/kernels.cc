@@ -33,6 +33,7 @@ using internal::CheckCopyableDType;
 using internal::CheckCuValues;
 using internal::CheckDType;
 using internal::CheckedSeqlens;
+using internal::CheckNoTail;
 using internal::CheckPaddedCovers;
 using internal::CheckRows;
 using internal::CheckSameDType;
@@ -89,6 +90,7 @@ absl::Status Unpad(const DLTensor& x, const DLTensor& mask, const Seqlens& seqle
                                     " (bool, int8, uint8, int32 or int64)"));
   }
   ASSIGN_OR_RETURN(const CheckedSeqlens cu, CheckSeqlens(op, "cu_seqlens", seqlens, call, backend));
+  RETURN_IF_ERROR(CheckNoTail(op, "cu_seqlens", cu));
   if (cu.batch != batch) {
     return Invalid(
         op, absl::StrCat("cu_seqlens has B = ", cu.batch, " sequences but x has B = ", batch));
@@ -177,7 +179,7 @@ absl::StatusOr<std::vector<int32_t>> AlignedCuSeqlens(absl::Span<const int32_t> 
 }
 
 absl::Status PackAligned(const DLTensor& x_packed, const Seqlens& seqlens, int64_t align,
-                         double pad_value, const DLTensor& x_aligned,
+                         int64_t rows, double pad_value, const DLTensor& x_aligned,
                          const DLTensor& cu_seqlens_padded, const DLTensor& seqused,
                          Stream stream) {
   constexpr absl::string_view op = "PackAligned";
@@ -186,14 +188,22 @@ absl::Status PackAligned(const DLTensor& x_packed, const Seqlens& seqlens, int64
   RETURN_IF_ERROR(CheckTensor(op, "x_packed", &x_packed, call));
   RETURN_IF_ERROR(CheckCopyableDType(op, "x_packed", x_packed));
   ASSIGN_OR_RETURN(const CheckedSeqlens cu, CheckSeqlens(op, "cu_seqlens", seqlens, call, backend));
-  RETURN_IF_ERROR(CheckRows(op, "x_packed", x_packed, cu.total, "cu_seqlens"));
+  RETURN_IF_ERROR(CheckNoTail(op, "cu_seqlens", cu));
+  RETURN_IF_ERROR(CheckRows(op, "x_packed", x_packed, cu, "cu_seqlens"));
   if (align < 1) return Invalid(op, absl::StrCat("align must be >= 1, got ", align));
   ASSIGN_OR_RETURN(const std::vector<int32_t> padded,
                    AlignedCuSeqlens(absl::MakeConstSpan(cu.host, cu.batch + 1), align));
+  if (rows != -1 && rows < padded.back()) {
+    return Invalid(op, absl::StrCat("rows = ", rows,
+                                    " must be -1 (no tail) or at least the "
+                                    "padded total ",
+                                    padded.back()));
+  }
+  const int64_t aligned_rows = rows == -1 ? padded.back() : rows;
   RETURN_IF_ERROR(CheckTensor(op, "x_aligned", &x_aligned, call));
   RETURN_IF_ERROR(CheckSameDType(op, "x_aligned", x_aligned, "x_packed", x_packed));
-  RETURN_IF_ERROR(CheckShape(op, "x_aligned", x_aligned, WithTrailing({padded.back()}, x_packed, 1),
-                             "[total_padded, ...]"));
+  RETURN_IF_ERROR(CheckShape(op, "x_aligned", x_aligned, WithTrailing({aligned_rows}, x_packed, 1),
+                             rows == -1 ? "[total_padded, ...]" : "[rows, ...]"));
   RETURN_IF_ERROR(CheckTensor(op, "cu_seqlens_padded", &cu_seqlens_padded, call));
   RETURN_IF_ERROR(CheckDType(op, "cu_seqlens_padded", cu_seqlens_padded, kDLInt, 32));
   RETURN_IF_ERROR(
@@ -210,6 +220,7 @@ absl::Status PackAligned(const DLTensor& x_packed, const Seqlens& seqlens, int64
   a.batch = cu.batch;
   a.total = cu.total;
   a.total_padded = padded.back();
+  a.rows = aligned_rows;
   a.row_bytes = RowBytes(x_packed, 1);
   a.elem_bytes = ElementBytes(x_packed.dtype);
   a.align = align;
@@ -230,8 +241,9 @@ absl::Status UnpackAligned(const DLTensor& x_aligned, const Seqlens& seqlens,
   ASSIGN_OR_RETURN(const CheckedSeqlens cu, CheckSeqlens(op, "cu_seqlens", seqlens, call, backend));
   ASSIGN_OR_RETURN(const CheckedSeqlens cu_padded,
                    CheckSeqlens(op, "cu_seqlens_padded", seqlens_padded, call, backend));
+  RETURN_IF_ERROR(CheckNoTail(op, "cu_seqlens", cu));
   RETURN_IF_ERROR(CheckPaddedCovers(op, cu, cu_padded));
-  RETURN_IF_ERROR(CheckRows(op, "x_aligned", x_aligned, cu_padded.total, "cu_seqlens_padded"));
+  RETURN_IF_ERROR(CheckRows(op, "x_aligned", x_aligned, cu_padded, "cu_seqlens_padded"));
   RETURN_IF_ERROR(CheckTensor(op, "x_packed", &x_packed, call));
   RETURN_IF_ERROR(CheckSameDType(op, "x_packed", x_packed, "x_aligned", x_aligned));
   RETURN_IF_ERROR(
@@ -257,12 +269,12 @@ absl::Status PositionIds(const Seqlens& seqlens, const DLTensor& position_ids, S
   ASSIGN_OR_RETURN(const CheckedSeqlens cu, CheckSeqlens(op, "cu_seqlens", seqlens, call, backend));
   RETURN_IF_ERROR(CheckTensor(op, "position_ids", &position_ids, call));
   RETURN_IF_ERROR(CheckDType(op, "position_ids", position_ids, kDLInt, 64));
-  RETURN_IF_ERROR(CheckShape(op, "position_ids", position_ids, {cu.total}, "[total]"));
+  RETURN_IF_ERROR(CheckShape(op, "position_ids", position_ids, {cu.rows}, "[total]"));
 
   internal::PositionIdsArgs a;
   a.cu = cu.device;
   a.batch = cu.batch;
-  a.total = cu.total;
+  a.rows = cu.rows;
   a.position_ids = static_cast<int64_t*>(Data(position_ids));
   return backend == Backend::kHost ? internal::cpu::PositionIds(a)
                                    : internal::cuda::PositionIds(a, call.device.device_id, stream);
@@ -279,6 +291,7 @@ absl::Status ShiftLabels(const DLTensor& ids, const Seqlens& seqlens, const Seql
   CheckedSeqlens layout = cu;
   if (seqlens_padded != nullptr) {
     ASSIGN_OR_RETURN(layout, CheckSeqlens(op, "cu_seqlens_padded", *seqlens_padded, call, backend));
+    RETURN_IF_ERROR(CheckNoTail(op, "cu_seqlens", cu));
     RETURN_IF_ERROR(CheckPaddedCovers(op, cu, layout));
   }
   const absl::string_view layout_name =
@@ -286,14 +299,14 @@ absl::Status ShiftLabels(const DLTensor& ids, const Seqlens& seqlens, const Seql
   if (ids.ndim != 1) {
     return Invalid(op, absl::StrCat("ids must have shape [rows], got ", ShapeString(ids)));
   }
-  RETURN_IF_ERROR(CheckRows(op, "ids", ids, layout.total, layout_name));
+  RETURN_IF_ERROR(CheckRows(op, "ids", ids, layout, layout_name));
   if (!ids_64 && (ignore_index < std::numeric_limits<int32_t>::min() ||
                   ignore_index > std::numeric_limits<int32_t>::max())) {
     return Invalid(op, absl::StrCat("ignore_index ", ignore_index, " does not fit in int32 ids"));
   }
   RETURN_IF_ERROR(CheckTensor(op, "labels", &labels, call));
   RETURN_IF_ERROR(CheckSameDType(op, "labels", labels, "ids", ids));
-  RETURN_IF_ERROR(CheckShape(op, "labels", labels, {layout.total}, "[rows]"));
+  RETURN_IF_ERROR(CheckShape(op, "labels", labels, {layout.rows}, "[rows]"));
 
   internal::ShiftLabelsArgs a;
   a.ids = Data(ids);
@@ -301,7 +314,7 @@ absl::Status ShiftLabels(const DLTensor& ids, const Seqlens& seqlens, const Seql
   a.cu = cu.device;
   a.cu_padded = seqlens_padded != nullptr ? layout.device : nullptr;
   a.batch = cu.batch;
-  a.rows = layout.total;
+  a.rows = layout.rows;
   a.ignore_index = ignore_index;
   a.labels = Data(labels);
   return backend == Backend::kHost ? internal::cpu::ShiftLabels(a)
@@ -322,13 +335,13 @@ absl::Status PackedCrossEntropy(const DLTensor& logits, const DLTensor& labels,
                                     ShapeString(logits)));
   }
   ASSIGN_OR_RETURN(const CheckedSeqlens cu, CheckSeqlens(op, "cu_seqlens", seqlens, call, backend));
-  RETURN_IF_ERROR(CheckRows(op, "logits", logits, cu.total, "cu_seqlens"));
+  RETURN_IF_ERROR(CheckRows(op, "logits", logits, cu, "cu_seqlens"));
   RETURN_IF_ERROR(CheckTensor(op, "labels", &labels, call));
   ASSIGN_OR_RETURN(const bool labels_64, IsInt64Ids(op, "labels", labels));
-  RETURN_IF_ERROR(CheckShape(op, "labels", labels, {cu.total}, "[rows]"));
+  RETURN_IF_ERROR(CheckShape(op, "labels", labels, {cu.rows}, "[rows]"));
   RETURN_IF_ERROR(CheckTensor(op, "per_token_loss", &per_token_loss, call));
   RETURN_IF_ERROR(CheckSameDType(op, "per_token_loss", per_token_loss, "logits", logits));
-  RETURN_IF_ERROR(CheckShape(op, "per_token_loss", per_token_loss, {cu.total}, "[rows]"));
+  RETURN_IF_ERROR(CheckShape(op, "per_token_loss", per_token_loss, {cu.rows}, "[rows]"));
   RETURN_IF_ERROR(CheckTensor(op, "per_sequence_sum", &per_sequence_sum, call));
   RETURN_IF_ERROR(CheckSameDType(op, "per_sequence_sum", per_sequence_sum, "logits", logits));
   RETURN_IF_ERROR(CheckShape(op, "per_sequence_sum", per_sequence_sum, {cu.batch}, "[B]"));
@@ -344,7 +357,7 @@ absl::Status PackedCrossEntropy(const DLTensor& logits, const DLTensor& labels,
   a.labels_64 = labels_64;
   a.cu = cu.device;
   a.batch = cu.batch;
-  a.rows = cu.total;
+  a.rows = cu.rows;
   a.ignore_index = ignore_index;
   a.per_token_loss = Data(per_token_loss);
   a.per_sequence_sum = Data(per_sequence_sum);

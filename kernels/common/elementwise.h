@@ -33,13 +33,27 @@ PACKSCHED_HD_INLINE int64_t SegmentOf(const int32_t* cu, int64_t num_segments, i
   return lo - 1;
 }
 
+// Rows [cu[num_segments], rows) of a buffer are its tail (kernels.h): the padding up to the plan's
+// total rows, in no sequence. It acts as one more segment, starting at cu[num_segments], without
+// real tokens: positions restart at 0 there, labels are ignore_index, losses 0.
+PACKSCHED_HD_INLINE bool InTail(const int32_t* cu, int64_t num_segments, int64_t t) {
+  return t >= cu[num_segments];
+}
+
+// Start of the segment that holds row `t`, the tail counting as one.
+// REQUIRES: num_segments >= 0, t >= 0.
+PACKSCHED_HD_INLINE int64_t SegmentStart(const int32_t* cu, int64_t num_segments, int64_t t) {
+  return InTail(cu, num_segments, t) ? cu[num_segments] : cu[SegmentOf(cu, num_segments, t)];
+}
+
 // Smallest multiple of `align` that is >= `len`. REQUIRES: len >= 0, align >= 1.
 PACKSCHED_HD_INLINE int64_t AlignUp(int64_t len, int64_t align) {
   return (len + align - 1) / align * align;
 }
 
 // pos[t] = t - start of t's segment. With padded offsets the pad slots after a sequence's real
-// tokens continue the count, so a position is never reset inside a segment.
+// tokens continue the count, so a position is never reset inside a segment; the tail restarts
+// at 0 (pass SegmentStart).
 PACKSCHED_HD_INLINE int64_t PositionId(int64_t t, int64_t segment_start) {
   return t - segment_start;
 }

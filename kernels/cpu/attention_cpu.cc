@@ -58,6 +58,13 @@ absl::Status Sequences(const AttentionArgs& a, std::vector<Sequence>& out) {
                                                      "] (the segment length of cu_seqlens_k)"));
     }
   }
+  // The tail (rows past cu[B], kernels.h) as one more sequence without real rows: every tail row
+  // is then written like a pad slot (out 0, lse +inf, gradients 0) and is never a key.
+  const int64_t tail_q = a.total_q - a.cu_q_host[a.batch];
+  const int64_t tail_k = a.total_k - a.cu_k_host[a.batch];
+  if (tail_q > 0 || tail_k > 0) {
+    out.push_back(Sequence{a.cu_q_host[a.batch], a.cu_k_host[a.batch], tail_q, tail_k, 0, 0});
+  }
   return absl::OkStatus();
 }
 

@@ -44,12 +44,16 @@ void ShiftLabelsTyped(const ShiftLabelsArgs& a) {
       labels[t] = ShiftedLabel<Id>(ids, t, layout[b], real_len, ignore);
     }
   }
+  // The tail: a segment without real tokens.
+  for (int64_t t = layout[a.batch]; t < a.rows; ++t) {
+    labels[t] = ShiftedLabel<Id>(ids, t, layout[a.batch], /*real_len=*/0, ignore);
+  }
 }
 
 template <typename Label>
 absl::Status CheckLabels(const CrossEntropyArgs& a) {
   const Label* labels = static_cast<const Label*>(a.labels);
-  for (int64_t t = 0; t < a.rows; ++t) {
+  for (int64_t t = 0; t < a.cu[a.batch]; ++t) {  // tail labels are not read
     const int64_t l = labels[t];
     if (l != a.ignore_index && (l < 0 || l >= a.vocab)) {
       return absl::InvalidArgumentError(
@@ -87,6 +91,7 @@ void CrossEntropyTyped(const CrossEntropyArgs& a) {
     seq_sum[b] = FromAcc<T>(sum);
     a.per_sequence_count[b] = count;
   }
+  for (int64_t t = a.cu[a.batch]; t < a.rows; ++t) loss[t] = FromAcc<T>(AccT(0));  // the tail
 }
 
 template <typename Label>
@@ -162,6 +167,10 @@ absl::Status PackAligned(const PackAlignedArgs& a) {
     for (int64_t i = 0; i < pad_bytes; ++i) pad[i] = a.pad_pattern[i % elem_bytes_pattern];
     a.seqused[b] = static_cast<int32_t>(len);
   }
+  // The tail [total_padded, rows): pad values too.
+  unsigned char* tail = Row(a.x_aligned, a.total_padded, a.row_bytes);
+  const int64_t tail_bytes = (a.rows - a.total_padded) * a.row_bytes;
+  for (int64_t i = 0; i < tail_bytes; ++i) tail[i] = a.pad_pattern[i % elem_bytes_pattern];
   std::memcpy(a.cu_padded, a.cu_padded_host, (a.batch + 1) * sizeof(int32_t));
   return absl::OkStatus();
 }
@@ -180,6 +189,9 @@ absl::Status UnpackAligned(const UnpackAlignedArgs& a) {
 absl::Status PositionIds(const PositionIdsArgs& a) {
   for (int64_t b = 0; b < a.batch; ++b) {
     for (int64_t t = a.cu[b]; t < a.cu[b + 1]; ++t) a.position_ids[t] = PositionId(t, a.cu[b]);
+  }
+  for (int64_t t = a.cu[a.batch]; t < a.rows; ++t) {  // the tail restarts at 0
+    a.position_ids[t] = PositionId(t, SegmentStart(a.cu, a.batch, t));
   }
   return absl::OkStatus();
 }

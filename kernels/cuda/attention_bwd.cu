@@ -20,19 +20,20 @@ struct Backward {
     using DkDv = AttnTraits<kD, AttnKernel::kBackwardDkDv>;
     if (a.total_q > 0) {
       const cudaError_t e = LaunchAttnKernel<Dq>(AttentionBackwardDqKernel<T, Dq>, a,
-                                                 a.max_seqlen_q, Dq::kBr, a.heads, stream);
+                                                 a.max_seqlen_q, Dq::kBr, a.heads,
+                                                 /*keys=*/false, stream);
       if (e != cudaSuccess) return e;
     }
     if (a.total_k == 0) return cudaSuccess;
     return LaunchAttnKernel<DkDv>(AttentionBackwardDkDvKernel<T, DkDv>, a, a.max_seqlen_k,
-                                  DkDv::kBc, a.kv_heads, stream);
+                                  DkDv::kBc, a.kv_heads, /*keys=*/true, stream);
   }
 };
 
 }  // namespace
 
 LaunchResult LaunchAttentionBackward(const AttentionArgs& a, void* stream) {
-  if (a.batch == 0 || (a.total_q == 0 && a.total_k == 0)) return ResultOf(cudaSuccess);
+  if (a.total_q == 0 && a.total_k == 0) return ResultOf(cudaSuccess);  // B = 0: maybe a tail
   return ResultOf(DispatchAttention<Backward>(a, static_cast<cudaStream_t>(stream)));
 }
 

@@ -26,8 +26,18 @@ struct AttnSeq {
   AttnMask mask;         // real lengths and the mask options
 };
 
+// b == a.batch is the tail (rows past cu[B], kernels.h): a sequence without real rows, so its
+// rows are written like pad slots (out 0, lse +inf, gradients 0) and are never keys.
 __device__ inline AttnSeq LoadSeq(const AttentionArgs& a, int64_t b) {
   AttnSeq s;
+  if (b == a.batch) {
+    s.q0 = a.cu_q[b];
+    s.k0 = a.cu_k[b];
+    s.seg_q = a.total_q - s.q0;
+    s.seg_k = a.total_k - s.k0;
+    s.mask = AttnMask{0, 0, a.causal, a.window_left, a.window_right};
+    return s;
+  }
   s.q0 = a.cu_q[b];
   s.k0 = a.cu_k[b];
   s.seg_q = a.cu_q[b + 1] - s.q0;
@@ -39,6 +49,20 @@ __device__ inline AttnSeq LoadSeq(const AttentionArgs& a, int64_t b) {
   sk = sk < 0 ? 0 : (sk > s.seg_k ? s.seg_k : sk);
   s.mask = AttnMask{sq, sk, a.causal, a.window_left, a.window_right};
   return s;
+}
+
+// Host side: what a launch's grid must cover. `sequences` = B, plus one slot for a tail
+// (blockIdx.z = B, LoadSeq); `longest` = the longest segment its tiles span, the tail of q (or of
+// k for the dk/dv kernel, `keys`) included, given the longest real segment `max_seqlen`.
+struct AttnLaunchSpan {
+  int64_t sequences, longest;
+};
+inline AttnLaunchSpan LaunchSpan(const AttentionArgs& a, int64_t max_seqlen, bool keys) {
+  const int64_t tail_q = a.total_q - a.cu_q_host[a.batch];
+  const int64_t tail_k = a.total_k - a.cu_k_host[a.batch];
+  const int64_t tail = keys ? tail_k : tail_q;
+  return AttnLaunchSpan{a.batch + (tail_q > 0 || tail_k > 0 ? 1 : 0),
+                        tail > max_seqlen ? tail : max_seqlen};
 }
 
 __device__ inline int64_t Clamp0(int64_t x, int64_t hi) { return x < 0 ? 0 : (x > hi ? hi : x); }

@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "kernels/common/half.h"
+#include "kernels/cuda/attention_device.cuh"
 #include "kernels/cuda/attention_traits.h"
 #include "kernels/cuda/launch.h"
 #include "kernels/cuda/launch_result.cuh"
@@ -26,12 +27,15 @@ inline bool AttnGrid(int64_t longest, int tile, int64_t heads, int64_t batch, di
 }
 
 // Launches kernel<<<grid, Tr::kThreads, Tr::kSharedBytes>>>(a) after opting into its shared
-// memory (over the 48 KiB default).
+// memory (over the 48 KiB default). The grid covers a tail too (LaunchSpan).
 template <typename Tr>
 cudaError_t LaunchAttnKernel(void (*kernel)(AttentionArgs), const AttentionArgs& a, int64_t longest,
-                             int tile, int64_t heads, cudaStream_t stream) {
+                             int tile, int64_t heads, bool keys, cudaStream_t stream) {
+  const AttnLaunchSpan span = LaunchSpan(a, longest, keys);
   dim3 grid;
-  if (!AttnGrid(longest, tile, heads, a.batch, &grid)) return cudaErrorInvalidConfiguration;
+  if (!AttnGrid(span.longest, tile, heads, span.sequences, &grid)) {
+    return cudaErrorInvalidConfiguration;
+  }
   const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                              static_cast<int>(Tr::kSharedBytes));
   if (e != cudaSuccess) return e;

@@ -46,12 +46,13 @@ struct IndexMap {
   }
 };
 
-// PackAligned: aligned row r is real token `off` of sequence b, or a pad slot.
+// PackAligned: aligned row r is real token `off` of sequence b, or a pad slot (tail rows too).
 struct AlignedFromPacked {
   const int32_t* cu;
   const int32_t* cu_padded;
   int64_t batch;
   __device__ int64_t operator()(int64_t r) const {
+    if (InTail(cu_padded, batch, r)) return -1;
     const int64_t b = SegmentOf(cu_padded, batch, r);
     const int64_t off = r - cu_padded[b];
     return off < cu[b + 1] - cu[b] ? cu[b] + off : -1;
@@ -231,11 +232,11 @@ __global__ void AlignedOffsets(const int32_t* __restrict__ cu, int64_t batch, in
 
 // ---- Positions and labels ----
 
-__global__ void PositionIdsKernel(const int32_t* __restrict__ cu, int64_t batch, int64_t total,
+__global__ void PositionIdsKernel(const int32_t* __restrict__ cu, int64_t batch, int64_t rows,
                                   int64_t* __restrict__ pos) {
-  for (int64_t t = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; t < total;
+  for (int64_t t = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; t < rows;
        t += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    pos[t] = PositionId(t, cu[SegmentOf(cu, batch, t)]);
+    pos[t] = PositionId(t, SegmentStart(cu, batch, t));
   }
 }
 
@@ -245,6 +246,10 @@ __global__ void ShiftLabelsKernel(const Id* __restrict__ ids, const int32_t* __r
                                   Id ignore, Id* __restrict__ labels) {
   for (int64_t t = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; t < rows;
        t += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    if (InTail(layout, batch, t)) {  // a segment without real tokens
+      labels[t] = ShiftedLabel<Id>(ids, t, layout[batch], /*real_len=*/0, ignore);
+      continue;
+    }
     const int64_t b = SegmentOf(layout, batch, t);
     labels[t] = ShiftedLabel<Id>(ids, t, layout[b], cu[b + 1] - cu[b], ignore);
   }
@@ -268,6 +273,7 @@ __device__ LogSumExp<AccT> WarpCombine(LogSumExp<AccT> s) {
 template <typename T, typename Label>
 __global__ void CrossEntropyRows(const T* __restrict__ logits, int64_t vocab,
                                  const Label* __restrict__ labels, int64_t rows,
+                                 const int32_t* __restrict__ cu, int64_t batch,
                                  int64_t ignore_index, T* __restrict__ loss) {
   using AccT = Acc<T>;
   constexpr int kPerVec = 16 / sizeof(T);
@@ -276,6 +282,10 @@ __global__ void CrossEntropyRows(const T* __restrict__ logits, int64_t vocab,
   const int lane = threadIdx.x % 32;
   const int warp = threadIdx.x / 32;
   for (int64_t t = blockIdx.x; t < rows; t += gridDim.x) {
+    if (InTail(cu, batch, t)) {  // tail rows: loss 0, labels not read (uniform across the block)
+      if (threadIdx.x == 0) loss[t] = FromAcc<T>(AccT(0));
+      continue;
+    }
     const int64_t label = labels[t];
     if (label == ignore_index) {  // uniform across the block
       if (threadIdx.x == 0) loss[t] = FromAcc<T>(AccT(0));
@@ -354,7 +364,7 @@ void LaunchCrossEntropyTyped(const CrossEntropyArgs& a, cudaStream_t stream) {
   T* loss = static_cast<T*>(a.per_token_loss);
   if (a.rows > 0) {
     CrossEntropyRows<T, Label><<<Blocks(a.rows, 1), kThreads, 0, stream>>>(
-        logits, a.vocab, labels, a.rows, a.ignore_index, loss);
+        logits, a.vocab, labels, a.rows, a.cu, a.batch, a.ignore_index, loss);
   }
   if (a.batch > 0) {
     CrossEntropySequences<T, Label><<<Blocks(a.batch, 1), kThreads, 0, stream>>>(
@@ -417,14 +427,16 @@ LaunchResult LaunchPad(const PadArgs& a, void* stream) {
 
 LaunchResult LaunchPackAligned(const PackAlignedArgs& a, void* stream) {
   if (a.batch == 0) {
-    // Only cu_seqlens_padded = {0} to write.
-    return ResultOf(cudaMemsetAsync(a.cu_padded, 0, sizeof(int32_t), AsStream(stream)));
+    // cu_seqlens_padded = {0}, then only the tail (if any) to fill.
+    const cudaError_t e = cudaMemsetAsync(a.cu_padded, 0, sizeof(int32_t), AsStream(stream));
+    if (e != cudaSuccess || a.rows == 0) return ResultOf(e);
+  } else {
+    AlignedOffsets<<<1, kThreads, 0, AsStream(stream)>>>(a.cu, a.batch, a.align, a.cu_padded,
+                                                         a.seqused);
+    if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return ResultOf(e);
   }
-  AlignedOffsets<<<1, kThreads, 0, AsStream(stream)>>>(a.cu, a.batch, a.align, a.cu_padded,
-                                                       a.seqused);
-  if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return ResultOf(e);
-  // The gather reads the offsets just written, in stream order.
-  return LaunchGather(a.x_packed, a.x_aligned, a.total_padded, a.row_bytes, a.elem_bytes,
+  // The gather reads the offsets just written, in stream order; tail rows map to the pad value.
+  return LaunchGather(a.x_packed, a.x_aligned, a.rows, a.row_bytes, a.elem_bytes,
                       AlignedFromPacked{a.cu, a.cu_padded, a.batch}, a.pad_pattern,
                       AsStream(stream));
 }
@@ -435,9 +447,9 @@ LaunchResult LaunchUnpackAligned(const UnpackAlignedArgs& a, void* stream) {
 }
 
 LaunchResult LaunchPositionIds(const PositionIdsArgs& a, void* stream) {
-  if (a.total == 0) return ResultOf(cudaSuccess);
-  PositionIdsKernel<<<Blocks(a.total), kThreads, 0, AsStream(stream)>>>(a.cu, a.batch, a.total,
-                                                                        a.position_ids);
+  if (a.rows == 0) return ResultOf(cudaSuccess);
+  PositionIdsKernel<<<Blocks(a.rows), kThreads, 0, AsStream(stream)>>>(a.cu, a.batch, a.rows,
+                                                                       a.position_ids);
   return LastError();
 }
 

@@ -34,15 +34,16 @@ struct PackAlignedArgs {
   const int32_t* cu;              // [B + 1], real offsets
   const int32_t* cu_padded_host;  // [B + 1], host
   int64_t batch, total, total_padded, row_bytes, elem_bytes, align;
+  int64_t rows;  // rows of x_aligned, >= total_padded: [total_padded, rows) is the tail
   // One element of the pad value, repeated to 16 bytes (element sizes divide 16).
   alignas(16) unsigned char pad_pattern[16];
-  void* x_aligned;     // [total_padded, row_bytes]
+  void* x_aligned;     // [rows, row_bytes]
   int32_t* cu_padded;  // [B + 1] output
   int32_t* seqused;    // [B] output
 };
 
 struct UnpackAlignedArgs {
-  const void* x_aligned;     // [total_padded, row_bytes]
+  const void* x_aligned;     // [>= cu_padded[B], row_bytes] (a tail is not read)
   const int32_t* cu;         // [B + 1]
   const int32_t* cu_padded;  // [B + 1]
   int64_t batch, total, row_bytes;
@@ -50,18 +51,18 @@ struct UnpackAlignedArgs {
 };
 
 struct PositionIdsArgs {
-  const int32_t* cu;  // [B + 1]
-  int64_t batch, total;
-  int64_t* position_ids;  // [total]
+  const int32_t* cu;      // [B + 1]
+  int64_t batch, rows;    // rows >= cu[B]: [cu[B], rows) is the tail
+  int64_t* position_ids;  // [rows]
 };
 
 struct ShiftLabelsArgs {
   const void* ids;  // [rows], int32 or int64 (ids_64)
   bool ids_64;
-  const int32_t* cu;         // [B + 1] real offsets
-  const int32_t* cu_padded;  // [B + 1] layout of ids, or nullptr: the packed layout (= cu)
-  int64_t batch, rows, ignore_index;
-  void* labels;  // [rows], ids' dtype
+  const int32_t* cu;                  // [B + 1] real offsets
+  const int32_t* cu_padded;           // [B + 1] layout of ids, or nullptr: the packed layout (= cu)
+  int64_t batch, rows, ignore_index;  // rows >= layout[B]: [layout[B], rows) is the tail
+  void* labels;                       // [rows], ids' dtype
 };
 
 struct CrossEntropyArgs {
@@ -70,11 +71,11 @@ struct CrossEntropyArgs {
   int64_t vocab;
   const void* labels;  // [rows], int32 or int64 (labels_64)
   bool labels_64;
-  const int32_t* cu;  // [B + 1]
-  int64_t batch, rows, ignore_index;
-  void* per_token_loss;         // [rows], dtype
-  void* per_sequence_sum;       // [B], dtype
-  int64_t* per_sequence_count;  // [B]
+  const int32_t* cu;                  // [B + 1]
+  int64_t batch, rows, ignore_index;  // rows >= cu[B]: [cu[B], rows) is the tail
+  void* per_token_loss;               // [rows], dtype
+  void* per_sequence_sum;             // [B], dtype
+  int64_t* per_sequence_count;        // [B]
 };
 
 }  // namespace packsched::kernels::internal

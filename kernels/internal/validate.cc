@@ -240,17 +240,33 @@ absl::StatusOr<CheckedSeqlens> CheckSeqlens(absl::string_view op, absl::string_v
   }
   RETURN_IF_ERROR(CheckCuValues(op, name, absl::MakeConstSpan(out.host, out.batch + 1)));
   out.total = out.host[out.batch];
+  if (s.rows != -1 && s.rows < out.total) {
+    return Invalid(op, absl::StrCat(name, ": rows = ", s.rows, " must be -1 (no tail) or at least ",
+                                    name, "[B] = ", out.total));
+  }
+  out.rows = s.rows == -1 ? out.total : s.rows;
   for (int64_t b = 0; b < out.batch; ++b) {
     out.max_len = std::max<int64_t>(out.max_len, out.host[b + 1] - out.host[b]);
   }
   return out;
 }
 
+absl::Status CheckNoTail(absl::string_view op, absl::string_view name, const CheckedSeqlens& cu) {
+  if (cu.rows != cu.total) {
+    return Invalid(op, absl::StrCat(name, " must declare no tail here, but rows = ", cu.rows,
+                                    " exceeds ", name, "[B] = ", cu.total));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status CheckRows(absl::string_view op, absl::string_view name, const DLTensor& t,
-                       int64_t expected, absl::string_view cu_name) {
-  if (t.ndim < 1 || t.shape[0] != expected) {
+                       const CheckedSeqlens& cu, absl::string_view cu_name) {
+  if (t.ndim < 1 || t.shape[0] != cu.rows) {
+    const std::string expected = cu.rows == cu.total
+                                     ? absl::StrCat(cu_name, "[B] = ", cu.total)
+                                     : absl::StrCat(cu_name, "'s rows = ", cu.rows, " (a tail)");
     return Invalid(op, absl::StrCat("total mismatch: ", name, " has shape ", ShapeString(t),
-                                    " but ", cu_name, "[B] = ", expected));
+                                    " but ", expected));
   }
   return absl::OkStatus();
 }

@@ -64,7 +64,10 @@ struct CheckedSeqlens {
   const int32_t* device = nullptr;
   const int32_t* host = nullptr;
   int64_t batch = 0;
-  int64_t total = 0;
+  int64_t total = 0;  // cu[B]
+  // Rows of the tensors laid out by the offsets: Seqlens::rows, or `total` when not given.
+  // Rows [total, rows) are the tail (kernels.h).
+  int64_t rows = 0;
   int64_t max_len = 0;
 };
 
@@ -74,9 +77,11 @@ absl::Status CheckCuValues(absl::string_view op, absl::string_view name,
 absl::StatusOr<CheckedSeqlens> CheckSeqlens(absl::string_view op, absl::string_view name,
                                             const Seqlens& s, const CallDevice& call,
                                             Backend backend);
-// t.shape[0] == expected (the "total mismatch" message).
+// InvalidArgument when `cu` declares a tail (rows > total) in a call that takes none.
+absl::Status CheckNoTail(absl::string_view op, absl::string_view name, const CheckedSeqlens& cu);
+// t.shape[0] == cu.rows (the "total mismatch" message).
 absl::Status CheckRows(absl::string_view op, absl::string_view name, const DLTensor& t,
-                       int64_t expected, absl::string_view cu_name);
+                       const CheckedSeqlens& cu, absl::string_view cu_name);
 // Both seqlens describe the same B sequences and every padded length holds the real one.
 absl::Status CheckPaddedCovers(absl::string_view op, const CheckedSeqlens& real,
                                const CheckedSeqlens& padded);

@@ -17,7 +17,11 @@ struct MicroBatch {
   int64_t tokens = 0;
   // Sum of the aligned lengths (each rounded up to align_to).
   int64_t aligned_tokens = 0;
-  // Rows of the packed buffer: aligned_tokens rounded up to align_total_to.
+  // Rows of the packed buffer: aligned_tokens rounded up to align_total_to. The rows past
+  // cu_seqlens_aligned[B] (= aligned_tokens), fewer than align_total_to, are the tail: no
+  // sequence's rows. The kernels build exactly `total` rows when given it (PackAligned's `rows`,
+  // Seqlens::rows; kernels.h): the tail holds the pad value, position ids restarting at 0,
+  // ignore_index labels and zero loss, and attention never uses it as keys.
   int64_t total = 0;
   // Sequence count x longest aligned length: what a padded [B, S] batch of it would hold.
   int64_t padded_tokens = 0;
@@ -29,7 +33,8 @@ struct MicroBatch {
   int64_t max_seqlen_aligned = 0;
   // int32 [B + 1] prefix sums of the real lengths, cu_seqlens[0] = 0, in `indices` order.
   std::vector<int32_t> cu_seqlens;
-  // int32 [B + 1] prefix sums of the aligned lengths (TransformerEngine's cu_seqlens_padded).
+  // int32 [B + 1] prefix sums of the aligned lengths (TransformerEngine's cu_seqlens_padded;
+  // PackAligned's output for align_to). The tail up to `total` is not in them.
   std::vector<int32_t> cu_seqlens_aligned;
   // No sequences (a rank with fewer sequences than the agreed count). Trainers that must run
   // every pass use a one-token dummy with weight 0.

@@ -117,7 +117,7 @@ void BM_PackAligned(benchmark::State& state, bool cuda) {
   Buffer seqused(HostTensor::Zeros<int32_t>({w.batch}), cuda);
   const int64_t bytes = packed.nbytes() + aligned.nbytes();
   Run(state, cuda, bytes, [&] {
-    return PackAligned(packed.view(), {&cu.view(), w.cu}, kAlign, 0.0, aligned.view(),
+    return PackAligned(packed.view(), {&cu.view(), w.cu}, kAlign, -1, 0.0, aligned.view(),
                        cu_padded.view(), seqused.view(), nullptr);
   });
 }

@@ -34,8 +34,8 @@ void RunOnDevice(const Problem& p, const AttentionTensors<T>& in, AttentionTenso
       dk(in.dk), dv(in.dv), cu_q(in.cu_q), cu_k(in.cu_k), used_q(in.seqused_q),
       used_k(in.seqused_k);
   AttentionSeqlens s = in.seqlens;
-  s.q = {&cu_q.view(), in.cu_q_values};
-  s.k = {&cu_k.view(), in.cu_k_values};
+  s.q = {&cu_q.view(), in.cu_q_values, in.seqlens.q.rows};
+  s.k = {&cu_k.view(), in.cu_k_values, in.seqlens.k.rows};
   if (p.padded()) {
     s.seqused_q = &used_q.view();
     s.seqused_k = &used_k.view();
@@ -104,6 +104,20 @@ TEST_F(AttentionCudaTest, GqaWindowsSoftcapAndPaddedLayout) {
   p.options.causal = false;
   p.options.window_right = 5;
   CheckCuda<float>(p);
+}
+
+// The align_total_to tail: rows past cu[B], longer than every segment (the grid stretches).
+TEST_F(AttentionCudaTest, TailRowsAreDefinedAndNeverKeys) {
+  Problem p = MakeProblem({97, 0, 40}, {60, 13, 128}, true);
+  p.pad_q = {3, 8, 0};
+  p.pad_k = {4, 3, 0};
+  p.tail_q = 200;
+  p.tail_k = 5;
+  CheckCuda<Bf16>(p);
+  Problem only_tail = MakeProblem({}, {});
+  only_tail.tail_q = 3;
+  only_tail.tail_k = 3;
+  CheckCuda<float>(only_tail);
 }
 
 TEST_F(AttentionCudaTest, BackwardIsDeterministic) {

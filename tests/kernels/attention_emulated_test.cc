@@ -32,12 +32,14 @@ using testing::MakeProblem;
 using testing::Problem;
 using testing::RandomInputs;
 
-// Runs `kernel` over the grid the launcher would use: (tiles over `longest`, heads, batch).
+// Runs `kernel` over the grid the launcher would use: (tiles over the span's longest segment,
+// heads, the span's sequences: B, plus one for a tail).
 template <typename Tr>
 void Launch(void (*kernel)(AttentionArgs), const AttentionArgs& a, int64_t longest, int tile,
-            int64_t heads) {
-  const int64_t tiles = std::max<int64_t>(1, (longest + tile - 1) / tile);
-  for (int64_t z = 0; z < a.batch; ++z) {
+            int64_t heads, bool keys) {
+  const AttnLaunchSpan span = LaunchSpan(a, longest, keys);
+  const int64_t tiles = std::max<int64_t>(1, (span.longest + tile - 1) / tile);
+  for (int64_t z = 0; z < span.sequences; ++z) {
     for (int64_t y = 0; y < heads; ++y) {
       for (int64_t x = 0; x < tiles; ++x) {
         packsched_cuda_emulation::block_idx = dim3(x, y, z);
@@ -62,9 +64,10 @@ void ForwardAndBackward(const AttentionArgs& a) {
   using Fwd = AttnTraits<kD, AttnKernel::kForward>;
   using Dq = AttnTraits<kD, AttnKernel::kBackwardDq>;
   using DkDv = AttnTraits<kD, AttnKernel::kBackwardDkDv>;
-  Launch<Fwd>(AttentionForwardKernel<T, Fwd>, a, a.max_seqlen_q, Fwd::kBr, a.heads);
-  Launch<Dq>(AttentionBackwardDqKernel<T, Dq>, a, a.max_seqlen_q, Dq::kBr, a.heads);
-  Launch<DkDv>(AttentionBackwardDkDvKernel<T, DkDv>, a, a.max_seqlen_k, DkDv::kBc, a.kv_heads);
+  Launch<Fwd>(AttentionForwardKernel<T, Fwd>, a, a.max_seqlen_q, Fwd::kBr, a.heads, false);
+  Launch<Dq>(AttentionBackwardDqKernel<T, Dq>, a, a.max_seqlen_q, Dq::kBr, a.heads, false);
+  Launch<DkDv>(AttentionBackwardDkDvKernel<T, DkDv>, a, a.max_seqlen_k, DkDv::kBc, a.kv_heads,
+               true);
 }
 
 template <typename T>
@@ -96,8 +99,8 @@ void CheckEmulated(const Problem& p, uint32_t seed = 1) {
   a.seqused_q = p.padded() ? t.seqused_q.template data<int32_t>() : nullptr;
   a.seqused_k = p.padded() ? t.seqused_k.template data<int32_t>() : nullptr;
   a.batch = p.batch();
-  a.total_q = t.cu_q_values.back();
-  a.total_k = t.cu_k_values.back();
+  a.total_q = p.RowsQ();
+  a.total_k = p.RowsK();
   a.heads = p.heads;
   a.kv_heads = p.kv_heads;
   a.head_dim = p.head_dim;
@@ -163,6 +166,25 @@ TEST(AttentionEmulatedTest, Bucket256Causal) {
   Problem p = MakeProblem({40, 65}, {65, 40}, true);
   p.head_dim = 256;
   CheckEmulated<float>(p);
+}
+
+// The align_total_to tail: rows past cu[B] (longer than every segment here, so the grid must
+// stretch to cover them) are never keys and get out 0, lse +inf and zero gradients.
+TEST(AttentionEmulatedTest, TailRowsAfterThePaddedLayout) {
+  Problem p = MakeProblem({3, 0, 5}, {4, 2, 5}, true);
+  p.heads = 2;
+  p.kv_heads = 1;
+  p.head_dim = 8;
+  p.pad_q = {1, 0, 3};
+  p.pad_k = {0, 2, 3};
+  p.tail_q = 70;  // more than one 64-row tile
+  p.tail_k = 7;
+  CheckEmulated<float>(p);
+  Problem only_tail = MakeProblem({}, {});
+  only_tail.head_dim = 8;
+  only_tail.tail_q = 5;
+  only_tail.tail_k = 5;
+  CheckEmulated<float>(only_tail);
 }
 
 TEST(AttentionEmulatedTest, LongQueriesFewKeys) {

@@ -28,6 +28,8 @@ namespace packsched::kernels::testing {
 struct Problem {
   std::vector<int32_t> len_q, len_k;
   std::vector<int32_t> pad_q, pad_k;  // empty: no pad slots and no seqused
+  // Rows after the last segment of q resp. k (the align_total_to tail, Seqlens::rows).
+  int64_t tail_q = 0, tail_k = 0;
   int64_t heads = 2, kv_heads = 1, head_dim = 64;
   AttentionOptions options;
   // The max_seqlen_k passed to the kernels; -1: the longest key segment.
@@ -43,6 +45,8 @@ struct Problem {
   }
   std::vector<int32_t> CuQ() const { return CuSeqlens(Segments(true)); }
   std::vector<int32_t> CuK() const { return CuSeqlens(Segments(false)); }
+  int64_t RowsQ() const { return CuQ().back() + tail_q; }
+  int64_t RowsK() const { return CuK().back() + tail_k; }
   double Scale() const {
     return options.softmax_scale.value_or(1.0 / std::sqrt(static_cast<double>(head_dim)));
   }
@@ -60,23 +64,25 @@ struct Problem {
   }
 };
 
-// Values of q, k, v, dout as doubles ([rows, heads, D] row-major); pad rows hold NaN.
+// Values of q, k, v, dout as doubles ([rows, heads, D] row-major); pad and tail rows hold NaN.
 struct Inputs {
   std::vector<double> q, k, v, dout;
 };
 
-// Full-size outputs; pad rows are 0 (lse +inf) as the contract requires.
+// Full-size outputs; pad and tail rows are 0 (lse +inf) as the contract requires.
 struct Outputs {
   std::vector<double> out, lse, dq, dk, dv;
 };
 
-// Random inputs already representable in T (rounded through T), NaN in pad slots.
+// Random inputs already representable in T (rounded through T), NaN in pad slots and the tail.
 template <typename T>
 Inputs RandomInputs(const Problem& p, uint32_t seed) {
   std::mt19937 rng(seed);
   std::normal_distribution<double> normal(0.0, 1.0);
-  auto fill = [&](const std::vector<int32_t>& cu, const std::vector<int32_t>& len, int64_t heads) {
-    std::vector<double> x(static_cast<size_t>(cu.back()) * heads * p.head_dim);
+  auto fill = [&](const std::vector<int32_t>& cu, const std::vector<int32_t>& len, int64_t heads,
+                  int64_t rows) {
+    std::vector<double> x(static_cast<size_t>(rows) * heads * p.head_dim,
+                          std::numeric_limits<double>::quiet_NaN());
     for (int64_t b = 0; b < p.batch(); ++b) {
       for (int64_t t = cu[b]; t < cu[b + 1]; ++t) {
         const bool real = t - cu[b] < len[b];
@@ -90,10 +96,10 @@ Inputs RandomInputs(const Problem& p, uint32_t seed) {
     return x;
   };
   Inputs in;
-  in.q = fill(p.CuQ(), p.len_q, p.heads);
-  in.k = fill(p.CuK(), p.len_k, p.kv_heads);
-  in.v = fill(p.CuK(), p.len_k, p.kv_heads);
-  in.dout = fill(p.CuQ(), p.len_q, p.heads);
+  in.q = fill(p.CuQ(), p.len_q, p.heads, p.RowsQ());
+  in.k = fill(p.CuK(), p.len_k, p.kv_heads, p.RowsK());
+  in.v = fill(p.CuK(), p.len_k, p.kv_heads, p.RowsK());
+  in.dout = fill(p.CuQ(), p.len_q, p.heads, p.RowsQ());
   return in;
 }
 
@@ -104,7 +110,7 @@ template <typename R>
 Outputs NaiveAttention(const Problem& p, const Inputs& in,
                        const std::function<double(double)>& round) {
   const std::vector<int32_t> cu_q = p.CuQ(), cu_k = p.CuK();
-  const int64_t H = p.heads, Hk = p.kv_heads, D = p.head_dim, tq = cu_q.back(), tk = cu_k.back();
+  const int64_t H = p.heads, Hk = p.kv_heads, D = p.head_dim, tq = p.RowsQ(), tk = p.RowsK();
   const R scale = static_cast<R>(p.Scale());
   const R cap = static_cast<R>(p.options.softcap);
   const AttentionOptions& o = p.options;
@@ -257,22 +263,22 @@ struct AttentionTensors {
   AttentionTensors(const Problem& p, const Inputs& in)
       : cu_q_values(p.CuQ()),
         cu_k_values(p.CuK()),
-        q(Make(in.q, {cu_q_values.back(), p.heads, p.head_dim})),
-        k(Make(in.k, {cu_k_values.back(), p.kv_heads, p.head_dim})),
-        v(Make(in.v, {cu_k_values.back(), p.kv_heads, p.head_dim})),
-        dout(Make(in.dout, {cu_q_values.back(), p.heads, p.head_dim})),
-        out(Make(in.q, {cu_q_values.back(), p.heads, p.head_dim})),
-        lse(std::vector<int64_t>{p.heads, cu_q_values.back()},
+        q(Make(in.q, {p.RowsQ(), p.heads, p.head_dim})),
+        k(Make(in.k, {p.RowsK(), p.kv_heads, p.head_dim})),
+        v(Make(in.v, {p.RowsK(), p.kv_heads, p.head_dim})),
+        dout(Make(in.dout, {p.RowsQ(), p.heads, p.head_dim})),
+        out(Make(in.q, {p.RowsQ(), p.heads, p.head_dim})),
+        lse(std::vector<int64_t>{p.heads, p.RowsQ()},
             DLDataType{kDLFloat, static_cast<uint8_t>(sizeof(Acc<T>) * 8), 1}),
-        dq(Make(in.q, {cu_q_values.back(), p.heads, p.head_dim})),
-        dk(Make(in.k, {cu_k_values.back(), p.kv_heads, p.head_dim})),
-        dv(Make(in.v, {cu_k_values.back(), p.kv_heads, p.head_dim})),
+        dq(Make(in.q, {p.RowsQ(), p.heads, p.head_dim})),
+        dk(Make(in.k, {p.RowsK(), p.kv_heads, p.head_dim})),
+        dv(Make(in.v, {p.RowsK(), p.kv_heads, p.head_dim})),
         cu_q(CuTensor(cu_q_values)),
         cu_k(CuTensor(cu_k_values)),
         seqused_q(HostTensor::Of<int32_t>({p.batch()}, p.len_q)),
         seqused_k(HostTensor::Of<int32_t>({p.batch()}, p.len_k)) {
-    seqlens.q = {&cu_q.view(), {}};
-    seqlens.k = {&cu_k.view(), {}};
+    seqlens.q = {&cu_q.view(), {}, p.tail_q > 0 ? p.RowsQ() : -1};
+    seqlens.k = {&cu_k.view(), {}, p.tail_k > 0 ? p.RowsK() : -1};
     for (size_t b = 0; b + 1 < cu_q_values.size(); ++b) {
       seqlens.max_seqlen_q =
           std::max<int64_t>(seqlens.max_seqlen_q, cu_q_values[b + 1] - cu_q_values[b]);

@@ -255,6 +255,27 @@ TEST(AttentionTest, PaddedOffsetsWithSeqused) {
   }
 }
 
+// The align_total_to tail (rows past cu[B], declared by Seqlens::rows): its q rows see no key and
+// its k/v rows are never keys (they hold NaN here, which would poison any output that read them);
+// out, dq, dk, dv are 0 and lse +inf there, and every real row matches the reference.
+TEST(AttentionTest, TailRowsAreDefinedAndNeverKeys) {
+  Problem p = MakeProblem({97, 0, 40}, {60, 13, 128}, true);
+  p.pad_q = {3, 8, 0};
+  p.pad_k = {4, 3, 0};
+  p.tail_q = 70;
+  p.tail_k = 5;
+  CheckAgainstReference<float>(p);
+  CheckAgainstReference<double>(p);
+  Problem packed = MakeProblem({5, 9}, {5, 9});
+  packed.tail_q = 2;
+  packed.tail_k = 2;
+  CheckAgainstReference<Bf16>(packed);
+  Problem only_tail = MakeProblem({}, {});
+  only_tail.tail_q = 3;
+  only_tail.tail_k = 3;
+  CheckAgainstReference<float>(only_tail);
+}
+
 // Bottom-right causal with sq > sk: the first sq - sk queries see no key.
 TEST(AttentionTest, RowsThatSeeNoKeyGetZeroOutputAndInfiniteLse) {
   Problem p = MakeProblem({5}, {2}, true);

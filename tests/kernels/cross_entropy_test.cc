@@ -108,6 +108,27 @@ TEST(CrossEntropyTest, UniformLogitsGiveLogV) {
   EXPECT_EQ(counts.values<int64_t>()[0], 1);
 }
 
+// Tail rows (past cu[B]) give loss 0 and count nowhere, whatever their labels hold (here even a
+// label outside the vocabulary, which a real row would be rejected for).
+TEST(CrossEntropyTest, TailRowsContributeNothing) {
+  HostTensor logits = HostTensor::Of<float>({4, 4}, std::vector<float>(16, 0.5f));
+  HostTensor labels = HostTensor::Of<int32_t>({4}, {1, 2, 3, 99});
+  HostTensor cu = CuTensor({0, 2});
+  HostTensor loss = HostTensor::Of<float>({4}, std::vector<float>(4, NAN));
+  HostTensor sums = HostTensor::Zeros<float>({1});
+  HostTensor counts = HostTensor::Zeros<int64_t>({1});
+  ASSERT_TRUE(PackedCrossEntropy(logits.view(), labels.view(), {&cu.view(), {}, 4}, -100,
+                                 loss.view(), sums.view(), counts.view(), nullptr)
+                  .ok());
+  const std::vector<float> l = loss.values<float>();
+  EXPECT_NEAR(l[0], std::log(4.0f), 1e-6);
+  EXPECT_NEAR(l[1], std::log(4.0f), 1e-6);
+  EXPECT_EQ(l[2], 0.0f);
+  EXPECT_EQ(l[3], 0.0f);
+  EXPECT_NEAR(sums.values<float>()[0], 2 * std::log(4.0f), 1e-6);
+  EXPECT_EQ(counts.values<int64_t>()[0], 2);
+}
+
 TEST(CrossEntropyTest, RejectsALabelOutsideTheVocabulary) {
   HostTensor logits = HostTensor::Zeros<float>({2, 4});
   HostTensor labels = HostTensor::Of<int64_t>({2}, {1, 4});

@@ -83,11 +83,11 @@ TEST_F(CudaTest, AlignedPackingMatchesTheCpuBackend) {
       HostTensor aligned = HostTensor::Zeros<float>({padded.back(), width});
       HostTensor cu_padded = HostTensor::Zeros<int32_t>({batch + 1});
       HostTensor seqused = HostTensor::Zeros<int32_t>({batch});
-      ASSERT_TRUE(PackAligned(x.view(), {&cu_t.view(), {}}, 16, -1.5, aligned.view(),
+      ASSERT_TRUE(PackAligned(x.view(), {&cu_t.view(), {}}, 16, -1, -1.5, aligned.view(),
                               cu_padded.view(), seqused.view(), nullptr)
                       .ok());
       DeviceTensor dx(x), dcu(cu_t), daligned(aligned), dcu_padded(cu_padded), dseqused(seqused);
-      ASSERT_TRUE(PackAligned(dx.view(), {&dcu.view(), cu}, 16, -1.5, daligned.view(),
+      ASSERT_TRUE(PackAligned(dx.view(), {&dcu.view(), cu}, 16, -1, -1.5, daligned.view(),
                               dcu_padded.view(), dseqused.view(), nullptr)
                       .ok());
       EXPECT_EQ(daligned.bytes(), aligned.bytes());
@@ -101,6 +101,71 @@ TEST_F(CudaTest, AlignedPackingMatchesTheCpuBackend) {
                       .ok());
       EXPECT_EQ(dback.bytes(), x.bytes());
     }
+  }
+}
+
+// The align_total_to tail (rows past the last offset) on the device: packing fills it, positions
+// restart at 0, labels are ignore_index, cross entropy writes 0; all as the CPU backend does.
+TEST_F(CudaTest, TheTailMatchesTheCpuBackend) {
+  for (const auto& lengths : testing::LengthSweeps()) {
+    SCOPED_TRACE(::testing::Message() << "B=" << lengths.size());
+    const std::vector<int32_t> cu = CuSeqlens(lengths);
+    const std::vector<int32_t> padded = *AlignedCuSeqlens(cu, 4);
+    const int64_t batch = lengths.size();
+    const int64_t rows = padded.back() + 7;
+    HostTensor x = HostTensor::Zeros<int64_t>({cu.back()});
+    x.FillRandomBytes(5);
+    HostTensor cu_t = CuTensor(cu);
+    HostTensor aligned = HostTensor::Zeros<int64_t>({rows});
+    HostTensor cu_padded = HostTensor::Zeros<int32_t>({batch + 1});
+    HostTensor seqused = HostTensor::Zeros<int32_t>({batch});
+    ASSERT_TRUE(PackAligned(x.view(), {&cu_t.view(), {}}, 4, rows, 3.0, aligned.view(),
+                            cu_padded.view(), seqused.view(), nullptr)
+                    .ok());
+    DeviceTensor dx(x), dcu(cu_t), daligned(aligned), dcu_padded(cu_padded), dseqused(seqused);
+    ASSERT_TRUE(PackAligned(dx.view(), {&dcu.view(), cu}, 4, rows, 3.0, daligned.view(),
+                            dcu_padded.view(), dseqused.view(), nullptr)
+                    .ok());
+    EXPECT_EQ(daligned.bytes(), aligned.bytes());
+
+    const Seqlens layout{&cu_padded.view(), {}, rows};
+    const Seqlens dlayout{&dcu_padded.view(), padded, rows};
+    HostTensor pos = HostTensor::Zeros<int64_t>({rows});
+    ASSERT_TRUE(PositionIds(layout, pos.view(), nullptr).ok());
+    DeviceTensor dpos(pos);
+    ASSERT_TRUE(PositionIds(dlayout, dpos.view(), nullptr).ok());
+    EXPECT_EQ(dpos.bytes(), pos.bytes());
+
+    HostTensor labels = HostTensor::Zeros<int64_t>({rows});
+    ASSERT_TRUE(
+        ShiftLabels(aligned.view(), {&cu_t.view(), {}}, &layout, -100, labels.view(), nullptr)
+            .ok());
+    DeviceTensor dlabels(labels);
+    ASSERT_TRUE(
+        ShiftLabels(daligned.view(), {&dcu.view(), cu}, &dlayout, -100, dlabels.view(), nullptr)
+            .ok());
+    EXPECT_EQ(dlabels.bytes(), labels.bytes());
+
+    HostTensor logits = HostTensor::Zeros<float>({rows, 3});
+    logits.FillRandomBytes(6);
+    std::vector<int64_t> ce_labels(rows, 1);  // even tail rows carry a label: it is not read
+    HostTensor ce_labels_t = HostTensor::Of<int64_t>({rows}, ce_labels);
+    HostTensor loss = HostTensor::Zeros<float>({rows});
+    HostTensor sums = HostTensor::Zeros<float>({batch});
+    HostTensor counts = HostTensor::Zeros<int64_t>({batch});
+    ASSERT_TRUE(PackedCrossEntropy(logits.view(), ce_labels_t.view(), layout, -100, loss.view(),
+                                   sums.view(), counts.view(), nullptr)
+                    .ok());
+    DeviceTensor dlogits(logits), dce_labels(ce_labels_t), dloss(loss), dsums(sums),
+        dcounts(counts);
+    ASSERT_TRUE(PackedCrossEntropy(dlogits.view(), dce_labels.view(), dlayout, -100, dloss.view(),
+                                   dsums.view(), dcounts.view(), nullptr)
+                    .ok());
+    HostTensor got_t = HostTensor::Zeros<float>({rows});
+    dloss.CopyTo(got_t);
+    const std::vector<float> got = got_t.values<float>();
+    for (int64_t t = padded.back(); t < rows; ++t) EXPECT_EQ(got[t], 0.0f) << t;
+    EXPECT_EQ(dcounts.bytes(), counts.bytes());
   }
 }
 

@@ -36,6 +36,33 @@ TEST(PositionIdsTest, PadSlotsOfTheAlignedLayoutContinueTheCount) {
   EXPECT_EQ(pos.values<int64_t>(), (std::vector<int64_t>{0, 1, 2, 3, 0, 1, 2, 3}));
 }
 
+// The align_total_to tail (Seqlens::rows past cu[B]) counts from 0 again, like verl's Ulysses
+// padding; B = 0 with a tail is all tail.
+TEST(PositionIdsTest, TheTailRestartsAtZero) {
+  HostTensor cu_padded = CuTensor({0, 4, 8});
+  HostTensor pos = HostTensor::Zeros<int64_t>({11});
+  ASSERT_TRUE(PositionIds({&cu_padded.view(), {}, 11}, pos.view(), nullptr).ok());
+  EXPECT_EQ(pos.values<int64_t>(), (std::vector<int64_t>{0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2}));
+  HostTensor empty = CuTensor({0});
+  HostTensor only_tail = HostTensor::Zeros<int64_t>({3});
+  ASSERT_TRUE(PositionIds({&empty.view(), {}, 3}, only_tail.view(), nullptr).ok());
+  EXPECT_EQ(only_tail.values<int64_t>(), (std::vector<int64_t>{0, 1, 2}));
+}
+
+TEST(PositionIdsTest, RowsBelowTheOffsetsAreRejected) {
+  HostTensor cu = CuTensor({0, 4});
+  HostTensor pos = HostTensor::Zeros<int64_t>({4});
+  const absl::Status s = PositionIds({&cu.view(), {}, 3}, pos.view(), nullptr);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("rows = 3 must be -1 (no tail) or at least cu_seqlens[B] = 4"),
+            absl::string_view::npos)
+      << s;
+  // Without a declared tail the rows must match exactly, as before.
+  HostTensor longer = HostTensor::Zeros<int64_t>({6});
+  EXPECT_EQ(PositionIds({&cu.view(), {}}, longer.view(), nullptr).code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
 template <typename Id>
 std::vector<Id> ReferenceLabels(const std::vector<Id>& ids, const std::vector<int32_t>& cu,
                                 const std::vector<int32_t>& layout, Id ignore) {
@@ -81,6 +108,28 @@ TEST(ShiftLabelsTest, SmallExampleReadsLikeTheContract) {
   HostTensor labels = HostTensor::Zeros<int64_t>({5});
   ASSERT_TRUE(ShiftLabels(ids.view(), {&cu.view(), {}}, nullptr, -1, labels.view(), nullptr).ok());
   EXPECT_EQ(labels.values<int64_t>(), (std::vector<int64_t>{2, 3, -1, 5, -1}));
+}
+
+// Tail rows are ignore_index in both layouts, and the last real token before the tail does not
+// take the tail's first id as its label.
+TEST(ShiftLabelsTest, TheTailIsIgnored) {
+  HostTensor ids = HostTensor::Of<int64_t>({8}, {1, 2, 3, 9, 4, 5, 9, 9});
+  HostTensor cu = CuTensor({0, 3, 5});
+  HostTensor cu_padded = CuTensor({0, 4, 6});  // aligned to 2; rows 6 and 7 are the tail
+  const Seqlens padded{&cu_padded.view(), {}, 8};
+  HostTensor labels = HostTensor::Zeros<int64_t>({8});
+  ASSERT_TRUE(
+      ShiftLabels(ids.view(), {&cu.view(), {}}, &padded, -100, labels.view(), nullptr).ok());
+  EXPECT_EQ(labels.values<int64_t>(),
+            (std::vector<int64_t>{2, 3, -100, -100, 5, -100, -100, -100}));
+
+  HostTensor packed_ids = HostTensor::Of<int32_t>({4}, {1, 2, 3, 0});
+  HostTensor packed_cu = CuTensor({0, 3});
+  HostTensor packed_labels = HostTensor::Zeros<int32_t>({4});
+  ASSERT_TRUE(ShiftLabels(packed_ids.view(), {&packed_cu.view(), {}, 4}, nullptr, -100,
+                          packed_labels.view(), nullptr)
+                  .ok());
+  EXPECT_EQ(packed_labels.values<int32_t>(), (std::vector<int32_t>{2, 3, -100, -100}));
 }
 
 TEST(ShiftLabelsTest, RejectsAnIgnoreIndexThatInt32IdsCannotHold) {

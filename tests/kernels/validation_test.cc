@@ -120,8 +120,8 @@ TEST(ValidationTest, OutputsMustShareTheInputDtype) {
   HostTensor x_aligned = HostTensor::Zeros<double>({4});
   HostTensor cu_padded = HostTensor::Zeros<int32_t>({2});
   HostTensor seqused = HostTensor::Zeros<int32_t>({1});
-  EXPECT_THAT(PackAligned(x.view(), {&cu.view(), {}}, 4, 0.0, x_aligned.view(), cu_padded.view(),
-                          seqused.view(), nullptr),
+  EXPECT_THAT(PackAligned(x.view(), {&cu.view(), {}}, 4, -1, 0.0, x_aligned.view(),
+                          cu_padded.view(), seqused.view(), nullptr),
               InvalidArgumentWith("x_aligned must have x_packed's dtype float32, got float64"));
 }
 
@@ -221,8 +221,8 @@ TEST(ValidationTest, AFailedCallWritesNothing) {
   HostTensor x_aligned = HostTensor::Of<float>({4}, {9, 9, 9, 9});
   HostTensor cu_padded = HostTensor::Zeros<int32_t>({2});
   HostTensor seqused = HostTensor::Zeros<int32_t>({2});  // wrong: [B] = [1]
-  EXPECT_THAT(PackAligned(x.view(), {&cu.view(), {}}, 4, 0.0, x_aligned.view(), cu_padded.view(),
-                          seqused.view(), nullptr),
+  EXPECT_THAT(PackAligned(x.view(), {&cu.view(), {}}, 4, -1, 0.0, x_aligned.view(),
+                          cu_padded.view(), seqused.view(), nullptr),
               InvalidArgumentWith("seqused must have shape [B] = [1], got [2]"));
   EXPECT_EQ(x_aligned.values<float>(), (std::vector<float>{9, 9, 9, 9}));
 }

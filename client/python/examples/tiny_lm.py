@@ -47,14 +47,19 @@ class TinyCausalLM(torch.nn.Module):
                 k.reshape(*shape, self.kv_heads, self.head_dim),
                 v.reshape(*shape, self.kv_heads, self.head_dim))
 
-    def forward_packed(self, ids, positions, cu_seqlens, cu_seqlens_host, max_seqlen):
+    def forward_packed(self, ids, positions, cu_seqlens, cu_seqlens_host, max_seqlen,
+                       seqused=None, total=None):
         """ids, positions: [T]; cu_seqlens: int32 [B+1] (host copy in cu_seqlens_host) ->
-        logits [T, vocab]. Attention runs through packsched.kernels.varlen_attention."""
+        logits [T, vocab]. Attention runs through packsched.kernels.varlen_attention. For an
+        aligned layout: cu_seqlens are its padded offsets, seqused the real lengths, and total
+        the rows T when they end with a tail (align_total_to)."""
         x = self.embed(ids) + self.pos(positions)
         q, k, v = self._qkv(self.norm1(x))
         a = kernels.varlen_attention(q, k, v, cu_seqlens, cu_seqlens, max_seqlen, max_seqlen,
-                                     causal=True, cu_seqlens_q_host=cu_seqlens_host,
-                                     cu_seqlens_k_host=cu_seqlens_host)
+                                     causal=True, seqused_q=seqused, seqused_k=seqused,
+                                     cu_seqlens_q_host=cu_seqlens_host,
+                                     cu_seqlens_k_host=cu_seqlens_host, total_q=total,
+                                     total_k=total)
         x = x + self.out(a.reshape(len(ids), -1))
         return self.head(x + self.mlp(self.norm2(x)))
 
@@ -136,13 +141,18 @@ def padded_loss(model, ids, masks, mode, sum_norm_constant=1.0):
     return direct_objective(sums, counts, mode, sum_norm_constant)
 
 
-def packed_backward(model, plan, ids, masks, cross_boundary_labels=False):
+def packed_backward(model, plan, ids, masks, cross_boundary_labels=False, align_to=None,
+                    pad_id=0):
     """Runs every micro-batch of ``plan`` packed and accumulates the weighted gradient
     (sum over sequences of plan.loss_weights[s] times its summed token loss). Empty micro-batches
     run a one-token dummy pass with weight 0, as trainers that need every rank to run k passes do.
     ``cross_boundary_labels`` shifts labels over the whole packed buffer (the classic packing
     bug: a sequence's last token learns the next sequence's first) — for the negative control.
-    Returns the number of real tokens run."""
+    ``align_to`` (the plan's): run the aligned layout instead, exactly the plan's ``total`` rows
+    per micro-batch (pack_aligned with ``total``: pad slots and the align_total_to tail hold
+    ``pad_id``). Returns the number of real tokens run."""
+    if align_to is not None:
+        return _packed_backward_aligned(model, plan, ids, masks, align_to, pad_id)
     tokens = 0
     for indices, meta in zip(plan.micro_batches, plan.metadata):
         if meta.empty:
@@ -163,6 +173,38 @@ def packed_backward(model, plan, ids, masks, cross_boundary_labels=False):
         logits = model.forward_packed(packed_ids, positions, cu, meta.cu_seqlens, meta.max_seqlen)
         _, sums, _ = kernels.packed_cross_entropy(logits, labels, cu,
                                                   cu_seqlens_host=meta.cu_seqlens)
+        weights = torch.tensor([plan.loss_weights[i] for i in indices], dtype=sums.dtype)
+        (sums * weights).sum().backward()
+        tokens += meta.tokens
+    return tokens
+
+
+def _packed_backward_aligned(model, plan, ids, masks, align_to, pad_id):
+    tokens = 0
+    for indices, meta in zip(plan.micro_batches, plan.metadata):
+        if meta.empty:
+            dummy = model.forward_packed(torch.zeros(1, dtype=torch.int64),
+                                         torch.zeros(1, dtype=torch.int64),
+                                         torch.tensor([0, 1], dtype=torch.int32), [0, 1], 1)
+            (dummy.sum() * 0.0).backward()
+            continue
+        cu = torch.tensor(meta.cu_seqlens, dtype=torch.int32)
+        packed_ids = torch.cat([ids[i] for i in indices])
+        targets = torch.where(torch.cat([masks[i] for i in indices]), packed_ids,
+                              torch.full_like(packed_ids, IGNORE))
+        host = meta.cu_seqlens
+        ids_a, cu_a, seqused = kernels.pack_aligned(packed_ids, cu, align_to, pad_value=pad_id,
+                                                    cu_seqlens_host=host, total=meta.total)
+        targets_a, _, _ = kernels.pack_aligned(targets, cu, align_to, pad_value=IGNORE,
+                                               cu_seqlens_host=host, total=meta.total)
+        host_a = meta.cu_seqlens_aligned
+        positions = kernels.position_ids(cu_a, total=meta.total, cu_seqlens_host=host_a)
+        labels = kernels.shift_labels(targets_a, cu, cu_seqlens_padded=cu_a, cu_seqlens_host=host,
+                                      cu_seqlens_padded_host=host_a, total=meta.total)
+        logits = model.forward_packed(ids_a, positions, cu_a, host_a, meta.max_seqlen_aligned,
+                                      seqused=seqused, total=meta.total)
+        _, sums, _ = kernels.packed_cross_entropy(logits, labels, cu_a, cu_seqlens_host=host_a,
+                                                  total=meta.total)
         weights = torch.tensor([plan.loss_weights[i] for i in indices], dtype=sums.dtype)
         (sums * weights).sum().backward()
         tokens += meta.tokens

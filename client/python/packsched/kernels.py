@@ -11,6 +11,14 @@ Packed layout: B sequences stored as rows [0, total) of one tensor, sequence b i
 non-decreasing (empty sequences allowed). Aligned layout: sequence b occupies rows
 [cu_seqlens_padded[b], cu_seqlens_padded[b+1]), its real tokens first, pad slots after.
 
+Tail: a plan made with ``align_total_to > 1`` (Ulysses sequence parallelism) gives each
+micro-batch ``total`` rows, more than its offsets cover. Pass ``total=`` (the plan's
+``MicroBatch.total``) to declare rows [offsets[-1], total) as the tail: pack_aligned fills it with
+``pad_value``, position_ids restart at 0 there (verl's Ulysses padding), shift_labels gives
+``ignore_index``, packed_cross_entropy gives loss 0 (and zero gradient), attention never uses its
+rows as keys and gives them out 0 / lse +inf (and zero gradients), unpack_aligned drops it.
+Without ``total=`` the rows must match the offsets exactly.
+
 Every function accepts ``cu_seqlens_host`` (a list of ints, e.g. from the packsched plan): with
 it, no call needs a device-to-host copy. Without it a CUDA ``cu_seqlens`` is copied to the host
 (a sync). Invalid arguments raise ValueError with a message naming the argument.
@@ -175,6 +183,11 @@ def _host(lib, cu, cu_host, name="cu_seqlens"):
     return lib.to_list(cu)
 
 
+def _rows(total):
+    """The C++ `rows` argument: -1 (no tail) when total is None."""
+    return -1 if total is None else int(total)
+
+
 def built_with_cuda():
     """True when the extension contains the CUDA backend."""
     return _kernels.built_with_cuda()
@@ -229,33 +242,37 @@ def pad(x_packed, indices, batch, seqlen):
     return x
 
 
-def pack_aligned(x_packed, cu_seqlens, align, pad_value=0, cu_seqlens_host=None):
+def pack_aligned(x_packed, cu_seqlens, align, pad_value=0, cu_seqlens_host=None, *, total=None):
     """Re-lays a packed batch out so each sequence starts at a multiple of ``align`` rows
     (TransformerEngine THD with padding). Pad slots hold ``pad_value`` (0 for hidden states, the
     pad token id for input ids); use shift_labels / position_ids on the aligned layout for their
     labels (ignore_index) and positions (the count continues).
 
-    x_packed: [total, ...] any dtype; cu_seqlens: int32 [B+1]. Returns (x_aligned
-    [total_padded, ...] x_packed's dtype, cu_seqlens_padded int32 [B+1], seqused int32 [B] real
-    lengths)."""
+    x_packed: [n, ...] any dtype; cu_seqlens: int32 [B+1]. total: the rows of the result (the
+    plan's ``MicroBatch.total``, >= total_padded); rows past total_padded are the tail (module
+    docstring), filled with ``pad_value``. Returns (x_aligned [total or total_padded, ...]
+    x_packed's dtype, cu_seqlens_padded int32 [B+1] (the tail is not in them), seqused int32 [B]
+    real lengths)."""
     lib, x_packed = _lib_of(x_packed)
     x_packed = lib.contiguous(x_packed)
     cu_seqlens = _same_lib(lib, cu_seqlens)
     host = _host(lib, cu_seqlens, cu_seqlens_host)
     padded = aligned_cu_seqlens(host, align)
-    x_aligned = lib.empty((padded[-1],) + tuple(x_packed.shape[1:]), None, x_packed)
+    rows = padded[-1] if total is None else int(total)
+    x_aligned = lib.empty((max(rows, 0),) + tuple(x_packed.shape[1:]), None, x_packed)
     cu_padded = lib.empty((len(host),), "int32", x_packed)
     seqused = lib.empty((len(host) - 1,), "int32", x_packed)
-    _kernels.pack_aligned(x_packed, cu_seqlens, host, int(align), float(pad_value), x_aligned,
-                          cu_padded, seqused, lib.stream(x_packed))
+    _kernels.pack_aligned(x_packed, cu_seqlens, host, int(align), _rows(total), float(pad_value),
+                          x_aligned, cu_padded, seqused, lib.stream(x_packed))
     return x_aligned, cu_padded, seqused
 
 
 def unpack_aligned(x_aligned, cu_seqlens, cu_seqlens_padded, cu_seqlens_host=None,
-                   cu_seqlens_padded_host=None):
-    """Drops the pad slots of an aligned layout. x_aligned: [total_padded, ...] any dtype;
-    cu_seqlens, cu_seqlens_padded: int32 [B+1] (any padding with padded lengths >= real
-    lengths). Returns x_packed [total, ...] of x_aligned's dtype."""
+                   cu_seqlens_padded_host=None, *, total=None):
+    """Drops the pad slots (and the tail) of an aligned layout. x_aligned: [total_padded, ...]
+    any dtype, or [total, ...] with a tail when ``total`` is given; cu_seqlens, cu_seqlens_padded:
+    int32 [B+1] (any padding with padded lengths >= real lengths). Returns x_packed
+    [cu_seqlens[-1], ...] of x_aligned's dtype."""
     lib, x_aligned = _lib_of(x_aligned)
     x_aligned = lib.contiguous(x_aligned)
     cu_seqlens = _same_lib(lib, cu_seqlens)
@@ -264,29 +281,31 @@ def unpack_aligned(x_aligned, cu_seqlens, cu_seqlens_padded, cu_seqlens_host=Non
     padded_host = _host(lib, cu_seqlens_padded, cu_seqlens_padded_host,
                             "cu_seqlens_padded")
     x_packed = lib.empty((host[-1],) + tuple(x_aligned.shape[1:]), None, x_aligned)
-    _kernels.unpack_aligned(x_aligned, cu_seqlens, host, cu_seqlens_padded, padded_host, x_packed,
-                            lib.stream(x_aligned))
+    _kernels.unpack_aligned(x_aligned, cu_seqlens, host, cu_seqlens_padded, padded_host,
+                            _rows(total), x_packed, lib.stream(x_aligned))
     return x_packed
 
 
 def position_ids(cu_seqlens, total=None, cu_seqlens_host=None):
-    """int64 [total]: pos[t] = t - start of t's sequence. ``total`` defaults to cu_seqlens[-1]
-    and must equal it. Pass the padded offsets of an aligned layout to give its pad slots
-    positions that continue the count."""
+    """int64 [total]: pos[t] = t - start of t's sequence. ``total`` defaults to cu_seqlens[-1];
+    a larger value declares a tail, whose positions restart at 0 (0, 1, ... up to the last row).
+    Pass the padded offsets of an aligned layout to give its pad slots positions that continue
+    the count."""
     lib, cu_seqlens = _lib_of(cu_seqlens)
     cu_seqlens = lib.contiguous(cu_seqlens)
     host = _host(lib, cu_seqlens, cu_seqlens_host)
-    out = lib.empty((host[-1] if total is None else int(total),), "int64", cu_seqlens)
-    _kernels.position_ids(cu_seqlens, host, out, lib.stream(cu_seqlens))
+    out = lib.empty((host[-1] if total is None else max(int(total), 0),), "int64", cu_seqlens)
+    _kernels.position_ids(cu_seqlens, host, _rows(total), out, lib.stream(cu_seqlens))
     return out
 
 
 def shift_labels(ids, cu_seqlens, ignore_index=-100, cu_seqlens_padded=None,
-                 cu_seqlens_host=None, cu_seqlens_padded_host=None):
+                 cu_seqlens_host=None, cu_seqlens_padded_host=None, *, total=None):
     """labels[t] = ids[t+1] inside a sequence, ``ignore_index`` at each sequence's last real
-    token and on pad slots; never across a boundary. ids: int32 or int64 [rows], in the packed
-    layout of cu_seqlens, or in the aligned layout of cu_seqlens_padded when given (cu_seqlens
-    then gives the real lengths). Returns labels [rows] of ids' dtype."""
+    token, on pad slots and on tail rows; never across a boundary. ids: int32 or int64 [rows], in
+    the packed layout of cu_seqlens, or in the aligned layout of cu_seqlens_padded when given
+    (cu_seqlens then gives the real lengths). ``total``: rows = total with a tail past the
+    layout's last offset (module docstring). Returns labels [rows] of ids' dtype."""
     lib, ids = _lib_of(ids)
     ids = lib.contiguous(ids)
     cu_seqlens = _same_lib(lib, cu_seqlens)
@@ -297,16 +316,19 @@ def shift_labels(ids, cu_seqlens, ignore_index=-100, cu_seqlens_padded=None,
         padded_host = _host(lib, cu_seqlens_padded, cu_seqlens_padded_host,
                             "cu_seqlens_padded")
     labels = lib.empty(tuple(ids.shape), None, ids)
-    _kernels.shift_labels(ids, cu_seqlens, host, cu_seqlens_padded, padded_host, int(ignore_index),
-                          labels, lib.stream(ids))
+    _kernels.shift_labels(ids, cu_seqlens, host, cu_seqlens_padded, padded_host, _rows(total),
+                          int(ignore_index), labels, lib.stream(ids))
     return labels
 
 
-def packed_cross_entropy(logits, labels, cu_seqlens, ignore_index=-100, cu_seqlens_host=None):
+def packed_cross_entropy(logits, labels, cu_seqlens, ignore_index=-100, cu_seqlens_host=None, *,
+                         total=None):
     """Cross entropy over packed logits with already-shifted labels (shift_labels' output).
 
     logits: [rows, V] float16, bfloat16, float32 or float64; labels: int32/int64 [rows],
-    ignore_index or in [0, V); cu_seqlens: int32 [B+1] over the rows (real or padded offsets).
+    ignore_index or in [0, V); cu_seqlens: int32 [B+1] over the rows (real or padded offsets);
+    total: rows = total with a tail past cu_seqlens[-1] (loss 0 and zero gradient there, labels
+    not read).
     Returns (per_token_loss [rows], per_sequence_sum [B], per_sequence_count int64 [B]): loss in
     nats, -log softmax(logits[t])[labels[t]], 0 where ignored; losses and sums in logits' dtype
     (16-bit inputs accumulate in float32, float64 in float64); counts of non-ignored tokens.
@@ -319,18 +341,18 @@ def packed_cross_entropy(logits, labels, cu_seqlens, ignore_index=-100, cu_seqle
     host = _host(lib, cu_seqlens, cu_seqlens_host)
     if isinstance(lib, _Torch) and logits_in.requires_grad:
         return _cross_entropy_function().apply(logits_in, labels, cu_seqlens, host,
-                                               int(ignore_index))
-    return _cross_entropy(lib, logits_in, labels, cu_seqlens, host, int(ignore_index))
+                                               int(ignore_index), total)
+    return _cross_entropy(lib, logits_in, labels, cu_seqlens, host, int(ignore_index), total)
 
 
-def _cross_entropy(lib, logits, labels, cu_seqlens, host, ignore_index):
+def _cross_entropy(lib, logits, labels, cu_seqlens, host, ignore_index, total):
     logits = lib.contiguous(logits)
     batch = len(host) - 1
-    loss = lib.empty((host[-1],), None, logits)
+    loss = lib.empty((host[-1] if total is None else max(int(total), 0),), None, logits)
     sums = lib.empty((batch,), None, logits)
     counts = lib.empty((batch,), "int64", logits)
-    _kernels.packed_cross_entropy(logits, labels, cu_seqlens, host, ignore_index, loss, sums,
-                                  counts, lib.stream(logits))
+    _kernels.packed_cross_entropy(logits, labels, cu_seqlens, host, _rows(total), ignore_index,
+                                  loss, sums, counts, lib.stream(logits))
     return loss, sums, counts
 
 
@@ -344,9 +366,9 @@ def _cross_entropy_function():
 
         class PackedCrossEntropy(torch.autograd.Function):
             @staticmethod
-            def forward(ctx, logits, labels, cu_seqlens, host, ignore_index):
+            def forward(ctx, logits, labels, cu_seqlens, host, ignore_index, total):
                 loss, sums, counts = _cross_entropy(_LIBS["torch"], logits, labels, cu_seqlens,
-                                                    host, ignore_index)
+                                                    host, ignore_index, total)
                 ctx.save_for_backward(logits, labels)
                 ctx.host, ctx.ignore_index = host, ignore_index
                 ctx.mark_non_differentiable(counts)
@@ -355,14 +377,17 @@ def _cross_entropy_function():
             @staticmethod
             def backward(ctx, d_loss, d_sums, _d_counts):
                 logits, labels = ctx.saved_tensors
-                # Each row's loss feeds its own entry and its sequence's sum.
+                # Each row's loss feeds its own entry and its sequence's sum; tail rows (past
+                # host[-1]) belong to no sequence and have no gradient.
                 lengths = torch.tensor([b - a for a, b in zip(ctx.host, ctx.host[1:])],
                                        device=logits.device)
                 seq_of_row = torch.repeat_interleave(
                     torch.arange(len(lengths), device=logits.device), lengths)
-                grad_row = d_loss + d_sums[seq_of_row]
+                grad_row = d_loss.clone()
+                grad_row[:ctx.host[-1]] += d_sums[seq_of_row]
+                grad_row[ctx.host[-1]:] = 0
                 return (_cross_entropy_grad(torch, logits, labels, grad_row, ctx.ignore_index),
-                        None, None, None, None)
+                        None, None, None, None, None)
 
         _CROSS_ENTROPY = PackedCrossEntropy
     return _CROSS_ENTROPY
@@ -375,7 +400,8 @@ _CE_GRAD_BLOCK_ELEMENTS = 1 << 22
 
 def _cross_entropy_grad(torch, logits, labels, grad_row, ignore_index):
     """d(sum_t grad_row[t] * loss_t) / d logits in logits' dtype: per row
-    grad_row[t] * (softmax(logits[t]) - onehot(labels[t])), 0 where labels[t] == ignore_index.
+    grad_row[t] * (softmax(logits[t]) - onehot(labels[t])), 0 where labels[t] == ignore_index
+    (tail rows come with grad_row 0; their labels, unread by the kernel, may be anything).
     Computed in float32 (float64 for float64 logits) one block of rows at a time; every row's
     arithmetic is the same as for the whole array at once."""
     compute = torch.float64 if logits.dtype == torch.float64 else torch.float32
@@ -386,7 +412,7 @@ def _cross_entropy_grad(torch, logits, labels, grad_row, ignore_index):
         stop = min(rows, start + block)
         g = torch.softmax(logits[start:stop].to(compute), dim=-1)
         lab = labels[start:stop]
-        valid = lab != ignore_index
+        valid = (lab != ignore_index) & (grad_row[start:stop] != 0)
         hit = torch.nonzero(valid).squeeze(1)
         g[hit, lab[hit].long()] -= 1.0  # d(-log p_y)/d logits = p - onehot(y)
         g[~valid] = 0.0
@@ -405,7 +431,7 @@ class _AttentionLayout:
 
     def __init__(self, lib, like, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                  softmax_scale, causal, window_size, softcap, seqused_q, seqused_k,
-                 cu_seqlens_q_host, cu_seqlens_k_host):
+                 cu_seqlens_q_host, cu_seqlens_k_host, total_q=None, total_k=None):
         self.cu_q = _same_lib(lib, cu_seqlens_q)
         self.cu_k = _same_lib(lib, cu_seqlens_k)
         self.host_q = _host(lib, self.cu_q, cu_seqlens_q_host, "cu_seqlens_q")
@@ -413,7 +439,8 @@ class _AttentionLayout:
         self.seqused_q = None if seqused_q is None else _same_lib(lib, seqused_q)
         self.seqused_k = None if seqused_k is None else _same_lib(lib, seqused_k)
         left, right = window_size
-        self.kwargs = dict(max_seqlen_q=int(max_seqlen_q), max_seqlen_k=int(max_seqlen_k),
+        self.kwargs = dict(rows_q=_rows(total_q), rows_k=_rows(total_k),
+                           max_seqlen_q=int(max_seqlen_q), max_seqlen_k=int(max_seqlen_k),
                            softmax_scale=None if softmax_scale is None else float(softmax_scale),
                            causal=bool(causal), window_left=int(left), window_right=int(right),
                            softcap=float(softcap))
@@ -449,7 +476,7 @@ def _backward(lib, dout, q, k, v, out, lse, layout):
 def varlen_attention_forward(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                              softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0,
                              seqused_q=None, seqused_k=None, *, cu_seqlens_q_host=None,
-                             cu_seqlens_k_host=None):
+                             cu_seqlens_k_host=None, total_q=None, total_k=None):
     """Varlen attention forward (FlashAttention's varlen semantics, no autograd).
 
     q: [tq, H, D], k and v: [tk, Hk, D] (float16, bfloat16, float32; float64 on the CPU), H a
@@ -461,7 +488,9 @@ def varlen_attention_forward(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, 
     FlashAttention's varlen API a side >= max_seqlen_k is unbounded too (which lets every row of a
     sequence with sq > sk see all keys when the right side is). softcap: 0 = off, else a normal
     positive float32; scores become softcap * tanh(s / softcap). The keyword-only cu_seqlens_q_host / cu_seqlens_k_host (lists)
-    spare a GPU caller the device-to-host copy of the offsets.
+    spare a GPU caller the device-to-host copy of the offsets. The keyword-only total_q / total_k
+    declare a tail (rows of q resp. k past the last offset; module docstring): never keys, out 0
+    and lse +inf on its query rows, zero gradients.
 
     Returns (out [tq, H, D] q's dtype, lse [H, tq] float32 (float64 for float64 q), natural log
     of each row's softmax denominator, scale included). A row that sees no key (and every pad
@@ -470,21 +499,22 @@ def varlen_attention_forward(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, 
     lib, q = _lib_of(q)
     layout = _AttentionLayout(lib, q, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                               softmax_scale, causal, window_size, softcap, seqused_q, seqused_k,
-                              cu_seqlens_q_host, cu_seqlens_k_host)
+                              cu_seqlens_q_host, cu_seqlens_k_host, total_q, total_k)
     return _forward(lib, q, k, v, layout)
 
 
 def varlen_attention_backward(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
                               max_seqlen_k, softmax_scale=None, causal=False,
                               window_size=(-1, -1), softcap=0.0, seqused_q=None, seqused_k=None,
-                              *, cu_seqlens_q_host=None, cu_seqlens_k_host=None):
+                              *, cu_seqlens_q_host=None, cu_seqlens_k_host=None, total_q=None,
+                              total_k=None):
     """Gradients (dq, dk, dv) of sum(dout * out) for the (out, lse) that varlen_attention_forward
     returned with the same arguments. dk and dv are summed over each GQA group; pad-slot rows are
     0. Deterministic (bitwise reproducible)."""
     lib, q = _lib_of(q)
     layout = _AttentionLayout(lib, q, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                               softmax_scale, causal, window_size, softcap, seqused_q, seqused_k,
-                              cu_seqlens_q_host, cu_seqlens_k_host)
+                              cu_seqlens_q_host, cu_seqlens_k_host, total_q, total_k)
     return _backward(lib, dout, q, k, v, out, lse, layout)
 
 
@@ -520,7 +550,7 @@ def varlen_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
                      dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1),
                      softcap=0.0, alibi_slopes=None, deterministic=False, return_attn_probs=False,
                      block_table=None, *, seqused_q=None, seqused_k=None, return_lse=False,
-                     cu_seqlens_q_host=None, cu_seqlens_k_host=None):
+                     cu_seqlens_q_host=None, cu_seqlens_k_host=None, total_q=None, total_k=None):
     """Drop-in for flash_attn_varlen_func (FlashAttention 2.6+): the same sixteen parameters in
     the same positions, so positional and keyword calls (HF transformers, verl) work unchanged.
 
@@ -535,7 +565,8 @@ def varlen_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
       S_dmask, is always None (FlashAttention only fills it when dropout_p > 0).
 
     Beyond FlashAttention (keyword-only): seqused_q/k (int32 [B] real lengths of an aligned
-    layout), return_lse (returns (out, lse)), cu_seqlens_q_host/k_host (host offsets: no sync).
+    layout), return_lse (returns (out, lse)), cu_seqlens_q_host/k_host (host offsets: no sync),
+    total_q/total_k (the rows of q resp. k when they end with a tail past the last offset).
 
     For torch tensors this is a torch.autograd.Function: gradients flow to q, k and v through
     varlen_attention_backward. Numpy (and other host DLPack) inputs run the forward only. See
@@ -554,7 +585,7 @@ def varlen_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
     lib, q = _lib_of(q)
     layout = _AttentionLayout(lib, q, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                               softmax_scale, causal, window_size, softcap, seqused_q, seqused_k,
-                              cu_seqlens_q_host, cu_seqlens_k_host)
+                              cu_seqlens_q_host, cu_seqlens_k_host, total_q, total_k)
     if isinstance(lib, _Torch):
         k = _same_lib(lib, k) if not isinstance(k, lib.torch.Tensor) else k
         v = _same_lib(lib, v) if not isinstance(v, lib.torch.Tensor) else v

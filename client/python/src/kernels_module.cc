@@ -80,14 +80,15 @@ absl::Span<const int32_t> HostSpan(const std::optional<std::vector<int32_t>>& v)
 struct AttentionCall {
   AttentionCall(const py::object& cu_q, const std::optional<std::vector<int32_t>>& cu_q_host,
                 const py::object& cu_k, const std::optional<std::vector<int32_t>>& cu_k_host,
-                int64_t max_q, int64_t max_k, const py::object& seqused_q,
-                const py::object& seqused_k, std::optional<double> scale, bool causal,
-                int64_t window_left, int64_t window_right, double softcap, uintptr_t stream)
+                int64_t rows_q, int64_t rows_k, int64_t max_q, int64_t max_k,
+                const py::object& seqused_q, const py::object& seqused_k,
+                std::optional<double> scale, bool causal, int64_t window_left, int64_t window_right,
+                double softcap, uintptr_t stream)
       : bq(cu_q, stream), bk(cu_k, stream), host_q(cu_q_host), host_k(cu_k_host) {
     if (!seqused_q.is_none()) bsq.emplace(seqused_q, stream);
     if (!seqused_k.is_none()) bsk.emplace(seqused_k, stream);
-    seqlens.q = {bq.get(), HostSpan(host_q)};
-    seqlens.k = {bk.get(), HostSpan(host_k)};
+    seqlens.q = {bq.get(), HostSpan(host_q), rows_q};
+    seqlens.k = {bk.get(), HostSpan(host_k), rows_k};
     seqlens.max_seqlen_q = max_q;
     seqlens.max_seqlen_k = max_k;
     seqlens.seqused_q = bsq ? bsq->get() : nullptr;
@@ -142,95 +143,97 @@ PYBIND11_MODULE(_kernels, m) {
   m.def(
       "pack_aligned",
       [](py::object x_packed, py::object cu, std::optional<std::vector<int32_t>> cu_host,
-         int64_t align, double pad_value, py::object x_aligned, py::object cu_padded,
+         int64_t align, int64_t rows, double pad_value, py::object x_aligned, py::object cu_padded,
          py::object seqused, uintptr_t stream) {
         Borrowed bp(x_packed, stream), bc(cu, stream), ba(x_aligned, stream),
             bcp(cu_padded, stream), bs(seqused, stream);
         CheckWithoutGil([&] {
-          return PackAligned(*bp, {bc.get(), HostSpan(cu_host)}, align, pad_value, *ba, *bcp, *bs,
-                             AsStream(stream));
+          return PackAligned(*bp, {bc.get(), HostSpan(cu_host)}, align, rows, pad_value, *ba, *bcp,
+                             *bs, AsStream(stream));
         });
       },
       py::arg("x_packed"), py::arg("cu_seqlens"), py::arg("cu_seqlens_host"), py::arg("align"),
-      py::arg("pad_value"), py::arg("x_aligned"), py::arg("cu_seqlens_padded"), py::arg("seqused"),
-      py::arg("stream"));
+      py::arg("rows"), py::arg("pad_value"), py::arg("x_aligned"), py::arg("cu_seqlens_padded"),
+      py::arg("seqused"), py::arg("stream"));
 
   m.def(
       "unpack_aligned",
       [](py::object x_aligned, py::object cu, std::optional<std::vector<int32_t>> cu_host,
-         py::object cu_padded, std::optional<std::vector<int32_t>> cu_padded_host,
+         py::object cu_padded, std::optional<std::vector<int32_t>> cu_padded_host, int64_t rows,
          py::object x_packed, uintptr_t stream) {
         Borrowed ba(x_aligned, stream), bc(cu, stream), bcp(cu_padded, stream),
             bp(x_packed, stream);
         CheckWithoutGil([&] {
           return UnpackAligned(*ba, {bc.get(), HostSpan(cu_host)},
-                               {bcp.get(), HostSpan(cu_padded_host)}, *bp, AsStream(stream));
+                               {bcp.get(), HostSpan(cu_padded_host), rows}, *bp, AsStream(stream));
         });
       },
       py::arg("x_aligned"), py::arg("cu_seqlens"), py::arg("cu_seqlens_host"),
-      py::arg("cu_seqlens_padded"), py::arg("cu_seqlens_padded_host"), py::arg("x_packed"),
-      py::arg("stream"));
+      py::arg("cu_seqlens_padded"), py::arg("cu_seqlens_padded_host"), py::arg("rows"),
+      py::arg("x_packed"), py::arg("stream"));
 
   m.def(
       "position_ids",
-      [](py::object cu, std::optional<std::vector<int32_t>> cu_host, py::object out,
+      [](py::object cu, std::optional<std::vector<int32_t>> cu_host, int64_t rows, py::object out,
          uintptr_t stream) {
         Borrowed bc(cu, stream), bo(out, stream);
         CheckWithoutGil([&] {
-          return PositionIds({bc.get(), HostSpan(cu_host)}, *bo, AsStream(stream));
+          return PositionIds({bc.get(), HostSpan(cu_host), rows}, *bo, AsStream(stream));
         });
       },
-      py::arg("cu_seqlens"), py::arg("cu_seqlens_host"), py::arg("position_ids"),
+      py::arg("cu_seqlens"), py::arg("cu_seqlens_host"), py::arg("rows"), py::arg("position_ids"),
       py::arg("stream"));
 
   m.def(
       "shift_labels",
       [](py::object ids, py::object cu, std::optional<std::vector<int32_t>> cu_host,
-         py::object cu_padded, std::optional<std::vector<int32_t>> cu_padded_host,
+         py::object cu_padded, std::optional<std::vector<int32_t>> cu_padded_host, int64_t rows,
          int64_t ignore_index, py::object labels, uintptr_t stream) {
         Borrowed bi(ids, stream), bc(cu, stream), bl(labels, stream);
         std::optional<Borrowed> bcp;
         Seqlens padded;
         if (!cu_padded.is_none()) {
           bcp.emplace(cu_padded, stream);
-          padded = {bcp->get(), HostSpan(cu_padded_host)};
+          padded = {bcp->get(), HostSpan(cu_padded_host), rows};
         }
+        // `rows` declares the tail of the layout of ids: the padded offsets when given.
+        const Seqlens real{bc.get(), HostSpan(cu_host), bcp ? -1 : rows};
         CheckWithoutGil([&] {
-          return ShiftLabels(*bi, {bc.get(), HostSpan(cu_host)}, bcp ? &padded : nullptr,
-                             ignore_index, *bl, AsStream(stream));
+          return ShiftLabels(*bi, real, bcp ? &padded : nullptr, ignore_index, *bl,
+                             AsStream(stream));
         });
       },
       py::arg("ids"), py::arg("cu_seqlens"), py::arg("cu_seqlens_host"),
-      py::arg("cu_seqlens_padded"), py::arg("cu_seqlens_padded_host"), py::arg("ignore_index"),
-      py::arg("labels"), py::arg("stream"));
+      py::arg("cu_seqlens_padded"), py::arg("cu_seqlens_padded_host"), py::arg("rows"),
+      py::arg("ignore_index"), py::arg("labels"), py::arg("stream"));
 
   m.def(
       "packed_cross_entropy",
       [](py::object logits, py::object labels, py::object cu,
-         std::optional<std::vector<int32_t>> cu_host, int64_t ignore_index, py::object loss,
-         py::object sums, py::object counts, uintptr_t stream) {
+         std::optional<std::vector<int32_t>> cu_host, int64_t rows, int64_t ignore_index,
+         py::object loss, py::object sums, py::object counts, uintptr_t stream) {
         Borrowed bl(logits, stream), bt(labels, stream), bc(cu, stream), bo(loss, stream),
             bs(sums, stream), bn(counts, stream);
         CheckWithoutGil([&] {
-          return PackedCrossEntropy(*bl, *bt, {bc.get(), HostSpan(cu_host)}, ignore_index, *bo, *bs,
-                                    *bn, AsStream(stream));
+          return PackedCrossEntropy(*bl, *bt, {bc.get(), HostSpan(cu_host), rows}, ignore_index,
+                                    *bo, *bs, *bn, AsStream(stream));
         });
       },
       py::arg("logits"), py::arg("labels"), py::arg("cu_seqlens"), py::arg("cu_seqlens_host"),
-      py::arg("ignore_index"), py::arg("per_token_loss"), py::arg("per_sequence_sum"),
-      py::arg("per_sequence_count"), py::arg("stream"));
+      py::arg("rows"), py::arg("ignore_index"), py::arg("per_token_loss"),
+      py::arg("per_sequence_sum"), py::arg("per_sequence_count"), py::arg("stream"));
 
   m.def(
       "varlen_attention_forward",
       [](py::object q, py::object k, py::object v, py::object cu_q,
          std::optional<std::vector<int32_t>> cu_q_host, py::object cu_k,
-         std::optional<std::vector<int32_t>> cu_k_host, int64_t max_q, int64_t max_k,
-         py::object seqused_q, py::object seqused_k, std::optional<double> scale, bool causal,
-         int64_t window_left, int64_t window_right, double softcap, py::object out, py::object lse,
-         uintptr_t stream) {
+         std::optional<std::vector<int32_t>> cu_k_host, int64_t rows_q, int64_t rows_k,
+         int64_t max_q, int64_t max_k, py::object seqused_q, py::object seqused_k,
+         std::optional<double> scale, bool causal, int64_t window_left, int64_t window_right,
+         double softcap, py::object out, py::object lse, uintptr_t stream) {
         Borrowed bq(q, stream), bk(k, stream), bv(v, stream), bo(out, stream), bl(lse, stream);
-        AttentionCall c(cu_q, cu_q_host, cu_k, cu_k_host, max_q, max_k, seqused_q, seqused_k, scale,
-                        causal, window_left, window_right, softcap, stream);
+        AttentionCall c(cu_q, cu_q_host, cu_k, cu_k_host, rows_q, rows_k, max_q, max_k, seqused_q,
+                        seqused_k, scale, causal, window_left, window_right, softcap, stream);
         CheckWithoutGil([&] {
           return VarlenAttentionForward(*bq, *bk, *bv, c.seqlens, c.options, *bo, *bl,
                                         AsStream(stream));
@@ -238,22 +241,23 @@ PYBIND11_MODULE(_kernels, m) {
       },
       py::arg("q"), py::arg("k"), py::arg("v"), py::arg("cu_seqlens_q"),
       py::arg("cu_seqlens_q_host"), py::arg("cu_seqlens_k"), py::arg("cu_seqlens_k_host"),
-      py::arg("max_seqlen_q"), py::arg("max_seqlen_k"), py::arg("seqused_q"), py::arg("seqused_k"),
-      py::arg("softmax_scale"), py::arg("causal"), py::arg("window_left"), py::arg("window_right"),
-      py::arg("softcap"), py::arg("out"), py::arg("lse"), py::arg("stream"));
+      py::arg("rows_q"), py::arg("rows_k"), py::arg("max_seqlen_q"), py::arg("max_seqlen_k"),
+      py::arg("seqused_q"), py::arg("seqused_k"), py::arg("softmax_scale"), py::arg("causal"),
+      py::arg("window_left"), py::arg("window_right"), py::arg("softcap"), py::arg("out"),
+      py::arg("lse"), py::arg("stream"));
 
   m.def(
       "varlen_attention_backward",
       [](py::object dout, py::object q, py::object k, py::object v, py::object out, py::object lse,
          py::object cu_q, std::optional<std::vector<int32_t>> cu_q_host, py::object cu_k,
-         std::optional<std::vector<int32_t>> cu_k_host, int64_t max_q, int64_t max_k,
-         py::object seqused_q, py::object seqused_k, std::optional<double> scale, bool causal,
-         int64_t window_left, int64_t window_right, double softcap, py::object dq, py::object dk,
-         py::object dv, uintptr_t stream) {
+         std::optional<std::vector<int32_t>> cu_k_host, int64_t rows_q, int64_t rows_k,
+         int64_t max_q, int64_t max_k, py::object seqused_q, py::object seqused_k,
+         std::optional<double> scale, bool causal, int64_t window_left, int64_t window_right,
+         double softcap, py::object dq, py::object dk, py::object dv, uintptr_t stream) {
         Borrowed bdo(dout, stream), bq(q, stream), bk(k, stream), bv(v, stream), bo(out, stream),
             bl(lse, stream), bdq(dq, stream), bdk(dk, stream), bdv(dv, stream);
-        AttentionCall c(cu_q, cu_q_host, cu_k, cu_k_host, max_q, max_k, seqused_q, seqused_k, scale,
-                        causal, window_left, window_right, softcap, stream);
+        AttentionCall c(cu_q, cu_q_host, cu_k, cu_k_host, rows_q, rows_k, max_q, max_k, seqused_q,
+                        seqused_k, scale, causal, window_left, window_right, softcap, stream);
         CheckWithoutGil([&] {
           return VarlenAttentionBackward(*bdo, *bq, *bk, *bv, *bo, *bl, c.seqlens, c.options, *bdq,
                                          *bdk, *bdv, AsStream(stream));
@@ -261,10 +265,10 @@ PYBIND11_MODULE(_kernels, m) {
       },
       py::arg("dout"), py::arg("q"), py::arg("k"), py::arg("v"), py::arg("out"), py::arg("lse"),
       py::arg("cu_seqlens_q"), py::arg("cu_seqlens_q_host"), py::arg("cu_seqlens_k"),
-      py::arg("cu_seqlens_k_host"), py::arg("max_seqlen_q"), py::arg("max_seqlen_k"),
-      py::arg("seqused_q"), py::arg("seqused_k"), py::arg("softmax_scale"), py::arg("causal"),
-      py::arg("window_left"), py::arg("window_right"), py::arg("softcap"), py::arg("dq"),
-      py::arg("dk"), py::arg("dv"), py::arg("stream"));
+      py::arg("cu_seqlens_k_host"), py::arg("rows_q"), py::arg("rows_k"), py::arg("max_seqlen_q"),
+      py::arg("max_seqlen_k"), py::arg("seqused_q"), py::arg("seqused_k"), py::arg("softmax_scale"),
+      py::arg("causal"), py::arg("window_left"), py::arg("window_right"), py::arg("softcap"),
+      py::arg("dq"), py::arg("dk"), py::arg("dv"), py::arg("stream"));
 }
 
 }  // namespace

@@ -28,6 +28,10 @@
 //   out_i = sum over visible j of exp(s_ij - lse_i) v_j
 //   A query that sees no key (including every pad slot) gets out_i = 0 and lse_i = +inf.
 //
+//   Tail (kernels.h): rows of q beyond cu_seqlens_q[B] (declared by seqlens.q.rows) and of k, v
+//   beyond cu_seqlens_k[B] (seqlens.k.rows) belong to no sequence: they are never keys, and as
+//   queries they see no key (out = 0, lse = +inf); the backward writes 0 to their dq, dk, dv.
+//
 //   GQA/MQA: q has H heads, k and v Hk heads, H % Hk == 0; query head h reads kv head
 //   h / (H / Hk). The backward sums dk and dv over each group of H / Hk query heads.
 //
@@ -53,7 +57,8 @@ namespace packsched::kernels {
 // The sequence layout of one attention call.
 struct AttentionSeqlens {
   // int32 [B + 1] each (the same B): the segment offsets of the query rows and of the key/value
-  // rows. For PackAligned's layout these are the padded offsets.
+  // rows. For PackAligned's layout these are the padded offsets, with `rows` = the plan's total
+  // when the layout has a tail.
   Seqlens q;
   Seqlens k;
   // Host integers (from the plan): at least the longest segment of q resp. k (checked); they size
@@ -87,10 +92,10 @@ struct AttentionOptions {
 
 // out = attention(q, k, v) and its log-sum-exp, as defined above.
 //
-//   q    [tq, H, D]    tq = cu_seqlens_q[B]
-//   k    [tk, Hk, D]   tk = cu_seqlens_k[B], q's dtype
+//   q    [tq, H, D]    tq = cu_seqlens_q[B] (or seqlens.q.rows: a tail)
+//   k    [tk, Hk, D]   tk = cu_seqlens_k[B] (or seqlens.k.rows: a tail), q's dtype
 //   v    [tk, Hk, D]   q's dtype
-//   out  [tq, H, D]    output, q's dtype (pad-slot rows written as 0)
+//   out  [tq, H, D]    output, q's dtype (pad-slot and tail rows written as 0)
 //   lse  [H, tq]       output, float32 (float64 for float64 q), natural log
 //
 // Returns InvalidArgument naming the argument for a bad dtype, shape, device, head count,
@@ -107,7 +112,8 @@ absl::Status VarlenAttentionForward(const DLTensor& q, const DLTensor& k, const 
 // Gradients of sum(dout * out) with respect to q, k and v, for the out and lse that
 // VarlenAttentionForward returned for the same q, k, v, seqlens and options (the probabilities
 // are recomputed from lse). Shapes and dtypes as in the forward; dout, dq: [tq, H, D];
-// dk, dv: [tk, Hk, D] (summed over each GQA group). Pad-slot rows of dq, dk, dv are written as 0.
+// dk, dv: [tk, Hk, D] (summed over each GQA group). Pad-slot and tail rows of dq, dk, dv are
+// written as 0.
 // Deterministic. Errors as in the forward.
 absl::Status VarlenAttentionBackward(const DLTensor& dout, const DLTensor& q, const DLTensor& k,
                                      const DLTensor& v, const DLTensor& out, const DLTensor& lse,

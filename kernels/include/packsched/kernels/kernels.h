@@ -22,6 +22,17 @@
 // [cu_seqlens_padded[b], cu_seqlens_padded[b + 1]); its real tokens are the first
 // cu_seqlens[b + 1] - cu_seqlens[b] rows, the rest are pad slots.
 //
+// Tail: a layout may hold more rows than its offsets cover, declared by `Seqlens::rows` (and
+// PackAligned's `rows`). Rows [cu[B], rows) are the tail: the padding that rounds a micro-batch up
+// to the plan's `total` rows (align_total_to, e.g. Ulysses sequence parallelism needs the row
+// count divisible by the SP size). The tail belongs to no sequence and acts like one extra
+// pseudo-sequence without real tokens (verl's Ulysses padding): PackAligned fills it with
+// `pad_value`; its position ids restart at 0 (rows - cu[B] - 1 at the last row); its labels are
+// ignore_index; its per-token cross-entropy loss is 0 whatever its labels; in attention its rows
+// are never keys and, as queries, see no key (out = 0, lse = +inf, and dq, dk, dv = 0), so it
+// adds nothing to any loss or gradient; UnpackAligned drops it. Calls that take no tail reject
+// one (InvalidArgument).
+//
 // Errors: every call validates all arguments on the host before touching data and returns
 // InvalidArgument naming the argument (wrong dtype, shape, device, non-contiguous tensor,
 // non-monotone cu_seqlens, a total that does not match, an unsupported dtype); Unimplemented for
@@ -54,6 +65,10 @@ struct Seqlens {
   // data is then read directly); required for CUDA tensors. For host tensors a non-empty copy
   // must equal the tensor (checked). For CUDA tensors the caller guarantees they are equal.
   absl::Span<const int32_t> host;
+  // Rows of the tensors laid out by these offsets: -1 (the default) means exactly cu[B] rows,
+  // no tail; otherwise >= cu[B] (the plan's MicroBatch::total), and rows [cu[B], rows) are the
+  // tail described above. InvalidArgument when below cu[B] or below -1.
+  int64_t rows = -1;
 };
 
 // Dtypes accepted where a call says "any element type": float16, bfloat16, float32, float64,
@@ -66,7 +81,8 @@ struct Seqlens {
 //   x         [B, S, ...]  any element type
 //   mask      [B, S]       bool (DLPack code 6, 8 bits), int8, uint8, int32 or int64;
 //                          nonzero = token
-//   seqlens   cu_seqlens of the packed batch: sequence b has as many tokens as row b of `mask`
+//   seqlens   cu_seqlens of the packed batch: sequence b has as many tokens as row b of `mask`;
+//             no tail
 //   x_packed  [total, ...] output, x's dtype and trailing dims
 //   indices   [total]      output, int64, indices into the flattened [B * S]
 //
@@ -95,45 +111,55 @@ absl::StatusOr<std::vector<int32_t>> AlignedCuSeqlens(absl::Span<const int32_t> 
                                                       int64_t align);
 
 // Re-lays a packed batch out so every sequence starts at a multiple of `align` rows (context
-// parallelism, sequence parallelism and FP8 GEMMs need aligned segments). Pad slots are filled
-// with `pad_value` converted to x's dtype (an integer dtype needs an integral value in range).
+// parallelism, sequence parallelism and FP8 GEMMs need aligned segments), optionally followed by
+// a tail up to `rows` rows (align_total_to). Pad slots and the tail are filled with `pad_value`
+// converted to x's dtype (an integer dtype needs an integral value in range).
 //
 //   x_packed           [total, ...]        any element type
-//   seqlens            real cu_seqlens
-//   align              >= 1
-//   x_aligned          [total_padded, ...] output; total_padded = AlignedCuSeqlens(...).back()
-//   cu_seqlens_padded  [B + 1]             output, int32: the padded offsets
+//   seqlens            real cu_seqlens; no tail
+//   align              >= 1 (the plan's align_to)
+//   rows               -1: total_padded = AlignedCuSeqlens(...).back() rows, no tail; else
+//                      >= total_padded (the plan's MicroBatch::total): rows [total_padded, rows)
+//                      are the tail
+//   x_aligned          [rows, ...]         output, x_packed's dtype and trailing dims
+//   cu_seqlens_padded  [B + 1]             output, int32: the padded offsets (the tail is not in
+//                                          them: pass `rows` as Seqlens::rows to later calls)
 //   seqused            [B]                 output, int32: the real length of each sequence
 //
 // Typical pad values: 0 (hidden states), the pad token id (input ids). Labels and positions of
-// pad slots come from ShiftLabels (ignore_index) and PositionIds (the count continues) on the
-// aligned layout.
+// pad slots and the tail come from ShiftLabels (ignore_index) and PositionIds (the count
+// continues in a pad slot, restarts at 0 in the tail) on the aligned layout.
 absl::Status PackAligned(const DLTensor& x_packed, const Seqlens& seqlens, int64_t align,
-                         double pad_value, const DLTensor& x_aligned,
+                         int64_t rows, double pad_value, const DLTensor& x_aligned,
                          const DLTensor& cu_seqlens_padded, const DLTensor& seqused, Stream stream);
 
-// Drops the pad slots of an aligned layout: x_packed rows of sequence b = the first
+// Drops the pad slots and the tail of an aligned layout: x_packed rows of sequence b = the first
 // (cu_seqlens[b+1] - cu_seqlens[b]) rows of its aligned segment.
 //
-//   x_aligned         [total_padded, ...] any element type
-//   seqlens           real cu_seqlens (total rows of x_packed)
-//   seqlens_padded    padded offsets (total_padded rows of x_aligned); every padded length must
-//                     be >= the real length (any padding, not only a multiple of some align)
+//   x_aligned         [rows, ...]         any element type
+//   seqlens           real cu_seqlens (total rows of x_packed); no tail
+//   seqlens_padded    padded offsets (rows of x_aligned: total_padded, or its `rows` with a tail);
+//                     every padded length must be >= the real length (any padding, not only a
+//                     multiple of some align)
 //   x_packed          [total, ...]        output, x_aligned's dtype and trailing dims
 absl::Status UnpackAligned(const DLTensor& x_aligned, const Seqlens& seqlens,
                            const Seqlens& seqlens_padded, const DLTensor& x_packed, Stream stream);
 
-// position_ids[t] = t - (start of t's segment), int64 [total], total = cu_seqlens[B]. Pass the
-// padded offsets for an aligned layout: pad slots then continue their sequence's count.
+// position_ids[t] = t - (start of t's segment), int64 [rows] (rows = cu_seqlens[B], or
+// seqlens.rows). Pass the padded offsets for an aligned layout: pad slots then continue their
+// sequence's count. Tail rows count from 0 again (t - cu_seqlens[B]).
 absl::Status PositionIds(const Seqlens& seqlens, const DLTensor& position_ids, Stream stream);
 
 // labels[t] = ids[t + 1] when t + 1 is a real token of t's sequence, else `ignore_index` (at
-// each sequence's last real token and on every pad slot). Never reads across a boundary.
+// each sequence's last real token, on every pad slot and on every tail row). Never reads across
+// a boundary.
 //
 //   ids             [rows]  int32 or int64 token ids
-//   seqlens         real cu_seqlens; for the packed layout rows = total
+//   seqlens         real cu_seqlens; for the packed layout rows = total (or seqlens.rows with a
+//                   tail); with seqlens_padded: no tail
 //   seqlens_padded  nullptr for the packed layout; for an aligned layout its padded offsets
-//                   (rows = total_padded; padded lengths >= real lengths)
+//                   (rows = total_padded, or seqlens_padded->rows with a tail; padded lengths >=
+//                   real lengths)
 //   ignore_index    conventionally -100; must fit in ids' dtype
 //   labels          [rows]  output, ids' dtype
 absl::Status ShiftLabels(const DLTensor& ids, const Seqlens& seqlens, const Seqlens* seqlens_padded,
@@ -142,14 +168,15 @@ absl::Status ShiftLabels(const DLTensor& ids, const Seqlens& seqlens, const Seql
 // Per-token cross entropy over packed logits with already-shifted labels (ShiftLabels' output),
 // and its per-sequence sums and counts:
 //   per_token_loss[t]     = logsumexp(logits[t]) - logits[t, labels[t]], or 0 when
-//                           labels[t] == ignore_index (natural log, nats)
+//                           labels[t] == ignore_index or t is a tail row (natural log, nats)
 //   per_sequence_sum[b]   = sum of per_token_loss over rows of b (the stored, rounded values)
 //   per_sequence_count[b] = number of rows of b whose label is not ignore_index
 //
 //   logits              [rows, V]  float16, bfloat16, float32 or float64; V >= 1
 //   labels              [rows]     int32 or int64; ignore_index or in [0, V)
 //   seqlens             cu_seqlens over the rows (real or padded offsets: pad slots carry
-//                       ignore_index labels and so contribute nothing)
+//                       ignore_index labels and so contribute nothing), seqlens.rows with a tail
+//                       (tail labels are not read)
 //   per_token_loss      [rows]     output, logits' dtype
 //   per_sequence_sum    [B]        output, logits' dtype
 //   per_sequence_count  [B]        output, int64
