@@ -17,6 +17,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "server/collective/cancellation.h"
 #include "server/collective/collective.h"
 #include "server/collective/store.h"
 
@@ -64,13 +65,18 @@ class GlooCollective final : public Collective {
   // about half a second (naming the rank at fault), whatever the peers do: a watchdog closes a
   // pair still waiting for its partner to connect at `deadline`.
   //
+  // `cancel` (optional, not owned; must outlive the call): when it is cancelled, formation ends
+  // with Aborted ("cancelled") at once under kRecursiveDoubling — the watchdog closes the
+  // half-formed pairs, which wakes a wait for a partner to connect or in the barrier — except
+  // that a store call in progress (waiting for a peer's addresses) returns first: the store's own
+  // cancellation ends that (RendezvousStore::Cancel, as the service does at shutdown). Under
+  // kBcube and kRing it is checked only before formation starts (see GlooOptions::Algorithm).
+  //
   // Store keys under `prefix`: peer_addresses/<rank>, connected/<rank> (all of a rank's pairs
   // are up), unconnected (the rank at fault, named by the first rank that saw it).
-  static absl::StatusOr<std::unique_ptr<GlooCollective>> Create(KeyValueStore& store,
-                                                                absl::string_view prefix,
-                                                                int64_t rank, int64_t world_size,
-                                                                const GlooOptions& options,
-                                                                absl::Time deadline);
+  static absl::StatusOr<std::unique_ptr<GlooCollective>> Create(
+      KeyValueStore& store, absl::string_view prefix, int64_t rank, int64_t world_size,
+      const GlooOptions& options, absl::Time deadline, Cancellation* cancel = nullptr);
 
   // Closes the connections (peers in a call fail with Aborted) and stops the worker. Does not
   // wait for a Gloo call that is still blocked: that call ends with Gloo's own timeout and

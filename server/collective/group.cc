@@ -6,6 +6,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -25,6 +26,8 @@ constexpr size_t kNamedRanks = 16;
 constexpr absl::Duration kArrivalDelay = absl::Milliseconds(100);
 // How long a rank whose collective failed at once waits for the generation's recorded end.
 constexpr absl::Duration kEndedWait = absl::Milliseconds(250);
+// The store calls that record the end of a formation that was aborted (Abort()) end by then.
+constexpr absl::Duration kAbortedCleanup = absl::Milliseconds(250);
 // The store calls that explain and end a failed round or formation end by its deadline plus this.
 constexpr absl::Duration kCleanupMargin = absl::Milliseconds(750);
 // Rank 0 deletes the keys of ended generations (all of them, from the lowest not yet deleted):
@@ -262,6 +265,7 @@ GroupInfo StreamGroup::info() const {
 void StreamGroup::Abort() {
   absl::MutexLock lock(&mu_);
   if (collective_ != nullptr) collective_->Abort();
+  if (forming_ != nullptr) forming_->Cancel();
 }
 
 void StreamGroup::SetFailure(absl::Status status) {
@@ -292,10 +296,16 @@ absl::Status StreamGroup::FormIfNeeded(absl::Time deadline) {
   // Formed: used as it is, with no store call. If its generation has ended meanwhile (a round
   // this rank sat out failed, or a peer restarted), its first call fails at once on connections
   // the peers have closed, and Agree moves to the next generation (StaleGeneration).
+  std::shared_ptr<Cancellation> cancel;
   {
     absl::MutexLock lock(&mu_);
     if (collective_ != nullptr) return absl::OkStatus();
+    forming_ = cancel = std::make_shared<Cancellation>();  // for Abort()
   }
+  absl::Cleanup formed_or_not = [this] {
+    absl::MutexLock lock(&mu_);
+    forming_.reset();
+  };
 
   ASSIGN_OR_RETURN(const std::string epoch, group_.Epoch(deadline));
   const std::string epoch_root = keys::EpochRoot(options.key_root, epoch);
@@ -366,8 +376,18 @@ absl::Status StreamGroup::FormIfNeeded(absl::Time deadline) {
     GlooOptions gloo = options.gloo;
     gloo.wait_timeout = options.collective_timeout;  // every round's deadline is within it
     return FormCollective(*backend, store, formation, options.rank, options.world_size, gloo,
-                          options.nccl, deadline);
+                          options.nccl, deadline, cancel.get());
   }();
+  if (!formed.ok() && cancel->cancelled()) {
+    // Aborted (a shutdown): nobody to blame. This rank's half of the generation is gone, so end
+    // it; the store calls that record the end wait briefly (at shutdown they fail at once).
+    absl::Status status =
+        absl::AbortedError(absl::StrCat("stream '", stream_, "': forming generation ", generation,
+                                        " was aborted (", formed.status().message(), ")"));
+    CleanupCalls cleanup(store, absl::Now() + kAbortedCleanup);
+    EndGeneration(generation, status, "formation", cleanup);
+    return status;
+  }
   if (!formed.ok()) {
     absl::Status status = formed.status();
     CleanupCalls cleanup(store, std::max(deadline, absl::Now()) + kCleanupMargin);
@@ -402,6 +422,7 @@ absl::Status StreamGroup::FormIfNeeded(absl::Time deadline) {
   group_.ready_.store(true, std::memory_order_release);
   absl::MutexLock lock(&mu_);
   collective_ = std::shared_ptr<Collective>(std::move(formed).value());
+  if (cancel->cancelled()) collective_->Abort();  // aborted just as formation completed
   info_.formed = true;
   info_.backend = std::string(collective_->backend());
   info_.generation = generation;

@@ -38,6 +38,7 @@
 #include "absl/time/time.h"
 #include "server/collective/arrival.h"
 #include "server/collective/backend.h"
+#include "server/collective/cancellation.h"
 #include "server/collective/collective.h"
 #include "server/collective/gloo_collective.h"
 #include "server/collective/nccl_collective.h"
@@ -155,8 +156,12 @@ class StreamGroup {
   // Thread-safe snapshot for status reporting.
   GroupInfo info() const;
 
-  // Aborts the formed collective: a round in flight fails at once with Aborted (a formation in
-  // progress still runs to its timeout); the next call forms a new generation. Thread-safe.
+  // Aborts the formed collective: a round in flight fails at once with Aborted; so does a
+  // formation in progress (its half-formed connections are closed; with Gloo, within
+  // milliseconds), which also ends that generation — except a wait on the store itself (for a
+  // peer's address, the run epoch, the backend), which ends when the store's calls are
+  // cancelled, as the service does at shutdown right after this (RendezvousStore::Cancel). An
+  // NCCL formation is not aborted. The next call forms a new generation. Thread-safe.
   void Abort();
 
  private:
@@ -207,6 +212,7 @@ class StreamGroup {
 
   mutable absl::Mutex mu_;
   std::shared_ptr<Collective> collective_ ABSL_GUARDED_BY(mu_);
+  std::shared_ptr<Cancellation> forming_ ABSL_GUARDED_BY(mu_);  // while a formation runs
   GroupInfo info_ ABSL_GUARDED_BY(mu_);
 };
 
