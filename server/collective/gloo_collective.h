@@ -32,8 +32,16 @@ struct GlooOptions {
   std::string iface;
   // The all-reduce algorithm. kRecursiveDoubling (ours, over Gloo's point-to-point buffers):
   // ceil(log2 W) message steps, + 2 when W is not a power of two — the latency-optimal choice
-  // for a record of a few words. kBcube and kRing are Gloo's own (2·log2 W steps when W is a
-  // power of two, else a final W/2^k-way exchange; 2·(W - 1) steps), kept for comparison.
+  // for a record of a few words, and the only one a sidecar uses (no flag selects another, and
+  // Group::Create refuses another).
+  // kBcube and kRing are Gloo's own (2·log2 W steps when W is a power of two, else a final
+  // W/2^k-way exchange; 2·(W - 1) steps), kept for comparison in tests and
+  // tests/bench/collective_bench.cc only. Their calls have the same bounds as
+  // kRecursiveDoubling's (the caller's deadline; Abort() ends a call at once), but their
+  // formation (Gloo's full mesh) does not: a peer that publishes its addresses and never
+  // connects holds it for up to five times what is left of the formation (Gloo's own
+  // connection wait) with no watchdog, the error does not name that peer, and a Cancellation
+  // is only checked before formation starts.
   enum class Algorithm { kRecursiveDoubling, kBcube, kRing };
   Algorithm algorithm = Algorithm::kRecursiveDoubling;
   // The longest deadline a call on the formed group will have (the collective timeout). Under

@@ -157,6 +157,12 @@ absl::StatusOr<std::unique_ptr<Group>> Group::Create(KeyValueStore* store, Group
                                                    " with backend ", BackendName(options.backend),
                                                    " needs a rendezvous store"));
   }
+  if (options.gloo.algorithm != GlooOptions::Algorithm::kRecursiveDoubling) {
+    // Gloo's own algorithms form without the bounds a sidecar relies on (gloo_collective.h).
+    return absl::InvalidArgumentError(
+        "a rank group's Gloo all-reduce is recursive doubling; bcube and ring are for "
+        "benchmarks only");
+  }
   if (options.kept_results < 1) {
     return absl::InvalidArgumentError("kept_results must be at least 1");
   }

@@ -80,7 +80,8 @@ class Group {
   // `store` is not owned and must outlive the group and its streams; it may be null only for a
   // group of one (then the local backend is used and nothing is stored). Rank 0 draws a random
   // run epoch here. Returns InvalidArgument for a bad rank, world size, timeout, or backend
-  // (local with world_size > 1).
+  // (local with world_size > 1), or a Gloo algorithm other than kRecursiveDoubling (the others
+  // are for comparison only: see GlooOptions::Algorithm).
   static absl::StatusOr<std::unique_ptr<Group>> Create(KeyValueStore* store, GroupOptions options);
 
   // The context of one stream. REQUIRES: the Group outlives it.

@@ -485,6 +485,12 @@ TEST(Group, RejectsBadOptions) {
   GroupOptions no_timeout = Options(0, 2);
   no_timeout.collective_timeout = absl::ZeroDuration();
   EXPECT_EQ(Group::Create(&store, no_timeout).status().code(), absl::StatusCode::kInvalidArgument);
+  // Gloo's own algorithms have no formation watchdog: benchmarks only, never a sidecar's group.
+  for (auto algorithm : {GlooOptions::Algorithm::kBcube, GlooOptions::Algorithm::kRing}) {
+    GroupOptions gloos_own = Options(0, 2);
+    gloos_own.gloo.algorithm = algorithm;
+    EXPECT_THAT(Group::Create(&store, gloos_own).status().message(), HasSubstr("benchmarks only"));
+  }
   EXPECT_THAT(ParseBackend("mpi").status().message(), HasSubstr("auto, gloo, nccl or local"));
 }
 
