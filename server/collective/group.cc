@@ -210,11 +210,40 @@ absl::StatusOr<Backend> Group::ResolveBackend(absl::string_view epoch_root, absl
   return decided;
 }
 
+void Group::MarkReady() {
+  members_seen_.store(options_.world_size, std::memory_order_release);
+  ready_.store(true, std::memory_order_release);
+  NotifyServing();
+}
+
+void Group::CountFailedStream(int64_t delta) {
+  failed_streams_.fetch_add(delta, std::memory_order_acq_rel);
+  NotifyServing();
+}
+
+void Group::NotifyServing() {
+  absl::MutexLock lock(&listener_mu_);
+  if (!listener_) return;
+  // Read under the lock: whichever change is told last, it is told the value after every change.
+  const bool now = serving();
+  if (told_ == now) return;
+  told_ = now;
+  listener_(now);
+}
+
+void Group::SetServingListener(std::function<void(bool)> listener) {
+  {
+    absl::MutexLock lock(&listener_mu_);
+    listener_ = std::move(listener);
+    told_.reset();
+  }
+  NotifyServing();
+}
+
 absl::StatusOr<bool> Group::AwaitMembers(absl::Time deadline) {
   if (ready()) return true;
   if (local() || options_.world_size == 1) {
-    members_seen_.store(options_.world_size, std::memory_order_release);
-    ready_.store(true, std::memory_order_release);
+    MarkReady();
     return true;
   }
   absl::StatusOr<std::string> epoch = Epoch(deadline);
@@ -242,9 +271,8 @@ absl::StatusOr<bool> Group::AwaitMembers(absl::Time deadline) {
   } else {
     ASSIGN_OR_RETURN(const bool complete, wait(keys::Complete(epoch_root)));
     if (!complete) return false;
-    members_seen_.store(options_.world_size, std::memory_order_release);
   }
-  ready_.store(true, std::memory_order_release);
+  MarkReady();
   return true;
 }
 
@@ -254,6 +282,7 @@ StreamGroup::StreamGroup(Group& group, std::string stream)
     : group_(group), stream_(std::move(stream)) {}
 
 StreamGroup::~StreamGroup() {
+  SetFailed(false);  // a stream that is gone is not between generations
   std::shared_ptr<Collective> last;
   absl::MutexLock lock(&mu_);
   last = std::move(collective_);
@@ -275,8 +304,21 @@ void StreamGroup::Abort() {
 }
 
 void StreamGroup::SetFailure(absl::Status status) {
-  absl::MutexLock lock(&mu_);
-  info_.last_error = std::move(status);
+  {
+    absl::MutexLock lock(&mu_);
+    info_.last_error = std::move(status);
+  }
+  SetFailed(true);
+}
+
+void StreamGroup::SetFailed(bool failed) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (failed_ == failed) return;
+    failed_ = failed;
+  }
+  // Outside mu_: the listener may take locks of its own (the health service's).
+  group_.CountFailedStream(failed ? 1 : -1);
 }
 
 absl::Status StreamGroup::Form() {
@@ -422,17 +464,19 @@ absl::Status StreamGroup::FormIfNeeded(absl::Time deadline) {
   }
   if (options.rank == 0)
     CleanEndedGenerations(generation, kGenerationsCleanedPerFormation, deadline);
+  {
+    absl::MutexLock lock(&mu_);
+    collective_ = std::shared_ptr<Collective>(std::move(formed).value());
+    if (cancel->cancelled()) collective_->Abort();  // aborted just as formation completed
+    info_.formed = true;
+    info_.backend = std::string(collective_->backend());
+    info_.generation = generation;
+    info_.epoch = epoch;
+  }
   // Forming needs every rank: the run is complete, whatever AwaitMembers has seen. (After rank 0
   // restarts, the survivors, long ready, never publish their membership under its new epoch.)
-  group_.members_seen_.store(options.world_size, std::memory_order_release);
-  group_.ready_.store(true, std::memory_order_release);
-  absl::MutexLock lock(&mu_);
-  collective_ = std::shared_ptr<Collective>(std::move(formed).value());
-  if (cancel->cancelled()) collective_->Abort();  // aborted just as formation completed
-  info_.formed = true;
-  info_.backend = std::string(collective_->backend());
-  info_.generation = generation;
-  info_.epoch = epoch;
+  group_.MarkReady();
+  SetFailed(false);
   return absl::OkStatus();
 }
 

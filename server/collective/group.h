@@ -63,7 +63,7 @@ struct GroupOptions {
   std::optional<bool> can_use_nccl;
 };
 
-// What GetStatus and the readiness signal report for one stream.
+// What GetStatus reports for one stream.
 struct GroupInfo {
   bool formed = false;
   std::string backend;      // "gloo", "nccl", "local"; empty before the first formation
@@ -105,6 +105,18 @@ class Group {
   // world_size once ready, else 0.
   int64_t members_seen() const { return members_seen_.load(std::memory_order_acquire); }
 
+  // The readiness a sidecar reports, both as GetStatus.group_ready and through the health
+  // service (packsched.v1.Scheduler): ready(), and no stream of this group is between
+  // generations — none has had a formation or a round's collective fail (a peer died or timed
+  // out: the generation ended) without forming again since. A stream forming for the first time
+  // does not count. It turns true again when the failed streams have formed again, which they do
+  // at their next call (Plan).
+  bool serving() const { return ready() && failed_streams_.load(std::memory_order_acquire) == 0; }
+  // Calls `listener(serving())` now, then whenever serving() changes: one call at a time, the last
+  // one with the current value. Replaces any earlier listener; an empty one removes it. When this
+  // returns, the earlier listener is neither running nor will it run. Thread-safe.
+  void SetServingListener(std::function<void(bool)> listener);
+
  private:
   friend class StreamGroup;
   Group(KeyValueStore* store, GroupOptions options, std::string epoch);
@@ -114,6 +126,12 @@ class Group {
   // The backend to form under `epoch_root` (auto is agreed once per epoch and cached).
   absl::StatusOr<Backend> ResolveBackend(absl::string_view epoch_root, absl::Time deadline);
   bool local() const { return store_ == nullptr; }
+  // Every rank has joined: ready() turns true (and stays so).
+  void MarkReady();
+  // A stream's collective failed (+1) or formed again (-1).
+  void CountFailedStream(int64_t delta);
+  // Tells the listener if serving() has changed since it was last told.
+  void NotifyServing();
 
   KeyValueStore* const store_;
   const GroupOptions options_;
@@ -126,6 +144,10 @@ class Group {
   bool member_published_ = false;
   std::atomic<int64_t> members_seen_{0};
   std::atomic<bool> ready_{false};
+  std::atomic<int64_t> failed_streams_{0};  // streams whose `failed_` is set
+  absl::Mutex listener_mu_;
+  std::function<void(bool)> listener_ ABSL_GUARDED_BY(listener_mu_);
+  std::optional<bool> told_ ABSL_GUARDED_BY(listener_mu_);  // what the listener last heard
 };
 
 class StreamGroup {
@@ -189,6 +211,8 @@ class StreamGroup {
   // not yet deleted.
   void CleanEndedGenerations(int64_t generation, int64_t at_most, absl::Time deadline);
   void SetFailure(absl::Status status);
+  // Sets or clears failed_ (counted in Group::serving()).
+  void SetFailed(bool failed);
 
   Group& group_;
   const std::string stream_;
@@ -215,6 +239,8 @@ class StreamGroup {
   std::shared_ptr<Collective> collective_ ABSL_GUARDED_BY(mu_);
   std::shared_ptr<Cancellation> forming_ ABSL_GUARDED_BY(mu_);  // while a formation runs
   GroupInfo info_ ABSL_GUARDED_BY(mu_);
+  // The last formation or collective call failed, and the collective has not formed since.
+  bool failed_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 }  // namespace packsched::collective

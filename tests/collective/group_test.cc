@@ -279,6 +279,30 @@ TEST(Group, APeerThatDiesAbortsTheRoundAndItsRestartHealsTheGroup) {
   for (const auto& rank : ranks) EXPECT_EQ(rank->stream->info().generation, 1);
 }
 
+// What GetStatus.group_ready and the readiness probe report: off from a failed round until the
+// group forms again (regression: the probe stayed on while group_ready was off).
+TEST(Group, ServingIsOffBetweenGenerationsAndTellsItsListener) {
+  InMemoryStore store;
+  auto ranks = MakeRanks(store, 2);
+  std::vector<bool> told;
+  ranks[0]->group->SetServingListener([&](bool serving) { told.push_back(serving); });
+  ExpectAgreed(OnRanks(2, All(2), [&](int64_t r) { return ranks[r]->stream->Agree(Record(r, 1)); }),
+               2, 1);
+  EXPECT_TRUE(ranks[0]->group->serving());
+
+  ranks[1].reset();  // its process dies
+  EXPECT_EQ(ranks[0]->stream->Agree(Record(0, 2)).status().code(), absl::StatusCode::kAborted);
+  EXPECT_FALSE(ranks[0]->group->serving());
+  EXPECT_TRUE(ranks[0]->group->ready());  // every rank did join the run
+
+  ranks[1] = std::make_unique<Rank>(store, Options(1, 2));
+  ExpectAgreed(OnRanks(2, All(2), [&](int64_t r) { return ranks[r]->stream->Agree(Record(r, 3)); }),
+               2, 3);
+  EXPECT_TRUE(ranks[0]->group->serving());
+  EXPECT_THAT(told, ::testing::ElementsAre(false, true, false, true));
+  ranks[0]->group->SetServingListener(nullptr);
+}
+
 TEST(Group, ARankRestartedBetweenRoundsEndsItsOldGenerationSoTheNextRoundSucceeds) {
   InMemoryStore store;
   auto ranks = MakeRanks(store, 3);
