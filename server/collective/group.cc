@@ -171,7 +171,10 @@ absl::StatusOr<std::unique_ptr<Group>> Group::Create(KeyValueStore* store, Group
 }
 
 Group::Group(KeyValueStore* store, GroupOptions options, std::string epoch)
-    : store_(store), options_(std::move(options)), epoch_(std::move(epoch)) {}
+    : store_(store), options_(std::move(options)), epoch_(std::move(epoch)) {
+  // A group of one is complete from the start (it serves without waiting for anyone).
+  if (options_.world_size == 1) MarkReady();
+}
 
 std::unique_ptr<StreamGroup> Group::ForStream(std::string stream) {
   return std::unique_ptr<StreamGroup>(new StreamGroup(*this, std::move(stream)));

@@ -186,6 +186,7 @@ TEST(Group, AGroupOfOneIsReadyAtOnce) {
   options.backend = Backend::kLocal;
   auto group = Group::Create(nullptr, options);
   ASSERT_TRUE(group.ok()) << group.status();
+  EXPECT_TRUE((*group)->serving());  // before anyone asks
   EXPECT_TRUE(*(*group)->AwaitMembers(absl::Now()));
   EXPECT_TRUE((*group)->ready());
 }
