@@ -57,6 +57,8 @@ struct GroupOptions {
   NcclOptions nccl;
   // Every key this group uses starts with this (several groups may share one store).
   std::string key_root = "packsched/";
+  // (Keys of ended generations stay until the group forms again: at most 4W + 2 per failed
+  // round per stream, see group_keys.h.)
   // Agreed round results kept in the store per stream (older ones are deleted by the writer).
   int64_t kept_results = 64;
   // Whether this rank can use NCCL for --backend=auto; unset: CanUseNccl(). (Tests set it.)
