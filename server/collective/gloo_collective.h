@@ -8,6 +8,9 @@
 // Gloo's calls block and report failures by throwing; here they run on a worker thread owned by
 // the instance, every gloo::Exception is turned into a Status, and the caller waits on its own
 // deadline, so a call returns by its deadline (plus scheduling noise) even when Gloo does not.
+//
+// REQUIRES: SIGPIPE is ignored in the process (packsched-server's main does so): Gloo writes
+// without MSG_NOSIGNAL, and a write to a peer that died would otherwise kill the process.
 
 #include <cstdint>
 #include <memory>
