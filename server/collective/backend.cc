@@ -55,7 +55,8 @@ absl::StatusOr<Backend> AgreeOnBackend(KeyValueStore& store, absl::string_view e
 
 absl::StatusOr<std::unique_ptr<Collective>> FormCollective(
     Backend backend, KeyValueStore& store, absl::string_view prefix, int64_t rank,
-    int64_t world_size, const GlooOptions& gloo, const NcclOptions& nccl, absl::Time deadline) {
+    int64_t world_size, const GlooOptions& gloo, const NcclOptions& nccl, absl::Time deadline,
+    Cancellation* cancel) {
   switch (backend) {
     case Backend::kLocal:
       if (world_size != 1) {
@@ -66,7 +67,7 @@ absl::StatusOr<std::unique_ptr<Collective>> FormCollective(
     case Backend::kGloo: {
       ASSIGN_OR_RETURN(std::unique_ptr<GlooCollective> formed,
                        GlooCollective::Create(store, absl::StrCat(prefix, "gloo/"), rank,
-                                              world_size, gloo, deadline));
+                                              world_size, gloo, deadline, cancel));
       return formed;
     }
     case Backend::kNccl: {

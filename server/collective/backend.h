@@ -11,6 +11,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "server/collective/cancellation.h"
 #include "server/collective/collective.h"
 #include "server/collective/gloo_collective.h"
 #include "server/collective/nccl_collective.h"
@@ -37,10 +38,13 @@ absl::StatusOr<Backend> AgreeOnBackend(KeyValueStore& store, absl::string_view e
                                        absl::Time deadline);
 
 // Forms `backend` (kGloo, kNccl or kLocal; not kAuto) for `rank` of `world_size` under the fresh
-// `prefix`. kLocal requires world_size == 1. Errors as the backend's Create.
+// `prefix`. kLocal requires world_size == 1. Errors as the backend's Create. `cancel` (optional)
+// ends a Gloo formation early with Aborted (GlooCollective::Create); NCCL's formation does not
+// take it and ends by `deadline` (its store waits end sooner when the store is cancelled).
 absl::StatusOr<std::unique_ptr<Collective>> FormCollective(
     Backend backend, KeyValueStore& store, absl::string_view prefix, int64_t rank,
-    int64_t world_size, const GlooOptions& gloo, const NcclOptions& nccl, absl::Time deadline);
+    int64_t world_size, const GlooOptions& gloo, const NcclOptions& nccl, absl::Time deadline,
+    Cancellation* cancel = nullptr);
 
 }  // namespace packsched::collective
 

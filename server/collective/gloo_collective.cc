@@ -126,10 +126,19 @@ absl::StatusOr<std::shared_ptr<gloo::transport::Device>> CreateDevice(const Gloo
 // its address to connect (Pair::waitUntilConnected) only by five times the pair timeout.
 // Pair::close takes the pair's lock, moves it to CLOSED and notifies the condition variable that
 // wait sleeps on, whose predicate (state >= CONNECTED) then holds: connect() returns as if
-// connected, and Connect checks fired() after every connect() to tell the two apart.
+// connected, and Connect checks fired() after every connect() to tell the two apart. It fires the
+// same way, at once, when `cancel` (if any) is cancelled: an abort or a shutdown during formation.
 class FormationWatchdog {
  public:
-  explicit FormationWatchdog(absl::Time deadline) : thread_([this, deadline] { Run(deadline); }) {}
+  FormationWatchdog(absl::Time deadline, Cancellation* cancel) : cancel_(cancel) {
+    if (cancel_ != nullptr) {
+      cancel_id_ = cancel_->Register([this] {
+        absl::MutexLock lock(&mu_);
+        cancelled_ = true;
+      });
+    }
+    thread_ = std::thread([this, deadline] { Run(deadline); });
+  }
   ~FormationWatchdog() { Stop(); }
 
   FormationWatchdog(const FormationWatchdog&) = delete;
@@ -146,6 +155,7 @@ class FormationWatchdog {
 
   // Formation is over (either way): the watchdog will not fire any more. Joins its thread.
   void Stop() {
+    if (cancel_ != nullptr) cancel_->Unregister(cancel_id_);  // first: its callback locks mu_
     {
       absl::MutexLock lock(&mu_);
       stopped_ = true;
@@ -157,11 +167,17 @@ class FormationWatchdog {
     absl::MutexLock lock(&mu_);
     return fired_;
   }
+  // Whether it fired because formation was cancelled (not at the deadline).
+  bool cancelled() const {
+    absl::MutexLock lock(&mu_);
+    return fired_ && cancelled_;
+  }
 
  private:
   void Run(absl::Time deadline) {
     absl::MutexLock lock(&mu_);
-    mu_.AwaitWithDeadline(absl::Condition(&stopped_), deadline);
+    auto woken = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return stopped_ || cancelled_; };
+    mu_.AwaitWithDeadline(absl::Condition(&woken), deadline);
     if (stopped_) return;
     fired_ = true;
     CloseLocked();
@@ -178,12 +194,15 @@ class FormationWatchdog {
     }
   }
 
+  Cancellation* const cancel_;
+  int64_t cancel_id_ = 0;
   mutable absl::Mutex mu_;
   bool stopped_ ABSL_GUARDED_BY(mu_) = false;
+  bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
   bool fired_ ABSL_GUARDED_BY(mu_) = false;
   std::shared_ptr<gloo::transport::Context> transport_ ABSL_GUARDED_BY(mu_);
   std::vector<int> peers_ ABSL_GUARDED_BY(mu_);
-  std::thread thread_;  // last: started once the rest is constructed
+  std::thread thread_;  // started once the rest is constructed
 };
 
 // Gloo's own all-reduce (bcube or ring) over the whole vector as ONE element of
@@ -243,6 +262,10 @@ class PeerContext final : public gloo::Context {
       check(theirs.status());
       absl::StatusOr<std::vector<char>> address = AddressFor(*theirs, peer);
       check(address.status());
+      if (watchdog.fired()) {  // cancelled while this rank waited for the store
+        unconnected = peer;
+        throw gloo::IoException(absl::StrCat("Connect cancelled: rank ", peer));
+      }
       try {
         transport->getPair(peer)->connect(*address);
       } catch (...) {
@@ -489,11 +512,16 @@ GlooCollective::GlooCollective(std::shared_ptr<State> state) : state_(std::move(
 
 absl::StatusOr<std::unique_ptr<GlooCollective>> GlooCollective::Create(
     KeyValueStore& store, absl::string_view prefix, int64_t rank, int64_t world_size,
-    const GlooOptions& options, absl::Time deadline) {
+    const GlooOptions& options, absl::Time deadline, Cancellation* cancel) {
   if (world_size < 1 || world_size > (int64_t{1} << 20) || rank < 0 || rank >= world_size) {
     return absl::InvalidArgumentError(
         absl::StrCat("gloo: rank ", rank, " is not in a group of ", world_size));
   }
+  auto cancelled = [&] {
+    return absl::AbortedError(absl::StrCat("gloo rendezvous on rank ", rank, " of ", world_size,
+                                           " under '", prefix, "': cancelled"));
+  };
+  if (cancel != nullptr && cancel->cancelled()) return cancelled();
   absl::StatusOr<std::shared_ptr<gloo::transport::Device>> device = CreateDevice(options);
   if (!device.ok()) return device.status();
 
@@ -525,7 +553,7 @@ absl::StatusOr<std::unique_ptr<GlooCollective>> GlooCollective::Create(
                                           std::chrono::milliseconds(kPairTimeoutMarginMs));
     std::shared_ptr<BoundRecursiveDoubling> bound;
     int unconnected = -1;
-    FormationWatchdog watchdog(deadline);
+    FormationWatchdog watchdog(deadline, cancel);
     connected = RunGloo("rendezvous", rank, [&] {
       peer_context->Connect(store, prefix, *device, peers, deadline, pair_timeout, watchdog,
                             store_failure, unconnected);
@@ -543,6 +571,8 @@ absl::StatusOr<std::unique_ptr<GlooCollective>> GlooCollective::Create(
       RecursiveDoublingAllreduce(*peer_context, &barrier, {ReduceOp::kMax}, Remaining(deadline));
     });
     watchdog.Stop();
+    // Cancelled: nobody is at fault, and the store (cancelled too at shutdown) is not asked who.
+    if (watchdog.cancelled()) return cancelled();
     if (connected.ok() && watchdog.fired()) {
       // Fired just as the barrier completed: the pairs are closed.
       connected = absl::DeadlineExceededError(

@@ -8,6 +8,9 @@
 // Gloo's calls block and report failures by throwing; here they run on a worker thread owned by
 // the instance, every gloo::Exception is turned into a Status, and the caller waits on its own
 // deadline, so a call returns by its deadline (plus scheduling noise) even when Gloo does not.
+//
+// REQUIRES: SIGPIPE is ignored in the process (packsched-server's main does so): Gloo writes
+// without MSG_NOSIGNAL, and a write to a peer that died would otherwise kill the process.
 
 #include <cstdint>
 #include <memory>
@@ -17,6 +20,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "server/collective/cancellation.h"
 #include "server/collective/collective.h"
 #include "server/collective/store.h"
 
@@ -31,8 +35,16 @@ struct GlooOptions {
   std::string iface;
   // The all-reduce algorithm. kRecursiveDoubling (ours, over Gloo's point-to-point buffers):
   // ceil(log2 W) message steps, + 2 when W is not a power of two — the latency-optimal choice
-  // for a record of a few words. kBcube and kRing are Gloo's own (2·log2 W steps when W is a
-  // power of two, else a final W/2^k-way exchange; 2·(W - 1) steps), kept for comparison.
+  // for a record of a few words, and the only one a sidecar uses (no flag selects another, and
+  // Group::Create refuses another).
+  // kBcube and kRing are Gloo's own (2·log2 W steps when W is a power of two, else a final
+  // W/2^k-way exchange; 2·(W - 1) steps), kept for comparison in tests and
+  // tests/bench/collective_bench.cc only. Their calls have the same bounds as
+  // kRecursiveDoubling's (the caller's deadline; Abort() ends a call at once), but their
+  // formation (Gloo's full mesh) does not: a peer that publishes its addresses and never
+  // connects holds it for up to five times what is left of the formation (Gloo's own
+  // connection wait) with no watchdog, the error does not name that peer, and a Cancellation
+  // is only checked before formation starts.
   enum class Algorithm { kRecursiveDoubling, kBcube, kRing };
   Algorithm algorithm = Algorithm::kRecursiveDoubling;
   // The longest deadline a call on the formed group will have (the collective timeout). Under
@@ -64,13 +76,18 @@ class GlooCollective final : public Collective {
   // about half a second (naming the rank at fault), whatever the peers do: a watchdog closes a
   // pair still waiting for its partner to connect at `deadline`.
   //
+  // `cancel` (optional, not owned; must outlive the call): when it is cancelled, formation ends
+  // with Aborted ("cancelled") at once under kRecursiveDoubling — the watchdog closes the
+  // half-formed pairs, which wakes a wait for a partner to connect or in the barrier — except
+  // that a store call in progress (waiting for a peer's addresses) returns first: the store's own
+  // cancellation ends that (RendezvousStore::Cancel, as the service does at shutdown). Under
+  // kBcube and kRing it is checked only before formation starts (see GlooOptions::Algorithm).
+  //
   // Store keys under `prefix`: peer_addresses/<rank>, connected/<rank> (all of a rank's pairs
   // are up), unconnected (the rank at fault, named by the first rank that saw it).
-  static absl::StatusOr<std::unique_ptr<GlooCollective>> Create(KeyValueStore& store,
-                                                                absl::string_view prefix,
-                                                                int64_t rank, int64_t world_size,
-                                                                const GlooOptions& options,
-                                                                absl::Time deadline);
+  static absl::StatusOr<std::unique_ptr<GlooCollective>> Create(
+      KeyValueStore& store, absl::string_view prefix, int64_t rank, int64_t world_size,
+      const GlooOptions& options, absl::Time deadline, Cancellation* cancel = nullptr);
 
   // Closes the connections (peers in a call fail with Aborted) and stops the worker. Does not
   // wait for a Gloo call that is still blocked: that call ends with Gloo's own timeout and

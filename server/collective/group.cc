@@ -6,6 +6,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -25,6 +26,8 @@ constexpr size_t kNamedRanks = 16;
 constexpr absl::Duration kArrivalDelay = absl::Milliseconds(100);
 // How long a rank whose collective failed at once waits for the generation's recorded end.
 constexpr absl::Duration kEndedWait = absl::Milliseconds(250);
+// The store calls that record the end of a formation that was aborted (Abort()) end by then.
+constexpr absl::Duration kAbortedCleanup = absl::Milliseconds(250);
 // The store calls that explain and end a failed round or formation end by its deadline plus this.
 constexpr absl::Duration kCleanupMargin = absl::Milliseconds(750);
 // Rank 0 deletes the keys of ended generations (all of them, from the lowest not yet deleted):
@@ -154,6 +157,12 @@ absl::StatusOr<std::unique_ptr<Group>> Group::Create(KeyValueStore* store, Group
                                                    " with backend ", BackendName(options.backend),
                                                    " needs a rendezvous store"));
   }
+  if (options.gloo.algorithm != GlooOptions::Algorithm::kRecursiveDoubling) {
+    // Gloo's own algorithms form without the bounds a sidecar relies on (gloo_collective.h).
+    return absl::InvalidArgumentError(
+        "a rank group's Gloo all-reduce is recursive doubling; bcube and ring are for "
+        "benchmarks only");
+  }
   if (options.kept_results < 1) {
     return absl::InvalidArgumentError("kept_results must be at least 1");
   }
@@ -162,7 +171,10 @@ absl::StatusOr<std::unique_ptr<Group>> Group::Create(KeyValueStore* store, Group
 }
 
 Group::Group(KeyValueStore* store, GroupOptions options, std::string epoch)
-    : store_(store), options_(std::move(options)), epoch_(std::move(epoch)) {}
+    : store_(store), options_(std::move(options)), epoch_(std::move(epoch)) {
+  // A group of one is complete from the start (it serves without waiting for anyone).
+  if (options_.world_size == 1) MarkReady();
+}
 
 std::unique_ptr<StreamGroup> Group::ForStream(std::string stream) {
   return std::unique_ptr<StreamGroup>(new StreamGroup(*this, std::move(stream)));
@@ -201,11 +213,40 @@ absl::StatusOr<Backend> Group::ResolveBackend(absl::string_view epoch_root, absl
   return decided;
 }
 
+void Group::MarkReady() {
+  members_seen_.store(options_.world_size, std::memory_order_release);
+  ready_.store(true, std::memory_order_release);
+  NotifyServing();
+}
+
+void Group::CountFailedStream(int64_t delta) {
+  failed_streams_.fetch_add(delta, std::memory_order_acq_rel);
+  NotifyServing();
+}
+
+void Group::NotifyServing() {
+  absl::MutexLock lock(&listener_mu_);
+  if (!listener_) return;
+  // Read under the lock: whichever change is told last, it is told the value after every change.
+  const bool now = serving();
+  if (told_ == now) return;
+  told_ = now;
+  listener_(now);
+}
+
+void Group::SetServingListener(std::function<void(bool)> listener) {
+  {
+    absl::MutexLock lock(&listener_mu_);
+    listener_ = std::move(listener);
+    told_.reset();
+  }
+  NotifyServing();
+}
+
 absl::StatusOr<bool> Group::AwaitMembers(absl::Time deadline) {
   if (ready()) return true;
   if (local() || options_.world_size == 1) {
-    members_seen_.store(options_.world_size, std::memory_order_release);
-    ready_.store(true, std::memory_order_release);
+    MarkReady();
     return true;
   }
   absl::StatusOr<std::string> epoch = Epoch(deadline);
@@ -233,9 +274,8 @@ absl::StatusOr<bool> Group::AwaitMembers(absl::Time deadline) {
   } else {
     ASSIGN_OR_RETURN(const bool complete, wait(keys::Complete(epoch_root)));
     if (!complete) return false;
-    members_seen_.store(options_.world_size, std::memory_order_release);
   }
-  ready_.store(true, std::memory_order_release);
+  MarkReady();
   return true;
 }
 
@@ -245,6 +285,7 @@ StreamGroup::StreamGroup(Group& group, std::string stream)
     : group_(group), stream_(std::move(stream)) {}
 
 StreamGroup::~StreamGroup() {
+  SetFailed(false);  // a stream that is gone is not between generations
   std::shared_ptr<Collective> last;
   absl::MutexLock lock(&mu_);
   last = std::move(collective_);
@@ -262,11 +303,25 @@ GroupInfo StreamGroup::info() const {
 void StreamGroup::Abort() {
   absl::MutexLock lock(&mu_);
   if (collective_ != nullptr) collective_->Abort();
+  if (forming_ != nullptr) forming_->Cancel();
 }
 
 void StreamGroup::SetFailure(absl::Status status) {
-  absl::MutexLock lock(&mu_);
-  info_.last_error = std::move(status);
+  {
+    absl::MutexLock lock(&mu_);
+    info_.last_error = std::move(status);
+  }
+  SetFailed(true);
+}
+
+void StreamGroup::SetFailed(bool failed) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (failed_ == failed) return;
+    failed_ = failed;
+  }
+  // Outside mu_: the listener may take locks of its own (the health service's).
+  group_.CountFailedStream(failed ? 1 : -1);
 }
 
 absl::Status StreamGroup::Form() {
@@ -292,10 +347,16 @@ absl::Status StreamGroup::FormIfNeeded(absl::Time deadline) {
   // Formed: used as it is, with no store call. If its generation has ended meanwhile (a round
   // this rank sat out failed, or a peer restarted), its first call fails at once on connections
   // the peers have closed, and Agree moves to the next generation (StaleGeneration).
+  std::shared_ptr<Cancellation> cancel;
   {
     absl::MutexLock lock(&mu_);
     if (collective_ != nullptr) return absl::OkStatus();
+    forming_ = cancel = std::make_shared<Cancellation>();  // for Abort()
   }
+  absl::Cleanup formed_or_not = [this] {
+    absl::MutexLock lock(&mu_);
+    forming_.reset();
+  };
 
   ASSIGN_OR_RETURN(const std::string epoch, group_.Epoch(deadline));
   const std::string epoch_root = keys::EpochRoot(options.key_root, epoch);
@@ -366,8 +427,18 @@ absl::Status StreamGroup::FormIfNeeded(absl::Time deadline) {
     GlooOptions gloo = options.gloo;
     gloo.wait_timeout = options.collective_timeout;  // every round's deadline is within it
     return FormCollective(*backend, store, formation, options.rank, options.world_size, gloo,
-                          options.nccl, deadline);
+                          options.nccl, deadline, cancel.get());
   }();
+  if (!formed.ok() && cancel->cancelled()) {
+    // Aborted (a shutdown): nobody to blame. This rank's half of the generation is gone, so end
+    // it; the store calls that record the end wait briefly (at shutdown they fail at once).
+    absl::Status status =
+        absl::AbortedError(absl::StrCat("stream '", stream_, "': forming generation ", generation,
+                                        " was aborted (", formed.status().message(), ")"));
+    CleanupCalls cleanup(store, absl::Now() + kAbortedCleanup);
+    EndGeneration(generation, status, "formation", cleanup);
+    return status;
+  }
   if (!formed.ok()) {
     absl::Status status = formed.status();
     CleanupCalls cleanup(store, std::max(deadline, absl::Now()) + kCleanupMargin);
@@ -396,16 +467,19 @@ absl::Status StreamGroup::FormIfNeeded(absl::Time deadline) {
   }
   if (options.rank == 0)
     CleanEndedGenerations(generation, kGenerationsCleanedPerFormation, deadline);
+  {
+    absl::MutexLock lock(&mu_);
+    collective_ = std::shared_ptr<Collective>(std::move(formed).value());
+    if (cancel->cancelled()) collective_->Abort();  // aborted just as formation completed
+    info_.formed = true;
+    info_.backend = std::string(collective_->backend());
+    info_.generation = generation;
+    info_.epoch = epoch;
+  }
   // Forming needs every rank: the run is complete, whatever AwaitMembers has seen. (After rank 0
   // restarts, the survivors, long ready, never publish their membership under its new epoch.)
-  group_.members_seen_.store(options.world_size, std::memory_order_release);
-  group_.ready_.store(true, std::memory_order_release);
-  absl::MutexLock lock(&mu_);
-  collective_ = std::shared_ptr<Collective>(std::move(formed).value());
-  info_.formed = true;
-  info_.backend = std::string(collective_->backend());
-  info_.generation = generation;
-  info_.epoch = epoch;
+  group_.MarkReady();
+  SetFailed(false);
   return absl::OkStatus();
 }
 

@@ -38,6 +38,7 @@
 #include "absl/time/time.h"
 #include "server/collective/arrival.h"
 #include "server/collective/backend.h"
+#include "server/collective/cancellation.h"
 #include "server/collective/collective.h"
 #include "server/collective/gloo_collective.h"
 #include "server/collective/nccl_collective.h"
@@ -56,13 +57,15 @@ struct GroupOptions {
   NcclOptions nccl;
   // Every key this group uses starts with this (several groups may share one store).
   std::string key_root = "packsched/";
+  // (Keys of ended generations stay until the group forms again: at most 4W + 2 per failed
+  // round per stream, see group_keys.h.)
   // Agreed round results kept in the store per stream (older ones are deleted by the writer).
   int64_t kept_results = 64;
   // Whether this rank can use NCCL for --backend=auto; unset: CanUseNccl(). (Tests set it.)
   std::optional<bool> can_use_nccl;
 };
 
-// What GetStatus and the readiness signal report for one stream.
+// What GetStatus reports for one stream.
 struct GroupInfo {
   bool formed = false;
   std::string backend;      // "gloo", "nccl", "local"; empty before the first formation
@@ -79,7 +82,8 @@ class Group {
   // `store` is not owned and must outlive the group and its streams; it may be null only for a
   // group of one (then the local backend is used and nothing is stored). Rank 0 draws a random
   // run epoch here. Returns InvalidArgument for a bad rank, world size, timeout, or backend
-  // (local with world_size > 1).
+  // (local with world_size > 1), or a Gloo algorithm other than kRecursiveDoubling (the others
+  // are for comparison only: see GlooOptions::Algorithm).
   static absl::StatusOr<std::unique_ptr<Group>> Create(KeyValueStore* store, GroupOptions options);
 
   // The context of one stream. REQUIRES: the Group outlives it.
@@ -103,6 +107,18 @@ class Group {
   // world_size once ready, else 0.
   int64_t members_seen() const { return members_seen_.load(std::memory_order_acquire); }
 
+  // The readiness a sidecar reports, both as GetStatus.group_ready and through the health
+  // service (packsched.v1.Scheduler): ready(), and no stream of this group is between
+  // generations — none has had a formation or a round's collective fail (a peer died or timed
+  // out: the generation ended) without forming again since. A stream forming for the first time
+  // does not count. It turns true again when the failed streams have formed again, which they do
+  // at their next call (Plan).
+  bool serving() const { return ready() && failed_streams_.load(std::memory_order_acquire) == 0; }
+  // Calls `listener(serving())` now, then whenever serving() changes: one call at a time, the last
+  // one with the current value. Replaces any earlier listener; an empty one removes it. When this
+  // returns, the earlier listener is neither running nor will it run. Thread-safe.
+  void SetServingListener(std::function<void(bool)> listener);
+
  private:
   friend class StreamGroup;
   Group(KeyValueStore* store, GroupOptions options, std::string epoch);
@@ -112,6 +128,12 @@ class Group {
   // The backend to form under `epoch_root` (auto is agreed once per epoch and cached).
   absl::StatusOr<Backend> ResolveBackend(absl::string_view epoch_root, absl::Time deadline);
   bool local() const { return store_ == nullptr; }
+  // Every rank has joined: ready() turns true (and stays so).
+  void MarkReady();
+  // A stream's collective failed (+1) or formed again (-1).
+  void CountFailedStream(int64_t delta);
+  // Tells the listener if serving() has changed since it was last told.
+  void NotifyServing();
 
   KeyValueStore* const store_;
   const GroupOptions options_;
@@ -124,6 +146,10 @@ class Group {
   bool member_published_ = false;
   std::atomic<int64_t> members_seen_{0};
   std::atomic<bool> ready_{false};
+  std::atomic<int64_t> failed_streams_{0};  // streams whose `failed_` is set
+  absl::Mutex listener_mu_;
+  std::function<void(bool)> listener_ ABSL_GUARDED_BY(listener_mu_);
+  std::optional<bool> told_ ABSL_GUARDED_BY(listener_mu_);  // what the listener last heard
 };
 
 class StreamGroup {
@@ -155,8 +181,12 @@ class StreamGroup {
   // Thread-safe snapshot for status reporting.
   GroupInfo info() const;
 
-  // Aborts the formed collective: a round in flight fails at once with Aborted (a formation in
-  // progress still runs to its timeout); the next call forms a new generation. Thread-safe.
+  // Aborts the formed collective: a round in flight fails at once with Aborted; so does a
+  // formation in progress (its half-formed connections are closed; with Gloo, within
+  // milliseconds), which also ends that generation — except a wait on the store itself (for a
+  // peer's address, the run epoch, the backend), which ends when the store's calls are
+  // cancelled, as the service does at shutdown right after this (RendezvousStore::Cancel). An
+  // NCCL formation is not aborted. The next call forms a new generation. Thread-safe.
   void Abort();
 
  private:
@@ -183,6 +213,8 @@ class StreamGroup {
   // not yet deleted.
   void CleanEndedGenerations(int64_t generation, int64_t at_most, absl::Time deadline);
   void SetFailure(absl::Status status);
+  // Sets or clears failed_ (counted in Group::serving()).
+  void SetFailed(bool failed);
 
   Group& group_;
   const std::string stream_;
@@ -207,7 +239,10 @@ class StreamGroup {
 
   mutable absl::Mutex mu_;
   std::shared_ptr<Collective> collective_ ABSL_GUARDED_BY(mu_);
+  std::shared_ptr<Cancellation> forming_ ABSL_GUARDED_BY(mu_);  // while a formation runs
   GroupInfo info_ ABSL_GUARDED_BY(mu_);
+  // The last formation or collective call failed, and the collective has not formed since.
+  bool failed_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 }  // namespace packsched::collective

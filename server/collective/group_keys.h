@@ -20,6 +20,18 @@
 //   <root><epoch>/s/<stream>/result/<round>/      the agreed result of a finished round
 //
 // Everything under g<gen>/ is deleted by rank 0 once every rank is in a later generation.
+//
+// Store growth while the group cannot form again (a rank down, a peer stuck): until then each
+// ended generation keeps what it wrote — at most 3W + 2 keys for one that failed to form
+// (joined/, the backend's peer_addresses/ and connected/ per rank, gloo/unconnected, ended) and
+// 4W + 2 for one ended by a failed round (its formation's 3W, arrive/ for each rank still waiting
+// 100 ms into the round, timeout/<round>/, ended). A stream ends at most one generation per call
+// (Plan round; two on a restarted rank's first call), so an outage of N failed rounds on S
+// streams holds at most about S·N·(4W + 2) extra keys, all deleted by rank 0 when the group forms
+// again (up to 64 generations per formation, 8 per completed round). They are not deleted as
+// each failure settles: a rank may read joined/, arrive/ and connected/ to explain the failure
+// until its own deadline plus the cleanup margin, so only rank 0 could delete them, after that
+// (not done: kept simple).
 
 // Keys deleted by DeletePrefix end with '/' so that deleting round 5 never touches round 50.
 // <stream> is the stream name's fingerprint in hex, so any name (with '/' or not) is one path

@@ -42,7 +42,7 @@ void ReadinessWatch::Run() {
     if (ready.ok() && *ready) {
       spdlog::info("rank group ready: all {} ranks joined after {}", options.world_size,
                    absl::FormatDuration(absl::Trunc(absl::Now() - start, absl::Milliseconds(1))));
-      on_ready_();
+      if (on_ready_) on_ready_();
       return;
     }
     if (!ready.ok()) {

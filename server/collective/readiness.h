@@ -20,7 +20,9 @@ class ReadinessWatch {
  public:
   // Starts a thread that calls group.AwaitMembers in slices of `slice` (so that stopping is
   // prompt), retrying store errors (rank 0 not up yet) every slice, and logging progress at info
-  // every `log_every`. Calls `on_ready` once, on that thread, when the group is complete.
+  // every `log_every`. Calls `on_ready` (if not empty) once, on that thread, when the group is
+  // complete. (The health status follows Group::serving() through its listener instead: it
+  // also turns off between generations.)
   // REQUIRES: `group` outlives the watch, and nothing else calls AwaitMembers.
   ReadinessWatch(Group& group, std::function<void()> on_ready,
                  absl::Duration slice = absl::Milliseconds(250),

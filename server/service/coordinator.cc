@@ -514,9 +514,9 @@ RoundCoordinator::Stats RoundCoordinator::GetStats() const {
     stats.backend = backend_;
     if (options_.group != nullptr) {
       stats.world_size = options_.group->options().world_size;
-      // Every rank has joined (the server's readiness watch), or a stream has formed (which
-      // needs every rank too); and no stream is between generations.
-      stats.group_ready = options_.group->ready() || !streams_.empty();
+      // Every rank has joined, and no stream is between generations: the readiness the health
+      // service reports too.
+      stats.group_ready = options_.group->serving();
     }
     for (const auto& [name, stream] : streams_) {
       absl::MutexLock stream_lock(&stream->mu);
@@ -533,7 +533,6 @@ RoundCoordinator::Stats RoundCoordinator::GetStats() const {
         const collective::GroupInfo info = stream->stream_group != nullptr
                                                ? stream->stream_group->info()
                                                : collective::GroupInfo{};
-        stats.group_ready &= info.formed;
         stats.generation = std::max(stats.generation, info.generation);
         if (!info.backend.empty()) stats.backend = info.backend;
       }

@@ -92,7 +92,7 @@ class RoundCoordinator {
     int64_t cached_bytes = 0;  // estimated, every stream's cached results
     int64_t world_size = 1;
     std::string backend;      // of the most recently formed stream collective ("local" before)
-    bool group_ready = true;  // with a rank group: every stream's collective is formed
+    bool group_ready = true;  // with a rank group: Group::serving()
     int64_t generation = 0;   // with a rank group: the highest generation of its streams
   };
 

@@ -97,9 +97,10 @@ struct SchedulerServer::State {
   std::unique_ptr<RoundCoordinator> coordinator;
   std::unique_ptr<SchedulerService> service;  // outlives `server` (declared before it)
   std::unique_ptr<grpc::Server> server;
-  // With a rank group: flips the Scheduler's health to SERVING once every rank has joined.
-  // Declared last: stopped before anything it calls is destroyed.
+  // With a rank group: waits for every rank to join (the group's serving listener then sets the
+  // Scheduler's health). Declared last: stopped before anything it calls is destroyed.
   std::unique_ptr<collective::ReadinessWatch> readiness;
+  collective::Group* group = nullptr;  // with a listener on it, set while serving
   int port = 0;
   bool shut_down = false;
 };
@@ -156,12 +157,14 @@ absl::StatusOr<std::unique_ptr<SchedulerServer>> SchedulerServer::Start(
   grpc::HealthCheckServiceInterface* health = state->server->GetHealthCheckService();
   if (health != nullptr) health->SetServingStatus(true);
   if (health != nullptr && options.group != nullptr && options.group->options().world_size > 1) {
-    // Liveness is the server's own status (""); readiness is the Scheduler service's, NOT_SERVING
-    // until every rank of the group has joined the run.
+    // Liveness is the server's own status (""); readiness is the Scheduler service's: SERVING
+    // while Group::serving() — every rank of the group has joined the run, and no stream is
+    // between generations — exactly what GetStatus reports as group_ready.
     const std::string service = v1::Scheduler::service_full_name();
-    health->SetServingStatus(service, false);
-    state->readiness = std::make_unique<collective::ReadinessWatch>(
-        *options.group, [health, service] { health->SetServingStatus(service, true); });
+    state->group = options.group;
+    options.group->SetServingListener(
+        [health, service](bool serving) { health->SetServingStatus(service, serving); });
+    state->readiness = std::make_unique<collective::ReadinessWatch>(*options.group, nullptr);
   }
   return std::unique_ptr<SchedulerServer>(new SchedulerServer(std::move(state)));
 }
@@ -169,7 +172,9 @@ absl::StatusOr<std::unique_ptr<SchedulerServer>> SchedulerServer::Start(
 void SchedulerServer::Shutdown(absl::Duration grace) {
   if (state_->shut_down) return;
   state_->shut_down = true;
-  state_->readiness.reset();  // before the health status it would set
+  // Before the health status they would set.
+  if (state_->group != nullptr) state_->group->SetServingListener(nullptr);
+  state_->readiness.reset();
   if (grpc::HealthCheckServiceInterface* health = state_->server->GetHealthCheckService()) {
     health->SetServingStatus(false);
   }

@@ -1,6 +1,7 @@
 // Gloo formation when a peer publishes its addresses and then goes away before connecting (a
 // process killed between its store write and its connect): formation ends by its deadline,
-// whatever Gloo's own connection wait would be, and names that peer.
+// whatever Gloo's own connection wait would be, and names that peer; and an abort (a shutdown)
+// ends it at once, both for GlooCollective::Create and for a StreamGroup forming its collective.
 
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -15,7 +16,10 @@
 #include "gloo/transport/tcp/address.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "server/collective/cancellation.h"
 #include "server/collective/gloo_collective.h"
+#include "server/collective/group.h"
+#include "server/collective/group_keys.h"
 #include "server/collective/store.h"
 #include "tests/collective/gloo_group.h"
 
@@ -114,6 +118,96 @@ TEST(GlooFormation, APeerThatWentAwayIsAbortedNamingItBeforeTheDeadline) {
         << "rank " << r;
     EXPECT_LT(formed[r].took, kDeadline) << "rank " << r;
   }
+}
+
+// How long after an abort formation must have ended (it ends in milliseconds; the rest is
+// scheduling on a loaded machine). The deadlines below are far beyond it.
+constexpr absl::Duration kPrompt = absl::Milliseconds(500);
+constexpr absl::Duration kLongDeadline = absl::Seconds(5);
+
+// Regression: a cancel during formation (what StreamGroup::Abort sends at shutdown) used to
+// leave the rank waiting for its dead partner until the deadline.
+TEST(GlooFormation, ACancelEndsFormationAtOnceWithAborted) {
+  InMemoryStore store;
+  const std::string prefix = FreshPrefix();
+  PublishDeadRank(store, prefix, 1, 2, /*dead_port=*/65535);  // rank 0 waits for it to connect
+  GlooOptions options = Loopback();
+  options.wait_timeout = absl::Seconds(10);
+  Cancellation cancel;
+  absl::Time cancelled_at;
+  std::thread canceller([&] {
+    // Rank 0 has published its own addresses: it is connecting (its store calls are done).
+    ASSERT_TRUE(
+        store.Get(absl::StrCat(prefix, "peer_addresses/0"), absl::Now() + kLongDeadline).ok());
+    absl::SleepFor(absl::Milliseconds(100));
+    cancelled_at = absl::Now();
+    cancel.Cancel();
+  });
+  const absl::Time start = absl::Now();
+  auto formed =
+      GlooCollective::Create(store, prefix, 0, 2, options, start + kLongDeadline, &cancel);
+  const absl::Time ended = absl::Now();
+  canceller.join();
+  EXPECT_EQ(formed.status().code(), absl::StatusCode::kAborted) << formed.status();
+  EXPECT_THAT(std::string(formed.status().message()), HasSubstr("cancelled"));
+  EXPECT_LT(ended - cancelled_at, kPrompt) << "formation took " << ended - start;
+
+  // Cancelled before it starts: nothing is published.
+  const std::string unused = FreshPrefix();
+  EXPECT_EQ(
+      GlooCollective::Create(store, unused, 0, 2, options, absl::Now() + kLongDeadline, &cancel)
+          .status()
+          .code(),
+      absl::StatusCode::kAborted);
+  EXPECT_FALSE(store.TryGet(absl::StrCat(unused, "peer_addresses/0"), absl::Now() + kLongDeadline)
+                   ->has_value());
+}
+
+// Regression: StreamGroup::Abort() during a formation (a shutdown) used to leave the stream's
+// worker in it until --collective_timeout; it is Aborted at once, the generation it was forming
+// is ended, and the next call forms the next one.
+TEST(GlooFormation, AStreamGroupAbortedWhileFormingFailsAtOnceAndEndsTheGeneration) {
+  InMemoryStore store;
+  GroupOptions options;
+  options.rank = 0;
+  options.world_size = 2;
+  options.backend = Backend::kGloo;
+  options.collective_timeout = kLongDeadline;
+  options.gloo = Loopback();
+  auto group = Group::Create(&store, options);
+  ASSERT_TRUE(group.ok()) << group.status();
+  std::unique_ptr<StreamGroup> stream = (*group)->ForStream("actor");
+
+  absl::Status status;
+  absl::Time ended;
+  std::thread forming([&] {
+    status = stream->Form();
+    ended = absl::Now();
+  });
+  // Rank 1 joined generation 0, published its addresses and stopped before connecting.
+  const absl::Time soon = absl::Now() + kLongDeadline;
+  absl::StatusOr<std::string> epoch = store.Get(keys::Epoch(options.key_root), soon);
+  ASSERT_TRUE(epoch.ok()) << epoch.status();
+  const std::string formation = keys::Formation(
+      keys::StreamRoot(keys::EpochRoot(options.key_root, *epoch), "actor"), /*generation=*/0);
+  const std::string prefix = absl::StrCat(formation, "gloo/");
+  ASSERT_TRUE(store.Set(keys::Joined(formation, 1), "1", soon).ok());
+  PublishDeadRank(store, prefix, 1, 2, /*dead_port=*/65535);
+  ASSERT_TRUE(store.Get(absl::StrCat(prefix, "peer_addresses/0"), soon).ok());
+  absl::SleepFor(absl::Milliseconds(100));  // rank 0 is waiting for rank 1 to connect
+
+  const absl::Time aborted_at = absl::Now();
+  stream->Abort();
+  forming.join();
+  EXPECT_EQ(status.code(), absl::StatusCode::kAborted) << status;
+  EXPECT_THAT(std::string(status.message()), HasSubstr("generation 0 was aborted"));
+  EXPECT_LT(ended - aborted_at, kPrompt);
+  EXPECT_FALSE(stream->info().formed);
+  EXPECT_EQ(*store.TryGet(keys::Ended(formation), soon), "formation");
+  EXPECT_EQ(*store.TryGet(keys::Generation(
+                              keys::StreamRoot(keys::EpochRoot(options.key_root, *epoch), "actor")),
+                          soon),
+            "1");
 }
 
 }  // namespace

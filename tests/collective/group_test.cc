@@ -186,6 +186,7 @@ TEST(Group, AGroupOfOneIsReadyAtOnce) {
   options.backend = Backend::kLocal;
   auto group = Group::Create(nullptr, options);
   ASSERT_TRUE(group.ok()) << group.status();
+  EXPECT_TRUE((*group)->serving());  // before anyone asks
   EXPECT_TRUE(*(*group)->AwaitMembers(absl::Now()));
   EXPECT_TRUE((*group)->ready());
 }
@@ -277,6 +278,30 @@ TEST(Group, APeerThatDiesAbortsTheRoundAndItsRestartHealsTheGroup) {
   ExpectAgreed(OnRanks(3, All(3), [&](int64_t r) { return ranks[r]->stream->Agree(Record(r, 3)); }),
                3, 3);
   for (const auto& rank : ranks) EXPECT_EQ(rank->stream->info().generation, 1);
+}
+
+// What GetStatus.group_ready and the readiness probe report: off from a failed round until the
+// group forms again (regression: the probe stayed on while group_ready was off).
+TEST(Group, ServingIsOffBetweenGenerationsAndTellsItsListener) {
+  InMemoryStore store;
+  auto ranks = MakeRanks(store, 2);
+  std::vector<bool> told;
+  ranks[0]->group->SetServingListener([&](bool serving) { told.push_back(serving); });
+  ExpectAgreed(OnRanks(2, All(2), [&](int64_t r) { return ranks[r]->stream->Agree(Record(r, 1)); }),
+               2, 1);
+  EXPECT_TRUE(ranks[0]->group->serving());
+
+  ranks[1].reset();  // its process dies
+  EXPECT_EQ(ranks[0]->stream->Agree(Record(0, 2)).status().code(), absl::StatusCode::kAborted);
+  EXPECT_FALSE(ranks[0]->group->serving());
+  EXPECT_TRUE(ranks[0]->group->ready());  // every rank did join the run
+
+  ranks[1] = std::make_unique<Rank>(store, Options(1, 2));
+  ExpectAgreed(OnRanks(2, All(2), [&](int64_t r) { return ranks[r]->stream->Agree(Record(r, 3)); }),
+               2, 3);
+  EXPECT_TRUE(ranks[0]->group->serving());
+  EXPECT_THAT(told, ::testing::ElementsAre(false, true, false, true));
+  ranks[0]->group->SetServingListener(nullptr);
 }
 
 TEST(Group, ARankRestartedBetweenRoundsEndsItsOldGenerationSoTheNextRoundSucceeds) {
@@ -485,6 +510,12 @@ TEST(Group, RejectsBadOptions) {
   GroupOptions no_timeout = Options(0, 2);
   no_timeout.collective_timeout = absl::ZeroDuration();
   EXPECT_EQ(Group::Create(&store, no_timeout).status().code(), absl::StatusCode::kInvalidArgument);
+  // Gloo's own algorithms have no formation watchdog: benchmarks only, never a sidecar's group.
+  for (auto algorithm : {GlooOptions::Algorithm::kBcube, GlooOptions::Algorithm::kRing}) {
+    GroupOptions gloos_own = Options(0, 2);
+    gloos_own.gloo.algorithm = algorithm;
+    EXPECT_THAT(Group::Create(&store, gloos_own).status().message(), HasSubstr("benchmarks only"));
+  }
   EXPECT_THAT(ParseBackend("mpi").status().message(), HasSubstr("auto, gloo, nccl or local"));
 }
 

@@ -169,6 +169,39 @@ TEST(GroupFailureE2E, AStoppedRankZeroIsReportedAsTheStoreWithinTheTimeout) {
   }
 }
 
+// Regression: between generations (a peer died, the next round has not formed the group again)
+// GetStatus said group_ready = false while the readiness probe still said SERVING. Both say
+// not ready until the group forms again, then both say ready.
+TEST(GroupFailureE2E, ReadinessAndGroupReadyAgreeBetweenGenerations) {
+  Group group(3);
+  ASSERT_TRUE(group.started()) << group.Logs();
+  for (const Outcome& o : PlanOn(group, {0, 1, 2}, 1)) {
+    ASSERT_TRUE(o.result.ok()) << o.result.status() << group.Logs();
+  }
+  group.Kill(2);
+  for (const Outcome& o : PlanOn(group, {0, 1}, 2)) EXPECT_FALSE(o.result.ok());
+  for (int64_t r : {0, 1}) {
+    absl::StatusOr<client::ServerStatus> status = group.client(r).GetStatus();
+    ASSERT_TRUE(status.ok()) << status.status();
+    EXPECT_FALSE(status->group_ready) << "rank " << r;
+    EXPECT_EQ(ProbeReady(group.target(r)), 1) << "rank " << r;
+  }
+
+  group.Start(2);
+  bool agreed = false;
+  for (int64_t round = 3; round < 6 && !agreed; ++round) {
+    agreed = true;
+    for (const Outcome& o : PlanOn(group, {0, 1, 2}, round)) agreed &= o.result.ok();
+  }
+  ASSERT_TRUE(agreed) << group.Logs();
+  for (int64_t r = 0; r < 3; ++r) {
+    absl::StatusOr<client::ServerStatus> status = group.client(r).GetStatus();
+    ASSERT_TRUE(status.ok()) << status.status();
+    EXPECT_TRUE(status->group_ready) << "rank " << r;
+    EXPECT_EQ(ProbeReady(group.target(r)), 0) << "rank " << r;
+  }
+}
+
 // After rank 0 restarts (new epoch, empty store) and the group forms again, every rank's
 // readiness probe is SERVING, and GetStatus agrees.
 TEST(GroupFailureE2E, ReadinessComesBackAfterRankZeroRestarts) {
