@@ -146,8 +146,11 @@ TEST_F(CudaTest, TheTailMatchesTheCpuBackend) {
             .ok());
     EXPECT_EQ(dlabels.bytes(), labels.bytes());
 
-    HostTensor logits = HostTensor::Zeros<float>({rows, 3});
-    logits.FillRandomBytes(6);
+    std::mt19937 rng(6);
+    std::normal_distribution<float> normal(0.f, 4.f);
+    std::vector<float> logit_values(rows * 3);
+    for (auto& l : logit_values) l = normal(rng);
+    HostTensor logits = HostTensor::Of<float>({rows, 3}, logit_values);
     std::vector<int64_t> ce_labels(rows, 1);  // even tail rows carry a label: it is not read
     HostTensor ce_labels_t = HostTensor::Of<int64_t>({rows}, ce_labels);
     HostTensor loss = HostTensor::Zeros<float>({rows});
@@ -164,7 +167,18 @@ TEST_F(CudaTest, TheTailMatchesTheCpuBackend) {
     HostTensor got_t = HostTensor::Zeros<float>({rows});
     dloss.CopyTo(got_t);
     const std::vector<float> got = got_t.values<float>();
+    const std::vector<float> want = loss.values<float>();
+    for (int64_t t = 0; t < padded.back(); ++t) {
+      EXPECT_NEAR(got[t], want[t], 1e-5 * (1 + std::abs(want[t]))) << "t=" << t;
+    }
     for (int64_t t = padded.back(); t < rows; ++t) EXPECT_EQ(got[t], 0.0f) << t;
+    HostTensor got_sums_t = HostTensor::Zeros<float>({batch});
+    dsums.CopyTo(got_sums_t);
+    const std::vector<float> got_sums = got_sums_t.values<float>();
+    const std::vector<float> want_sums = sums.values<float>();
+    for (int64_t b = 0; b < batch; ++b) {
+      EXPECT_NEAR(got_sums[b], want_sums[b], 1e-4 * (1 + std::abs(want_sums[b]))) << "b=" << b;
+    }
     EXPECT_EQ(dcounts.bytes(), counts.bytes());
   }
 }

@@ -75,8 +75,7 @@ def test_kernels_build_exactly_total_rows_with_a_defined_tail(lib, align_to):
 
 def test_without_total_the_rows_must_match():
     cu = np.array([0, 3], np.int32)
-    with pytest.raises(ValueError, match="rows = 4 must be -1 .no tail. or at least the padded "
-                                         "total 8"):
+    with pytest.raises(ValueError, match="total = 4 must be at least the layout's last offset 8"):
         k.pack_aligned(np.arange(3), cu, 8, total=4)
     with pytest.raises(ValueError, match="total mismatch: ids has shape \\[8\\]"):
         k.shift_labels(np.zeros(8, np.int64), cu)
@@ -113,6 +112,73 @@ def test_tail_packed_gradient_equals_the_padded_batch(align_to):
     tiny_lm.padded_loss(reference, ids, masks, "token_mean").backward()
     got, want = tiny_lm.flat_grad(packed), tiny_lm.flat_grad(reference)
     assert float((got - want).abs().max()) <= 1e-10 * max(1.0, float(want.abs().max()))
+
+
+def test_empty_micro_batches_run_an_all_tail_dummy_and_the_gradient_still_equals_padded():
+    ids, masks = tiny_lm.make_batch(9, seed=SEED)
+    plan = planner.plan_local([len(x) for x in ids], CAP, align_to=4, align_total_to=ALIGN_TOTAL,
+                              loss_tokens=tiny_lm.loss_tokens(masks), loss_mode="token_mean",
+                              min_micro_batches=len(ids) + 3)
+    assert any(m.empty for m in plan.metadata)
+    packed = tiny_lm.TinyCausalLM(dtype=torch.float64)
+    tiny_lm.packed_backward(packed, plan, ids, masks, align_to=4, pad_id=PAD_ID,
+                            align_total_to=ALIGN_TOTAL)
+    reference = tiny_lm.TinyCausalLM(dtype=torch.float64)
+    tiny_lm.padded_loss(reference, ids, masks, "token_mean").backward()
+    got, want = tiny_lm.flat_grad(packed), tiny_lm.flat_grad(reference)
+    assert float((got - want).abs().max()) <= 1e-10 * max(1.0, float(want.abs().max()))
+
+
+def test_cross_entropy_over_an_all_tail_layout_has_zero_loss_and_gradient():
+    logits = torch.randn(8, 5, dtype=torch.float64, requires_grad=True)
+    labels = torch.randint(0, 5, (8,))  # tail labels are never read, valid or not
+    loss, sums, counts = k.packed_cross_entropy(logits, labels, torch.zeros(1, dtype=torch.int32),
+                                                total=8)
+    assert loss.shape == (8,) and sums.shape == (0,) and counts.shape == (0,)
+    assert (loss == 0).all()
+    loss.sum().backward()
+    assert (logits.grad == 0).all()
+
+
+def test_tail_rows_get_no_gradient_and_real_rows_the_reference_one():
+    torch.manual_seed(1)
+    cu, end, total = torch.tensor([0, 3, 5], dtype=torch.int32), 5, 8
+    logits = torch.randn(total, 6, dtype=torch.float64, requires_grad=True)
+    labels = torch.randint(0, 6, (total,))  # real labels on the tail rows too
+    labels[2] = -100
+    loss, sums, _ = k.packed_cross_entropy(logits, labels, cu, total=total)
+    (3 * loss.sum() + (sums * torch.tensor([0.5, 2.0], dtype=torch.float64)).sum()).backward()
+
+    ref_logits = logits.detach()[:end].clone().requires_grad_(True)
+    nll = -torch.log_softmax(ref_logits, dim=-1)[torch.arange(end), labels[:end].clamp(min=0)]
+    nll = torch.where(labels[:end] == -100, torch.zeros_like(nll), nll)
+    seq_weight = torch.tensor([0.5, 0.5, 0.5, 2.0, 2.0], dtype=torch.float64)
+    ((3 + seq_weight) * nll).sum().backward()
+    torch.testing.assert_close(logits.grad[:end], ref_logits.grad, rtol=1e-12, atol=1e-12)
+    assert (logits.grad[end:] == 0).all()
+
+
+@pytest.mark.parametrize("total, error, match", [
+    (-1, ValueError, "total = -1 must be at least the layout's last offset 3"),
+    (2, ValueError, "total = 2 must be at least the layout's last offset 3"),
+    (8.9, TypeError, "total must be an int, got float"),
+    ("7", TypeError, "total must be an int, got str"),
+])
+def test_a_bad_total_is_named(total, error, match):
+    cu = np.array([0, 3], np.int32)
+    with pytest.raises(error, match=match):
+        k.position_ids(cu, total=total)
+    with pytest.raises(error, match=match):
+        k.packed_cross_entropy(np.zeros((3, 4)), np.zeros(3, np.int64), cu, total=total)
+    with pytest.raises(error, match=match.replace("offset 3", "offset 4")):
+        k.pack_aligned(np.arange(3), cu, 4, total=total)
+
+
+def test_attention_names_a_bad_total_q():
+    cu = torch.tensor([0, 4], dtype=torch.int32)
+    q = torch.zeros(4, 1, 8)
+    with pytest.raises(ValueError, match="total_q = 3 must be at least the layout's last offset 4"):
+        k.varlen_attention(q, q, q, cu, cu, 4, 4, total_q=3, total_k=4)
 
 
 def test_tail_per_token_log_probs_restore_to_the_padded_ones():

@@ -142,7 +142,7 @@ def padded_loss(model, ids, masks, mode, sum_norm_constant=1.0):
 
 
 def packed_backward(model, plan, ids, masks, cross_boundary_labels=False, align_to=None,
-                    pad_id=0):
+                    pad_id=0, align_total_to=1):
     """Runs every micro-batch of ``plan`` packed and accumulates the weighted gradient
     (sum over sequences of plan.loss_weights[s] times its summed token loss). Empty micro-batches
     run a one-token dummy pass with weight 0, as trainers that need every rank to run k passes do.
@@ -150,9 +150,11 @@ def packed_backward(model, plan, ids, masks, cross_boundary_labels=False, align_
     bug: a sequence's last token learns the next sequence's first) — for the negative control.
     ``align_to`` (the plan's): run the aligned layout instead, exactly the plan's ``total`` rows
     per micro-batch (pack_aligned with ``total``: pad slots and the align_total_to tail hold
-    ``pad_id``). Returns the number of real tokens run."""
+    ``pad_id``); an empty micro-batch then runs an all-tail dummy of ``align_total_to`` rows (the
+    plan's; no sequence, so its loss and gradient are 0 without a weight, and a Ulysses group can
+    split it like any other micro-batch). Returns the number of real tokens run."""
     if align_to is not None:
-        return _packed_backward_aligned(model, plan, ids, masks, align_to, pad_id)
+        return _packed_backward_aligned(model, plan, ids, masks, align_to, pad_id, align_total_to)
     tokens = 0
     for indices, meta in zip(plan.micro_batches, plan.metadata):
         if meta.empty:
@@ -179,14 +181,23 @@ def packed_backward(model, plan, ids, masks, cross_boundary_labels=False, align_
     return tokens
 
 
-def _packed_backward_aligned(model, plan, ids, masks, align_to, pad_id):
+def _all_tail_dummy_backward(model, rows, pad_id):
+    """A dummy pass over ``rows`` tail rows and no sequence (B = 0): every kernel defines the
+    tail, and its loss and gradient are 0 by the kernels' contract, so no weight is applied."""
+    cu = torch.zeros(1, dtype=torch.int32)
+    ids = torch.full((rows,), pad_id, dtype=torch.int64)
+    positions = kernels.position_ids(cu, total=rows, cu_seqlens_host=[0])
+    logits = model.forward_packed(ids, positions, cu, [0], 0, total=rows)
+    labels = kernels.shift_labels(ids, cu, cu_seqlens_host=[0], total=rows)
+    loss, _, _ = kernels.packed_cross_entropy(logits, labels, cu, cu_seqlens_host=[0], total=rows)
+    loss.sum().backward()
+
+
+def _packed_backward_aligned(model, plan, ids, masks, align_to, pad_id, align_total_to):
     tokens = 0
     for indices, meta in zip(plan.micro_batches, plan.metadata):
         if meta.empty:
-            dummy = model.forward_packed(torch.zeros(1, dtype=torch.int64),
-                                         torch.zeros(1, dtype=torch.int64),
-                                         torch.tensor([0, 1], dtype=torch.int32), [0, 1], 1)
-            (dummy.sum() * 0.0).backward()
+            _all_tail_dummy_backward(model, max(1, align_total_to), pad_id)
             continue
         cu = torch.tensor(meta.cu_seqlens, dtype=torch.int32)
         packed_ids = torch.cat([ids[i] for i in indices])

@@ -24,6 +24,8 @@ it, no call needs a device-to-host copy. Without it a CUDA ``cu_seqlens`` is cop
 (a sync). Invalid arguments raise ValueError with a message naming the argument.
 """
 
+import operator
+
 from . import _kernels
 
 __all__ = [
@@ -183,9 +185,25 @@ def _host(lib, cu, cu_host, name="cu_seqlens"):
     return lib.to_list(cu)
 
 
-def _rows(total):
-    """The C++ `rows` argument: -1 (no tail) when total is None."""
-    return -1 if total is None else int(total)
+def _rows(total, end, name="total"):
+    """The C++ `rows` argument of a layout whose offsets end at ``end``: -1 (no tail) when
+    ``total`` is None, else ``total``, an int of at least ``end`` (rows past ``end`` are the
+    tail)."""
+    if total is None:
+        return -1
+    try:
+        rows = operator.index(total)
+    except TypeError:
+        raise TypeError(f"{name} must be an int, got {type(total).__name__}") from None
+    if rows < end:
+        raise ValueError(f"{name} = {rows} must be at least the layout's last offset {end} "
+                         "(rows past it are the tail)")
+    return rows
+
+
+def _out_rows(rows, end):
+    """The rows of an output for a `rows` argument from _rows."""
+    return end if rows == -1 else rows
 
 
 def built_with_cuda():
@@ -258,11 +276,12 @@ def pack_aligned(x_packed, cu_seqlens, align, pad_value=0, cu_seqlens_host=None,
     cu_seqlens = _same_lib(lib, cu_seqlens)
     host = _host(lib, cu_seqlens, cu_seqlens_host)
     padded = aligned_cu_seqlens(host, align)
-    rows = padded[-1] if total is None else int(total)
-    x_aligned = lib.empty((max(rows, 0),) + tuple(x_packed.shape[1:]), None, x_packed)
+    rows = _rows(total, padded[-1])
+    x_aligned = lib.empty((_out_rows(rows, padded[-1]),) + tuple(x_packed.shape[1:]), None,
+                          x_packed)
     cu_padded = lib.empty((len(host),), "int32", x_packed)
     seqused = lib.empty((len(host) - 1,), "int32", x_packed)
-    _kernels.pack_aligned(x_packed, cu_seqlens, host, int(align), _rows(total), float(pad_value),
+    _kernels.pack_aligned(x_packed, cu_seqlens, host, int(align), rows, float(pad_value),
                           x_aligned, cu_padded, seqused, lib.stream(x_packed))
     return x_aligned, cu_padded, seqused
 
@@ -282,7 +301,7 @@ def unpack_aligned(x_aligned, cu_seqlens, cu_seqlens_padded, cu_seqlens_host=Non
                             "cu_seqlens_padded")
     x_packed = lib.empty((host[-1],) + tuple(x_aligned.shape[1:]), None, x_aligned)
     _kernels.unpack_aligned(x_aligned, cu_seqlens, host, cu_seqlens_padded, padded_host,
-                            _rows(total), x_packed, lib.stream(x_aligned))
+                            _rows(total, padded_host[-1]), x_packed, lib.stream(x_aligned))
     return x_packed
 
 
@@ -294,8 +313,9 @@ def position_ids(cu_seqlens, total=None, cu_seqlens_host=None):
     lib, cu_seqlens = _lib_of(cu_seqlens)
     cu_seqlens = lib.contiguous(cu_seqlens)
     host = _host(lib, cu_seqlens, cu_seqlens_host)
-    out = lib.empty((host[-1] if total is None else max(int(total), 0),), "int64", cu_seqlens)
-    _kernels.position_ids(cu_seqlens, host, _rows(total), out, lib.stream(cu_seqlens))
+    rows = _rows(total, host[-1])
+    out = lib.empty((_out_rows(rows, host[-1]),), "int64", cu_seqlens)
+    _kernels.position_ids(cu_seqlens, host, rows, out, lib.stream(cu_seqlens))
     return out
 
 
@@ -316,7 +336,8 @@ def shift_labels(ids, cu_seqlens, ignore_index=-100, cu_seqlens_padded=None,
         padded_host = _host(lib, cu_seqlens_padded, cu_seqlens_padded_host,
                             "cu_seqlens_padded")
     labels = lib.empty(tuple(ids.shape), None, ids)
-    _kernels.shift_labels(ids, cu_seqlens, host, cu_seqlens_padded, padded_host, _rows(total),
+    rows = _rows(total, host[-1] if padded_host is None else padded_host[-1])
+    _kernels.shift_labels(ids, cu_seqlens, host, cu_seqlens_padded, padded_host, rows,
                           int(ignore_index), labels, lib.stream(ids))
     return labels
 
@@ -348,10 +369,11 @@ def packed_cross_entropy(logits, labels, cu_seqlens, ignore_index=-100, cu_seqle
 def _cross_entropy(lib, logits, labels, cu_seqlens, host, ignore_index, total):
     logits = lib.contiguous(logits)
     batch = len(host) - 1
-    loss = lib.empty((host[-1] if total is None else max(int(total), 0),), None, logits)
+    rows = _rows(total, host[-1])
+    loss = lib.empty((_out_rows(rows, host[-1]),), None, logits)
     sums = lib.empty((batch,), None, logits)
     counts = lib.empty((batch,), "int64", logits)
-    _kernels.packed_cross_entropy(logits, labels, cu_seqlens, host, _rows(total), ignore_index,
+    _kernels.packed_cross_entropy(logits, labels, cu_seqlens, host, rows, ignore_index,
                                   loss, sums, counts, lib.stream(logits))
     return loss, sums, counts
 
@@ -380,7 +402,7 @@ def _cross_entropy_function():
                 # Each row's loss feeds its own entry and its sequence's sum; tail rows (past
                 # host[-1]) belong to no sequence and have no gradient.
                 lengths = torch.tensor([b - a for a, b in zip(ctx.host, ctx.host[1:])],
-                                       device=logits.device)
+                                       dtype=torch.long, device=logits.device)
                 seq_of_row = torch.repeat_interleave(
                     torch.arange(len(lengths), device=logits.device), lengths)
                 grad_row = d_loss.clone()
@@ -439,7 +461,8 @@ class _AttentionLayout:
         self.seqused_q = None if seqused_q is None else _same_lib(lib, seqused_q)
         self.seqused_k = None if seqused_k is None else _same_lib(lib, seqused_k)
         left, right = window_size
-        self.kwargs = dict(rows_q=_rows(total_q), rows_k=_rows(total_k),
+        self.kwargs = dict(rows_q=_rows(total_q, self.host_q[-1], "total_q"),
+                           rows_k=_rows(total_k, self.host_k[-1], "total_k"),
                            max_seqlen_q=int(max_seqlen_q), max_seqlen_k=int(max_seqlen_k),
                            softmax_scale=None if softmax_scale is None else float(softmax_scale),
                            causal=bool(causal), window_left=int(left), window_right=int(right),

@@ -19,8 +19,9 @@ class MicroBatchMeta:
     ``cu_seqlens`` / ``cu_seqlens_aligned``: int32-ranged prefix sums [B + 1] of the real and the
     aligned (``align_to``) lengths; ``total``: rows of the packed buffer (aligned tokens rounded up
     to ``align_total_to``; the rows past ``cu_seqlens_aligned[-1]`` are the tail: pass
-    ``total=`` to packsched.kernels to build and use them); ``max_seqlen``: the longest real length (FlashAttention's); ``cost``:
-    the balancing cost; ``loss_scale``: the common loss weight of its sequences, NaN if they differ,
+    ``total=`` to packsched.kernels to build and use them; 0 for an empty micro-batch, see
+    kernels/README.md for its all-tail dummy); ``max_seqlen``: the longest real length
+    (FlashAttention's); ``cost``: the balancing cost; ``loss_scale``: the common loss weight of its sequences, NaN if they differ,
     0 for an empty micro-batch (its dummy pass), None when the plan has no loss weights.
     """
 
