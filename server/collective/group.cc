@@ -302,6 +302,7 @@ GroupInfo StreamGroup::info() const {
 
 void StreamGroup::Abort() {
   absl::MutexLock lock(&mu_);
+  aborted_ = true;
   if (collective_ != nullptr) collective_->Abort();
   if (forming_ != nullptr) forming_->Cancel();
 }
@@ -324,6 +325,11 @@ void StreamGroup::SetFailed(bool failed) {
   group_.CountFailedStream(failed ? 1 : -1);
 }
 
+absl::Status StreamGroup::AbortedAtShutdown() const {
+  return absl::AbortedError(
+      absl::StrCat("stream '", stream_, "': aborted (the sidecar is shutting down)"));
+}
+
 absl::Status StreamGroup::Form() {
   absl::Status status = FormIfNeeded(Deadline());
   if (!status.ok()) SetFailure(status);
@@ -334,6 +340,7 @@ absl::Status StreamGroup::FormIfNeeded(absl::Time deadline) {
   const GroupOptions& options = group_.options_;
   if (group_.local()) {
     absl::MutexLock lock(&mu_);
+    if (collective_ == nullptr && aborted_) return AbortedAtShutdown();
     if (collective_ == nullptr) {
       collective_ = std::make_shared<LocalCollective>();
       info_.formed = true;
@@ -350,7 +357,8 @@ absl::Status StreamGroup::FormIfNeeded(absl::Time deadline) {
   std::shared_ptr<Cancellation> cancel;
   {
     absl::MutexLock lock(&mu_);
-    if (collective_ != nullptr) return absl::OkStatus();
+    if (collective_ != nullptr) return absl::OkStatus();  // after Abort(), its calls fail
+    if (aborted_) return AbortedAtShutdown();
     forming_ = cancel = std::make_shared<Cancellation>();  // for Abort()
   }
   absl::Cleanup formed_or_not = [this] {

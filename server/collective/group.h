@@ -181,12 +181,14 @@ class StreamGroup {
   // Thread-safe snapshot for status reporting.
   GroupInfo info() const;
 
-  // Aborts the formed collective: a round in flight fails at once with Aborted; so does a
-  // formation in progress (its half-formed connections are closed; with Gloo, within
-  // milliseconds), which also ends that generation — except a wait on the store itself (for a
-  // peer's address, the run epoch, the backend), which ends when the store's calls are
-  // cancelled, as the service does at shutdown right after this (RendezvousStore::Cancel). An
-  // NCCL formation is not aborted. The next call forms a new generation. Thread-safe.
+  // Ends this stream group for good (a shutdown): a round in flight fails at once with Aborted;
+  // so does a formation in progress (its half-formed connections are closed; with Gloo, within
+  // milliseconds), which also ends that generation when the store can still record it — except
+  // a wait on the store itself (for a peer's address, the run epoch, the backend), which ends
+  // when the store's calls are cancelled, as the service does at shutdown right after this
+  // (RendezvousStore::Cancel). An NCCL formation is not aborted. Every later Form or Agree fails
+  // at once with Aborted, so an Abort that comes before a formation starts is not lost.
+  // Thread-safe.
   void Abort();
 
  private:
@@ -195,6 +197,8 @@ class StreamGroup {
 
   absl::Time Deadline() const;
   absl::Status FormIfNeeded(absl::Time deadline);
+  // What Form and Agree return after Abort().
+  absl::Status AbortedAtShutdown() const;
   // Records `cause` ("round <r>", "formation"; first writer wins), bumps the generation from
   // `generation` (no-op if someone already did) and drops the collective. If the store cannot
   // be reached, the next formation records the end before it reads the generation.
@@ -240,6 +244,7 @@ class StreamGroup {
   mutable absl::Mutex mu_;
   std::shared_ptr<Collective> collective_ ABSL_GUARDED_BY(mu_);
   std::shared_ptr<Cancellation> forming_ ABSL_GUARDED_BY(mu_);  // while a formation runs
+  bool aborted_ ABSL_GUARDED_BY(mu_) = false;                    // Abort() was called
   GroupInfo info_ ABSL_GUARDED_BY(mu_);
   // The last formation or collective call failed, and the collective has not formed since.
   bool failed_ ABSL_GUARDED_BY(mu_) = false;

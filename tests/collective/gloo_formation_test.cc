@@ -164,8 +164,8 @@ TEST(GlooFormation, ACancelEndsFormationAtOnceWithAborted) {
 }
 
 // Regression: StreamGroup::Abort() during a formation (a shutdown) used to leave the stream's
-// worker in it until --collective_timeout; it is Aborted at once, the generation it was forming
-// is ended, and the next call forms the next one.
+// worker in it until --collective_timeout; it is Aborted at once, and the generation it was
+// forming is ended, so the peers form the next one.
 TEST(GlooFormation, AStreamGroupAbortedWhileFormingFailsAtOnceAndEndsTheGeneration) {
   InMemoryStore store;
   GroupOptions options;
@@ -208,6 +208,29 @@ TEST(GlooFormation, AStreamGroupAbortedWhileFormingFailsAtOnceAndEndsTheGenerati
                               keys::StreamRoot(keys::EpochRoot(options.key_root, *epoch), "actor")),
                           soon),
             "1");
+}
+
+// Regression (found in review): an Abort() that came before the formation started (a shutdown
+// reaching a worker still planning its local half) was lost, and the formation then waited for
+// a peer that never connected until --collective_timeout. It fails at once and joins nothing.
+TEST(GlooFormation, AnAbortBeforeFormationStartsIsNotLost) {
+  InMemoryStore store;
+  GroupOptions options;
+  options.rank = 0;
+  options.world_size = 2;
+  options.backend = Backend::kGloo;
+  options.collective_timeout = kLongDeadline;
+  options.gloo = Loopback();
+  auto group = Group::Create(&store, options);
+  ASSERT_TRUE(group.ok()) << group.status();
+  std::unique_ptr<StreamGroup> stream = (*group)->ForStream("actor");
+  stream->Abort();
+  const absl::Time start = absl::Now();
+  const absl::Status status = stream->Form();
+  EXPECT_LT(absl::Now() - start, kPrompt) << status;
+  EXPECT_EQ(status.code(), absl::StatusCode::kAborted) << status;
+  EXPECT_THAT(std::string(status.message()), HasSubstr("shutting down"));
+  EXPECT_FALSE(stream->info().formed);
 }
 
 }  // namespace

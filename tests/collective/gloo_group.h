@@ -16,7 +16,7 @@
 #include "absl/time/clock.h"
 #include "server/collective/gloo_collective.h"
 #include "server/collective/store.h"
-#include "tests/collective/ignore_sigpipe.h"
+#include "tests/testing/ignore_sigpipe.h"
 
 namespace packsched::collective::testing {
 

@@ -499,6 +499,22 @@ TEST(Group, AGroupOfOneNeedsNoStore) {
   EXPECT_EQ(*stream->GetResult(3), std::nullopt);
 }
 
+// An Abort() (a shutdown) ends the stream group for good, even when it comes before the stream
+// has formed: a later round fails at once instead of forming.
+TEST(Group, AnAbortedStreamGroupFailsEveryLaterRound) {
+  GroupOptions options;
+  auto group = Group::Create(nullptr, options);
+  ASSERT_TRUE(group.ok()) << group.status();
+  auto never_formed = (*group)->ForStream("actor");
+  never_formed->Abort();
+  EXPECT_EQ(never_formed->Agree(Record(0, 3)).status().code(), absl::StatusCode::kAborted);
+  auto formed = (*group)->ForStream("critic");
+  ASSERT_TRUE(formed->Agree(Record(0, 3)).ok());
+  formed->Abort();
+  Result after = formed->Agree(Record(0, 4));
+  EXPECT_EQ(after.status().code(), absl::StatusCode::kAborted) << after.status();
+}
+
 TEST(Group, RejectsBadOptions) {
   InMemoryStore store;
   EXPECT_EQ(Group::Create(&store, Options(3, 3)).status().code(),

@@ -16,7 +16,7 @@
 #include "gtest/gtest.h"
 #include "server/collective/group.h"
 #include "server/collective/store.h"
-#include "tests/collective/ignore_sigpipe.h"
+#include "tests/testing/ignore_sigpipe.h"
 
 namespace packsched::collective::testing {
 

@@ -20,6 +20,7 @@
 #include "server/collective/store.h"
 #include "server/planner/planner.h"
 #include "server/service/result_cache.h"
+#include "tests/testing/ignore_sigpipe.h"  // a two-rank Gloo group below
 #include "tests/service/service_test_util.h"
 #include "tests/testing/lengths.h"
 

@@ -1,5 +1,5 @@
-#ifndef PACKSCHED_TESTS_COLLECTIVE_IGNORE_SIGPIPE_H_
-#define PACKSCHED_TESTS_COLLECTIVE_IGNORE_SIGPIPE_H_
+#ifndef PACKSCHED_TESTS_TESTING_IGNORE_SIGPIPE_H_
+#define PACKSCHED_TESTS_TESTING_IGNORE_SIGPIPE_H_
 
 // Gloo writes to its sockets without MSG_NOSIGNAL, so a rank that writes to a peer that has gone
 // (a test's dead rank) gets SIGPIPE, whose default action kills the whole test process (every
@@ -8,10 +8,10 @@
 
 #include <csignal>
 
-namespace packsched::collective::testing {
+namespace packsched::testing {
 
 inline const bool kSigpipeIgnored = std::signal(SIGPIPE, SIG_IGN) != SIG_ERR;
 
-}  // namespace packsched::collective::testing
+}  // namespace packsched::testing
 
-#endif  // PACKSCHED_TESTS_COLLECTIVE_IGNORE_SIGPIPE_H_
+#endif  // PACKSCHED_TESTS_TESTING_IGNORE_SIGPIPE_H_
