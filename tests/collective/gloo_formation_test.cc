@@ -163,17 +163,23 @@ TEST(GlooFormation, ACancelEndsFormationAtOnceWithAborted) {
                    ->has_value());
 }
 
-// Regression: StreamGroup::Abort() during a formation (a shutdown) used to leave the stream's
-// worker in it until --collective_timeout; it is Aborted at once, and the generation it was
-// forming is ended, so the peers form the next one.
-TEST(GlooFormation, AStreamGroupAbortedWhileFormingFailsAtOnceAndEndsTheGeneration) {
-  InMemoryStore store;
+// Rank 0 of a two-rank Gloo group whose rank 1 the test plays (or leaves out).
+GroupOptions RankZeroOfTwo() {
   GroupOptions options;
   options.rank = 0;
   options.world_size = 2;
   options.backend = Backend::kGloo;
   options.collective_timeout = kLongDeadline;
   options.gloo = Loopback();
+  return options;
+}
+
+// Regression: StreamGroup::Abort() during a formation (a shutdown) used to leave the stream's
+// worker in it until --collective_timeout; it is Aborted at once, and the generation it was
+// forming is ended, so the peers form the next one.
+TEST(GlooFormation, AStreamGroupAbortedWhileFormingFailsAtOnceAndEndsTheGeneration) {
+  InMemoryStore store;
+  const GroupOptions options = RankZeroOfTwo();
   auto group = Group::Create(&store, options);
   ASSERT_TRUE(group.ok()) << group.status();
   std::unique_ptr<StreamGroup> stream = (*group)->ForStream("actor");
@@ -215,12 +221,7 @@ TEST(GlooFormation, AStreamGroupAbortedWhileFormingFailsAtOnceAndEndsTheGenerati
 // a peer that never connected until --collective_timeout. It fails at once and joins nothing.
 TEST(GlooFormation, AnAbortBeforeFormationStartsIsNotLost) {
   InMemoryStore store;
-  GroupOptions options;
-  options.rank = 0;
-  options.world_size = 2;
-  options.backend = Backend::kGloo;
-  options.collective_timeout = kLongDeadline;
-  options.gloo = Loopback();
+  const GroupOptions options = RankZeroOfTwo();
   auto group = Group::Create(&store, options);
   ASSERT_TRUE(group.ok()) << group.status();
   std::unique_ptr<StreamGroup> stream = (*group)->ForStream("actor");
