@@ -24,8 +24,10 @@ using testing::HaveDevice;
 using testing::HostTensor;
 using testing::Inputs;
 using testing::MakeProblem;
+using testing::OnlyTailProblem;
 using testing::Problem;
 using testing::RandomInputs;
+using testing::TailProblem;
 
 // Runs forward and backward on the device; returns the results copied into `into`'s tensors.
 template <typename T>
@@ -108,16 +110,8 @@ TEST_F(AttentionCudaTest, GqaWindowsSoftcapAndPaddedLayout) {
 
 // The align_total_to tail: rows past cu[B], longer than every segment (the grid stretches).
 TEST_F(AttentionCudaTest, TailRowsAreDefinedAndNeverKeys) {
-  Problem p = MakeProblem({97, 0, 40}, {60, 13, 128}, true);
-  p.pad_q = {3, 8, 0};
-  p.pad_k = {4, 3, 0};
-  p.tail_q = 200;
-  p.tail_k = 5;
-  CheckCuda<Bf16>(p);
-  Problem only_tail = MakeProblem({}, {});
-  only_tail.tail_q = 3;
-  only_tail.tail_k = 3;
-  CheckCuda<float>(only_tail);
+  CheckCuda<Bf16>(TailProblem(/*tail_q=*/200));
+  CheckCuda<float>(OnlyTailProblem());
 }
 
 TEST_F(AttentionCudaTest, BackwardIsDeterministic) {

@@ -242,6 +242,23 @@ inline Problem MakeProblem(std::vector<int32_t> len_q, std::vector<int32_t> len_
   return p;
 }
 
+// The align_total_to tail cases shared by the CPU and CUDA tests: padded causal segments (one
+// empty) with `tail_q` query and 5 key rows past cu[B]; and a layout that is all tail (B = 0).
+inline Problem TailProblem(int64_t tail_q) {
+  Problem p = MakeProblem({97, 0, 40}, {60, 13, 128}, true);
+  p.pad_q = {3, 8, 0};
+  p.pad_k = {4, 3, 0};
+  p.tail_q = tail_q;
+  p.tail_k = 5;
+  return p;
+}
+inline Problem OnlyTailProblem() {
+  Problem p = MakeProblem({}, {});
+  p.tail_q = 3;
+  p.tail_k = 3;
+  return p;
+}
+
 // The tolerance rule applied to a backend's results in dtype T: out and lse within 2x, the
 // gradients within 3x, the error of the naive reference computed in T (float64: the reference
 // itself). `prefix` starts each check's name ("cuda " gives "cuda out", ...).

@@ -24,9 +24,11 @@ using testing::ExpectMatchesReference;
 using testing::HostTensor;
 using testing::Inputs;
 using testing::MakeProblem;
+using testing::OnlyTailProblem;
 using testing::Outputs;
 using testing::Problem;
 using testing::RandomInputs;
+using testing::TailProblem;
 
 template <typename T>
 void CheckAgainstReference(const Problem& p, uint32_t seed = 1) {
@@ -259,21 +261,14 @@ TEST(AttentionTest, PaddedOffsetsWithSeqused) {
 // its k/v rows are never keys (they hold NaN here, which would poison any output that read them);
 // out, dq, dk, dv are 0 and lse +inf there, and every real row matches the reference.
 TEST(AttentionTest, TailRowsAreDefinedAndNeverKeys) {
-  Problem p = MakeProblem({97, 0, 40}, {60, 13, 128}, true);
-  p.pad_q = {3, 8, 0};
-  p.pad_k = {4, 3, 0};
-  p.tail_q = 70;
-  p.tail_k = 5;
+  const Problem p = TailProblem(/*tail_q=*/70);
   CheckAgainstReference<float>(p);
   CheckAgainstReference<double>(p);
   Problem packed = MakeProblem({5, 9}, {5, 9});
   packed.tail_q = 2;
   packed.tail_k = 2;
   CheckAgainstReference<Bf16>(packed);
-  Problem only_tail = MakeProblem({}, {});
-  only_tail.tail_q = 3;
-  only_tail.tail_k = 3;
-  CheckAgainstReference<float>(only_tail);
+  CheckAgainstReference<float>(OnlyTailProblem());
 }
 
 // Bottom-right causal with sq > sk: the first sq - sk queries see no key.
