@@ -186,11 +186,11 @@ def _host(lib, cu, cu_host, name="cu_seqlens"):
 
 
 def _rows(total, end, name="total"):
-    """The C++ `rows` argument of a layout whose offsets end at ``end``: -1 (no tail) when
-    ``total`` is None, else ``total``, an int of at least ``end`` (rows past ``end`` are the
-    tail)."""
+    """The rows of a layout whose offsets end at ``end`` (the C++ `rows` argument): ``end`` (no
+    tail) when ``total`` is None, else ``total``, an int of at least ``end`` (rows past ``end``
+    are the tail)."""
     if total is None:
-        return -1
+        return end
     try:
         rows = operator.index(total)
     except TypeError:
@@ -199,11 +199,6 @@ def _rows(total, end, name="total"):
         raise ValueError(f"{name} = {rows} must be at least the layout's last offset {end} "
                          "(rows past it are the tail)")
     return rows
-
-
-def _out_rows(rows, end):
-    """The rows of an output for a `rows` argument from _rows."""
-    return end if rows == -1 else rows
 
 
 def built_with_cuda():
@@ -277,8 +272,7 @@ def pack_aligned(x_packed, cu_seqlens, align, pad_value=0, cu_seqlens_host=None,
     host = _host(lib, cu_seqlens, cu_seqlens_host)
     padded = aligned_cu_seqlens(host, align)
     rows = _rows(total, padded[-1])
-    x_aligned = lib.empty((_out_rows(rows, padded[-1]),) + tuple(x_packed.shape[1:]), None,
-                          x_packed)
+    x_aligned = lib.empty((rows,) + tuple(x_packed.shape[1:]), None, x_packed)
     cu_padded = lib.empty((len(host),), "int32", x_packed)
     seqused = lib.empty((len(host) - 1,), "int32", x_packed)
     _kernels.pack_aligned(x_packed, cu_seqlens, host, int(align), rows, float(pad_value),
@@ -314,7 +308,7 @@ def position_ids(cu_seqlens, total=None, cu_seqlens_host=None):
     cu_seqlens = lib.contiguous(cu_seqlens)
     host = _host(lib, cu_seqlens, cu_seqlens_host)
     rows = _rows(total, host[-1])
-    out = lib.empty((_out_rows(rows, host[-1]),), "int64", cu_seqlens)
+    out = lib.empty((rows,), "int64", cu_seqlens)
     _kernels.position_ids(cu_seqlens, host, rows, out, lib.stream(cu_seqlens))
     return out
 
@@ -370,7 +364,7 @@ def _cross_entropy(lib, logits, labels, cu_seqlens, host, ignore_index, total):
     logits = lib.contiguous(logits)
     batch = len(host) - 1
     rows = _rows(total, host[-1])
-    loss = lib.empty((_out_rows(rows, host[-1]),), None, logits)
+    loss = lib.empty((rows,), None, logits)
     sums = lib.empty((batch,), None, logits)
     counts = lib.empty((batch,), "int64", logits)
     _kernels.packed_cross_entropy(logits, labels, cu_seqlens, host, rows, ignore_index,

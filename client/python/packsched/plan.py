@@ -21,8 +21,9 @@ class MicroBatchMeta:
     to ``align_total_to``; the rows past ``cu_seqlens_aligned[-1]`` are the tail: pass
     ``total=`` to packsched.kernels to build and use them; 0 for an empty micro-batch, see
     kernels/README.md for its all-tail dummy); ``max_seqlen``: the longest real length
-    (FlashAttention's); ``cost``: the balancing cost; ``loss_scale``: the common loss weight of its sequences, NaN if they differ,
-    0 for an empty micro-batch (its dummy pass), None when the plan has no loss weights.
+    (FlashAttention's); ``cost``: the balancing cost; ``loss_scale``: the common loss weight of
+    its sequences, NaN if they differ, 0 for an empty micro-batch (its dummy pass), None when the
+    plan has no loss weights.
     """
 
     indices: list
