@@ -4,7 +4,7 @@
 // The sidecar's gRPC server: the Scheduler service with its round coordinator, the standard
 // grpc.health.v1 service and server reflection, TLS and the bearer token (server/security/
 // credentials.h), and the gRPC-level limits (message size, concurrent streams, resource quota).
-// server/main.cc fills the options from flags; tests can run it in process.
+// server/sidecar/flags.cc fills the options from flags; tests can run it in process.
 
 #include <cstdint>
 #include <functional>
