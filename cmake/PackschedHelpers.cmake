@@ -6,6 +6,11 @@
 #
 # Libraries are static and named packsched_<name>, with the alias packsched::<name>. Include
 # paths are rooted at the repository ("server/base/status.h").
+#
+# PUBLIC_DEPS are what the library's public headers include: its users compile against them.
+# DEPS are what only its sources use: linked PRIVATE, so their headers, include paths and
+# definitions stay inside (a static library still passes them on to the final link, as
+# $<LINK_ONLY:...>). A header-only (INTERFACE) library passes both on.
 
 set(PACKSCHED_WARNINGS -Wall -Wextra -Wno-unused-parameter)
 
@@ -19,7 +24,7 @@ function(packsched_cc_library)
   if(ARG_SRCS)
     add_library(${target} STATIC ${ARG_SRCS} ${ARG_HDRS})
     target_include_directories(${target} PUBLIC ${PROJECT_SOURCE_DIR} ${PROJECT_BINARY_DIR})
-    target_link_libraries(${target} PUBLIC ${ARG_PUBLIC_DEPS} ${ARG_DEPS})
+    target_link_libraries(${target} PUBLIC ${ARG_PUBLIC_DEPS} PRIVATE ${ARG_DEPS})
     _packsched_common(${target})
   else()
     add_library(${target} INTERFACE ${ARG_HDRS})

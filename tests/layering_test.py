@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
-"""Checks the dependency direction of DESIGN.md §5 from the #include lines of the sources.
+"""Checks the dependency direction of docs/design.md §5 from the #include lines of the sources.
 
-base <- planner <- service <- main; base <- collective <- service; proto <- service, client;
+base <- planner <- service <- sidecar <- main; base <- collective <- service; proto <- service,
+client; base <- security (TLS credentials, bearer tokens: gRPC, no proto) <- service, client/cpp;
 base <- kernels <- client/python. Each rule lists the project directories (and outside
 libraries) a directory may include; system headers in <...> are always allowed, except the
 forbidden prefixes listed per rule (the planner must not see gRPC, protobuf, NCCL or CUDA).
@@ -29,17 +30,35 @@ RULES = {
     "tests/collective": (("absl/", "gmock/", "gtest/", "server/base/", "server/collective/",
                           "tests/collective/", "tests/testing/", "gloo/"),
                          ("server/planner", "server/service")),
+    "server/security": (("absl/", "grpcpp/", "server/base/", "server/security/"),
+                        ("nccl", "cuda", "gloo", "google/protobuf", "proto/", "packsched/v1",
+                         "spdlog", "server/planner", "server/collective", "server/service",
+                         "server/sidecar")),
     "server/service": (("absl/", "spdlog/", "grpcpp/", "google/protobuf/", "packsched/v1/",
-                        "server/base/", "server/planner/", "server/collective/", "server/service/"),
-                       ("nccl", "cuda", "gloo")),
+                        "server/base/", "server/planner/", "server/collective/", "server/security/",
+                        "server/service/"),
+                       ("nccl", "cuda", "gloo", "server/sidecar")),
+    # packsched-server's pieces: flags, rank-group wiring, probe, process; no gRPC of their own.
+    "server/sidecar": (("absl/", "spdlog/", "server/base/", "server/planner/", "server/collective/",
+                        "server/security/", "server/service/", "server/sidecar/"),
+                       ("nccl", "cuda", "gloo", "grpc", "grpcpp", "google/protobuf", "proto/",
+                        "packsched/v1")),
     "client/cpp": (("absl/", "grpcpp/", "google/protobuf/", "packsched/v1/", "server/base/",
-                    "server/planner/", "client/cpp/"),
-                   ("nccl", "cuda", "server/service", "server/collective")),
+                    "server/planner/", "server/security/", "client/cpp/"),
+                   ("nccl", "cuda", "server/service", "server/collective", "server/sidecar")),
     # The client's public headers include no gRPC and no generated code (files, not directories).
     "client/cpp/scheduler_client.h": (("absl/", "server/planner/"), HEAVY + ("packsched/v1",)),
     "client/cpp/plan_apply.h": (("absl/", "server/planner/"), HEAVY + ("packsched/v1",)),
     "tests/service": (("absl/", "gmock/", "google/protobuf/", "gtest/", "packsched/v1/", "server/",
                        "tests/service/", "tests/testing/"), ("nccl", "cuda")),
+    "tests/sidecar": (("absl/", "gmock/", "gtest/", "server/base/", "server/service/",
+                       "server/sidecar/", "tests/testing/"),
+                      ("nccl", "cuda", "gloo", "grpc", "grpcpp", "google/protobuf", "proto/",
+                       "packsched/v1")),
+    "tests/security": (("absl/", "gmock/", "gtest/", "grpcpp/", "server/base/", "server/security/",
+                        "tests/testing/"),
+                       ("nccl", "cuda", "gloo", "google/protobuf", "proto/", "packsched/v1",
+                        "server/planner", "server/collective", "server/service", "server/sidecar")),
 }
 
 INCLUDE = re.compile(r'^\s*#\s*include\s*([<"])([^>"]+)[>"]')

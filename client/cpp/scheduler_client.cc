@@ -1,9 +1,8 @@
 #include "client/cpp/scheduler_client.h"
 
 #include <algorithm>
-#include <fstream>
 #include <functional>
-#include <sstream>
+#include <optional>
 #include <thread>
 #include <utility>
 
@@ -15,21 +14,13 @@
 #include "grpcpp/impl/client_unary_call.h"
 #include "grpcpp/impl/rpc_method.h"
 #include "packsched/v1/scheduler.grpc.pb.h"
-#include "server/base/address.h"
 #include "server/base/status_macros.h"
+#include "server/security/credentials.h"
 
 namespace packsched::client {
 namespace {
 
 namespace v1 = ::packsched::v1;
-
-absl::StatusOr<std::string> ReadFile(absl::string_view what, const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::InvalidArgumentError(absl::StrCat(what, " '", path, "': cannot be read"));
-  std::stringstream contents;
-  contents << in.rdbuf();
-  return contents.str();
-}
 
 // An arena for one call's request message: its repeated fields and sub-messages come from one
 // block, freed at once. (Plan responses are decoded from their bytes, see plan_decoder.h.)
@@ -174,9 +165,7 @@ struct SchedulerClient::Impl {
       context.set_deadline(absl::ToChronoTime(deadline));
       // Queue while the sidecar is (re)connecting instead of failing at once.
       context.set_wait_for_ready(true);
-      if (!options.auth_token.empty()) {
-        context.AddMetadata("authorization", absl::StrCat("Bearer ", options.auth_token));
-      }
+      security::AddBearerToken(context, options.auth_token);
       const grpc::Status status = invoke(&context);
       if (status.ok()) return absl::OkStatus();
       const bool served = context.GetServerTrailingMetadata().count("packsched-served") > 0;
@@ -200,11 +189,12 @@ absl::StatusOr<std::unique_ptr<SchedulerClient>> SchedulerClient::Create(ClientO
         absl::StrCat("max_attempts = ", options.max_attempts, ": must be >= 1"));
   }
   // A token in plaintext to another machine could be read on the way (or by a wrong target).
-  if (!options.auth_token.empty() && options.tls_root_certs_file.empty() &&
-      !IsLoopbackAddress(options.target)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("a bearer token is sent only over TLS or to loopback: target = ",
-                     options.target, " needs tls_root_certs_file"));
+  // Every bad option is InvalidArgument here (the header's contract).
+  if (absl::Status sendable =
+          security::CheckTokenMayBeSent(options.auth_token, !options.tls_root_certs_file.empty(),
+                                        options.target, "target =", "tls_root_certs_file");
+      !sendable.ok()) {
+    return absl::InvalidArgumentError(sendable.message());
   }
   if (options.tls_root_certs_file.empty() &&
       (!options.tls_client_cert_file.empty() || !options.tls_client_key_file.empty())) {
@@ -212,20 +202,12 @@ absl::StatusOr<std::unique_ptr<SchedulerClient>> SchedulerClient::Create(ClientO
         "tls_client_cert_file / tls_client_key_file need tls_root_certs_file (TLS); without it "
         "the client would connect in plaintext");
   }
-  std::shared_ptr<grpc::ChannelCredentials> credentials;
-  if (options.tls_root_certs_file.empty()) {
-    credentials = grpc::InsecureChannelCredentials();
-  } else {
-    grpc::SslCredentialsOptions ssl;
-    ASSIGN_OR_RETURN(ssl.pem_root_certs,
-                     ReadFile("tls_root_certs_file", options.tls_root_certs_file));
-    if (!options.tls_client_cert_file.empty()) {
-      ASSIGN_OR_RETURN(ssl.pem_cert_chain,
-                       ReadFile("tls_client_cert_file", options.tls_client_cert_file));
-      ASSIGN_OR_RETURN(ssl.pem_private_key,
-                       ReadFile("tls_client_key_file", options.tls_client_key_file));
-    }
-    credentials = grpc::SslCredentials(ssl);
+  std::optional<security::ChannelTls> tls;
+  if (!options.tls_root_certs_file.empty()) {
+    tls.emplace();
+    tls->root_certs = {"tls_root_certs_file", options.tls_root_certs_file};
+    tls->cert = {"tls_client_cert_file", options.tls_client_cert_file};
+    tls->key = {"tls_client_key_file", options.tls_client_key_file};
   }
   grpc::ChannelArguments args;
   // Reconnect fast: a sidecar that restarts (or starts after its trainer) is reached within
@@ -240,7 +222,7 @@ absl::StatusOr<std::unique_ptr<SchedulerClient>> SchedulerClient::Create(ClientO
   // not keep a copy of every request for a retry it would never make.
   args.SetInt(GRPC_ARG_ENABLE_RETRIES, 0);
   auto impl = std::make_unique<Impl>();
-  impl->channel = grpc::CreateCustomChannel(options.target, credentials, args);
+  ASSIGN_OR_RETURN(impl->channel, security::MakeChannel(options.target, tls, std::move(args)));
   impl->stub = v1::Scheduler::NewStub(impl->channel);
   impl->plan_method = std::make_unique<grpc::internal::RpcMethod>(
       impl->plan_name.c_str(), grpc::internal::RpcMethod::NORMAL_RPC, impl->channel);

@@ -143,7 +143,8 @@ class SchedulerClient {
  public:
   // Creates a client (the connection is made lazily, on the first call). Returns
   // InvalidArgument for an empty target, max_attempts < 1, unreadable TLS files, a client
-  // certificate without TLS, or a bearer token without TLS to a target off loopback.
+  // certificate without TLS, a client certificate without its key (or the reverse), or a bearer
+  // token without TLS to a target off loopback.
   static absl::StatusOr<std::unique_ptr<SchedulerClient>> Create(ClientOptions options);
   ~SchedulerClient();
 

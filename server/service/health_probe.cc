@@ -1,6 +1,7 @@
 #include "server/service/health_probe.h"
 
 #include <memory>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -9,7 +10,7 @@
 #include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/grpcpp.h"
 #include "server/base/status_macros.h"
-#include "server/service/server.h"
+#include "server/security/credentials.h"
 
 namespace packsched::service {
 
@@ -17,26 +18,19 @@ namespace {
 
 absl::StatusOr<std::shared_ptr<grpc::Channel>> ProbeChannel(const std::string& target,
                                                             const ProbeTls* tls) {
-  if (tls == nullptr) return grpc::CreateChannel(target, grpc::InsecureChannelCredentials());
+  if (tls == nullptr) return security::MakeChannel(target, std::nullopt);
   if (tls->root_certs_file.empty()) {
     return absl::InvalidArgumentError(
         "a TLS probe needs the CA that signed the server's "
         "certificate");
   }
-  if (tls->cert_file.empty() != tls->key_file.empty()) {
-    return absl::InvalidArgumentError("a TLS probe's client certificate and key go together");
-  }
-  grpc::SslCredentialsOptions ssl;
-  ASSIGN_OR_RETURN(
-      ssl.pem_root_certs,
-      ReadPemFile("the probe's CA (--probe_tls_ca, --tls_client_ca)", tls->root_certs_file));
-  if (!tls->cert_file.empty()) {
-    ASSIGN_OR_RETURN(ssl.pem_cert_chain, ReadPemFile("--tls_cert", tls->cert_file));
-    ASSIGN_OR_RETURN(ssl.pem_private_key, ReadPemFile("--tls_key", tls->key_file));
-  }
-  grpc::ChannelArguments args;
-  if (!tls->server_name.empty()) args.SetSslTargetNameOverride(tls->server_name);
-  return grpc::CreateCustomChannel(target, grpc::SslCredentials(ssl), args);
+  security::ChannelTls channel_tls;
+  channel_tls.root_certs = {"the probe's CA (--probe_tls_ca, --tls_client_ca)",
+                            tls->root_certs_file};
+  channel_tls.cert = {"--tls_cert", tls->cert_file};
+  channel_tls.key = {"--tls_key", tls->key_file};
+  channel_tls.server_name = tls->server_name;
+  return security::MakeChannel(target, channel_tls);
 }
 
 }  // namespace

@@ -2,7 +2,7 @@
 #define PACKSCHED_SERVER_SERVICE_LIMITS_H_
 
 // Bounds on everything a request can make the sidecar allocate. Each has a server flag of the
-// same name (server/main.cc); exceeding one is RESOURCE_EXHAUSTED naming the limit.
+// same name (server/sidecar/flags.cc); exceeding one is RESOURCE_EXHAUSTED naming the limit.
 
 #include <cstdint>
 

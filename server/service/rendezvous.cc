@@ -15,10 +15,9 @@
 #include "absl/synchronization/mutex.h"
 #include "grpcpp/grpcpp.h"
 #include "packsched/v1/rendezvous.grpc.pb.h"
-#include "server/base/address.h"
 #include "server/base/status_macros.h"
+#include "server/security/credentials.h"
 #include "server/service/scheduler_service.h"
-#include "server/service/server.h"
 
 namespace packsched::service {
 namespace {
@@ -169,7 +168,7 @@ class RendezvousService final : public pb::Rendezvous::CallbackService {
   }
 
   absl::Status Authorize(const grpc::CallbackServerContext& context) const {
-    return CheckBearerToken(AuthorizationOf(context), auth_token_);
+    return security::CheckBearerToken(security::AuthorizationOf(context), auth_token_);
   }
 
   collective::InMemoryStore* const store_;
@@ -194,16 +193,14 @@ absl::StatusOr<std::unique_ptr<RendezvousServer>> RendezvousServer::Start(
   if (options.tls.enabled && (options.tls.cert.empty() || options.tls.key.empty())) {
     return absl::InvalidArgumentError("TLS on the rendezvous port needs --tls_cert and --tls_key");
   }
-  ASSIGN_OR_RETURN(std::shared_ptr<grpc::ServerCredentials> credentials,
-                   options.tls.enabled ? ServerCredentialsFromFiles(options.tls.cert,
-                                                                    options.tls.key, options.tls.ca)
-                                       : ServerCredentialsFromFiles("", "", ""));
-  if (!options.auth_token.empty() && !options.tls.enabled && !IsLoopbackAddress(options.listen)) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("a bearer token is accepted only over TLS or on loopback: the rendezvous "
-                     "address ",
-                     options.listen, " needs --tls_cert and --tls_key"));
-  }
+  ASSIGN_OR_RETURN(
+      std::shared_ptr<grpc::ServerCredentials> credentials,
+      security::MakeServerCredentials(
+          options.tls.enabled
+              ? security::ServerTlsFiles{options.tls.cert, options.tls.key, options.tls.ca}
+              : security::ServerTlsFiles{}));
+  RETURN_IF_ERROR(security::CheckTokenMayBeAccepted(options.auth_token, options.tls.enabled,
+                                                    options.listen, "the rendezvous address"));
   auto state = std::make_unique<State>();
   state->service = std::make_unique<RendezvousService>(store, options.auth_token);
   grpc::ServerBuilder builder;
@@ -237,9 +234,7 @@ struct RendezvousStore::State {
     context.set_deadline(absl::ToChronoTime(deadline));
     // Rank 0 may not be up yet: wait for the channel (bounded by the deadline) instead of failing.
     context.set_wait_for_ready(wait_for_ready);
-    if (!options.auth_token.empty()) {
-      context.AddMetadata("authorization", absl::StrCat(kBearerPrefix, options.auth_token));
-    }
+    security::AddBearerToken(context, options.auth_token);
   }
 };
 
@@ -297,31 +292,26 @@ void RendezvousStore::Cancel() {
 absl::StatusOr<std::unique_ptr<RendezvousStore>> RendezvousStore::Create(
     const RendezvousClientOptions& options) {
   if (options.address.empty()) return absl::InvalidArgumentError("--rendezvous is empty");
-  std::shared_ptr<grpc::ChannelCredentials> credentials = grpc::InsecureChannelCredentials();
+  RETURN_IF_ERROR(security::CheckTokenMayBeSent(options.auth_token, options.tls.enabled,
+                                                options.address,
+                                                "--rendezvous =", "--rendezvous_tls"));
+  std::optional<security::ChannelTls> tls;
   if (options.tls.enabled) {
-    grpc::SslCredentialsOptions ssl;
-    if (!options.tls.ca.empty()) {
-      ASSIGN_OR_RETURN(ssl.pem_root_certs, ReadPemFile("--rendezvous_tls_ca", options.tls.ca));
-    }
-    if (!options.tls.cert.empty()) {
-      ASSIGN_OR_RETURN(ssl.pem_cert_chain, ReadPemFile("--tls_cert", options.tls.cert));
-      ASSIGN_OR_RETURN(ssl.pem_private_key, ReadPemFile("--tls_key", options.tls.key));
-    }
-    credentials = grpc::SslCredentials(ssl);
-  } else if (!options.auth_token.empty() && !IsLoopbackAddress(options.address)) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "a bearer token is sent only over TLS or on loopback: --rendezvous = ", options.address,
-        " needs --rendezvous_tls_ca"));
+    tls.emplace();
+    tls->root_certs = {"--rendezvous_tls_ca", options.tls.ca};  // empty: the system roots
+    tls->cert = {"--tls_cert", options.tls.cert};
+    tls->key = {"--tls_key", options.tls.key};
   }
   grpc::ChannelArguments args;
   // gRPC's default reconnect backoff starts at 1 s; ranks started before rank 0 would idle.
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 50);
   args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 50);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 500);
+  ASSIGN_OR_RETURN(std::shared_ptr<grpc::Channel> channel,
+                   security::MakeChannel(options.address, tls, std::move(args)));
   auto state = std::make_unique<State>();
   state->options = options;
-  state->stub =
-      pb::Rendezvous::NewStub(grpc::CreateCustomChannel(options.address, credentials, args));
+  state->stub = pb::Rendezvous::NewStub(std::move(channel));
   auto fail_fast_state = std::make_unique<State>();
   fail_fast_state->options = options;
   fail_fast_state->stub = state->stub;

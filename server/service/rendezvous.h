@@ -1,9 +1,10 @@
 #ifndef PACKSCHED_SERVER_SERVICE_RENDEZVOUS_H_
 #define PACKSCHED_SERVER_SERVICE_RENDEZVOUS_H_
 
-// The rank group's rendezvous store over gRPC (proto/packsched/v1/rendezvous.proto, DESIGN.md
-// §3): RendezvousServer serves an InMemoryStore on rank 0's --rendezvous address, and
-// RendezvousStore is the KeyValueStore every rank (rank 0 included) uses to reach it.
+// The rank group's rendezvous store over gRPC (proto/packsched/v1/rendezvous.proto,
+// docs/design.md §3): RendezvousServer serves an InMemoryStore on rank 0's --rendezvous address,
+// and RendezvousStore is the KeyValueStore every rank (rank 0 included) uses to reach it. TLS and
+// the bearer token: server/security/credentials.h.
 //
 // The server uses gRPC's callback API; a Get for a key that does not exist yet holds no thread:
 // it registers an InMemoryStore watch and completes when the key is set, or with

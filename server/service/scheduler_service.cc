@@ -8,6 +8,7 @@
 #include "google/protobuf/arena.h"
 #include "grpcpp/support/message_allocator.h"
 #include "server/base/status_macros.h"
+#include "server/security/credentials.h"
 #include "server/service/convert.h"
 
 namespace packsched::service {
@@ -66,15 +67,8 @@ SchedulerService::SchedulerService(RoundCoordinator* coordinator, Options option
   SetMessageAllocatorFor_Partition(ArenaAllocator<v1::PartitionRequest, v1::PlanResponse>());
 }
 
-std::optional<absl::string_view> AuthorizationOf(const grpc::CallbackServerContext& context) {
-  const auto& metadata = context.client_metadata();
-  const auto it = metadata.find("authorization");
-  if (it == metadata.end()) return std::nullopt;
-  return absl::string_view(it->second.data(), it->second.size());
-}
-
 absl::Status SchedulerService::Authorize(const grpc::CallbackServerContext& context) const {
-  return CheckBearerToken(AuthorizationOf(context), options_.auth_token);
+  return security::CheckBearerToken(security::AuthorizationOf(context), options_.auth_token);
 }
 
 void SchedulerService::Finish(grpc::CallbackServerContext* context,

@@ -9,7 +9,6 @@
 // BalanceBatch and inline rounds are bounded CPU work.
 
 #include <cstdint>
-#include <optional>
 #include <string>
 
 #include "absl/base/thread_annotations.h"
@@ -21,15 +20,11 @@
 #include "packsched/v1/scheduler.grpc.pb.h"
 #include "server/service/coordinator.h"
 #include "server/service/limits.h"
-#include "server/service/server.h"
 
 namespace packsched::service {
 
 // absl -> gRPC status, code for code (the two enums share values), message kept.
 grpc::Status ToGrpcStatus(const absl::Status& status);
-
-// The call's `authorization` metadata value (see CheckBearerToken), nullopt when it sent none.
-std::optional<absl::string_view> AuthorizationOf(const grpc::CallbackServerContext& context);
 
 class SchedulerService final : public v1::Scheduler::CallbackService {
  public:

@@ -1,22 +1,19 @@
 #include "server/service/server.h"
 
 #include <algorithm>
-#include <fstream>
-#include <sstream>
 #include <thread>
 #include <utility>
 
 #include "absl/status/status.h"
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "grpcpp/resource_quota.h"
-#include "server/base/address.h"
 #include "server/base/status_macros.h"
 #include "server/collective/readiness.h"
+#include "server/security/credentials.h"
 #include "server/service/scheduler_service.h"
 
 namespace packsched::service {
@@ -26,72 +23,7 @@ namespace {
 // outstanding (at most a quarter of the period): time for the answers to reach gRPC first.
 constexpr absl::Duration kStopRoundsBeforeGraceEnds = absl::Milliseconds(500);
 
-absl::StatusOr<std::string> ReadFile(absl::string_view flag, const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    return absl::InvalidArgumentError(absl::StrCat(flag, " = '", path, "': cannot be read"));
-  }
-  std::stringstream contents;
-  contents << in.rdbuf();
-  return contents.str();
-}
-
-absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> Credentials(const ServerOptions& o) {
-  return ServerCredentialsFromFiles(o.tls_cert, o.tls_key, o.tls_client_ca);
-}
-
 }  // namespace
-
-absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> ServerCredentialsFromFiles(
-    const std::string& tls_cert, const std::string& tls_key, const std::string& tls_client_ca) {
-  if (tls_cert.empty() != tls_key.empty()) {
-    return absl::InvalidArgumentError("--tls_cert and --tls_key go together");
-  }
-  if (tls_cert.empty()) {
-    if (!tls_client_ca.empty()) {
-      return absl::InvalidArgumentError("--tls_client_ca needs --tls_cert and --tls_key");
-    }
-    return grpc::InsecureServerCredentials();
-  }
-  grpc::SslServerCredentialsOptions ssl;
-  grpc::SslServerCredentialsOptions::PemKeyCertPair pair;
-  ASSIGN_OR_RETURN(pair.private_key, ReadFile("--tls_key", tls_key));
-  ASSIGN_OR_RETURN(pair.cert_chain, ReadFile("--tls_cert", tls_cert));
-  ssl.pem_key_cert_pairs.push_back(std::move(pair));
-  if (!tls_client_ca.empty()) {
-    ASSIGN_OR_RETURN(ssl.pem_root_certs, ReadFile("--tls_client_ca", tls_client_ca));
-    ssl.client_certificate_request = GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY;
-  }
-  return grpc::SslServerCredentials(ssl);
-}
-
-absl::StatusOr<std::string> ReadPemFile(absl::string_view flag, const std::string& path) {
-  return ReadFile(flag, path);
-}
-
-bool ConstantTimeEquals(absl::string_view a, absl::string_view b) {
-  unsigned char diff = a.size() == b.size() ? 0 : 1;
-  const size_t n = std::max(a.size(), b.size());
-  for (size_t i = 0; i < n; ++i) {
-    const unsigned char x = i < a.size() ? a[i] : 0;
-    const unsigned char y = i < b.size() ? b[i] : 0;
-    diff |= x ^ y;
-  }
-  return diff == 0;
-}
-
-absl::Status CheckBearerToken(std::optional<absl::string_view> authorization,
-                              absl::string_view token) {
-  if (token.empty()) return absl::OkStatus();
-  if (!authorization.has_value()) {
-    return absl::UnauthenticatedError("missing 'authorization: Bearer <token>' metadata");
-  }
-  if (!absl::StartsWith(*authorization, kBearerPrefix) ||
-      !ConstantTimeEquals(authorization->substr(kBearerPrefix.size()), token)) {
-    return absl::UnauthenticatedError("wrong bearer token");
-  }
-  return absl::OkStatus();
-}
 
 struct SchedulerServer::State {
   std::unique_ptr<RoundCoordinator> coordinator;
@@ -113,13 +45,11 @@ int SchedulerServer::port() const { return state_->port; }
 
 absl::StatusOr<std::unique_ptr<SchedulerServer>> SchedulerServer::Start(
     const ServerOptions& options) {
-  ASSIGN_OR_RETURN(std::shared_ptr<grpc::ServerCredentials> credentials, Credentials(options));
-  if (!options.auth_token.empty() && options.tls_cert.empty() &&
-      !IsLoopbackAddress(options.listen)) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "a bearer token is accepted only over TLS or on loopback: --listen = ", options.listen,
-        " needs --tls_cert and --tls_key"));
-  }
+  ASSIGN_OR_RETURN(
+      std::shared_ptr<grpc::ServerCredentials> credentials,
+      security::MakeServerCredentials({options.tls_cert, options.tls_key, options.tls_client_ca}));
+  RETURN_IF_ERROR(security::CheckTokenMayBeAccepted(options.auth_token, !options.tls_cert.empty(),
+                                                    options.listen, "--listen ="));
 
   auto state = std::make_unique<State>();
   RoundCoordinator::Options coordinator_options;

@@ -2,25 +2,19 @@
 #define PACKSCHED_SERVER_SERVICE_SERVER_H_
 
 // The sidecar's gRPC server: the Scheduler service with its round coordinator, the standard
-// grpc.health.v1 service and server reflection, TLS and the bearer token, and the gRPC-level
-// limits (message size, concurrent streams, resource quota). server/main.cc fills the options
-// from flags; tests can run it in process.
+// grpc.health.v1 service and server reflection, TLS and the bearer token (server/security/
+// credentials.h), and the gRPC-level limits (message size, concurrent streams, resource quota).
+// server/sidecar/flags.cc fills the options from flags; tests can run it in process.
 
 #include <cstdint>
 #include <functional>
 #include <memory>
-#include <optional>
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "server/service/coordinator.h"
 #include "server/service/limits.h"
-
-namespace grpc {
-class ServerCredentials;
-}  // namespace grpc
 
 namespace packsched::service {
 
@@ -72,28 +66,6 @@ class SchedulerServer {
   explicit SchedulerServer(std::unique_ptr<State> state);
   std::unique_ptr<State> state_;
 };
-
-// True when `a` and `b` are equal; the time taken depends only on their lengths (bearer tokens).
-bool ConstantTimeEquals(absl::string_view a, absl::string_view b);
-
-// The scheme of the `authorization` metadata value: "Bearer <token>".
-inline constexpr absl::string_view kBearerPrefix = "Bearer ";
-
-// Checks a call's `authorization` metadata value (nullopt when the call sent none) against the
-// server's bearer `token`; every call passes when `token` is empty. Returns Unauthenticated for a
-// missing or wrong token (compared in constant time). Both the Scheduler and the Rendezvous
-// services use it.
-absl::Status CheckBearerToken(std::optional<absl::string_view> authorization,
-                              absl::string_view token);
-
-// Insecure credentials without files; TLS with `tls_cert` + `tls_key`, requiring client
-// certificates signed by `tls_client_ca` when that is set. InvalidArgument names the flag of an
-// unreadable file or a missing partner. (The Scheduler and the Rendezvous ports share it.)
-absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> ServerCredentialsFromFiles(
-    const std::string& tls_cert, const std::string& tls_key, const std::string& tls_client_ca);
-
-// The contents of a PEM (or any) file; InvalidArgument naming `flag` if it cannot be read.
-absl::StatusOr<std::string> ReadPemFile(absl::string_view flag, const std::string& path);
 
 }  // namespace packsched::service
 

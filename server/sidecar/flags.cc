@@ -1,0 +1,169 @@
+#include "server/sidecar/flags.h"
+
+#include <cstdint>
+#include <string>
+
+#include "absl/flags/flag.h"
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
+#include "server/base/status_macros.h"
+#include "server/planner/options.h"
+#include "server/security/credentials.h"
+#include "server/service/limits.h"
+
+ABSL_FLAG(std::string, listen, "127.0.0.1:50051",
+          "host:port for trainer calls (loopback by default; port 0 picks a free port)");
+ABSL_FLAG(std::string, port_file, "",
+          "once the server accepts calls, write its port here (one line; atomic rename)");
+ABSL_FLAG(std::string, log_level, "info", "trace, debug (a line per round), info, warn, error");
+ABSL_FLAG(std::string, tls_cert, "", "PEM certificate chain: serve TLS only");
+ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert");
+ABSL_FLAG(std::string, tls_client_ca, "", "PEM CA bundle: require client certificates it signed");
+ABSL_FLAG(std::string, auth_token_file, "",
+          "file holding a bearer token every call must send (only with TLS or on loopback)");
+ABSL_FLAG(int64_t, max_sequences_per_request,
+          packsched::service::ServiceLimits{}.max_sequences_per_request,
+          "most sequences in one request");
+ABSL_FLAG(int64_t, max_micro_batches, packsched::service::ServiceLimits{}.max_micro_batches,
+          "ceiling on a request's max_micro_batches (and its default)");
+ABSL_FLAG(int64_t, max_streams, packsched::service::ServiceLimits{}.max_streams,
+          "most planning streams");
+ABSL_FLAG(int64_t, max_cached_rounds, packsched::service::ServiceLimits{}.max_cached_rounds,
+          "finished rounds kept per stream for late callers (TP/PP/CP ranks)");
+ABSL_FLAG(int64_t, max_cached_bytes, packsched::service::ServiceLimits{}.max_cached_bytes,
+          "estimated bytes of finished rounds kept for late callers, over every stream (oldest "
+          "evicted first; a larger result is served but not kept)");
+ABSL_FLAG(int64_t, max_outstanding_rounds,
+          packsched::service::ServiceLimits{}.max_outstanding_rounds,
+          "rounds queued or running per stream");
+ABSL_FLAG(absl::Duration, collective_timeout,
+          packsched::service::ServiceLimits{}.collective_timeout,
+          "bound on every server-side wait of a round (peers, forming the group)");
+ABSL_FLAG(int64_t, rank, 0, "this sidecar's data-parallel rank, in [0, --world_size)");
+ABSL_FLAG(int64_t, world_size, 1,
+          "data-parallel ranks in the group (1: a group of one; more needs --rendezvous)");
+ABSL_FLAG(std::string, rendezvous, "",
+          "HOST:PORT of the group's rendezvous store: rank 0 serves it there (on every interface "
+          "unless HOST is loopback or --rendezvous_listen says otherwise); every rank, rank 0 "
+          "included, connects to it");
+ABSL_FLAG(std::string, rendezvous_listen, "",
+          "rank 0 only: the address to serve the rendezvous store on (default: from --rendezvous)");
+ABSL_FLAG(bool, rendezvous_tls, false,
+          "TLS on the rendezvous port: rank 0 serves it with --tls_cert/--tls_key (requiring "
+          "client certificates when --tls_client_ca is set); every rank verifies rank 0 with "
+          "--rendezvous_tls_ca and presents --tls_cert/--tls_key");
+ABSL_FLAG(std::string, rendezvous_tls_ca, "",
+          "PEM CA bundle that signed rank 0's certificate (default: the system roots)");
+ABSL_FLAG(std::string, backend, "auto",
+          "collective backend: auto (NCCL if every rank has a GPU and NCCL, else Gloo), gloo, "
+          "nccl, local (a group of one)");
+ABSL_FLAG(std::string, gloo_hostname, "",
+          "address Gloo listens on and advertises (default: the local address of the connection "
+          "to --rendezvous)");
+ABSL_FLAG(std::string, gloo_iface, "",
+          "network interface whose address Gloo uses (instead of --gloo_hostname)");
+ABSL_FLAG(int64_t, local_gpu, -1, "CUDA device of the NCCL backend (default: LOCAL_RANK, else 0)");
+ABSL_FLAG(int64_t, max_receive_message_bytes, int64_t{64} << 20, "largest request, bytes");
+ABSL_FLAG(int64_t, max_concurrent_streams, 256, "concurrent calls per client connection");
+ABSL_FLAG(int64_t, resource_quota_bytes, int64_t{1} << 30, "gRPC memory quota, bytes");
+ABSL_FLAG(int64_t, max_threads, 64, "gRPC thread quota");
+ABSL_FLAG(std::string, probe, "",
+          "probe mode, for exec probes (Kubernetes' grpc probes dial the pod IP, not the "
+          "loopback the sidecar listens on): check the grpc.health.v1 status of the server at "
+          "this HOST:PORT, exit 0 if SERVING, else 1; give it the server's --tls_* flags when "
+          "the server speaks TLS (see --probe_tls_ca)");
+ABSL_FLAG(std::string, probe_service, "",
+          "with --probe: '' = the process is live; packsched.v1.Scheduler = the rank group has "
+          "formed (readiness)");
+ABSL_FLAG(std::string, probe_tls_ca, "",
+          "with --probe against a server with --tls_cert: PEM CA bundle that signed the server's "
+          "certificate (default: --tls_client_ca). The probe then speaks TLS and presents "
+          "--tls_cert/--tls_key as its client certificate: give it the server's TLS flags");
+ABSL_FLAG(std::string, probe_tls_server_name, "",
+          "with a TLS --probe: the name the server's certificate must carry (default: the host "
+          "of --probe)");
+ABSL_FLAG(absl::Duration, shutdown_grace, absl::Seconds(5),
+          "on SIGTERM/SIGINT, how long calls in progress may take to finish");
+
+namespace packsched::sidecar {
+namespace {
+
+absl::Status Positive(absl::string_view flag, int64_t value, int64_t min = 1) {
+  if (value >= min) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat("--", flag, " = ", value, ": must be >= ", min));
+}
+
+}  // namespace
+
+absl::StatusOr<service::ServerOptions> ServerOptionsFromFlags() {
+  service::ServerOptions o;
+  o.listen = absl::GetFlag(FLAGS_listen);
+  o.tls_cert = absl::GetFlag(FLAGS_tls_cert);
+  o.tls_key = absl::GetFlag(FLAGS_tls_key);
+  o.tls_client_ca = absl::GetFlag(FLAGS_tls_client_ca);
+  if (const std::string path = absl::GetFlag(FLAGS_auth_token_file); !path.empty()) {
+    ASSIGN_OR_RETURN(o.auth_token, security::ReadTokenFile({"--auth_token_file", path}));
+  }
+  service::ServiceLimits& l = o.limits;
+  l.max_sequences_per_request = absl::GetFlag(FLAGS_max_sequences_per_request);
+  l.max_micro_batches = absl::GetFlag(FLAGS_max_micro_batches);
+  l.max_streams = absl::GetFlag(FLAGS_max_streams);
+  l.max_cached_rounds = absl::GetFlag(FLAGS_max_cached_rounds);
+  l.max_cached_bytes = absl::GetFlag(FLAGS_max_cached_bytes);
+  l.max_outstanding_rounds = absl::GetFlag(FLAGS_max_outstanding_rounds);
+  l.collective_timeout = absl::GetFlag(FLAGS_collective_timeout);
+  RETURN_IF_ERROR(Positive("max_sequences_per_request", l.max_sequences_per_request));
+  RETURN_IF_ERROR(Positive("max_micro_batches", l.max_micro_batches));
+  if (l.max_micro_batches > planner::kMaxSequences) {
+    return absl::InvalidArgumentError(absl::StrCat("--max_micro_batches = ", l.max_micro_batches,
+                                                   ": at most ", planner::kMaxSequences));
+  }
+  RETURN_IF_ERROR(Positive("max_streams", l.max_streams));
+  RETURN_IF_ERROR(Positive("max_cached_rounds", l.max_cached_rounds, 0));
+  RETURN_IF_ERROR(Positive("max_cached_bytes", l.max_cached_bytes, 0));
+  RETURN_IF_ERROR(Positive("max_outstanding_rounds", l.max_outstanding_rounds));
+  if (l.collective_timeout <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("--collective_timeout must be positive");
+  }
+  o.max_receive_message_bytes = absl::GetFlag(FLAGS_max_receive_message_bytes);
+  o.max_concurrent_streams = absl::GetFlag(FLAGS_max_concurrent_streams);
+  o.resource_quota_bytes = absl::GetFlag(FLAGS_resource_quota_bytes);
+  o.max_threads = absl::GetFlag(FLAGS_max_threads);
+  RETURN_IF_ERROR(Positive("max_receive_message_bytes", o.max_receive_message_bytes, 1024));
+  RETURN_IF_ERROR(Positive("max_concurrent_streams", o.max_concurrent_streams));
+  RETURN_IF_ERROR(Positive("resource_quota_bytes", o.resource_quota_bytes, 1 << 20));
+  RETURN_IF_ERROR(Positive("max_threads", o.max_threads, 2));
+  o.build_version = PACKSCHED_VERSION;
+  o.rank = absl::GetFlag(FLAGS_rank);
+  return o;
+}
+
+RankGroupFlags RankGroupFlagsFromFlags() {
+  RankGroupFlags f;
+  f.rank = absl::GetFlag(FLAGS_rank);
+  f.world_size = absl::GetFlag(FLAGS_world_size);
+  f.rendezvous = absl::GetFlag(FLAGS_rendezvous);
+  f.rendezvous_listen = absl::GetFlag(FLAGS_rendezvous_listen);
+  f.rendezvous_tls = absl::GetFlag(FLAGS_rendezvous_tls);
+  f.rendezvous_tls_ca = absl::GetFlag(FLAGS_rendezvous_tls_ca);
+  f.backend = absl::GetFlag(FLAGS_backend);
+  f.gloo_hostname = absl::GetFlag(FLAGS_gloo_hostname);
+  f.gloo_iface = absl::GetFlag(FLAGS_gloo_iface);
+  f.local_gpu = absl::GetFlag(FLAGS_local_gpu);
+  return f;
+}
+
+ProbeFlags ProbeFlagsFromFlags() {
+  ProbeFlags f;
+  f.target = absl::GetFlag(FLAGS_probe);
+  f.service = absl::GetFlag(FLAGS_probe_service);
+  f.tls_cert = absl::GetFlag(FLAGS_tls_cert);
+  f.tls_key = absl::GetFlag(FLAGS_tls_key);
+  f.tls_client_ca = absl::GetFlag(FLAGS_tls_client_ca);
+  f.tls_ca = absl::GetFlag(FLAGS_probe_tls_ca);
+  f.tls_server_name = absl::GetFlag(FLAGS_probe_tls_server_name);
+  return f;
+}
+
+}  // namespace packsched::sidecar

@@ -1,0 +1,36 @@
+#ifndef PACKSCHED_SERVER_SIDECAR_FLAGS_H_
+#define PACKSCHED_SERVER_SIDECAR_FLAGS_H_
+
+// The flags of packsched-server (every one is defined in flags.cc; `--helpfull` lists them) and
+// the options they turn into: the server's (checked), the rank group's and the probe's (as
+// given; StartRankGroup and RunProbe check theirs).
+
+#include <string>
+
+#include "absl/flags/declare.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "server/service/server.h"
+#include "server/sidecar/probe.h"
+#include "server/sidecar/rank_group.h"
+
+// The process's own flags, read by main.cc.
+ABSL_DECLARE_FLAG(std::string, log_level);
+ABSL_DECLARE_FLAG(std::string, port_file);
+ABSL_DECLARE_FLAG(absl::Duration, shutdown_grace);
+
+namespace packsched::sidecar {
+
+// --listen, TLS, --auth_token_file (read here), the limits and the gRPC settings, checked:
+// InvalidArgument names the flag at fault.
+absl::StatusOr<service::ServerOptions> ServerOptionsFromFlags();
+
+// --rank, --world_size, --rendezvous*, --backend, --gloo_*, --local_gpu.
+RankGroupFlags RankGroupFlagsFromFlags();
+
+// --probe, --probe_service, --probe_tls_* and the server's --tls_* flags.
+ProbeFlags ProbeFlagsFromFlags();
+
+}  // namespace packsched::sidecar
+
+#endif  // PACKSCHED_SERVER_SIDECAR_FLAGS_H_

@@ -1,0 +1,127 @@
+#include "server/sidecar/rank_group.h"
+
+#include <cstdlib>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "server/base/address.h"
+#include "server/base/status_macros.h"
+#include "server/collective/backend.h"
+#include "spdlog/spdlog.h"
+
+namespace packsched::sidecar {
+namespace {
+
+// The rendezvous address rank 0 binds: --rendezvous_listen, else --rendezvous's port on
+// loopback when its host is loopback, else on every interface.
+std::string RendezvousListen(const RankGroupFlags& flags) {
+  const std::string& rendezvous = flags.rendezvous;
+  if (!flags.rendezvous_listen.empty()) return flags.rendezvous_listen;
+  if (IsLoopbackAddress(rendezvous)) return rendezvous;
+  const size_t colon = rendezvous.rfind(':');
+  return absl::StrCat("[::]", colon == std::string::npos ? ":0" : rendezvous.substr(colon));
+}
+
+}  // namespace
+
+absl::StatusOr<RankGroup> StartRankGroup(const RankGroupFlags& flags,
+                                         const service::ServerOptions& server) {
+  RankGroup g;
+  const int64_t rank = flags.rank;
+  const int64_t world_size = flags.world_size;
+  const std::string& rendezvous = flags.rendezvous;
+  ASSIGN_OR_RETURN(collective::Backend backend, collective::ParseBackend(flags.backend));
+  if (world_size < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--world_size = ", world_size, ": must be >= 1"));
+  }
+  if (rank < 0 || rank >= world_size) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--rank = ", rank, ": must be in [0, --world_size = ", world_size, ")"));
+  }
+  if (rendezvous.empty()) {
+    if (world_size != 1) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--world_size = ", world_size, " needs --rendezvous=HOST:PORT"));
+    }
+    if (backend != collective::Backend::kAuto && backend != collective::Backend::kLocal) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--backend = ", collective::BackendName(backend), " needs --rendezvous=HOST:PORT"));
+    }
+    return g;  // a group of one: the local backend, nothing stored
+  }
+  service::RendezvousTls tls;
+  if (flags.rendezvous_tls) {
+    tls.enabled = true;
+    tls.cert = server.tls_cert;
+    tls.key = server.tls_key;
+    if (tls.cert.empty() || tls.key.empty()) {
+      return absl::InvalidArgumentError("--rendezvous_tls needs --tls_cert and --tls_key");
+    }
+  } else if (!flags.rendezvous_tls_ca.empty()) {
+    return absl::InvalidArgumentError("--rendezvous_tls_ca needs --rendezvous_tls");
+  }
+  if (rank == 0) {
+    g.served = std::make_unique<collective::InMemoryStore>();
+    service::RendezvousServerOptions serve;
+    serve.listen = RendezvousListen(flags);
+    serve.tls = tls;
+    serve.tls.ca = flags.rendezvous_tls ? server.tls_client_ca : "";
+    serve.auth_token = server.auth_token;
+    ASSIGN_OR_RETURN(g.server, service::RendezvousServer::Start(g.served.get(), serve));
+    spdlog::info("serving the rendezvous store on {} (port {}){}", serve.listen, g.server->port(),
+                 tls.enabled ? ", TLS" : "");
+  }
+  service::RendezvousClientOptions connect;
+  connect.address = rendezvous;
+  connect.auth_token = server.auth_token;
+  if (flags.rendezvous_tls) {
+    connect.tls.enabled = true;
+    connect.tls.ca = flags.rendezvous_tls_ca;  // empty: the system roots
+    connect.tls.cert = server.tls_cert;
+    connect.tls.key = server.tls_key;
+  }
+  ASSIGN_OR_RETURN(g.store, service::RendezvousStore::Create(connect));
+  collective::GroupOptions options;
+  options.rank = rank;
+  options.world_size = world_size;
+  options.backend = backend;
+  options.collective_timeout = server.limits.collective_timeout;
+  options.gloo.iface = flags.gloo_iface;
+  options.gloo.hostname = flags.gloo_hostname;
+  if (options.gloo.hostname.empty() && options.gloo.iface.empty()) {
+    ASSIGN_OR_RETURN(options.gloo.hostname, service::LocalAddressTowards(rendezvous));
+  }
+  int64_t gpu = flags.local_gpu;
+  if (gpu < 0) {
+    const char* local_rank = std::getenv("LOCAL_RANK");
+    gpu = 0;
+    if (local_rank != nullptr && !absl::SimpleAtoi(local_rank, &gpu)) {
+      return absl::InvalidArgumentError(absl::StrCat("LOCAL_RANK = '", local_rank, "'"));
+    }
+  }
+  options.nccl.device = static_cast<int>(gpu);
+  ASSIGN_OR_RETURN(g.group, collective::Group::Create(g.store.get(), std::move(options)));
+  return g;
+}
+
+void AttachRankGroup(RankGroup& group, service::ServerOptions& options) {
+  options.group = group.group.get();
+  if (service::RendezvousStore* store = group.store.get(); store != nullptr) {
+    // Shutdown must not wait out --collective_timeout in a group formation (a stream worker
+    // blocked on the store for a rank that never comes).
+    options.cancel_group_waits = [store] { store->Cancel(); };
+  }
+}
+
+void StopRankGroup(RankGroup& group) {
+  // The group outlives the server and its coordinator (which holds the streams' groups); rank 0's
+  // store goes last.
+  group.group.reset();
+  group.store.reset();
+  if (group.server != nullptr) group.server->Shutdown();
+}
+
+}  // namespace packsched::sidecar

@@ -1,0 +1,179 @@
+// packsched::sidecar, the pieces of packsched-server's main: the flags turned into options, the
+// rank group's checks and wiring (without a network: what fails before any connection), the
+// probe's own refusal, and the port file. The real binary: tests/e2e.
+
+#include <stdlib.h>
+
+#include <cstdint>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include "absl/flags/declare.h"
+#include "absl/flags/flag.h"
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "server/sidecar/flags.h"
+#include "server/sidecar/probe.h"
+#include "server/sidecar/process.h"
+#include "server/sidecar/rank_group.h"
+
+ABSL_DECLARE_FLAG(int64_t, max_threads);
+ABSL_DECLARE_FLAG(std::string, auth_token_file);
+ABSL_DECLARE_FLAG(std::string, rendezvous);
+ABSL_DECLARE_FLAG(int64_t, world_size);
+
+namespace packsched::sidecar {
+namespace {
+
+using ::testing::HasSubstr;
+
+class TempDir {
+ public:
+  TempDir() {
+    const char* base = std::getenv("TMPDIR");
+    std::string pattern =
+        absl::StrCat(base != nullptr ? base : "/tmp", "/packsched-sidecar-XXXXXX");
+    path_ = mkdtemp(pattern.data()) != nullptr ? pattern : "";
+  }
+  ~TempDir() {
+    if (!path_.empty()) {
+      [[maybe_unused]] int rc = std::system(absl::StrCat("rm -rf '", path_, "'").c_str());
+    }
+  }
+  std::string File(const std::string& name) const { return absl::StrCat(path_, "/", name); }
+
+ private:
+  std::string path_;
+};
+
+std::string ReadAll(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream contents;
+  contents << in.rdbuf();
+  return contents.str();
+}
+
+std::string Message(const absl::Status& status) { return std::string(status.message()); }
+
+TEST(Flags, DefaultsMakeValidOptions) {
+  const absl::StatusOr<service::ServerOptions> options = ServerOptionsFromFlags();
+  ASSERT_TRUE(options.ok()) << options.status();
+  EXPECT_EQ(options->listen, "127.0.0.1:50051");
+  EXPECT_TRUE(options->auth_token.empty());
+  EXPECT_FALSE(options->build_version.empty());
+  const RankGroupFlags group = RankGroupFlagsFromFlags();
+  EXPECT_EQ(group.world_size, 1);
+  EXPECT_EQ(group.backend, "auto");
+  EXPECT_TRUE(ProbeFlagsFromFlags().target.empty());
+}
+
+TEST(Flags, LimitsAndTheTokenFileAreChecked) {
+  absl::SetFlag(&FLAGS_max_threads, 1);
+  EXPECT_EQ(Message(ServerOptionsFromFlags().status()), "--max_threads = 1: must be >= 2");
+  absl::SetFlag(&FLAGS_max_threads, 64);
+
+  TempDir dir;
+  absl::SetFlag(&FLAGS_auth_token_file, dir.File("missing"));
+  EXPECT_THAT(Message(ServerOptionsFromFlags().status()), HasSubstr("--auth_token_file = '"));
+  std::ofstream(dir.File("token")) << "  s3cret\n";
+  absl::SetFlag(&FLAGS_auth_token_file, dir.File("token"));
+  const absl::StatusOr<service::ServerOptions> options = ServerOptionsFromFlags();
+  ASSERT_TRUE(options.ok()) << options.status();
+  EXPECT_EQ(options->auth_token, "s3cret");
+  absl::SetFlag(&FLAGS_auth_token_file, "");
+}
+
+TEST(Flags, GroupFlagsAreReadAsGiven) {
+  absl::SetFlag(&FLAGS_rendezvous, "host0:29400");
+  absl::SetFlag(&FLAGS_world_size, 4);
+  const RankGroupFlags group = RankGroupFlagsFromFlags();
+  EXPECT_EQ(group.rendezvous, "host0:29400");
+  EXPECT_EQ(group.world_size, 4);
+  absl::SetFlag(&FLAGS_rendezvous, "");
+  absl::SetFlag(&FLAGS_world_size, 1);
+}
+
+absl::Status StartError(const RankGroupFlags& flags,
+                        const service::ServerOptions& server = service::ServerOptions()) {
+  return StartRankGroup(flags, server).status();
+}
+
+TEST(RankGroup, AGroupOfOneHasNothingToStart) {
+  absl::StatusOr<RankGroup> group = StartRankGroup(RankGroupFlags(), service::ServerOptions());
+  ASSERT_TRUE(group.ok()) << group.status();
+  EXPECT_EQ(group->group, nullptr);
+  EXPECT_EQ(group->store, nullptr);
+  EXPECT_EQ(group->server, nullptr);
+  service::ServerOptions options;
+  AttachRankGroup(*group, options);
+  EXPECT_EQ(options.group, nullptr);
+  EXPECT_FALSE(options.cancel_group_waits);
+  StopRankGroup(*group);
+}
+
+TEST(RankGroup, FlagsAreCheckedBeforeAnyConnection) {
+  RankGroupFlags f;
+  f.world_size = 0;
+  EXPECT_EQ(Message(StartError(f)), "--world_size = 0: must be >= 1");
+  f.world_size = 2;
+  f.rank = 2;
+  EXPECT_EQ(Message(StartError(f)), "--rank = 2: must be in [0, --world_size = 2)");
+  f.rank = 1;
+  EXPECT_EQ(Message(StartError(f)), "--world_size = 2 needs --rendezvous=HOST:PORT");
+  f.world_size = 1;
+  f.rank = 0;
+  f.backend = "gloo";
+  EXPECT_EQ(Message(StartError(f)), "--backend = gloo needs --rendezvous=HOST:PORT");
+  f.backend = "carrier-pigeon";
+  EXPECT_EQ(StartError(f).code(), absl::StatusCode::kInvalidArgument);
+
+  RankGroupFlags tls;
+  tls.rank = 1;
+  tls.world_size = 2;
+  tls.rendezvous = "10.9.9.9:29400";
+  tls.rendezvous_tls = true;
+  EXPECT_EQ(Message(StartError(tls)), "--rendezvous_tls needs --tls_cert and --tls_key");
+  tls.rendezvous_tls = false;
+  tls.rendezvous_tls_ca = "/ca.pem";
+  EXPECT_EQ(Message(StartError(tls)), "--rendezvous_tls_ca needs --rendezvous_tls");
+}
+
+TEST(RankGroup, TheTokenIsNotSentToTheRendezvousInPlaintextOffLoopback) {
+  RankGroupFlags f;
+  f.rank = 1;  // no store served here: the client is the first thing made
+  f.world_size = 2;
+  f.rendezvous = "10.9.9.9:29400";
+  service::ServerOptions server;
+  server.auth_token = "t";
+  const absl::Status status = StartError(f, server);
+  EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(Message(status), HasSubstr("--rendezvous = 10.9.9.9:29400"));
+}
+
+TEST(Probe, TlsNeedsACertificateAuthority) {
+  ProbeFlags f;
+  f.target = "127.0.0.1:1";
+  f.tls_cert = "/server.pem";
+  f.tls_key = "/server.key";
+  EXPECT_EQ(RunProbe(f), 1);
+}
+
+TEST(Probe, NothingListeningIsNotServing) {
+  ProbeFlags f;
+  f.target = "127.0.0.1:1";
+  EXPECT_EQ(RunProbe(f), 1);
+}
+
+TEST(Process, WritesThePortFile) {
+  TempDir dir;
+  ASSERT_TRUE(WritePortFile(dir.File("port"), 50123).ok());
+  EXPECT_EQ(ReadAll(dir.File("port")), "50123\n");
+  EXPECT_EQ(WritePortFile(dir.File("no/such/dir/port"), 1).code(), absl::StatusCode::kInternal);
+}
+
+}  // namespace
+}  // namespace packsched::sidecar
