@@ -25,8 +25,8 @@
 #include "server/base/logging.h"
 #include "server/base/status_macros.h"
 #include "server/collective/backend.h"
-#include "server/collective/group.h"
 #include "server/collective/store.h"
+#include "server/group/group.h"
 #include "server/service/health_probe.h"
 #include "server/service/rendezvous.h"
 #include "server/service/server.h"
@@ -216,7 +216,7 @@ struct RankGroup {
   std::unique_ptr<packsched::collective::InMemoryStore> served;
   std::unique_ptr<packsched::service::RendezvousServer> server;
   std::unique_ptr<packsched::service::RendezvousStore> store;
-  std::unique_ptr<packsched::collective::Group> group;
+  std::unique_ptr<packsched::group::Group> group;
 };
 
 // The rendezvous address rank 0 binds: --rendezvous_listen, else --rendezvous's port on
@@ -284,7 +284,7 @@ absl::StatusOr<RankGroup> GroupFromFlags(const packsched::service::ServerOptions
     connect.tls.key = server.tls_key;
   }
   ASSIGN_OR_RETURN(g.store, packsched::service::RendezvousStore::Create(connect));
-  collective::GroupOptions options;
+  packsched::group::GroupOptions options;
   options.rank = rank;
   options.world_size = world_size;
   options.backend = backend;
@@ -303,7 +303,7 @@ absl::StatusOr<RankGroup> GroupFromFlags(const packsched::service::ServerOptions
     }
   }
   options.nccl.device = static_cast<int>(gpu);
-  ASSIGN_OR_RETURN(g.group, collective::Group::Create(g.store.get(), std::move(options)));
+  ASSIGN_OR_RETURN(g.group, packsched::group::Group::Create(g.store.get(), std::move(options)));
   return g;
 }
 

@@ -36,7 +36,7 @@ struct GlooOptions {
   // The all-reduce algorithm. kRecursiveDoubling (ours, over Gloo's point-to-point buffers):
   // ceil(log2 W) message steps, + 2 when W is not a power of two — the latency-optimal choice
   // for a record of a few words, and the only one a sidecar uses (no flag selects another, and
-  // Group::Create refuses another).
+  // the rank group's group::Group::Create refuses another).
   // kBcube and kRing are Gloo's own (2·log2 W steps when W is a power of two, else a final
   // W/2^k-way exchange; 2·(W - 1) steps), kept for comparison in tests and
   // tests/bench/collective_bench.cc only, in a file of their own (gloo_full_mesh.h). Their calls
