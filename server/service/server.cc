@@ -165,14 +165,16 @@ absl::StatusOr<std::unique_ptr<SchedulerServer>> SchedulerServer::Start(
   }
   grpc::HealthCheckServiceInterface* health = state->server->GetHealthCheckService();
   if (health != nullptr) health->SetServingStatus(true);
-  if (health != nullptr && options.group != nullptr && options.group->options().world_size > 1) {
+  if (health != nullptr) {
     // Liveness is the server's own status (""); readiness is the Scheduler service's: SERVING
-    // while the agreement port is serving (Group::serving(): every rank of the group has joined
-    // the run, and no stream is between generations) — exactly what GetStatus reports as
-    // group_ready.
+    // while the agreement port is serving — with a rank group, Group::serving(): every rank of
+    // the group has joined the run, and no stream is between generations; a group of one at
+    // once — exactly what GetStatus reports as group_ready.
     const std::string service = v1::Scheduler::service_full_name();
     state->agreements->SetServingListener(
         [health, service](bool serving) { health->SetServingStatus(service, serving); });
+  }
+  if (health != nullptr && options.group != nullptr && options.group->options().world_size > 1) {
     state->readiness = std::make_unique<group::ReadinessWatch>(*options.group, nullptr);
   }
   return std::unique_ptr<SchedulerServer>(new SchedulerServer(std::move(state)));
