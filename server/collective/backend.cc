@@ -2,7 +2,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "server/base/status_macros.h"
-#include "server/collective/group_keys.h"
 #include "server/collective/local_collective.h"
 
 namespace packsched::collective {
@@ -31,27 +30,6 @@ absl::string_view BackendName(Backend backend) {
 }
 
 bool CanUseNccl() { return NcclBuilt() && GpuAvailable(); }
-
-absl::StatusOr<Backend> AgreeOnBackend(KeyValueStore& store, absl::string_view epoch_root,
-                                       int64_t rank, int64_t world_size, bool can_use_nccl,
-                                       absl::Time deadline) {
-  const std::string decision_key = keys::Backend(epoch_root);
-  if (rank != 0) {
-    RETURN_IF_ERROR(
-        store.Set(keys::NcclCapable(epoch_root, rank), can_use_nccl ? "1" : "0", deadline));
-    ASSIGN_OR_RETURN(std::string decision, store.Get(decision_key, deadline));
-    return ParseBackend(decision);
-  }
-  bool all = can_use_nccl;
-  for (int64_t r = 1; r < world_size && all; ++r) {
-    absl::StatusOr<std::string> answer = store.Get(keys::NcclCapable(epoch_root, r), deadline);
-    if (!answer.ok()) return answer.status();
-    all = *answer == "1";
-  }
-  const Backend decision = all ? Backend::kNccl : Backend::kGloo;
-  RETURN_IF_ERROR(store.Set(decision_key, BackendName(decision), deadline));
-  return decision;
-}
 
 absl::StatusOr<std::unique_ptr<Collective>> FormCollective(
     Backend backend, KeyValueStore& store, absl::string_view prefix, int64_t rank,

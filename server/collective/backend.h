@@ -1,8 +1,9 @@
 #ifndef PACKSCHED_SERVER_COLLECTIVE_BACKEND_H_
 #define PACKSCHED_SERVER_COLLECTIVE_BACKEND_H_
 
-// Choosing and forming a backend: `--backend=auto|gloo|nccl|local`, the auto agreement (NCCL
-// only if every rank can, else Gloo) and the one call that forms any backend under a prefix.
+// Choosing and forming a backend: `--backend=auto|gloo|nccl|local` and the one call that forms
+// any backend under a prefix. (What auto resolves to is agreed by the rank group:
+// server/group/backend_agreement.h.)
 
 #include <cstdint>
 #include <memory>
@@ -27,15 +28,6 @@ absl::string_view BackendName(Backend backend);
 
 // Whether this process can be an NCCL rank: built with NCCL and sees a GPU.
 bool CanUseNccl();
-
-// Agrees on kGloo or kNccl for --backend=auto among `world_size` ranks, through `epoch_root` in
-// `store`: every rank publishes whether it can use NCCL; rank 0 decides (NCCL only if every rank
-// can; it reads the W answers only when it can itself) and publishes the decision, which the
-// others read. O(W) store operations in all, once per run epoch. Returns DeadlineExceeded if
-// a rank has not answered (rank 0) or the decision is not published (others) by `deadline`.
-absl::StatusOr<Backend> AgreeOnBackend(KeyValueStore& store, absl::string_view epoch_root,
-                                       int64_t rank, int64_t world_size, bool can_use_nccl,
-                                       absl::Time deadline);
 
 // Forms `backend` (kGloo, kNccl or kLocal; not kAuto) for `rank` of `world_size` under the fresh
 // `prefix`. kLocal requires world_size == 1. Errors as the backend's Create. `cancel` (optional)

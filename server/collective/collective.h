@@ -2,8 +2,9 @@
 #define PACKSCHED_SERVER_COLLECTIVE_COLLECTIVE_H_
 
 // The collective a sidecar group uses to agree on each round: a fixed-size all-reduce on the
-// common path, and a fixed-size all-gather only to explain a failure (DESIGN.md §3). Backends:
-// LocalCollective (a group of one, below), Gloo (TCP, CPU) and NCCL (GPU).
+// common path, and a fixed-size all-gather only to explain a failure (docs/design.md §3).
+// Backends: LocalCollective (a group of one), Gloo (TCP, CPU) and NCCL (GPU). The rank group
+// that forms them and agrees rounds over them is server/group/.
 
 #include <cstdint>
 
@@ -15,6 +16,11 @@
 namespace packsched::collective {
 
 enum class ReduceOp { kMax, kMin, kSum };
+
+// The longest record (in words) a caller gathers with AllGather: a backend may size its buffers
+// for world_size of them up front, so that the failure path allocates nothing. (The round's
+// explanation of a failure, docs/design.md §3, gathers exactly this much: round.h.)
+inline constexpr int kMaxGatheredRecordWords = 43;
 
 // op(a, b). Sums wrap (callers bound their sums; wrapping keeps every rank's result identical
 // rather than invoking undefined behaviour).

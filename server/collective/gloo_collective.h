@@ -1,9 +1,9 @@
 #ifndef PACKSCHED_SERVER_COLLECTIVE_GLOO_COLLECTIVE_H_
 #define PACKSCHED_SERVER_COLLECTIVE_GLOO_COLLECTIVE_H_
 
-// The Gloo backend: TCP between CPU processes (DESIGN.md §3). One GlooCollective is one rank's
-// member of one generation of a group; a failed call ends it and the group is formed again under
-// a fresh prefix.
+// The Gloo backend: TCP between CPU processes (docs/design.md §3). One GlooCollective is one
+// rank's member of one generation of a group; a failed call ends it and the group is formed again
+// under a fresh prefix.
 //
 // Gloo's calls block and report failures by throwing; here they run on a worker thread owned by
 // the instance, every gloo::Exception is turned into a Status, and the caller waits on its own
@@ -36,15 +36,15 @@ struct GlooOptions {
   // The all-reduce algorithm. kRecursiveDoubling (ours, over Gloo's point-to-point buffers):
   // ceil(log2 W) message steps, + 2 when W is not a power of two — the latency-optimal choice
   // for a record of a few words, and the only one a sidecar uses (no flag selects another, and
-  // Group::Create refuses another).
+  // the rank group's group::Group::Create refuses another).
   // kBcube and kRing are Gloo's own (2·log2 W steps when W is a power of two, else a final
   // W/2^k-way exchange; 2·(W - 1) steps), kept for comparison in tests and
-  // tests/bench/collective_bench.cc only. Their calls have the same bounds as
-  // kRecursiveDoubling's (the caller's deadline; Abort() ends a call at once), but their
-  // formation (Gloo's full mesh) does not: a peer that publishes its addresses and never
-  // connects holds it for up to five times what is left of the formation (Gloo's own
-  // connection wait) with no watchdog, the error does not name that peer, and a Cancellation
-  // is only checked before formation starts.
+  // tests/bench/collective_bench.cc only, in a file of their own (gloo_full_mesh.h). Their calls
+  // have the same bounds as kRecursiveDoubling's (the caller's deadline; Abort() ends a call at
+  // once), but their formation (Gloo's full mesh) does not: a peer that publishes its addresses
+  // and never connects holds it for up to five times what is left of the formation (Gloo's own
+  // connection wait) with no watchdog, the error does not name that peer, and a Cancellation is
+  // only checked before formation starts.
   enum class Algorithm { kRecursiveDoubling, kBcube, kRing };
   Algorithm algorithm = Algorithm::kRecursiveDoubling;
   // The longest deadline a call on the formed group will have (the collective timeout). Under

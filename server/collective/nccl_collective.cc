@@ -17,7 +17,6 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
-#include "server/collective/round.h"
 
 namespace packsched::collective {
 
@@ -229,7 +228,7 @@ absl::StatusOr<std::unique_ptr<NcclCollective>> NcclCollective::Create(
   // Buffers for the largest call up front: the gather of a failed round's records (W records).
   // cudaMalloc/cudaFree synchronise the device, which must not happen in the middle of a round.
   if (absl::Status room = impl->EnsureCapacity(static_cast<size_t>(world_size) *
-                                               static_cast<size_t>(kGatheredRecordWords));
+                                               static_cast<size_t>(kMaxGatheredRecordWords));
       !room.ok()) {
     return room;
   }

@@ -1,12 +1,15 @@
 #ifndef PACKSCHED_SERVER_COLLECTIVE_STORE_H_
 #define PACKSCHED_SERVER_COLLECTIVE_STORE_H_
 
-// The rendezvous key-value store (DESIGN.md §3): rank 0 serves it, every rank (rank 0 included)
-// uses it to bootstrap Gloo and NCCL, to agree on the backend and the generation, to publish
-// arrival keys, and to keep the agreed result of each round. Keys and values are byte strings.
+// The rendezvous key-value store (docs/design.md §3): rank 0 serves it, every rank (rank 0
+// included) uses it to bootstrap Gloo and NCCL, and the rank group above (server/group/) to agree
+// on the backend and the generation, to publish arrival keys, and to keep the agreed result of
+// each round. Keys and values are byte strings. It lives here, below the group, because the
+// backends bootstrap through it (their formation takes a KeyValueStore).
 //
-// KeyValueStore is the interface; InMemoryStore (below) serves threads-as-ranks tests and rank 0's
-// own server; a gRPC client implements the same interface for the other ranks.
+// KeyValueStore is the interface; InMemoryStore (below) serves threads-as-ranks tests and rank
+// 0's own server; a gRPC client (server/service/rendezvous.h) implements the same interface for
+// the other ranks.
 
 #include <cstdint>
 #include <functional>

@@ -6,14 +6,11 @@
 #include <utility>
 
 #include "absl/status/status.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
-#include "absl/strings/str_split.h"
 #include "server/base/checked_math.h"
 #include "server/base/thread_name.h"
-#include "server/collective/local_collective.h"
-#include "server/collective/round.h"
+#include "server/group/collective_agreement.h"
+#include "server/group/round.h"
 #include "server/planner/planner.h"
 #include "spdlog/spdlog.h"
 
@@ -33,13 +30,9 @@ struct RoundCoordinator::Stream {
 
   const std::string name;
   std::thread worker;
-  // Touched only by the worker, except Abort() (thread-safe by contract) under `mu`. One of
-  // them is used: `stream_group` with a rank group, else `group`.
-  std::unique_ptr<collective::Collective> group;
-  std::unique_ptr<collective::StreamGroup> stream_group;
-  // Whether this process has agreed a round of the stream with its peers: until then a round may
-  // be one the peers finished before this sidecar (re)started, recovered from the store.
-  bool agreed_once = false;
+  // Made by the worker before the stream's first round (under `mu`, read by GetStats and
+  // Shutdown there); used by the worker, except Abort() and info() (thread-safe by contract).
+  std::unique_ptr<group::RoundAgreement> agreement;
 
   absl::Mutex mu;
   absl::CondVar work;  // a round was queued, or the stream is stopping
@@ -82,10 +75,10 @@ absl::Status ReleasedRound(absl::string_view stream, int64_t round, int64_t rele
 }
 
 // A round whose ranks brought different round numbers fails on every rank with the same
-// message (collective/round.h), which names the first rank's round — on the other ranks, a
+// message (group/round.h), which names the first rank's round — on the other ranks, a
 // number that is not theirs. Say which round failed here, and the usual cause.
 absl::Status WithRoundContext(absl::Status status, absl::string_view stream, int64_t round) {
-  if (!collective::IsRoundNumberMismatch(status)) return status;
+  if (!group::IsRoundNumberMismatch(status)) return status;
   return absl::FailedPreconditionError(absl::StrCat(
       "stream '", stream, "' round ", round, " (this sidecar's) failed: ", status.message(),
       ". Outstanding rounds of a stream must reach every sidecar in increasing order: a "
@@ -93,10 +86,19 @@ absl::Status WithRoundContext(absl::Status status, absl::string_view stream, int
       "reach two sidecars in different orders meet different rounds and fail on both"));
 }
 
+RoundCoordinator::Options WithDefaultAgreements(RoundCoordinator::Options options) {
+  if (options.agreements == nullptr) {
+    // A group of one.
+    options.agreements =
+        std::make_shared<group::CollectiveAgreements>(options.limits.collective_timeout);
+  }
+  return options;
+}
+
 }  // namespace
 
 RoundCoordinator::RoundCoordinator(Options options)
-    : options_(std::move(options)),
+    : options_(WithDefaultAgreements(std::move(options))),
       cache_(options_.limits.max_cached_rounds, options_.limits.max_cached_bytes) {}
 
 RoundCoordinator::~RoundCoordinator() { Shutdown(); }
@@ -248,49 +250,6 @@ void RoundCoordinator::WorkerLoop(Stream* stream) {
   }
 }
 
-namespace {
-
-// The agreed result of a round as kept in the rendezvous store: the agreed values and the
-// identity a recovering rank must share ("v1 k min_local_k sequences loss_tokens
-// sequences_with_loss options_hash version").
-std::string SerializeAgreedResult(const collective::AgreedRound& agreed,
-                                  const collective::RoundRecord& record) {
-  return absl::StrCat("v1 ", agreed.k, " ", agreed.min_local_k, " ", agreed.num_sequences, " ",
-                      agreed.loss_tokens, " ", agreed.sequences_with_loss, " ", record.options_hash,
-                      " ", record.version);
-}
-
-absl::StatusOr<collective::AgreedRound> ParseAgreedResult(absl::string_view text,
-                                                          const collective::RoundRecord& mine) {
-  const std::vector<absl::string_view> fields = absl::StrSplit(text, ' ');
-  collective::AgreedRound agreed;
-  uint64_t options_hash = 0;
-  int64_t version = 0;
-  if (fields.size() != 8 || fields[0] != "v1" || !absl::SimpleAtoi(fields[1], &agreed.k) ||
-      !absl::SimpleAtoi(fields[2], &agreed.min_local_k) ||
-      !absl::SimpleAtoi(fields[3], &agreed.num_sequences) ||
-      !absl::SimpleAtoi(fields[4], &agreed.loss_tokens) ||
-      !absl::SimpleAtoi(fields[5], &agreed.sequences_with_loss) ||
-      !absl::SimpleAtoi(fields[6], &options_hash) || !absl::SimpleAtoi(fields[7], &version)) {
-    return absl::InternalError(absl::StrCat("stored round result '", text, "' is malformed"));
-  }
-  if (options_hash != mine.options_hash || version != mine.version) {
-    return absl::FailedPreconditionError(absl::StrFormat(
-        "stream '%s' round %d was finished by the peers with options fingerprint %016x and "
-        "version %d; this rank has %016x and %d",
-        mine.stream, mine.round, options_hash, version, mine.options_hash, mine.version));
-  }
-  if (agreed.k < mine.local_k) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("stream '", mine.stream, "' round ", mine.round,
-                     " was agreed with k = ", agreed.k, " by the peers, below this rank's bound ",
-                     mine.local_k, ": the lengths differ from the ones this rank sent before"));
-  }
-  return agreed;
-}
-
-}  // namespace
-
 Result RoundCoordinator::RunRound(Stream& stream, const RoundInput& in) {
   auto result = std::make_shared<RoundResult>();
   const absl::Time start = absl::Now();
@@ -299,7 +258,7 @@ Result RoundCoordinator::RunRound(Stream& stream, const RoundInput& in) {
     ++rounds_;
   }
 
-  collective::RoundRecord record;
+  group::RoundRecord record;
   record.stream = stream.name;
   record.round = in.round;
   record.options_hash = in.options_hash;
@@ -336,83 +295,18 @@ Result RoundCoordinator::RunRound(Stream& stream, const RoundInput& in) {
   }
   const absl::Time local_done = absl::Now();
 
-  // Agree with the peers (or a group of one).
-  absl::StatusOr<collective::AgreedRound> agreed;
-  int64_t world_size = 1;
-  absl::Time agreed_at;
-  if (options_.group != nullptr) {
-    if (stream.stream_group == nullptr) {
-      std::unique_ptr<collective::StreamGroup> created = options_.group->ForStream(stream.name);
-      absl::MutexLock lock(&stream.mu);
-      if (stream.stopping) created->Abort();
-      stream.stream_group = std::move(created);
-    }
-    world_size = options_.group->options().world_size;
-    std::optional<collective::AgreedRound> recovered;
-    if (!stream.agreed_once && world_size > 1) {
-      // A restarted sidecar: its peers may have finished this round already (they will not come
-      // to it again). Then take their agreed values instead of entering the round alone.
-      absl::StatusOr<std::optional<std::string>> stored = stream.stream_group->GetResult(in.round);
-      if (stored.ok() && stored->has_value()) {
-        if (!record.error.ok()) return record.error;
-        absl::StatusOr<collective::AgreedRound> parsed = ParseAgreedResult(**stored, record);
-        if (!parsed.ok()) return parsed.status();
-        recovered = *parsed;
-        spdlog::info("stream {} round {}: recovered the agreed result its peers finished (k={})",
-                     stream.name, in.round, recovered->k);
-      }
-    }
-    if (recovered) {
-      agreed = *recovered;
-    } else {
-      // Forms (or re-forms after a failure) within the group's collective timeout.
-      agreed = stream.stream_group->Agree(record);
-    }
-    agreed_at = absl::Now();
-    if (!agreed.ok()) return WithRoundContext(agreed.status(), stream.name, in.round);
-    if (!recovered) {
-      stream.agreed_once = true;
-      if (options_.group->options().rank == 0 && world_size > 1) {
-        // For a peer that restarts and asks for this round again (best effort: a store failure
-        // leaves the round itself intact).
-        if (absl::Status put =
-                stream.stream_group->PutResult(in.round, SerializeAgreedResult(*agreed, record));
-            !put.ok()) {
-          spdlog::warn("stream {} round {}: storing the agreed result failed: {}", stream.name,
-                       in.round, put.ToString());
-        }
-      }
-    }
-  } else {
-    if (stream.group == nullptr) {
-      absl::StatusOr<std::unique_ptr<collective::Collective>> group =
-          options_.make_collective ? options_.make_collective(stream.name)
-                                   : absl::StatusOr<std::unique_ptr<collective::Collective>>(
-                                         std::make_unique<collective::LocalCollective>());
-      if (!group.ok()) return group.status();
-      {
-        absl::MutexLock lock(&stream.mu);
-        if (stream.stopping) (*group)->Abort();
-        stream.group = *std::move(group);
-      }
-      // Lock order: the coordinator's mu_ before a stream's mu, never the reverse.
-      absl::MutexLock coordinator(&mu_);
-      world_size_ = stream.group->world_size();
-      backend_ = std::string(stream.group->backend());
-    }
-    agreed = collective::AgreeRound(*stream.group, record,
-                                    absl::Now() + options_.limits.collective_timeout);
-    agreed_at = absl::Now();
-    world_size = stream.group->world_size();
-    if (!agreed.ok()) {
-      if (absl::IsDeadlineExceeded(agreed.status()) || absl::IsAborted(agreed.status())) {
-        // The group is unusable after a collective failure: form it again for the next round.
-        absl::MutexLock lock(&stream.mu);
-        stream.group.reset();
-      }
-      return WithRoundContext(agreed.status(), stream.name, in.round);
-    }
+  // Agree with the peers (or a group of one); the rank group forms the stream's collective
+  // first if needed, and may answer a round its peers finished before this sidecar restarted.
+  if (stream.agreement == nullptr) {
+    std::unique_ptr<group::RoundAgreement> created = options_.agreements->ForStream(stream.name);
+    absl::MutexLock lock(&stream.mu);
+    if (stream.stopping) created->Abort();
+    stream.agreement = std::move(created);
   }
+  const absl::StatusOr<group::AgreedRound> agreed = stream.agreement->Agree(record);
+  const absl::Time agreed_at = absl::Now();
+  if (!agreed.ok()) return WithRoundContext(agreed.status(), stream.name, in.round);
+  const int64_t world_size = agreed->world_size;
 
   // Every rank now holds the same agreed values and the same options, so what follows either
   // fails identically everywhere or cannot fail.
@@ -476,8 +370,7 @@ void RoundCoordinator::Shutdown() {
   for (Stream* stream : streams) {
     absl::MutexLock lock(&stream->mu);
     stream->stopping = true;
-    if (stream->group != nullptr) stream->group->Abort();
-    if (stream->stream_group != nullptr) stream->stream_group->Abort();
+    if (stream->agreement != nullptr) stream->agreement->Abort();
     for (auto& [round, pending] : stream->in_flight) {
       // The entry stays for its worker (which erases it); only the callers move out.
       abandoned.push_back({stream->name, round, pending.running, std::move(pending.waiters)});
@@ -508,16 +401,13 @@ void RoundCoordinator::Shutdown() {
 
 RoundCoordinator::Stats RoundCoordinator::GetStats() const {
   Stats stats;
+  stats.world_size = options_.agreements->world_size();
+  // Every rank has joined, and no stream is between generations: the readiness the health
+  // service reports too.
+  stats.group_ready = options_.agreements->serving();
+  stats.backend = "local";
   {
     absl::MutexLock lock(&mu_);
-    stats.world_size = world_size_;
-    stats.backend = backend_;
-    if (options_.group != nullptr) {
-      stats.world_size = options_.group->options().world_size;
-      // Every rank has joined, and no stream is between generations: the readiness the health
-      // service reports too.
-      stats.group_ready = options_.group->serving();
-    }
     for (const auto& [name, stream] : streams_) {
       absl::MutexLock stream_lock(&stream->mu);
       StreamStats s;
@@ -529,13 +419,10 @@ RoundCoordinator::Stats RoundCoordinator::GetStats() const {
       s.outstanding = static_cast<int64_t>(stream->in_flight.size());
       s.cached = cache_.Count(name);
       stats.streams.push_back(std::move(s));
-      if (options_.group != nullptr) {
-        const collective::GroupInfo info = stream->stream_group != nullptr
-                                               ? stream->stream_group->info()
-                                               : collective::GroupInfo{};
-        stats.generation = std::max(stats.generation, info.generation);
-        if (!info.backend.empty()) stats.backend = info.backend;
-      }
+      const group::GroupInfo info =
+          stream->agreement != nullptr ? stream->agreement->info() : group::GroupInfo{};
+      stats.generation = std::max(stats.generation, info.generation);
+      if (!info.backend.empty()) stats.backend = info.backend;
     }
   }
   absl::MutexLock counters(&counters_mu_);

@@ -2,8 +2,9 @@
 #define PACKSCHED_SERVER_SERVICE_COORDINATOR_H_
 
 // The round coordinator: runs each stream's planning rounds, in order, on the stream's own
-// worker thread, agreeing every round with the peer sidecars over the stream's collective
-// (DESIGN.md §1). No gRPC or protobuf here: the service adapts it.
+// worker thread, agreeing every round with the peer sidecars through the agreement port
+// (server/group/round_agreement.h; docs/design.md §1). No gRPC or protobuf here: the service
+// adapts it.
 //
 // Per (stream, round):
 //  - the first call queues the round; calls with the same content while it is queued or running
@@ -35,8 +36,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
-#include "server/collective/collective.h"
-#include "server/collective/group.h"
+#include "server/group/round_agreement.h"
 #include "server/service/limits.h"
 #include "server/service/result_cache.h"
 #include "server/service/round_types.h"
@@ -45,12 +45,6 @@ namespace packsched::service {
 
 class RoundCoordinator {
  public:
-  // Makes a stream's collective (each stream has its own group context). Called on the stream's
-  // worker thread (it may block, e.g. to form the group) before the stream's first round and
-  // again after a round whose collective failed (the group must then be formed again); an
-  // error fails the round that needed it.
-  using CollectiveFactory =
-      std::function<absl::StatusOr<std::unique_ptr<collective::Collective>>(absl::string_view)>;
   // Receives a round's outcome. Called exactly once per Submit, on the stream's worker thread,
   // or on the submitting thread for immediate answers (cache hits, limits, mismatches); must not
   // block.
@@ -58,19 +52,18 @@ class RoundCoordinator {
 
   struct Options {
     ServiceLimits limits;
-    // The sidecar's rank group (--rank/--world_size/--rendezvous); not owned, must outlive the
-    // coordinator. When set, each stream agrees through group->ForStream(name), which forms,
-    // heals and re-forms the stream's collective itself; `make_collective` is then unused.
-    collective::Group* group = nullptr;
-    // Without `group`: makes each stream's collective. Default: a LocalCollective per stream
-    // (a group of one).
-    CollectiveFactory make_collective;
+    // How each stream agrees its rounds with the peers: the rank group (GroupAgreements over
+    // the sidecar's Group: --rank/--world_size/--rendezvous), or collectives of a test's own
+    // (CollectiveAgreements); what it refers to (a Group) must outlive the coordinator. Default:
+    // a group of one (CollectiveAgreements over a LocalCollective per stream, with
+    // limits.collective_timeout).
+    std::shared_ptr<group::RoundAgreements> agreements;
     // Protocol/build version every rank of a round must share.
     int64_t version = kProtocolVersion;
-    // Called once by Shutdown(), after the streams' collectives are aborted: must end every
+    // Called once by Shutdown(), after the streams' agreements are aborted: must end every
     // blocking wait a stream worker may be in outside its collective — forming the group waits
-    // on the rendezvous store (group.h), up to --collective_timeout — so that the workers exit
-    // promptly. main.cc cancels the rendezvous store's calls. Optional; must not block.
+    // on the rendezvous store (stream_group.h), up to --collective_timeout — so that the workers
+    // exit promptly. main.cc cancels the rendezvous store's calls. Optional; must not block.
     std::function<void()> cancel_waits;
   };
 
@@ -90,10 +83,11 @@ class RoundCoordinator {
     int64_t joined_in_flight = 0;
     int64_t over_cap_parts = 0;
     int64_t cached_bytes = 0;  // estimated, every stream's cached results
-    int64_t world_size = 1;
-    std::string backend;      // of the most recently formed stream collective ("local" before)
-    bool group_ready = true;  // with a rank group: Group::serving()
-    int64_t generation = 0;   // with a rank group: the highest generation of its streams
+    // From the agreement port (round_agreement.h).
+    int64_t world_size = 1;   // RoundAgreements::world_size()
+    std::string backend;      // of the last stream (by name) that has formed ("local" before)
+    bool group_ready = true;  // RoundAgreements::serving()
+    int64_t generation = 0;   // the highest generation of the streams (0 before any)
   };
 
   explicit RoundCoordinator(Options options);
@@ -111,7 +105,7 @@ class RoundCoordinator {
   // Never blocks on a round. Thread-safe.
   void Submit(RoundInput input, Done done);
 
-  // Stops accepting rounds, aborts every stream's collective, calls Options::cancel_waits, and
+  // Stops accepting rounds, aborts every stream's agreement, calls Options::cancel_waits, and
   // answers every outstanding caller at once: Aborted for a round that was running (its
   // collective or formation is being torn down), Unavailable for a queued round (it did not
   // run). Then joins the workers (a running round ends on its aborted collective; the answer
@@ -140,8 +134,6 @@ class RoundCoordinator {
   mutable absl::Mutex mu_;
   bool shut_down_ ABSL_GUARDED_BY(mu_) = false;
   std::map<std::string, std::unique_ptr<Stream>, std::less<>> streams_ ABSL_GUARDED_BY(mu_);
-  int64_t world_size_ ABSL_GUARDED_BY(mu_) = 1;
-  std::string backend_ ABSL_GUARDED_BY(mu_) = "local";
 
   mutable absl::Mutex counters_mu_;
   int64_t rounds_ ABSL_GUARDED_BY(counters_mu_) = 0;

@@ -12,7 +12,9 @@
 #include "grpcpp/health_check_service_interface.h"
 #include "grpcpp/resource_quota.h"
 #include "server/base/status_macros.h"
-#include "server/collective/readiness.h"
+#include "server/group/collective_agreement.h"
+#include "server/group/group_agreement.h"
+#include "server/group/readiness.h"
 #include "server/security/credentials.h"
 #include "server/service/scheduler_service.h"
 
@@ -26,13 +28,15 @@ constexpr absl::Duration kStopRoundsBeforeGraceEnds = absl::Milliseconds(500);
 }  // namespace
 
 struct SchedulerServer::State {
+  // The agreement port (server/group/round_agreement.h): the rank group's, or a group of one.
+  // Its serving listener sets the Scheduler's health while serving.
+  std::shared_ptr<group::RoundAgreements> agreements;
   std::unique_ptr<RoundCoordinator> coordinator;
   std::unique_ptr<SchedulerService> service;  // outlives `server` (declared before it)
   std::unique_ptr<grpc::Server> server;
-  // With a rank group: waits for every rank to join (the group's serving listener then sets the
-  // Scheduler's health). Declared last: stopped before anything it calls is destroyed.
-  std::unique_ptr<collective::ReadinessWatch> readiness;
-  collective::Group* group = nullptr;  // with a listener on it, set while serving
+  // With a rank group of several: waits for every rank to join (the serving listener then sets
+  // the Scheduler's health). Declared last: stopped before anything it calls is destroyed.
+  std::unique_ptr<group::ReadinessWatch> readiness;
   int port = 0;
   bool shut_down = false;
 };
@@ -52,10 +56,15 @@ absl::StatusOr<std::unique_ptr<SchedulerServer>> SchedulerServer::Start(
                                                     options.listen, "--listen ="));
 
   auto state = std::make_unique<State>();
+  if (options.group != nullptr) {
+    state->agreements = std::make_shared<group::GroupAgreements>(*options.group);
+  } else {
+    state->agreements =  // a group of one
+        std::make_shared<group::CollectiveAgreements>(options.limits.collective_timeout);
+  }
   RoundCoordinator::Options coordinator_options;
   coordinator_options.limits = options.limits;
-  coordinator_options.group = options.group;
-  coordinator_options.make_collective = options.make_collective;
+  coordinator_options.agreements = state->agreements;
   coordinator_options.cancel_waits = options.cancel_group_waits;
   state->coordinator = std::make_unique<RoundCoordinator>(std::move(coordinator_options));
   SchedulerService::Options service_options;
@@ -86,15 +95,17 @@ absl::StatusOr<std::unique_ptr<SchedulerServer>> SchedulerServer::Start(
   }
   grpc::HealthCheckServiceInterface* health = state->server->GetHealthCheckService();
   if (health != nullptr) health->SetServingStatus(true);
-  if (health != nullptr && options.group != nullptr && options.group->options().world_size > 1) {
+  if (health != nullptr) {
     // Liveness is the server's own status (""); readiness is the Scheduler service's: SERVING
-    // while Group::serving() — every rank of the group has joined the run, and no stream is
-    // between generations — exactly what GetStatus reports as group_ready.
+    // while the agreement port is serving — with a rank group, Group::serving(): every rank of
+    // the group has joined the run, and no stream is between generations; a group of one at
+    // once — exactly what GetStatus reports as group_ready.
     const std::string service = v1::Scheduler::service_full_name();
-    state->group = options.group;
-    options.group->SetServingListener(
+    state->agreements->SetServingListener(
         [health, service](bool serving) { health->SetServingStatus(service, serving); });
-    state->readiness = std::make_unique<collective::ReadinessWatch>(*options.group, nullptr);
+  }
+  if (health != nullptr && options.group != nullptr && options.group->options().world_size > 1) {
+    state->readiness = std::make_unique<group::ReadinessWatch>(*options.group, nullptr);
   }
   return std::unique_ptr<SchedulerServer>(new SchedulerServer(std::move(state)));
 }
@@ -103,7 +114,7 @@ void SchedulerServer::Shutdown(absl::Duration grace) {
   if (state_->shut_down) return;
   state_->shut_down = true;
   // Before the health status they would set.
-  if (state_->group != nullptr) state_->group->SetServingListener(nullptr);
+  state_->agreements->SetServingListener(nullptr);
   state_->readiness.reset();
   if (grpc::HealthCheckServiceInterface* health = state_->server->GetHealthCheckService()) {
     health->SetServingStatus(false);

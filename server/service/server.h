@@ -13,6 +13,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "server/group/group.h"
 #include "server/service/coordinator.h"
 #include "server/service/limits.h"
 
@@ -37,8 +38,7 @@ struct ServerOptions {
   int64_t rank = 0;
   std::string build_version;
   // The rank group (not owned; outlives the server), or null for a group of one.
-  collective::Group* group = nullptr;
-  RoundCoordinator::CollectiveFactory make_collective;  // without `group`; default: local
+  group::Group* group = nullptr;
   // Ends the rank group's blocking store waits at shutdown (RoundCoordinator::Options).
   std::function<void()> cancel_group_waits;
 };

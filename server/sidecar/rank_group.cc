@@ -84,7 +84,7 @@ absl::StatusOr<RankGroup> StartRankGroup(const RankGroupFlags& flags,
     connect.tls.key = server.tls_key;
   }
   ASSIGN_OR_RETURN(g.store, service::RendezvousStore::Create(connect));
-  collective::GroupOptions options;
+  group::GroupOptions options;
   options.rank = rank;
   options.world_size = world_size;
   options.backend = backend;
@@ -103,7 +103,7 @@ absl::StatusOr<RankGroup> StartRankGroup(const RankGroupFlags& flags,
     }
   }
   options.nccl.device = static_cast<int>(gpu);
-  ASSIGN_OR_RETURN(g.group, collective::Group::Create(g.store.get(), std::move(options)));
+  ASSIGN_OR_RETURN(g.group, group::Group::Create(g.store.get(), std::move(options)));
   return g;
 }
 

@@ -10,7 +10,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "server/collective/group.h"
+#include "server/group/group.h"
 #include "server/collective/store.h"
 #include "server/service/rendezvous.h"
 #include "server/service/server.h"
@@ -37,7 +37,7 @@ struct RankGroup {
   std::unique_ptr<collective::InMemoryStore> served;
   std::unique_ptr<service::RendezvousServer> server;
   std::unique_ptr<service::RendezvousStore> store;
-  std::unique_ptr<collective::Group> group;
+  std::unique_ptr<group::Group> group;
 };
 
 // Checks the flags and starts the group: rank 0 serves the store (with the server's TLS files

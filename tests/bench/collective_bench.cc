@@ -32,14 +32,22 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "server/collective/gloo_collective.h"
-#include "server/collective/group.h"
-#include "server/collective/round.h"
 #include "server/collective/store.h"
+#include "server/group/group.h"
+#include "server/group/round.h"
+#include "server/group/stream_group.h"
 #include "server/planner/planner.h"
 #include "tests/testing/lengths.h"
 
 namespace packsched::collective {
 namespace {
+
+using group::AgreedRound;
+using group::AgreeRound;
+using group::Group;
+using group::GroupOptions;
+using group::RoundRecord;
+using group::StreamGroup;
 
 struct Stats {
   double p50_ms = 0, p99_ms = 0, mean_ms = 0;

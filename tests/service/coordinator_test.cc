@@ -15,13 +15,16 @@
 #include "absl/synchronization/notification.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "server/collective/group.h"
-#include "server/collective/in_process_collective.h"
+#include "server/collective/local_collective.h"
 #include "server/collective/store.h"
+#include "server/group/collective_agreement.h"
+#include "server/group/group.h"
+#include "server/group/group_agreement.h"
 #include "server/planner/planner.h"
 #include "server/service/result_cache.h"
-#include "tests/testing/ignore_sigpipe.h"  // a two-rank Gloo group below
+#include "tests/collective/in_process_collective.h"
 #include "tests/service/service_test_util.h"
+#include "tests/testing/ignore_sigpipe.h"  // a two-rank Gloo group below
 #include "tests/testing/lengths.h"
 
 namespace packsched::service {
@@ -38,13 +41,20 @@ using ::testing::HasSubstr;
 
 constexpr int64_t kCap = 18432;  // above the longest RealisticRlLengths sequence
 
+// Each stream of `options` agrees over the collectives `make` makes (a test's own).
+void AgreeOver(RoundCoordinator::Options& options,
+               group::CollectiveAgreements::CollectiveFactory make) {
+  options.agreements = std::make_shared<group::CollectiveAgreements>(
+      options.limits.collective_timeout, std::move(make));
+}
+
 RoundCoordinator::Options Gated(Gate* gate, ServiceLimits limits = {}) {
   RoundCoordinator::Options options;
   options.limits = limits;
-  options.make_collective = [gate](absl::string_view) {
+  AgreeOver(options, [gate](absl::string_view) {
     return absl::StatusOr<std::unique_ptr<collective::Collective>>(
         std::make_unique<GatedCollective>(gate));
-  };
+  });
   return options;
 }
 
@@ -184,10 +194,10 @@ TEST(Coordinator, StreamsAreIndependent) {
   Gate open;
   open.Open();
   RoundCoordinator::Options options;
-  options.make_collective = [&](absl::string_view stream) {
+  AgreeOver(options, [&](absl::string_view stream) {
     return absl::StatusOr<std::unique_ptr<collective::Collective>>(
         std::make_unique<GatedCollective>(stream == "critic" ? &blocked : &open));
-  };
+  });
   RoundCoordinator coordinator(std::move(options));
   Call critic(coordinator, Input(Request("critic", 1, Batch(7), kCap)));
   blocked.WaitEntered(1);
@@ -336,7 +346,7 @@ TEST(Coordinator, ShutdownCancelsWaitsOutsideTheCollective) {
   absl::Notification cancelled;
   RoundCoordinator::Options options;
   options.limits.collective_timeout = absl::Seconds(60);
-  options.make_collective = [&](absl::string_view) {
+  AgreeOver(options, [&](absl::string_view) {
     entered.Notify();
     // Stands in for a formation blocked on the store: only cancel_waits ends it early.
     if (!cancelled.WaitForNotificationWithTimeout(absl::Seconds(60))) {
@@ -345,7 +355,7 @@ TEST(Coordinator, ShutdownCancelsWaitsOutsideTheCollective) {
     }
     return absl::StatusOr<std::unique_ptr<collective::Collective>>(
         absl::CancelledError("store cancelled"));
-  };
+  });
   options.cancel_waits = [&] { cancelled.Notify(); };
   RoundCoordinator coordinator(std::move(options));
   Call running(coordinator, Input(Request("s", 1, Batch(1), kCap)));
@@ -364,12 +374,12 @@ TEST(Coordinator, ShutdownAnswersOutstandingCallersBeforeTheirRoundsEnd) {
   absl::Notification entered;
   absl::Notification release;
   RoundCoordinator::Options options;
-  options.make_collective = [&](absl::string_view) {
+  AgreeOver(options, [&](absl::string_view) {
     entered.Notify();
     release.WaitForNotification();  // nothing Shutdown() does ends this
     return absl::StatusOr<std::unique_ptr<collective::Collective>>(
         std::make_unique<collective::LocalCollective>());
-  };
+  });
   RoundCoordinator coordinator(std::move(options));
   Call running(coordinator, Input(Request("s", 1, Batch(1), kCap)));
   entered.WaitForNotification();
@@ -391,13 +401,13 @@ class Ranks {
       auto holder = std::make_shared<std::unique_ptr<collective::Collective>>(std::move(rank));
       RoundCoordinator::Options options;
       options.limits.collective_timeout = absl::Seconds(20);
-      options.make_collective = [holder](absl::string_view) {
+      AgreeOver(options, [holder](absl::string_view) {
         if (*holder == nullptr) {
           return absl::StatusOr<std::unique_ptr<collective::Collective>>(
               absl::UnavailableError("the test group is used up"));
         }
         return absl::StatusOr<std::unique_ptr<collective::Collective>>(std::move(*holder));
-      };
+      });
       coordinators_.push_back(std::make_unique<RoundCoordinator>(std::move(options)));
     }
   }
@@ -496,39 +506,35 @@ TEST(CoordinatorGroup, RoundsInOppositeOrdersFailBothNamingEachRanksOwnRound) {
   EXPECT_THAT(c0.Wait().status().message(), ::testing::Not(HasSubstr("this sidecar's")));
 }
 
-// Through the rank group's lifecycle (collective/group.h), as the sidecar runs with
-// --world_size: a group of one, and two ranks over Gloo on loopback.
+// Through the rank group's lifecycle (group/group.h), as the sidecar runs with --world_size:
+// a group of one (the default: no store), and two ranks over Gloo on loopback.
 TEST(CoordinatorRankGroup, AGroupOfOne) {
-  absl::StatusOr<std::unique_ptr<collective::Group>> group =
-      collective::Group::Create(nullptr, collective::GroupOptions{});
-  ASSERT_TRUE(group.ok()) << group.status();
-  RoundCoordinator::Options options;
-  options.group = group->get();
-  RoundCoordinator coordinator(std::move(options));
+  RoundCoordinator coordinator({});
   EXPECT_TRUE(SubmitAndWait(coordinator, Input(Request("s", 1, Batch(21), kCap))).ok());
   const RoundCoordinator::Stats stats = coordinator.GetStats();
   EXPECT_EQ(stats.world_size, 1);
   EXPECT_EQ(stats.backend, "local");
   EXPECT_TRUE(stats.group_ready);
+  EXPECT_EQ(stats.generation, 0);
 }
 
 TEST(CoordinatorRankGroup, TwoRanksOverGlooAgree) {
   collective::InMemoryStore store;
-  std::vector<std::unique_ptr<collective::Group>> groups;
+  std::vector<std::unique_ptr<group::Group>> groups;
   std::vector<std::unique_ptr<RoundCoordinator>> ranks;
   for (int64_t r = 0; r < 2; ++r) {
-    collective::GroupOptions group_options;
+    group::GroupOptions group_options;
     group_options.rank = r;
     group_options.world_size = 2;
     group_options.backend = collective::Backend::kGloo;
     group_options.gloo.hostname = "127.0.0.1";
     group_options.collective_timeout = absl::Seconds(20);
-    absl::StatusOr<std::unique_ptr<collective::Group>> group =
-        collective::Group::Create(&store, group_options);
+    absl::StatusOr<std::unique_ptr<group::Group>> group =
+        group::Group::Create(&store, group_options);
     ASSERT_TRUE(group.ok()) << group.status();
     groups.push_back(*std::move(group));
     RoundCoordinator::Options options;
-    options.group = groups.back().get();
+    options.agreements = std::make_shared<group::GroupAgreements>(*groups.back());
     ranks.push_back(std::make_unique<RoundCoordinator>(std::move(options)));
   }
   for (int64_t round = 1; round <= 2; ++round) {

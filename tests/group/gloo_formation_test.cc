@@ -18,17 +18,22 @@
 #include "gtest/gtest.h"
 #include "server/collective/cancellation.h"
 #include "server/collective/gloo_collective.h"
-#include "server/collective/group.h"
-#include "server/collective/group_keys.h"
 #include "server/collective/store.h"
+#include "server/group/group.h"
+#include "server/group/group_keys.h"
+#include "server/group/stream_group.h"
 #include "tests/collective/gloo_group.h"
 
 namespace packsched::collective {
 namespace {
 
+using group::Group;
+using group::GroupOptions;
+using group::StreamGroup;
 using testing::FreshPrefix;
 using ::testing::HasSubstr;
 using testing::Loopback;
+namespace keys = group::keys;
 
 constexpr absl::Duration kDeadline = absl::Milliseconds(1500);
 // Store look-ups naming the rank at fault, and thread scheduling on a loaded machine.

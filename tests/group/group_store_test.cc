@@ -12,15 +12,20 @@
 #include "absl/time/clock.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "server/collective/group.h"
 #include "server/collective/store.h"
-#include "tests/collective/group_testing.h"
+#include "server/group/group.h"
+#include "server/group/stream_group.h"
+#include "tests/group/group_testing.h"
 
-namespace packsched::collective {
+namespace packsched::group {
 namespace {
 
-using ::packsched::collective::testing::ForwardingStore;
-using ::packsched::collective::testing::Rank;
+using collective::Backend;
+using collective::InMemoryStore;
+using collective::KeyValueStore;
+
+using ::packsched::group::testing::ForwardingStore;
+using ::packsched::group::testing::Rank;
 
 using ::testing::HasSubstr;
 using ::testing::Not;
@@ -187,4 +192,4 @@ TEST(GroupStore, FailedRoundsAndFormationsLeaveNoKeysBehind) {
 }
 
 }  // namespace
-}  // namespace packsched::collective
+}  // namespace packsched::group

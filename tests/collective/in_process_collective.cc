@@ -1,4 +1,4 @@
-#include "server/collective/in_process_collective.h"
+#include "tests/collective/in_process_collective.h"
 
 #include <algorithm>
 #include <map>

@@ -7,18 +7,20 @@
 #include "absl/time/clock.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "server/collective/round.h"
 #include "server/collective/store.h"
+#include "server/group/round.h"
 #include "tests/collective/gloo_group.h"
-#include "tests/collective/round_checks.h"
+#include "tests/group/round_checks.h"
 
-namespace packsched::collective {
+namespace packsched::group {
 namespace {
 
+using collective::InMemoryStore;
+
+using collective::testing::FormGlooGroup;
 using testing::ExpectedAgreement;
 using testing::ExpectEveryRankAgreed;
 using testing::ExpectSameFailure;
-using testing::FormGlooGroup;
 using ::testing::HasSubstr;
 
 using Result = testing::RoundResult;
@@ -72,4 +74,4 @@ TEST(AgreeRoundOverGloo, AMismatchFailsEveryRankIdenticallyNamingBoth) {
 }
 
 }  // namespace
-}  // namespace packsched::collective
+}  // namespace packsched::group

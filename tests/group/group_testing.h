@@ -1,5 +1,5 @@
-#ifndef PACKSCHED_TESTS_COLLECTIVE_GROUP_TESTING_H_
-#define PACKSCHED_TESTS_COLLECTIVE_GROUP_TESTING_H_
+#ifndef PACKSCHED_TESTS_GROUP_GROUP_TESTING_H_
+#define PACKSCHED_TESTS_GROUP_GROUP_TESTING_H_
 
 // What the Group tests share: one sidecar's Group and stream context, and a store that forwards
 // every call to another (tests override what they change).
@@ -14,11 +14,14 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "gtest/gtest.h"
-#include "server/collective/group.h"
 #include "server/collective/store.h"
+#include "server/group/group.h"
+#include "server/group/stream_group.h"
 #include "tests/testing/ignore_sigpipe.h"
 
-namespace packsched::collective::testing {
+namespace packsched::group::testing {
+
+using collective::KeyValueStore;
 
 // One sidecar: its Group and the context of stream "actor".
 struct Rank {
@@ -66,6 +69,6 @@ class ForwardingStore : public KeyValueStore {
   virtual absl::Status Admit(absl::Time /*deadline*/) { return absl::OkStatus(); }
 };
 
-}  // namespace packsched::collective::testing
+}  // namespace packsched::group::testing
 
-#endif  // PACKSCHED_TESTS_COLLECTIVE_GROUP_TESTING_H_
+#endif  // PACKSCHED_TESTS_GROUP_GROUP_TESTING_H_

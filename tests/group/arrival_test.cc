@@ -1,4 +1,4 @@
-#include "server/collective/arrival.h"
+#include "server/group/arrival.h"
 
 #include <optional>
 #include <string>
@@ -7,8 +7,10 @@
 #include "gtest/gtest.h"
 #include "server/collective/store.h"
 
-namespace packsched::collective {
+namespace packsched::group {
 namespace {
+
+using collective::InMemoryStore;
 
 constexpr absl::Duration kDelay = absl::Milliseconds(50);
 
@@ -58,4 +60,4 @@ TEST(ArrivalPublisher, StopsPromptlyInTheMiddleOfARound) {
 }
 
 }  // namespace
-}  // namespace packsched::collective
+}  // namespace packsched::group

@@ -1,5 +1,5 @@
-#ifndef PACKSCHED_SERVER_COLLECTIVE_ARRIVAL_H_
-#define PACKSCHED_SERVER_COLLECTIVE_ARRIVAL_H_
+#ifndef PACKSCHED_SERVER_GROUP_ARRIVAL_H_
+#define PACKSCHED_SERVER_GROUP_ARRIVAL_H_
 
 // A rank's arrival in a round, published to the rendezvous store only when the round is slow.
 //
@@ -21,12 +21,12 @@
 #include "absl/time/time.h"
 #include "server/collective/store.h"
 
-namespace packsched::collective {
+namespace packsched::group {
 
 class ArrivalPublisher {
  public:
   // `store` must outlive the publisher. Starts one thread, idle between rounds.
-  ArrivalPublisher(KeyValueStore& store, absl::Duration delay);
+  ArrivalPublisher(collective::KeyValueStore& store, absl::Duration delay);
   // Stops the thread: within a store call in progress, if any (bounded by its round's deadline).
   ~ArrivalPublisher();
 
@@ -43,7 +43,7 @@ class ArrivalPublisher {
  private:
   void Run();
 
-  KeyValueStore& store_;
+  collective::KeyValueStore& store_;
   const absl::Duration delay_;
   absl::Mutex mu_;
   int64_t round_ ABSL_GUARDED_BY(mu_) = 0;  // Begin() count: tells one round from the next
@@ -57,6 +57,6 @@ class ArrivalPublisher {
   std::thread thread_;
 };
 
-}  // namespace packsched::collective
+}  // namespace packsched::group
 
-#endif  // PACKSCHED_SERVER_COLLECTIVE_ARRIVAL_H_
+#endif  // PACKSCHED_SERVER_GROUP_ARRIVAL_H_

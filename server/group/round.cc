@@ -1,4 +1,4 @@
-#include "server/collective/round.h"
+#include "server/group/round.h"
 
 #include <algorithm>
 #include <array>
@@ -12,7 +12,7 @@
 #include "server/base/fingerprint.h"
 #include "server/base/status_macros.h"
 
-namespace packsched::collective {
+namespace packsched::group {
 namespace {
 
 // The all-reduced vector: the agreed values, then MIN and MAX of each identity field (MIN != MAX
@@ -97,11 +97,11 @@ absl::Status ExplainFailure(absl::Span<const int64_t> records, int64_t world_siz
     for (int64_t r = ref + 1; r < world_size; ++r) {
       if (skip_failed && failed_rank(r)) continue;
       if (record(r)[field] == record(ref)[field]) continue;
-      return absl::FailedPreconditionError(absl::StrCat(
-          kDisagree, kIdentityNames[field], " of a round (rank ", ref, ": stream ",
-          DescribeValue(kStream, record(ref)), " round ", record(ref)[kRound], "): rank ", ref,
-          " has ", DescribeValue(field, record(ref)), ", rank ", r, " has ",
-          DescribeValue(field, record(r))));
+      return absl::FailedPreconditionError(
+          absl::StrCat(kDisagree, kIdentityNames[field], " of a round (rank ", ref, ": stream ",
+                       DescribeValue(kStream, record(ref)), " round ", record(ref)[kRound],
+                       "): rank ", ref, " has ", DescribeValue(field, record(ref)), ", rank ", r,
+                       " has ", DescribeValue(field, record(r))));
     }
   }
   int64_t first = -1;
@@ -124,7 +124,7 @@ absl::Status ExplainFailure(absl::Span<const int64_t> records, int64_t world_siz
 
 }  // namespace
 
-absl::StatusOr<AgreedRound> AgreeRound(Collective& group, const RoundRecord& mine,
+absl::StatusOr<AgreedRound> AgreeRound(collective::Collective& group, const RoundRecord& mine,
                                        absl::Time deadline) {
   const absl::Status own = OwnError(mine);
   const std::array<int64_t, kNumIdentity> identity = {
@@ -132,7 +132,7 @@ absl::StatusOr<AgreedRound> AgreeRound(Collective& group, const RoundRecord& min
       static_cast<int64_t>(mine.options_hash), mine.version};
 
   std::array<int64_t, kNumSlots> values{};
-  std::array<ReduceOp, kNumSlots> ops{};
+  std::array<collective::ReduceOp, kNumSlots> ops{};
   const bool ok = own.ok();
   values[kMaxK] = ok ? mine.local_k : 0;
   values[kMinK] = ok ? mine.local_k : kMaxRoundCount;
@@ -140,14 +140,15 @@ absl::StatusOr<AgreedRound> AgreeRound(Collective& group, const RoundRecord& min
   values[kSumLossTokens] = ok ? mine.loss_tokens : 0;
   values[kSumSequencesWithLoss] = ok ? mine.sequences_with_loss : 0;
   values[kMaxError] = static_cast<int64_t>(own.code());
-  ops[kMaxK] = ReduceOp::kMax;
-  ops[kMinK] = ReduceOp::kMin;
-  ops[kSumSequences] = ops[kSumLossTokens] = ops[kSumSequencesWithLoss] = ReduceOp::kSum;
-  ops[kMaxError] = ReduceOp::kMax;
+  ops[kMaxK] = collective::ReduceOp::kMax;
+  ops[kMinK] = collective::ReduceOp::kMin;
+  ops[kSumSequences] = ops[kSumLossTokens] = ops[kSumSequencesWithLoss] =
+      collective::ReduceOp::kSum;
+  ops[kMaxError] = collective::ReduceOp::kMax;
   for (int field = 0; field < kNumIdentity; ++field) {
     values[kMinIdentity + field] = values[kMaxIdentity + field] = identity[field];
-    ops[kMinIdentity + field] = ReduceOp::kMin;
-    ops[kMaxIdentity + field] = ReduceOp::kMax;
+    ops[kMinIdentity + field] = collective::ReduceOp::kMin;
+    ops[kMaxIdentity + field] = collective::ReduceOp::kMax;
   }
   if (!ok) {
     // Neutral in the options comparison: a rank whose options are invalid fingerprints bytes its
@@ -165,6 +166,7 @@ absl::StatusOr<AgreedRound> AgreeRound(Collective& group, const RoundRecord& min
   if (!mismatch && values[kMaxError] == 0) {
     AgreedRound agreed;
     agreed.k = values[kMaxK];
+    agreed.world_size = group.world_size();
     agreed.min_local_k = values[kMinK];
     agreed.num_sequences = values[kSumSequences];
     agreed.loss_tokens = values[kSumLossTokens];
@@ -189,4 +191,4 @@ bool IsRoundNumberMismatch(const absl::Status& status) {
                            absl::StrCat(kDisagree, kIdentityNames[kRound], " of a round"));
 }
 
-}  // namespace packsched::collective
+}  // namespace packsched::group

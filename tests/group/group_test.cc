@@ -1,7 +1,7 @@
 // The group lifecycle over Gloo on loopback, threads as ranks (each with its own Group, as each
 // sidecar process has), sharing one in-memory rendezvous store.
 
-#include "server/collective/group.h"
+#include "server/group/group.h"
 
 #include <functional>
 #include <memory>
@@ -14,13 +14,21 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "server/collective/store.h"
-#include "tests/collective/group_testing.h"
+#include "server/group/stream_group.h"
+#include "tests/group/group_testing.h"
 
-namespace packsched::collective {
+namespace packsched::group {
 namespace {
 
-using ::packsched::collective::testing::ForwardingStore;
-using ::packsched::collective::testing::Rank;
+using collective::Backend;
+using collective::CanUseNccl;
+using collective::GlooOptions;
+using collective::InMemoryStore;
+using collective::KeyValueStore;
+using collective::ParseBackend;
+
+using ::packsched::group::testing::ForwardingStore;
+using ::packsched::group::testing::Rank;
 using ::testing::HasSubstr;
 using ::testing::Not;
 
@@ -182,9 +190,10 @@ TEST(Group, MembersAreAwaitedInSlicesUntilEveryRankHasJoined) {
 }
 
 TEST(Group, AGroupOfOneIsReadyAtOnce) {
+  InMemoryStore store;
   GroupOptions options;
   options.backend = Backend::kLocal;
-  auto group = Group::Create(nullptr, options);
+  auto group = Group::Create(&store, options);
   ASSERT_TRUE(group.ok()) << group.status();
   EXPECT_TRUE((*group)->serving());  // before anyone asks
   EXPECT_TRUE(*(*group)->AwaitMembers(absl::Now()));
@@ -487,23 +496,12 @@ TEST(Group, AStoredResultIsReadByARestartedRank) {
   EXPECT_EQ(*(*rank1)->ForStream("critic")->GetResult(9), std::nullopt);
 }
 
-TEST(Group, AGroupOfOneNeedsNoStore) {
-  GroupOptions options;
-  auto group = Group::Create(nullptr, options);
-  ASSERT_TRUE(group.ok()) << group.status();
-  auto stream = (*group)->ForStream("actor");
-  Result result = stream->Agree(Record(0, 3));
-  ASSERT_TRUE(result.ok()) << result.status();
-  EXPECT_EQ(result->k, Record(0, 3).local_k);
-  EXPECT_EQ(stream->info().backend, "local");
-  EXPECT_EQ(*stream->GetResult(3), std::nullopt);
-}
-
 // An Abort() (a shutdown) ends the stream group for good, even when it comes before the stream
 // has formed: a later round fails at once instead of forming.
 TEST(Group, AnAbortedStreamGroupFailsEveryLaterRound) {
+  InMemoryStore store;
   GroupOptions options;
-  auto group = Group::Create(nullptr, options);
+  auto group = Group::Create(&store, options);
   ASSERT_TRUE(group.ok()) << group.status();
   auto never_formed = (*group)->ForStream("actor");
   never_formed->Abort();
@@ -523,6 +521,9 @@ TEST(Group, RejectsBadOptions) {
             absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(Group::Create(nullptr, Options(0, 2)).status().code(),
             absl::StatusCode::kInvalidArgument);
+  // A sidecar without a store is a group of one through CollectiveAgreements, never a Group.
+  EXPECT_EQ(Group::Create(nullptr, GroupOptions{}).status().code(),
+            absl::StatusCode::kInvalidArgument);
   GroupOptions no_timeout = Options(0, 2);
   no_timeout.collective_timeout = absl::ZeroDuration();
   EXPECT_EQ(Group::Create(&store, no_timeout).status().code(), absl::StatusCode::kInvalidArgument);
@@ -536,4 +537,4 @@ TEST(Group, RejectsBadOptions) {
 }
 
 }  // namespace
-}  // namespace packsched::collective
+}  // namespace packsched::group

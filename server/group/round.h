@@ -1,10 +1,10 @@
-#ifndef PACKSCHED_SERVER_COLLECTIVE_ROUND_H_
-#define PACKSCHED_SERVER_COLLECTIVE_ROUND_H_
+#ifndef PACKSCHED_SERVER_GROUP_ROUND_H_
+#define PACKSCHED_SERVER_GROUP_ROUND_H_
 
-// One planning round's agreement (DESIGN.md §1, §3): every rank contributes a fixed record; one
-// all-reduce gives the agreed micro-batch bound and the global counts; only when the round fails
-// are the full records gathered, so every rank fails it with the same status and a message that
-// names the ranks and values involved.
+// One planning round's agreement (docs/design.md §1, §3): every rank contributes a fixed record;
+// one all-reduce gives the agreed micro-batch bound and the global counts; only when the round
+// fails are the full records gathered, so every rank fails it with the same status and a message
+// that names the ranks and values involved.
 
 #include <cstdint>
 #include <string>
@@ -14,7 +14,7 @@
 #include "absl/time/time.h"
 #include "server/collective/collective.h"
 
-namespace packsched::collective {
+namespace packsched::group {
 
 // Counts above this, on one rank, are refused (InvalidArgument joining the round), so that sums
 // over up to 2^20 ranks cannot overflow int64.
@@ -23,9 +23,11 @@ inline constexpr int64_t kMaxRoundCount = int64_t{1} << 40;
 inline constexpr int kRecordNameBytes = 48;
 inline constexpr int kRecordMessageBytes = 256;
 // Words of one rank's record in the gather that explains a failed round (the identity, the error
-// code, the name and the message): a backend sizes its buffers for world_size of them up front,
-// so the failure path allocates nothing.
+// code, the name and the message): the backends size their buffers for world_size of them up
+// front (collective.h's kMaxGatheredRecordWords), so the failure path allocates nothing.
 inline constexpr int kGatheredRecordWords = 5 + kRecordNameBytes / 8 + kRecordMessageBytes / 8;
+static_assert(kGatheredRecordWords == collective::kMaxGatheredRecordWords,
+              "collective.h's kMaxGatheredRecordWords must hold a round's gathered record");
 
 // What one rank brings to a round.
 struct RoundRecord {
@@ -49,6 +51,7 @@ struct AgreedRound {
   int64_t num_sequences = 0;  // sums over ranks
   int64_t loss_tokens = 0;
   int64_t sequences_with_loss = 0;
+  int64_t world_size = 1;  // ranks in the round
 };
 
 // Runs the round on `group`. Every rank of the group must call it for the same round (the
@@ -60,12 +63,12 @@ struct AgreedRound {
 //    prefixed with its rank (and the number of failed ranks when more than one);
 //  - the collective fails: its DeadlineExceeded or Aborted (then the group must be formed again).
 // Messages are cut to kRecordMessageBytes and stream names to kRecordNameBytes when explained.
-absl::StatusOr<AgreedRound> AgreeRound(Collective& group, const RoundRecord& mine,
+absl::StatusOr<AgreedRound> AgreeRound(collective::Collective& group, const RoundRecord& mine,
                                        absl::Time deadline);
 
 // Whether `status` is AgreeRound's failure for ranks that brought different round numbers.
 bool IsRoundNumberMismatch(const absl::Status& status);
 
-}  // namespace packsched::collective
+}  // namespace packsched::group
 
-#endif  // PACKSCHED_SERVER_COLLECTIVE_ROUND_H_
+#endif  // PACKSCHED_SERVER_GROUP_ROUND_H_

@@ -1,7 +1,8 @@
-#ifndef PACKSCHED_SERVER_COLLECTIVE_IN_PROCESS_COLLECTIVE_H_
-#define PACKSCHED_SERVER_COLLECTIVE_IN_PROCESS_COLLECTIVE_H_
+#ifndef PACKSCHED_TESTS_COLLECTIVE_IN_PROCESS_COLLECTIVE_H_
+#define PACKSCHED_TESTS_COLLECTIVE_IN_PROCESS_COLLECTIVE_H_
 
-// A group of N ranks inside one process, exchanging through shared memory: the fast harness
+// A group of N ranks inside one process, exchanging through shared memory (test-only: the
+// packsched::testing_in_process_collective library, linked by tests alone): the fast harness
 // for tests of everything above the collective (round agreement, the service's coordinator),
 // with the failure behaviour of a real backend — a rank that does not arrive makes the others
 // time out (naming it), and an abort or a timeout breaks the group for every rank.
@@ -20,4 +21,4 @@ std::vector<std::unique_ptr<Collective>> CreateInProcessGroup(int64_t world_size
 
 }  // namespace packsched::collective
 
-#endif  // PACKSCHED_SERVER_COLLECTIVE_IN_PROCESS_COLLECTIVE_H_
+#endif  // PACKSCHED_TESTS_COLLECTIVE_IN_PROCESS_COLLECTIVE_H_

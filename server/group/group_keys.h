@@ -1,5 +1,5 @@
-#ifndef PACKSCHED_SERVER_COLLECTIVE_GROUP_KEYS_H_
-#define PACKSCHED_SERVER_COLLECTIVE_GROUP_KEYS_H_
+#ifndef PACKSCHED_SERVER_GROUP_GROUP_KEYS_H_
+#define PACKSCHED_SERVER_GROUP_GROUP_KEYS_H_
 
 // clang-format off
 // The layout of the rendezvous store, in one place (every rank must compute the same keys):
@@ -46,7 +46,7 @@
 #include "absl/strings/string_view.h"
 #include "server/base/fingerprint.h"
 
-namespace packsched::collective::keys {
+namespace packsched::group::keys {
 
 inline std::string Epoch(absl::string_view root) { return absl::StrCat(root, "epoch"); }
 
@@ -105,6 +105,6 @@ inline std::string Timeout(absl::string_view formation, int64_t round) {
   return absl::StrCat(formation, "timeout/", round, "/");
 }
 
-}  // namespace packsched::collective::keys
+}  // namespace packsched::group::keys
 
-#endif  // PACKSCHED_SERVER_COLLECTIVE_GROUP_KEYS_H_
+#endif  // PACKSCHED_SERVER_GROUP_GROUP_KEYS_H_

@@ -1,4 +1,4 @@
-#include "server/collective/round.h"
+#include "server/group/round.h"
 
 #include <string>
 #include <vector>
@@ -7,18 +7,22 @@
 #include "absl/time/clock.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "server/collective/in_process_collective.h"
 #include "server/collective/local_collective.h"
-#include "tests/collective/round_checks.h"
+#include "tests/collective/in_process_collective.h"
+#include "tests/group/round_checks.h"
 
-namespace packsched::collective {
+namespace packsched::group {
 namespace {
 
+using collective::Collective;
+using collective::CreateInProcessGroup;
+using collective::LocalCollective;
+
+using collective::testing::RunRanks;
 using testing::ExpectedAgreement;
 using testing::ExpectEveryRankAgreed;
 using testing::ExpectSameFailure;
 using ::testing::HasSubstr;
-using testing::RunRanks;
 using ::testing::StartsWith;
 
 using Result = testing::RoundResult;
@@ -217,4 +221,4 @@ TEST(AgreeRound, AnAbortedGroupFailsTheRound) {
 }
 
 }  // namespace
-}  // namespace packsched::collective
+}  // namespace packsched::group

@@ -1,12 +1,12 @@
-#include "server/collective/arrival.h"
+#include "server/group/arrival.h"
 
 #include <utility>
 
 #include "absl/time/clock.h"
 
-namespace packsched::collective {
+namespace packsched::group {
 
-ArrivalPublisher::ArrivalPublisher(KeyValueStore& store, absl::Duration delay)
+ArrivalPublisher::ArrivalPublisher(collective::KeyValueStore& store, absl::Duration delay)
     : store_(store), delay_(delay), thread_(&ArrivalPublisher::Run, this) {}
 
 ArrivalPublisher::~ArrivalPublisher() {
@@ -69,4 +69,4 @@ void ArrivalPublisher::Run() {
   }
 }
 
-}  // namespace packsched::collective
+}  // namespace packsched::group

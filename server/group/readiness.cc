@@ -1,4 +1,4 @@
-#include "server/collective/readiness.h"
+#include "server/group/readiness.h"
 
 #include <utility>
 
@@ -7,7 +7,7 @@
 #include "absl/time/clock.h"
 #include "spdlog/spdlog.h"
 
-namespace packsched::collective {
+namespace packsched::group {
 
 ReadinessWatch::ReadinessWatch(Group& group, std::function<void()> on_ready, absl::Duration slice,
                                absl::Duration log_every)
@@ -67,4 +67,4 @@ void ReadinessWatch::Run() {
   }
 }
 
-}  // namespace packsched::collective
+}  // namespace packsched::group

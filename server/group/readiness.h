@@ -1,5 +1,5 @@
-#ifndef PACKSCHED_SERVER_COLLECTIVE_READINESS_H_
-#define PACKSCHED_SERVER_COLLECTIVE_READINESS_H_
+#ifndef PACKSCHED_SERVER_GROUP_READINESS_H_
+#define PACKSCHED_SERVER_GROUP_READINESS_H_
 
 // The rank group's readiness, watched in the background: a sidecar serves (and answers health
 // checks) before its peers are up, and this tells it — and, through the gRPC health service, a
@@ -12,9 +12,9 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "server/collective/group.h"
+#include "server/group/group.h"
 
-namespace packsched::collective {
+namespace packsched::group {
 
 class ReadinessWatch {
  public:
@@ -47,6 +47,6 @@ class ReadinessWatch {
   std::thread thread_;
 };
 
-}  // namespace packsched::collective
+}  // namespace packsched::group
 
-#endif  // PACKSCHED_SERVER_COLLECTIVE_READINESS_H_
+#endif  // PACKSCHED_SERVER_GROUP_READINESS_H_

@@ -1,5 +1,5 @@
-#ifndef PACKSCHED_TESTS_COLLECTIVE_ROUND_CHECKS_H_
-#define PACKSCHED_TESTS_COLLECTIVE_ROUND_CHECKS_H_
+#ifndef PACKSCHED_TESTS_GROUP_ROUND_CHECKS_H_
+#define PACKSCHED_TESTS_GROUP_ROUND_CHECKS_H_
 
 // Shared by the AgreeRound tests over the in-process harness (round_test) and over Gloo
 // (gloo_round_test): run one round on every rank of a group, the answer every rank must get, and
@@ -16,10 +16,13 @@
 #include "absl/time/time.h"
 #include "gtest/gtest.h"
 #include "server/collective/collective.h"
-#include "server/collective/round.h"
+#include "server/group/round.h"
 #include "tests/collective/run_ranks.h"
 
-namespace packsched::collective::testing {
+namespace packsched::group::testing {
+
+using collective::Collective;
+using collective::testing::RunRanks;
 
 using RoundResult = absl::StatusOr<AgreedRound>;
 using RecordOf = std::function<RoundRecord(int64_t rank)>;
@@ -75,6 +78,6 @@ inline void ExpectSameFailure(const std::vector<RoundResult>& results) {
   }
 }
 
-}  // namespace packsched::collective::testing
+}  // namespace packsched::group::testing
 
-#endif  // PACKSCHED_TESTS_COLLECTIVE_ROUND_CHECKS_H_
+#endif  // PACKSCHED_TESTS_GROUP_ROUND_CHECKS_H_
