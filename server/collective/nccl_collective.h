@@ -1,7 +1,7 @@
 #ifndef PACKSCHED_SERVER_COLLECTIVE_NCCL_COLLECTIVE_H_
 #define PACKSCHED_SERVER_COLLECTIVE_NCCL_COLLECTIVE_H_
 
-// The NCCL backend (DESIGN.md §3): one GPU per rank, a non-blocking communicator whose every
+// The NCCL backend (docs/design.md §3): one GPU per rank, a non-blocking communicator whose every
 // wait polls for asynchronous errors against the caller's deadline and aborts the communicator
 // on failure, timeout or Abort(). This header includes neither CUDA nor NCCL; in a build without
 // PACKSCHED_WITH_NCCL, NcclBuilt() and GpuAvailable() are false and Create returns Unimplemented.

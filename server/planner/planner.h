@@ -84,7 +84,7 @@ absl::StatusOr<MicroBatchPlan> PartitionFixedK(absl::Span<const int64_t> lengths
 absl::StatusOr<MicroBatchPlan> PackDataset(absl::Span<const int64_t> lengths,
                                            const PlanOptions& options);
 
-// Coordinator mode (DESIGN §2): the whole global batch, balanced over `world_size` DP ranks,
+// Coordinator mode (docs/design.md §2): the whole global batch, balanced over `world_size` DP ranks,
 // then each rank's micro-batches with one common k (the max of the ranks' bounds).
 struct RankBatch {
   std::vector<int64_t> indices;  // global indices assigned to this rank, ascending

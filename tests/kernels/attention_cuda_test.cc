@@ -1,5 +1,5 @@
 // The CUDA attention against the float64 reference under the same tolerance rule as the CPU
-// backend (DESIGN.md §4), and against the CPU backend; deterministic backward. Skips without a
+// backend (docs/design.md §4), and against the CPU backend; deterministic backward. Skips without a
 // device; without one, the last test checks that calls fail cleanly instead.
 
 #include <cuda_runtime.h>

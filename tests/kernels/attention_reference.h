@@ -3,7 +3,7 @@
 
 // The attention tests' fixtures: a packed (optionally padded) problem with random inputs, a naive
 // quadratic reference written from the definition in attention.h (no code shared with the
-// kernels), and the tolerance rule of DESIGN.md §4.
+// kernels), and the tolerance rule of docs/design.md §4.
 
 #include <algorithm>
 #include <cmath>
@@ -222,7 +222,7 @@ inline double MaxError(const std::vector<double>& a, const std::vector<double>& 
   return err;
 }
 
-// DESIGN.md §4: |kernel - fp64 ref| <= factor x |naive ref in dtype - fp64 ref| + 1e-6.
+// docs/design.md §4: |kernel - fp64 ref| <= factor x |naive ref in dtype - fp64 ref| + 1e-6.
 inline void ExpectWithinTolerance(const std::vector<double>& kernel,
                                   const std::vector<double>& naive, const std::vector<double>& ref,
                                   double factor, const char* what) {

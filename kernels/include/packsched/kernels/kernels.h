@@ -3,7 +3,7 @@
 
 // The worker kernels behind one backend-neutral API: packing (unpad / pad, aligned packing),
 // position ids, label shifting and packed cross entropy; varlen attention is in attention.h.
-// See ../shared/DESIGN.md §4.
+// See docs/design.md §4.
 //
 // Tensors are DLPack views (`DLTensor`), compact row-major (strides NULL or equal to the compact
 // strides). Every tensor of one call lives on the same device; the device type picks the
