@@ -25,7 +25,7 @@
 // differs (attention.linear).
 
 // packsched.v1.PlanOptions, the planner's part (planner::PlanOptions).
-//   X(name, number, Rule, Type, member, help)
+//   X(name, number, Rule, Type, member, json, help)
 //   Rule      Cap        max_token_len: 0 = no cap (fixed k only), else [1, kMaxLength]
 //             Unlimited  >= 0, 0 = unlimited (Python: None)
 //             Count      0 = 1 on the wire; at most the Ceiling field (micro-batch counts)
@@ -39,36 +39,39 @@
 //                        C++ and Python clients send 0 for the planner's default
 //             FixedK     bool, fixed-k (Partition) only
 //   Type      int64, bool, or the enum type (CapMode, ...)
+//   json      position in the "options" object of `packsched plan --format=json` (the order of
+//             its first release; a new option takes the next number). The Weight fields share
+//             one (their pair); the CLI's own --num_parts follows the Cap field.
 //   help      the `packsched plan` flag's help text ("" = no flag of its own: Weight)
 #define PACKSCHED_PLAN_OPTIONS(X)                                                               \
-  X(max_token_len, 1, Cap, int64, max_token_len,                                                \
+  X(max_token_len, 1, Cap, int64, max_token_len, 1,                                                \
     "cap per micro-batch in tokens (see --cap_mode); required unless --num_parts is set")       \
-  X(cap_mode, 2, Enum, CapMode, cap_mode,                                                       \
+  X(cap_mode, 2, Enum, CapMode, cap_mode, 3,                                                       \
     "tokens (sum of aligned lengths) | padded (sequences x longest aligned length)")            \
-  X(max_seqs_per_micro_batch, 3, Unlimited, int64, max_seqs_per_micro_batch,                    \
+  X(max_seqs_per_micro_batch, 3, Unlimited, int64, max_seqs_per_micro_batch, 4,                    \
     "most sequences in one micro-batch; 0 = no limit")                                          \
-  X(min_micro_batches, 4, Count, int64, min_micro_batches,                                      \
+  X(min_micro_batches, 4, Count, int64, min_micro_batches, 5,                                      \
     "the plan has at least this many micro-batches")                                            \
-  X(divisible_by, 5, Count, int64, divisible_by,                                                \
+  X(divisible_by, 5, Count, int64, divisible_by, 6,                                                \
     "the micro-batch count is a multiple of this (pipeline parallelism)")                       \
-  X(align_to, 6, Align, int64, align_to,                                                        \
+  X(align_to, 6, Align, int64, align_to, 7,                                                        \
     "each sequence is padded to a multiple of this (e.g. 2*tp*cp)")                             \
-  X(align_total_to, 7, Align, int64, align_total_to,                                            \
+  X(align_total_to, 7, Align, int64, align_total_to, 8,                                            \
     "each micro-batch's total is padded to a multiple of this (e.g. Ulysses SP)")               \
-  X(algorithm, 8, Enum, Algorithm, algorithm,                                                   \
+  X(algorithm, 8, Enum, Algorithm, algorithm, 0,                                                   \
     "kk | lpt (balanced micro-batches), ffd | bfd | sequential (dataset packing: as many "      \
     "bins as needed)")                                                                          \
-  X(cost, 9, Enum, CostModel, cost,                                                             \
+  X(cost, 9, Enum, CostModel, cost, 9,                                                             \
     "what balancing equalises: tokens | attention (a*L + b*L^2, see --attention_cost)")         \
-  X(attention_linear, 10, Weight, int64, attention.linear, "")                                  \
-  X(attention_quadratic, 11, Weight, int64, attention.quadratic, "")                            \
-  X(overlong, 12, Enum, OverlongPolicy, overlong,                                               \
+  X(attention_linear, 10, Weight, int64, attention.linear, 10, "")                                  \
+  X(attention_quadratic, 11, Weight, int64, attention.quadratic, 10, "")                            \
+  X(overlong, 12, Enum, OverlongPolicy, overlong, 11,                                               \
     "a sequence longer than the cap: reject (error) | isolate (own micro-batch) | drop")        \
-  X(order, 13, Enum, PartOrder, order,                                                          \
+  X(order, 13, Enum, PartOrder, order, 12,                                                          \
     "micro-batch order: cost_desc | index | interleave (large in the middle)")                  \
-  X(max_micro_batches, 14, Ceiling, int64, max_micro_batches,                                   \
+  X(max_micro_batches, 14, Ceiling, int64, max_micro_batches, 13,                                   \
     "fail if the plan needs more micro-batches than this")                                      \
-  X(equal_size, 15, FixedK, bool, equal_size,                                                   \
+  X(equal_size, 15, FixedK, bool, equal_size, 2,                                                   \
     "with --num_parts: every micro-batch gets n / K sequences (the cap is not guaranteed)")
 
 // packsched.v1.PlanOptions, the round's part (not planner options: the sidecar's round and the
@@ -76,8 +79,12 @@
 //   X(name, number, default)   proto3 optional bool; unset = default
 #define PACKSCHED_ROUND_OPTIONS(X) X(same_micro_num_in_dp, 16, true)
 
-// The CLI flag / JSON key / Python keyword of the Weight fields taken together.
-#define PACKSCHED_WEIGHT_PAIR_KEY "attention_cost"
+// The CLI flag / JSON key / Python keyword of the Weight fields taken together (an identifier,
+// and as a string).
+#define PACKSCHED_WEIGHT_PAIR attention_cost
+#define PACKSCHED_SCHEMA_STR_(x) #x
+#define PACKSCHED_SCHEMA_STR(x) PACKSCHED_SCHEMA_STR_(x)
+#define PACKSCHED_WEIGHT_PAIR_KEY PACKSCHED_SCHEMA_STR(PACKSCHED_WEIGHT_PAIR)
 
 // packsched.v1.LossOptions (planner::LossOptions).
 //   X(name, number, Rule, Type, member, key)
@@ -189,7 +196,7 @@
 #define PACKSCHED_CEILING_PICK_Align(name, member)
 #define PACKSCHED_CEILING_PICK_Weight(name, member)
 #define PACKSCHED_CEILING_PICK_FixedK(name, member)
-#define PACKSCHED_CEILING_PICK(name, number, Rule, Type, member, help) \
+#define PACKSCHED_CEILING_PICK(name, number, Rule, Type, member, json, help) \
   PACKSCHED_CEILING_PICK_##Rule(name, member)
 #define PACKSCHED_CEILING PACKSCHED_PLAN_OPTIONS(PACKSCHED_CEILING_PICK)
 
