@@ -329,18 +329,28 @@ GlobalCounts GlobalCountsFromProto(const v1::GlobalCounts& g) {
 #define PACKSCHED_FROM_STATS_LocalK(name)
 #define PACKSCHED_FROM_STATS(name, number, Kind, alias) PACKSCHED_FROM_STATS_##Kind(name)
 
+#define PACKSCHED_PARTS_NAME_Parts(name) name
+#define PACKSCHED_PARTS_NAME_Count(name)
+#define PACKSCHED_PARTS_NAME_LocalK(name)
+#define PACKSCHED_PARTS_NAME_Indices(name)
+#define PACKSCHED_PARTS_NAME_Weights(name)
+#define PACKSCHED_PARTS_NAME_Global(name)
+#define PACKSCHED_PARTS_NAME_Stats(name)
+#define PACKSCHED_PARTS_NAME(name, number, Kind) PACKSCHED_PARTS_NAME_##Kind(name)
+
 PlanResult PlanResultFromProto(const v1::PlanResponse& r) {
   PlanResult out;
   planner::MicroBatchPlan& plan = out.plan;
-  plan.parts.reserve(r.micro_batches_size());
   bool has_scales = false;
-  for (const v1::MicroBatch& m : r.micro_batches()) {
+  const auto& parts = r.PACKSCHED_PLAN_RESPONSE(PACKSCHED_PARTS_NAME)();
+  plan.parts.reserve(parts.size());
+  for (const v1::MicroBatch& m : parts) {
     planner::MicroBatch part;
     PACKSCHED_MICRO_BATCH(PACKSCHED_FROM_PART)
     plan.parts.push_back(std::move(part));
   }
   if (has_scales) {
-    for (const v1::MicroBatch& m : r.micro_batches()) {
+    for (const v1::MicroBatch& m : parts) {
       PACKSCHED_MICRO_BATCH(PACKSCHED_SCALE)
     }
   }

@@ -77,7 +77,7 @@ absl::StatusOr<Proto> ToProto(absl::string_view field, Enum value, bool (*is_val
 #define PACKSCHED_FILL_FixedK(name, Type, member) out->set_##name(o.member);
 #define PACKSCHED_FILL_Ceiling(name, Type, member) \
   out->set_##name(o.member == planner::PlanOptions{}.member ? 0 : o.member);
-#define PACKSCHED_FILL(name, number, Rule, Type, member, help) \
+#define PACKSCHED_FILL(name, number, Rule, Type, member, json, help) \
   PACKSCHED_FILL_##Rule(name, Type, member)
 
 absl::Status FillOptions(const planner::PlanOptions& o, v1::PlanOptions* out) {

@@ -146,22 +146,13 @@ absl::StatusOr<OutputFormat> FormatFromFlags() {
 
 std::string LengthsPathFromFlags() { return absl::GetFlag(FLAGS_lengths); }
 
-#define PACKSCHED_CAP_NAME_Cap(name) #name
-#define PACKSCHED_CAP_NAME_Enum(name)
-#define PACKSCHED_CAP_NAME_Unlimited(name)
-#define PACKSCHED_CAP_NAME_Count(name)
-#define PACKSCHED_CAP_NAME_Align(name)
-#define PACKSCHED_CAP_NAME_Ceiling(name)
-#define PACKSCHED_CAP_NAME_FixedK(name)
-#define PACKSCHED_CAP_NAME_Weight(name)
-#define PACKSCHED_CAP_NAME(name, number, Rule, Type, member, json, help) \
-  PACKSCHED_CAP_NAME_##Rule(name)
-
 std::string HelpText() {
-  std::string out =
+  const absl::string_view cap = planner::schema::OptionNamed("Cap");
+  std::string out = absl::StrCat(
       "packsched plan: groups sequences into micro-batches under a token cap (offline).\n"
       "\n"
-      "usage: packsched plan [--lengths=FILE] (--" PACKSCHED_PLAN_OPTIONS(PACKSCHED_CAP_NAME)
+      "usage: packsched plan [--lengths=FILE] (--",
+      cap,
       "=TOKENS | --num_parts=K) [flags]\n"
       "\n"
       "Reads lengths (one integer per line, or a JSON array) from --lengths or stdin and\n"
@@ -169,11 +160,15 @@ std::string HelpText() {
       "non-zero exit status (2 for a usage error such as a missing cap).\n"
       "\n"
       "examples:\n"
-      "  packsched plan --lengths=lengths.txt --max_token_len=16384\n"
+      "  packsched plan --lengths=lengths.txt --",
+      cap,
+      "=16384\n"
       "  echo '[1,2,2,5,3,7,6,3]' | packsched plan --num_parts=4 --format=json\n"
-      "  packsched plan --lengths=lengths.txt --algorithm=bfd --max_token_len=10240\n"
+      "  packsched plan --lengths=lengths.txt --algorithm=bfd --",
+      cap,
+      "=10240\n"
       "\n"
-      "flags:\n";
+      "flags:\n");
   std::vector<std::pair<std::string, const absl::CommandLineFlag*>> flags;
   for (const auto& [name, flag] : absl::GetAllFlags()) {
     if (flag->Filename().find("server/cli/") != std::string::npos) {

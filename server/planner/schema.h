@@ -1,6 +1,8 @@
 #ifndef PACKSCHED_SERVER_PLANNER_SCHEMA_H_
 #define PACKSCHED_SERVER_PLANNER_SCHEMA_H_
 
+#include "absl/strings/string_view.h"
+
 // The one declaration of the plan / options schema (issue 17): every field of the planner's
 // options and of a plan that crosses a boundary — the `packsched plan` flags and JSON, the
 // sidecar's proto conversion (server/service/convert.cc), the C++ client's request building and
@@ -20,8 +22,8 @@
 // either side, a different number); tests/schema_strays_test.py fails when a conversion layer
 // spells a table name by hand instead of reading it from here.
 //
-// Plain preprocessor text: includes nothing, usable from every layer (the planner's layering
-// rule holds: no proto, no gRPC). Names are the proto's; `member` is the planner's where it
+// Preprocessor tables and a few constexpr lookups; std only, usable from every layer (the
+// planner's layering rule holds: no proto, no gRPC). Names are the proto's; `member` is the planner's where it
 // differs (attention.linear).
 
 // packsched.v1.PlanOptions, the planner's part (planner::PlanOptions).
@@ -199,5 +201,30 @@
 #define PACKSCHED_CEILING_PICK(name, number, Rule, Type, member, json, help) \
   PACKSCHED_CEILING_PICK_##Rule(name, member)
 #define PACKSCHED_CEILING PACKSCHED_PLAN_OPTIONS(PACKSCHED_CEILING_PICK)
+
+// The plan options' names and rules as constants, for code that names an option in a message
+// (e.g. "--equal_size needs --num_parts=K"): schema::OptionNamed("FixedK").
+namespace packsched::planner::schema {
+
+struct OptionField {
+  absl::string_view name;
+  absl::string_view rule;
+};
+
+#define PACKSCHED_SCHEMA_OPTION_FIELD(name, number, Rule, Type, member, json, help) \
+  OptionField{#name, #Rule},
+inline constexpr OptionField kPlanOptions[] = {
+    PACKSCHED_PLAN_OPTIONS(PACKSCHED_SCHEMA_OPTION_FIELD)};
+#undef PACKSCHED_SCHEMA_OPTION_FIELD
+
+// The name of the first plan option of `rule` ("" if none): Cap, Ceiling and FixedK have one.
+constexpr absl::string_view OptionNamed(absl::string_view rule) {
+  for (const OptionField& field : kPlanOptions) {
+    if (field.rule == rule) return field.name;
+  }
+  return "";
+}
+
+}  // namespace packsched::planner::schema
 
 #endif  // PACKSCHED_SERVER_PLANNER_SCHEMA_H_

@@ -105,7 +105,7 @@ int64_t HashValue(Enum v) {
 // whether the plan has loss weights, then the loss options.
 uint64_t OptionsHash(const planner::PlanOptions& o, const PlanInput& round, bool has_loss,
                      const planner::LossOptions& loss) {
-#define PACKSCHED_HASH_PLAN(name, number, Rule, Type, member, help) HashValue(o.member),
+#define PACKSCHED_HASH_PLAN(name, number, Rule, Type, member, json, help) HashValue(o.member),
 #define PACKSCHED_HASH_ROUND(name, number, dflt) HashValue(round.name),
 #define PACKSCHED_HASH_LOSS(name, number, Rule, Type, member, key) HashValue(loss.member),
   const int64_t fields[] = {kProtocolVersion, PACKSCHED_PLAN_OPTIONS(PACKSCHED_HASH_PLAN)
@@ -270,12 +270,12 @@ absl::Status ValidateStream(absl::string_view stream, const ServiceLimits& limit
 #define PACKSCHED_WEIGHT_Ceiling PACKSCHED_SCHEMA_NOTHING
 #define PACKSCHED_WEIGHT_FixedK PACKSCHED_SCHEMA_NOTHING
 
-#define PACKSCHED_READ(name, number, Rule, Type, member, help) PACKSCHED_READ_##Rule(name, Type, member)
-#define PACKSCHED_READ_CEILING(name, number, Rule, Type, member, help) \
+#define PACKSCHED_READ(name, number, Rule, Type, member, json, help) PACKSCHED_READ_##Rule(name, Type, member)
+#define PACKSCHED_READ_CEILING(name, number, Rule, Type, member, json, help) \
   PACKSCHED_CEILING_##Rule(name, Type, member)
-#define PACKSCHED_CEILING_NAME(name, number, Rule, Type, member, help) \
+#define PACKSCHED_CEILING_NAME(name, number, Rule, Type, member, json, help) \
   PACKSCHED_CEILING_NAME_##Rule(name, Type, member)
-#define PACKSCHED_WEIGHT(name, number, Rule, Type, member, help) \
+#define PACKSCHED_WEIGHT(name, number, Rule, Type, member, json, help) \
   PACKSCHED_WEIGHT_##Rule(name, Type, member)
 
 absl::StatusOr<planner::PlanOptions> ToPlanOptions(const v1::PlanOptions& p,
@@ -482,10 +482,15 @@ absl::Status RunBalanceBatch(const v1::BalanceBatchRequest& request, const Servi
   const std::optional<int64_t> parts =
       CheckedMul(world_size, std::max(input.options.min_micro_batches, input.options.divisible_by));
   if (!parts || *parts > limits.max_micro_batches) {
+    std::string counts;  // the Count options, "a, b"
+    for (const planner::schema::OptionField& field : planner::schema::kPlanOptions) {
+      if (field.rule == "Count") absl::StrAppend(&counts, counts.empty() ? "" : ", ", field.name);
+    }
     return absl::ResourceExhaustedError(absl::StrCat(
-        "world_size = ", world_size, " x max(min_micro_batches, divisible_by) = ",
+        "world_size = ", world_size, " x max(", counts, ") = ",
         std::max(input.options.min_micro_batches, input.options.divisible_by),
-        " micro-batches exceed the server limit --max_micro_batches = ", limits.max_micro_batches));
+        " micro-batches exceed the server limit --", planner::schema::OptionNamed("Ceiling"),
+        " = ", limits.max_micro_batches));
   }
   const std::vector<int64_t> group_ids(request.group_ids().begin(), request.group_ids().end());
   ASSIGN_OR_RETURN(planner::BalancedBatch batch,
@@ -552,7 +557,13 @@ absl::Status RunBalanceBatch(const v1::BalanceBatchRequest& request, const Servi
   if (loss != nullptr) response->mutable_##name()->Assign(loss->weights.begin(), loss->weights.end());
 #define PACKSCHED_LISTS_Count PACKSCHED_SCHEMA_NOTHING
 #define PACKSCHED_LISTS_LocalK PACKSCHED_SCHEMA_NOTHING
-#define PACKSCHED_LISTS_Parts PACKSCHED_SCHEMA_NOTHING
+#define PACKSCHED_LISTS_Parts(name)                                                  \
+  response->mutable_##name()->Reserve(static_cast<int>(plan.parts.size()));         \
+  for (size_t i = 0; i < plan.parts.size(); ++i) {                                  \
+    const planner::MicroBatch& part = plan.parts[i];                                 \
+    v1::MicroBatch* out = response->add_##name();                                    \
+    PACKSCHED_MICRO_BATCH(PACKSCHED_PART)                                            \
+  }
 #define PACKSCHED_LISTS_Global PACKSCHED_SCHEMA_NOTHING
 #define PACKSCHED_LISTS_Stats PACKSCHED_SCHEMA_NOTHING
 #define PACKSCHED_LISTS(name, number, Kind) PACKSCHED_LISTS_##Kind(name)
@@ -565,12 +576,6 @@ absl::Status RunBalanceBatch(const v1::BalanceBatchRequest& request, const Servi
 
 void PlanToProto(const planner::MicroBatchPlan& plan, const planner::LossWeights* loss,
                  int64_t max_token_len, v1::PlanResponse* response) {
-  response->mutable_micro_batches()->Reserve(static_cast<int>(plan.parts.size()));
-  for (size_t i = 0; i < plan.parts.size(); ++i) {
-    const planner::MicroBatch& part = plan.parts[i];
-    v1::MicroBatch* out = response->add_micro_batches();
-    PACKSCHED_MICRO_BATCH(PACKSCHED_PART)
-  }
   PACKSCHED_PLAN_RESPONSE(PACKSCHED_LISTS)
   v1::PlanStats* stats = response->mutable_stats();
   PACKSCHED_PLAN_STATS(PACKSCHED_STATS)
