@@ -33,7 +33,8 @@ absl::Status CheckRequest(const PlanRequest& r) {
   }
   if (o.equal_size && r.num_parts == 0) {
     return absl::InvalidArgumentError(absl::StrCat("--", planner::schema::OptionNamed("FixedK"),
-                                                   " needs --num_parts=K (n / K sequences a part)"));
+                                                   " needs --num_parts=K (n / K sequences a "
+                                                   "part)"));
   }
   if (r.num_parts == 0 && o.max_token_len == 0) {
     return absl::InvalidArgumentError(

@@ -179,74 +179,74 @@ absl::Status ValidateStream(absl::string_view stream, const ServiceLimits& limit
 // in proto order; the Ceiling field is read first by the first field bounded by it, and the
 // Weight fields' signs are checked together before their bounds (the order of the checks, hence
 // of the errors, predates the table).
-#define PACKSCHED_READ_Cap(name, Type, member)                                                 \
-  {                                                                                            \
-    o.member = p.name();                                                                       \
-    if (o.member < 0 || (planner_picks_k && o.member < 1)) {                                   \
-      return absl::InvalidArgumentError(                                                       \
-          absl::StrCat("options." #name " = ", o.member,                                       \
-                       planner_picks_k ? ": must be >= 1 (tokens)" : ": must be >= 0 (0 = no cap)")); \
-    }                                                                                          \
-    RETURN_IF_ERROR(                                                                           \
-        AtMost("options." #name, o.member, "the largest length", planner::kMaxLength));        \
+#define PACKSCHED_READ_Cap(name, Type, member)                                                     \
+  {                                                                                                \
+    o.member = p.name();                                                                           \
+    if (o.member < 0 || (planner_picks_k && o.member < 1)) {                                       \
+      return absl::InvalidArgumentError(absl::StrCat(                                              \
+          "options." #name " = ", o.member,                                                        \
+          planner_picks_k ? ": must be >= 1 (tokens)" : ": must be >= 0 (0 = no cap)"));           \
+    }                                                                                              \
+    RETURN_IF_ERROR(                                                                               \
+        AtMost("options." #name, o.member, "the largest length", planner::kMaxLength));            \
   }
-#define PACKSCHED_READ_Enum(name, Type, member)                                                \
-  {                                                                                            \
-    const int value = p.name();                                                                \
-    if (!v1::Type##_IsValid(value)) {                                                          \
-      return NotKnown("options." #name, value, v1::Type##_descriptor());                       \
-    }                                                                                          \
+#define PACKSCHED_READ_Enum(name, Type, member)                                                    \
+  {                                                                                                \
+    const int value = p.name();                                                                    \
+    if (!v1::Type##_IsValid(value)) {                                                              \
+      return NotKnown("options." #name, value, v1::Type##_descriptor());                           \
+    }                                                                                              \
     o.member = value == 0 ? planner::PlanOptions{}.member : static_cast<planner::Type>(value - 1); \
   }
-#define PACKSCHED_READ_Unlimited(name, Type, member)                                           \
-  {                                                                                            \
-    if (p.name() < 0) return Negative("options." #name, p.name());                             \
-    o.member = p.name();                                                                       \
+#define PACKSCHED_READ_Unlimited(name, Type, member)                                               \
+  {                                                                                                \
+    if (p.name() < 0) return Negative("options." #name, p.name());                                 \
+    o.member = p.name();                                                                           \
   }
-#define PACKSCHED_READ_Count(name, Type, member)                                               \
-  {                                                                                            \
-    RETURN_IF_ERROR(read_ceiling());                                                           \
-    ASSIGN_OR_RETURN(o.member, OrDefault("options." #name, p.name(), 1));                      \
-    RETURN_IF_ERROR(AtMost("options." #name, o.member, kCeilingName, ceiling));                \
+#define PACKSCHED_READ_Count(name, Type, member)                                                   \
+  {                                                                                                \
+    RETURN_IF_ERROR(read_ceiling());                                                               \
+    ASSIGN_OR_RETURN(o.member, OrDefault("options." #name, p.name(), 1));                          \
+    RETURN_IF_ERROR(AtMost("options." #name, o.member, kCeilingName, ceiling));                    \
   }
-#define PACKSCHED_READ_Align(name, Type, member)                                               \
-  {                                                                                            \
-    ASSIGN_OR_RETURN(o.member, OrDefault("options." #name, p.name(), 1));                      \
-    RETURN_IF_ERROR(AtMost("options." #name, o.member, "the limit", planner::kMaxAlign));      \
+#define PACKSCHED_READ_Align(name, Type, member)                                                   \
+  {                                                                                                \
+    ASSIGN_OR_RETURN(o.member, OrDefault("options." #name, p.name(), 1));                          \
+    RETURN_IF_ERROR(AtMost("options." #name, o.member, "the limit", planner::kMaxAlign));          \
   }
-#define PACKSCHED_READ_Weight(name, Type, member)                                              \
-  {                                                                                            \
-    RETURN_IF_ERROR(read_weights());                                                           \
-    RETURN_IF_ERROR(                                                                           \
-        AtMost("options." #name, o.member, "the limit", planner::kMaxAttentionWeight));        \
+#define PACKSCHED_READ_Weight(name, Type, member)                                                  \
+  {                                                                                                \
+    RETURN_IF_ERROR(read_weights());                                                               \
+    RETURN_IF_ERROR(                                                                               \
+        AtMost("options." #name, o.member, "the limit", planner::kMaxAttentionWeight));            \
   }
 #define PACKSCHED_READ_Ceiling(name, Type, member) RETURN_IF_ERROR(read_ceiling());
 // equal_size gives n / k sequences per micro-batch for a k the caller fixes. Where the planner
 // picks k it would ignore the cap, and a k agreed by the ranks need not divide this rank's n:
 // the round would fail after agreement.
-#define PACKSCHED_READ_FixedK(name, Type, member)                                              \
-  {                                                                                            \
-    if (p.name() && planner_picks_k) {                                                         \
-      return absl::InvalidArgumentError(                                                       \
-          "options." #name " = true applies to Partition only (a micro-batch count the caller " \
-          "fixes); Plan and BalanceBatch choose the count under the cap");                     \
-    }                                                                                          \
-    o.member = p.name();                                                                       \
+#define PACKSCHED_READ_FixedK(name, Type, member)                                                  \
+  {                                                                                                \
+    if (p.name() && planner_picks_k) {                                                             \
+      return absl::InvalidArgumentError(                                                           \
+          "options." #name " = true applies to Partition only (a micro-batch count the caller "    \
+          "fixes); Plan and BalanceBatch choose the count under the cap");                         \
+    }                                                                                              \
+    o.member = p.name();                                                                           \
   }
 // The ceiling: 0 = the server's limit, which it may not exceed (the server flag of the same name).
-#define PACKSCHED_CEILING_Ceiling(name, Type, member)                                          \
-  {                                                                                            \
-    ASSIGN_OR_RETURN(o.member, OrDefault("options." #name, p.name(), limits.max_micro_batches)); \
-    if (o.member > limits.max_micro_batches) {                                                 \
-      return absl::ResourceExhaustedError(                                                     \
-          absl::StrCat("options." #name " = ", o.member, " exceeds the server limit --" #name  \
-                       " = ", limits.max_micro_batches));                                      \
-    }                                                                                          \
-    ceiling = o.member;                                                                        \
+#define PACKSCHED_CEILING_Ceiling(name, Type, member)                                              \
+  {                                                                                                \
+    ASSIGN_OR_RETURN(o.member, OrDefault("options." #name, p.name(), limits.max_micro_batches));   \
+    if (o.member > limits.max_micro_batches) {                                                     \
+      return absl::ResourceExhaustedError(                                                         \
+          absl::StrCat("options." #name " = ", o.member, " exceeds the server limit --" #name      \
+                       " = ", limits.max_micro_batches));                                          \
+    }                                                                                              \
+    ceiling = o.member;                                                                            \
   }
 #define PACKSCHED_CEILING_NAME_Ceiling(name, Type, member) #name
-#define PACKSCHED_WEIGHT_Weight(name, Type, member)                                            \
-  o.member = p.has_##name() ? p.name() : planner::PlanOptions{}.member;                        \
+#define PACKSCHED_WEIGHT_Weight(name, Type, member)                                                \
+  o.member = p.has_##name() ? p.name() : planner::PlanOptions{}.member;                            \
   if (o.member < 0) return Negative("options." #name, o.member);
 #define PACKSCHED_CEILING_Cap PACKSCHED_SCHEMA_NOTHING
 #define PACKSCHED_CEILING_Enum PACKSCHED_SCHEMA_NOTHING
@@ -270,12 +270,13 @@ absl::Status ValidateStream(absl::string_view stream, const ServiceLimits& limit
 #define PACKSCHED_WEIGHT_Ceiling PACKSCHED_SCHEMA_NOTHING
 #define PACKSCHED_WEIGHT_FixedK PACKSCHED_SCHEMA_NOTHING
 
-#define PACKSCHED_READ(name, number, Rule, Type, member, json, help) PACKSCHED_READ_##Rule(name, Type, member)
-#define PACKSCHED_READ_CEILING(name, number, Rule, Type, member, json, help) \
+#define PACKSCHED_READ(name, number, Rule, Type, member, json, help)                               \
+  PACKSCHED_READ_##Rule(name, Type, member)
+#define PACKSCHED_READ_CEILING(name, number, Rule, Type, member, json, help)                       \
   PACKSCHED_CEILING_##Rule(name, Type, member)
-#define PACKSCHED_CEILING_NAME(name, number, Rule, Type, member, json, help) \
+#define PACKSCHED_CEILING_NAME(name, number, Rule, Type, member, json, help)                       \
   PACKSCHED_CEILING_NAME_##Rule(name, Type, member)
-#define PACKSCHED_WEIGHT(name, number, Rule, Type, member, json, help) \
+#define PACKSCHED_WEIGHT(name, number, Rule, Type, member, json, help)                             \
   PACKSCHED_WEIGHT_##Rule(name, Type, member)
 
 absl::StatusOr<planner::PlanOptions> ToPlanOptions(const v1::PlanOptions& p,
@@ -305,22 +306,24 @@ absl::StatusOr<planner::PlanOptions> ToPlanOptions(const v1::PlanOptions& p,
 }
 
 // PACKSCHED_LOSS_OPTIONS' rules, as above ("loss.<name>").
-#define PACKSCHED_READ_LOSS_Enum(name, Type, member)                                           \
-  {                                                                                            \
-    const int value = p.name();                                                                \
-    if (!v1::Type##_IsValid(value)) return NotKnown("loss." #name, value, v1::Type##_descriptor()); \
+#define PACKSCHED_READ_LOSS_Enum(name, Type, member)                                               \
+  {                                                                                                \
+    const int value = p.name();                                                                    \
+    if (!v1::Type##_IsValid(value)) {                                                              \
+      return NotKnown("loss." #name, value, v1::Type##_descriptor());                              \
+    }                                                                                              \
     o.member = value == 0 ? planner::LossOptions{}.member : static_cast<planner::Type>(value - 1); \
   }
-#define PACKSCHED_READ_LOSS_SumNorm(name, Type, member)                                        \
-  if (o.mode == planner::LossMode::kSumNorm) {                                                    \
-    const double c = p.name();                                                                 \
-    if (!std::isfinite(c) || c <= 0) {                                                         \
-      return absl::InvalidArgumentError(absl::StrCat(                                          \
-          "loss." #name " = ", c, ": loss mode sum_norm needs a finite constant > 0"));        \
-    }                                                                                          \
-    o.member = c;                                                                              \
+#define PACKSCHED_READ_LOSS_SumNorm(name, Type, member)                                            \
+  if (o.mode == planner::LossMode::kSumNorm) {                                                     \
+    const double c = p.name();                                                                     \
+    if (!std::isfinite(c) || c <= 0) {                                                             \
+      return absl::InvalidArgumentError(absl::StrCat(                                              \
+          "loss." #name " = ", c, ": loss mode sum_norm needs a finite constant > 0"));            \
+    }                                                                                              \
+    o.member = c;                                                                                  \
   }
-#define PACKSCHED_READ_LOSS(name, number, Rule, Type, member, key) \
+#define PACKSCHED_READ_LOSS(name, number, Rule, Type, member, key)                                 \
   PACKSCHED_READ_LOSS_##Rule(name, Type, member)
 
 absl::StatusOr<planner::LossOptions> ToLossOptions(const v1::LossOptions& p) {
@@ -367,7 +370,7 @@ absl::StatusOr<RoundInput> ToRoundInput(const v1::PlanRequest& request,
 
 // The response's counts: the agreed k and this rank's own bound.
 #define PACKSCHED_HEAD_Count(name) response->set_##name(k);
-#define PACKSCHED_HEAD_LocalK(name) response->set_##name(plan.stats.PACKSCHED_LOCAL_K);
+#define PACKSCHED_HEAD_LocalK(name) response->set_##name(plan.stats.local_k);
 #define PACKSCHED_HEAD_Parts PACKSCHED_SCHEMA_NOTHING
 #define PACKSCHED_HEAD_Indices PACKSCHED_SCHEMA_NOTHING
 #define PACKSCHED_HEAD_Weights PACKSCHED_SCHEMA_NOTHING
@@ -385,23 +388,23 @@ absl::Status RunPartition(const v1::PartitionRequest& request, const ServiceLimi
                    MakePlanInput(request.lengths(), request.options(), request.loss_tokens(),
                                  request.loss(), limits, /*planner_picks_k=*/false));
   const int64_t k = request.num_micro_batches();
-  if (k < 1 || k > input.options.PACKSCHED_CEILING) {
+  if (k < 1 || k > input.options.max_micro_batches) {
     return absl::InvalidArgumentError(absl::StrCat("num_micro_batches = ", k, ": must be in [1, ",
-                                                   input.options.PACKSCHED_CEILING, "]"));
+                                                   input.options.max_micro_batches, "]"));
   }
   // The caller's global counts (PACKSCHED_GLOBAL_COUNTS): Kept 0 = this request's own, Loss
   // counts >= 0, World in [0, kMaxWorldSize] (0 = 1).
   const v1::GlobalCounts& g = request.global();
   int64_t ranks = 1;
 #define PACKSCHED_CHECK_Kept(name)
-#define PACKSCHED_CHECK_Loss(name) \
+#define PACKSCHED_CHECK_Loss(name)                                                                 \
   if (g.name() < 0) return Negative("global." #name, g.name());
-#define PACKSCHED_CHECK_World(name)                                                            \
-  if (g.name() < 0 || g.name() > planner::kMaxWorldSize) {                                     \
-    return absl::InvalidArgumentError(absl::StrCat("global." #name " = ", g.name(),            \
-                                                   ": must be in [0, ", planner::kMaxWorldSize, \
-                                                   "] (0 = 1)"));                              \
-  }                                                                                            \
+#define PACKSCHED_CHECK_World(name)                                                                \
+  if (g.name() < 0 || g.name() > planner::kMaxWorldSize) {                                         \
+    return absl::InvalidArgumentError(absl::StrCat("global." #name " = ", g.name(),                \
+                                                   ": must be in [0, ", planner::kMaxWorldSize,    \
+                                                   "] (0 = 1)"));                                  \
+  }                                                                                                \
   ranks = g.name() == 0 ? 1 : g.name();
 #define PACKSCHED_CHECK(name, number, Kind) PACKSCHED_CHECK_##Kind(name)
   PACKSCHED_GLOBAL_COUNTS(PACKSCHED_CHECK)
@@ -419,11 +422,11 @@ absl::Status RunPartition(const v1::PartitionRequest& request, const ServiceLimi
   };
   v1::GlobalCounts* out = response->mutable_global();
   // Kept: the caller's count when set, else this request's (the plan's kept sequences).
-#define PACKSCHED_KEPT_Kept(name)                                                              \
-  const int64_t own_kept = plan.stats.PACKSCHED_KEPT;                                                \
-  if (request.has_global() && g.name() > 0) {                                                  \
-    RETURN_IF_ERROR(at_least_own("global." #name, g.name(), own_kept));                        \
-  }                                                                                            \
+#define PACKSCHED_KEPT_Kept(name)                                                                  \
+  const int64_t own_kept = plan.stats.num_kept;                                                    \
+  if (request.has_global() && g.name() > 0) {                                                      \
+    RETURN_IF_ERROR(at_least_own("global." #name, g.name(), own_kept));                            \
+  }                                                                                                \
   out->set_##name(request.has_global() && g.name() > 0 ? g.name() : own_kept);
 #define PACKSCHED_KEPT_Loss(name)
 #define PACKSCHED_KEPT_World(name) out->set_##name(ranks);
@@ -432,7 +435,8 @@ absl::Status RunPartition(const v1::PartitionRequest& request, const ServiceLimi
   if (input.loss_tokens) {
     ASSIGN_OR_RETURN(planner::LossCounts counts, planner::CountLoss(plan, *input.loss_tokens));
     if (request.has_global()) {
-#define PACKSCHED_OWN_Loss(name) RETURN_IF_ERROR(at_least_own("global." #name, g.name(), counts.name));
+#define PACKSCHED_OWN_Loss(name)                                                                   \
+  RETURN_IF_ERROR(at_least_own("global." #name, g.name(), counts.name));
 #define PACKSCHED_OWN_Kept(name)
 #define PACKSCHED_OWN_World(name)
 #define PACKSCHED_OWN(name, number, Kind) PACKSCHED_OWN_##Kind(name)
@@ -498,7 +502,7 @@ absl::Status RunBalanceBatch(const v1::BalanceBatchRequest& request, const Servi
   response->set_num_micro_batches(batch.num_micro_batches);
   response->mutable_dropped()->Assign(batch.dropped.begin(), batch.dropped.end());
   v1::GlobalCounts* global = response->mutable_global();
-#define PACKSCHED_BATCH_Kept(name) \
+#define PACKSCHED_BATCH_Kept(name)                                                                 \
   global->set_##name(static_cast<int64_t>(input.lengths.size() - batch.dropped.size()));
 #define PACKSCHED_BATCH_Loss(name)
 #define PACKSCHED_BATCH_World(name) global->set_##name(world_size);
@@ -548,21 +552,23 @@ absl::Status RunBalanceBatch(const v1::BalanceBatchRequest& request, const Servi
 #define PACKSCHED_PART_Int(name) out->set_##name(part.name);
 #define PACKSCHED_PART_Bool(name) out->set_##name(part.name);
 #define PACKSCHED_PART_Ints(name) out->mutable_##name()->Assign(part.name.begin(), part.name.end());
-#define PACKSCHED_PART_LossScale(name) \
+#define PACKSCHED_PART_LossScale(name)                                                             \
   if (loss != nullptr && i < loss->loss_scales.size()) out->set_##name(loss->loss_scales[i]);
 #define PACKSCHED_PART(name, number, Kind) PACKSCHED_PART_##Kind(name)
-#define PACKSCHED_LISTS_Indices(name) \
+#define PACKSCHED_LISTS_Indices(name)                                                              \
   response->mutable_##name()->Assign(plan.name.begin(), plan.name.end());
-#define PACKSCHED_LISTS_Weights(name) \
-  if (loss != nullptr) response->mutable_##name()->Assign(loss->weights.begin(), loss->weights.end());
+#define PACKSCHED_LISTS_Weights(name)                                                              \
+  if (loss != nullptr) {                                                                           \
+    response->mutable_##name()->Assign(loss->weights.begin(), loss->weights.end());                \
+  }
 #define PACKSCHED_LISTS_Count PACKSCHED_SCHEMA_NOTHING
 #define PACKSCHED_LISTS_LocalK PACKSCHED_SCHEMA_NOTHING
-#define PACKSCHED_LISTS_Parts(name)                                                  \
-  response->mutable_##name()->Reserve(static_cast<int>(plan.parts.size()));         \
-  for (size_t i = 0; i < plan.parts.size(); ++i) {                                  \
-    const planner::MicroBatch& part = plan.parts[i];                                 \
-    v1::MicroBatch* out = response->add_##name();                                    \
-    PACKSCHED_MICRO_BATCH(PACKSCHED_PART)                                            \
+#define PACKSCHED_LISTS_Parts(name)                                                                \
+  response->mutable_##name()->Reserve(static_cast<int>(plan.parts.size()));                        \
+  for (size_t i = 0; i < plan.parts.size(); ++i) {                                                 \
+    const planner::MicroBatch& part = plan.parts[i];                                               \
+    v1::MicroBatch* out = response->add_##name();                                                  \
+    PACKSCHED_MICRO_BATCH(PACKSCHED_PART)                                                          \
   }
 #define PACKSCHED_LISTS_Global PACKSCHED_SCHEMA_NOTHING
 #define PACKSCHED_LISTS_Stats PACKSCHED_SCHEMA_NOTHING
@@ -582,7 +588,7 @@ void PlanToProto(const planner::MicroBatchPlan& plan, const planner::LossWeights
 }
 
 #define PACKSCHED_RESULT_Count(name) response->set_##name(result.name);
-#define PACKSCHED_RESULT_LocalK(name) response->set_##name(result.PACKSCHED_LOCAL_K);
+#define PACKSCHED_RESULT_LocalK(name) response->set_##name(result.local_k);
 #define PACKSCHED_RESULT_Parts PACKSCHED_SCHEMA_NOTHING
 #define PACKSCHED_RESULT_Indices PACKSCHED_SCHEMA_NOTHING
 #define PACKSCHED_RESULT_Weights PACKSCHED_SCHEMA_NOTHING
@@ -590,7 +596,7 @@ void PlanToProto(const planner::MicroBatchPlan& plan, const planner::LossWeights
 #define PACKSCHED_RESULT_Stats PACKSCHED_SCHEMA_NOTHING
 #define PACKSCHED_RESULT(name, number, Kind) PACKSCHED_RESULT_##Kind(name)
 #define PACKSCHED_GLOBAL(name, number, Kind) global->set_##name(result.global.name);
-#define PACKSCHED_TIMES_Micros(name, alias) \
+#define PACKSCHED_TIMES_Micros(name, alias)                                                        \
   stats->set_##name(absl::ToInt64Microseconds(result.alias##_time));
 #define PACKSCHED_TIMES_Int PACKSCHED_SCHEMA_NOTHING
 #define PACKSCHED_TIMES_Double PACKSCHED_SCHEMA_NOTHING
