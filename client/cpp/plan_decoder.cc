@@ -8,6 +8,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "server/planner/schema.h"
 
 namespace packsched::client::internal {
 namespace {
@@ -192,174 +193,214 @@ bool IsRepeatedNumeric(int wire_type, int element_wire_type) {
   return wire_type == kLengthDelimited || wire_type == element_wire_type;
 }
 
-// packsched.v1.MicroBatch (fields 1-13).
+// The decoders' cases come from the schema tables (server/planner/schema.h): one `case number:`
+// per field, reading it into the member of the same name, by the field's kind.
+
+// packsched.v1.MicroBatch (PACKSCHED_MICRO_BATCH).
+#define PACKSCHED_DECODE_PART_Int(name, number)                                                    \
+  case number:                                                                                     \
+    return Int64(wire_type, in, &part->name);
+#define PACKSCHED_DECODE_PART_Bool(name, number)                                                   \
+  case number:                                                                                     \
+    return Bool(wire_type, in, &part->name);
+#define PACKSCHED_DECODE_PART_Ints(name, number)                                                   \
+  case number:                                                                                     \
+    if (!IsRepeatedNumeric(wire_type, kVarint)) return std::nullopt;                               \
+    return in.RepeatedVarint(wire_type, &part->name);
+#define PACKSCHED_DECODE_PART_LossScale(name, number)                                              \
+  case number: {                                                                                   \
+    double value;                                                                                  \
+    const std::optional<bool> read = Double(wire_type, in, &value);                                \
+    if (read == true) *loss_scale = value;                                                         \
+    return read;                                                                                   \
+  }
+#define PACKSCHED_DECODE_PART(name, number, Kind) PACKSCHED_DECODE_PART_##Kind(name, number)
+
 bool DecodeMicroBatch(Reader& r, planner::MicroBatch* part, std::optional<double>* loss_scale) {
   return ForEachField(r, [&](uint32_t number, int wire_type, Reader& in) -> std::optional<bool> {
     switch (number) {
-      case 1:
-        if (!IsRepeatedNumeric(wire_type, kVarint)) return std::nullopt;
-        return in.RepeatedVarint(wire_type, &part->indices);
-      case 2:
-        return Int64(wire_type, in, &part->tokens);
-      case 3:
-        return Int64(wire_type, in, &part->aligned_tokens);
-      case 4:
-        return Int64(wire_type, in, &part->total);
-      case 5:
-        return Int64(wire_type, in, &part->padded_tokens);
-      case 6:
-        return Int64(wire_type, in, &part->cost);
-      case 7:
-        return Int64(wire_type, in, &part->max_seqlen);
-      case 8:
-        return Int64(wire_type, in, &part->max_seqlen_aligned);
-      case 9:
-        if (!IsRepeatedNumeric(wire_type, kVarint)) return std::nullopt;
-        return in.RepeatedVarint(wire_type, &part->cu_seqlens);
-      case 10:
-        if (!IsRepeatedNumeric(wire_type, kVarint)) return std::nullopt;
-        return in.RepeatedVarint(wire_type, &part->cu_seqlens_aligned);
-      case 11:
-        return Bool(wire_type, in, &part->empty);
-      case 12:
-        return Bool(wire_type, in, &part->overlong);
-      case 13: {
-        double value;
-        const std::optional<bool> read = Double(wire_type, in, &value);
-        if (read == true) *loss_scale = value;
-        return read;
-      }
+      PACKSCHED_MICRO_BATCH(PACKSCHED_DECODE_PART)
       default:
         return std::nullopt;
     }
   });
 }
 
-// packsched.v1.GlobalCounts (fields 1-4), merged into `g`.
+// packsched.v1.GlobalCounts (PACKSCHED_GLOBAL_COUNTS), merged into `g`.
+#define PACKSCHED_DECODE_GLOBAL(name, number, Kind)                                                \
+  case number:                                                                                     \
+    return Int64(wire_type, in, &g->name);
+
 bool DecodeGlobal(Reader& r, GlobalCounts* g) {
   return ForEachField(r, [&](uint32_t number, int wire_type, Reader& in) -> std::optional<bool> {
     switch (number) {
-      case 1:
-        return Int64(wire_type, in, &g->num_sequences);
-      case 2:
-        return Int64(wire_type, in, &g->loss_tokens);
-      case 3:
-        return Int64(wire_type, in, &g->sequences_with_loss);
-      case 4:
-        return Int64(wire_type, in, &g->world_size);
+      PACKSCHED_GLOBAL_COUNTS(PACKSCHED_DECODE_GLOBAL)
       default:
         return std::nullopt;
     }
   });
 }
 
-// The PlanStats message as the proto has it (microseconds and the cap included).
+// The PlanStats message as the proto has it: the planner's stats, and the wire-only fields of
+// PACKSCHED_PLAN_STATS (Cap: the client's PlanResult member of the same name; Micros: in
+// microseconds).
 struct WireStats {
   planner::PlanStats plan;
-  int64_t max_token_len = 0;
-  int64_t local_us = 0;
-  int64_t wait_us = 0;
-  int64_t partition_us = 0;
+#define PACKSCHED_WIRE_STATS_Cap(name) int64_t name = 0;
+#define PACKSCHED_WIRE_STATS_Micros(name) int64_t name = 0;
+#define PACKSCHED_WIRE_STATS_Int(name)
+#define PACKSCHED_WIRE_STATS_Double(name)
+#define PACKSCHED_WIRE_STATS_LocalK(name)
+#define PACKSCHED_WIRE_STATS(name, number, Kind, alias) PACKSCHED_WIRE_STATS_##Kind(name)
+  PACKSCHED_PLAN_STATS(PACKSCHED_WIRE_STATS)
 };
 
-// packsched.v1.PlanStats (fields 1-15), merged into `s`.
+// packsched.v1.PlanStats (PACKSCHED_PLAN_STATS), merged into `s`.
+#define PACKSCHED_DECODE_STATS_Int(name, number)                                                   \
+  case number:                                                                                     \
+    return Int64(wire_type, in, &s->plan.name);
+#define PACKSCHED_DECODE_STATS_Double(name, number)                                                \
+  case number:                                                                                     \
+    return Double(wire_type, in, &s->plan.name);
+#define PACKSCHED_DECODE_STATS_Cap(name, number)                                                   \
+  case number:                                                                                     \
+    return Int64(wire_type, in, &s->name);
+#define PACKSCHED_DECODE_STATS_Micros(name, number)                                                \
+  case number:                                                                                     \
+    return Int64(wire_type, in, &s->name);
+#define PACKSCHED_DECODE_STATS_LocalK(name, number)
+#define PACKSCHED_DECODE_STATS(name, number, Kind, alias)                                          \
+  PACKSCHED_DECODE_STATS_##Kind(name, number)
+
 bool DecodeStats(Reader& r, WireStats* s) {
-  planner::PlanStats& p = s->plan;
   return ForEachField(r, [&](uint32_t number, int wire_type, Reader& in) -> std::optional<bool> {
     switch (number) {
-      case 1:
-        return Int64(wire_type, in, &p.num_sequences);
-      case 2:
-        return Int64(wire_type, in, &p.num_kept);
-      case 3:
-        return Int64(wire_type, in, &p.total_tokens);
-      case 4:
-        return Int64(wire_type, in, &p.total_cost);
-      case 5:
-        return Int64(wire_type, in, &p.max_part_cost);
-      case 6:
-        return Int64(wire_type, in, &p.min_part_cost);
-      case 7:
-        return Double(wire_type, in, &p.imbalance);
-      case 8:
-        return Int64(wire_type, in, &p.lower_bound_k);
-      case 9:
-        return Int64(wire_type, in, &s->max_token_len);
-      case 10:
-        return Int64(wire_type, in, &p.over_cap_parts);
-      case 11:
-        return Int64(wire_type, in, &p.naive_padded_tokens);
-      case 12:
-        return Int64(wire_type, in, &p.packed_tokens);
-      case 13:
-        return Int64(wire_type, in, &s->local_us);
-      case 14:
-        return Int64(wire_type, in, &s->wait_us);
-      case 15:
-        return Int64(wire_type, in, &s->partition_us);
+      PACKSCHED_PLAN_STATS(PACKSCHED_DECODE_STATS)
       default:
         return std::nullopt;
     }
   });
+}
+
+// The wire-only stats into `out` (Cap: the member of the same name; Micros: alias_time).
+#define PACKSCHED_TAKE_STATS_Cap(name, alias) out->name = s.name;
+#define PACKSCHED_TAKE_STATS_Micros(name, alias) out->alias##_time = absl::Microseconds(s.name);
+#define PACKSCHED_TAKE_STATS_Int(name, alias)
+#define PACKSCHED_TAKE_STATS_Double(name, alias)
+#define PACKSCHED_TAKE_STATS_LocalK(name, alias)
+#define PACKSCHED_TAKE_STATS(name, number, Kind, alias) PACKSCHED_TAKE_STATS_##Kind(name, alias)
+
+void TakeWireStats(const WireStats& s, PlanResult* out) {
+  PACKSCHED_PLAN_STATS(PACKSCHED_TAKE_STATS)
 }
 
 }  // namespace
 
 GlobalCounts GlobalCountsFromProto(const v1::GlobalCounts& g) {
-  return {g.num_sequences(), g.loss_tokens(), g.sequences_with_loss(), g.world_size()};
+  GlobalCounts out;
+#define PACKSCHED_FROM_GLOBAL(name, number, Kind) out.name = g.name();
+  PACKSCHED_GLOBAL_COUNTS(PACKSCHED_FROM_GLOBAL)
+  return out;
 }
+
+#define PACKSCHED_FROM_PART_Int(name) part.name = m.name();
+#define PACKSCHED_FROM_PART_Bool(name) part.name = m.name();
+#define PACKSCHED_FROM_PART_Ints(name) part.name.assign(m.name().begin(), m.name().end());
+#define PACKSCHED_FROM_PART_LossScale(name) has_scales |= m.has_##name();
+#define PACKSCHED_FROM_PART(name, number, Kind) PACKSCHED_FROM_PART_##Kind(name)
+#define PACKSCHED_SCALE_LossScale(name) out.loss_scales.push_back(m.name());
+#define PACKSCHED_SCALE_Int(name)
+#define PACKSCHED_SCALE_Bool(name)
+#define PACKSCHED_SCALE_Ints(name)
+#define PACKSCHED_SCALE(name, number, Kind) PACKSCHED_SCALE_##Kind(name)
+#define PACKSCHED_FROM_RESPONSE_Count(name) out.name = r.name();
+#define PACKSCHED_FROM_RESPONSE_LocalK(name)                                                       \
+  out.name = r.name();                                                                             \
+  plan.stats.local_k = r.name();
+#define PACKSCHED_FROM_RESPONSE_Indices(name) plan.name.assign(r.name().begin(), r.name().end());
+#define PACKSCHED_FROM_RESPONSE_Weights(name) out.name.assign(r.name().begin(), r.name().end());
+#define PACKSCHED_FROM_RESPONSE_Parts(name)
+#define PACKSCHED_FROM_RESPONSE_Global(name)
+#define PACKSCHED_FROM_RESPONSE_Stats(name)
+#define PACKSCHED_FROM_RESPONSE(name, number, Kind) PACKSCHED_FROM_RESPONSE_##Kind(name)
+#define PACKSCHED_FROM_STATS_Int(name) plan.stats.name = s.name();
+#define PACKSCHED_FROM_STATS_Double(name) plan.stats.name = s.name();
+#define PACKSCHED_FROM_STATS_Cap(name)
+#define PACKSCHED_FROM_STATS_Micros(name)
+#define PACKSCHED_FROM_STATS_LocalK(name)
+#define PACKSCHED_FROM_STATS(name, number, Kind, alias) PACKSCHED_FROM_STATS_##Kind(name)
+
+#define PACKSCHED_PARTS_NAME_Parts(name) name
+#define PACKSCHED_PARTS_NAME_Count(name)
+#define PACKSCHED_PARTS_NAME_LocalK(name)
+#define PACKSCHED_PARTS_NAME_Indices(name)
+#define PACKSCHED_PARTS_NAME_Weights(name)
+#define PACKSCHED_PARTS_NAME_Global(name)
+#define PACKSCHED_PARTS_NAME_Stats(name)
+#define PACKSCHED_PARTS_NAME(name, number, Kind) PACKSCHED_PARTS_NAME_##Kind(name)
 
 PlanResult PlanResultFromProto(const v1::PlanResponse& r) {
   PlanResult out;
-  out.num_micro_batches = r.num_micro_batches();
-  out.local_num_micro_batches = r.local_num_micro_batches();
   planner::MicroBatchPlan& plan = out.plan;
-  plan.parts.reserve(r.micro_batches_size());
   bool has_scales = false;
-  for (const v1::MicroBatch& m : r.micro_batches()) {
+  const auto& parts = r.PACKSCHED_PLAN_RESPONSE(PACKSCHED_PARTS_NAME)();
+  plan.parts.reserve(parts.size());
+  for (const v1::MicroBatch& m : parts) {
     planner::MicroBatch part;
-    part.indices.assign(m.indices().begin(), m.indices().end());
-    part.tokens = m.tokens();
-    part.aligned_tokens = m.aligned_tokens();
-    part.total = m.total();
-    part.padded_tokens = m.padded_tokens();
-    part.cost = m.cost();
-    part.max_seqlen = m.max_seqlen();
-    part.max_seqlen_aligned = m.max_seqlen_aligned();
-    part.cu_seqlens.assign(m.cu_seqlens().begin(), m.cu_seqlens().end());
-    part.cu_seqlens_aligned.assign(m.cu_seqlens_aligned().begin(), m.cu_seqlens_aligned().end());
-    part.empty = m.empty();
-    part.overlong = m.overlong();
+    PACKSCHED_MICRO_BATCH(PACKSCHED_FROM_PART)
     plan.parts.push_back(std::move(part));
-    has_scales |= m.has_loss_scale();
   }
   if (has_scales) {
-    for (const v1::MicroBatch& m : r.micro_batches()) out.loss_scales.push_back(m.loss_scale());
+    for (const v1::MicroBatch& m : parts) {
+      PACKSCHED_MICRO_BATCH(PACKSCHED_SCALE)
+    }
   }
-  plan.reorder.assign(r.reorder().begin(), r.reorder().end());
-  plan.revert.assign(r.revert().begin(), r.revert().end());
-  plan.dropped.assign(r.dropped().begin(), r.dropped().end());
-  out.loss_weights.assign(r.loss_weights().begin(), r.loss_weights().end());
   const v1::PlanStats& s = r.stats();
-  plan.stats.num_sequences = s.num_sequences();
-  plan.stats.num_kept = s.num_kept();
-  plan.stats.total_tokens = s.total_tokens();
-  plan.stats.total_cost = s.total_cost();
-  plan.stats.max_part_cost = s.max_part_cost();
-  plan.stats.min_part_cost = s.min_part_cost();
-  plan.stats.imbalance = s.imbalance();
-  plan.stats.lower_bound_k = s.lower_bound_k();
-  plan.stats.local_k = r.local_num_micro_batches();
-  plan.stats.over_cap_parts = s.over_cap_parts();
-  plan.stats.naive_padded_tokens = s.naive_padded_tokens();
-  plan.stats.packed_tokens = s.packed_tokens();
+  PACKSCHED_PLAN_STATS(PACKSCHED_FROM_STATS)
+  PACKSCHED_PLAN_RESPONSE(PACKSCHED_FROM_RESPONSE)
   out.global = GlobalCountsFromProto(r.global());
-  out.max_token_len = s.max_token_len();
-  out.local_time = absl::Microseconds(s.local_us());
-  out.wait_time = absl::Microseconds(s.wait_us());
-  out.partition_time = absl::Microseconds(s.partition_us());
+#define PACKSCHED_FROM_WIRE_Cap(name, alias) out.name = s.name();
+#define PACKSCHED_FROM_WIRE_Micros(name, alias) out.alias##_time = absl::Microseconds(s.name());
+#define PACKSCHED_FROM_WIRE_Int(name, alias)
+#define PACKSCHED_FROM_WIRE_Double(name, alias)
+#define PACKSCHED_FROM_WIRE_LocalK(name, alias)
+#define PACKSCHED_FROM_WIRE(name, number, Kind, alias) PACKSCHED_FROM_WIRE_##Kind(name, alias)
+  PACKSCHED_PLAN_STATS(PACKSCHED_FROM_WIRE)
   return out;
 }
+
+// packsched.v1.PlanResponse (PACKSCHED_PLAN_RESPONSE).
+#define PACKSCHED_DECODE_RESPONSE_Count(name, number)                                              \
+  case number:                                                                                     \
+    return Int64(wire_type, in, &out.name);
+#define PACKSCHED_DECODE_RESPONSE_LocalK(name, number)                                             \
+  case number:                                                                                     \
+    return Int64(wire_type, in, &out.name);
+#define PACKSCHED_DECODE_RESPONSE_Parts(name, number)                                              \
+  case number: {                                                                                   \
+    if (wire_type != kLengthDelimited) return std::nullopt;                                        \
+    if (!in.Sub(&sub)) return false;                                                               \
+    planner::MicroBatch& part = plan.parts.emplace_back();                                         \
+    part.empty = false; /* the message's default */                                                \
+    return DecodeMicroBatch(sub, &part, &scales.emplace_back());                                   \
+  }
+#define PACKSCHED_DECODE_RESPONSE_Indices(name, number)                                            \
+  case number:                                                                                     \
+    if (!IsRepeatedNumeric(wire_type, kVarint)) return std::nullopt;                               \
+    return in.RepeatedVarint(wire_type, &plan.name);
+#define PACKSCHED_DECODE_RESPONSE_Weights(name, number)                                            \
+  case number:                                                                                     \
+    if (!IsRepeatedNumeric(wire_type, kFixed64)) return std::nullopt;                              \
+    return in.RepeatedDouble(wire_type, &out.name);
+#define PACKSCHED_DECODE_RESPONSE_Global(name, number)                                             \
+  case number:                                                                                     \
+    if (wire_type != kLengthDelimited) return std::nullopt;                                        \
+    return in.Sub(&sub) && DecodeGlobal(sub, &out.global);
+#define PACKSCHED_DECODE_RESPONSE_Stats(name, number)                                              \
+  case number:                                                                                     \
+    if (wire_type != kLengthDelimited) return std::nullopt;                                        \
+    return in.Sub(&sub) && DecodeStats(sub, &stats);
+#define PACKSCHED_DECODE_RESPONSE(name, number, Kind) PACKSCHED_DECODE_RESPONSE_##Kind(name, number)
 
 absl::StatusOr<PlanResult> DecodePlanResponse(absl::string_view bytes) {
   PlanResult out;
@@ -372,35 +413,7 @@ absl::StatusOr<PlanResult> DecodePlanResponse(absl::string_view bytes) {
       ForEachField(r, [&](uint32_t number, int wire_type, Reader& in) -> std::optional<bool> {
         Reader sub = in;
         switch (number) {
-          case 1:
-            return Int64(wire_type, in, &out.num_micro_batches);
-          case 2:
-            return Int64(wire_type, in, &out.local_num_micro_batches);
-          case 3: {
-            if (wire_type != kLengthDelimited) return std::nullopt;
-            if (!in.Sub(&sub)) return false;
-            planner::MicroBatch& part = plan.parts.emplace_back();
-            part.empty = false;  // the message's default
-            return DecodeMicroBatch(sub, &part, &scales.emplace_back());
-          }
-          case 4:
-            if (!IsRepeatedNumeric(wire_type, kVarint)) return std::nullopt;
-            return in.RepeatedVarint(wire_type, &plan.reorder);
-          case 5:
-            if (!IsRepeatedNumeric(wire_type, kVarint)) return std::nullopt;
-            return in.RepeatedVarint(wire_type, &plan.revert);
-          case 6:
-            if (!IsRepeatedNumeric(wire_type, kVarint)) return std::nullopt;
-            return in.RepeatedVarint(wire_type, &plan.dropped);
-          case 7:
-            if (!IsRepeatedNumeric(wire_type, kFixed64)) return std::nullopt;
-            return in.RepeatedDouble(wire_type, &out.loss_weights);
-          case 8:
-            if (wire_type != kLengthDelimited) return std::nullopt;
-            return in.Sub(&sub) && DecodeGlobal(sub, &out.global);
-          case 9:
-            if (wire_type != kLengthDelimited) return std::nullopt;
-            return in.Sub(&sub) && DecodeStats(sub, &stats);
+          PACKSCHED_PLAN_RESPONSE(PACKSCHED_DECODE_RESPONSE)
           default:
             return std::nullopt;
         }
@@ -416,11 +429,16 @@ absl::StatusOr<PlanResult> DecodePlanResponse(absl::string_view bytes) {
     for (const std::optional<double>& scale : scales) out.loss_scales.push_back(scale.value_or(0));
   }
   plan.stats = stats.plan;
-  plan.stats.local_k = out.local_num_micro_batches;
-  out.max_token_len = stats.max_token_len;
-  out.local_time = absl::Microseconds(stats.local_us);
-  out.wait_time = absl::Microseconds(stats.wait_us);
-  out.partition_time = absl::Microseconds(stats.partition_us);
+#define PACKSCHED_BOUND_LocalK(name) plan.stats.local_k = out.name;
+#define PACKSCHED_BOUND_Count(name)
+#define PACKSCHED_BOUND_Parts(name)
+#define PACKSCHED_BOUND_Indices(name)
+#define PACKSCHED_BOUND_Weights(name)
+#define PACKSCHED_BOUND_Global(name)
+#define PACKSCHED_BOUND_Stats(name)
+#define PACKSCHED_BOUND(name, number, Kind) PACKSCHED_BOUND_##Kind(name)
+  PACKSCHED_PLAN_RESPONSE(PACKSCHED_BOUND)
+  TakeWireStats(stats, &out);
   return out;
 }
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <functional>
 #include <optional>
+#include <string>
 #include <thread>
 #include <utility>
 
@@ -15,6 +16,7 @@
 #include "grpcpp/impl/rpc_method.h"
 #include "packsched/v1/scheduler.grpc.pb.h"
 #include "server/base/status_macros.h"
+#include "server/planner/schema.h"
 #include "server/security/credentials.h"
 
 namespace packsched::client {
@@ -35,73 +37,64 @@ absl::Status FromGrpc(const grpc::Status& status) {
   return absl::Status(static_cast<absl::StatusCode>(status.error_code()), status.error_message());
 }
 
-absl::StatusOr<v1::Algorithm> ToProto(planner::Algorithm a) {
-  switch (a) {
-    case planner::Algorithm::kKarmarkarKarp:
-      return v1::ALGORITHM_KK;
-    case planner::Algorithm::kLpt:
-      return v1::ALGORITHM_LPT;
-    default:
-      return absl::InvalidArgumentError(
-          absl::StrCat("options.algorithm = ", planner::Name(a),
-                       ": the sidecar balances micro-batches with kk or lpt"));
+// A planner enum value as the proto's (proto = planner + 1, server/planner/schema.h), or
+// InvalidArgument for a value the sidecar does not take (dataset packing algorithms), naming the
+// ones it does.
+template <typename Proto, typename Enum>
+absl::StatusOr<Proto> ToProto(absl::string_view field, Enum value, bool (*is_valid)(int)) {
+  if (is_valid(static_cast<int>(value) + 1)) return static_cast<Proto>(static_cast<int>(value) + 1);
+  std::string accepted;
+  for (int v = 0; is_valid(v + 1); ++v) {
+    absl::StrAppend(&accepted, v == 0 ? "" : " or ", planner::Name(static_cast<Enum>(v)));
   }
+  return absl::InvalidArgumentError(absl::StrCat("options.", field, " = ", planner::Name(value),
+                                                 ": the sidecar balances micro-batches with ",
+                                                 accepted));
 }
 
+// PACKSCHED_PLAN_OPTIONS into the proto. The Ceiling's planner default means "no limit of the
+// caller's own": 0 lets the sidecar apply its --max_micro_batches (the default itself would
+// exceed a lower server limit).
+#define PACKSCHED_FILL_Enum(name, Type, member)                                                    \
+  {                                                                                                \
+    ASSIGN_OR_RETURN(const v1::Type value,                                                         \
+                     ToProto<v1::Type>(#name, o.member, v1::Type##_IsValid));                      \
+    out->set_##name(value);                                                                        \
+  }
+#define PACKSCHED_FILL_Cap(name, Type, member) out->set_##name(o.member);
+#define PACKSCHED_FILL_Unlimited(name, Type, member) out->set_##name(o.member);
+#define PACKSCHED_FILL_Count(name, Type, member) out->set_##name(o.member);
+#define PACKSCHED_FILL_Align(name, Type, member) out->set_##name(o.member);
+#define PACKSCHED_FILL_Weight(name, Type, member) out->set_##name(o.member);
+#define PACKSCHED_FILL_FixedK(name, Type, member) out->set_##name(o.member);
+#define PACKSCHED_FILL_Ceiling(name, Type, member)                                                 \
+  out->set_##name(o.member == planner::PlanOptions{}.member ? 0 : o.member);
+#define PACKSCHED_FILL(name, number, Rule, Type, member, json, help)                               \
+  PACKSCHED_FILL_##Rule(name, Type, member)
+
 absl::Status FillOptions(const planner::PlanOptions& o, v1::PlanOptions* out) {
-  out->set_max_token_len(o.max_token_len);
-  out->set_cap_mode(o.cap_mode == planner::CapMode::kPadded ? v1::CAP_MODE_PADDED
-                                                            : v1::CAP_MODE_TOKENS);
-  out->set_max_seqs_per_micro_batch(o.max_seqs_per_micro_batch);
-  out->set_min_micro_batches(o.min_micro_batches);
-  out->set_divisible_by(o.divisible_by);
-  out->set_align_to(o.align_to);
-  out->set_align_total_to(o.align_total_to);
-  ASSIGN_OR_RETURN(v1::Algorithm algorithm, ToProto(o.algorithm));
-  out->set_algorithm(algorithm);
-  out->set_cost(o.cost == planner::CostModel::kAttention ? v1::COST_MODEL_ATTENTION
-                                                         : v1::COST_MODEL_TOKENS);
-  out->set_attention_linear(o.attention.linear);
-  out->set_attention_quadratic(o.attention.quadratic);
-  switch (o.overlong) {
-    case planner::OverlongPolicy::kReject:
-      out->set_overlong(v1::OVERLONG_POLICY_REJECT);
-      break;
-    case planner::OverlongPolicy::kIsolate:
-      out->set_overlong(v1::OVERLONG_POLICY_ISOLATE);
-      break;
-    case planner::OverlongPolicy::kDrop:
-      out->set_overlong(v1::OVERLONG_POLICY_DROP);
-      break;
-  }
-  switch (o.order) {
-    case planner::PartOrder::kCostDesc:
-      out->set_order(v1::PART_ORDER_COST_DESC);
-      break;
-    case planner::PartOrder::kIndex:
-      out->set_order(v1::PART_ORDER_INDEX);
-      break;
-    case planner::PartOrder::kInterleave:
-      out->set_order(v1::PART_ORDER_INTERLEAVE);
-      break;
-  }
-  // The planner's default means "no limit of the caller's own": 0 lets the sidecar apply its
-  // --max_micro_batches (the default itself would exceed a lower server limit).
-  out->set_max_micro_batches(
-      o.max_micro_batches == planner::kDefaultMaxMicroBatches ? 0 : o.max_micro_batches);
-  out->set_equal_size(o.equal_size);
+  PACKSCHED_PLAN_OPTIONS(PACKSCHED_FILL)
   return absl::OkStatus();
 }
 
+// PACKSCHED_LOSS_OPTIONS into the proto (an enum value outside the planner's is sent as it is,
+// for the sidecar to refuse).
+#define PACKSCHED_FILL_LOSS_Enum(name, Type, member)                                               \
+  out->set_##name(static_cast<v1::Type>(static_cast<int>(loss.member) + 1));
+#define PACKSCHED_FILL_LOSS_SumNorm(name, Type, member) out->set_##name(loss.member);
+#define PACKSCHED_FILL_LOSS(name, number, Rule, Type, member, key)                                 \
+  PACKSCHED_FILL_LOSS_##Rule(name, Type, member)
+
 void FillLoss(const planner::LossOptions& loss, v1::LossOptions* out) {
-  static constexpr v1::LossMode kModes[] = {v1::LOSS_MODE_TOKEN_MEAN, v1::LOSS_MODE_SAMPLE_MEAN,
-                                            v1::LOSS_MODE_SEQ_SUM, v1::LOSS_MODE_SUM,
-                                            v1::LOSS_MODE_SUM_NORM};
-  const int mode = static_cast<int>(loss.mode);
-  out->set_mode(mode >= 0 && mode < 5 ? kModes[mode] : static_cast<v1::LossMode>(100 + mode));
-  out->set_dp_reduction(loss.dp_reduction == planner::DpReduction::kMean ? v1::DP_REDUCTION_MEAN
-                                                                         : v1::DP_REDUCTION_SUM);
-  out->set_sum_norm_constant(loss.sum_norm_constant);
+  PACKSCHED_LOSS_OPTIONS(PACKSCHED_FILL_LOSS)
+}
+
+// The request's PACKSCHED_ROUND_OPTIONS (members of the same name) into the proto.
+template <typename Request>
+void FillRoundOptions(const Request& request, v1::PlanOptions* out) {
+#define PACKSCHED_FILL_ROUND(name, number, dflt) out->set_##name(request.name);
+  PACKSCHED_ROUND_OPTIONS(PACKSCHED_FILL_ROUND)
+#undef PACKSCHED_FILL_ROUND
 }
 
 }  // namespace
@@ -240,7 +233,7 @@ absl::StatusOr<PlanResult> SchedulerClient::Plan(const PlanRequest& request,
   wire.set_round(request.round);
   wire.mutable_lengths()->Assign(request.lengths.begin(), request.lengths.end());
   RETURN_IF_ERROR(FillOptions(request.options, wire.mutable_options()));
-  wire.mutable_options()->set_same_micro_num_in_dp(request.same_micro_num_in_dp);
+  FillRoundOptions(request, wire.mutable_options());
   wire.mutable_loss_tokens()->Assign(request.loss_tokens.begin(), request.loss_tokens.end());
   FillLoss(request.loss, wire.mutable_loss());
   return impl_->CallForPlan(*impl_->plan_method, wire, timeout);
@@ -257,10 +250,9 @@ absl::StatusOr<PlanResult> SchedulerClient::Partition(const PartitionRequest& re
   FillLoss(request.loss, wire.mutable_loss());
   if (request.global) {
     v1::GlobalCounts* g = wire.mutable_global();
-    g->set_num_sequences(request.global->num_sequences);
-    g->set_loss_tokens(request.global->loss_tokens);
-    g->set_sequences_with_loss(request.global->sequences_with_loss);
-    g->set_world_size(request.global->world_size);
+#define PACKSCHED_FILL_GLOBAL(name, number, Kind) g->set_##name(request.global->name);
+    PACKSCHED_GLOBAL_COUNTS(PACKSCHED_FILL_GLOBAL)
+#undef PACKSCHED_FILL_GLOBAL
   }
   return impl_->CallForPlan(*impl_->partition_method, wire, timeout);
 }

@@ -1,130 +1,142 @@
 #include "server/cli/json_output.h"
 
+#include <cstdint>
+#include <vector>
+
 #include "server/cli/json_writer.h"
 #include "server/planner/options.h"
+#include "server/planner/schema.h"
 
 namespace packsched::cli {
 namespace {
 
+// The plan's fields by the schema table (server/planner/schema.h), in its order, under their
+// proto names.
+void Write(JsonWriter& w, int64_t v) { w.Int(v); }
+void Write(JsonWriter& w, double v) { w.Double(v); }
+void Write(JsonWriter& w, bool v) { w.Bool(v); }
+template <typename T>
+void Write(JsonWriter& w, const std::vector<T>& v) {
+  w.IntArray(v);
+}
+
+#define PACKSCHED_JSON_PART_Int(name)                                                              \
+  w.Key(#name);                                                                                    \
+  Write(w, part.name);
+#define PACKSCHED_JSON_PART_Ints PACKSCHED_JSON_PART_Int
+#define PACKSCHED_JSON_PART_Bool PACKSCHED_JSON_PART_Int
+#define PACKSCHED_JSON_PART_LossScale PACKSCHED_SCHEMA_NOTHING  // not a planner field
+#define PACKSCHED_JSON_PART(name, number, Kind) PACKSCHED_JSON_PART_##Kind(name)
+
 void WritePart(const planner::MicroBatch& part, JsonWriter& w) {
   w.BeginObject();
-  w.Key("indices");
-  w.IntArray(part.indices);
-  w.Key("tokens");
-  w.Int(part.tokens);
-  w.Key("aligned_tokens");
-  w.Int(part.aligned_tokens);
-  w.Key("total");
-  w.Int(part.total);
-  w.Key("padded_tokens");
-  w.Int(part.padded_tokens);
-  w.Key("cost");
-  w.Int(part.cost);
-  w.Key("max_seqlen");
-  w.Int(part.max_seqlen);
-  w.Key("max_seqlen_aligned");
-  w.Int(part.max_seqlen_aligned);
-  w.Key("cu_seqlens");
-  w.IntArray(part.cu_seqlens);
-  w.Key("cu_seqlens_aligned");
-  w.IntArray(part.cu_seqlens_aligned);
-  w.Key("empty");
-  w.Bool(part.empty);
-  w.Key("overlong");
-  w.Bool(part.overlong);
+  PACKSCHED_MICRO_BATCH(PACKSCHED_JSON_PART)
   w.EndObject();
 }
 
+// The planner's stats (not the wire-only ones).
+#define PACKSCHED_JSON_STATS_Int(name)                                                             \
+  w.Key(#name);                                                                                    \
+  Write(w, s.name);
+#define PACKSCHED_JSON_STATS_Double PACKSCHED_JSON_STATS_Int
+#define PACKSCHED_JSON_STATS_LocalK PACKSCHED_JSON_STATS_Int
+#define PACKSCHED_JSON_STATS_Cap PACKSCHED_SCHEMA_NOTHING
+#define PACKSCHED_JSON_STATS_Micros PACKSCHED_SCHEMA_NOTHING
+#define PACKSCHED_JSON_STATS(name, number, Kind, alias) PACKSCHED_JSON_STATS_##Kind(name)
+
 void WriteStats(const planner::PlanStats& s, JsonWriter& w) {
   w.BeginObject();
-  w.Key("num_sequences");
-  w.Int(s.num_sequences);
-  w.Key("num_kept");
-  w.Int(s.num_kept);
-  w.Key("total_tokens");
-  w.Int(s.total_tokens);
-  w.Key("total_cost");
-  w.Int(s.total_cost);
-  w.Key("max_part_cost");
-  w.Int(s.max_part_cost);
-  w.Key("min_part_cost");
-  w.Int(s.min_part_cost);
-  w.Key("imbalance");
-  w.Double(s.imbalance);
-  w.Key("lower_bound_k");
-  w.Int(s.lower_bound_k);
-  w.Key("local_k");
-  w.Int(s.local_k);
-  w.Key("over_cap_parts");
-  w.Int(s.over_cap_parts);
-  w.Key("naive_padded_tokens");
-  w.Int(s.naive_padded_tokens);
-  w.Key("packed_tokens");
-  w.Int(s.packed_tokens);
+  PACKSCHED_PLAN_STATS(PACKSCHED_JSON_STATS)
   w.EndObject();
 }
+
+// The options by flag name, at their `json` positions; --num_parts right after the cap, the
+// Weight options as one pair.
+#define PACKSCHED_JSON_OPTION_INT(name, member)                                                    \
+  w.Key(#name);                                                                                    \
+  w.Int(o.member);
+#define PACKSCHED_JSON_OPTION_Cap(name, member)                                                    \
+  PACKSCHED_JSON_OPTION_INT(name, member)                                                          \
+  w.Key("num_parts");                                                                              \
+  w.Int(run.request.num_parts);
+#define PACKSCHED_JSON_OPTION_Unlimited PACKSCHED_JSON_OPTION_INT
+#define PACKSCHED_JSON_OPTION_Count PACKSCHED_JSON_OPTION_INT
+#define PACKSCHED_JSON_OPTION_Align PACKSCHED_JSON_OPTION_INT
+#define PACKSCHED_JSON_OPTION_Ceiling PACKSCHED_JSON_OPTION_INT
+#define PACKSCHED_JSON_OPTION_FixedK(name, member)                                                 \
+  w.Key(#name);                                                                                    \
+  w.Bool(o.member);
+#define PACKSCHED_JSON_OPTION_Enum(name, member)                                                   \
+  w.Key(#name);                                                                                    \
+  w.String(planner::Name(o.member));
+#define PACKSCHED_JSON_OPTION_Weight(name, member)                                                 \
+  if (!pair_written) {                                                                             \
+    pair_written = true;                                                                           \
+    WritePair(o, w);                                                                               \
+  }
+#define PACKSCHED_JSON_PAIR_ELEMENT(name, number, Rule, Type, member, json, help)                  \
+  PACKSCHED_JSON_PAIR_ELEMENT_##Rule(member)
+#define PACKSCHED_JSON_PAIR_ELEMENT_Weight(member) w.Int(o.member);
+#define PACKSCHED_JSON_PAIR_ELEMENT_Cap(member)
+#define PACKSCHED_JSON_PAIR_ELEMENT_Enum(member)
+#define PACKSCHED_JSON_PAIR_ELEMENT_Unlimited(member)
+#define PACKSCHED_JSON_PAIR_ELEMENT_Count(member)
+#define PACKSCHED_JSON_PAIR_ELEMENT_Align(member)
+#define PACKSCHED_JSON_PAIR_ELEMENT_Ceiling(member)
+#define PACKSCHED_JSON_PAIR_ELEMENT_FixedK(member)
+void WritePair(const planner::PlanOptions& o, JsonWriter& w) {
+  w.Key(PACKSCHED_WEIGHT_PAIR_KEY);
+  w.BeginArray();
+  PACKSCHED_PLAN_OPTIONS(PACKSCHED_JSON_PAIR_ELEMENT)
+  w.EndArray();
+}
+
+#define PACKSCHED_JSON_OPTION(name, number, Rule, Type, member, json, help)                        \
+  if (position == json) {                                                                          \
+    PACKSCHED_JSON_OPTION_##Rule(name, member)                                                     \
+  }
+#define PACKSCHED_JSON_COUNT(name, number, Rule, Type, member, json, help) +1
 
 void WriteOptions(const PlanRun& run, JsonWriter& w) {
   const planner::PlanOptions& o = run.request.options;
   w.BeginObject();
   w.Key("mode");
   w.String(run.mode);
-  w.Key("algorithm");
-  w.String(planner::Name(o.algorithm));
-  w.Key("max_token_len");
-  w.Int(o.max_token_len);
-  w.Key("num_parts");
-  w.Int(run.request.num_parts);
-  w.Key("equal_size");
-  w.Bool(o.equal_size);
-  w.Key("cap_mode");
-  w.String(planner::Name(o.cap_mode));
-  w.Key("max_seqs_per_micro_batch");
-  w.Int(o.max_seqs_per_micro_batch);
-  w.Key("min_micro_batches");
-  w.Int(o.min_micro_batches);
-  w.Key("divisible_by");
-  w.Int(o.divisible_by);
-  w.Key("align_to");
-  w.Int(o.align_to);
-  w.Key("align_total_to");
-  w.Int(o.align_total_to);
-  w.Key("cost");
-  w.String(planner::Name(o.cost));
-  w.Key("attention_cost");
-  w.BeginArray();
-  w.Int(o.attention.linear);
-  w.Int(o.attention.quadratic);
-  w.EndArray();
-  w.Key("overlong");
-  w.String(planner::Name(o.overlong));
-  w.Key("order");
-  w.String(planner::Name(o.order));
-  w.Key("max_micro_batches");
-  w.Int(o.max_micro_batches);
+  bool pair_written = false;
+  for (int position = 0; position < 0 PACKSCHED_PLAN_OPTIONS(PACKSCHED_JSON_COUNT); ++position) {
+    PACKSCHED_PLAN_OPTIONS(PACKSCHED_JSON_OPTION)
+  }
   w.EndObject();
 }
 
 }  // namespace
 
+// The plan's fields in table order (the sidecar's own — this rank's bound, loss weights and
+// global counts — are not the CLI's).
+#define PACKSCHED_JSON_PLAN_Count(name)                                                            \
+  w.Key(#name);                                                                                    \
+  w.Int(static_cast<int64_t>(plan.parts.size()));
+#define PACKSCHED_JSON_PLAN_Parts(name)                                                            \
+  w.Key(#name);                                                                                    \
+  w.BeginArray();                                                                                  \
+  for (const planner::MicroBatch& part : plan.parts) WritePart(part, w);                           \
+  w.EndArray();
+#define PACKSCHED_JSON_PLAN_Indices(name)                                                          \
+  w.Key(#name);                                                                                    \
+  w.IntArray(plan.name);
+#define PACKSCHED_JSON_PLAN_Stats(name)                                                            \
+  w.Key(#name);                                                                                    \
+  WriteStats(plan.name, w);
+#define PACKSCHED_JSON_PLAN_LocalK PACKSCHED_SCHEMA_NOTHING
+#define PACKSCHED_JSON_PLAN_Weights PACKSCHED_SCHEMA_NOTHING
+#define PACKSCHED_JSON_PLAN_Global PACKSCHED_SCHEMA_NOTHING
+#define PACKSCHED_JSON_PLAN(name, number, Kind) PACKSCHED_JSON_PLAN_##Kind(name)
+
 std::string PlanJson(const PlanRun& run) {
   const planner::MicroBatchPlan& plan = run.plan;
   JsonWriter w;
   w.BeginObject();
-  w.Key("num_micro_batches");
-  w.Int(static_cast<int64_t>(plan.parts.size()));
-  w.Key("micro_batches");
-  w.BeginArray();
-  for (const planner::MicroBatch& part : plan.parts) WritePart(part, w);
-  w.EndArray();
-  w.Key("reorder");
-  w.IntArray(plan.reorder);
-  w.Key("revert");
-  w.IntArray(plan.revert);
-  w.Key("dropped");
-  w.IntArray(plan.dropped);
-  w.Key("stats");
-  WriteStats(plan.stats, w);
+  PACKSCHED_PLAN_RESPONSE(PACKSCHED_JSON_PLAN)
   w.Key("options");
   WriteOptions(run, w);
   w.Key("timing");

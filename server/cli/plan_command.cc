@@ -6,6 +6,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "server/planner/planner.h"
+#include "server/planner/schema.h"
 
 namespace packsched::cli {
 namespace {
@@ -31,11 +32,14 @@ absl::Status CheckRequest(const PlanRequest& r) {
         " (dataset packing: as many bins as needed) does not do; use kk or lpt"));
   }
   if (o.equal_size && r.num_parts == 0) {
-    return absl::InvalidArgumentError("--equal_size needs --num_parts=K (n / K sequences a part)");
+    return absl::InvalidArgumentError(absl::StrCat("--", planner::schema::OptionNamed("FixedK"),
+                                                   " needs --num_parts=K (n / K sequences a "
+                                                   "part)"));
   }
   if (r.num_parts == 0 && o.max_token_len == 0) {
     return absl::InvalidArgumentError(
-        "--max_token_len=TOKENS is required (or --num_parts=K for a fixed micro-batch count)");
+        absl::StrCat("--", planner::schema::OptionNamed("Cap"),
+                     "=TOKENS is required (or --num_parts=K for a fixed micro-batch count)"));
   }
   return absl::OkStatus();
 }

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <limits>
 #include <string>
+#include <type_traits>
 #include <utility>
 
 #include "absl/hash/hash.h"
@@ -14,12 +15,10 @@
 #include "server/base/checked_math.h"
 #include "server/base/fingerprint.h"
 #include "server/base/status_macros.h"
+#include "server/planner/schema.h"
 
 namespace packsched::service {
 namespace {
-
-constexpr int64_t kDefaultAttentionLinear = planner::AttentionCost{}.linear;
-constexpr int64_t kDefaultAttentionQuadratic = planner::AttentionCost{}.quadratic;
 
 absl::Status NotKnown(absl::string_view field, int value,
                       const google::protobuf::EnumDescriptor* descriptor) {
@@ -94,32 +93,37 @@ uint64_t DoubleBits(double value) {
   return bits;
 }
 
-uint64_t OptionsHash(const planner::PlanOptions& o, bool same_micro_num_in_dp, bool has_loss,
+int64_t HashValue(int64_t v) { return v; }
+int64_t HashValue(bool v) { return v; }
+int64_t HashValue(double v) { return static_cast<int64_t>(DoubleBits(v)); }
+template <typename Enum, typename = std::enable_if_t<std::is_enum_v<Enum>>>
+int64_t HashValue(Enum v) {
+  return static_cast<int64_t>(v);
+}
+
+// Every option in proto field order (the same fingerprint as before the schema table), then
+// whether the plan has loss weights, then the loss options.
+uint64_t OptionsHash(const planner::PlanOptions& o, const PlanInput& round, bool has_loss,
                      const planner::LossOptions& loss) {
-  const int64_t fields[] = {kProtocolVersion,
-                            o.max_token_len,
-                            static_cast<int64_t>(o.cap_mode),
-                            o.max_seqs_per_micro_batch,
-                            o.min_micro_batches,
-                            o.divisible_by,
-                            o.align_to,
-                            o.align_total_to,
-                            static_cast<int64_t>(o.algorithm),
-                            static_cast<int64_t>(o.cost),
-                            o.attention.linear,
-                            o.attention.quadratic,
-                            static_cast<int64_t>(o.overlong),
-                            static_cast<int64_t>(o.order),
-                            o.max_micro_batches,
-                            o.equal_size,
-                            same_micro_num_in_dp,
-                            has_loss,
-                            static_cast<int64_t>(loss.mode),
-                            static_cast<int64_t>(loss.dp_reduction),
-                            static_cast<int64_t>(DoubleBits(loss.sum_norm_constant))};
+#define PACKSCHED_HASH_PLAN(name, number, Rule, Type, member, json, help) HashValue(o.member),
+#define PACKSCHED_HASH_ROUND(name, number, dflt) HashValue(round.name),
+#define PACKSCHED_HASH_LOSS(name, number, Rule, Type, member, key) HashValue(loss.member),
+  const int64_t fields[] = {kProtocolVersion, PACKSCHED_PLAN_OPTIONS(PACKSCHED_HASH_PLAN)
+                                PACKSCHED_ROUND_OPTIONS(PACKSCHED_HASH_ROUND) has_loss,
+                            PACKSCHED_LOSS_OPTIONS(PACKSCHED_HASH_LOSS)};
+#undef PACKSCHED_HASH_PLAN
+#undef PACKSCHED_HASH_ROUND
+#undef PACKSCHED_HASH_LOSS
   uint64_t h = kFingerprintSeed;
   for (int64_t field : fields) h = Fingerprint64(field, h);
   return h;
+}
+
+// The round's options of PlanOptions (PACKSCHED_ROUND_OPTIONS) into `out`, defaults applied.
+void ReadRoundOptions(const v1::PlanOptions& p, PlanInput* out) {
+#define PACKSCHED_READ_ROUND(name, number, dflt) out->name = p.has_##name() ? p.name() : dflt;
+  PACKSCHED_ROUND_OPTIONS(PACKSCHED_READ_ROUND)
+#undef PACKSCHED_READ_ROUND
 }
 
 absl::StatusOr<PlanInput> MakePlanInput(const google::protobuf::RepeatedField<int64_t>& lengths,
@@ -131,12 +135,11 @@ absl::StatusOr<PlanInput> MakePlanInput(const google::protobuf::RepeatedField<in
   // Options first: they are small, and bound everything sized by them.
   ASSIGN_OR_RETURN(input.options, ToPlanOptions(options, limits, planner_picks_k));
   ASSIGN_OR_RETURN(input.loss, ToLossOptions(loss));
-  input.same_micro_num_in_dp =
-      options.has_same_micro_num_in_dp() ? options.same_micro_num_in_dp() : true;
+  ReadRoundOptions(options, &input);
   ASSIGN_OR_RETURN(input.lengths, ToLengths(lengths, limits));
   ASSIGN_OR_RETURN(input.loss_tokens, ToLossTokens(loss_tokens, input.lengths));
-  input.options_hash = OptionsHash(input.options, input.same_micro_num_in_dp,
-                                   input.loss_tokens.has_value(), input.loss);
+  input.options_hash =
+      OptionsHash(input.options, input, input.loss_tokens.has_value(), input.loss);
   input.content_hash = absl::HashOf(
       input.options_hash, absl::MakeConstSpan(input.lengths),
       input.loss_tokens ? absl::MakeConstSpan(*input.loss_tokens) : absl::Span<const int64_t>(),
@@ -171,167 +174,161 @@ absl::Status ValidateStream(absl::string_view stream, const ServiceLimits& limit
   return absl::OkStatus();
 }
 
+// One macro per rule of PACKSCHED_PLAN_OPTIONS (server/planner/schema.h): reads `p.name()` into
+// `o.member`, checked, with errors naming "options.<name>" and the value. The table's rows run
+// in proto order; the Ceiling field is read first by the first field bounded by it, and the
+// Weight fields' signs are checked together before their bounds (the order of the checks, hence
+// of the errors, predates the table).
+#define PACKSCHED_READ_Cap(name, Type, member)                                                     \
+  {                                                                                                \
+    o.member = p.name();                                                                           \
+    if (o.member < 0 || (planner_picks_k && o.member < 1)) {                                       \
+      return absl::InvalidArgumentError(absl::StrCat(                                              \
+          "options." #name " = ", o.member,                                                        \
+          planner_picks_k ? ": must be >= 1 (tokens)" : ": must be >= 0 (0 = no cap)"));           \
+    }                                                                                              \
+    RETURN_IF_ERROR(                                                                               \
+        AtMost("options." #name, o.member, "the largest length", planner::kMaxLength));            \
+  }
+#define PACKSCHED_READ_Enum(name, Type, member)                                                    \
+  {                                                                                                \
+    const int value = p.name();                                                                    \
+    if (!v1::Type##_IsValid(value)) {                                                              \
+      return NotKnown("options." #name, value, v1::Type##_descriptor());                           \
+    }                                                                                              \
+    o.member = value == 0 ? planner::PlanOptions{}.member : static_cast<planner::Type>(value - 1); \
+  }
+#define PACKSCHED_READ_Unlimited(name, Type, member)                                               \
+  {                                                                                                \
+    if (p.name() < 0) return Negative("options." #name, p.name());                                 \
+    o.member = p.name();                                                                           \
+  }
+#define PACKSCHED_READ_Count(name, Type, member)                                                   \
+  {                                                                                                \
+    RETURN_IF_ERROR(read_ceiling());                                                               \
+    ASSIGN_OR_RETURN(o.member, OrDefault("options." #name, p.name(), 1));                          \
+    RETURN_IF_ERROR(AtMost("options." #name, o.member, kCeilingName, ceiling));                    \
+  }
+#define PACKSCHED_READ_Align(name, Type, member)                                                   \
+  {                                                                                                \
+    ASSIGN_OR_RETURN(o.member, OrDefault("options." #name, p.name(), 1));                          \
+    RETURN_IF_ERROR(AtMost("options." #name, o.member, "the limit", planner::kMaxAlign));          \
+  }
+#define PACKSCHED_READ_Weight(name, Type, member)                                                  \
+  {                                                                                                \
+    RETURN_IF_ERROR(read_weights());                                                               \
+    RETURN_IF_ERROR(                                                                               \
+        AtMost("options." #name, o.member, "the limit", planner::kMaxAttentionWeight));            \
+  }
+#define PACKSCHED_READ_Ceiling(name, Type, member) RETURN_IF_ERROR(read_ceiling());
+// equal_size gives n / k sequences per micro-batch for a k the caller fixes. Where the planner
+// picks k it would ignore the cap, and a k agreed by the ranks need not divide this rank's n:
+// the round would fail after agreement.
+#define PACKSCHED_READ_FixedK(name, Type, member)                                                  \
+  {                                                                                                \
+    if (p.name() && planner_picks_k) {                                                             \
+      return absl::InvalidArgumentError(                                                           \
+          "options." #name " = true applies to Partition only (a micro-batch count the caller "    \
+          "fixes); Plan and BalanceBatch choose the count under the cap");                         \
+    }                                                                                              \
+    o.member = p.name();                                                                           \
+  }
+// The ceiling: 0 = the server's limit, which it may not exceed (the server flag of the same name).
+#define PACKSCHED_CEILING_Ceiling(name, Type, member)                                              \
+  {                                                                                                \
+    ASSIGN_OR_RETURN(o.member, OrDefault("options." #name, p.name(), limits.max_micro_batches));   \
+    if (o.member > limits.max_micro_batches) {                                                     \
+      return absl::ResourceExhaustedError(                                                         \
+          absl::StrCat("options." #name " = ", o.member, " exceeds the server limit --" #name      \
+                       " = ", limits.max_micro_batches));                                          \
+    }                                                                                              \
+    ceiling = o.member;                                                                            \
+  }
+#define PACKSCHED_CEILING_NAME_Ceiling(name, Type, member) #name
+#define PACKSCHED_WEIGHT_Weight(name, Type, member)                                                \
+  o.member = p.has_##name() ? p.name() : planner::PlanOptions{}.member;                            \
+  if (o.member < 0) return Negative("options." #name, o.member);
+#define PACKSCHED_CEILING_Cap PACKSCHED_SCHEMA_NOTHING
+#define PACKSCHED_CEILING_Enum PACKSCHED_SCHEMA_NOTHING
+#define PACKSCHED_CEILING_Unlimited PACKSCHED_SCHEMA_NOTHING
+#define PACKSCHED_CEILING_Count PACKSCHED_SCHEMA_NOTHING
+#define PACKSCHED_CEILING_Align PACKSCHED_SCHEMA_NOTHING
+#define PACKSCHED_CEILING_Weight PACKSCHED_SCHEMA_NOTHING
+#define PACKSCHED_CEILING_FixedK PACKSCHED_SCHEMA_NOTHING
+#define PACKSCHED_CEILING_NAME_Cap PACKSCHED_SCHEMA_NOTHING
+#define PACKSCHED_CEILING_NAME_Enum PACKSCHED_SCHEMA_NOTHING
+#define PACKSCHED_CEILING_NAME_Unlimited PACKSCHED_SCHEMA_NOTHING
+#define PACKSCHED_CEILING_NAME_Count PACKSCHED_SCHEMA_NOTHING
+#define PACKSCHED_CEILING_NAME_Align PACKSCHED_SCHEMA_NOTHING
+#define PACKSCHED_CEILING_NAME_Weight PACKSCHED_SCHEMA_NOTHING
+#define PACKSCHED_CEILING_NAME_FixedK PACKSCHED_SCHEMA_NOTHING
+#define PACKSCHED_WEIGHT_Cap PACKSCHED_SCHEMA_NOTHING
+#define PACKSCHED_WEIGHT_Enum PACKSCHED_SCHEMA_NOTHING
+#define PACKSCHED_WEIGHT_Unlimited PACKSCHED_SCHEMA_NOTHING
+#define PACKSCHED_WEIGHT_Count PACKSCHED_SCHEMA_NOTHING
+#define PACKSCHED_WEIGHT_Align PACKSCHED_SCHEMA_NOTHING
+#define PACKSCHED_WEIGHT_Ceiling PACKSCHED_SCHEMA_NOTHING
+#define PACKSCHED_WEIGHT_FixedK PACKSCHED_SCHEMA_NOTHING
+
+#define PACKSCHED_READ(name, number, Rule, Type, member, json, help)                               \
+  PACKSCHED_READ_##Rule(name, Type, member)
+#define PACKSCHED_READ_CEILING(name, number, Rule, Type, member, json, help)                       \
+  PACKSCHED_CEILING_##Rule(name, Type, member)
+#define PACKSCHED_CEILING_NAME(name, number, Rule, Type, member, json, help)                       \
+  PACKSCHED_CEILING_NAME_##Rule(name, Type, member)
+#define PACKSCHED_WEIGHT(name, number, Rule, Type, member, json, help)                             \
+  PACKSCHED_WEIGHT_##Rule(name, Type, member)
+
 absl::StatusOr<planner::PlanOptions> ToPlanOptions(const v1::PlanOptions& p,
                                                    const ServiceLimits& limits, bool planner_picks_k) {
+  static constexpr absl::string_view kCeilingName =
+      "" PACKSCHED_PLAN_OPTIONS(PACKSCHED_CEILING_NAME);
   planner::PlanOptions o;
-  o.max_token_len = p.max_token_len();
-  if (o.max_token_len < 0 || (planner_picks_k && o.max_token_len < 1)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("options.max_token_len = ", o.max_token_len,
-                     planner_picks_k ? ": must be >= 1 (tokens)" : ": must be >= 0 (0 = no cap)"));
-  }
-  RETURN_IF_ERROR(
-      AtMost("options.max_token_len", o.max_token_len, "the largest length", planner::kMaxLength));
-  switch (p.cap_mode()) {
-    case v1::CAP_MODE_UNSPECIFIED:
-    case v1::CAP_MODE_TOKENS:
-      o.cap_mode = planner::CapMode::kTokens;
-      break;
-    case v1::CAP_MODE_PADDED:
-      o.cap_mode = planner::CapMode::kPadded;
-      break;
-    default:
-      return NotKnown("options.cap_mode", p.cap_mode(), v1::CapMode_descriptor());
-  }
-  if (p.max_seqs_per_micro_batch() < 0) {
-    return Negative("options.max_seqs_per_micro_batch", p.max_seqs_per_micro_batch());
-  }
-  o.max_seqs_per_micro_batch = p.max_seqs_per_micro_batch();
-  // The ceiling comes first: min_micro_batches and divisible_by are bounded by it, so a huge
-  // value is rejected here, before the planner sizes anything by it.
-  ASSIGN_OR_RETURN(o.max_micro_batches, OrDefault("options.max_micro_batches",
-                                                  p.max_micro_batches(), limits.max_micro_batches));
-  if (o.max_micro_batches > limits.max_micro_batches) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat("options.max_micro_batches = ", o.max_micro_batches,
-                     " exceeds the server limit --max_micro_batches = ", limits.max_micro_batches));
-  }
-  ASSIGN_OR_RETURN(o.min_micro_batches,
-                   OrDefault("options.min_micro_batches", p.min_micro_batches(), 1));
-  RETURN_IF_ERROR(AtMost("options.min_micro_batches", o.min_micro_batches, "max_micro_batches",
-                         o.max_micro_batches));
-  ASSIGN_OR_RETURN(o.divisible_by, OrDefault("options.divisible_by", p.divisible_by(), 1));
-  RETURN_IF_ERROR(
-      AtMost("options.divisible_by", o.divisible_by, "max_micro_batches", o.max_micro_batches));
-  ASSIGN_OR_RETURN(o.align_to, OrDefault("options.align_to", p.align_to(), 1));
-  RETURN_IF_ERROR(AtMost("options.align_to", o.align_to, "the limit", planner::kMaxAlign));
-  ASSIGN_OR_RETURN(o.align_total_to, OrDefault("options.align_total_to", p.align_total_to(), 1));
-  RETURN_IF_ERROR(
-      AtMost("options.align_total_to", o.align_total_to, "the limit", planner::kMaxAlign));
-  switch (p.algorithm()) {
-    case v1::ALGORITHM_UNSPECIFIED:
-    case v1::ALGORITHM_KK:
-      o.algorithm = planner::Algorithm::kKarmarkarKarp;
-      break;
-    case v1::ALGORITHM_LPT:
-      o.algorithm = planner::Algorithm::kLpt;
-      break;
-    default:
-      return NotKnown("options.algorithm", p.algorithm(), v1::Algorithm_descriptor());
-  }
-  switch (p.cost()) {
-    case v1::COST_MODEL_UNSPECIFIED:
-    case v1::COST_MODEL_TOKENS:
-      o.cost = planner::CostModel::kTokens;
-      break;
-    case v1::COST_MODEL_ATTENTION:
-      o.cost = planner::CostModel::kAttention;
-      break;
-    default:
-      return NotKnown("options.cost", p.cost(), v1::CostModel_descriptor());
-  }
-  o.attention.linear = p.has_attention_linear() ? p.attention_linear() : kDefaultAttentionLinear;
-  o.attention.quadratic =
-      p.has_attention_quadratic() ? p.attention_quadratic() : kDefaultAttentionQuadratic;
-  if (o.attention.linear < 0) return Negative("options.attention_linear", o.attention.linear);
-  if (o.attention.quadratic < 0) {
-    return Negative("options.attention_quadratic", o.attention.quadratic);
-  }
-  RETURN_IF_ERROR(AtMost("options.attention_linear", o.attention.linear, "the limit",
-                         planner::kMaxAttentionWeight));
-  RETURN_IF_ERROR(AtMost("options.attention_quadratic", o.attention.quadratic, "the limit",
-                         planner::kMaxAttentionWeight));
-  switch (p.overlong()) {
-    case v1::OVERLONG_POLICY_UNSPECIFIED:
-    case v1::OVERLONG_POLICY_REJECT:
-      o.overlong = planner::OverlongPolicy::kReject;
-      break;
-    case v1::OVERLONG_POLICY_ISOLATE:
-      o.overlong = planner::OverlongPolicy::kIsolate;
-      break;
-    case v1::OVERLONG_POLICY_DROP:
-      o.overlong = planner::OverlongPolicy::kDrop;
-      break;
-    default:
-      return NotKnown("options.overlong", p.overlong(), v1::OverlongPolicy_descriptor());
-  }
-  switch (p.order()) {
-    case v1::PART_ORDER_UNSPECIFIED:
-    case v1::PART_ORDER_COST_DESC:
-      o.order = planner::PartOrder::kCostDesc;
-      break;
-    case v1::PART_ORDER_INDEX:
-      o.order = planner::PartOrder::kIndex;
-      break;
-    case v1::PART_ORDER_INTERLEAVE:
-      o.order = planner::PartOrder::kInterleave;
-      break;
-    default:
-      return NotKnown("options.order", p.order(), v1::PartOrder_descriptor());
-  }
-  // equal_size gives n / k sequences per micro-batch for a k the caller fixes. Where the planner
-  // picks k it would ignore the cap, and a k agreed by the ranks need not divide this rank's n:
-  // the round would fail after agreement.
-  if (p.equal_size() && planner_picks_k) {
-    return absl::InvalidArgumentError(
-        "options.equal_size = true applies to Partition only (a micro-batch count the caller "
-        "fixes); Plan and BalanceBatch choose the count under the cap");
-  }
-  o.equal_size = p.equal_size();
+  // The ceiling comes before the fields it bounds: a huge min_micro_batches or divisible_by is
+  // rejected here, before the planner sizes anything by it.
+  bool ceiling_read = false;
+  int64_t ceiling = 0;
+  auto read_ceiling = [&]() -> absl::Status {
+    if (ceiling_read) return absl::OkStatus();
+    ceiling_read = true;
+    PACKSCHED_PLAN_OPTIONS(PACKSCHED_READ_CEILING)
+    return absl::OkStatus();
+  };
+  bool weights_read = false;
+  auto read_weights = [&]() -> absl::Status {
+    if (weights_read) return absl::OkStatus();
+    weights_read = true;
+    PACKSCHED_PLAN_OPTIONS(PACKSCHED_WEIGHT)
+    return absl::OkStatus();
+  };
+  PACKSCHED_PLAN_OPTIONS(PACKSCHED_READ)
   return o;
 }
 
+// PACKSCHED_LOSS_OPTIONS' rules, as above ("loss.<name>").
+#define PACKSCHED_READ_LOSS_Enum(name, Type, member)                                               \
+  {                                                                                                \
+    const int value = p.name();                                                                    \
+    if (!v1::Type##_IsValid(value)) {                                                              \
+      return NotKnown("loss." #name, value, v1::Type##_descriptor());                              \
+    }                                                                                              \
+    o.member = value == 0 ? planner::LossOptions{}.member : static_cast<planner::Type>(value - 1); \
+  }
+#define PACKSCHED_READ_LOSS_SumNorm(name, Type, member)                                            \
+  if (o.mode == planner::LossMode::kSumNorm) {                                                     \
+    const double c = p.name();                                                                     \
+    if (!std::isfinite(c) || c <= 0) {                                                             \
+      return absl::InvalidArgumentError(absl::StrCat(                                              \
+          "loss." #name " = ", c, ": loss mode sum_norm needs a finite constant > 0"));            \
+    }                                                                                              \
+    o.member = c;                                                                                  \
+  }
+#define PACKSCHED_READ_LOSS(name, number, Rule, Type, member, key)                                 \
+  PACKSCHED_READ_LOSS_##Rule(name, Type, member)
+
 absl::StatusOr<planner::LossOptions> ToLossOptions(const v1::LossOptions& p) {
   planner::LossOptions o;
-  switch (p.mode()) {
-    case v1::LOSS_MODE_UNSPECIFIED:
-    case v1::LOSS_MODE_TOKEN_MEAN:
-      o.mode = planner::LossMode::kTokenMean;
-      break;
-    case v1::LOSS_MODE_SAMPLE_MEAN:
-      o.mode = planner::LossMode::kSampleMean;
-      break;
-    case v1::LOSS_MODE_SEQ_SUM:
-      o.mode = planner::LossMode::kSeqSum;
-      break;
-    case v1::LOSS_MODE_SUM:
-      o.mode = planner::LossMode::kSum;
-      break;
-    case v1::LOSS_MODE_SUM_NORM:
-      o.mode = planner::LossMode::kSumNorm;
-      break;
-    default:
-      return NotKnown("loss.mode", p.mode(), v1::LossMode_descriptor());
-  }
-  switch (p.dp_reduction()) {
-    case v1::DP_REDUCTION_UNSPECIFIED:
-    case v1::DP_REDUCTION_SUM:
-      o.dp_reduction = planner::DpReduction::kSum;
-      break;
-    case v1::DP_REDUCTION_MEAN:
-      o.dp_reduction = planner::DpReduction::kMean;
-      break;
-    default:
-      return NotKnown("loss.dp_reduction", p.dp_reduction(), v1::DpReduction_descriptor());
-  }
-  if (o.mode == planner::LossMode::kSumNorm) {
-    const double c = p.sum_norm_constant();
-    if (!std::isfinite(c) || c <= 0) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "loss.sum_norm_constant = ", c, ": loss mode sum_norm needs a finite constant > 0"));
-    }
-    o.sum_norm_constant = c;
-  }
+  PACKSCHED_LOSS_OPTIONS(PACKSCHED_READ_LOSS)
   return o;
 }
 
@@ -357,10 +354,11 @@ absl::StatusOr<RoundInput> ToRoundInput(const v1::PlanRequest& request,
         ToPlanOptions(request.options(), limits, /*planner_picks_k=*/true);
     const absl::StatusOr<planner::LossOptions> loss = ToLossOptions(request.loss());
     const v1::PlanOptions& p = request.options();
+    PlanInput round_options;
+    ReadRoundOptions(p, &round_options);
     round.options_hash =
         options.ok() && loss.ok()
-            ? OptionsHash(*options, p.has_same_micro_num_in_dp() ? p.same_micro_num_in_dp() : true,
-                          !request.loss_tokens().empty(), *loss)
+            ? OptionsHash(*options, round_options, !request.loss_tokens().empty(), *loss)
             : Fingerprint64(
                   absl::StrCat(p.SerializeAsString(), request.loss().SerializeAsString()));
     // Identifies the (invalid) content for the same-round check. Bounded: gRPC has already
@@ -368,6 +366,20 @@ absl::StatusOr<RoundInput> ToRoundInput(const v1::PlanRequest& request,
     round.content_hash = absl::HashOf(request.SerializeAsString());
   }
   return round;
+}
+
+// The response's counts: the agreed k and this rank's own bound.
+#define PACKSCHED_HEAD_Count(name) response->set_##name(k);
+#define PACKSCHED_HEAD_LocalK(name) response->set_##name(plan.stats.local_k);
+#define PACKSCHED_HEAD_Parts PACKSCHED_SCHEMA_NOTHING
+#define PACKSCHED_HEAD_Indices PACKSCHED_SCHEMA_NOTHING
+#define PACKSCHED_HEAD_Weights PACKSCHED_SCHEMA_NOTHING
+#define PACKSCHED_HEAD_Global PACKSCHED_SCHEMA_NOTHING
+#define PACKSCHED_HEAD_Stats PACKSCHED_SCHEMA_NOTHING
+#define PACKSCHED_HEAD(name, number, Kind) PACKSCHED_HEAD_##Kind(name)
+
+void PlanResponseHead(int64_t k, const planner::MicroBatchPlan& plan, v1::PlanResponse* response) {
+  PACKSCHED_PLAN_RESPONSE(PACKSCHED_HEAD)
 }
 
 absl::Status RunPartition(const v1::PartitionRequest& request, const ServiceLimits& limits,
@@ -380,50 +392,69 @@ absl::Status RunPartition(const v1::PartitionRequest& request, const ServiceLimi
     return absl::InvalidArgumentError(absl::StrCat("num_micro_batches = ", k, ": must be in [1, ",
                                                    input.options.max_micro_batches, "]"));
   }
+  // The caller's global counts (PACKSCHED_GLOBAL_COUNTS): Kept 0 = this request's own, Loss
+  // counts >= 0, World in [0, kMaxWorldSize] (0 = 1).
   const v1::GlobalCounts& g = request.global();
-  if (g.loss_tokens() < 0) return Negative("global.loss_tokens", g.loss_tokens());
-  if (g.sequences_with_loss() < 0) {
-    return Negative("global.sequences_with_loss", g.sequences_with_loss());
-  }
-  if (g.world_size() < 0 || g.world_size() > planner::kMaxWorldSize) {
-    return absl::InvalidArgumentError(absl::StrCat("global.world_size = ", g.world_size(),
-                                                   ": must be in [0, ", planner::kMaxWorldSize,
-                                                   "] (0 = 1)"));
-  }
+  int64_t ranks = 1;
+#define PACKSCHED_CHECK_Kept(name)
+#define PACKSCHED_CHECK_Loss(name)                                                                 \
+  if (g.name() < 0) return Negative("global." #name, g.name());
+#define PACKSCHED_CHECK_World(name)                                                                \
+  if (g.name() < 0 || g.name() > planner::kMaxWorldSize) {                                         \
+    return absl::InvalidArgumentError(absl::StrCat("global." #name " = ", g.name(),                \
+                                                   ": must be in [0, ", planner::kMaxWorldSize,    \
+                                                   "] (0 = 1)"));                                  \
+  }                                                                                                \
+  ranks = g.name() == 0 ? 1 : g.name();
+#define PACKSCHED_CHECK(name, number, Kind) PACKSCHED_CHECK_##Kind(name)
+  PACKSCHED_GLOBAL_COUNTS(PACKSCHED_CHECK)
   ASSIGN_OR_RETURN(planner::MicroBatchPlan plan,
                    planner::PartitionFixedK(input.lengths, k, input.options));
   std::optional<planner::LossWeights> weights;
-  const int64_t world_size = g.world_size() == 0 ? 1 : g.world_size();
   // Global counts sum every rank's, this one's included: one below this request's own is a
-  // caller's mistake (e.g. `global` set for world_size alone) that would silently scale or zero
-  // every weight.
+  // caller's mistake (e.g. `global` set for the world size alone) that would silently scale or
+  // zero every weight.
   auto at_least_own = [](absl::string_view field, int64_t global, int64_t own) -> absl::Status {
     if (global >= own) return absl::OkStatus();
     return absl::InvalidArgumentError(absl::StrCat(
         field, " = ", global, " is below this request's own ", own,
         ": global counts are summed over every rank, this one included"));
   };
-  if (request.has_global() && g.num_sequences() > 0) {
-    RETURN_IF_ERROR(at_least_own("global.num_sequences", g.num_sequences(), plan.stats.num_kept));
-  }
+  v1::GlobalCounts* out = response->mutable_global();
+  // Kept: the caller's count when set, else this request's (the plan's kept sequences).
+#define PACKSCHED_KEPT_Kept(name)                                                                  \
+  const int64_t own_kept = plan.stats.num_kept;                                                    \
+  if (request.has_global() && g.name() > 0) {                                                      \
+    RETURN_IF_ERROR(at_least_own("global." #name, g.name(), own_kept));                            \
+  }                                                                                                \
+  out->set_##name(request.has_global() && g.name() > 0 ? g.name() : own_kept);
+#define PACKSCHED_KEPT_Loss(name)
+#define PACKSCHED_KEPT_World(name) out->set_##name(ranks);
+#define PACKSCHED_OWN_KEPT(name, number, Kind) PACKSCHED_KEPT_##Kind(name)
+  PACKSCHED_GLOBAL_COUNTS(PACKSCHED_OWN_KEPT)
   if (input.loss_tokens) {
     ASSIGN_OR_RETURN(planner::LossCounts counts, planner::CountLoss(plan, *input.loss_tokens));
     if (request.has_global()) {
-      RETURN_IF_ERROR(at_least_own("global.loss_tokens", g.loss_tokens(), counts.loss_tokens));
-      RETURN_IF_ERROR(at_least_own("global.sequences_with_loss", g.sequences_with_loss(),
-                                   counts.sequences_with_loss));
-      counts.loss_tokens = g.loss_tokens();
-      counts.sequences_with_loss = g.sequences_with_loss();
+#define PACKSCHED_OWN_Loss(name)                                                                   \
+  RETURN_IF_ERROR(at_least_own("global." #name, g.name(), counts.name));
+#define PACKSCHED_OWN_Kept(name)
+#define PACKSCHED_OWN_World(name)
+#define PACKSCHED_OWN(name, number, Kind) PACKSCHED_OWN_##Kind(name)
+      PACKSCHED_GLOBAL_COUNTS(PACKSCHED_OWN)
+#define PACKSCHED_TAKE_Loss(name) counts.name = g.name();
+#define PACKSCHED_TAKE_Kept(name)
+#define PACKSCHED_TAKE_World(name)
+#define PACKSCHED_TAKE(name, number, Kind) PACKSCHED_TAKE_##Kind(name)
+      PACKSCHED_GLOBAL_COUNTS(PACKSCHED_TAKE)
     }
-    ASSIGN_OR_RETURN(weights, WeightsFor(plan, *input.loss_tokens, input.loss, counts, world_size));
-    response->mutable_global()->set_loss_tokens(counts.loss_tokens);
-    response->mutable_global()->set_sequences_with_loss(counts.sequences_with_loss);
+    ASSIGN_OR_RETURN(weights, WeightsFor(plan, *input.loss_tokens, input.loss, counts, ranks));
+#define PACKSCHED_SET_Loss(name) out->set_##name(counts.name);
+#define PACKSCHED_SET_Kept(name)
+#define PACKSCHED_SET_World(name)
+#define PACKSCHED_SET(name, number, Kind) PACKSCHED_SET_##Kind(name)
+    PACKSCHED_GLOBAL_COUNTS(PACKSCHED_SET)
   }
-  response->set_num_micro_batches(k);
-  response->set_local_num_micro_batches(plan.stats.local_k);
-  response->mutable_global()->set_num_sequences(
-      request.has_global() && g.num_sequences() > 0 ? g.num_sequences() : plan.stats.num_kept);
-  response->mutable_global()->set_world_size(world_size);
+  PlanResponseHead(k, plan, response);
   PlanToProto(plan, weights ? &*weights : nullptr, input.options.max_token_len, response);
   return absl::OkStatus();
 }
@@ -455,10 +486,15 @@ absl::Status RunBalanceBatch(const v1::BalanceBatchRequest& request, const Servi
   const std::optional<int64_t> parts =
       CheckedMul(world_size, std::max(input.options.min_micro_batches, input.options.divisible_by));
   if (!parts || *parts > limits.max_micro_batches) {
+    std::string counts;  // the Count options, "a, b"
+    for (const planner::schema::OptionField& field : planner::schema::kPlanOptions) {
+      if (field.rule == "Count") absl::StrAppend(&counts, counts.empty() ? "" : ", ", field.name);
+    }
     return absl::ResourceExhaustedError(absl::StrCat(
-        "world_size = ", world_size, " x max(min_micro_batches, divisible_by) = ",
+        "world_size = ", world_size, " x max(", counts, ") = ",
         std::max(input.options.min_micro_batches, input.options.divisible_by),
-        " micro-batches exceed the server limit --max_micro_batches = ", limits.max_micro_batches));
+        " micro-batches exceed the server limit --", planner::schema::OptionNamed("Ceiling"),
+        " = ", limits.max_micro_batches));
   }
   const std::vector<int64_t> group_ids(request.group_ids().begin(), request.group_ids().end());
   ASSIGN_OR_RETURN(planner::BalancedBatch batch,
@@ -466,8 +502,12 @@ absl::Status RunBalanceBatch(const v1::BalanceBatchRequest& request, const Servi
   response->set_num_micro_batches(batch.num_micro_batches);
   response->mutable_dropped()->Assign(batch.dropped.begin(), batch.dropped.end());
   v1::GlobalCounts* global = response->mutable_global();
-  global->set_num_sequences(static_cast<int64_t>(input.lengths.size() - batch.dropped.size()));
-  global->set_world_size(world_size);
+#define PACKSCHED_BATCH_Kept(name)                                                                 \
+  global->set_##name(static_cast<int64_t>(input.lengths.size() - batch.dropped.size()));
+#define PACKSCHED_BATCH_Loss(name)
+#define PACKSCHED_BATCH_World(name) global->set_##name(world_size);
+#define PACKSCHED_BATCH(name, number, Kind) PACKSCHED_BATCH_##Kind(name)
+  PACKSCHED_GLOBAL_COUNTS(PACKSCHED_BATCH)
 
   // Global loss counts over every rank's kept sequences, then each rank's weights.
   std::vector<std::vector<int64_t>> rank_loss(batch.ranks.size());
@@ -479,11 +519,17 @@ absl::Status RunBalanceBatch(const v1::BalanceBatchRequest& request, const Servi
       }
       ASSIGN_OR_RETURN(planner::LossCounts counts,
                        planner::CountLoss(batch.ranks[r].plan, rank_loss[r]));
-      total.loss_tokens += counts.loss_tokens;
-      total.sequences_with_loss += counts.sequences_with_loss;
+#define PACKSCHED_SUM_Loss(name) total.name += counts.name;
+#define PACKSCHED_SUM_Kept(name)
+#define PACKSCHED_SUM_World(name)
+#define PACKSCHED_SUM(name, number, Kind) PACKSCHED_SUM_##Kind(name)
+      PACKSCHED_GLOBAL_COUNTS(PACKSCHED_SUM)
     }
-    global->set_loss_tokens(total.loss_tokens);
-    global->set_sequences_with_loss(total.sequences_with_loss);
+#define PACKSCHED_TOTAL_Loss(name) global->set_##name(total.name);
+#define PACKSCHED_TOTAL_Kept(name)
+#define PACKSCHED_TOTAL_World(name)
+#define PACKSCHED_TOTAL(name, number, Kind) PACKSCHED_TOTAL_##Kind(name)
+    PACKSCHED_GLOBAL_COUNTS(PACKSCHED_TOTAL)
   }
   for (size_t r = 0; r < batch.ranks.size(); ++r) {
     const planner::RankBatch& rank = batch.ranks[r];
@@ -491,8 +537,7 @@ absl::Status RunBalanceBatch(const v1::BalanceBatchRequest& request, const Servi
     out->mutable_indices()->Assign(rank.indices.begin(), rank.indices.end());
     out->set_cost(rank.cost);
     v1::PlanResponse* plan = out->mutable_plan();
-    plan->set_num_micro_batches(batch.num_micro_batches);
-    plan->set_local_num_micro_batches(rank.plan.stats.local_k);
+    PlanResponseHead(batch.num_micro_batches, rank.plan, plan);
     *plan->mutable_global() = *global;
     std::optional<planner::LossWeights> weights;
     if (input.loss_tokens) {
@@ -503,61 +548,69 @@ absl::Status RunBalanceBatch(const v1::BalanceBatchRequest& request, const Servi
   return absl::OkStatus();
 }
 
+// PACKSCHED_MICRO_BATCH, PACKSCHED_PLAN_RESPONSE and PACKSCHED_PLAN_STATS into the proto.
+#define PACKSCHED_PART_Int(name) out->set_##name(part.name);
+#define PACKSCHED_PART_Bool(name) out->set_##name(part.name);
+#define PACKSCHED_PART_Ints(name) out->mutable_##name()->Assign(part.name.begin(), part.name.end());
+#define PACKSCHED_PART_LossScale(name)                                                             \
+  if (loss != nullptr && i < loss->loss_scales.size()) out->set_##name(loss->loss_scales[i]);
+#define PACKSCHED_PART(name, number, Kind) PACKSCHED_PART_##Kind(name)
+#define PACKSCHED_LISTS_Indices(name)                                                              \
+  response->mutable_##name()->Assign(plan.name.begin(), plan.name.end());
+#define PACKSCHED_LISTS_Weights(name)                                                              \
+  if (loss != nullptr) {                                                                           \
+    response->mutable_##name()->Assign(loss->weights.begin(), loss->weights.end());                \
+  }
+#define PACKSCHED_LISTS_Count PACKSCHED_SCHEMA_NOTHING
+#define PACKSCHED_LISTS_LocalK PACKSCHED_SCHEMA_NOTHING
+#define PACKSCHED_LISTS_Parts(name)                                                                \
+  response->mutable_##name()->Reserve(static_cast<int>(plan.parts.size()));                        \
+  for (size_t i = 0; i < plan.parts.size(); ++i) {                                                 \
+    const planner::MicroBatch& part = plan.parts[i];                                               \
+    v1::MicroBatch* out = response->add_##name();                                                  \
+    PACKSCHED_MICRO_BATCH(PACKSCHED_PART)                                                          \
+  }
+#define PACKSCHED_LISTS_Global PACKSCHED_SCHEMA_NOTHING
+#define PACKSCHED_LISTS_Stats PACKSCHED_SCHEMA_NOTHING
+#define PACKSCHED_LISTS(name, number, Kind) PACKSCHED_LISTS_##Kind(name)
+#define PACKSCHED_STATS_Int(name, alias) stats->set_##name(plan.stats.name);
+#define PACKSCHED_STATS_Double(name, alias) stats->set_##name(plan.stats.name);
+#define PACKSCHED_STATS_Cap(name, alias) stats->set_##name(max_token_len);
+#define PACKSCHED_STATS_LocalK PACKSCHED_SCHEMA_NOTHING
+#define PACKSCHED_STATS_Micros PACKSCHED_SCHEMA_NOTHING
+#define PACKSCHED_STATS(name, number, Kind, alias) PACKSCHED_STATS_##Kind(name, alias)
+
 void PlanToProto(const planner::MicroBatchPlan& plan, const planner::LossWeights* loss,
                  int64_t max_token_len, v1::PlanResponse* response) {
-  response->mutable_micro_batches()->Reserve(static_cast<int>(plan.parts.size()));
-  for (size_t i = 0; i < plan.parts.size(); ++i) {
-    const planner::MicroBatch& part = plan.parts[i];
-    v1::MicroBatch* out = response->add_micro_batches();
-    out->mutable_indices()->Assign(part.indices.begin(), part.indices.end());
-    out->set_tokens(part.tokens);
-    out->set_aligned_tokens(part.aligned_tokens);
-    out->set_total(part.total);
-    out->set_padded_tokens(part.padded_tokens);
-    out->set_cost(part.cost);
-    out->set_max_seqlen(part.max_seqlen);
-    out->set_max_seqlen_aligned(part.max_seqlen_aligned);
-    out->mutable_cu_seqlens()->Assign(part.cu_seqlens.begin(), part.cu_seqlens.end());
-    out->mutable_cu_seqlens_aligned()->Assign(part.cu_seqlens_aligned.begin(),
-                                              part.cu_seqlens_aligned.end());
-    out->set_empty(part.empty);
-    out->set_overlong(part.overlong);
-    if (loss != nullptr && i < loss->loss_scales.size()) out->set_loss_scale(loss->loss_scales[i]);
-  }
-  response->mutable_reorder()->Assign(plan.reorder.begin(), plan.reorder.end());
-  response->mutable_revert()->Assign(plan.revert.begin(), plan.revert.end());
-  response->mutable_dropped()->Assign(plan.dropped.begin(), plan.dropped.end());
-  if (loss != nullptr) {
-    response->mutable_loss_weights()->Assign(loss->weights.begin(), loss->weights.end());
-  }
+  PACKSCHED_PLAN_RESPONSE(PACKSCHED_LISTS)
   v1::PlanStats* stats = response->mutable_stats();
-  stats->set_num_sequences(plan.stats.num_sequences);
-  stats->set_num_kept(plan.stats.num_kept);
-  stats->set_total_tokens(plan.stats.total_tokens);
-  stats->set_total_cost(plan.stats.total_cost);
-  stats->set_max_part_cost(plan.stats.max_part_cost);
-  stats->set_min_part_cost(plan.stats.min_part_cost);
-  stats->set_imbalance(plan.stats.imbalance);
-  stats->set_lower_bound_k(plan.stats.lower_bound_k);
-  stats->set_max_token_len(max_token_len);
-  stats->set_over_cap_parts(plan.stats.over_cap_parts);
-  stats->set_naive_padded_tokens(plan.stats.naive_padded_tokens);
-  stats->set_packed_tokens(plan.stats.packed_tokens);
+  PACKSCHED_PLAN_STATS(PACKSCHED_STATS)
 }
 
+#define PACKSCHED_RESULT_Count(name) response->set_##name(result.name);
+#define PACKSCHED_RESULT_LocalK(name) response->set_##name(result.local_k);
+#define PACKSCHED_RESULT_Parts PACKSCHED_SCHEMA_NOTHING
+#define PACKSCHED_RESULT_Indices PACKSCHED_SCHEMA_NOTHING
+#define PACKSCHED_RESULT_Weights PACKSCHED_SCHEMA_NOTHING
+#define PACKSCHED_RESULT_Global PACKSCHED_SCHEMA_NOTHING
+#define PACKSCHED_RESULT_Stats PACKSCHED_SCHEMA_NOTHING
+#define PACKSCHED_RESULT(name, number, Kind) PACKSCHED_RESULT_##Kind(name)
+#define PACKSCHED_GLOBAL(name, number, Kind) global->set_##name(result.global.name);
+#define PACKSCHED_TIMES_Micros(name, alias)                                                        \
+  stats->set_##name(absl::ToInt64Microseconds(result.alias##_time));
+#define PACKSCHED_TIMES_Int PACKSCHED_SCHEMA_NOTHING
+#define PACKSCHED_TIMES_Double PACKSCHED_SCHEMA_NOTHING
+#define PACKSCHED_TIMES_Cap PACKSCHED_SCHEMA_NOTHING
+#define PACKSCHED_TIMES_LocalK PACKSCHED_SCHEMA_NOTHING
+#define PACKSCHED_TIMES(name, number, Kind, alias) PACKSCHED_TIMES_##Kind(name, alias)
+
 void RoundResultToProto(const RoundResult& result, v1::PlanResponse* response) {
-  response->set_num_micro_batches(result.num_micro_batches);
-  response->set_local_num_micro_batches(result.local_k);
+  PACKSCHED_PLAN_RESPONSE(PACKSCHED_RESULT)
   PlanToProto(result.plan, result.loss ? &*result.loss : nullptr, result.max_token_len, response);
   v1::GlobalCounts* global = response->mutable_global();
-  global->set_num_sequences(result.global.num_sequences);
-  global->set_loss_tokens(result.global.loss_tokens);
-  global->set_sequences_with_loss(result.global.sequences_with_loss);
-  global->set_world_size(result.global.world_size);
+  PACKSCHED_GLOBAL_COUNTS(PACKSCHED_GLOBAL)
   v1::PlanStats* stats = response->mutable_stats();
-  stats->set_local_us(absl::ToInt64Microseconds(result.local_time));
-  stats->set_wait_us(absl::ToInt64Microseconds(result.wait_time));
-  stats->set_partition_us(absl::ToInt64Microseconds(result.partition_time));
+  PACKSCHED_PLAN_STATS(PACKSCHED_TIMES)
 }
 
 }  // namespace packsched::service

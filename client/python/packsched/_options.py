@@ -1,6 +1,7 @@
 """The keyword options shared by ``SchedulerClient``, ``packsched.planner`` and the CLI.
 
-One table of names and defaults (the documented ones of the C++ ``PlanOptions`` and
+One table of names and defaults (the schema table of server/planner/schema.h, through
+``packsched._planner.schema()``: the documented defaults of the C++ ``PlanOptions`` and
 ``LossOptions``), so the sidecar client and the in-process planner take the same keywords and give
 the same plan for the same input, and one check of the option values (``split_options``), so both
 reject a bad value the same way before anything runs: ValueError naming the option and the value.
@@ -12,43 +13,46 @@ that the proto would read as "the default", non-integers); limits that depend on
 
 import operator
 
-# Planner options: names as in proto/packsched/v1 and `packsched plan --help`.
-PLAN_DEFAULTS = {
-    "max_token_len": None,  # tokens per micro-batch (see cap_mode); None = no cap (fixed k only)
-    "max_seqs_per_micro_batch": None,  # None = unlimited
-    "min_micro_batches": 1,
-    "divisible_by": 1,  # the count is a multiple of this (pipeline parallelism)
-    "align_to": 1,  # each sequence padded to a multiple (e.g. 2*tp*cp)
-    "align_total_to": 1,  # each micro-batch's total padded to a multiple
-    "cap_mode": "tokens",  # "tokens" | "padded"
-    "algorithm": "kk",  # "kk" | "lpt" | "ffd" | "bfd" | "sequential"
-    "cost": "tokens",  # "tokens" | "attention"
-    "attention_cost": None,  # (a, b): cost = a*L + b*L^2; None = the documented default
-    "overlong": "reject",  # "reject" | "isolate" | "drop"
-    "order": "cost_desc",  # "cost_desc" | "index" | "interleave"
-    "max_micro_batches": 1_000_000,
-    "equal_size": False,  # fixed k only: n / k sequences per micro-batch
-    "same_micro_num_in_dp": True,  # sidecar rounds: False keeps each rank's own count
-}
+from . import _planner
 
-# Loss-weight options (see DESIGN.md §2, "Loss weights").
-LOSS_DEFAULTS = {
-    "loss_tokens": None,  # per sequence: tokens whose label is not ignore_index; None = no weights
-    "loss_mode": "token_mean",  # "token_mean" | "sample_mean" | "seq_sum" | "sum" | "sum_norm"
-    "dp_reduction": "sum",  # "sum" | "mean" (gradients averaged over DP ranks)
-    "sum_norm_constant": 1.0,  # C of "sum_norm"
-}
+# The schema table (server/planner/schema.h): names, proto numbers, rules, the planner's defaults
+# and the enum vocabularies. Everything below is derived from it.
+SCHEMA = _planner.schema()
+WEIGHT_PAIR = SCHEMA["weight_pair"]  # the Weight options as one (a, b) keyword
+_PLAN_FIELDS = SCHEMA["plan_options"]
+_ROUND_FIELDS = SCHEMA["round_options"]
+_LOSS_FIELDS = SCHEMA["loss_options"]
+# The cap (max_token_len): positional in every entry point, None = no cap (fixed k only).
+CAP = next(f["name"] for f in _PLAN_FIELDS if f["rule"] == "Cap")
+# Rules whose 0 means "none" on the wire and in the planner: None in Python.
+_NONE_RULES = ("Cap", "Unlimited")
 
 
-# The names each enum-valued option accepts (the planner's vocabulary, spelled as in the CLI).
+def _plan_defaults():
+    defaults = {}
+    for f in _PLAN_FIELDS:
+        if f["rule"] == "Weight":
+            defaults[WEIGHT_PAIR] = None  # None = the documented default
+        else:
+            defaults[f["name"]] = None if f["rule"] in _NONE_RULES else f["default"]
+    for f in _ROUND_FIELDS:
+        defaults[f["name"]] = f["default"]
+    return defaults
+
+
+# Planner options: names as in proto/packsched/v1 and `packsched plan --help`; defaults as the
+# planner's (the CLI's), None where 0 means none; the Weight options as one pair (a, b).
+PLAN_DEFAULTS = _plan_defaults()
+
+# Loss-weight options (see DESIGN.md §2, "Loss weights"), by their keywords; loss_tokens is the
+# request's per-sequence data (None = no weights).
+LOSS_DEFAULTS = {"loss_tokens": None, **{f["key"]: f["default"] for f in _LOSS_FIELDS}}
+
+# The names each enum-valued option accepts (the planner's vocabulary, spelled as in the CLI; the
+# proto value of a name is its index + 1).
 CHOICES = {
-    "cap_mode": ("tokens", "padded"),
-    "algorithm": ("kk", "lpt", "ffd", "bfd", "sequential"),
-    "cost": ("tokens", "attention"),
-    "overlong": ("reject", "isolate", "drop"),
-    "order": ("cost_desc", "index", "interleave"),
-    "loss_mode": ("token_mean", "sample_mean", "seq_sum", "sum", "sum_norm"),
-    "dp_reduction": ("sum", "mean"),
+    **{f["name"]: tuple(f["choices"]) for f in _PLAN_FIELDS if f["rule"] == "Enum"},
+    **{f["key"]: tuple(f["choices"]) for f in _LOSS_FIELDS if f["rule"] == "Enum"},
 }
 # The sidecar balances k micro-batches only; dataset packing (ffd, bfd, sequential) runs
 # in-process (packsched.planner.plan_local) or in `packsched plan`.
@@ -57,23 +61,23 @@ SIDECAR_ALGORITHMS = ("kk", "lpt")
 # Integer options and the smallest value checked here: those whose 0 the proto reads as "the
 # default" must be >= 1 on both paths; the others' ranges are the planner's to judge.
 _MINIMUM = {
-    "max_token_len": None,  # None = no cap (fixed k only); 0 on the wire
-    "max_seqs_per_micro_batch": None,  # None = unlimited; 0 on the wire
-    "min_micro_batches": 1,
-    "divisible_by": 1,
-    "align_to": 1,
-    "align_total_to": 1,
-    "max_micro_batches": 1,
+    f["name"]: None if f["rule"] in _NONE_RULES else 1
+    for f in _PLAN_FIELDS
+    if f["rule"] in _NONE_RULES + ("Count", "Align", "Ceiling")
 }
+# Options that are True or False.
+_BOOLEANS = tuple(f["name"] for f in _PLAN_FIELDS if f["rule"] == "FixedK") + tuple(
+    f["name"] for f in _ROUND_FIELDS)
 
 
-def split_options(max_token_len, options, *, where, cap_required=False, sidecar=False):
+def split_options(cap, options, *, where, cap_required=False, sidecar=False):
     """Returns (plan options, loss options) with every default filled in and every value checked.
 
-    ``options`` are the caller's keyword arguments; an unknown name raises TypeError naming it and
+    ``cap``: the cap per micro-batch (the positional argument of every entry point); ``options``
+    are the caller's keyword arguments; an unknown name raises TypeError naming it and
     ``where`` (the function), as Python does for a bad keyword. A bad value raises ValueError
     naming the option and the value: a name outside ``CHOICES`` (case matters), an integer option
-    that is not an integer or is below its smallest valid value, ``max_token_len=None`` where
+    that is not an integer or is below its smallest valid value, no cap (None) where
     ``cap_required``. ``sidecar``: the call goes to the sidecar, which balances with kk or lpt only.
     Integer values come back as Python ints (numpy integers are accepted).
     """
@@ -81,10 +85,10 @@ def split_options(max_token_len, options, *, where, cap_required=False, sidecar=
     if unknown:
         raise TypeError(f"{where}() got unexpected keyword argument(s): {', '.join(unknown)}")
     plan = {name: options.get(name, default) for name, default in PLAN_DEFAULTS.items()}
-    plan["max_token_len"] = max_token_len
+    plan[CAP] = cap
     loss = {name: options.get(name, default) for name, default in LOSS_DEFAULTS.items()}
-    if cap_required and max_token_len is None:
-        raise ValueError(f"{where}: max_token_len is required (the cap per micro-batch, in "
+    if cap_required and cap is None:
+        raise ValueError(f"{where}: {CAP} is required (the cap per micro-batch, in "
                          "tokens), got None")
     for name, minimum in _MINIMUM.items():
         if plan[name] is not None or PLAN_DEFAULTS[name] is not None:
@@ -96,12 +100,12 @@ def split_options(max_token_len, options, *, where, cap_required=False, sidecar=
             f"algorithm {plan['algorithm']!r} is not one of {', '.join(SIDECAR_ALGORITHMS)} "
             "(the sidecar balances micro-batches; dataset packing with ffd, bfd or sequential "
             "runs in-process: packsched.planner.plan_local or `packsched plan`)")
-    if plan["attention_cost"] is not None:
-        cost = plan["attention_cost"]
+    if plan[WEIGHT_PAIR] is not None:
+        cost = plan[WEIGHT_PAIR]
         if isinstance(cost, (str, bytes)) or not hasattr(cost, "__len__") or len(cost) != 2:
-            raise ValueError(f"attention_cost = {cost!r}: must be a pair (a, b) of integers")
-        plan["attention_cost"] = tuple(_integer("attention_cost", x, 0, shown=cost) for x in cost)
-    for name in ("equal_size", "same_micro_num_in_dp"):
+            raise ValueError(f"{WEIGHT_PAIR} = {cost!r}: must be a pair (a, b) of integers")
+        plan[WEIGHT_PAIR] = tuple(_integer(WEIGHT_PAIR, x, 0, shown=cost) for x in cost)
+    for name in _BOOLEANS:
         if plan[name] not in (True, False):
             raise ValueError(f"{name} = {plan[name]!r}: must be True or False")
         plan[name] = bool(plan[name])

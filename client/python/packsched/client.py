@@ -27,7 +27,7 @@ import time
 import grpc
 from google.protobuf import json_format
 
-from ._options import PLAN_DEFAULTS, check_world_size, split_options
+from ._options import CHOICES, PLAN_DEFAULTS, SCHEMA, WEIGHT_PAIR, check_world_size, split_options
 from .plan import MicroBatchMeta, Plan, PlanStats
 from .planner import Balanced, RankPlan
 from .v1 import scheduler_pb2, scheduler_pb2_grpc
@@ -43,17 +43,6 @@ _CHANNEL_OPTIONS = [
     ("grpc.max_receive_message_length", 256 << 20),
     ("grpc.max_send_message_length", 256 << 20),
 ]
-
-_ENUMS = {  # option name -> (proto enum prefix)
-    "cap_mode": "CAP_MODE",
-    "algorithm": "ALGORITHM",
-    "cost": "COST_MODEL",
-    "overlong": "OVERLONG_POLICY",
-    "order": "PART_ORDER",
-    "loss_mode": "LOSS_MODE",
-    "dp_reduction": "DP_REDUCTION",
-}
-
 
 class SchedulerError(Exception):
     """A failed call. ``code``: gRPC status code name; ``message``: the server's text."""
@@ -130,9 +119,9 @@ class SchedulerClient:
         _fill_options(request.options, plan_options)
         _fill_loss(request, loss)
         if global_counts is not None:
+            counts = {name: int(global_counts[i]) for i, name in enumerate(_LOSS_COUNTS)}
             getattr(request, "global").CopyFrom(scheduler_pb2.GlobalCounts(
-                loss_tokens=int(global_counts[0]), sequences_with_loss=int(global_counts[1]),
-                world_size=int(world_size)))
+                **counts, world_size=int(world_size)))
         return _to_plan(self._call(self._stub.Partition, request))
 
     def balance_batch(self, seq_lens, world_size, max_token_len, *, group_ids=None, **options):
@@ -202,9 +191,9 @@ def _ints(values):
     return list(values)
 
 
-def _enum(name, value):
-    # `value` passed packsched._options' check, so the proto knows it.
-    return getattr(scheduler_pb2, f"{_ENUMS[name]}_{value.upper()}")
+def _enum(key, value):
+    # `value` passed packsched._options' check; the proto's value of a name is its index + 1.
+    return CHOICES[key].index(value) + 1
 
 
 def _is_loopback(target):
@@ -251,64 +240,95 @@ def _to_dict(message):
     return json_format.MessageToDict(message, preserving_proto_field_name=True, **every_field)
 
 
+# The schema table's fields (packsched._options.SCHEMA), by what each needs on the wire.
+_PLAN_FIELDS = [(f["name"], f["rule"]) for f in SCHEMA["plan_options"]]
+_ROUND_FIELDS = [f["name"] for f in SCHEMA["round_options"]]
+_LOSS_FIELDS = [(f["name"], f["rule"], f["key"]) for f in SCHEMA["loss_options"]]
+_PART_FIELDS = [(f["name"], f["kind"]) for f in SCHEMA["micro_batch"]]
+_STATS_FIELDS = [(f["name"], f["kind"], f["alias"]) for f in SCHEMA["plan_stats"]]
+# The response's field of each kind (Indices: several, _INDEX_LISTS).
+_RESPONSE = {f["kind"]: f["name"] for f in SCHEMA["plan_response"]}
+_INDEX_LISTS = [f["name"] for f in SCHEMA["plan_response"] if f["kind"] == "Indices"]
+_LOSS_COUNTS = [f["name"] for f in SCHEMA["global_counts"] if f["kind"] == "Loss"]
+_LOSS_SCALE = next(name for name, kind in _PART_FIELDS if kind == "LossScale")
+
+
 def _fill_options(msg, o):
-    msg.max_token_len = int(o["max_token_len"] or 0)
-    msg.max_seqs_per_micro_batch = int(o["max_seqs_per_micro_batch"] or 0)
-    msg.min_micro_batches = int(o["min_micro_batches"])
-    msg.divisible_by = int(o["divisible_by"])
-    msg.align_to = int(o["align_to"])
-    msg.align_total_to = int(o["align_total_to"])
-    for name in ("cap_mode", "algorithm", "cost", "overlong", "order"):
-        setattr(msg, name, _enum(name, o[name]))
-    if o["attention_cost"] is not None:
-        msg.attention_linear, msg.attention_quadratic = (int(x) for x in o["attention_cost"])
-    if o["max_micro_batches"] != PLAN_DEFAULTS["max_micro_batches"]:
-        msg.max_micro_batches = int(o["max_micro_batches"])  # else 0: the server's own limit
-    msg.equal_size = bool(o["equal_size"])
-    msg.same_micro_num_in_dp = bool(o["same_micro_num_in_dp"])
+    weight = 0
+    for name, rule in _PLAN_FIELDS:
+        if rule in ("Cap", "Unlimited"):
+            setattr(msg, name, int(o[name] or 0))
+        elif rule in ("Count", "Align"):
+            setattr(msg, name, int(o[name]))
+        elif rule == "Enum":
+            setattr(msg, name, _enum(name, o[name]))
+        elif rule == "Weight":
+            if o[WEIGHT_PAIR] is not None:
+                setattr(msg, name, int(o[WEIGHT_PAIR][weight]))
+            weight += 1
+        elif rule == "Ceiling":
+            if o[name] != PLAN_DEFAULTS[name]:
+                setattr(msg, name, int(o[name]))  # else 0: the server's own limit
+        elif rule == "FixedK":
+            setattr(msg, name, bool(o[name]))
+        else:
+            raise AssertionError(f"no wire rule for {rule} ({name})")
+    for name in _ROUND_FIELDS:
+        setattr(msg, name, bool(o[name]))
 
 
 def _fill_loss(request, loss):
     if loss["loss_tokens"] is not None:
         request.loss_tokens.extend(_ints(loss["loss_tokens"]))
-    request.loss.mode = _enum("loss_mode", loss["loss_mode"])
-    request.loss.dp_reduction = _enum("dp_reduction", loss["dp_reduction"])
-    request.loss.sum_norm_constant = float(loss["sum_norm_constant"])
+    for name, rule, key in _LOSS_FIELDS:
+        value = _enum(key, loss[key]) if rule == "Enum" else float(loss[key])
+        setattr(request.loss, name, value)
+
+
+def _part(mb):
+    """MicroBatchMeta of one packsched.v1.MicroBatch."""
+    fields = {}
+    for name, kind in _PART_FIELDS:
+        if kind == "Ints":
+            fields[name] = list(getattr(mb, name))
+        elif kind == "LossScale":
+            fields[name] = getattr(mb, name) if mb.HasField(name) else None
+        else:
+            fields[name] = getattr(mb, name)
+    return MicroBatchMeta(**fields)
+
+
+def _stats(response):
+    """PlanStats of a packsched.v1.PlanResponse: the planner's figures, this rank's bound, and the
+    sidecar's cap (alias) and timings (alias_ms, from microseconds)."""
+    s = response.stats
+    fields = {}
+    for name, kind, alias in _STATS_FIELDS:
+        if kind in ("Int", "Double"):
+            fields[name] = getattr(s, name)
+        elif kind == "LocalK":
+            fields[name] = getattr(response, _RESPONSE["LocalK"])
+        elif kind == "Cap":
+            fields[alias] = getattr(s, name)
+        elif kind == "Micros":
+            fields[f"{alias}_ms"] = getattr(s, name) / 1000
+    return PlanStats(**fields)
 
 
 def _to_plan(response):
-    metadata = [
-        MicroBatchMeta(
-            indices=list(mb.indices), tokens=mb.tokens, aligned_tokens=mb.aligned_tokens,
-            total=mb.total, padded_tokens=mb.padded_tokens, cost=mb.cost,
-            max_seqlen=mb.max_seqlen, max_seqlen_aligned=mb.max_seqlen_aligned,
-            cu_seqlens=list(mb.cu_seqlens), cu_seqlens_aligned=list(mb.cu_seqlens_aligned),
-            empty=mb.empty, overlong=mb.overlong,
-            loss_scale=mb.loss_scale if mb.HasField("loss_scale") else None)
-        for mb in response.micro_batches
-    ]
-    s = response.stats
-    stats = PlanStats(
-        num_sequences=s.num_sequences, num_kept=s.num_kept, total_tokens=s.total_tokens,
-        total_cost=s.total_cost, max_part_cost=s.max_part_cost, min_part_cost=s.min_part_cost,
-        imbalance=s.imbalance, lower_bound_k=s.lower_bound_k,
-        local_k=response.local_num_micro_batches, over_cap_parts=s.over_cap_parts,
-        naive_padded_tokens=s.naive_padded_tokens, packed_tokens=s.packed_tokens,
-        cap=s.max_token_len, local_ms=s.local_us / 1000, wait_ms=s.wait_us / 1000,
-        partition_ms=s.partition_us / 1000)
-    has_loss = len(response.loss_weights) > 0
-    counts = getattr(response, "global")  # a Python keyword: reachable only through getattr
+    metadata = [_part(mb) for mb in getattr(response, _RESPONSE["Parts"])]
+    weights = getattr(response, _RESPONSE["Weights"])
+    has_loss = len(weights) > 0
+    counts = getattr(response, _RESPONSE["Global"])  # "global": a Python keyword
     return Plan(
-        num_micro_batches=response.num_micro_batches,
-        local_num_micro_batches=response.local_num_micro_batches,
+        num_micro_batches=getattr(response, _RESPONSE["Count"]),
+        local_num_micro_batches=getattr(response, _RESPONSE["LocalK"]),
         micro_batches=[m.indices for m in metadata],
         metadata=metadata,
-        reorder=list(response.reorder),
-        revert=list(response.revert),
-        dropped=list(response.dropped),
-        loss_weights=list(response.loss_weights) if has_loss else None,
-        loss_scales=[m.loss_scale for m in metadata] if has_loss else None,
+        **{name: list(getattr(response, name)) for name in _INDEX_LISTS},
+        loss_weights=list(weights) if has_loss else None,
+        loss_scales=[getattr(m, _LOSS_SCALE) for m in metadata] if has_loss else None,
         empty=[m.empty for m in metadata],
-        stats=stats,
-        global_counts=(counts.loss_tokens, counts.sequences_with_loss) if has_loss else None,
+        stats=_stats(response),
+        global_counts=tuple(getattr(counts, name) for name in _LOSS_COUNTS) if has_loss else None,
     )

@@ -9,12 +9,59 @@ metadata each micro-batch needs to run without padding and without a device-to-h
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from ._options import SCHEMA
+
 __all__ = ["MicroBatchMeta", "PlanStats", "Plan"]
 
 
-@dataclass(frozen=True)
+_PYTHON_TYPES = {"Int": int, "Ints": list, "Bool": bool, "LossScale": float, "Double": float,
+                 "LocalK": int, "Cap": int, "Micros": float}
+
+
+def _micro_batch_fields():
+    # The schema's MicroBatch fields in proto order. The first (the micro-batch's indices) is
+    # required; the other lists are prefix sums, [0] for no sequence; the planner's defaults for
+    # the rest; loss_scale (float or None) is None without loss weights.
+    out = []
+    for i, f in enumerate(SCHEMA["micro_batch"]):
+        kind = f["kind"]
+        if i == 0:
+            default = field()
+        elif kind == "Ints":
+            default = field(default_factory=lambda: [0])
+        else:
+            default = f["default"]
+        out.append((f["name"], _PYTHON_TYPES[kind], default))
+    return out
+
+
+def _stats_fields():
+    # The planner's figures (PlanStats' Int, Double and LocalK fields) in table order, then the
+    # sidecar's: the cap (its alias) and the timings in milliseconds (alias_ms).
+    planner = [(f["name"], _PYTHON_TYPES[f["kind"]], f["default"]) for f in SCHEMA["plan_stats"]
+               if f["kind"] in ("Int", "Double", "LocalK")]
+    wire = [(f["alias"] if f["kind"] == "Cap" else f"{f['alias']}_ms", _PYTHON_TYPES[f["kind"]],
+             _PYTHON_TYPES[f["kind"]](f["default"]))
+            for f in SCHEMA["plan_stats"] if f["kind"] in ("Cap", "Micros")]
+    return planner + wire
+
+
+def _schema_dataclass(fields):
+    """Makes the decorated class a frozen dataclass whose fields are ``fields`` (name, type,
+    default or dataclasses.field), in order: the schema table's, so a field added there appears
+    here."""
+    def make(cls):
+        cls.__annotations__ = {name: kind for name, kind, _ in fields}
+        for name, _, default in fields:
+            setattr(cls, name, default)
+        return dataclass(frozen=True)(cls)
+    return make
+
+
+@_schema_dataclass(_micro_batch_fields())
 class MicroBatchMeta:
-    """Host metadata of one micro-batch, in the order of its ``indices``.
+    """Host metadata of one micro-batch, in the order of its ``indices``: the fields of
+    packsched.v1.MicroBatch.
 
     ``cu_seqlens`` / ``cu_seqlens_aligned``: int32-ranged prefix sums [B + 1] of the real and the
     aligned (``align_to``) lengths; ``total``: rows of the packed buffer (aligned tokens rounded up
@@ -26,43 +73,19 @@ class MicroBatchMeta:
     plan has no loss weights.
     """
 
-    indices: list
-    tokens: int = 0
-    aligned_tokens: int = 0
-    total: int = 0
-    padded_tokens: int = 0
-    cost: int = 0
-    max_seqlen: int = 0
-    max_seqlen_aligned: int = 0
-    cu_seqlens: list = field(default_factory=lambda: [0])
-    cu_seqlens_aligned: list = field(default_factory=lambda: [0])
-    empty: bool = True
-    overlong: bool = False
-    loss_scale: float = None
 
-
-@dataclass(frozen=True)
+@_schema_dataclass(_stats_fields())
 class PlanStats:
-    """Figures of one plan. ``imbalance`` = largest cost / mean cost (1.0 is perfect);
-    ``naive_padded_tokens`` is what a [num_kept, longest] padded batch would hold; timings are in
-    milliseconds (0 for the in-process planner's wait)."""
+    """Figures of one plan (the fields of packsched.v1.PlanStats and the planner's PlanStats).
+    ``imbalance`` = largest cost / mean cost (1.0 is perfect); ``naive_padded_tokens`` is what a
+    [num_kept, longest] padded batch would hold; timings are in milliseconds (0 for the
+    in-process planner's wait)."""
 
-    num_sequences: int = 0
-    num_kept: int = 0
-    total_tokens: int = 0
-    total_cost: int = 0
-    max_part_cost: int = 0
-    min_part_cost: int = 0
-    imbalance: float = 0.0
-    lower_bound_k: int = 0
-    local_k: int = 0
-    over_cap_parts: int = 0
-    naive_padded_tokens: int = 0
-    packed_tokens: int = 0
-    cap: int = 0
-    local_ms: float = 0.0
-    wait_ms: float = 0.0
-    partition_ms: float = 0.0
+
+_LOSS_SCALE = next(f["name"] for f in SCHEMA["micro_batch"] if f["kind"] == "LossScale")
+_LOCAL_K = next(f["name"] for f in SCHEMA["plan_stats"] if f["kind"] == "LocalK")
+_INDEX_LISTS = [f["name"] for f in SCHEMA["plan_response"] if f["kind"] == "Indices"]
+_WEIGHTS = next(f["name"] for f in SCHEMA["plan_response"] if f["kind"] == "Weights")
 
 
 @dataclass(frozen=True)
@@ -99,19 +122,17 @@ class Plan:
         """Builds a Plan from the dict packsched._planner returns."""
         scales = raw.get("loss_scales")
         metadata = [
-            MicroBatchMeta(**part, loss_scale=None if scales is None else scales[i])
+            MicroBatchMeta(**part, **{_LOSS_SCALE: None if scales is None else scales[i]})
             for i, part in enumerate(raw["parts"])
         ]
         stats = PlanStats(**raw["stats"], cap=cap or 0)
         return cls(
             num_micro_batches=len(metadata),
-            local_num_micro_batches=stats.local_k if local_k is None else local_k,
+            local_num_micro_batches=getattr(stats, _LOCAL_K) if local_k is None else local_k,
             micro_batches=[m.indices for m in metadata],
             metadata=metadata,
-            reorder=list(raw["reorder"]),
-            revert=list(raw["revert"]),
-            dropped=list(raw["dropped"]),
-            loss_weights=raw.get("loss_weights"),
+            **{name: list(raw[name]) for name in _INDEX_LISTS},
+            loss_weights=raw.get(_WEIGHTS),
             loss_scales=scales,
             empty=[m.empty for m in metadata],
             stats=stats,

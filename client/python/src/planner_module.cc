@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -18,6 +19,7 @@
 #include "server/planner/loss_weights.h"
 #include "server/planner/options.h"
 #include "server/planner/planner.h"
+#include "server/planner/schema.h"
 
 namespace py = pybind11;
 
@@ -43,74 +45,72 @@ absl::Span<const int64_t> Span(const Lengths& a) {
 std::string Str(const py::dict& d, const char* key) { return d[key].cast<std::string>(); }
 int64_t Int(const py::dict& d, const char* key) { return d[key].cast<int64_t>(); }
 
+// The conversions below expand the schema table (server/planner/schema.h): dict keys are the
+// table's names, so the Python side (packsched._options, packsched.plan) reads the same names
+// from schema() below.
+
 // `d` holds every key of packsched._options.PLAN_DEFAULTS (the Python side fills defaults).
+#define PACKSCHED_PY_OPTION_Cap(name, Type, member)                                                \
+  o.member = d[#name].is_none() ? 0 : Int(d, #name);
+#define PACKSCHED_PY_OPTION_Unlimited PACKSCHED_PY_OPTION_Cap
+#define PACKSCHED_PY_OPTION_Count(name, Type, member) o.member = Int(d, #name);
+#define PACKSCHED_PY_OPTION_Align PACKSCHED_PY_OPTION_Count
+#define PACKSCHED_PY_OPTION_Ceiling PACKSCHED_PY_OPTION_Count
+#define PACKSCHED_PY_OPTION_FixedK(name, Type, member) o.member = d[#name].cast<bool>();
+#define PACKSCHED_PY_OPTION_Enum(name, Type, member) o.member = Value(Parse##Type(Str(d, #name)));
+#define PACKSCHED_PY_OPTION_Weight(name, Type, member)                                             \
+  if (!pair.is_none()) o.member = pair.cast<py::sequence>()[next++].cast<int64_t>();
+#define PACKSCHED_PY_OPTION(name, number, Rule, Type, member, json, help)                          \
+  PACKSCHED_PY_OPTION_##Rule(name, Type, member)
+
 PlanOptions ToPlanOptions(const py::dict& d) {
   PlanOptions o;
-  o.max_token_len = d["max_token_len"].is_none() ? 0 : Int(d, "max_token_len");
-  o.cap_mode = Value(ParseCapMode(Str(d, "cap_mode")));
-  o.max_seqs_per_micro_batch =
-      d["max_seqs_per_micro_batch"].is_none() ? 0 : Int(d, "max_seqs_per_micro_batch");
-  o.min_micro_batches = Int(d, "min_micro_batches");
-  o.divisible_by = Int(d, "divisible_by");
-  o.align_to = Int(d, "align_to");
-  o.align_total_to = Int(d, "align_total_to");
-  o.algorithm = Value(ParseAlgorithm(Str(d, "algorithm")));
-  o.cost = Value(ParseCostModel(Str(d, "cost")));
-  if (!d["attention_cost"].is_none()) {
-    auto [a, b] = d["attention_cost"].cast<std::pair<int64_t, int64_t>>();
-    o.attention.linear = a;
-    o.attention.quadratic = b;
-  }
-  o.overlong = Value(ParseOverlongPolicy(Str(d, "overlong")));
-  o.order = Value(ParsePartOrder(Str(d, "order")));
-  o.max_micro_batches = Int(d, "max_micro_batches");
-  o.equal_size = d["equal_size"].cast<bool>();
+  const py::object pair = d[PACKSCHED_WEIGHT_PAIR_KEY];  // (a, b) of the Weight options, or None
+  size_t next = 0;
+  PACKSCHED_PLAN_OPTIONS(PACKSCHED_PY_OPTION)
   return o;
 }
 
+#define PACKSCHED_PY_PART_Int(name) d[#name] = part.name;
+#define PACKSCHED_PY_PART_Ints PACKSCHED_PY_PART_Int
+#define PACKSCHED_PY_PART_Bool PACKSCHED_PY_PART_Int
+#define PACKSCHED_PY_PART_LossScale PACKSCHED_SCHEMA_NOTHING  // added by AddLossWeights
+#define PACKSCHED_PY_PART(name, number, Kind) PACKSCHED_PY_PART_##Kind(name)
+
 py::dict ToDict(const MicroBatch& part) {
   py::dict d;
-  d["indices"] = part.indices;
-  d["tokens"] = part.tokens;
-  d["aligned_tokens"] = part.aligned_tokens;
-  d["total"] = part.total;
-  d["padded_tokens"] = part.padded_tokens;
-  d["cost"] = part.cost;
-  d["max_seqlen"] = part.max_seqlen;
-  d["max_seqlen_aligned"] = part.max_seqlen_aligned;
-  d["cu_seqlens"] = part.cu_seqlens;
-  d["cu_seqlens_aligned"] = part.cu_seqlens_aligned;
-  d["empty"] = part.empty;
-  d["overlong"] = part.overlong;
+  PACKSCHED_MICRO_BATCH(PACKSCHED_PY_PART)
   return d;
 }
 
+#define PACKSCHED_PY_STATS_Int(name) d[#name] = s.name;
+#define PACKSCHED_PY_STATS_Double PACKSCHED_PY_STATS_Int
+#define PACKSCHED_PY_STATS_LocalK PACKSCHED_PY_STATS_Int
+#define PACKSCHED_PY_STATS_Cap PACKSCHED_SCHEMA_NOTHING
+#define PACKSCHED_PY_STATS_Micros PACKSCHED_SCHEMA_NOTHING
+#define PACKSCHED_PY_STATS(name, number, Kind, alias) PACKSCHED_PY_STATS_##Kind(name)
+
 py::dict ToDict(const PlanStats& s) {
   py::dict d;
-  d["num_sequences"] = s.num_sequences;
-  d["num_kept"] = s.num_kept;
-  d["total_tokens"] = s.total_tokens;
-  d["total_cost"] = s.total_cost;
-  d["max_part_cost"] = s.max_part_cost;
-  d["min_part_cost"] = s.min_part_cost;
-  d["imbalance"] = s.imbalance;
-  d["lower_bound_k"] = s.lower_bound_k;
-  d["local_k"] = s.local_k;
-  d["over_cap_parts"] = s.over_cap_parts;
-  d["naive_padded_tokens"] = s.naive_padded_tokens;
-  d["packed_tokens"] = s.packed_tokens;
+  PACKSCHED_PLAN_STATS(PACKSCHED_PY_STATS)
   return d;
 }
+
+#define PACKSCHED_PY_PLAN_Indices(name) d[#name] = plan.name;
+#define PACKSCHED_PY_PLAN_Stats(name) d[#name] = ToDict(plan.name);
+#define PACKSCHED_PY_PLAN_Count PACKSCHED_SCHEMA_NOTHING
+#define PACKSCHED_PY_PLAN_LocalK PACKSCHED_SCHEMA_NOTHING
+#define PACKSCHED_PY_PLAN_Parts PACKSCHED_SCHEMA_NOTHING
+#define PACKSCHED_PY_PLAN_Weights PACKSCHED_SCHEMA_NOTHING
+#define PACKSCHED_PY_PLAN_Global PACKSCHED_SCHEMA_NOTHING
+#define PACKSCHED_PY_PLAN(name, number, Kind) PACKSCHED_PY_PLAN_##Kind(name)
 
 py::dict ToDict(const MicroBatchPlan& plan) {
   py::dict d;
   py::list parts;
   for (const MicroBatch& part : plan.parts) parts.append(ToDict(part));
   d["parts"] = parts;
-  d["reorder"] = plan.reorder;
-  d["revert"] = plan.revert;
-  d["dropped"] = plan.dropped;
-  d["stats"] = ToDict(plan.stats);
+  PACKSCHED_PLAN_RESPONSE(PACKSCHED_PY_PLAN)
   return d;
 }
 
@@ -121,12 +121,41 @@ auto WithoutGil(Fn&& fn) {
   return fn();
 }
 
+// Keyed by each loss option's Python keyword (the table's `key`).
+#define PACKSCHED_PY_LOSS_Enum(name, Type, member, key) o.member = Value(Parse##Type(Str(d, #key)));
+#define PACKSCHED_PY_LOSS_SumNorm(name, Type, member, key) o.member = d[#key].cast<double>();
+#define PACKSCHED_PY_LOSS(name, number, Rule, Type, member, key)                                   \
+  PACKSCHED_PY_LOSS_##Rule(name, Type, member, key)
+
 LossOptions ToLossOptions(const py::dict& d) {
   LossOptions o;
-  o.mode = Value(ParseLossMode(Str(d, "loss_mode")));
-  o.dp_reduction = Value(ParseDpReduction(Str(d, "dp_reduction")));
-  o.sum_norm_constant = d["sum_norm_constant"].cast<double>();
+  PACKSCHED_LOSS_OPTIONS(PACKSCHED_PY_LOSS)
   return o;
+}
+
+// LossCounts <-> Python's (loss tokens, sequences with loss): the Loss rows of GlobalCounts in
+// table order.
+#define PACKSCHED_PY_COUNTS_Loss(name) out.append(c.name);
+#define PACKSCHED_PY_COUNTS_Kept(name)
+#define PACKSCHED_PY_COUNTS_World(name)
+#define PACKSCHED_PY_COUNTS(name, number, Kind) PACKSCHED_PY_COUNTS_##Kind(name)
+
+py::tuple ToTuple(const LossCounts& c) {
+  py::list out;
+  PACKSCHED_GLOBAL_COUNTS(PACKSCHED_PY_COUNTS)
+  return py::tuple(out);
+}
+
+#define PACKSCHED_PY_FROM_COUNTS_Loss(name) c.name = values[next++].cast<int64_t>();
+#define PACKSCHED_PY_FROM_COUNTS_Kept(name)
+#define PACKSCHED_PY_FROM_COUNTS_World(name)
+#define PACKSCHED_PY_FROM_COUNTS(name, number, Kind) PACKSCHED_PY_FROM_COUNTS_##Kind(name)
+
+LossCounts ToLossCounts(const py::sequence& values) {
+  LossCounts c;
+  size_t next = 0;
+  PACKSCHED_GLOBAL_COUNTS(PACKSCHED_PY_FROM_COUNTS)
+  return c;
 }
 
 // Loss counts over the kept sequences (all but `dropped`), before any plan exists.
@@ -152,14 +181,21 @@ void AddLossWeights(const MicroBatchPlan& plan, const py::dict& loss, py::dict& 
   const LossCounts local = Value(CountLoss(plan, loss_tokens));
   LossCounts global = local;
   if (!loss["global_counts"].is_none()) {
-    auto [tokens, sequences] = loss["global_counts"].cast<std::pair<int64_t, int64_t>>();
-    global = {tokens, sequences};
+    global = ToLossCounts(loss["global_counts"].cast<py::sequence>());
   }
   const LossWeights w = Value(ComputeLossWeights(plan, loss_tokens, ToLossOptions(loss), global,
                                                  loss["world_size"].cast<int64_t>()));
-  out["loss_weights"] = w.weights;
+#define PACKSCHED_PY_WEIGHTS_Weights(name) out[#name] = w.weights;
+#define PACKSCHED_PY_WEIGHTS_Count(name)
+#define PACKSCHED_PY_WEIGHTS_LocalK(name)
+#define PACKSCHED_PY_WEIGHTS_Parts(name)
+#define PACKSCHED_PY_WEIGHTS_Indices(name)
+#define PACKSCHED_PY_WEIGHTS_Global(name)
+#define PACKSCHED_PY_WEIGHTS_Stats(name)
+#define PACKSCHED_PY_WEIGHTS(name, number, Kind) PACKSCHED_PY_WEIGHTS_##Kind(name)
+  PACKSCHED_PLAN_RESPONSE(PACKSCHED_PY_WEIGHTS)
   out["loss_scales"] = w.loss_scales;
-  out["loss_counts"] = std::make_pair(local.loss_tokens, local.sequences_with_loss);
+  out["loss_counts"] = ToTuple(local);
 }
 
 // The plan for one rank: kk/lpt balance into the smallest feasible k (or exactly `k` when given);
@@ -178,8 +214,103 @@ MicroBatchPlan PlanOne(const Lengths& lengths, const PlanOptions& options, int64
   });
 }
 
+// The schema table for Python (packsched._options, client.py, plan.py and the schema test):
+// one list of dicts per table, in table order. An enum option's `choices` are the planner's
+// names in enum order (proto value = index + 1); `default` is the planner's default in Python
+// terms (an enum's name).
+template <typename Enum>
+py::tuple Choices(Enum) {
+  py::list names;
+  for (int v = 0; Name(static_cast<Enum>(v)) != "unknown"; ++v) {
+    names.append(std::string(Name(static_cast<Enum>(v))));
+  }
+  return py::tuple(names);
+}
+py::object PyDefault(int64_t v) { return py::int_(v); }
+py::object PyDefault(bool v) { return py::bool_(v); }
+py::object PyDefault(double v) { return py::float_(v); }
+template <typename Enum, typename = std::enable_if_t<std::is_enum_v<Enum>>>
+py::object PyDefault(Enum v) {
+  return py::str(std::string(Name(v)));
+}
+py::object EnumChoices(int64_t) { return py::none(); }
+py::object EnumChoices(bool) { return py::none(); }
+py::object EnumChoices(double) { return py::none(); }
+template <typename Enum, typename = std::enable_if_t<std::is_enum_v<Enum>>>
+py::object EnumChoices(Enum v) {
+  return Choices(v);
+}
+
+py::dict Schema() {
+  py::dict d;
+  py::list plan;
+#define PACKSCHED_PY_SCHEMA_PLAN(name, number, Rule, Type, member, json, help)                     \
+  plan.append(py::dict(py::arg("name") = #name, py::arg("number") = number,                        \
+                       py::arg("rule") = #Rule, py::arg("type") = #Type,                           \
+                       py::arg("default") = PyDefault(PlanOptions{}.member),                       \
+                       py::arg("choices") = EnumChoices(PlanOptions{}.member),                     \
+                       py::arg("json") = json, py::arg("help") = help));
+  PACKSCHED_PLAN_OPTIONS(PACKSCHED_PY_SCHEMA_PLAN)
+  d["plan_options"] = plan;
+  py::list round;
+#define PACKSCHED_PY_SCHEMA_ROUND(name, number, dflt)                                              \
+  round.append(py::dict(py::arg("name") = #name, py::arg("number") = number,                       \
+                        py::arg("rule") = "Round", py::arg("default") = PyDefault(dflt)));
+  PACKSCHED_ROUND_OPTIONS(PACKSCHED_PY_SCHEMA_ROUND)
+  d["round_options"] = round;
+  d["weight_pair"] = PACKSCHED_WEIGHT_PAIR_KEY;
+  py::list loss;
+#define PACKSCHED_PY_SCHEMA_LOSS(name, number, Rule, Type, member, key)                            \
+  loss.append(py::dict(py::arg("name") = #name, py::arg("number") = number,                        \
+                       py::arg("rule") = #Rule, py::arg("type") = #Type, py::arg("key") = #key,    \
+                       py::arg("default") = PyDefault(LossOptions{}.member),                       \
+                       py::arg("choices") = EnumChoices(LossOptions{}.member)));
+  PACKSCHED_LOSS_OPTIONS(PACKSCHED_PY_SCHEMA_LOSS)
+  d["loss_options"] = loss;
+  py::list parts, stats, global, response;
+#define PACKSCHED_PY_SCHEMA_FIELD(list, name, number, Kind)                                        \
+  list.append(py::dict(py::arg("name") = #name, py::arg("number") = number,                        \
+                       py::arg("kind") = #Kind));
+// A micro-batch field's default: the planner's (Int, Bool), none for the others.
+#define PACKSCHED_PY_PART_DEFAULT_Int(name) PyDefault(MicroBatch{}.name)
+#define PACKSCHED_PY_PART_DEFAULT_Bool(name) PyDefault(MicroBatch{}.name)
+#define PACKSCHED_PY_PART_DEFAULT_Ints(name) py::none()
+#define PACKSCHED_PY_PART_DEFAULT_LossScale(name) py::none()
+#define PACKSCHED_PY_SCHEMA_PART(name, number, Kind)                                               \
+  parts.append(py::dict(py::arg("name") = #name, py::arg("number") = number,                       \
+                        py::arg("kind") = #Kind,                                                   \
+                        py::arg("default") = PACKSCHED_PY_PART_DEFAULT_##Kind(name)));
+#define PACKSCHED_PY_SCHEMA_GLOBAL(name, number, Kind)                                             \
+  PACKSCHED_PY_SCHEMA_FIELD(global, name, number, Kind)
+#define PACKSCHED_PY_SCHEMA_RESPONSE(name, number, Kind)                                           \
+  PACKSCHED_PY_SCHEMA_FIELD(response, name, number, Kind)
+// A stats field's default: the planner's, 0 for the wire-only ones.
+#define PACKSCHED_PY_STATS_DEFAULT_Int(name) PyDefault(PlanStats{}.name)
+#define PACKSCHED_PY_STATS_DEFAULT_Double(name) PyDefault(PlanStats{}.name)
+#define PACKSCHED_PY_STATS_DEFAULT_LocalK(name) PyDefault(PlanStats{}.name)
+#define PACKSCHED_PY_STATS_DEFAULT_Cap(name) py::int_(0)
+#define PACKSCHED_PY_STATS_DEFAULT_Micros(name) py::int_(0)
+#define PACKSCHED_PY_SCHEMA_STATS(name, number, Kind, alias)                                       \
+  stats.append(py::dict(py::arg("name") = #name, py::arg("number") = number,                       \
+                        py::arg("kind") = #Kind, py::arg("alias") = #alias,                        \
+                        py::arg("default") = PACKSCHED_PY_STATS_DEFAULT_##Kind(name)));
+  PACKSCHED_MICRO_BATCH(PACKSCHED_PY_SCHEMA_PART)
+  PACKSCHED_PLAN_STATS(PACKSCHED_PY_SCHEMA_STATS)
+  PACKSCHED_GLOBAL_COUNTS(PACKSCHED_PY_SCHEMA_GLOBAL)
+  PACKSCHED_PLAN_RESPONSE(PACKSCHED_PY_SCHEMA_RESPONSE)
+  d["micro_batch"] = parts;
+  d["plan_stats"] = stats;
+  d["global_counts"] = global;
+  d["plan_response"] = response;
+  return d;
+}
+
 PYBIND11_MODULE(_planner, m) {
   m.doc() = "Low-level bindings of the packsched planner; use packsched.planner instead.";
+
+  m.def("schema", &Schema,
+        "The plan / options schema table (server/planner/schema.h), one list of field dicts "
+        "per table.");
 
   m.def(
       "plan",
@@ -191,8 +322,8 @@ PYBIND11_MODULE(_planner, m) {
       },
       py::arg("lengths"), py::arg("options"), py::arg("k") = 0, py::arg("loss") = py::none(),
       "Plans one rank's sequences; k > 0 partitions into exactly k parts. `loss` (a dict of "
-      "loss_tokens, loss_mode, dp_reduction, sum_norm_constant, global_counts, world_size) adds "
-      "loss_weights, loss_scales and loss_counts.");
+      "packsched._options.LOSS_DEFAULTS' keys, global_counts and world_size) adds the loss "
+      "weights, loss_scales and loss_counts.");
 
   m.def(
       "local_bound",
@@ -209,7 +340,7 @@ PYBIND11_MODULE(_planner, m) {
         if (!loss_tokens.is_none()) {
           const LossCounts c = LocalCounts(problem.num_sequences(), problem.dropped(),
                                            loss_tokens.cast<std::vector<int64_t>>());
-          d["loss_counts"] = std::make_pair(c.loss_tokens, c.sequences_with_loss);
+          d["loss_counts"] = ToTuple(c);
         }
         return d;
       },

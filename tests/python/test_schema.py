@@ -1,0 +1,121 @@
+"""The schema table (server/planner/schema.h, via packsched._planner.schema()) against the proto.
+
+Every field of the schema's proto messages is in its table with the same number and a matching
+type, and every table row is in the proto: a field added to one and not the other fails here.
+The Python package's option defaults, choices and dataclasses are checked to come from it.
+"""
+
+import dataclasses
+
+import pytest
+from google.protobuf.descriptor import FieldDescriptor as F
+
+from packsched import _options, _planner, plan
+from packsched.v1 import scheduler_pb2
+
+SCHEMA = _planner.schema()
+
+INT64 = (F.TYPE_INT64,)
+# (proto message, schema rows, expected proto type per rule/kind: (types, repeated, presence))
+EXPECTED = {
+    "PlanOptions": {
+        "Cap": (INT64, False, False), "Unlimited": (INT64, False, False),
+        "Count": (INT64, False, False), "Align": (INT64, False, False),
+        "Ceiling": (INT64, False, False), "Enum": ((F.TYPE_ENUM,), False, False),
+        "Weight": (INT64, False, True), "FixedK": ((F.TYPE_BOOL,), False, False),
+        "Round": ((F.TYPE_BOOL,), False, True),
+    },
+    "LossOptions": {"Enum": ((F.TYPE_ENUM,), False, False),
+                    "SumNorm": ((F.TYPE_DOUBLE,), False, False)},
+    "MicroBatch": {"Int": (INT64, False, False), "Bool": ((F.TYPE_BOOL,), False, False),
+                   "Ints": ((F.TYPE_INT64, F.TYPE_INT32), True, False),
+                   "LossScale": ((F.TYPE_DOUBLE,), False, True)},
+    "PlanStats": {"Int": (INT64, False, False), "Double": ((F.TYPE_DOUBLE,), False, False),
+                  "Cap": (INT64, False, False), "Micros": (INT64, False, False)},
+    "GlobalCounts": {"Kept": (INT64, False, False), "Loss": (INT64, False, False),
+                     "World": (INT64, False, False)},
+    "PlanResponse": {"Count": (INT64, False, False), "LocalK": (INT64, False, False),
+                     "Parts": ((F.TYPE_MESSAGE,), True, False),
+                     "Indices": (INT64, True, False), "Weights": ((F.TYPE_DOUBLE,), True, False),
+                     "Global": ((F.TYPE_MESSAGE,), False, False),
+                     "Stats": ((F.TYPE_MESSAGE,), False, False)},
+}
+
+
+def rows(message):
+    """The schema rows of a proto message: dicts with name, number and rule (or kind)."""
+    if message == "PlanOptions":
+        return SCHEMA["plan_options"] + SCHEMA["round_options"]
+    table = {"LossOptions": "loss_options", "MicroBatch": "micro_batch",
+             "PlanStats": "plan_stats", "GlobalCounts": "global_counts",
+             "PlanResponse": "plan_response"}[message]
+    # PlanStats' LocalK row is the planner's only (number 0): on the wire it is the response's.
+    return [r for r in SCHEMA[table] if r["number"] != 0]
+
+
+@pytest.mark.parametrize("message", sorted(EXPECTED))
+def test_table_and_proto_have_the_same_fields(message):
+    descriptor = scheduler_pb2.DESCRIPTOR.message_types_by_name[message]
+    proto = {f.name: f.number for f in descriptor.fields}
+    table = {r["name"]: r["number"] for r in rows(message)}
+    assert table == proto, (
+        f"{message}: only in the proto {sorted(set(proto) - set(table))}, only in "
+        f"server/planner/schema.h {sorted(set(table) - set(proto))}, or a number differs")
+
+
+@pytest.mark.parametrize("message", sorted(EXPECTED))
+def test_table_rules_match_the_proto_types(message):
+    descriptor = scheduler_pb2.DESCRIPTOR.message_types_by_name[message]
+    for r in rows(message):
+        rule = r.get("rule") or r.get("kind")
+        types, repeated, presence = EXPECTED[message][rule]
+        field = descriptor.fields_by_name[r["name"]]
+        assert field.type in types, (message, r["name"], rule, field.type)
+        assert (field.label == F.LABEL_REPEATED) == repeated, (message, r["name"])
+        assert field.has_presence == presence or field.type == F.TYPE_MESSAGE, (
+            message, r["name"], "proto3 optional" if presence else "no presence")
+
+
+def test_enum_choices_are_the_proto_values_in_order():
+    """The proto value of an enum option's name is its planner index + 1 (0 = the default), as the
+    sidecar's conversion and both clients assume; the planner may know more (dataset packers)."""
+    for message, table in (("PlanOptions", "plan_options"), ("LossOptions", "loss_options")):
+        descriptor = scheduler_pb2.DESCRIPTOR.message_types_by_name[message]
+        for r in SCHEMA[table]:
+            if r["rule"] != "Enum":
+                continue
+            enum = descriptor.fields_by_name[r["name"]].enum_type
+            assert enum.name == r["type"]
+            prefix = enum.values_by_number[0].name[:-len("UNSPECIFIED")]
+            for value in enum.values:
+                if value.number > 0:
+                    assert r["choices"][value.number - 1] == value.name[len(prefix):].lower()
+            assert r["default"] == r["choices"][0]
+
+
+def test_json_positions_are_a_permutation():
+    positions = {}
+    for r in SCHEMA["plan_options"]:
+        positions.setdefault(r["json"], set()).add(r["rule"])
+    assert sorted(positions) == list(range(len(positions)))
+    assert all(len(rules) == 1 for rules in positions.values())  # only the Weight pair shares
+
+
+def test_python_options_come_from_the_table():
+    names = {r["name"] for r in SCHEMA["plan_options"] if r["rule"] != "Weight"}
+    names |= {r["name"] for r in SCHEMA["round_options"]} | {SCHEMA["weight_pair"]}
+    assert set(_options.PLAN_DEFAULTS) == names
+    assert set(_options.LOSS_DEFAULTS) == {r["key"] for r in SCHEMA["loss_options"]} | {
+        "loss_tokens"}
+    for r in SCHEMA["plan_options"] + SCHEMA["loss_options"]:
+        if r["rule"] == "Enum":
+            assert _options.CHOICES[r.get("key", r["name"])] == tuple(r["choices"])
+
+
+def test_plan_dataclasses_have_the_table_fields():
+    assert [f.name for f in dataclasses.fields(plan.MicroBatchMeta)] == [
+        r["name"] for r in SCHEMA["micro_batch"]]
+    stats = [f.name for f in dataclasses.fields(plan.PlanStats)]
+    planner = [r["name"] for r in SCHEMA["plan_stats"] if r["kind"] in ("Int", "Double", "LocalK")]
+    assert stats[:len(planner)] == planner
+    assert len(stats) == len(SCHEMA["plan_stats"])
