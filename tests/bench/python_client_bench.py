@@ -50,8 +50,10 @@ def main():
         start = time.perf_counter()
         planner.plan_local(lengths, args.max_token_len, overlong="isolate", loss_tokens=tokens)
         local.append(1000 * (time.perf_counter() - start))
-    for name, samples in (("SchedulerClient.plan (sidecar)", remote),
-                          ("planner.plan_local (in-process)", local)):
+    for name, samples in (
+        ("SchedulerClient.plan (sidecar)", remote),
+        ("planner.plan_local (in-process)", local),
+    ):
         p50, p99 = percentiles(samples)
         print(f"{name:<34} n={args.n}: p50 {p50:.2f} ms  p99 {p99:.2f} ms  ({len(samples)} calls)")
 

@@ -41,13 +41,16 @@ def test_values_and_gradients_match_torch():
         ours = logits.grad.clone()
 
         reference = logits.detach().clone().requires_grad_(True)
-        per_token = torch.nn.functional.cross_entropy(reference, labels.long(), ignore_index=-100,
-                                                      reduction="none")
+        per_token = torch.nn.functional.cross_entropy(
+            reference, labels.long(), ignore_index=-100, reduction="none"
+        )
         seq = torch.repeat_interleave(torch.arange(len(cu) - 1), (cu[1:] - cu[:-1]).long())
         ref_sums = torch.zeros(len(cu) - 1, dtype=dtype).index_add(0, seq, per_token)
         (ref_sums * weights).sum().backward()
         assert torch.allclose(sums, ref_sums.detach(), atol=tol, rtol=tol)
-        assert counts.tolist() == [int(((labels != -100) & (seq == b)).sum()) for b in range(len(cu) - 1)]
+        assert counts.tolist() == [
+            int(((labels != -100) & (seq == b)).sum()) for b in range(len(cu) - 1)
+        ]
         assert torch.allclose(ours, reference.grad, atol=tol, rtol=tol)
 
 
@@ -99,6 +102,7 @@ def test_backward_peak_is_about_one_float32_copy_of_the_logits():
     full arrays (the old way) measured 2.1; blocks of rows measure about 1.36. A fresh process
     (VmHWM, unlike ru_maxrss, does not inherit the parent's peak across exec)."""
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
-    result = subprocess.run([sys.executable, "-c", _PEAK_SCRIPT], env=env, capture_output=True,
-                            text=True, check=True)
+    result = subprocess.run(
+        [sys.executable, "-c", _PEAK_SCRIPT], env=env, capture_output=True, text=True, check=True
+    )
     assert float(result.stdout) < 1.7

@@ -84,8 +84,9 @@ def split_options(max_token_len, options, *, where, cap_required=False, sidecar=
     plan["max_token_len"] = max_token_len
     loss = {name: options.get(name, default) for name, default in LOSS_DEFAULTS.items()}
     if cap_required and max_token_len is None:
-        raise ValueError(f"{where}: max_token_len is required (the cap per micro-batch, in "
-                         "tokens), got None")
+        raise ValueError(
+            f"{where}: max_token_len is required (the cap per micro-batch, in " "tokens), got None"
+        )
     for name, minimum in _MINIMUM.items():
         if plan[name] is not None or PLAN_DEFAULTS[name] is not None:
             plan[name] = _integer(name, plan[name], minimum)
@@ -95,7 +96,8 @@ def split_options(max_token_len, options, *, where, cap_required=False, sidecar=
         raise ValueError(
             f"algorithm {plan['algorithm']!r} is not one of {', '.join(SIDECAR_ALGORITHMS)} "
             "(the sidecar balances micro-batches; dataset packing with ffd, bfd or sequential "
-            "runs in-process: packsched.planner.plan_local or `packsched plan`)")
+            "runs in-process: packsched.planner.plan_local or `packsched plan`)"
+        )
     if plan["attention_cost"] is not None:
         cost = plan["attention_cost"]
         if isinstance(cost, (str, bytes)) or not hasattr(cost, "__len__") or len(cost) != 2:
@@ -116,7 +118,8 @@ def check_world_size(where, global_counts, world_size):
         raise ValueError(
             f"{where}: world_size = {size} needs global_counts (the loss tokens and sequences with "
             "loss summed over those ranks); without them the loss weights use this rank's own "
-            "counts, world size 1")
+            "counts, world size 1"
+        )
     return size
 
 

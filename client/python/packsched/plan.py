@@ -183,9 +183,13 @@ def _scatter(pieces, reorder, n, fill):
         import torch
 
         # Tensor pieces go in as they are (autograd flows through them); others are converted.
-        cat = torch.cat([p if _is_torch(p) else torch.as_tensor(p, dtype=kind.dtype,
-                                                               device=kind.device)
-                         for p in pieces], dim=0)
+        cat = torch.cat(
+            [
+                p if _is_torch(p) else torch.as_tensor(p, dtype=kind.dtype, device=kind.device)
+                for p in pieces
+            ],
+            dim=0,
+        )
         out = torch.full((n,) + tuple(cat.shape[1:]), fill, dtype=cat.dtype, device=cat.device)
         index = torch.as_tensor(reorder, dtype=torch.long, device=cat.device)
         return out.index_copy(0, index, cat)
