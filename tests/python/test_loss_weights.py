@@ -18,7 +18,7 @@ C = 4096.0
 
 def direct_loss(token_losses, masks, mode):
     """The objective on the whole batch, from its definition (DESIGN.md §2)."""
-    sums = [float(np.sum(l * m)) for l, m in zip(token_losses, masks)]
+    sums = [float(np.sum(loss * m)) for loss, m in zip(token_losses, masks)]
     counts = [int(m.sum()) for m in masks]
     with_loss = [i for i, c in enumerate(counts) if c > 0]
     if mode == "token_mean":

@@ -616,8 +616,9 @@ def varlen_attention_forward(
     sees key j iff j <= i + sk - sq). window_size: (left, right), -1 = unbounded; as in
     FlashAttention's varlen API a side >= max_seqlen_k is unbounded too (which lets every row of a
     sequence with sq > sk see all keys when the right side is). softcap: 0 = off, else a normal
-    positive float32; scores become softcap * tanh(s / softcap). The keyword-only cu_seqlens_q_host / cu_seqlens_k_host (lists)
-    spare a GPU caller the device-to-host copy of the offsets. The keyword-only total_q / total_k
+    positive float32; scores become softcap * tanh(s / softcap). The keyword-only
+    cu_seqlens_q_host / cu_seqlens_k_host (lists) spare a GPU caller the device-to-host copy of
+    the offsets. The keyword-only total_q / total_k
     declare a tail (rows of q resp. k past the last offset; module docstring): never keys, out 0
     and lse +inf on its query rows, zero gradients.
 

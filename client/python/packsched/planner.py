@@ -95,7 +95,8 @@ def plan_local(seq_lens, max_token_len, **options):
 
 
 def local_bound(seq_lens, max_token_len, **options):
-    """This rank's bound k_r (and its loss counts, with ``loss_tokens``) before agreement. -> Bound"""
+    """This rank's bound k_r (and its loss counts, with ``loss_tokens``) before agreement.
+    -> Bound"""
     lengths = _lengths(seq_lens)
     plan_options, loss = split_options(
         max_token_len, options, where="local_bound", cap_required=True

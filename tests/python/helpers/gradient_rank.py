@@ -1,4 +1,5 @@
-"""One data-parallel rank of the end-to-end gradient test (tests/python/test_gradient_equivalence.py).
+"""One data-parallel rank of the end-to-end gradient test
+(tests/python/test_gradient_equivalence.py).
 
 Plans its share of the global batch through its own sidecar for every (dtype, loss mode,
 dp_reduction), runs the micro-batches packed (packsched kernels), all-reduces the gradients over
