@@ -54,18 +54,30 @@ def start_group(server, world_size, workdir, backend):
         port_file = workdir / f"rank{rank}.port"
         log = open(workdir / f"rank{rank}.log", "w")
         procs[rank] = subprocess.Popen(
-            [server, f"--rank={rank}", f"--world_size={world_size}", f"--rendezvous={rendezvous}",
-             "--listen=127.0.0.1:0", f"--port_file={port_file}", f"--backend={backend}",
-             "--collective_timeout=30s", "--log_level=warn"],
-            stdout=log, stderr=subprocess.STDOUT)
+            [
+                server,
+                f"--rank={rank}",
+                f"--world_size={world_size}",
+                f"--rendezvous={rendezvous}",
+                "--listen=127.0.0.1:0",
+                f"--port_file={port_file}",
+                f"--backend={backend}",
+                "--collective_timeout=30s",
+                "--log_level=warn",
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
     ports = {}
     deadline = time.monotonic() + 30
     while len(ports) < world_size:
         for rank, proc in procs.items():
             if proc.poll() is not None:
                 stop_group(list(procs.values()), workdir)
-                sys.exit(f"demo: sidecar {rank} exited ({proc.returncode}); "
-                         f"see {workdir}/rank{rank}.log")
+                sys.exit(
+                    f"demo: sidecar {rank} exited ({proc.returncode}); "
+                    f"see {workdir}/rank{rank}.log"
+                )
             port_file = workdir / f"rank{rank}.port"
             if rank not in ports and port_file.exists():
                 ports[rank] = int(port_file.read_text().strip())
@@ -90,8 +102,10 @@ def stop_group(procs, workdir):
             code = proc.wait()
         if code != 0:
             clean = False
-            print(f"demo: sidecar {rank} exited with {code}; see {workdir}/rank{rank}.log",
-                  file=sys.stderr)
+            print(
+                f"demo: sidecar {rank} exited with {code}; see {workdir}/rank{rank}.log",
+                file=sys.stderr,
+            )
     return clean
 
 
@@ -110,8 +124,14 @@ def run_round(clients, round_, stream, args):
     def call(rank):
         lengths, loss_tokens = rank_batch(round_, rank, stream, len(clients), args.n)
         start = time.perf_counter()
-        plan = clients[rank].plan(round_, lengths, args.max_token_len, stream=stream,
-                                  loss_tokens=loss_tokens, overlong="isolate")
+        plan = clients[rank].plan(
+            round_,
+            lengths,
+            args.max_token_len,
+            stream=stream,
+            loss_tokens=loss_tokens,
+            overlong="isolate",
+        )
         results[rank] = (plan, 1000 * (time.perf_counter() - start), lengths)
 
     threads = [threading.Thread(target=call, args=(r,)) for r in range(len(clients))]
@@ -129,8 +149,11 @@ def main():
     parser.add_argument("--n", type=int, default=1024, help="mean sequences per rank and round")
     parser.add_argument("--max_token_len", type=int, default=16384)
     parser.add_argument("--backend", default="gloo")
-    parser.add_argument("--keep_logs", action="store_true",
-                        help="keep the sidecars' logs after a clean run (always kept otherwise)")
+    parser.add_argument(
+        "--keep_logs",
+        action="store_true",
+        help="keep the sidecars' logs after a clean run (always kept otherwise)",
+    )
     parser.add_argument("--server", default=str(ROOT / "build" / "bin" / "packsched-server"))
     args = parser.parse_args()
 
@@ -138,10 +161,14 @@ def main():
     procs, ports = start_group(args.server, args.world_size, workdir, args.backend)
     clean_plans = False
     clients = [packsched.client.SchedulerClient(f"127.0.0.1:{p}", timeout=60) for p in ports]
-    print(f"packsched demo: {args.world_size} sidecars on loopback ({args.backend}), "
-          f"max_token_len {args.max_token_len}, ~{args.n} sequences per rank and round\n")
-    header = (f"{'stream':<14}{'round':>5}{'k':>5}  {'local k per rank':<22}"
-              f"{'max tok':>8}{'min tok':>8}{'padding saved':>15}{'p50 ms':>8}{'max ms':>8}")
+    print(
+        f"packsched demo: {args.world_size} sidecars on loopback ({args.backend}), "
+        f"max_token_len {args.max_token_len}, ~{args.n} sequences per rank and round\n"
+    )
+    header = (
+        f"{'stream':<14}{'round':>5}{'k':>5}  {'local k per rank':<22}"
+        f"{'max tok':>8}{'min tok':>8}{'padding saved':>15}{'p50 ms':>8}{'max ms':>8}"
+    )
     print(header)
     print("-" * len(header))
     batches = []
@@ -158,11 +185,13 @@ def main():
                 naive = sum(p.stats.naive_padded_tokens for p in plans)
                 packed = sum(p.stats.packed_tokens for p in plans)
                 latencies = [ms for _, ms, _ in results]
-                print(f"{stream:<14}{round_:>5}{k:>5}  "
-                      f"{','.join(str(p.local_num_micro_batches) for p in plans):<22}"
-                      f"{max(tokens):>8}{min(tokens):>8}"
-                      f"{100 * (1 - packed / naive):>14.1f}%"
-                      f"{statistics.median(latencies):>8.2f}{max(latencies):>8.2f}")
+                print(
+                    f"{stream:<14}{round_:>5}{k:>5}  "
+                    f"{','.join(str(p.local_num_micro_batches) for p in plans):<22}"
+                    f"{max(tokens):>8}{min(tokens):>8}"
+                    f"{100 * (1 - packed / naive):>14.1f}%"
+                    f"{statistics.median(latencies):>8.2f}{max(latencies):>8.2f}"
+                )
                 batches.append([lengths for _, _, lengths in results])
                 plans_seen.append(plans)
                 round_ms.extend(latencies)
@@ -224,16 +253,26 @@ def compare(batches, plans, cap, sidecar_ms):
     rounds = len(batches)
     print(f"\nthe same {rounds} rounds x {len(batches[0])} ranks, cap {cap} tokens:")
     per_call = elapsed / (rounds * len(batches[0]))
-    print(f"{'':<40}{'ms per rank-round':>18}{'micro-batches':>15}{'over cap: unavoidable':>23}"
-          f"{'avoidable':>11}")
-    print(f"{'packsched sidecars (p50 Plan call)':<40}"
-          f"{statistics.median(sidecar_ms):>18.2f}{parts_ours:>15}{ours[0]:>23}{ours[1]:>11}")
-    print(f"{'plain-Python KK, k = ceil(total / cap)':<40}"
-          f"{per_call:>18.2f}{parts_theirs:>15}{theirs[0]:>23}{theirs[1]:>11}")
-    print("(packsched: the whole sidecar round - local plan, agreement with the peers, partition - "
-          "as the trainer sees it;\n Python KK: one rank's partition alone, with no agreement.)")
-    print("unavoidable: a micro-batch that is one sequence longer than the cap (isolated);"
-          " avoidable: several sequences summing past the cap.")
+    print(
+        f"{'':<40}{'ms per rank-round':>18}{'micro-batches':>15}{'over cap: unavoidable':>23}"
+        f"{'avoidable':>11}"
+    )
+    print(
+        f"{'packsched sidecars (p50 Plan call)':<40}"
+        f"{statistics.median(sidecar_ms):>18.2f}{parts_ours:>15}{ours[0]:>23}{ours[1]:>11}"
+    )
+    print(
+        f"{'plain-Python KK, k = ceil(total / cap)':<40}"
+        f"{per_call:>18.2f}{parts_theirs:>15}{theirs[0]:>23}{theirs[1]:>11}"
+    )
+    print(
+        "(packsched: the whole sidecar round - local plan, agreement with the peers, partition - "
+        "as the trainer sees it;\n Python KK: one rank's partition alone, with no agreement.)"
+    )
+    print(
+        "unavoidable: a micro-batch that is one sequence longer than the cap (isolated);"
+        " avoidable: several sequences summing past the cap."
+    )
     return ours[1] == 0
 
 

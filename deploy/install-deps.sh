@@ -12,6 +12,7 @@ packages=(
   libgloo-dev libdlpack-dev pybind11-dev python3-dev
   python3-grpcio python3-protobuf python3-numpy python3-pytest python3-torch
   python3-yaml
+  black flake8 clang-tidy
   libgoogle-perftools-dev
 )
 

@@ -47,8 +47,19 @@ def repository_files():
     """Tracked files plus new files git does not ignore; a walk of the tree without git."""
     try:
         out = subprocess.run(
-            ["git", "-C", str(ROOT), "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
-            check=True, capture_output=True).stdout
+            [
+                "git",
+                "-C",
+                str(ROOT),
+                "ls-files",
+                "-z",
+                "--cached",
+                "--others",
+                "--exclude-standard",
+            ],
+            check=True,
+            capture_output=True,
+        ).stdout
         names = [n for n in out.decode().split("\0") if n]
         return sorted({n for n in names if (ROOT / n).is_file()})
     except (OSError, subprocess.CalledProcessError):
@@ -110,8 +121,10 @@ def check_link(md, number, target, errors):
         resolved = md
     if anchor and resolved.suffix == ".md" and resolved.is_file():
         if anchor not in anchors(resolved):
-            errors.append(f"{md.relative_to(ROOT)}:{number}: no heading '#{anchor}' in "
-                          f"{resolved.relative_to(ROOT)}")
+            errors.append(
+                f"{md.relative_to(ROOT)}:{number}: no heading '#{anchor}' in "
+                f"{resolved.relative_to(ROOT)}"
+            )
 
 
 def cited_path(span, top_dirs, top_files):
@@ -141,8 +154,11 @@ def check_cited(md, number, path, errors, used_allowlist):
 def main():
     errors = []
     files = repository_files()
-    top_dirs = {p.name for p in ROOT.iterdir() if p.is_dir() and p.name not in SKIP_DIRS
-                and not p.name.startswith("build")}
+    top_dirs = {
+        p.name
+        for p in ROOT.iterdir()
+        if p.is_dir() and p.name not in SKIP_DIRS and not p.name.startswith("build")
+    }
     top_files = {n for n in files if "/" not in n}
     used_allowlist = set()
 
@@ -176,8 +192,10 @@ def main():
                 if "../shared/" in line:
                     errors.append(f"{name}:{number}: refers to ../shared/ (use docs/design.md)")
         elif not has and name in SHARED_REFERENCE_ALLOWED:
-            errors.append(f"{__file__}: {name} no longer refers to ../shared/: remove it from "
-                          "SHARED_REFERENCE_ALLOWED")
+            errors.append(
+                f"{__file__}: {name} no longer refers to ../shared/: remove it from "
+                "SHARED_REFERENCE_ALLOWED"
+            )
 
     for e in errors:
         print(e)

@@ -77,20 +77,32 @@ CHECKED = [
 # (file, name) -> (occurrences, why the name is spelled there): public API names that are the
 # Python package's own (its signatures, its Plan and Bound types), not the schema's.
 ALLOWED = {
-    ("client/python/packsched/client.py", "max_token_len"):
-        (6, "SchedulerClient's public signatures: the cap is the positional max_token_len"),
-    ("client/python/packsched/planner.py", "max_token_len"):
-        (11, "packsched.planner's public signatures: the cap is the positional max_token_len"),
-    ("client/python/packsched/plan.py", "micro_batches"):
-        (8, "a field of the public Plan type (lists of indices, not the proto's messages)"),
-    ("client/python/packsched/plan.py", "local_num_micro_batches"):
-        (2, "a field of the public Plan type"),
+    ("client/python/packsched/client.py", "max_token_len"): (
+        6,
+        "SchedulerClient's public signatures: the cap is the positional max_token_len",
+    ),
+    ("client/python/packsched/planner.py", "max_token_len"): (
+        11,
+        "packsched.planner's public signatures: the cap is the positional max_token_len",
+    ),
+    ("client/python/packsched/plan.py", "micro_batches"): (
+        8,
+        "a field of the public Plan type (lists of indices, not the proto's messages)",
+    ),
+    ("client/python/packsched/plan.py", "local_num_micro_batches"): (
+        2,
+        "a field of the public Plan type",
+    ),
     ("client/python/packsched/plan.py", "loss_weights"): (2, "a field of the public Plan type"),
-    ("client/python/packsched/plan.py", "local_k"):
-        (3, "Plan.from_raw's keyword (a public classmethod)"),
+    ("client/python/packsched/plan.py", "local_k"): (
+        3,
+        "Plan.from_raw's keyword (a public classmethod)",
+    ),
     ("client/python/packsched/client.py", "micro_batches"): (1, "the public Plan type's keyword"),
-    ("client/python/packsched/client.py", "local_num_micro_batches"):
-        (1, "the public Plan type's keyword"),
+    ("client/python/packsched/client.py", "local_num_micro_batches"): (
+        1,
+        "the public Plan type's keyword",
+    ),
     ("client/python/packsched/client.py", "loss_weights"): (1, "the public Plan type's keyword"),
     # packsched.planner.Bound (the in-process planner's bound before agreement: Problem's
     # accessors, no proto message) and the dict local_bound() fills it from.
@@ -147,7 +159,7 @@ def cpp_parts(text):
             j = i + 1
             while j < len(text) and text[j] != c and text[j] != "\n":
                 j += 2 if text[j] == "\\" else 1
-            strings.append(text[i + 1:j])
+            strings.append(text[i + 1 : j])
             code.append(" " * (j + 1 - i))
             i = j + 1
         elif text.startswith("//", i):
@@ -172,7 +184,8 @@ def cpp_hits(text, names):
     meaning, and is not a hit."""
     alternatives = "|".join(sorted(names, key=len, reverse=True))
     accessor = re.compile(
-        rf"(?:\b(?:set_|mutable_|has_|add_|clear_)|\bFLAGS_|\b)({alternatives})(?:\s*\(|_size\b)")
+        rf"(?:\b(?:set_|mutable_|has_|add_|clear_)|\bFLAGS_|\b)({alternatives})(?:\s*\(|_size\b)"
+    )
     flag = re.compile(rf"\bFLAGS_({alternatives})\b")
     word = re.compile(rf"\b({alternatives})\b")
     text = re.sub(r"(?m)^\s*#\s*include.*$", "", text)  # header paths are not names
@@ -194,8 +207,12 @@ def python_code(text):
     for token in tokenize.generate_tokens(io.StringIO(text).readline):
         if token.type == tokenize.COMMENT:
             drop.append((token.start, token.end))
-        elif token.type == tokenize.STRING and previous in (tokenize.NEWLINE, tokenize.INDENT,
-                                                            tokenize.DEDENT, tokenize.NL):
+        elif token.type == tokenize.STRING and previous in (
+            tokenize.NEWLINE,
+            tokenize.INDENT,
+            tokenize.DEDENT,
+            tokenize.NL,
+        ):
             drop.append((token.start, token.end))  # an expression statement: a docstring
         if token.type not in (tokenize.COMMENT, tokenize.NL):
             previous = token.type
@@ -224,9 +241,11 @@ def python_hits(text, names):
     """Where Python spells a schema name by hand: any code token (a name, an attribute, a keyword,
     a string); comments and docstrings are prose."""
     word = re.compile(r"\b(" + "|".join(sorted(names, key=len, reverse=True)) + r")\b")
-    return [(number, m.group(1), line)
-            for number, line in enumerate(python_code(text).splitlines(), 1)
-            for m in word.finditer(line)]
+    return [
+        (number, m.group(1), line)
+        for number, line in enumerate(python_code(text).splitlines(), 1)
+        for m in word.finditer(line)
+    ]
 
 
 def strays():
@@ -242,9 +261,11 @@ def strays():
                 counts[key] = counts.get(key, 0) + 1
             else:
                 found.append(f"{rel}:{number}: {name}: {line.strip()}")
-    wrong = [f"{rel}: {name}: allowed {allowed}, found {counts.get((rel, name), 0)}"
-             for (rel, name), (allowed, _) in sorted(ALLOWED.items())
-             if counts.get((rel, name), 0) != allowed]
+    wrong = [
+        f"{rel}: {name}: allowed {allowed}, found {counts.get((rel, name), 0)}"
+        for (rel, name), (allowed, _) in sorted(ALLOWED.items())
+        if counts.get((rel, name), 0) != allowed
+    ]
     return found, wrong
 
 
@@ -256,8 +277,10 @@ def main():
         print(f"ALLOWED count differs (update the entry): {line}")
     if found or wrong:
         return 1
-    print(f"no stray schema names in {len(list(files()))} files "
-          f"({len(checked_names())} names checked, {len(ALLOWED)} allowed spellings)")
+    print(
+        f"no stray schema names in {len(list(files()))} files "
+        f"({len(checked_names())} names checked, {len(ALLOWED)} allowed spellings)"
+    )
     return 0
 
 

@@ -27,9 +27,12 @@
 #define ASSIGN_OR_RETURN(lhs, rexpr) \
   PACKSCHED_ASSIGN_OR_RETURN_IMPL_(PACKSCHED_CONCAT_(packsched_statusor_, __LINE__), lhs, rexpr)
 
+// `statusor` names a variable and `lhs` may be a declaration, so neither can be parenthesized.
+// NOLINTBEGIN(bugprone-macro-parentheses)
 #define PACKSCHED_ASSIGN_OR_RETURN_IMPL_(statusor, lhs, rexpr) \
   auto statusor = (rexpr);                                     \
   if (!statusor.ok()) return std::move(statusor).status();     \
   lhs = std::move(statusor).value()
+// NOLINTEND(bugprone-macro-parentheses)
 
 #endif  // PACKSCHED_SERVER_BASE_STATUS_MACROS_H_

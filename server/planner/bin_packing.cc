@@ -49,7 +49,7 @@ class DecreasingBins {
   }
 
   void Add(int32_t bin, const Item& item, int32_t position) {
-    placed_.push_back({position, bin});
+    placed_.emplace_back(position, bin);
     loads_[bin].Add(item);
   }
 
@@ -91,7 +91,7 @@ class LeftmostTree {
     tree_.assign(2 * size_, kClosed - 1);
   }
   void Set(int32_t leaf, int64_t key) {
-    int32_t node = leaf + size_;
+    int64_t node = leaf + size_;
     tree_[node] = key;
     for (node /= 2; node >= 1; node /= 2)
       tree_[node] = std::max(tree_[2 * node], tree_[2 * node + 1]);
@@ -99,13 +99,15 @@ class LeftmostTree {
   // Leftmost leaf with key >= need, or -1.
   int32_t Find(int64_t need) const {
     if (tree_[1] < need) return -1;
-    int32_t node = 1;
+    int64_t node = 1;
     while (node < size_) node = tree_[2 * node] >= need ? 2 * node : 2 * node + 1;
-    return node - size_;
+    return static_cast<int32_t>(node - size_);
   }
 
  private:
-  int32_t size_;
+  // Leaves: the smallest power of two >= capacity. Node indices are int64_t so that 2 * node
+  // is computed in the width it is used in (up to 2^32 for a capacity near 2^31).
+  int64_t size_;
   std::vector<int64_t> tree_;
 };
 

@@ -30,9 +30,9 @@ absl::Status ValidateStream(absl::string_view stream, const ServiceLimits& limit
 // `planner_picks_k` (Plan, BalanceBatch: the planner chooses the micro-batch count): max_token_len
 // must be >= 1 and equal_size is refused. Partition (a count the caller fixes) allows a cap of 0
 // and equal_size.
-absl::StatusOr<planner::PlanOptions> ToPlanOptions(const v1::PlanOptions& options,
+absl::StatusOr<planner::PlanOptions> ToPlanOptions(const v1::PlanOptions& p,
                                                    const ServiceLimits& limits, bool planner_picks_k);
-absl::StatusOr<planner::LossOptions> ToLossOptions(const v1::LossOptions& loss);
+absl::StatusOr<planner::LossOptions> ToLossOptions(const v1::LossOptions& p);
 
 // Validates lengths (count within the limit, each >= 1) and loss_tokens (empty, or one per
 // sequence, each in [0, its length]) and assembles the planner input with its hashes.

@@ -40,7 +40,7 @@ class RendezvousService final : public pb::Rendezvous::CallbackService {
 
   grpc::ServerUnaryReactor* Set(grpc::CallbackServerContext* context,
                                 const pb::RendezvousSetRequest* request,
-                                pb::RendezvousSetResponse*) override {
+                                pb::RendezvousSetResponse* /*response*/) override {
     absl::Status status = Authorize(*context);
     if (status.ok()) status = store_->Set(request->key(), request->value(), Forever());
     return Finished(context, status);

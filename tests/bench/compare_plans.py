@@ -89,8 +89,12 @@ TIMING = re.compile(rb',"timing":\{[^{}]*\}')
 
 
 def run(binary, lengths_file, flags):
-    proc = subprocess.run([binary, "plan", f"--lengths={lengths_file}", "--format=json"] + flags,
-                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, check=False)
+    proc = subprocess.run(
+        [binary, "plan", f"--lengths={lengths_file}", "--format=json"] + flags,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        check=False,
+    )
     return proc.returncode, TIMING.sub(b"", proc.stdout), proc.stderr
 
 
@@ -126,10 +130,15 @@ def main():
                     identical += 1
                     errors += old[0] != 0
                 elif compared - identical <= 20:
-                    print(f"MISMATCH n={n} {os.path.basename(path)} {' '.join(flags)}: "
-                          f"exit {old[0]} vs {new[0]}", file=sys.stderr)
-    print(f"compared {compared} plans: {identical} identical "
-          f"({errors} of them identical errors), {compared - identical} different")
+                    print(
+                        f"MISMATCH n={n} {os.path.basename(path)} {' '.join(flags)}: "
+                        f"exit {old[0]} vs {new[0]}",
+                        file=sys.stderr,
+                    )
+    print(
+        f"compared {compared} plans: {identical} identical "
+        f"({errors} of them identical errors), {compared - identical} different"
+    )
     return 0 if identical == compared else 1
 
 

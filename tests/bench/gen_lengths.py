@@ -31,8 +31,12 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, required=True, help="number of sequences")
     parser.add_argument("--seed", type=int, default=1, help="random seed (default 1)")
-    parser.add_argument("--format", choices=("lines", "json"), default="lines",
-                        help="one integer per line (default) or one JSON array")
+    parser.add_argument(
+        "--format",
+        choices=("lines", "json"),
+        default="lines",
+        help="one integer per line (default) or one JSON array",
+    )
     args = parser.parse_args()
     if args.n < 0:
         parser.error("--n must be >= 0")

@@ -2,7 +2,8 @@
 """Latency of one Plan from Python against a local sidecar (issue target: p50 under 5 ms for
 1,024 sequences), beside the in-process planner on the same input.
 
-    PYTHONPATH=build/python /usr/bin/python3 tests/bench/python_client_bench.py [--n 1024] [--calls 500]
+    PYTHONPATH=build/python /usr/bin/python3 tests/bench/python_client_bench.py \
+        [--n 1024] [--calls 500]
 """
 
 import argparse
@@ -50,8 +51,10 @@ def main():
         start = time.perf_counter()
         planner.plan_local(lengths, args.max_token_len, overlong="isolate", loss_tokens=tokens)
         local.append(1000 * (time.perf_counter() - start))
-    for name, samples in (("SchedulerClient.plan (sidecar)", remote),
-                          ("planner.plan_local (in-process)", local)):
+    for name, samples in (
+        ("SchedulerClient.plan (sidecar)", remote),
+        ("planner.plan_local (in-process)", local),
+    ):
         p50, p99 = percentiles(samples)
         print(f"{name:<34} n={args.n}: p50 {p50:.2f} ms  p99 {p99:.2f} ms  ({len(samples)} calls)")
 

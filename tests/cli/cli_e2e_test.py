@@ -16,8 +16,9 @@ GEN_LENGTHS = None
 
 def run(args, stdin=""):
     """(exit code, stdout, stderr) of `packsched ARGS` fed `stdin`."""
-    done = subprocess.run([PACKSCHED] + args, input=stdin, capture_output=True, text=True,
-                          timeout=60)
+    done = subprocess.run(
+        [PACKSCHED] + args, input=stdin, capture_output=True, text=True, timeout=60
+    )
     return done.returncode, done.stdout, done.stderr
 
 
@@ -29,8 +30,12 @@ def plan_json(args, stdin):
 
 
 def gen_lengths(n, seed, fmt="lines"):
-    return subprocess.run([sys.executable, GEN_LENGTHS, "--n", str(n), "--seed", str(seed),
-                           "--format", fmt], capture_output=True, text=True, check=True).stdout
+    return subprocess.run(
+        [sys.executable, GEN_LENGTHS, "--n", str(n), "--seed", str(seed), "--format", fmt],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
 
 
 class PlanChecks(unittest.TestCase):
@@ -91,8 +96,10 @@ class SanityExamples(PlanChecks):
         lengths = [3000, 8000, 2000, 5000, 1000, 7000]
         for algorithm in ("ffd", "bfd"):
             with self.subTest(algorithm=algorithm):
-                plan = plan_json([f"--algorithm={algorithm}", "--max_token_len=10240"],
-                                 "\n".join(map(str, lengths)))
+                plan = plan_json(
+                    [f"--algorithm={algorithm}", "--max_token_len=10240"],
+                    "\n".join(map(str, lengths)),
+                )
                 self.check_plan(plan, lengths, cap=10240)
                 self.assertEqual(plan["num_micro_batches"], 3)
                 self.assertEqual(plan["options"]["mode"], "pack")
@@ -107,8 +114,10 @@ class RealisticBatches(PlanChecks):
     def test_every_balancing_and_packing_algorithm_keeps_the_guarantees(self):
         for algorithm in ("kk", "lpt", "ffd", "bfd", "sequential"):
             with self.subTest(algorithm=algorithm):
-                plan = plan_json([f"--algorithm={algorithm}", "--max_token_len=16384",
-                                  "--overlong=isolate"], self.text)
+                plan = plan_json(
+                    [f"--algorithm={algorithm}", "--max_token_len=16384", "--overlong=isolate"],
+                    self.text,
+                )
                 self.check_plan(plan, self.lengths, cap=16384)
                 self.assertEqual(plan["options"]["algorithm"], algorithm)
 
@@ -126,8 +135,10 @@ class RealisticBatches(PlanChecks):
         self.assertEqual(plan["stats"]["over_cap_parts"], 0)
 
     def test_alignment_and_fixed_k_with_a_cap(self):
-        plan = plan_json(["--max_token_len=16384", "--overlong=drop", "--align_to=64",
-                          "--num_parts=700"], self.text)
+        plan = plan_json(
+            ["--max_token_len=16384", "--overlong=drop", "--align_to=64", "--num_parts=700"],
+            self.text,
+        )
         self.check_plan(plan, self.lengths, cap=16384, align_to=64)
         self.assertEqual(plan["num_micro_batches"], 700)
 
@@ -152,23 +163,40 @@ class RealisticBatches(PlanChecks):
         self.assertEqual({len(p["indices"]) for p in plan["micro_batches"]}, {3000 // 8})
 
     def test_attention_cost_is_a_l_plus_b_l_squared(self):
-        plan = plan_json(["--max_token_len=16384", "--overlong=isolate", "--cost=attention",
-                          "--attention_cost=3,2"], self.text)
+        plan = plan_json(
+            [
+                "--max_token_len=16384",
+                "--overlong=isolate",
+                "--cost=attention",
+                "--attention_cost=3,2",
+            ],
+            self.text,
+        )
         for part in plan["micro_batches"]:
-            self.assertEqual(part["cost"],
-                             sum(3 * self.lengths[i] + 2 * self.lengths[i] ** 2
-                                 for i in part["indices"]))
+            self.assertEqual(
+                part["cost"],
+                sum(3 * self.lengths[i] + 2 * self.lengths[i] ** 2 for i in part["indices"]),
+            )
 
     def test_order_index_sorts_by_first_index(self):
-        plan = plan_json(["--max_token_len=16384", "--overlong=isolate", "--order=index"],
-                         self.text)
+        plan = plan_json(
+            ["--max_token_len=16384", "--overlong=isolate", "--order=index"], self.text
+        )
         firsts = [p["indices"][0] for p in plan["micro_batches"]]
         self.assertEqual(firsts, sorted(firsts))
 
     def test_count_and_shape_constraints(self):
-        plan = plan_json(["--max_token_len=16384", "--overlong=drop", "--divisible_by=4",
-                          "--min_micro_batches=3", "--max_seqs_per_micro_batch=3",
-                          "--align_total_to=128"], self.text)
+        plan = plan_json(
+            [
+                "--max_token_len=16384",
+                "--overlong=drop",
+                "--divisible_by=4",
+                "--min_micro_batches=3",
+                "--max_seqs_per_micro_batch=3",
+                "--align_total_to=128",
+            ],
+            self.text,
+        )
         self.check_plan(plan, self.lengths, cap=16384)
         self.assertEqual(plan["num_micro_batches"] % 4, 0)
         for part in plan["micro_batches"]:
@@ -177,16 +205,19 @@ class RealisticBatches(PlanChecks):
             self.assertGreaterEqual(part["total"], part["aligned_tokens"])
 
     def test_padded_cap_mode_bounds_count_times_longest(self):
-        plan = plan_json(["--max_token_len=16384", "--overlong=drop", "--cap_mode=padded"],
-                         self.text)
+        plan = plan_json(
+            ["--max_token_len=16384", "--overlong=drop", "--cap_mode=padded"], self.text
+        )
         self.check_plan(plan, self.lengths)
         for part in plan["micro_batches"]:
             self.assertLessEqual(len(part["indices"]) * part["max_seqlen"], 16384)
             self.assertEqual(part["padded_tokens"], len(part["indices"]) * part["max_seqlen"])
 
     def test_max_micro_batches_is_never_clamped(self):
-        code, out, err = run(["plan", "--max_token_len=16384", "--overlong=drop",
-                              "--max_micro_batches=10"], self.text)
+        code, out, err = run(
+            ["plan", "--max_token_len=16384", "--overlong=drop", "--max_micro_batches=10"],
+            self.text,
+        )
         self.assertNotEqual(code, 0)
         self.assertEqual(out, "")
         self.assertIn("max_micro_batches = 10", err)
@@ -195,8 +226,9 @@ class RealisticBatches(PlanChecks):
         code, out, err = run(["plan", "--max_token_len=16384", "--overlong=isolate"], self.text)
         self.assertEqual(code, 0, err)
         self.assertEqual(err, "")
-        k = plan_json(["--max_token_len=16384", "--overlong=isolate"],
-                      self.text)["num_micro_batches"]
+        k = plan_json(["--max_token_len=16384", "--overlong=isolate"], self.text)[
+            "num_micro_batches"
+        ]
         rows = [line for line in out.splitlines() if "|" in line]
         self.assertEqual(len(rows), k)
         self.assertIn(f"-> {k} micro-batches", out)
@@ -234,8 +266,9 @@ class Errors(unittest.TestCase):
         self.assert_fails(["plan", "--max_token_len=10", "--algorithm=xx"], "5\n", "xx")
         self.assert_fails(["plan", "--max_token_len=10", "--format=yaml"], "5\n", "yaml")
         self.assert_fails(["plan", "--num_parts=2", "--equal_size"], "1\n2\n3\n", "equal")
-        self.assert_fails(["plan", "--lengths=/nonexistent", "--max_token_len=10"], "",
-                          "/nonexistent")
+        self.assert_fails(
+            ["plan", "--lengths=/nonexistent", "--max_token_len=10"], "", "/nonexistent"
+        )
 
     def test_help_goes_to_stdout_and_succeeds(self):
         code, out, err = run(["plan", "--help"])

@@ -76,23 +76,31 @@ def check_manifest(known, errors):
             pod = spec["template"]["spec"]
             sidecars = [c for c in pod.get("initContainers", []) if "packsched" in c["image"]]
             if len(sidecars) != 1:
-                errors.append(f"{where}: expected one packsched init container, got {len(sidecars)}")
+                errors.append(
+                    f"{where}: expected one packsched init container, got {len(sidecars)}"
+                )
                 continue
             sidecar = sidecars[0]
             if sidecar.get("restartPolicy") != "Always":
-                errors.append(f"{where}: the packsched init container needs restartPolicy: Always "
-                              "(a native sidecar)")
+                errors.append(
+                    f"{where}: the packsched init container needs restartPolicy: Always "
+                    "(a native sidecar)"
+                )
             flags = flags_in(sidecar.get("args", []) + sidecar.get("command", []))
             check_flags(where, flags, known, errors)
             if str(spec["replicas"]) != flags.get("world_size"):
-                errors.append(f"{where}: replicas {spec['replicas']} != --world_size "
-                              f"{flags.get('world_size')}")
+                errors.append(
+                    f"{where}: replicas {spec['replicas']} != --world_size "
+                    f"{flags.get('world_size')}"
+                )
             if flags.get("rank") != "$(RANK)":
                 errors.append(f"{where}: --rank must come from the pod index")
             service = services.get(spec["serviceName"])
             if service is None or service["spec"].get("clusterIP") != "None":
-                errors.append(f"{where}: serviceName {spec['serviceName']} is not a headless "
-                              "service in the manifest")
+                errors.append(
+                    f"{where}: serviceName {spec['serviceName']} is not a headless "
+                    "service in the manifest"
+                )
             elif not service["spec"].get("publishNotReadyAddresses"):
                 errors.append(f"{where}: the headless service must publish not-ready addresses")
             rank0 = f"{sts['metadata']['name']}-0.{spec['serviceName']}:"
@@ -107,26 +115,35 @@ def check_probes(where, sidecar, flags, known, errors):
     """Kubelet's grpc, tcpSocket and httpGet probes dial the pod IP: a sidecar listening on
     loopback answers them only through an exec probe, `packsched-server --probe=<--listen>`."""
     listen = flags.get("listen") or "127.0.0.1:50051"
-    probes = {kind: sidecar.get(kind) for kind in ("startupProbe", "livenessProbe",
-                                                   "readinessProbe") if sidecar.get(kind)}
+    probes = {
+        kind: sidecar.get(kind)
+        for kind in ("startupProbe", "livenessProbe", "readinessProbe")
+        if sidecar.get(kind)
+    }
     if "readinessProbe" not in probes:
         errors.append(f"{where}: the packsched sidecar has no readinessProbe (group readiness)")
     for kind, probe in probes.items():
         command = (probe.get("exec") or {}).get("command")
         if listen.startswith(("127.", "localhost", "[::1]")) and not command:
-            errors.append(f"{where}: {kind} must be an exec probe: the sidecar listens on "
-                          f"{listen}, which kubelet's network probes cannot reach")
+            errors.append(
+                f"{where}: {kind} must be an exec probe: the sidecar listens on "
+                f"{listen}, which kubelet's network probes cannot reach"
+            )
             continue
         if command:
             probe_flags = flags_in(command)
             check_flags(f"{where} {kind}", probe_flags, known, errors)
             if probe_flags.get("probe") != listen:
-                errors.append(f"{where}: {kind} probes {probe_flags.get('probe')}, "
-                              f"not the --listen address {listen}")
+                errors.append(
+                    f"{where}: {kind} probes {probe_flags.get('probe')}, "
+                    f"not the --listen address {listen}"
+                )
     ready = (probes.get("readinessProbe", {}).get("exec") or {}).get("command", [])
     if ready and flags_in(ready).get("probe_service") != "packsched.v1.Scheduler":
-        errors.append(f"{where}: the readinessProbe should check --probe_service="
-                      "packsched.v1.Scheduler (the rank group has formed)")
+        errors.append(
+            f"{where}: the readinessProbe should check --probe_service="
+            "packsched.v1.Scheduler (the rank group has formed)"
+        )
 
 
 def env_file(path):
@@ -143,7 +160,7 @@ def check_systemd(binary, known, errors):
     config = DEPLOY / "config" / "packsched.env"
     env = env_file(config)
     for name in env:
-        if not name.startswith("PACKSCHED_") or name[len("PACKSCHED_"):].lower() not in known:
+        if not name.startswith("PACKSCHED_") or name[len("PACKSCHED_") :].lower() not in known:
             errors.append(f"deploy/config/packsched.env: {name} names no flag")
     for unit in sorted((DEPLOY / "systemd").glob("*.service")):
         where = str(unit.relative_to(ROOT))
@@ -162,10 +179,14 @@ def check_systemd(binary, known, errors):
             continue
         with tempfile.TemporaryDirectory() as tmp:
             copy = pathlib.Path(tmp) / unit.name
-            copy.write_text(text.replace("/usr/local/bin/packsched-server", str(binary))
-                            .replace("/etc/packsched/packsched.env", str(config)))
-            result = subprocess.run(["systemd-analyze", "verify", str(copy)],
-                                    capture_output=True, text=True, timeout=60)
+            copy.write_text(
+                text.replace("/usr/local/bin/packsched-server", str(binary)).replace(
+                    "/etc/packsched/packsched.env", str(config)
+                )
+            )
+            result = subprocess.run(
+                ["systemd-analyze", "verify", str(copy)], capture_output=True, text=True, timeout=60
+            )
             if result.returncode != 0:
                 errors.append(f"{where}: systemd-analyze verify failed:\n{result.stderr}")
 

@@ -16,8 +16,15 @@ class Sidecar:
     def __init__(self, workdir, *flags, listen="127.0.0.1:0"):
         self._port_file = pathlib.Path(workdir) / f"port-{time.monotonic_ns()}"
         self._proc = subprocess.Popen(
-            [str(SERVER), f"--listen={listen}", f"--port_file={self._port_file}",
-             "--shutdown_grace=1s", "--log_level=warn", *flags])
+            [
+                str(SERVER),
+                f"--listen={listen}",
+                f"--port_file={self._port_file}",
+                "--shutdown_grace=1s",
+                "--log_level=warn",
+                *flags,
+            ]
+        )
         deadline = time.monotonic() + 20
         while not self._port_file.exists():
             if self._proc.poll() is not None:
@@ -64,8 +71,16 @@ def start_group(workdir, world_size, *flags):
     group = []
     try:
         for rank in range(world_size):
-            group.append(Sidecar(workdir, f"--rank={rank}", f"--world_size={world_size}",
-                                 f"--rendezvous={rendezvous}", "--backend=gloo", *flags))
+            group.append(
+                Sidecar(
+                    workdir,
+                    f"--rank={rank}",
+                    f"--world_size={world_size}",
+                    f"--rendezvous={rendezvous}",
+                    "--backend=gloo",
+                    *flags,
+                )
+            )
     except Exception:
         for sidecar in group:
             sidecar.stop()

@@ -19,8 +19,9 @@ from sidecar import SERVER, Sidecar, start_group
 
 @pytest.fixture(scope="module")
 def sidecar(tmp_path_factory):
-    with Sidecar(tmp_path_factory.mktemp("sidecar"), "--max_sequences_per_request=5000",
-                 "--max_streams=16") as s:
+    with Sidecar(
+        tmp_path_factory.mktemp("sidecar"), "--max_sequences_per_request=5000", "--max_streams=16"
+    ) as s:
         yield s
 
 
@@ -48,21 +49,40 @@ def same_plan(a, b):
     assert a.num_micro_batches == b.num_micro_batches
     assert a.local_num_micro_batches == b.local_num_micro_batches
     assert (a.micro_batches, a.reorder, a.revert, a.dropped) == (
-        b.micro_batches, b.reorder, b.revert, b.dropped)
+        b.micro_batches,
+        b.reorder,
+        b.revert,
+        b.dropped,
+    )
     assert [nan_safe(m) for m in a.metadata] == [nan_safe(m) for m in b.metadata]
     assert a.loss_weights == b.loss_weights
     assert a.global_counts == b.global_counts
-    for field in ("num_sequences", "num_kept", "total_tokens", "total_cost", "max_part_cost",
-                  "min_part_cost", "imbalance", "lower_bound_k", "over_cap_parts",
-                  "naive_padded_tokens", "packed_tokens"):
+    for field in (
+        "num_sequences",
+        "num_kept",
+        "total_tokens",
+        "total_cost",
+        "max_part_cost",
+        "min_part_cost",
+        "imbalance",
+        "lower_bound_k",
+        "over_cap_parts",
+        "naive_padded_tokens",
+        "packed_tokens",
+    ):
         assert getattr(a.stats, field) == getattr(b.stats, field), field
 
 
 def test_plan_equals_the_in_process_planner(client):
     lengths = lengths_of(1024, 1)
     loss_tokens = [max(0, x - 300) for x in lengths]
-    options = dict(align_to=8, order="interleave", loss_tokens=loss_tokens,
-                   loss_mode="sample_mean", dp_reduction="mean")
+    options = dict(
+        align_to=8,
+        order="interleave",
+        loss_tokens=loss_tokens,
+        loss_mode="sample_mean",
+        dp_reduction="mean",
+    )
     remote = client.plan(1, lengths, 16384, stream="equal", **options)
     same_plan(remote, planner.plan_local(lengths, 16384, **options))
     assert remote.stats.cap == 16384
@@ -98,15 +118,18 @@ def test_the_same_round_with_other_content_is_failed_precondition(client):
     assert e.value.code == "FAILED_PRECONDITION"
 
 
-@pytest.mark.parametrize("lengths,cap,options,code,text", [
-    ([5, -3], 100, {}, "INVALID_ARGUMENT", "lengths[1]"),
-    ([5, 3], 0, {}, "INVALID_ARGUMENT", "max_token_len"),
-    ([], 100, {}, "INVALID_ARGUMENT", "lengths"),
-    ([5, 300], 100, {}, "INVALID_ARGUMENT", "300"),
-    ([5, 3], 100, {"loss_tokens": [1]}, "INVALID_ARGUMENT", "loss_tokens"),
-    ([5, 3], 100, {"min_micro_batches": 10**12}, "INVALID_ARGUMENT", "min_micro_batches"),
-    ([1] * 5001, 100, {}, "RESOURCE_EXHAUSTED", "5001"),
-])
+@pytest.mark.parametrize(
+    "lengths,cap,options,code,text",
+    [
+        ([5, -3], 100, {}, "INVALID_ARGUMENT", "lengths[1]"),
+        ([5, 3], 0, {}, "INVALID_ARGUMENT", "max_token_len"),
+        ([], 100, {}, "INVALID_ARGUMENT", "lengths"),
+        ([5, 300], 100, {}, "INVALID_ARGUMENT", "300"),
+        ([5, 3], 100, {"loss_tokens": [1]}, "INVALID_ARGUMENT", "loss_tokens"),
+        ([5, 3], 100, {"min_micro_batches": 10**12}, "INVALID_ARGUMENT", "min_micro_batches"),
+        ([1] * 5001, 100, {}, "RESOURCE_EXHAUSTED", "5001"),
+    ],
+)
 def test_bad_requests_raise_the_servers_error(client, lengths, cap, options, code, text):
     with pytest.raises(SchedulerError) as e:
         client.plan(1, lengths, cap, stream="errors", **options)
@@ -219,10 +242,18 @@ def test_a_round_missing_a_rank_reports_the_rank_and_a_short_timeout_says_so(tmp
             sidecar.stop()
 
 
-@pytest.mark.parametrize("target", [
-    "10.1.2.3:50051", "example.com:50051", "0.0.0.0:50051", "[2001:db8::1]:50051",
-    "ipv4:127.0.0.1:50051,10.0.0.1:50051", "dns:///example.com:50051", "127.example.com:1",
-])
+@pytest.mark.parametrize(
+    "target",
+    [
+        "10.1.2.3:50051",
+        "example.com:50051",
+        "0.0.0.0:50051",
+        "[2001:db8::1]:50051",
+        "ipv4:127.0.0.1:50051,10.0.0.1:50051",
+        "dns:///example.com:50051",
+        "127.example.com:1",
+    ],
+)
 def test_a_token_is_never_sent_in_clear_off_loopback(target):
     with pytest.raises(ValueError, match="TLS"):
         SchedulerClient(target, token="s3cret")
@@ -230,11 +261,22 @@ def test_a_token_is_never_sent_in_clear_off_loopback(target):
     SchedulerClient(target).close()  # no token, no objection
 
 
-@pytest.mark.parametrize("target", [
-    "127.0.0.1:50051", "127.8.9.10:50051", "localhost:50051", "LocalHost:1", "[::1]:50051",
-    "unix:/tmp/packsched.sock", "unix-abstract:packsched", "ipv4:127.0.0.1:1,127.0.0.2:1",
-    "ipv6:[::1]:50051", "dns:///localhost:50051", "dns:localhost:50051",
-])
+@pytest.mark.parametrize(
+    "target",
+    [
+        "127.0.0.1:50051",
+        "127.8.9.10:50051",
+        "localhost:50051",
+        "LocalHost:1",
+        "[::1]:50051",
+        "unix:/tmp/packsched.sock",
+        "unix-abstract:packsched",
+        "ipv4:127.0.0.1:1,127.0.0.2:1",
+        "ipv6:[::1]:50051",
+        "dns:///localhost:50051",
+        "dns:localhost:50051",
+    ],
+)
 def test_a_token_may_go_in_clear_to_loopback(target):
     SchedulerClient(target, token="s3cret").close()
 
@@ -271,8 +313,9 @@ def test_bad_option_values_raise_the_in_process_planners_value_error_before_send
             c.plan(1, [5, 3], 100, **options)
         assert str(remote.value) == str(local.value)
         with pytest.raises(ValueError) as remote:
-            c.balance_batch([5, 3], 2, 100, **{k: v for k, v in options.items()
-                                                if k != "loss_tokens"})
+            c.balance_batch(
+                [5, 3], 2, 100, **{k: v for k, v in options.items() if k != "loss_tokens"}
+            )
         assert text in str(remote.value)
 
 
@@ -287,16 +330,26 @@ def test_the_option_vocabulary_is_the_protos_and_the_planners():
     from packsched import _options
     from packsched.v1 import scheduler_pb2
 
-    prefixes = {"cap_mode": "CAP_MODE", "algorithm": "ALGORITHM", "cost": "COST_MODEL",
-                "overlong": "OVERLONG_POLICY", "order": "PART_ORDER", "loss_mode": "LOSS_MODE",
-                "dp_reduction": "DP_REDUCTION"}
+    prefixes = {
+        "cap_mode": "CAP_MODE",
+        "algorithm": "ALGORITHM",
+        "cost": "COST_MODEL",
+        "overlong": "OVERLONG_POLICY",
+        "order": "PART_ORDER",
+        "loss_mode": "LOSS_MODE",
+        "dp_reduction": "DP_REDUCTION",
+    }
     for name, choices in _options.CHOICES.items():
-        proto = {v.name for v in scheduler_pb2.DESCRIPTOR.enum_types_by_name[
-            "".join(w.title() for w in prefixes[name].split("_"))].values}
-        sidecar = [c for c in choices
-                   if name != "algorithm" or c in _options.SIDECAR_ALGORITHMS]
+        proto = {
+            v.name
+            for v in scheduler_pb2.DESCRIPTOR.enum_types_by_name[
+                "".join(w.title() for w in prefixes[name].split("_"))
+            ].values
+        }
+        sidecar = [c for c in choices if name != "algorithm" or c in _options.SIDECAR_ALGORITHMS]
         assert {f"{prefixes[name]}_{c.upper()}" for c in sidecar} | {
-            f"{prefixes[name]}_UNSPECIFIED"} == proto, name
+            f"{prefixes[name]}_UNSPECIFIED"
+        } == proto, name
         for choice in choices:  # the in-process planner accepts every name
             option = {name: choice, "loss_tokens": [1, 1]}
             if choice in ("ffd", "bfd", "sequential"):
@@ -335,15 +388,26 @@ def test_status_works_with_protobufs_before_and_after_5_26(client, monkeypatch):
 
     real = json_format.MessageToDict
     if "including_default_value_fields" in inspect.signature(real).parameters:
-        def other_api(message, always_print_fields_with_no_presence=False,
-                      preserving_proto_field_name=False):  # as protobuf >= 5.26
-            return real(message, including_default_value_fields=always_print_fields_with_no_presence,
-                        preserving_proto_field_name=preserving_proto_field_name)
+
+        def other_api(
+            message, always_print_fields_with_no_presence=False, preserving_proto_field_name=False
+        ):  # as protobuf >= 5.26
+            return real(
+                message,
+                including_default_value_fields=always_print_fields_with_no_presence,
+                preserving_proto_field_name=preserving_proto_field_name,
+            )
+
     else:
-        def other_api(message, including_default_value_fields=False,
-                      preserving_proto_field_name=False):  # as protobuf < 5.26
-            return real(message, always_print_fields_with_no_presence=including_default_value_fields,
-                        preserving_proto_field_name=preserving_proto_field_name)
+
+        def other_api(
+            message, including_default_value_fields=False, preserving_proto_field_name=False
+        ):  # as protobuf < 5.26
+            return real(
+                message,
+                always_print_fields_with_no_presence=including_default_value_fields,
+                preserving_proto_field_name=preserving_proto_field_name,
+            )
 
     for api in (real, other_api):
         monkeypatch.setattr(json_format, "MessageToDict", api)

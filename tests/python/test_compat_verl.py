@@ -51,7 +51,9 @@ class TensorDictLike(dict):
 
 @pytest.mark.parametrize("container", [dict, TensorDictLike])
 def test_returns_verl_structure_and_restores(container):
-    lengths = [int(x) for x in torch.randint(1, 900, (37,), generator=torch.Generator().manual_seed(3))]
+    lengths = [
+        int(x) for x in torch.randint(1, 900, (37,), generator=torch.Generator().manual_seed(3))
+    ]
     batch = make_batch(lengths, container)
     micro_batches, idx = rearrange_micro_batches(batch, max_token_len=2048)
     assert len(micro_batches) == len(idx)
@@ -76,8 +78,9 @@ def test_a_batch_where_ceil_total_over_cap_is_infeasible_stays_within_the_cap():
 
 def test_options_map_to_the_planner():
     batch = make_batch([100] * 10)
-    micro_batches, _ = rearrange_micro_batches(batch, 1000, min_num_micro_batch=3,
-                                               num_batches_divided_by=4)
+    micro_batches, _ = rearrange_micro_batches(
+        batch, 1000, min_num_micro_batch=3, num_batches_divided_by=4
+    )
     assert len(micro_batches) == 4
     unordered, idx = rearrange_micro_batches(batch, 250, use_dynamic_bsz_balance=False)
     assert [mb[0] for mb in idx] == sorted(mb[0] for mb in idx)
@@ -114,9 +117,19 @@ def run_dp_ranks(per_rank, cap, timeout=60):
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
     procs = [
         subprocess.Popen(
-            [sys.executable, str(HELPERS / "verl_dp_rank.py"), str(r), str(len(per_rank)),
-             str(port), str(cap), ",".join(map(str, lengths))],
-            stdout=subprocess.PIPE, text=True, env=env)
+            [
+                sys.executable,
+                str(HELPERS / "verl_dp_rank.py"),
+                str(r),
+                str(len(per_rank)),
+                str(port),
+                str(cap),
+                ",".join(map(str, lengths)),
+            ],
+            stdout=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
         for r, lengths in enumerate(per_rank)
     ]
     try:
@@ -191,7 +204,8 @@ def test_through_a_sidecar_each_call_is_the_next_round(tmp_path):
             for _ in range(3):
                 remote, idx = rearrange_micro_batches(make_batch(lengths), 2048)
                 assert [int(mb["attention_mask"].sum()) for mb in remote] == [
-                    int(mb["attention_mask"].sum()) for mb in local]
+                    int(mb["attention_mask"].sum()) for mb in local
+                ]
         finally:
             verl.use_sidecar(None)
         streams = {st["name"]: st for st in client.status()["streams"]}
@@ -202,6 +216,7 @@ def verl_order(parts, lengths):
     """verl's placement with use_dynamic_bsz_balance (verl/utils/seqlen_balancing.py,
     rearrange_micro_batches): parts sorted by (workload, first index), largest first; then every
     other one from the first, reversed, followed by the remaining ones."""
+
     def workload(part):
         return sum(24576 * lengths[i] + lengths[i] ** 2 for i in part)
 
@@ -230,8 +245,9 @@ def test_dynamic_bsz_balance_worked_examples():
     # [100, 300, 500, 400, 200].
     _, idx = rearrange_micro_batches(make_batch([100, 200, 300, 400]), 1000, min_num_micro_batch=4)
     assert idx == [[1], [3], [2], [0]]
-    _, idx = rearrange_micro_batches(make_batch([100, 200, 300, 400, 500]), 1000,
-                                     min_num_micro_batch=5)
+    _, idx = rearrange_micro_batches(
+        make_batch([100, 200, 300, 400, 500]), 1000, min_num_micro_batch=5
+    )
     assert idx == [[0], [2], [4], [3], [1]]
 
 
@@ -279,8 +295,10 @@ def test_openrlhf_count_then_partition_keeps_the_capacity():
     uncapped_over = 0
     for _ in range(300):
         cap = rng.choice([1000, 4096, 16384])
-        lengths = [min(cap, max(1, int(rng.lognormvariate(math.log(cap / 6), 1.0))))
-                   for _ in range(rng.randint(2, 120))]
+        lengths = [
+            min(cap, max(1, int(rng.lognormvariate(math.log(cap / 6), 1.0))))
+            for _ in range(rng.randint(2, 120))
+        ]
         k = openrlhf.get_minimum_num_micro_batch_size(lengths, cap, 1, 1)
         if k > len(lengths):
             continue

@@ -40,14 +40,27 @@ def reference_gradient(world_size, dtype, mode):
 @pytest.mark.parametrize("world_size", [2, 4])
 def test_packed_data_parallel_gradient_equals_the_padded_full_batch(tmp_path, world_size):
     with contextlib.ExitStack() as stack:
-        sidecars = [stack.enter_context(s)
-                    for s in start_group(tmp_path, world_size, "--collective_timeout=30s")]
+        sidecars = [
+            stack.enter_context(s)
+            for s in start_group(tmp_path, world_size, "--collective_timeout=30s")
+        ]
         port = free_port()
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
-        procs = [subprocess.Popen([sys.executable, str(HERE / "helpers" / "gradient_rank.py"),
-                                   str(r), str(world_size), sidecars[r].target, str(port),
-                                   str(tmp_path / "out")], env=env)
-                 for r in range(world_size)]
+        procs = [
+            subprocess.Popen(
+                [
+                    sys.executable,
+                    str(HERE / "helpers" / "gradient_rank.py"),
+                    str(r),
+                    str(world_size),
+                    sidecars[r].target,
+                    str(port),
+                    str(tmp_path / "out"),
+                ],
+                env=env,
+            )
+            for r in range(world_size)
+        ]
         for proc in procs:
             assert proc.wait(timeout=300) == 0
     grads = torch.load(tmp_path / "out.grads.pt")

@@ -10,17 +10,36 @@ BUILD = pathlib.Path(packsched.__file__).resolve().parents[2]
 
 
 def test_install_gives_programs_and_an_importable_package(tmp_path):
-    subprocess.run(["cmake", "--install", str(BUILD), "--prefix", str(tmp_path)], check=True,
-                   capture_output=True)
+    subprocess.run(
+        ["cmake", "--install", str(BUILD), "--prefix", str(tmp_path)],
+        check=True,
+        capture_output=True,
+    )
     assert (tmp_path / "bin" / "packsched-server").exists()
     assert (tmp_path / "bin" / "packsched").exists()
     site = next(tmp_path.glob("lib/python3*/dist-packages"))
-    code = ("import packsched, packsched.client, packsched.compat.verl; "
-            "print(packsched.planner.plan_local([5, 3, 9, 1], 10).micro_batches)")
-    out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, check=True, text=True,
-                         capture_output=True, env={"PYTHONPATH": str(site)})
+    code = (
+        "import packsched, packsched.client, packsched.compat.verl; "
+        "print(packsched.planner.plan_local([5, 3, 9, 1], 10).micro_batches)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=tmp_path,
+        check=True,
+        text=True,
+        capture_output=True,
+        env={"PYTHONPATH": str(site)},
+    )
     expected = packsched.planner.plan_local([5, 3, 9, 1], 10).micro_batches  # the build tree's
     assert out.stdout.strip() == str(expected)
-    assert str(site) in subprocess.run(
-        [sys.executable, "-c", "import packsched; print(packsched.__file__)"], cwd=tmp_path,
-        check=True, text=True, capture_output=True, env={"PYTHONPATH": str(site)}).stdout
+    assert (
+        str(site)
+        in subprocess.run(
+            [sys.executable, "-c", "import packsched; print(packsched.__file__)"],
+            cwd=tmp_path,
+            check=True,
+            text=True,
+            capture_output=True,
+            env={"PYTHONPATH": str(site)},
+        ).stdout
+    )

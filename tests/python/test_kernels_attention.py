@@ -15,13 +15,24 @@ from packsched import kernels as k
 from conftest import cu_of
 
 
-def reference(q, k_, v, cu_q, cu_k, causal=False, window=(-1, -1), softcap=0.0, scale=None,
-              seqused_q=None, seqused_k=None):
+def reference(
+    q,
+    k_,
+    v,
+    cu_q,
+    cu_k,
+    causal=False,
+    window=(-1, -1),
+    softcap=0.0,
+    scale=None,
+    seqused_q=None,
+    seqused_k=None,
+):
     """Naive float64 attention per sequence from the definition (out, lse), with torch ops."""
     q, k_, v = (torch.as_tensor(np.asarray(x, dtype=np.float64)) for x in (q, k_, v))
     tq, heads, dim = q.shape
     group = heads // k_.shape[1]
-    scale = dim ** -0.5 if scale is None else scale
+    scale = dim**-0.5 if scale is None else scale
     out = torch.zeros_like(q)
     lse = torch.full((heads, tq), math.inf, dtype=torch.float64)
     for b in range(len(cu_q) - 1):
@@ -29,9 +40,9 @@ def reference(q, k_, v, cu_q, cu_k, causal=False, window=(-1, -1), softcap=0.0, 
         sk = int(cu_k[b + 1] - cu_k[b]) if seqused_k is None else int(seqused_k[b])
         if sq == 0:
             continue
-        qs = q[cu_q[b]:cu_q[b] + sq]
-        ks = k_[cu_k[b]:cu_k[b] + sk].repeat_interleave(group, dim=1)
-        vs = v[cu_k[b]:cu_k[b] + sk].repeat_interleave(group, dim=1)
+        qs = q[cu_q[b] : cu_q[b] + sq]
+        ks = k_[cu_k[b] : cu_k[b] + sk].repeat_interleave(group, dim=1)
+        vs = v[cu_k[b] : cu_k[b] + sk].repeat_interleave(group, dim=1)
         s = torch.einsum("ihd,jhd->hij", qs, ks) * scale
         if softcap > 0:
             s = softcap * torch.tanh(s / softcap)
@@ -48,8 +59,8 @@ def reference(q, k_, v, cu_q, cu_k, causal=False, window=(-1, -1), softcap=0.0, 
         s = s.masked_fill(~visible, -math.inf)
         row_lse = torch.logsumexp(s, dim=-1)  # -inf for a row that sees nothing
         p = torch.exp(s - row_lse[..., None]).nan_to_num(0.0)
-        out[cu_q[b]:cu_q[b] + sq] = torch.einsum("hij,jhd->ihd", p, vs)
-        lse[:, cu_q[b]:cu_q[b] + sq] = torch.where(torch.isinf(row_lse), math.inf, row_lse)
+        out[cu_q[b] : cu_q[b] + sq] = torch.einsum("hij,jhd->ihd", p, vs)
+        lse[:, cu_q[b] : cu_q[b] + sq] = torch.where(torch.isinf(row_lse), math.inf, row_lse)
     return out, lse
 
 
@@ -66,13 +77,24 @@ LENGTHS = [([5, 0, 17, 1], [9, 3, 17, 0]), ([97], [128]), ([0], [0])]
 
 
 @pytest.mark.parametrize("lengths_q,lengths_k", LENGTHS)
-@pytest.mark.parametrize("causal,window,softcap",
-                         [(False, (-1, -1), 0.0), (True, (-1, -1), 0.0), (True, (4, -1), 0.0),
-                          (False, (3, 2), 1.5)])
+@pytest.mark.parametrize(
+    "causal,window,softcap",
+    [(False, (-1, -1), 0.0), (True, (-1, -1), 0.0), (True, (4, -1), 0.0), (False, (3, 2), 1.5)],
+)
 def test_numpy_forward_matches_reference(lengths_q, lengths_k, causal, window, softcap):
     q, k_, v, cu_q, cu_k = random_problem(lengths_q, lengths_k)
-    out, lse = k.varlen_attention_forward(q, k_, v, cu_q, cu_k, max(lengths_q), max(lengths_k),
-                                          causal=causal, window_size=window, softcap=softcap)
+    out, lse = k.varlen_attention_forward(
+        q,
+        k_,
+        v,
+        cu_q,
+        cu_k,
+        max(lengths_q),
+        max(lengths_k),
+        causal=causal,
+        window_size=window,
+        softcap=softcap,
+    )
     assert isinstance(out, np.ndarray) and out.dtype == np.float32 and lse.dtype == np.float32
     want_out, want_lse = reference(q, k_, v, cu_q, cu_k, causal, window, softcap)
     np.testing.assert_allclose(out, want_out.numpy(), atol=2e-5)
@@ -85,25 +107,41 @@ def test_numpy_forward_matches_reference(lengths_q, lengths_k, causal, window, s
 def test_torch_dtypes_follow_the_input(dtype):
     q, k_, v, cu_q, cu_k = random_problem([33, 7], [20, 7], dtype=np.float32)
     tq, tk, tv = (torch.from_numpy(x).to(dtype) for x in (q, k_, v))
-    out, lse = k.varlen_attention(tq, tk, tv, torch.from_numpy(cu_q), torch.from_numpy(cu_k), 33,
-                                  20, causal=True, return_lse=True)
+    out, lse = k.varlen_attention(
+        tq,
+        tk,
+        tv,
+        torch.from_numpy(cu_q),
+        torch.from_numpy(cu_k),
+        33,
+        20,
+        causal=True,
+        return_lse=True,
+    )
     assert out.dtype == dtype and lse.dtype == torch.float32
     want, _ = reference(tq.double(), tk.double(), tv.double(), cu_q, cu_k, causal=True)
     tol = {torch.float16: 4e-3, torch.bfloat16: 3e-2, torch.float32: 2e-5}[dtype]
     torch.testing.assert_close(out.double(), want, atol=tol, rtol=0)
 
 
-@pytest.mark.parametrize("causal,window,softcap,heads,kv_heads",
-                         [(False, (-1, -1), 0.0, 2, 2), (True, (-1, -1), 0.0, 4, 2),
-                          (True, (2, -1), 2.0, 2, 1), (False, (1, 1), 0.0, 3, 1)])
+@pytest.mark.parametrize(
+    "causal,window,softcap,heads,kv_heads",
+    [
+        (False, (-1, -1), 0.0, 2, 2),
+        (True, (-1, -1), 0.0, 4, 2),
+        (True, (2, -1), 2.0, 2, 1),
+        (False, (1, 1), 0.0, 3, 1),
+    ],
+)
 def test_gradcheck_float64(causal, window, softcap, heads, kv_heads):
     q, k_, v, cu_q, cu_k = random_problem([4, 0, 6], [5, 2, 3], heads, kv_heads, 8, np.float64)
     args = [torch.from_numpy(x).requires_grad_() for x in (q, k_, v)]
     cu_q, cu_k = torch.from_numpy(cu_q), torch.from_numpy(cu_k)
 
     def f(q, k_, v):
-        return k.varlen_attention(q, k_, v, cu_q, cu_k, 6, 5, 0.0, 0.7, causal, window,
-                                  softcap=softcap)
+        return k.varlen_attention(
+            q, k_, v, cu_q, cu_k, 6, 5, 0.0, 0.7, causal, window, softcap=softcap
+        )
 
     assert torch.autograd.gradcheck(f, args, eps=1e-6, atol=1e-7)
 
@@ -116,8 +154,9 @@ def test_gradcheck_with_padded_offsets_and_seqused():
     cu_q, cu_k = torch.from_numpy(cu_q), torch.from_numpy(cu_k)
 
     def f(q, k_, v):
-        return k.varlen_attention(q, k_, v, cu_q, cu_k, 6, 5, causal=True, seqused_q=used_q,
-                                  seqused_k=used_k)
+        return k.varlen_attention(
+            q, k_, v, cu_q, cu_k, 6, 5, causal=True, seqused_q=used_q, seqused_k=used_k
+        )
 
     assert torch.autograd.gradcheck(f, args, eps=1e-6, atol=1e-7)
     out = f(*args)
@@ -129,8 +168,9 @@ def test_numpy_backward_matches_autograd_of_the_reference():
     rng = np.random.default_rng(9)
     dout = rng.standard_normal(q.shape)
     out, lse = k.varlen_attention_forward(q, k_, v, cu_q, cu_k, 12, 12, causal=True)
-    dq, dk, dv = k.varlen_attention_backward(dout, q, k_, v, out, lse, cu_q, cu_k, 12, 12,
-                                             causal=True)
+    dq, dk, dv = k.varlen_attention_backward(
+        dout, q, k_, v, out, lse, cu_q, cu_k, 12, 12, causal=True
+    )
     tq, tk, tv = (torch.from_numpy(x).requires_grad_() for x in (q, k_, v))
     want = differentiable_reference(tq, tk, tv, cu_q, cu_k)
     want.backward(torch.from_numpy(dout))
@@ -144,7 +184,7 @@ def differentiable_reference(q, k_, v, cu_q, cu_k):
     group = q.shape[1] // k_.shape[1]
     outs = []
     for b in range(len(cu_q) - 1):
-        qs, ks, vs = q[cu_q[b]:cu_q[b + 1]], k_[cu_k[b]:cu_k[b + 1]], v[cu_k[b]:cu_k[b + 1]]
+        qs, ks, vs = q[cu_q[b] : cu_q[b + 1]], k_[cu_k[b] : cu_k[b + 1]], v[cu_k[b] : cu_k[b + 1]]
         ks, vs = ks.repeat_interleave(group, dim=1), vs.repeat_interleave(group, dim=1)
         sq, sk = qs.shape[0], ks.shape[0]
         s = torch.einsum("ihd,jhd->hij", qs, ks) * q.shape[2] ** -0.5
@@ -161,12 +201,13 @@ def test_aligned_layout_equals_packed_layout():
     qa, cu_a, used = k.pack_aligned(q, cu, 8)
     ka, _, _ = k.pack_aligned(k_, cu, 8, pad_value=float("nan"))
     va, _, _ = k.pack_aligned(v, cu, 8, pad_value=float("nan"))
-    out_a, lse_a = k.varlen_attention_forward(qa, ka, va, cu_a, cu_a, 24, 24, causal=True,
-                                              seqused_q=used, seqused_k=used)
+    out_a, lse_a = k.varlen_attention_forward(
+        qa, ka, va, cu_a, cu_a, 24, 24, causal=True, seqused_q=used, seqused_k=used
+    )
     np.testing.assert_array_equal(k.unpack_aligned(out_a, cu, cu_a), out)
     for b, n in enumerate(lengths):
-        assert np.all(np.isinf(lse_a[:, cu_a[b] + n:cu_a[b + 1]]))
-        np.testing.assert_array_equal(lse_a[:, cu_a[b]:cu_a[b] + n], lse[:, cu[b]:cu[b] + n])
+        assert np.all(np.isinf(lse_a[:, cu_a[b] + n : cu_a[b + 1]]))
+        np.testing.assert_array_equal(lse_a[:, cu_a[b] : cu_a[b] + n], lse[:, cu[b] : cu[b] + n])
 
 
 def test_errors_name_the_argument():
@@ -176,8 +217,9 @@ def test_errors_name_the_argument():
     with pytest.raises(ValueError, match="max_seqlen_q = 2 is less than"):
         k.varlen_attention_forward(q, k_, v, cu_q, cu_k, 2, 3)
     with pytest.raises(ValueError, match="H = 4 must be a positive multiple"):
-        k.varlen_attention_forward(q, k_[:, :1].repeat(3, axis=1), v[:, :1].repeat(3, axis=1),
-                                   cu_q, cu_k, 3, 3)
+        k.varlen_attention_forward(
+            q, k_[:, :1].repeat(3, axis=1), v[:, :1].repeat(3, axis=1), cu_q, cu_k, 3, 3
+        )
     with pytest.raises(ValueError, match="window"):
         k.varlen_attention_forward(q, k_, v, cu_q, cu_k, 3, 3, window_size=(-5, 0))
 
@@ -189,11 +231,25 @@ def test_signature_matches_flash_attn_varlen_func():
 
     params = list(inspect.signature(k.varlen_attention).parameters.values())
     assert [(p.name, p.default) for p in params[7:16]] == [
-        ("dropout_p", 0.0), ("softmax_scale", None), ("causal", False), ("window_size", (-1, -1)),
-        ("softcap", 0.0), ("alibi_slopes", None), ("deterministic", False),
-        ("return_attn_probs", False), ("block_table", None)]
+        ("dropout_p", 0.0),
+        ("softmax_scale", None),
+        ("causal", False),
+        ("window_size", (-1, -1)),
+        ("softcap", 0.0),
+        ("alibi_slopes", None),
+        ("deterministic", False),
+        ("return_attn_probs", False),
+        ("block_table", None),
+    ]
     assert [p.name for p in params[:7]] == [
-        "q", "k", "v", "cu_seqlens_q", "cu_seqlens_k", "max_seqlen_q", "max_seqlen_k"]
+        "q",
+        "k",
+        "v",
+        "cu_seqlens_q",
+        "cu_seqlens_k",
+        "max_seqlen_q",
+        "max_seqlen_k",
+    ]
     assert all(p.kind == p.POSITIONAL_OR_KEYWORD for p in params[:16])
     assert all(p.kind == p.KEYWORD_ONLY for p in params[16:])
     assert [p.name for p in params[16:19]] == ["seqused_q", "seqused_k", "return_lse"]
@@ -241,8 +297,9 @@ def test_a_window_side_at_least_max_seqlen_k_is_unbounded():
     """FlashAttention's varlen rule, which matters for sq > sk: window (-1, 2) with
     max_seqlen_k = 2 lets query 0 of a 4-query, 2-key sequence see both keys; with a larger
     max_seqlen_k the window holds and query 0 sees key 0 alone (out = v_0)."""
-    q, k_, v, cu_q, cu_k = random_problem([4], [2], heads=2, kv_heads=1, dim=8, dtype=np.float64,
-                                          seed=2)
+    q, k_, v, cu_q, cu_k = random_problem(
+        [4], [2], heads=2, kv_heads=1, dim=8, dtype=np.float64, seed=2
+    )
     plain = k.varlen_attention_forward(q, k_, v, cu_q, cu_k, 4, 2)
     windowed = k.varlen_attention_forward(q, k_, v, cu_q, cu_k, 4, 2, window_size=(-1, 2))
     for a, b in zip(windowed, plain):
@@ -252,8 +309,10 @@ def test_a_window_side_at_least_max_seqlen_k_is_unbounded():
     assert not np.array_equal(plain[0][0], out[0])
 
 
-@pytest.mark.parametrize("window", [(-1, sys.maxsize), (sys.maxsize, -1), (2**62, 2**62),
-                                    (sys.maxsize - 1, sys.maxsize - 1)])
+@pytest.mark.parametrize(
+    "window",
+    [(-1, sys.maxsize), (sys.maxsize, -1), (2**62, 2**62), (sys.maxsize - 1, sys.maxsize - 1)],
+)
 @pytest.mark.parametrize("max_seqlen_k", [4, sys.maxsize])
 def test_windows_near_int64_max_are_unbounded(window, max_seqlen_k):
     """Such windows used to overflow and hide every key (lse = +inf, out = 0)."""
@@ -273,11 +332,16 @@ def block_params(seed):
     g = torch.Generator().manual_seed(seed)
 
     def w(*shape):
-        return (torch.randn(*shape, generator=g, dtype=torch.float64) / math.sqrt(shape[0]))
+        return torch.randn(*shape, generator=g, dtype=torch.float64) / math.sqrt(shape[0])
 
-    return {"wq": w(EMBED, HEADS * HEAD_DIM), "wk": w(EMBED, KV_HEADS * HEAD_DIM),
-            "wv": w(EMBED, KV_HEADS * HEAD_DIM), "wo": w(HEADS * HEAD_DIM, EMBED),
-            "w1": w(EMBED, 4 * EMBED), "w2": w(4 * EMBED, EMBED)}
+    return {
+        "wq": w(EMBED, HEADS * HEAD_DIM),
+        "wk": w(EMBED, KV_HEADS * HEAD_DIM),
+        "wv": w(EMBED, KV_HEADS * HEAD_DIM),
+        "wo": w(HEADS * HEAD_DIM, EMBED),
+        "w1": w(EMBED, 4 * EMBED),
+        "w2": w(4 * EMBED, EMBED),
+    }
 
 
 def mlp_and_residuals(x, attn, p):
@@ -291,7 +355,7 @@ def padded_block(x, mask, p):
     q = (x @ p["wq"]).view(b, s, HEADS, HEAD_DIM)
     k_ = (x @ p["wk"]).view(b, s, KV_HEADS, HEAD_DIM).repeat_interleave(HEADS // KV_HEADS, 2)
     v = (x @ p["wv"]).view(b, s, KV_HEADS, HEAD_DIM).repeat_interleave(HEADS // KV_HEADS, 2)
-    scores = torch.einsum("bihd,bjhd->bhij", q, k_) * HEAD_DIM ** -0.5
+    scores = torch.einsum("bihd,bjhd->bhij", q, k_) * HEAD_DIM**-0.5
     causal = torch.ones(s, s, dtype=torch.bool).tril()
     allowed = causal[None, None] & mask[:, None, None, :]
     probs = torch.softmax(scores.masked_fill(~allowed, -math.inf), dim=-1).nan_to_num(0.0)
@@ -338,12 +402,15 @@ def test_transformer_block_padded_and_packed_agree():
     torch.testing.assert_close(got_dx[mask], x_pad.grad[mask], rtol=0, atol=1e-12)
     assert torch.all(x_pad.grad[~mask] == 0)
     for name in p_pad:
-        torch.testing.assert_close(p_pack[name].grad, p_pad[name].grad, rtol=0, atol=1e-11,
-                                   msg=name)
+        torch.testing.assert_close(
+            p_pack[name].grad, p_pad[name].grad, rtol=0, atol=1e-11, msg=name
+        )
 
 
-@pytest.mark.skipif(not torch.cuda.is_available() or not k.built_with_cuda(),
-                    reason="needs a CUDA device and a CUDA build")
+@pytest.mark.skipif(
+    not torch.cuda.is_available() or not k.built_with_cuda(),
+    reason="needs a CUDA device and a CUDA build",
+)
 def test_cuda_matches_cpu_forward_and_backward():
     q, k_, v, cu_q, cu_k = random_problem([97, 0, 40], [60, 13, 128], 4, 2, 64, np.float32)
     cpu = [torch.from_numpy(x).requires_grad_() for x in (q, k_, v)]

@@ -41,13 +41,16 @@ def test_values_and_gradients_match_torch():
         ours = logits.grad.clone()
 
         reference = logits.detach().clone().requires_grad_(True)
-        per_token = torch.nn.functional.cross_entropy(reference, labels.long(), ignore_index=-100,
-                                                      reduction="none")
+        per_token = torch.nn.functional.cross_entropy(
+            reference, labels.long(), ignore_index=-100, reduction="none"
+        )
         seq = torch.repeat_interleave(torch.arange(len(cu) - 1), (cu[1:] - cu[:-1]).long())
         ref_sums = torch.zeros(len(cu) - 1, dtype=dtype).index_add(0, seq, per_token)
         (ref_sums * weights).sum().backward()
         assert torch.allclose(sums, ref_sums.detach(), atol=tol, rtol=tol)
-        assert counts.tolist() == [int(((labels != -100) & (seq == b)).sum()) for b in range(len(cu) - 1)]
+        assert counts.tolist() == [
+            int(((labels != -100) & (seq == b)).sum()) for b in range(len(cu) - 1)
+        ]
         assert torch.allclose(ours, reference.grad, atol=tol, rtol=tol)
 
 
@@ -84,7 +87,8 @@ rows, vocab = 256, 65536
 g = torch.Generator().manual_seed(0)
 logits = torch.randn(rows, vocab, generator=g).requires_grad_()
 labels = torch.randint(0, vocab, (rows,), generator=g)
-_, sums, _ = kernels.packed_cross_entropy(logits, labels, torch.tensor([0, 100, rows], dtype=torch.int32))
+offsets = torch.tensor([0, 100, rows], dtype=torch.int32)
+_, sums, _ = kernels.packed_cross_entropy(logits, labels, offsets)
 before, peak_before = status_kib("VmRSS"), status_kib("VmHWM")
 assert peak_before - before < 8 * 1024, "an earlier peak would hide the backward's"
 sums.sum().backward()
@@ -99,6 +103,7 @@ def test_backward_peak_is_about_one_float32_copy_of_the_logits():
     full arrays (the old way) measured 2.1; blocks of rows measure about 1.36. A fresh process
     (VmHWM, unlike ru_maxrss, does not inherit the parent's peak across exec)."""
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
-    result = subprocess.run([sys.executable, "-c", _PEAK_SCRIPT], env=env, capture_output=True,
-                            text=True, check=True)
+    result = subprocess.run(
+        [sys.executable, "-c", _PEAK_SCRIPT], env=env, capture_output=True, text=True, check=True
+    )
     assert float(result.stdout) < 1.7

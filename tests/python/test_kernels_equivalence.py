@@ -41,7 +41,7 @@ def batch(left_padded):
     mask = torch.zeros(len(lengths), seqlen, dtype=torch.bool)
     for b, n in enumerate(lengths):
         if left_padded:
-            mask[b, seqlen - n:] = True
+            mask[b, seqlen - n :] = True
         else:
             mask[b, :n] = True
     ids = torch.from_numpy(rng.integers(1, VOCAB, size=mask.shape)).masked_fill(~mask, 0)

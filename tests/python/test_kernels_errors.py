@@ -26,17 +26,26 @@ def test_total_must_match(lib):
 
 def test_unsupported_dtypes_are_named(lib):
     with pytest.raises(ValueError, match="unsupported dtype for logits: int64"):
-        k.packed_cross_entropy(lib.of(np.zeros((2, 3), np.int64)), lib.of(np.zeros(2, np.int64)),
-                               lib.of(np.array([0, 2], np.int32)))
+        k.packed_cross_entropy(
+            lib.of(np.zeros((2, 3), np.int64)),
+            lib.of(np.zeros(2, np.int64)),
+            lib.of(np.array([0, 2], np.int32)),
+        )
     with pytest.raises(ValueError, match="unsupported dtype for mask: float32"):
-        k.unpad(lib.of(np.zeros((1, 2), np.float32)), lib.of(np.zeros((1, 2), np.float32)),
-                cu_seqlens=lib.of(np.array([0, 0], np.int32)))
+        k.unpad(
+            lib.of(np.zeros((1, 2), np.float32)),
+            lib.of(np.zeros((1, 2), np.float32)),
+            cu_seqlens=lib.of(np.array([0, 0], np.int32)),
+        )
 
 
 def test_labels_outside_the_vocabulary_are_rejected(lib):
     with pytest.raises(ValueError, match=r"labels\[0\] = 3 is outside \[0, 3\)"):
-        k.packed_cross_entropy(lib.of(np.zeros((1, 3), np.float32)), lib.of(np.array([3])),
-                               lib.of(np.array([0, 1], np.int32)))
+        k.packed_cross_entropy(
+            lib.of(np.zeros((1, 3), np.float32)),
+            lib.of(np.array([3])),
+            lib.of(np.array([0, 1], np.int32)),
+        )
 
 
 def test_a_wrong_host_copy_is_caught(lib):
@@ -68,8 +77,9 @@ def _cu_calls(cu):
     ]
 
 
-@pytest.mark.parametrize("cu", [np.array([[0, 2]], np.int32), np.array([], np.int32)],
-                         ids=["2-D", "empty"])
+@pytest.mark.parametrize(
+    "cu", [np.array([[0, 2]], np.int32), np.array([], np.int32)], ids=["2-D", "empty"]
+)
 def test_offsets_must_be_one_dimensional_and_non_empty(lib, cu):
     for name, call in _cu_calls(lib.of(cu)):
         with pytest.raises(ValueError, match=rf"^{name} must be a 1-D int32 tensor of B \+ 1 >= 1"):
@@ -86,5 +96,7 @@ def test_attention_scale_and_softcap_must_fit_float32(lib):
     cu = lib.of(np.array([0, 4], np.int32))
     with pytest.raises(ValueError, match="softmax_scale must be finite as a float32"):
         k.varlen_attention_forward(q, q, q, cu, cu, 4, 4, softmax_scale=1e39)
-    with pytest.raises(ValueError, match="softcap must be 0 \\(off\\) or a normal positive float32"):
+    with pytest.raises(
+        ValueError, match="softcap must be 0 \\(off\\) or a normal positive float32"
+    ):
         k.varlen_attention_forward(q, q, q, cu, cu, 4, 4, softcap=1e-46)

@@ -28,7 +28,7 @@ def reference_labels(ids, cu, layout, ignore):
         n = cu[b + 1] - cu[b]
         if n == 0:
             continue
-        labels[layout[b]:layout[b] + n - 1] = ids[layout[b] + 1:layout[b] + n]
+        labels[layout[b] : layout[b] + n - 1] = ids[layout[b] + 1 : layout[b] + n]
     return labels
 
 
@@ -61,7 +61,9 @@ def reference_cross_entropy(logits, labels, ignore):
 
 
 @pytest.mark.parametrize("lengths", LENGTH_SWEEPS)
-@pytest.mark.parametrize("dtype,rtol", [(np.float16, 2e-3), (np.float32, 1e-5), (np.float64, 1e-12)])
+@pytest.mark.parametrize(
+    "dtype,rtol", [(np.float16, 2e-3), (np.float32, 1e-5), (np.float64, 1e-12)]
+)
 def test_packed_cross_entropy_matches_a_float64_reference(lib, lengths, dtype, rtol):
     rng = np.random.default_rng(5)
     cu = cu_of(lengths)
@@ -78,9 +80,10 @@ def test_packed_cross_entropy_matches_a_float64_reference(lib, lengths, dtype, r
     np.testing.assert_allclose(lib.np(loss), want, rtol=rtol, atol=rtol)
     assert np.all(lib.np(loss)[labels == -100] == 0)
     for b in range(len(lengths)):
-        np.testing.assert_allclose(lib.np(sums)[b], want[cu[b]:cu[b + 1]].sum(), rtol=rtol * 10,
-                                   atol=rtol * 10)
-        assert lib.np(counts)[b] == np.sum(labels[cu[b]:cu[b + 1]] != -100)
+        np.testing.assert_allclose(
+            lib.np(sums)[b], want[cu[b] : cu[b + 1]].sum(), rtol=rtol * 10, atol=rtol * 10
+        )
+        assert lib.np(counts)[b] == np.sum(labels[cu[b] : cu[b + 1]] != -100)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
@@ -95,7 +98,12 @@ def test_packed_cross_entropy_agrees_with_torch(dtype):
     tol = 1e-6 if dtype == torch.float32 else 1e-2
     torch.testing.assert_close(loss.float(), want, rtol=tol, atol=tol)
     valid = labels != -100
-    torch.testing.assert_close(counts, torch.stack([valid[0:20].sum(), valid[20:20].sum(),
-                                                    valid[20:50].sum()]))
-    torch.testing.assert_close(sums.float(), torch.stack([want[0:20].sum(), want[20:20].sum(),
-                                                          want[20:50].sum()]), rtol=tol, atol=tol)
+    torch.testing.assert_close(
+        counts, torch.stack([valid[0:20].sum(), valid[20:20].sum(), valid[20:50].sum()])
+    )
+    torch.testing.assert_close(
+        sums.float(),
+        torch.stack([want[0:20].sum(), want[20:20].sum(), want[20:50].sum()]),
+        rtol=tol,
+        atol=tol,
+    )

@@ -53,8 +53,9 @@ def test_unpad_uses_given_metadata(lib):
     mask = np.array([[1, 1, 0], [1, 0, 0]], dtype=bool)
     x = np.arange(6, dtype=np.int64).reshape(2, 3)
     cu = np.array([0, 2, 3], dtype=np.int32)
-    x_packed, _, cu_out, max_seqlen, _ = k.unpad(lib.of(x), lib.of(mask), cu_seqlens=lib.of(cu),
-                                                 cu_seqlens_host=[0, 2, 3])
+    x_packed, _, cu_out, max_seqlen, _ = k.unpad(
+        lib.of(x), lib.of(mask), cu_seqlens=lib.of(cu), cu_seqlens_host=[0, 2, 3]
+    )
     np.testing.assert_array_equal(lib.np(x_packed), [0, 1, 3])
     assert max_seqlen == 2
     with pytest.raises(ValueError, match="mask row 0 has 2 tokens but cu_seqlens gives 1"):
@@ -84,7 +85,7 @@ def test_pack_aligned_pads_each_sequence_and_unpack_restores_it(lib, lengths, al
     want = np.full((padded[-1], 2), -7, dtype=np.int64)
     for b, n in enumerate(lengths):
         assert padded[b] % align == 0
-        want[padded[b]:padded[b] + n] = x[cu[b]:cu[b + 1]]
+        want[padded[b] : padded[b] + n] = x[cu[b] : cu[b + 1]]
     np.testing.assert_array_equal(lib.np(x_aligned), want)
 
     back = k.unpack_aligned(x_aligned, lib.of(cu), cu_padded)
@@ -93,6 +94,7 @@ def test_pack_aligned_pads_each_sequence_and_unpack_restores_it(lib, lengths, al
 
 def test_pack_aligned_fills_floats_with_the_pad_value(lib):
     x = np.ones((3, 2), dtype=np.float16)
-    x_aligned, _, _ = k.pack_aligned(lib.of(x), lib.of(np.array([0, 3], np.int32)), 4,
-                                     pad_value=0.5)
+    x_aligned, _, _ = k.pack_aligned(
+        lib.of(x), lib.of(np.array([0, 3], np.int32)), 4, pad_value=0.5
+    )
     np.testing.assert_array_equal(lib.np(x_aligned)[3], [0.5, 0.5])

@@ -17,8 +17,8 @@ C = 4096.0
 
 
 def direct_loss(token_losses, masks, mode):
-    """The objective on the whole batch, from its definition (DESIGN.md §2)."""
-    sums = [float(np.sum(l * m)) for l, m in zip(token_losses, masks)]
+    """The objective on the whole batch, from its definition (docs/design.md §2)."""
+    sums = [float(np.sum(loss * m)) for loss, m in zip(token_losses, masks)]
     counts = [int(m.sum()) for m in masks]
     with_loss = [i for i, c in enumerate(counts) if c > 0]
     if mode == "token_mean":
@@ -44,8 +44,15 @@ def packed_loss(rank_batches, mode, dp_reduction, cap):
     counts = tuple(sum(b.loss_counts[j] for b in bounds) for j in range(2))  # the all-reduce SUM
     total = 0.0
     for lengths, losses, masks in rank_batches:
-        plan = planner.partition(lengths, k, cap, global_counts=counts, world_size=world_size,
-                                 loss_tokens=[int(m.sum()) for m in masks], **options)
+        plan = planner.partition(
+            lengths,
+            k,
+            cap,
+            global_counts=counts,
+            world_size=world_size,
+            loss_tokens=[int(m.sum()) for m in masks],
+            **options,
+        )
         assert plan.num_micro_batches == k
         for mb, meta in zip(plan.micro_batches, plan.metadata):
             sums = [float(np.sum(losses[i] * masks[i])) for i in mb]
@@ -64,8 +71,10 @@ def random_rank_batches(world_size, seed):
         lengths = rng.integers(1, 300, n).tolist()
         losses = [rng.random(length) * 5 for length in lengths]
         # Some sequences have no loss token at all (a masked prompt-only sample).
-        masks = [(rng.random(length) < rng.choice([0.0, 0.5, 1.0])).astype(np.float64)
-                 for length in lengths]
+        masks = [
+            (rng.random(length) < rng.choice([0.0, 0.5, 1.0])).astype(np.float64)
+            for length in lengths
+        ]
         batches.append((lengths, losses, masks))
     if all(m.sum() == 0 for _, _, masks in batches for m in masks):
         batches[0][2][0][:] = 1.0

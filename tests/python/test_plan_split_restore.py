@@ -17,7 +17,9 @@ def plan():
 def test_split_follows_the_micro_batches(plan):
     rows = np.arange(len(LENGTHS)) * 10
     pieces = plan.split(rows)
-    assert [piece.tolist() for piece in pieces] == [[i * 10 for i in mb] for mb in plan.micro_batches]
+    assert [piece.tolist() for piece in pieces] == [
+        [i * 10 for i in mb] for mb in plan.micro_batches
+    ]
 
 
 @pytest.mark.parametrize("kind", ["list", "numpy", "torch"])
@@ -36,7 +38,9 @@ def test_restore_inverts_split_and_fills_dropped_rows(plan, kind):
         else:
             assert (restored[i] == data[i]).all()
     filled = plan.restore(plan.split(data), fill=-1)
-    assert all((filled[i] == -1) if kind == "list" else (filled[i] == -1).all() for i in plan.dropped)
+    assert all(
+        (filled[i] == -1) if kind == "list" else (filled[i] == -1).all() for i in plan.dropped
+    )
 
 
 def test_split_of_a_mapping_splits_every_entry(plan):
@@ -74,8 +78,10 @@ def test_an_empty_micro_batch_may_give_a_plain_empty_list(kind):
     plan = planner.partition([30, 40], 3, 100)
     empty = [i for i, mb in enumerate(plan.micro_batches) if not mb]
     assert empty
-    make = {"numpy": lambda rows: np.asarray(rows, dtype=np.float64),
-            "torch": lambda rows: torch.tensor(rows, dtype=torch.float32, requires_grad=True)}[kind]
+    make = {
+        "numpy": lambda rows: np.asarray(rows, dtype=np.float64),
+        "torch": lambda rows: torch.tensor(rows, dtype=torch.float32, requires_grad=True),
+    }[kind]
     leaves = [None] * len(plan.micro_batches)
     pieces = []
     for i, mb in enumerate(plan.micro_batches):

@@ -27,7 +27,9 @@ def check_plan(plan, lengths, cap):
     for mb, meta in zip(plan.micro_batches, plan.metadata):
         assert mb == sorted(mb)
         assert meta.tokens == sum(lengths[i] for i in mb)
-        assert meta.cu_seqlens == np.concatenate([[0], np.cumsum([lengths[i] for i in mb])]).tolist()
+        assert (
+            meta.cu_seqlens == np.concatenate([[0], np.cumsum([lengths[i] for i in mb])]).tolist()
+        )
         assert meta.max_seqlen == max((lengths[i] for i in mb), default=0)
         assert meta.empty == (not mb)
         if cap is not None and not meta.overlong:
@@ -107,11 +109,14 @@ def test_invalid_input_raises_value_error_naming_the_value():
         planner.plan_local([1, 2], 10, loss_tokens=[1])
 
 
-@pytest.mark.parametrize("call", [
-    lambda: planner.local_bound([1, 2], None),
-    lambda: planner.plan_local([1, 2], None),
-    lambda: planner.balance([1, 2], 2, None),
-])
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda: planner.local_bound([1, 2], None),
+        lambda: planner.plan_local([1, 2], None),
+        lambda: planner.balance([1, 2], 2, None),
+    ],
+)
 def test_a_missing_cap_is_reported_as_required(call):
     with pytest.raises(ValueError, match="max_token_len is required") as e:
         call()
@@ -119,8 +124,9 @@ def test_a_missing_cap_is_reported_as_required(call):
 
 
 def test_numpy_integer_options_are_accepted():
-    plan = planner.partition([5, 3, 4], np.int64(2), np.int64(10), min_micro_batches=np.int32(2),
-                             align_to=np.int64(2))
+    plan = planner.partition(
+        [5, 3, 4], np.int64(2), np.int64(10), min_micro_batches=np.int32(2), align_to=np.int64(2)
+    )
     assert plan.num_micro_batches == 2 and plan.stats.cap == 10
 
 

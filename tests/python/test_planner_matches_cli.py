@@ -44,8 +44,12 @@ def test_identical_plans(tmp_path, options, extra):
     lengths = (rng.lognormal(np.log(2000), 1.0, 500).clip(50, 18000)).astype(np.int64).tolist()
     path = tmp_path / "lengths.json"
     path.write_text(json.dumps(lengths))
-    out = subprocess.run([str(CLI), "plan", f"--lengths={path}", "--format=json",
-                          *cli_flags(options, extra)], capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        [str(CLI), "plan", f"--lengths={path}", "--format=json", *cli_flags(options, extra)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     expected = json.loads(out.stdout)
     kwargs = {k: v for k, v in options.items() if k != "max_token_len"}
     if "num_parts" in extra:
@@ -57,8 +61,17 @@ def test_identical_plans(tmp_path, options, extra):
     assert plan.revert == expected["revert"]
     assert plan.dropped == expected["dropped"]
     for meta, mb in zip(plan.metadata, expected["micro_batches"]):
-        for field in ("indices", "tokens", "total", "cost", "max_seqlen", "cu_seqlens",
-                      "cu_seqlens_aligned", "empty", "overlong"):
+        for field in (
+            "indices",
+            "tokens",
+            "total",
+            "cost",
+            "max_seqlen",
+            "cu_seqlens",
+            "cu_seqlens_aligned",
+            "empty",
+            "overlong",
+        ):
             assert getattr(meta, field) == mb[field], field
     for field, value in expected["stats"].items():
         assert getattr(plan.stats, field) == value, field

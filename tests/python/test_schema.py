@@ -19,26 +19,46 @@ INT64 = (F.TYPE_INT64,)
 # (proto message, schema rows, expected proto type per rule/kind: (types, repeated, presence))
 EXPECTED = {
     "PlanOptions": {
-        "Cap": (INT64, False, False), "Unlimited": (INT64, False, False),
-        "Count": (INT64, False, False), "Align": (INT64, False, False),
-        "Ceiling": (INT64, False, False), "Enum": ((F.TYPE_ENUM,), False, False),
-        "Weight": (INT64, False, True), "FixedK": ((F.TYPE_BOOL,), False, False),
+        "Cap": (INT64, False, False),
+        "Unlimited": (INT64, False, False),
+        "Count": (INT64, False, False),
+        "Align": (INT64, False, False),
+        "Ceiling": (INT64, False, False),
+        "Enum": ((F.TYPE_ENUM,), False, False),
+        "Weight": (INT64, False, True),
+        "FixedK": ((F.TYPE_BOOL,), False, False),
         "Round": ((F.TYPE_BOOL,), False, True),
     },
-    "LossOptions": {"Enum": ((F.TYPE_ENUM,), False, False),
-                    "SumNorm": ((F.TYPE_DOUBLE,), False, False)},
-    "MicroBatch": {"Int": (INT64, False, False), "Bool": ((F.TYPE_BOOL,), False, False),
-                   "Ints": ((F.TYPE_INT64, F.TYPE_INT32), True, False),
-                   "LossScale": ((F.TYPE_DOUBLE,), False, True)},
-    "PlanStats": {"Int": (INT64, False, False), "Double": ((F.TYPE_DOUBLE,), False, False),
-                  "Cap": (INT64, False, False), "Micros": (INT64, False, False)},
-    "GlobalCounts": {"Kept": (INT64, False, False), "Loss": (INT64, False, False),
-                     "World": (INT64, False, False)},
-    "PlanResponse": {"Count": (INT64, False, False), "LocalK": (INT64, False, False),
-                     "Parts": ((F.TYPE_MESSAGE,), True, False),
-                     "Indices": (INT64, True, False), "Weights": ((F.TYPE_DOUBLE,), True, False),
-                     "Global": ((F.TYPE_MESSAGE,), False, False),
-                     "Stats": ((F.TYPE_MESSAGE,), False, False)},
+    "LossOptions": {
+        "Enum": ((F.TYPE_ENUM,), False, False),
+        "SumNorm": ((F.TYPE_DOUBLE,), False, False),
+    },
+    "MicroBatch": {
+        "Int": (INT64, False, False),
+        "Bool": ((F.TYPE_BOOL,), False, False),
+        "Ints": ((F.TYPE_INT64, F.TYPE_INT32), True, False),
+        "LossScale": ((F.TYPE_DOUBLE,), False, True),
+    },
+    "PlanStats": {
+        "Int": (INT64, False, False),
+        "Double": ((F.TYPE_DOUBLE,), False, False),
+        "Cap": (INT64, False, False),
+        "Micros": (INT64, False, False),
+    },
+    "GlobalCounts": {
+        "Kept": (INT64, False, False),
+        "Loss": (INT64, False, False),
+        "World": (INT64, False, False),
+    },
+    "PlanResponse": {
+        "Count": (INT64, False, False),
+        "LocalK": (INT64, False, False),
+        "Parts": ((F.TYPE_MESSAGE,), True, False),
+        "Indices": (INT64, True, False),
+        "Weights": ((F.TYPE_DOUBLE,), True, False),
+        "Global": ((F.TYPE_MESSAGE,), False, False),
+        "Stats": ((F.TYPE_MESSAGE,), False, False),
+    },
 }
 
 
@@ -46,9 +66,13 @@ def rows(message):
     """The schema rows of a proto message: dicts with name, number and rule (or kind)."""
     if message == "PlanOptions":
         return SCHEMA["plan_options"] + SCHEMA["round_options"]
-    table = {"LossOptions": "loss_options", "MicroBatch": "micro_batch",
-             "PlanStats": "plan_stats", "GlobalCounts": "global_counts",
-             "PlanResponse": "plan_response"}[message]
+    table = {
+        "LossOptions": "loss_options",
+        "MicroBatch": "micro_batch",
+        "PlanStats": "plan_stats",
+        "GlobalCounts": "global_counts",
+        "PlanResponse": "plan_response",
+    }[message]
     # PlanStats' LocalK row is the planner's only (number 0): on the wire it is the response's.
     return [r for r in SCHEMA[table] if r["number"] != 0]
 
@@ -60,7 +84,8 @@ def test_table_and_proto_have_the_same_fields(message):
     table = {r["name"]: r["number"] for r in rows(message)}
     assert table == proto, (
         f"{message}: only in the proto {sorted(set(proto) - set(table))}, only in "
-        f"server/planner/schema.h {sorted(set(table) - set(proto))}, or a number differs")
+        f"server/planner/schema.h {sorted(set(table) - set(proto))}, or a number differs"
+    )
 
 
 @pytest.mark.parametrize("message", sorted(EXPECTED))
@@ -73,7 +98,10 @@ def test_table_rules_match_the_proto_types(message):
         assert field.type in types, (message, r["name"], rule, field.type)
         assert (field.label == F.LABEL_REPEATED) == repeated, (message, r["name"])
         assert field.has_presence == presence or field.type == F.TYPE_MESSAGE, (
-            message, r["name"], "proto3 optional" if presence else "no presence")
+            message,
+            r["name"],
+            "proto3 optional" if presence else "no presence",
+        )
 
 
 def test_enum_choices_are_the_proto_values_in_order():
@@ -86,10 +114,10 @@ def test_enum_choices_are_the_proto_values_in_order():
                 continue
             enum = descriptor.fields_by_name[r["name"]].enum_type
             assert enum.name == r["type"]
-            prefix = enum.values_by_number[0].name[:-len("UNSPECIFIED")]
+            prefix = enum.values_by_number[0].name[: -len("UNSPECIFIED")]
             for value in enum.values:
                 if value.number > 0:
-                    assert r["choices"][value.number - 1] == value.name[len(prefix):].lower()
+                    assert r["choices"][value.number - 1] == value.name[len(prefix) :].lower()
             assert r["default"] == r["choices"][0]
 
 
@@ -106,7 +134,8 @@ def test_python_options_come_from_the_table():
     names |= {r["name"] for r in SCHEMA["round_options"]} | {SCHEMA["weight_pair"]}
     assert set(_options.PLAN_DEFAULTS) == names
     assert set(_options.LOSS_DEFAULTS) == {r["key"] for r in SCHEMA["loss_options"]} | {
-        "loss_tokens"}
+        "loss_tokens"
+    }
     for r in SCHEMA["plan_options"] + SCHEMA["loss_options"]:
         if r["rule"] == "Enum":
             assert _options.CHOICES[r.get("key", r["name"])] == tuple(r["choices"])
@@ -114,8 +143,9 @@ def test_python_options_come_from_the_table():
 
 def test_plan_dataclasses_have_the_table_fields():
     assert [f.name for f in dataclasses.fields(plan.MicroBatchMeta)] == [
-        r["name"] for r in SCHEMA["micro_batch"]]
+        r["name"] for r in SCHEMA["micro_batch"]
+    ]
     stats = [f.name for f in dataclasses.fields(plan.PlanStats)]
     planner = [r["name"] for r in SCHEMA["plan_stats"] if r["kind"] in ("Int", "Double", "LocalK")]
-    assert stats[:len(planner)] == planner
+    assert stats[: len(planner)] == planner
     assert len(stats) == len(SCHEMA["plan_stats"])

@@ -4,7 +4,7 @@ gradient test (tests/python/test_gradient_equivalence.py).
 
 Conventions: a sequence is int64 token ids [L] with a loss mask [L] (False on prompt tokens);
 token t is trained to predict token t+1 when t+1 < L and mask[t+1] (so a sequence has
-mask[1:].sum() "loss tokens"). The objective of each loss mode is DESIGN.md §2's.
+mask[1:].sum() "loss tokens"). The objective of each loss mode is docs/design.md §2's.
 """
 
 import math
@@ -21,8 +21,17 @@ class TinyCausalLM(torch.nn.Module):
     """Embedding + learned positions, one pre-norm block (GQA attention, MLP), output head.
     Parameters are initialised from ``seed`` alone, so every process builds the same model."""
 
-    def __init__(self, vocab=61, dim=32, heads=4, kv_heads=2, head_dim=8, max_len=512, seed=0,
-                 dtype=torch.float64):
+    def __init__(
+        self,
+        vocab=61,
+        dim=32,
+        heads=4,
+        kv_heads=2,
+        head_dim=8,
+        max_len=512,
+        seed=0,
+        dtype=torch.float64,
+    ):
         super().__init__()
         self.heads, self.kv_heads, self.head_dim = heads, kv_heads, head_dim
         generator_state = torch.random.get_rng_state()
@@ -33,33 +42,54 @@ class TinyCausalLM(torch.nn.Module):
         self.qkv = torch.nn.Linear(dim, (heads + 2 * kv_heads) * head_dim)
         self.out = torch.nn.Linear(heads * head_dim, dim)
         self.norm2 = torch.nn.LayerNorm(dim)
-        self.mlp = torch.nn.Sequential(torch.nn.Linear(dim, 4 * dim), torch.nn.GELU(),
-                                       torch.nn.Linear(4 * dim, dim))
+        self.mlp = torch.nn.Sequential(
+            torch.nn.Linear(dim, 4 * dim), torch.nn.GELU(), torch.nn.Linear(4 * dim, dim)
+        )
         self.head = torch.nn.Linear(dim, vocab)
         torch.random.set_rng_state(generator_state)
         self.to(dtype)
 
     def _qkv(self, x):
-        q, k, v = self.qkv(x).split([self.heads * self.head_dim, self.kv_heads * self.head_dim,
-                                     self.kv_heads * self.head_dim], dim=-1)
+        q, k, v = self.qkv(x).split(
+            [
+                self.heads * self.head_dim,
+                self.kv_heads * self.head_dim,
+                self.kv_heads * self.head_dim,
+            ],
+            dim=-1,
+        )
         shape = x.shape[:-1]
-        return (q.reshape(*shape, self.heads, self.head_dim),
-                k.reshape(*shape, self.kv_heads, self.head_dim),
-                v.reshape(*shape, self.kv_heads, self.head_dim))
+        return (
+            q.reshape(*shape, self.heads, self.head_dim),
+            k.reshape(*shape, self.kv_heads, self.head_dim),
+            v.reshape(*shape, self.kv_heads, self.head_dim),
+        )
 
-    def forward_packed(self, ids, positions, cu_seqlens, cu_seqlens_host, max_seqlen,
-                       seqused=None, total=None):
+    def forward_packed(
+        self, ids, positions, cu_seqlens, cu_seqlens_host, max_seqlen, seqused=None, total=None
+    ):
         """ids, positions: [T]; cu_seqlens: int32 [B+1] (host copy in cu_seqlens_host) ->
         logits [T, vocab]. Attention runs through packsched.kernels.varlen_attention. For an
         aligned layout: cu_seqlens are its padded offsets, seqused the real lengths, and total
         the rows T when they end with a tail (align_total_to)."""
         x = self.embed(ids) + self.pos(positions)
         q, k, v = self._qkv(self.norm1(x))
-        a = kernels.varlen_attention(q, k, v, cu_seqlens, cu_seqlens, max_seqlen, max_seqlen,
-                                     causal=True, seqused_q=seqused, seqused_k=seqused,
-                                     cu_seqlens_q_host=cu_seqlens_host,
-                                     cu_seqlens_k_host=cu_seqlens_host, total_q=total,
-                                     total_k=total)
+        a = kernels.varlen_attention(
+            q,
+            k,
+            v,
+            cu_seqlens,
+            cu_seqlens,
+            max_seqlen,
+            max_seqlen,
+            causal=True,
+            seqused_q=seqused,
+            seqused_k=seqused,
+            cu_seqlens_q_host=cu_seqlens_host,
+            cu_seqlens_k_host=cu_seqlens_host,
+            total_q=total,
+            total_k=total,
+        )
         x = x + self.out(a.reshape(len(ids), -1))
         return self.head(x + self.mlp(self.norm2(x)))
 
@@ -131,18 +161,25 @@ def padded_loss(model, ids, masks, mode, sum_norm_constant=1.0):
     real = torch.zeros(batch, seqlen, dtype=torch.bool)
     trained = torch.zeros(batch, seqlen, dtype=torch.bool)
     for b, (x, m) in enumerate(zip(ids, masks)):
-        tokens[b, :len(x)], real[b, :len(x)], trained[b, :len(x)] = x, True, m
+        tokens[b, : len(x)], real[b, : len(x)], trained[b, : len(x)] = x, True, m
     logits = model.forward_padded(tokens, real)
-    labels = torch.where(real[:, 1:] & trained[:, 1:], tokens[:, 1:], torch.full_like(tokens[:, 1:], IGNORE))
-    per_token = F.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]), labels.reshape(-1),
-                                ignore_index=IGNORE, reduction="none").view(batch, seqlen - 1)
+    labels = torch.where(
+        real[:, 1:] & trained[:, 1:], tokens[:, 1:], torch.full_like(tokens[:, 1:], IGNORE)
+    )
+    per_token = F.cross_entropy(
+        logits[:, :-1].reshape(-1, logits.shape[-1]),
+        labels.reshape(-1),
+        ignore_index=IGNORE,
+        reduction="none",
+    ).view(batch, seqlen - 1)
     sums = list(per_token.sum(dim=1))
     counts = [int(c) for c in (labels != IGNORE).sum(dim=1)]
     return direct_objective(sums, counts, mode, sum_norm_constant)
 
 
-def packed_backward(model, plan, ids, masks, cross_boundary_labels=False, align_to=None,
-                    pad_id=0, align_total_to=1):
+def packed_backward(
+    model, plan, ids, masks, cross_boundary_labels=False, align_to=None, pad_id=0, align_total_to=1
+):
     """Runs every micro-batch of ``plan`` packed and accumulates the weighted gradient
     (sum over sequences of plan.loss_weights[s] times its summed token loss). Empty micro-batches
     run a one-token dummy pass with weight 0, as trainers that need every rank to run k passes do.
@@ -158,9 +195,13 @@ def packed_backward(model, plan, ids, masks, cross_boundary_labels=False, align_
     tokens = 0
     for indices, meta in zip(plan.micro_batches, plan.metadata):
         if meta.empty:
-            dummy = model.forward_packed(torch.zeros(1, dtype=torch.int64),
-                                         torch.zeros(1, dtype=torch.int64),
-                                         torch.tensor([0, 1], dtype=torch.int32), [0, 1], 1)
+            dummy = model.forward_packed(
+                torch.zeros(1, dtype=torch.int64),
+                torch.zeros(1, dtype=torch.int64),
+                torch.tensor([0, 1], dtype=torch.int32),
+                [0, 1],
+                1,
+            )
             (dummy.sum() * 0.0).backward()
             continue
         packed_ids = torch.cat([ids[i] for i in indices])
@@ -173,8 +214,9 @@ def packed_backward(model, plan, ids, masks, cross_boundary_labels=False, align_
         else:
             labels = kernels.shift_labels(targets, cu, cu_seqlens_host=meta.cu_seqlens)
         logits = model.forward_packed(packed_ids, positions, cu, meta.cu_seqlens, meta.max_seqlen)
-        _, sums, _ = kernels.packed_cross_entropy(logits, labels, cu,
-                                                  cu_seqlens_host=meta.cu_seqlens)
+        _, sums, _ = kernels.packed_cross_entropy(
+            logits, labels, cu, cu_seqlens_host=meta.cu_seqlens
+        )
         weights = torch.tensor([plan.loss_weights[i] for i in indices], dtype=sums.dtype)
         (sums * weights).sum().backward()
         tokens += meta.tokens
@@ -201,21 +243,38 @@ def _packed_backward_aligned(model, plan, ids, masks, align_to, pad_id, align_to
             continue
         cu = torch.tensor(meta.cu_seqlens, dtype=torch.int32)
         packed_ids = torch.cat([ids[i] for i in indices])
-        targets = torch.where(torch.cat([masks[i] for i in indices]), packed_ids,
-                              torch.full_like(packed_ids, IGNORE))
+        targets = torch.where(
+            torch.cat([masks[i] for i in indices]), packed_ids, torch.full_like(packed_ids, IGNORE)
+        )
         host = meta.cu_seqlens
-        ids_a, cu_a, seqused = kernels.pack_aligned(packed_ids, cu, align_to, pad_value=pad_id,
-                                                    cu_seqlens_host=host, total=meta.total)
-        targets_a, _, _ = kernels.pack_aligned(targets, cu, align_to, pad_value=IGNORE,
-                                               cu_seqlens_host=host, total=meta.total)
+        ids_a, cu_a, seqused = kernels.pack_aligned(
+            packed_ids, cu, align_to, pad_value=pad_id, cu_seqlens_host=host, total=meta.total
+        )
+        targets_a, _, _ = kernels.pack_aligned(
+            targets, cu, align_to, pad_value=IGNORE, cu_seqlens_host=host, total=meta.total
+        )
         host_a = meta.cu_seqlens_aligned
         positions = kernels.position_ids(cu_a, total=meta.total, cu_seqlens_host=host_a)
-        labels = kernels.shift_labels(targets_a, cu, cu_seqlens_padded=cu_a, cu_seqlens_host=host,
-                                      cu_seqlens_padded_host=host_a, total=meta.total)
-        logits = model.forward_packed(ids_a, positions, cu_a, host_a, meta.max_seqlen_aligned,
-                                      seqused=seqused, total=meta.total)
-        _, sums, _ = kernels.packed_cross_entropy(logits, labels, cu_a, cu_seqlens_host=host_a,
-                                                  total=meta.total)
+        labels = kernels.shift_labels(
+            targets_a,
+            cu,
+            cu_seqlens_padded=cu_a,
+            cu_seqlens_host=host,
+            cu_seqlens_padded_host=host_a,
+            total=meta.total,
+        )
+        logits = model.forward_packed(
+            ids_a,
+            positions,
+            cu_a,
+            host_a,
+            meta.max_seqlen_aligned,
+            seqused=seqused,
+            total=meta.total,
+        )
+        _, sums, _ = kernels.packed_cross_entropy(
+            logits, labels, cu_a, cu_seqlens_host=host_a, total=meta.total
+        )
         weights = torch.tensor([plan.loss_weights[i] for i in indices], dtype=sums.dtype)
         (sums * weights).sum().backward()
         tokens += meta.tokens

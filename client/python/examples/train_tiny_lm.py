@@ -37,8 +37,15 @@ from packsched.client import SchedulerClient  # noqa: E402
 
 
 def model_of(args):
-    return tiny_lm.TinyCausalLM(vocab=args.vocab, dim=128, heads=8, kv_heads=2, head_dim=16,
-                                max_len=args.max_len, dtype=torch.float32)
+    return tiny_lm.TinyCausalLM(
+        vocab=args.vocab,
+        dim=128,
+        heads=8,
+        kv_heads=2,
+        head_dim=16,
+        max_len=args.max_len,
+        dtype=torch.float32,
+    )
 
 
 def padded_step(model, ids, masks, micro_batch_size, world_size):
@@ -48,18 +55,28 @@ def padded_step(model, ids, masks, micro_batch_size, world_size):
     dist.all_reduce(count)
     padded = 0
     for start in range(0, len(ids), micro_batch_size):
-        chunk_ids, chunk_masks = ids[start:start + micro_batch_size], masks[start:start + micro_batch_size]
+        chunk_ids, chunk_masks = (
+            ids[start : start + micro_batch_size],
+            masks[start : start + micro_batch_size],
+        )
         seqlen = max(len(x) for x in chunk_ids)
         tokens = torch.zeros(len(chunk_ids), seqlen, dtype=torch.int64)
         real = torch.zeros_like(tokens, dtype=torch.bool)
         trained = torch.zeros_like(real)
         for b, (x, m) in enumerate(zip(chunk_ids, chunk_masks)):
-            tokens[b, :len(x)], real[b, :len(x)], trained[b, :len(x)] = x, True, m
+            tokens[b, : len(x)], real[b, : len(x)], trained[b, : len(x)] = x, True, m
         logits = model.forward_padded(tokens, real)
-        labels = torch.where(real[:, 1:] & trained[:, 1:], tokens[:, 1:],
-                             torch.full_like(tokens[:, 1:], tiny_lm.IGNORE))
-        loss = F.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]), labels.reshape(-1),
-                               ignore_index=tiny_lm.IGNORE, reduction="sum")
+        labels = torch.where(
+            real[:, 1:] & trained[:, 1:],
+            tokens[:, 1:],
+            torch.full_like(tokens[:, 1:], tiny_lm.IGNORE),
+        )
+        loss = F.cross_entropy(
+            logits[:, :-1].reshape(-1, logits.shape[-1]),
+            labels.reshape(-1),
+            ignore_index=tiny_lm.IGNORE,
+            reduction="sum",
+        )
         (loss / float(count)).backward()
         padded += tokens.numel()
     return padded
@@ -71,17 +88,24 @@ def all_reduce_grads(model):
 
 
 def rank_main(args):
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{args.dist_port}",
-                            rank=args.rank, world_size=args.world_size)
+    dist.init_process_group(
+        "gloo",
+        init_method=f"tcp://127.0.0.1:{args.dist_port}",
+        rank=args.rank,
+        world_size=args.world_size,
+    )
     packed_model, padded_model = model_of(args), model_of(args)
     optimizers = [torch.optim.SGD(m.parameters(), lr=0.1) for m in (packed_model, padded_model)]
     client = SchedulerClient(args.sidecar)  # the default outlasts the sidecar's collective timeout
     if args.rank == 0:
-        print(f"{'step':>4} {'micro-batches':>13} {'packed s':>9} {'padded s':>9} {'speed-up':>8}"
-              f" {'packed tok/s':>12} {'padded tok/s':>12} {'padding (padded run)':>21}")
+        print(
+            f"{'step':>4} {'micro-batches':>13} {'packed s':>9} {'padded s':>9} {'speed-up':>8}"
+            f" {'packed tok/s':>12} {'padded tok/s':>12} {'padding (padded run)':>21}"
+        )
     for step in range(args.steps):
-        ids, masks = tiny_lm.make_batch(args.sequences, seed=1000 * step + args.rank,
-                                        vocab=args.vocab, max_len=args.max_len)
+        ids, masks = tiny_lm.make_batch(
+            args.sequences, seed=1000 * step + args.rank, vocab=args.vocab, max_len=args.max_len
+        )
         real = sum(len(x) for x in ids)
         for opt in optimizers:
             opt.zero_grad(set_to_none=False)
@@ -90,8 +114,14 @@ def rank_main(args):
 
         dist.barrier()
         start = time.perf_counter()
-        plan = client.plan(step, [len(x) for x in ids], args.max_token_len, stream="train",
-                           loss_tokens=tiny_lm.loss_tokens(masks), loss_mode="token_mean")
+        plan = client.plan(
+            step,
+            [len(x) for x in ids],
+            args.max_token_len,
+            stream="train",
+            loss_tokens=tiny_lm.loss_tokens(masks),
+            loss_mode="token_mean",
+        )
         tiny_lm.packed_backward(packed_model, plan, ids, masks)
         all_reduce_grads(packed_model)
         optimizers[0].step()
@@ -99,8 +129,9 @@ def rank_main(args):
 
         dist.barrier()
         start = time.perf_counter()
-        padded_tokens = padded_step(padded_model, ids, masks, args.padded_micro_batch_size,
-                                    args.world_size)
+        padded_tokens = padded_step(
+            padded_model, ids, masks, args.padded_micro_batch_size, args.world_size
+        )
         all_reduce_grads(padded_model)
         optimizers[1].step()
         padded_s = time.perf_counter() - start
@@ -110,9 +141,11 @@ def rank_main(args):
         dist.all_reduce(totals[2:], op=dist.ReduceOp.MAX)
         if args.rank == 0:
             real_all, padded_all, packed_max, padded_max = totals.tolist()
-            print(f"{step:>4} {plan.num_micro_batches:>13} {packed_max:>9.2f} {padded_max:>9.2f}"
-                  f" {padded_max / packed_max:>7.2f}x {real_all / packed_max:>12.0f}"
-                  f" {real_all / padded_max:>12.0f} {100 * (1 - real_all / padded_all):>20.1f}%")
+            print(
+                f"{step:>4} {plan.num_micro_batches:>13} {packed_max:>9.2f} {padded_max:>9.2f}"
+                f" {padded_max / packed_max:>7.2f}x {real_all / packed_max:>12.0f}"
+                f" {real_all / padded_max:>12.0f} {100 * (1 - real_all / padded_all):>20.1f}%"
+            )
     client.close()
     dist.destroy_process_group()
 
@@ -125,10 +158,23 @@ def launch(args):
         try:
             port = free_port()
             env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
-            procs = [subprocess.Popen(
-                [sys.executable, __file__, "--rank", str(r), "--sidecar", sidecars[r].target,
-                 "--dist_port", str(port)] + sys.argv[1:], env=env)
-                for r in range(args.world_size)]
+            procs = [
+                subprocess.Popen(
+                    [
+                        sys.executable,
+                        __file__,
+                        "--rank",
+                        str(r),
+                        "--sidecar",
+                        sidecars[r].target,
+                        "--dist_port",
+                        str(port),
+                    ]
+                    + sys.argv[1:],
+                    env=env,
+                )
+                for r in range(args.world_size)
+            ]
             codes = [p.wait() for p in procs]
         finally:
             for s in sidecars:

@@ -44,7 +44,7 @@ def _plan_defaults():
 # planner's (the CLI's), None where 0 means none; the Weight options as one pair (a, b).
 PLAN_DEFAULTS = _plan_defaults()
 
-# Loss-weight options (see DESIGN.md §2, "Loss weights"), by their keywords; loss_tokens is the
+# Loss-weight options (see docs/design.md §2, "Loss weights"), by their keywords; loss_tokens is the
 # request's per-sequence data (None = no weights).
 LOSS_DEFAULTS = {"loss_tokens": None, **{f["key"]: f["default"] for f in _LOSS_FIELDS}}
 
@@ -67,7 +67,8 @@ _MINIMUM = {
 }
 # Options that are True or False.
 _BOOLEANS = tuple(f["name"] for f in _PLAN_FIELDS if f["rule"] == "FixedK") + tuple(
-    f["name"] for f in _ROUND_FIELDS)
+    f["name"] for f in _ROUND_FIELDS
+)
 
 
 def split_options(cap, options, *, where, cap_required=False, sidecar=False):
@@ -88,8 +89,9 @@ def split_options(cap, options, *, where, cap_required=False, sidecar=False):
     plan[CAP] = cap
     loss = {name: options.get(name, default) for name, default in LOSS_DEFAULTS.items()}
     if cap_required and cap is None:
-        raise ValueError(f"{where}: {CAP} is required (the cap per micro-batch, in "
-                         "tokens), got None")
+        raise ValueError(
+            f"{where}: {CAP} is required (the cap per micro-batch, in " "tokens), got None"
+        )
     for name, minimum in _MINIMUM.items():
         if plan[name] is not None or PLAN_DEFAULTS[name] is not None:
             plan[name] = _integer(name, plan[name], minimum)
@@ -99,7 +101,8 @@ def split_options(cap, options, *, where, cap_required=False, sidecar=False):
         raise ValueError(
             f"algorithm {plan['algorithm']!r} is not one of {', '.join(SIDECAR_ALGORITHMS)} "
             "(the sidecar balances micro-batches; dataset packing with ffd, bfd or sequential "
-            "runs in-process: packsched.planner.plan_local or `packsched plan`)")
+            "runs in-process: packsched.planner.plan_local or `packsched plan`)"
+        )
     if plan[WEIGHT_PAIR] is not None:
         cost = plan[WEIGHT_PAIR]
         if isinstance(cost, (str, bytes)) or not hasattr(cost, "__len__") or len(cost) != 2:
@@ -120,7 +123,8 @@ def check_world_size(where, global_counts, world_size):
         raise ValueError(
             f"{where}: world_size = {size} needs global_counts (the loss tokens and sequences with "
             "loss summed over those ranks); without them the loss weights use this rank's own "
-            "counts, world size 1")
+            "counts, world size 1"
+        )
     return size
 
 

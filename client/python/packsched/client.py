@@ -44,6 +44,7 @@ _CHANNEL_OPTIONS = [
     ("grpc.max_send_message_length", 256 << 20),
 ]
 
+
 class SchedulerError(Exception):
     """A failed call. ``code``: gRPC status code name; ``message``: the server's text."""
 
@@ -72,7 +73,8 @@ class SchedulerClient:
         if token and not tls and not _is_loopback(target):
             raise ValueError(
                 f"SchedulerClient: a bearer token is sent only over TLS or to a loopback address; "
-                f"target {target!r} is neither (pass tls=True or tls={{...}})")
+                f"target {target!r} is neither (pass tls=True or tls={{...}})"
+            )
         self._target = target
         self._timeout = float(timeout)
         self._metadata = (("authorization", f"Bearer {token}"),) if token else ()
@@ -96,40 +98,53 @@ class SchedulerClient:
     def plan(self, round, seq_lens, max_token_len, *, stream="default", **options):
         """One rank's plan for (stream, round). Keyword options and defaults as
         packsched.planner.plan_local (see packsched._options). -> Plan"""
-        plan_options, loss = split_options(max_token_len, options, where="plan",
-                                           cap_required=True, sidecar=True)
-        request = scheduler_pb2.PlanRequest(stream=stream, round=int(round),
-                                            lengths=_ints(seq_lens))
+        plan_options, loss = split_options(
+            max_token_len, options, where="plan", cap_required=True, sidecar=True
+        )
+        request = scheduler_pb2.PlanRequest(
+            stream=stream, round=int(round), lengths=_ints(seq_lens)
+        )
         _fill_options(request.options, plan_options)
         _fill_loss(request, loss)
         return _to_plan(self._call(self._stub.Plan, request))
 
-    def partition(self, seq_lens, num_micro_batches, max_token_len=None, *, global_counts=None,
-                  world_size=1, **options):
+    def partition(
+        self,
+        seq_lens,
+        num_micro_batches,
+        max_token_len=None,
+        *,
+        global_counts=None,
+        world_size=1,
+        **options,
+    ):
         """Exactly ``num_micro_batches`` micro-batches (a count the caller agreed itself; no
         collective). ``global_counts``: (loss tokens, sequences with loss) summed by the caller
         over ``world_size`` DP ranks; without them the weights use this rank's own counts and
         world size 1, so ``world_size`` != 1 without ``global_counts`` raises ValueError (as
         packsched.planner.partition does). -> Plan"""
-        plan_options, loss = split_options(max_token_len, options, where="partition",
-                                           sidecar=True)
+        plan_options, loss = split_options(max_token_len, options, where="partition", sidecar=True)
         world_size = check_world_size("partition", global_counts, world_size)
-        request = scheduler_pb2.PartitionRequest(lengths=_ints(seq_lens),
-                                                 num_micro_batches=int(num_micro_batches))
+        request = scheduler_pb2.PartitionRequest(
+            lengths=_ints(seq_lens), num_micro_batches=int(num_micro_batches)
+        )
         _fill_options(request.options, plan_options)
         _fill_loss(request, loss)
         if global_counts is not None:
             counts = {name: int(global_counts[i]) for i, name in enumerate(_LOSS_COUNTS)}
-            getattr(request, "global").CopyFrom(scheduler_pb2.GlobalCounts(
-                **counts, world_size=int(world_size)))
+            getattr(request, "global").CopyFrom(
+                scheduler_pb2.GlobalCounts(**counts, world_size=int(world_size))
+            )
         return _to_plan(self._call(self._stub.Partition, request))
 
     def balance_batch(self, seq_lens, world_size, max_token_len, *, group_ids=None, **options):
         """Coordinator mode: the whole global batch over ``world_size`` DP ranks. -> Balanced"""
-        plan_options, loss = split_options(max_token_len, options, where="balance_batch",
-                                           cap_required=True, sidecar=True)
-        request = scheduler_pb2.BalanceBatchRequest(lengths=_ints(seq_lens),
-                                                    world_size=int(world_size))
+        plan_options, loss = split_options(
+            max_token_len, options, where="balance_batch", cap_required=True, sidecar=True
+        )
+        request = scheduler_pb2.BalanceBatchRequest(
+            lengths=_ints(seq_lens), world_size=int(world_size)
+        )
         if group_ids is not None:
             request.group_ids.extend(_ints(group_ids))
         _fill_options(request.options, plan_options)
@@ -151,8 +166,12 @@ class SchedulerClient:
         while True:
             remaining = deadline - time.monotonic()
             try:
-                response, call = method.with_call(request, timeout=max(remaining, 0.001),
-                                                  metadata=self._metadata, wait_for_ready=True)
+                response, call = method.with_call(
+                    request,
+                    timeout=max(remaining, 0.001),
+                    metadata=self._metadata,
+                    wait_for_ready=True,
+                )
                 return response
             except grpc.RpcError as error:
                 served = any(key == _SERVED for key, _ in (error.trailing_metadata() or ()))
@@ -162,20 +181,25 @@ class SchedulerClient:
                     time.sleep(backoff)
                     backoff = min(backoff * 2, 1.0)
                     continue
-                if not served and code in (grpc.StatusCode.UNAVAILABLE,
-                                           grpc.StatusCode.DEADLINE_EXCEEDED):
-                    raise SchedulerError(code.name, self._no_answer(
-                        time.monotonic() - start, error.details())) from None
+                if not served and code in (
+                    grpc.StatusCode.UNAVAILABLE,
+                    grpc.StatusCode.DEADLINE_EXCEEDED,
+                ):
+                    raise SchedulerError(
+                        code.name, self._no_answer(time.monotonic() - start, error.details())
+                    ) from None
                 raise SchedulerError(code.name, error.details()) from None
 
     def _no_answer(self, waited, details):
         """The message of a call the sidecar never answered (no packsched-served trailer)."""
-        return (f"no answer from the sidecar at {self._target} after {waited:.1f} s "
-                f"(timeout {self._timeout:g} s; gRPC: {details}): either it cannot be reached "
-                "there (is packsched-server running and listening on that address?) or a round "
-                "outlasted this client's timeout (keep the timeout above the sidecar's "
-                "--collective_timeout, default 60 s, so the sidecar's own error, naming any "
-                "missing rank, arrives first)")
+        return (
+            f"no answer from the sidecar at {self._target} after {waited:.1f} s "
+            f"(timeout {self._timeout:g} s; gRPC: {details}): either it cannot be reached "
+            "there (is packsched-server running and listening on that address?) or a round "
+            "outlasted this client's timeout (keep the timeout above the sidecar's "
+            "--collective_timeout, default 60 s, so the sidecar's own error, naming any "
+            "missing rank, arrives first)"
+        )
 
 
 def _pem(value):
@@ -205,7 +229,7 @@ def _is_loopback(target):
         hosts = target.split(":", 1)[1].split(",")
     else:
         if target.startswith("dns:"):
-            target = target[len("dns:"):]
+            target = target[len("dns:") :]
             if target.startswith("//"):  # dns://authority/host:port
                 target = target[2:].partition("/")[2]
         hosts = [target]

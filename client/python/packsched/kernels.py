@@ -53,8 +53,12 @@ class _Torch:
         self.torch = torch
 
     def dtype(self, name, like):
-        return {"int32": self.torch.int32, "int64": self.torch.int64,
-                "float32": self.torch.float32, "float64": self.torch.float64}.get(name, like.dtype)
+        return {
+            "int32": self.torch.int32,
+            "int64": self.torch.int64,
+            "float32": self.torch.float32,
+            "float64": self.torch.float64,
+        }.get(name, like.dtype)
 
     def empty(self, shape, dtype, like):
         return self.torch.empty(tuple(shape), dtype=self.dtype(dtype, like), device=like.device)
@@ -93,8 +97,12 @@ class _Numpy:
         self.np = numpy
 
     def dtype(self, name, like):
-        return {"int32": self.np.int32, "int64": self.np.int64,
-                "float32": self.np.float32, "float64": self.np.float64}.get(name, like.dtype)
+        return {
+            "int32": self.np.int32,
+            "int64": self.np.int64,
+            "float32": self.np.float32,
+            "float64": self.np.float64,
+        }.get(name, like.dtype)
 
     def empty(self, shape, dtype, like):
         return self.np.empty(tuple(shape), dtype=self.dtype(dtype, like))
@@ -156,8 +164,10 @@ def _lib_of(x):
         import numpy
 
         return _lib_of(numpy.from_dlpack(x))
-    raise TypeError(f"expected a torch tensor, numpy array, cupy array or host DLPack producer, "
-                    f"got {type(x).__name__}")
+    raise TypeError(
+        f"expected a torch tensor, numpy array, cupy array or host DLPack producer, "
+        f"got {type(x).__name__}"
+    )
 
 
 def _same_lib(lib, x):
@@ -175,8 +185,9 @@ def _host(lib, cu, cu_host, name="cu_seqlens"):
     """The host values of an offsets tensor (from cu_host when given, else copied from cu)."""
     shape = tuple(cu.shape)
     if len(shape) != 1 or shape[0] < 1:
-        raise ValueError(f"{name} must be a 1-D int32 tensor of B + 1 >= 1 offsets, got shape "
-                         f"{list(shape)}")
+        raise ValueError(
+            f"{name} must be a 1-D int32 tensor of B + 1 >= 1 offsets, got shape " f"{list(shape)}"
+        )
     if cu_host is not None:
         host = [int(v) for v in cu_host]
         if not host:
@@ -196,8 +207,10 @@ def _rows(total, end, name="total"):
     except TypeError:
         raise TypeError(f"{name} must be an int, got {type(total).__name__}") from None
     if rows < end:
-        raise ValueError(f"{name} = {rows} must be at least the layout's last offset {end} "
-                         "(rows past it are the tail)")
+        raise ValueError(
+            f"{name} = {rows} must be at least the layout's last offset {end} "
+            "(rows past it are the tail)"
+        )
     return rows
 
 
@@ -275,13 +288,30 @@ def pack_aligned(x_packed, cu_seqlens, align, pad_value=0, cu_seqlens_host=None,
     x_aligned = lib.empty((rows,) + tuple(x_packed.shape[1:]), None, x_packed)
     cu_padded = lib.empty((len(host),), "int32", x_packed)
     seqused = lib.empty((len(host) - 1,), "int32", x_packed)
-    _kernels.pack_aligned(x_packed, cu_seqlens, host, int(align), rows, float(pad_value),
-                          x_aligned, cu_padded, seqused, lib.stream(x_packed))
+    _kernels.pack_aligned(
+        x_packed,
+        cu_seqlens,
+        host,
+        int(align),
+        rows,
+        float(pad_value),
+        x_aligned,
+        cu_padded,
+        seqused,
+        lib.stream(x_packed),
+    )
     return x_aligned, cu_padded, seqused
 
 
-def unpack_aligned(x_aligned, cu_seqlens, cu_seqlens_padded, cu_seqlens_host=None,
-                   cu_seqlens_padded_host=None, *, total=None):
+def unpack_aligned(
+    x_aligned,
+    cu_seqlens,
+    cu_seqlens_padded,
+    cu_seqlens_host=None,
+    cu_seqlens_padded_host=None,
+    *,
+    total=None,
+):
     """Drops the pad slots (and the tail) of an aligned layout. x_aligned: [total_padded, ...]
     any dtype, or [total, ...] with a tail when ``total`` is given; cu_seqlens, cu_seqlens_padded:
     int32 [B+1] (any padding with padded lengths >= real lengths). Returns x_packed
@@ -291,11 +321,18 @@ def unpack_aligned(x_aligned, cu_seqlens, cu_seqlens_padded, cu_seqlens_host=Non
     cu_seqlens = _same_lib(lib, cu_seqlens)
     cu_seqlens_padded = _same_lib(lib, cu_seqlens_padded)
     host = _host(lib, cu_seqlens, cu_seqlens_host)
-    padded_host = _host(lib, cu_seqlens_padded, cu_seqlens_padded_host,
-                            "cu_seqlens_padded")
+    padded_host = _host(lib, cu_seqlens_padded, cu_seqlens_padded_host, "cu_seqlens_padded")
     x_packed = lib.empty((host[-1],) + tuple(x_aligned.shape[1:]), None, x_aligned)
-    _kernels.unpack_aligned(x_aligned, cu_seqlens, host, cu_seqlens_padded, padded_host,
-                            _rows(total, padded_host[-1]), x_packed, lib.stream(x_aligned))
+    _kernels.unpack_aligned(
+        x_aligned,
+        cu_seqlens,
+        host,
+        cu_seqlens_padded,
+        padded_host,
+        _rows(total, padded_host[-1]),
+        x_packed,
+        lib.stream(x_aligned),
+    )
     return x_packed
 
 
@@ -313,8 +350,16 @@ def position_ids(cu_seqlens, total=None, cu_seqlens_host=None):
     return out
 
 
-def shift_labels(ids, cu_seqlens, ignore_index=-100, cu_seqlens_padded=None,
-                 cu_seqlens_host=None, cu_seqlens_padded_host=None, *, total=None):
+def shift_labels(
+    ids,
+    cu_seqlens,
+    ignore_index=-100,
+    cu_seqlens_padded=None,
+    cu_seqlens_host=None,
+    cu_seqlens_padded_host=None,
+    *,
+    total=None,
+):
     """labels[t] = ids[t+1] inside a sequence, ``ignore_index`` at each sequence's last real
     token, on pad slots and on tail rows; never across a boundary. ids: int32 or int64 [rows], in
     the packed layout of cu_seqlens, or in the aligned layout of cu_seqlens_padded when given
@@ -327,17 +372,26 @@ def shift_labels(ids, cu_seqlens, ignore_index=-100, cu_seqlens_padded=None,
     padded_host = None
     if cu_seqlens_padded is not None:
         cu_seqlens_padded = _same_lib(lib, cu_seqlens_padded)
-        padded_host = _host(lib, cu_seqlens_padded, cu_seqlens_padded_host,
-                            "cu_seqlens_padded")
+        padded_host = _host(lib, cu_seqlens_padded, cu_seqlens_padded_host, "cu_seqlens_padded")
     labels = lib.empty(tuple(ids.shape), None, ids)
     rows = _rows(total, host[-1] if padded_host is None else padded_host[-1])
-    _kernels.shift_labels(ids, cu_seqlens, host, cu_seqlens_padded, padded_host, rows,
-                          int(ignore_index), labels, lib.stream(ids))
+    _kernels.shift_labels(
+        ids,
+        cu_seqlens,
+        host,
+        cu_seqlens_padded,
+        padded_host,
+        rows,
+        int(ignore_index),
+        labels,
+        lib.stream(ids),
+    )
     return labels
 
 
-def packed_cross_entropy(logits, labels, cu_seqlens, ignore_index=-100, cu_seqlens_host=None, *,
-                         total=None):
+def packed_cross_entropy(
+    logits, labels, cu_seqlens, ignore_index=-100, cu_seqlens_host=None, *, total=None
+):
     """Cross entropy over packed logits with already-shifted labels (shift_labels' output).
 
     logits: [rows, V] float16, bfloat16, float32 or float64; labels: int32/int64 [rows],
@@ -355,8 +409,9 @@ def packed_cross_entropy(logits, labels, cu_seqlens, ignore_index=-100, cu_seqle
     cu_seqlens = _same_lib(lib, cu_seqlens)
     host = _host(lib, cu_seqlens, cu_seqlens_host)
     if isinstance(lib, _Torch) and logits_in.requires_grad:
-        return _cross_entropy_function().apply(logits_in, labels, cu_seqlens, host,
-                                               int(ignore_index), total)
+        return _cross_entropy_function().apply(
+            logits_in, labels, cu_seqlens, host, int(ignore_index), total
+        )
     return _cross_entropy(lib, logits_in, labels, cu_seqlens, host, int(ignore_index), total)
 
 
@@ -367,8 +422,9 @@ def _cross_entropy(lib, logits, labels, cu_seqlens, host, ignore_index, total):
     loss = lib.empty((rows,), None, logits)
     sums = lib.empty((batch,), None, logits)
     counts = lib.empty((batch,), "int64", logits)
-    _kernels.packed_cross_entropy(logits, labels, cu_seqlens, host, rows, ignore_index,
-                                  loss, sums, counts, lib.stream(logits))
+    _kernels.packed_cross_entropy(
+        logits, labels, cu_seqlens, host, rows, ignore_index, loss, sums, counts, lib.stream(logits)
+    )
     return loss, sums, counts
 
 
@@ -383,8 +439,9 @@ def _cross_entropy_function():
         class PackedCrossEntropy(torch.autograd.Function):
             @staticmethod
             def forward(ctx, logits, labels, cu_seqlens, host, ignore_index, total):
-                loss, sums, counts = _cross_entropy(_LIBS["torch"], logits, labels, cu_seqlens,
-                                                    host, ignore_index, total)
+                loss, sums, counts = _cross_entropy(
+                    _LIBS["torch"], logits, labels, cu_seqlens, host, ignore_index, total
+                )
                 ctx.save_for_backward(logits, labels)
                 ctx.host, ctx.ignore_index = host, ignore_index
                 ctx.mark_non_differentiable(counts)
@@ -395,15 +452,25 @@ def _cross_entropy_function():
                 logits, labels = ctx.saved_tensors
                 # Each row's loss feeds its own entry and its sequence's sum; tail rows (past
                 # host[-1]) belong to no sequence and have no gradient.
-                lengths = torch.tensor([b - a for a, b in zip(ctx.host, ctx.host[1:])],
-                                       dtype=torch.long, device=logits.device)
+                lengths = torch.tensor(
+                    [b - a for a, b in zip(ctx.host, ctx.host[1:])],
+                    dtype=torch.long,
+                    device=logits.device,
+                )
                 seq_of_row = torch.repeat_interleave(
-                    torch.arange(len(lengths), device=logits.device), lengths)
+                    torch.arange(len(lengths), device=logits.device), lengths
+                )
                 grad_row = d_loss.clone()
-                grad_row[:ctx.host[-1]] += d_sums[seq_of_row]
-                grad_row[ctx.host[-1]:] = 0
-                return (_cross_entropy_grad(torch, logits, labels, grad_row, ctx.ignore_index),
-                        None, None, None, None, None)
+                grad_row[: ctx.host[-1]] += d_sums[seq_of_row]
+                grad_row[ctx.host[-1] :] = 0
+                return (
+                    _cross_entropy_grad(torch, logits, labels, grad_row, ctx.ignore_index),
+                    None,
+                    None,
+                    None,
+                    None,
+                    None,
+                )
 
         _CROSS_ENTROPY = PackedCrossEntropy
     return _CROSS_ENTROPY
@@ -445,9 +512,25 @@ def _is_float64(lib, x):
 class _AttentionLayout:
     """The layout arguments of one attention call, converted once for the forward and backward."""
 
-    def __init__(self, lib, like, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
-                 softmax_scale, causal, window_size, softcap, seqused_q, seqused_k,
-                 cu_seqlens_q_host, cu_seqlens_k_host, total_q=None, total_k=None):
+    def __init__(
+        self,
+        lib,
+        like,
+        cu_seqlens_q,
+        cu_seqlens_k,
+        max_seqlen_q,
+        max_seqlen_k,
+        softmax_scale,
+        causal,
+        window_size,
+        softcap,
+        seqused_q,
+        seqused_k,
+        cu_seqlens_q_host,
+        cu_seqlens_k_host,
+        total_q=None,
+        total_k=None,
+    ):
         self.cu_q = _same_lib(lib, cu_seqlens_q)
         self.cu_k = _same_lib(lib, cu_seqlens_k)
         self.host_q = _host(lib, self.cu_q, cu_seqlens_q_host, "cu_seqlens_q")
@@ -455,17 +538,28 @@ class _AttentionLayout:
         self.seqused_q = None if seqused_q is None else _same_lib(lib, seqused_q)
         self.seqused_k = None if seqused_k is None else _same_lib(lib, seqused_k)
         left, right = window_size
-        self.kwargs = dict(rows_q=_rows(total_q, self.host_q[-1], "total_q"),
-                           rows_k=_rows(total_k, self.host_k[-1], "total_k"),
-                           max_seqlen_q=int(max_seqlen_q), max_seqlen_k=int(max_seqlen_k),
-                           softmax_scale=None if softmax_scale is None else float(softmax_scale),
-                           causal=bool(causal), window_left=int(left), window_right=int(right),
-                           softcap=float(softcap))
+        self.kwargs = dict(
+            rows_q=_rows(total_q, self.host_q[-1], "total_q"),
+            rows_k=_rows(total_k, self.host_k[-1], "total_k"),
+            max_seqlen_q=int(max_seqlen_q),
+            max_seqlen_k=int(max_seqlen_k),
+            softmax_scale=None if softmax_scale is None else float(softmax_scale),
+            causal=bool(causal),
+            window_left=int(left),
+            window_right=int(right),
+            softcap=float(softcap),
+        )
 
     def args(self):
-        return dict(cu_seqlens_q=self.cu_q, cu_seqlens_q_host=self.host_q, cu_seqlens_k=self.cu_k,
-                    cu_seqlens_k_host=self.host_k, seqused_q=self.seqused_q,
-                    seqused_k=self.seqused_k, **self.kwargs)
+        return dict(
+            cu_seqlens_q=self.cu_q,
+            cu_seqlens_q_host=self.host_q,
+            cu_seqlens_k=self.cu_k,
+            cu_seqlens_k_host=self.host_k,
+            seqused_q=self.seqused_q,
+            seqused_k=self.seqused_k,
+            **self.kwargs,
+        )
 
 
 def _forward(lib, q, k, v, layout):
@@ -474,8 +568,9 @@ def _forward(lib, q, k, v, layout):
     v = _same_lib(lib, v)
     out = lib.empty(tuple(q.shape), None, q)
     lse = lib.empty((q.shape[1], q.shape[0]), "float64" if _is_float64(lib, q) else "float32", q)
-    _kernels.varlen_attention_forward(q, k, v, out=out, lse=lse, stream=lib.stream(q),
-                                      **layout.args())
+    _kernels.varlen_attention_forward(
+        q, k, v, out=out, lse=lse, stream=lib.stream(q), **layout.args()
+    )
     return out, lse
 
 
@@ -485,15 +580,32 @@ def _backward(lib, dout, q, k, v, out, lse, layout):
     dq = lib.empty(tuple(q.shape), None, q)
     dk = lib.empty(tuple(k.shape), None, k)
     dv = lib.empty(tuple(v.shape), None, v)
-    _kernels.varlen_attention_backward(dout, q, k, v, out, lse, dq=dq, dk=dk, dv=dv,
-                                       stream=lib.stream(q), **layout.args())
+    _kernels.varlen_attention_backward(
+        dout, q, k, v, out, lse, dq=dq, dk=dk, dv=dv, stream=lib.stream(q), **layout.args()
+    )
     return dq, dk, dv
 
 
-def varlen_attention_forward(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
-                             softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0,
-                             seqused_q=None, seqused_k=None, *, cu_seqlens_q_host=None,
-                             cu_seqlens_k_host=None, total_q=None, total_k=None):
+def varlen_attention_forward(
+    q,
+    k,
+    v,
+    cu_seqlens_q,
+    cu_seqlens_k,
+    max_seqlen_q,
+    max_seqlen_k,
+    softmax_scale=None,
+    causal=False,
+    window_size=(-1, -1),
+    softcap=0.0,
+    seqused_q=None,
+    seqused_k=None,
+    *,
+    cu_seqlens_q_host=None,
+    cu_seqlens_k_host=None,
+    total_q=None,
+    total_k=None,
+):
     """Varlen attention forward (FlashAttention's varlen semantics, no autograd).
 
     q: [tq, H, D], k and v: [tk, Hk, D] (float16, bfloat16, float32; float64 on the CPU), H a
@@ -504,8 +616,9 @@ def varlen_attention_forward(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, 
     sees key j iff j <= i + sk - sq). window_size: (left, right), -1 = unbounded; as in
     FlashAttention's varlen API a side >= max_seqlen_k is unbounded too (which lets every row of a
     sequence with sq > sk see all keys when the right side is). softcap: 0 = off, else a normal
-    positive float32; scores become softcap * tanh(s / softcap). The keyword-only cu_seqlens_q_host / cu_seqlens_k_host (lists)
-    spare a GPU caller the device-to-host copy of the offsets. The keyword-only total_q / total_k
+    positive float32; scores become softcap * tanh(s / softcap). The keyword-only
+    cu_seqlens_q_host / cu_seqlens_k_host (lists) spare a GPU caller the device-to-host copy of
+    the offsets. The keyword-only total_q / total_k
     declare a tail (rows of q resp. k past the last offset; module docstring): never keys, out 0
     and lse +inf on its query rows, zero gradients.
 
@@ -514,24 +627,72 @@ def varlen_attention_forward(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, 
     slot) gets out = 0 and lse = +inf.
     """
     lib, q = _lib_of(q)
-    layout = _AttentionLayout(lib, q, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
-                              softmax_scale, causal, window_size, softcap, seqused_q, seqused_k,
-                              cu_seqlens_q_host, cu_seqlens_k_host, total_q, total_k)
+    layout = _AttentionLayout(
+        lib,
+        q,
+        cu_seqlens_q,
+        cu_seqlens_k,
+        max_seqlen_q,
+        max_seqlen_k,
+        softmax_scale,
+        causal,
+        window_size,
+        softcap,
+        seqused_q,
+        seqused_k,
+        cu_seqlens_q_host,
+        cu_seqlens_k_host,
+        total_q,
+        total_k,
+    )
     return _forward(lib, q, k, v, layout)
 
 
-def varlen_attention_backward(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
-                              max_seqlen_k, softmax_scale=None, causal=False,
-                              window_size=(-1, -1), softcap=0.0, seqused_q=None, seqused_k=None,
-                              *, cu_seqlens_q_host=None, cu_seqlens_k_host=None, total_q=None,
-                              total_k=None):
+def varlen_attention_backward(
+    dout,
+    q,
+    k,
+    v,
+    out,
+    lse,
+    cu_seqlens_q,
+    cu_seqlens_k,
+    max_seqlen_q,
+    max_seqlen_k,
+    softmax_scale=None,
+    causal=False,
+    window_size=(-1, -1),
+    softcap=0.0,
+    seqused_q=None,
+    seqused_k=None,
+    *,
+    cu_seqlens_q_host=None,
+    cu_seqlens_k_host=None,
+    total_q=None,
+    total_k=None,
+):
     """Gradients (dq, dk, dv) of sum(dout * out) for the (out, lse) that varlen_attention_forward
     returned with the same arguments. dk and dv are summed over each GQA group; pad-slot rows are
     0. Deterministic (bitwise reproducible)."""
     lib, q = _lib_of(q)
-    layout = _AttentionLayout(lib, q, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
-                              softmax_scale, causal, window_size, softcap, seqused_q, seqused_k,
-                              cu_seqlens_q_host, cu_seqlens_k_host, total_q, total_k)
+    layout = _AttentionLayout(
+        lib,
+        q,
+        cu_seqlens_q,
+        cu_seqlens_k,
+        max_seqlen_q,
+        max_seqlen_k,
+        softmax_scale,
+        causal,
+        window_size,
+        softcap,
+        seqused_q,
+        seqused_k,
+        cu_seqlens_q_host,
+        cu_seqlens_k_host,
+        total_q,
+        total_k,
+    )
     return _backward(lib, dout, q, k, v, out, lse, layout)
 
 
@@ -563,11 +724,32 @@ def _autograd_function():
     return _AUTOGRAD
 
 
-def varlen_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
-                     dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1),
-                     softcap=0.0, alibi_slopes=None, deterministic=False, return_attn_probs=False,
-                     block_table=None, *, seqused_q=None, seqused_k=None, return_lse=False,
-                     cu_seqlens_q_host=None, cu_seqlens_k_host=None, total_q=None, total_k=None):
+def varlen_attention(
+    q,
+    k,
+    v,
+    cu_seqlens_q,
+    cu_seqlens_k,
+    max_seqlen_q,
+    max_seqlen_k,
+    dropout_p=0.0,
+    softmax_scale=None,
+    causal=False,
+    window_size=(-1, -1),
+    softcap=0.0,
+    alibi_slopes=None,
+    deterministic=False,
+    return_attn_probs=False,
+    block_table=None,
+    *,
+    seqused_q=None,
+    seqused_k=None,
+    return_lse=False,
+    cu_seqlens_q_host=None,
+    cu_seqlens_k_host=None,
+    total_q=None,
+    total_k=None,
+):
     """Drop-in for flash_attn_varlen_func (FlashAttention 2.6+): the same sixteen parameters in
     the same positions, so positional and keyword calls (HF transformers, verl) work unchanged.
 
@@ -590,19 +772,38 @@ def varlen_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
     varlen_attention_forward for shapes and semantics.
     """
     if dropout_p != 0.0:
-        raise ValueError(f"varlen_attention: dropout_p must be 0, got {dropout_p} "
-                         f"(attention dropout is not implemented)")
+        raise ValueError(
+            f"varlen_attention: dropout_p must be 0, got {dropout_p} "
+            f"(attention dropout is not implemented)"
+        )
     if alibi_slopes is not None:
-        raise NotImplementedError("varlen_attention: alibi_slopes must be None (ALiBi is not "
-                                  "implemented)")
+        raise NotImplementedError(
+            "varlen_attention: alibi_slopes must be None (ALiBi is not " "implemented)"
+        )
     if block_table is not None:
-        raise NotImplementedError("varlen_attention: block_table must be None (a paged KV cache "
-                                  "is not implemented)")
+        raise NotImplementedError(
+            "varlen_attention: block_table must be None (a paged KV cache " "is not implemented)"
+        )
     del deterministic  # the backward is always deterministic
     lib, q = _lib_of(q)
-    layout = _AttentionLayout(lib, q, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
-                              softmax_scale, causal, window_size, softcap, seqused_q, seqused_k,
-                              cu_seqlens_q_host, cu_seqlens_k_host, total_q, total_k)
+    layout = _AttentionLayout(
+        lib,
+        q,
+        cu_seqlens_q,
+        cu_seqlens_k,
+        max_seqlen_q,
+        max_seqlen_k,
+        softmax_scale,
+        causal,
+        window_size,
+        softcap,
+        seqused_q,
+        seqused_k,
+        cu_seqlens_q_host,
+        cu_seqlens_k_host,
+        total_q,
+        total_k,
+    )
     if isinstance(lib, _Torch):
         k = _same_lib(lib, k) if not isinstance(k, lib.torch.Tensor) else k
         v = _same_lib(lib, v) if not isinstance(v, lib.torch.Tensor) else v

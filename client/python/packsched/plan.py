@@ -14,8 +14,16 @@ from ._options import SCHEMA
 __all__ = ["MicroBatchMeta", "PlanStats", "Plan"]
 
 
-_PYTHON_TYPES = {"Int": int, "Ints": list, "Bool": bool, "LossScale": float, "Double": float,
-                 "LocalK": int, "Cap": int, "Micros": float}
+_PYTHON_TYPES = {
+    "Int": int,
+    "Ints": list,
+    "Bool": bool,
+    "LossScale": float,
+    "Double": float,
+    "LocalK": int,
+    "Cap": int,
+    "Micros": float,
+}
 
 
 def _micro_batch_fields():
@@ -38,11 +46,20 @@ def _micro_batch_fields():
 def _stats_fields():
     # The planner's figures (PlanStats' Int, Double and LocalK fields) in table order, then the
     # sidecar's: the cap (its alias) and the timings in milliseconds (alias_ms).
-    planner = [(f["name"], _PYTHON_TYPES[f["kind"]], f["default"]) for f in SCHEMA["plan_stats"]
-               if f["kind"] in ("Int", "Double", "LocalK")]
-    wire = [(f["alias"] if f["kind"] == "Cap" else f"{f['alias']}_ms", _PYTHON_TYPES[f["kind"]],
-             _PYTHON_TYPES[f["kind"]](f["default"]))
-            for f in SCHEMA["plan_stats"] if f["kind"] in ("Cap", "Micros")]
+    planner = [
+        (f["name"], _PYTHON_TYPES[f["kind"]], f["default"])
+        for f in SCHEMA["plan_stats"]
+        if f["kind"] in ("Int", "Double", "LocalK")
+    ]
+    wire = [
+        (
+            f["alias"] if f["kind"] == "Cap" else f"{f['alias']}_ms",
+            _PYTHON_TYPES[f["kind"]],
+            _PYTHON_TYPES[f["kind"]](f["default"]),
+        )
+        for f in SCHEMA["plan_stats"]
+        if f["kind"] in ("Cap", "Micros")
+    ]
     return planner + wire
 
 
@@ -50,11 +67,13 @@ def _schema_dataclass(fields):
     """Makes the decorated class a frozen dataclass whose fields are ``fields`` (name, type,
     default or dataclasses.field), in order: the schema table's, so a field added there appears
     here."""
+
     def make(cls):
         cls.__annotations__ = {name: kind for name, kind, _ in fields}
         for name, _, default in fields:
             setattr(cls, name, default)
         return dataclass(frozen=True)(cls)
+
     return make
 
 
@@ -204,9 +223,13 @@ def _scatter(pieces, reorder, n, fill):
         import torch
 
         # Tensor pieces go in as they are (autograd flows through them); others are converted.
-        cat = torch.cat([p if _is_torch(p) else torch.as_tensor(p, dtype=kind.dtype,
-                                                               device=kind.device)
-                         for p in pieces], dim=0)
+        cat = torch.cat(
+            [
+                p if _is_torch(p) else torch.as_tensor(p, dtype=kind.dtype, device=kind.device)
+                for p in pieces
+            ],
+            dim=0,
+        )
         out = torch.full((n,) + tuple(cat.shape[1:]), fill, dtype=cat.dtype, device=cat.device)
         index = torch.as_tensor(reorder, dtype=torch.long, device=cat.device)
         return out.index_copy(0, index, cat)

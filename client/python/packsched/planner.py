@@ -77,8 +77,9 @@ def _loss(loss, n, global_counts, world_size):
     tokens = _lengths(loss["loss_tokens"])
     if len(tokens) != n:
         raise ValueError(f"loss_tokens has {len(tokens)} entries for {n} sequences")
-    return dict(loss, loss_tokens=tokens.tolist(), global_counts=global_counts,
-                world_size=world_size)
+    return dict(
+        loss, loss_tokens=tokens.tolist(), global_counts=global_counts, world_size=world_size
+    )
 
 
 def plan_local(seq_lens, max_token_len, **options):
@@ -86,17 +87,20 @@ def plan_local(seq_lens, max_token_len, **options):
     micro-batch within ``max_token_len`` (kk/lpt), or dataset packing (ffd/bfd/sequential).
     Loss weights (with ``loss_tokens``) use this rank's own counts, world size 1. -> Plan"""
     lengths = _lengths(seq_lens)
-    plan_options, loss = split_options(max_token_len, options, where="plan_local",
-                                       cap_required=True)
+    plan_options, loss = split_options(
+        max_token_len, options, where="plan_local", cap_required=True
+    )
     raw = _planner.plan(lengths, plan_options, 0, _loss(loss, len(lengths), None, 1))
     return Plan.from_raw(raw, cap=max_token_len)
 
 
 def local_bound(seq_lens, max_token_len, **options):
-    """This rank's bound k_r (and its loss counts, with ``loss_tokens``) before agreement. -> Bound"""
+    """This rank's bound k_r (and its loss counts, with ``loss_tokens``) before agreement.
+    -> Bound"""
     lengths = _lengths(seq_lens)
-    plan_options, loss = split_options(max_token_len, options, where="local_bound",
-                                       cap_required=True)
+    plan_options, loss = split_options(
+        max_token_len, options, where="local_bound", cap_required=True
+    )
     tokens = None if loss["loss_tokens"] is None else _lengths(loss["loss_tokens"]).tolist()
     raw = _planner.local_bound(lengths, plan_options, tokens)
     return Bound(**{**raw, "loss_counts": raw.get("loss_counts")})
@@ -115,8 +119,9 @@ def partition(seq_lens, k, max_token_len=None, *, global_counts=None, world_size
     check_world_size("partition", global_counts, world_size)
     if k < 1:
         raise ValueError(f"k = {k}: must be >= 1")
-    raw = _planner.plan(lengths, plan_options, int(k),
-                        _loss(loss, len(lengths), global_counts, world_size))
+    raw = _planner.plan(
+        lengths, plan_options, int(k), _loss(loss, len(lengths), global_counts, world_size)
+    )
     counts = None
     if global_counts is not None and loss["loss_tokens"] is not None:
         counts = tuple(global_counts)
@@ -128,8 +133,7 @@ def balance(seq_lens, world_size, max_token_len, *, group_ids=None, **options):
     within one; members of a ``group_ids`` group stay on one rank), then plans each rank's
     micro-batches with one common k. -> Balanced"""
     lengths = _lengths(seq_lens)
-    plan_options, loss = split_options(max_token_len, options, where="balance",
-                                       cap_required=True)
+    plan_options, loss = split_options(max_token_len, options, where="balance", cap_required=True)
     if loss["loss_tokens"] is not None:
         raise ValueError("balance: loss weights are computed per rank (plan each rank's share)")
     groups = [] if group_ids is None else _lengths(group_ids).tolist()

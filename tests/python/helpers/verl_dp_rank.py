@@ -18,8 +18,9 @@ from packsched.compat.verl import rearrange_micro_batches
 def main():
     rank, world_size, port, cap = (int(x) for x in sys.argv[1:5])
     lengths = [int(x) for x in sys.argv[5].split(",") if x]
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
-                            world_size=world_size)
+    dist.init_process_group(
+        "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world_size
+    )
     mask = torch.zeros(len(lengths), max(lengths, default=8), dtype=torch.int64)
     for i, length in enumerate(lengths):
         mask[i, :length] = 1
@@ -33,8 +34,11 @@ def main():
         dist.destroy_process_group()
     tokens = [int(mb["attention_mask"].sum()) for mb in micro_batches]
     rows = [int(mb["attention_mask"].shape[0]) for mb in micro_batches]
-    print(json.dumps({"rank": rank, "num_micro_batches": len(micro_batches), "tokens": tokens,
-                      "rows": rows}))
+    print(
+        json.dumps(
+            {"rank": rank, "num_micro_batches": len(micro_batches), "tokens": tokens, "rows": rows}
+        )
+    )
 
 
 if __name__ == "__main__":

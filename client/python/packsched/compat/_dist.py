@@ -42,5 +42,6 @@ def agree_max(compute, group, what):
         raise RuntimeError(
             f"{what}: rank {agreed - FAILED_BASE} of the process group (the highest failing "
             "one) could not compute its count and raised its error there; every rank stops here "
-            "instead of waiting for it")
+            "instead of waiting for it"
+        )
     return agreed

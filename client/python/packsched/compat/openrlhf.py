@@ -23,8 +23,9 @@ _last_count = None  # (tuple of lengths, capacity, count) of the latest count ca
 _lock = threading.Lock()
 
 
-def get_minimum_num_micro_batch_size(total_lengths, max_tokens_per_gpu, ring_attn_size=1,
-                                     ds_tensor_parallel_size=1):
+def get_minimum_num_micro_batch_size(
+    total_lengths, max_tokens_per_gpu, ring_attn_size=1, ds_tensor_parallel_size=1
+):
     """The smallest micro-batch count packsched finds that keeps each micro-batch within
     max_tokens_per_gpu * ring_attn_size * ds_tensor_parallel_size tokens. Raises ValueError for a
     sequence longer than that capacity (as OpenRLHF does). Remembers (lengths, capacity, count)

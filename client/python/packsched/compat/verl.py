@@ -22,8 +22,14 @@ from ._dist import agree_max
 from ._indices import get_reverse_idx
 from .openrlhf import get_seqlen_balanced_partitions
 
-__all__ = ["rearrange_micro_batches", "prepare_dynamic_batch", "get_reverse_idx",
-           "restore_dynamic_batch", "use_sidecar", "get_seqlen_balanced_partitions"]
+__all__ = [
+    "rearrange_micro_batches",
+    "prepare_dynamic_batch",
+    "get_reverse_idx",
+    "restore_dynamic_batch",
+    "use_sidecar",
+    "get_seqlen_balanced_partitions",
+]
 
 _sidecar = None  # (SchedulerClient, stream, [next round]) once use_sidecar() was called
 
@@ -88,8 +94,14 @@ def rearrange_micro_batches(
     if _sidecar is not None:
         client, stream, next_round = _sidecar
         round_, next_round[0] = next_round[0], next_round[0] + 1  # the n-th call, whatever happens
-        plan = client.plan(round_, _seq_lens(batch), max_token_len, stream=stream,
-                           same_micro_num_in_dp=same_micro_num_in_dp, **options)
+        plan = client.plan(
+            round_,
+            _seq_lens(batch),
+            max_token_len,
+            stream=stream,
+            same_micro_num_in_dp=same_micro_num_in_dp,
+            **options,
+        )
     else:
         seq_lens = None
 
@@ -126,13 +138,25 @@ def prepare_dynamic_batch(
     Returns (micro-batch DataProtos, micro_bsz_idx). verl's newer ``padding_mode`` variants are
     not offered: this is the default, padding-free one."""
     micro_batches, micro_bsz_idx = rearrange_micro_batches(
-        data.batch, max_token_len, dp_group, num_batches_divided_by, same_micro_num_in_dp,
-        min_num_micro_batch, use_dynamic_bsz_balance, cost=cost)
+        data.batch,
+        max_token_len,
+        dp_group,
+        num_batches_divided_by,
+        same_micro_num_in_dp,
+        min_num_micro_batch,
+        use_dynamic_bsz_balance,
+        cost=cost,
+    )
     protos = []
     for piece, indices in zip(micro_batches, micro_bsz_idx):
         non_tensors = {key: value[indices] for key, value in data.non_tensor_batch.items()}
-        protos.append(type(data).from_dict(tensors=dict(piece), non_tensors=non_tensors,
-                                           meta_info=copy.deepcopy(data.meta_info)))
+        protos.append(
+            type(data).from_dict(
+                tensors=dict(piece),
+                non_tensors=non_tensors,
+                meta_info=copy.deepcopy(data.meta_info),
+            )
+        )
     return protos, micro_bsz_idx
 
 
