@@ -121,7 +121,7 @@ uint64_t OptionsHash(const planner::PlanOptions& o, const PlanInput& round, bool
 
 // The round's options of PlanOptions (PACKSCHED_ROUND_OPTIONS) into `out`, defaults applied.
 void ReadRoundOptions(const v1::PlanOptions& p, PlanInput* out) {
-#define PACKSCHED_READ_ROUND(name, number, dflt) out->name = p.has_##name() ? p.name() : dflt;
+#define PACKSCHED_READ_ROUND(name, number, dflt) out->name = p.has_##name() ? p.name() : (dflt);
   PACKSCHED_ROUND_OPTIONS(PACKSCHED_READ_ROUND)
 #undef PACKSCHED_READ_ROUND
 }

@@ -308,7 +308,7 @@ absl::StatusOr<std::unique_ptr<RendezvousStore>> RendezvousStore::Create(
   args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 50);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 500);
   ASSIGN_OR_RETURN(std::shared_ptr<grpc::Channel> channel,
-                   security::MakeChannel(options.address, tls, std::move(args)));
+                   security::MakeChannel(options.address, tls, args));
   auto state = std::make_unique<State>();
   state->options = options;
   state->stub = pb::Rendezvous::NewStub(std::move(channel));
