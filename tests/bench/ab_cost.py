@@ -4,11 +4,12 @@
     /usr/bin/python3 tests/bench/ab_cost.py --base=OLD/build --new=build [--pairs=5] [--callgrind]
 
 Two measures, each run on both builds in the same minutes:
-- CPU time, interleaved pairs (base, new, base, new, ...): `load_bench` (8 clients, closed loop;
-  the server's CPU per plan) and `group_bench` (W = 4 sidecars on loopback; the whole machine's
-  CPU per round). The median over the pairs of each build is reported, with every run's value.
+- CPU time, interleaved pairs (base then new, new then base, ...): `load_bench` (8 clients,
+  closed loop; the server's CPU per plan) and `group_bench` (W = 4 sidecars on loopback; the
+  whole machine's CPU per round, so nothing else may run). The median over the pairs of each
+  build is reported, with every run's value.
 - Instructions (`--callgrind`; repeatable whatever else the machine does): one sidecar under
-  callgrind serving `load_bench --clients=1` (counters zeroed after the warm-up, so start-up is
+  callgrind serving `load_bench --clients=1` (counters zeroed once it serves, so start-up is
   not counted), and a W = 2 group under callgrind (`group_bench`, every process traced; the
   sidecars' instructions per round, formation included and amortised over the rounds).
 
@@ -83,8 +84,8 @@ def callgrind_sidecar(build, seconds, tmp):
                 sys.exit("the sidecar under callgrind did not start")
             time.sleep(0.2)
         target = f"127.0.0.1:{open(port_file).read().strip()}"
-        # Warm-up (connection, first stream), then zero the counters and measure.
-        run([f"{build}/bin/load_bench", f"--target={target}", "--clients=1", "--duration=3s"], 300)
+        # Start-up is not counted; the stream's first round (its worker thread) is, amortised
+        # over the run (a second load_bench would reuse the stream's evicted round numbers).
         run(["callgrind_control", "--zero", str(server.pid)], 60)
         out = run(
             [
@@ -164,7 +165,9 @@ def main():
     load = {name: [] for name in builds}
     group = {name: [] for name in builds}
     for pair in range(args.pairs):
-        for name, build in builds.items():
+        # Alternate which build goes first, so a drift in the machine's load favours neither.
+        order = list(builds.items()) if pair % 2 == 0 else list(reversed(builds.items()))
+        for name, build in order:
             load[name].append(load_cpu(build, args.load_seconds))
             group[name].append(group_cpu(build, args.group_rounds))
             print(
