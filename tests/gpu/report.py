@@ -201,17 +201,15 @@ def judge_sanitizer(inputs, name, sanitizer):
     if memcheck is None and racecheck is None:
         return check("unavailable", f"no sanitizer summary (could not attach?): {last_lines(text)}")
     errors = int(memcheck.group(1)) if memcheck else int(racecheck.group(2))
-    hazards = int(racecheck.group(1)) if racecheck else errors
-    tests_ok = re.search(r"\[  PASSED  \] \d+ test", text) and "[  FAILED  ]" not in text
-    metrics = {"errors": errors, "hazards": hazards, "seconds": step["seconds"]}
+    found = f"{errors} errors" + (f", {racecheck.group(1)} hazards" if racecheck else "")
+    tests_ok = bool(re.search(r"\[  PASSED  \] \d+ test", text)) and "[  FAILED  ]" not in text
+    metrics = {"errors": errors, "seconds": step["seconds"]}
+    if racecheck:
+        metrics["hazards"] = int(racecheck.group(1))
     if errors or step["rc"] != 0 or not tests_ok:
-        return check(
-            "fail",
-            f"rc={step['rc']}, {errors} errors, {hazards} hazards; tests passed: "
-            f"{bool(tests_ok)}: {last_lines(text)}"[:600],
-            **metrics,
-        )
-    return check("pass", f"clean: 0 errors, {hazards} hazards reported", **metrics)
+        reason = f"rc={step['rc']}, {found}; tests passed: {tests_ok}: {last_lines(text)}"
+        return check("fail", reason[:600], **metrics)
+    return check("pass", f"clean: {found}", **metrics)
 
 
 def attention_data(inputs):
@@ -242,7 +240,7 @@ def judge_attention_error(inputs):
                 return check(
                     "unavailable", "no torch bf16 baseline ran: " + "; ".join(batch["exceptions"])
                 )
-            ours, theirs = entry["packsched"], entry[base]
+            ours, theirs = float(entry["packsched"]), float(entry[base])  # "inf" read as inf
             ratio = ours / theirs if theirs > 0 else float("inf")
             worst = max(worst, ratio)
             metrics[f"{batch['tokens']}/{tensor}"] = {"packsched": ours, base: theirs}

@@ -144,10 +144,10 @@ in_kit kernels_bench kernels_bench &&
   --benchmark_min_time=0.2 --benchmark_format=json \
   --benchmark_out="$work/data/kernels_bench.json" --benchmark_out_format=json
 left=$((deadline - reserve - SECONDS))
-step attention_vs_torch 180 env PYTHONPATH="$module_build" \
+step attention_vs_torch 150 env PYTHONPATH="$module_build" \
   LD_LIBRARY_PATH="$kit/module/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
   PYTHONUNBUFFERED=1 "$python" "$kit/scripts/attention_vs_torch.py" \
-  --out "$work/data/attention_vs_torch.json" --budget-s $((left < 180 ? left - 15 : 165))
+  --out "$work/data/attention_vs_torch.json" --budget-s $((left < 150 ? left - 20 : 130))
 
 if [ -n "$sanitizer" ]; then
   small=(HeadDimsArePaddedToTheirBucket GqaWindowsSoftcapAndPaddedLayout
