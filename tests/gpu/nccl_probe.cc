@@ -250,6 +250,8 @@ int Main(int argc, char** argv) {
   if (rounds < 1) rounds = 1;
   setenv("NCCL_SOCKET_IFNAME", "lo", /*overwrite=*/0);
   setenv("NCCL_DEBUG", "WARN", /*overwrite=*/0);
+  // NCCL logs to stdout by default: keep stdout for the JSON.
+  setenv("NCCL_DEBUG_FILE", "/dev/stderr", /*overwrite=*/0);
 
   Json j;
   int nccl_version = 0;

@@ -89,7 +89,18 @@ class Inputs:
         return read_text(os.path.join(self.work, "logs", f"{name}.log")) or ""
 
     def data(self, name):
-        return load_json(os.path.join(self.work, "data", f"{name}.json"))
+        """data/NAME.json; for a file with other lines too (a library's log on stdout), the
+        last line that is a JSON object."""
+        path = os.path.join(self.work, "data", f"{name}.json")
+        found = load_json(path)
+        if found is None:
+            for line in reversed((read_text(path) or "").splitlines()):
+                if line.startswith("{"):
+                    try:
+                        return json.loads(line)
+                    except ValueError:
+                        break
+        return found
 
 
 def finite(value):
