@@ -18,8 +18,9 @@
 # tests, the NCCL test and probe, kernels_bench (packing against a device copy), attention
 # against torch, compute-sanitizer (memcheck on small cases, racecheck on one attention case),
 # attention_bench. tests/gpu/report.py turns their outputs into checks.
-# Environment: PYTHON (default python3: the one with torch), OUT, PACKSCHED_GPU_KIT_BUDGET_S;
-# PACKSCHED_GPU_KIT_FORCE=1 runs every step without a GPU (gpu_kit_test does, on the CPU).
+# Environment: PYTHON (default python3: the one with torch), OUT, PACKSCHED_GPU_KIT_BUDGET_S,
+# PACKSCHED_GPU_KIT_SANITIZER (compute-sanitizer's path, or none); PACKSCHED_GPU_KIT_FORCE=1 runs
+# every step without a GPU (gpu_kit_test does, on the CPU).
 set -uo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -72,7 +73,10 @@ fi
 kit_ld_path=$kit/lib${nccl_dir:+:$nccl_dir}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 kit_env=(env "LD_LIBRARY_PATH=$kit_ld_path")
 
-sanitizer=$(command -v compute-sanitizer 2>/dev/null)
+# PACKSCHED_GPU_KIT_SANITIZER: its path, or "none" to skip those steps (gpu_kit_test on the CPU).
+sanitizer=${PACKSCHED_GPU_KIT_SANITIZER:-$(command -v compute-sanitizer 2>/dev/null)}
+[ "$sanitizer" = none ] && sanitizer=""
+[ -z "${PACKSCHED_GPU_KIT_SANITIZER:-}" ] &&
 for candidate in /usr/local/cuda/bin/compute-sanitizer \
   /usr/local/cuda/compute-sanitizer/compute-sanitizer \
   /opt/nvidia/compute-sanitizer/compute-sanitizer; do
