@@ -6,7 +6,10 @@
 //                                                     reports the memory clock, the share of peak)
 //
 // Workload: 16 sequences of 128..4096 tokens (about 33k tokens), hidden 512 in bfloat16 for the
-// copy kernels; 256 tokens x 32000 vocabulary for cross entropy.
+// copy kernels (on the GPU also hidden 4096: a working set far larger than the L2 cache);
+// 256 tokens x 32000 vocabulary for cross entropy. BM_DeviceCopy/Cuda is the baseline of the
+// copy kernels: cudaMemcpyAsync device to device of one packed [tokens, hidden] tensor, timed
+// the same way in the same run (tests/gpu/report.py divides each kernel's bytes/s by it).
 
 #include <benchmark/benchmark.h>
 
@@ -29,7 +32,6 @@ using testing::HostTensor;
 using testing::SkipWithoutDevice;
 using testing::TimedLoop;
 
-constexpr int64_t kHidden = 512;
 constexpr int64_t kVocab = 32000;
 constexpr int64_t kCeRows = 256;
 constexpr int64_t kAlign = 64;
@@ -77,13 +79,14 @@ void Run(benchmark::State& state, bool cuda, int64_t bytes,
 
 void BM_Unpad(benchmark::State& state, bool cuda) {
   if (SkipWithoutDevice(state, cuda)) return;
+  const int64_t hidden = state.range(0);
   Workload w;
   const int64_t total = w.cu.back();
-  Buffer x(HostTensor(std::vector<int64_t>{w.batch, w.seqlen, kHidden}, testing::DTypeOf<Bf16>()),
+  Buffer x(HostTensor(std::vector<int64_t>{w.batch, w.seqlen, hidden}, testing::DTypeOf<Bf16>()),
            cuda);
   Buffer mask(HostTensor::Of<uint8_t>({w.batch, w.seqlen}, w.Mask()), cuda);
   Buffer cu(testing::CuTensor(w.cu), cuda);
-  Buffer out(Bf16Rows(total, kHidden), cuda);
+  Buffer out(Bf16Rows(total, hidden), cuda);
   Buffer indices(HostTensor::Zeros<int64_t>({total}), cuda);
   const int64_t bytes = mask.nbytes() + 2 * out.nbytes() + indices.nbytes();
   Run(state, cuda, bytes, [&] {
@@ -93,15 +96,16 @@ void BM_Unpad(benchmark::State& state, bool cuda) {
 
 void BM_Pad(benchmark::State& state, bool cuda) {
   if (SkipWithoutDevice(state, cuda)) return;
+  const int64_t hidden = state.range(0);
   Workload w;
   const int64_t total = w.cu.back();
   std::vector<int64_t> idx;
   for (int64_t b = 0; b < w.batch; ++b) {
     for (int32_t i = 0; i < w.lengths[b]; ++i) idx.push_back(b * w.seqlen + i);
   }
-  Buffer packed(Bf16Rows(total, kHidden), cuda);
+  Buffer packed(Bf16Rows(total, hidden), cuda);
   Buffer indices(HostTensor::Of<int64_t>({total}, idx), cuda);
-  Buffer x(HostTensor(std::vector<int64_t>{w.batch, w.seqlen, kHidden}, testing::DTypeOf<Bf16>()),
+  Buffer x(HostTensor(std::vector<int64_t>{w.batch, w.seqlen, hidden}, testing::DTypeOf<Bf16>()),
            cuda);
   const int64_t bytes = packed.nbytes() + indices.nbytes() + x.nbytes();
   Run(state, cuda, bytes, [&] { return Pad(packed.view(), indices.view(), x.view(), nullptr); });
@@ -109,10 +113,11 @@ void BM_Pad(benchmark::State& state, bool cuda) {
 
 void BM_PackAligned(benchmark::State& state, bool cuda) {
   if (SkipWithoutDevice(state, cuda)) return;
+  const int64_t hidden = state.range(0);
   Workload w;
-  Buffer packed(Bf16Rows(w.cu.back(), kHidden), cuda);
+  Buffer packed(Bf16Rows(w.cu.back(), hidden), cuda);
   Buffer cu(testing::CuTensor(w.cu), cuda);
-  Buffer aligned(Bf16Rows(w.cu_padded.back(), kHidden), cuda);
+  Buffer aligned(Bf16Rows(w.cu_padded.back(), hidden), cuda);
   Buffer cu_padded(testing::CuTensor(w.cu_padded), cuda);
   Buffer seqused(HostTensor::Zeros<int32_t>({w.batch}), cuda);
   const int64_t bytes = packed.nbytes() + aligned.nbytes();
@@ -124,11 +129,12 @@ void BM_PackAligned(benchmark::State& state, bool cuda) {
 
 void BM_UnpackAligned(benchmark::State& state, bool cuda) {
   if (SkipWithoutDevice(state, cuda)) return;
+  const int64_t hidden = state.range(0);
   Workload w;
-  Buffer aligned(Bf16Rows(w.cu_padded.back(), kHidden), cuda);
+  Buffer aligned(Bf16Rows(w.cu_padded.back(), hidden), cuda);
   Buffer cu(testing::CuTensor(w.cu), cuda);
   Buffer cu_padded(testing::CuTensor(w.cu_padded), cuda);
-  Buffer packed(Bf16Rows(w.cu.back(), kHidden), cuda);
+  Buffer packed(Bf16Rows(w.cu.back(), hidden), cuda);
   const int64_t bytes = 2 * packed.nbytes();
   Run(state, cuda, bytes, [&] {
     return UnpackAligned(aligned.view(), {&cu.view(), w.cu}, {&cu_padded.view(), w.cu_padded},
@@ -181,14 +187,46 @@ void BM_CrossEntropy(benchmark::State& state, bool cuda) {
   });
 }
 
+// The baseline of the copy kernels: one packed [tokens, hidden] bfloat16 tensor copied device to
+// device (bytes read + written), the same tokens as the kernels' workload.
+void BM_DeviceCopy(benchmark::State& state, bool cuda) {
+  if (SkipWithoutDevice(state, cuda)) return;
+#if PACKSCHED_KERNELS_WITH_CUDA
+  Workload w;
+  Buffer from(Bf16Rows(w.cu.back(), state.range(0)), cuda);
+  Buffer to(Bf16Rows(w.cu.back(), state.range(0)), cuda);
+  Run(state, cuda, 2 * from.nbytes(), [&] {
+    const cudaError_t e = cudaMemcpyAsync(to.view().data, from.view().data, from.nbytes(),
+                                          cudaMemcpyDeviceToDevice, nullptr);
+    return e == cudaSuccess ? absl::OkStatus() : absl::InternalError(cudaGetErrorString(e));
+  });
+#endif
+}
+
 #define PACKSCHED_BENCH_BOTH(fn)                                    \
   BENCHMARK_CAPTURE(fn, Cpu, false)->Unit(benchmark::kMicrosecond); \
   BENCHMARK_CAPTURE(fn, Cuda, true)->UseManualTime()->Unit(benchmark::kMicrosecond)
 
-PACKSCHED_BENCH_BOTH(BM_Unpad);
-PACKSCHED_BENCH_BOTH(BM_Pad);
-PACKSCHED_BENCH_BOTH(BM_PackAligned);
-PACKSCHED_BENCH_BOTH(BM_UnpackAligned);
+// The copy kernels take the hidden size as their argument: 512 on the CPU, 512 and 4096 on the GPU.
+#define PACKSCHED_BENCH_HIDDEN(fn)                                                               \
+  BENCHMARK_CAPTURE(fn, Cpu, false)->ArgName("hidden")->Arg(512)->Unit(benchmark::kMicrosecond); \
+  BENCHMARK_CAPTURE(fn, Cuda, true)                                                              \
+      ->ArgName("hidden")                                                                        \
+      ->Arg(512)                                                                                 \
+      ->Arg(4096)                                                                                \
+      ->UseManualTime()                                                                          \
+      ->Unit(benchmark::kMicrosecond)
+
+PACKSCHED_BENCH_HIDDEN(BM_Unpad);
+PACKSCHED_BENCH_HIDDEN(BM_Pad);
+PACKSCHED_BENCH_HIDDEN(BM_PackAligned);
+PACKSCHED_BENCH_HIDDEN(BM_UnpackAligned);
+BENCHMARK_CAPTURE(BM_DeviceCopy, Cuda, true)
+    ->ArgName("hidden")
+    ->Arg(512)
+    ->Arg(4096)
+    ->UseManualTime()
+    ->Unit(benchmark::kMicrosecond);
 PACKSCHED_BENCH_BOTH(BM_PositionIds);
 PACKSCHED_BENCH_BOTH(BM_ShiftLabels);
 void BM_CrossEntropyF32(benchmark::State& state, bool cuda) { BM_CrossEntropy<float>(state, cuda); }

@@ -1,0 +1,374 @@
+#!/usr/bin/env python3
+"""packsched's varlen attention against torch on the same packed batches (the GPU kit's step).
+
+    attention_vs_torch.py --out FILE [--budget-s S] [--seed N]
+    attention_vs_torch.py --out FILE --cpu-self-test      (small, on the CPU: the plumbing only)
+
+Contract: writes one JSON object to FILE (schema: tests/gpu/README.md, "attention_vs_torch") and
+exits 0 once it is written, whatever it holds: judging is report.py's job. It needs torch with
+CUDA and packsched.kernels on PYTHONPATH (the kit's module); without them the JSON says
+"unavailable" and why. It stops measuring when --budget-s runs out (what was left is marked
+skipped), so a slow kernel cannot make the kit overrun.
+
+Batches: the realistic RL length mix (gen_lengths.py) packed to about 32k and 64k tokens, bf16,
+H = 16, Hk = 4, D = 128, causal (q and k share cu_seqlens). For each batch:
+  - error, FlashAttention's rule: max |x - ref| of out, dq, dk, dv for packsched and for torch's
+    own bf16 computation (torch.nn.attention.varlen.varlen_attn; SDPA per sequence when varlen_attn
+    is missing), ref computed in float64 from the same bf16 inputs; packsched passes when its error
+    is at most 2x torch's (report.py applies the rule);
+  - time and TFLOP/s of forward and backward for packsched, varlen_attn and SDPA per sequence
+    (flash backend, enable_gqa), medians of CUDA-event timings after a warm-up; FLOPs count visible
+    (query, key) pairs: forward 4*D per pair and head, backward 2.5x the forward.
+"""
+
+import argparse
+import inspect
+import json
+import os
+import sys
+import time
+import traceback
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path[:0] = [HERE, os.path.join(HERE, "..", "bench")]  # gen_lengths.py: kit, or source tree
+
+HEADS, KV_HEADS, HEAD_DIM = 16, 4, 128
+TARGETS = (32768, 65536)
+MAX_REPS = 5
+
+
+def pack_lengths(lengths, target):
+    """Lengths taken in order while they fit under `target` tokens (stops within 512 of it)."""
+    batch, total = [], 0
+    for n in lengths:
+        if total + n <= target:
+            batch.append(n)
+            total += n
+        if total > target - 512:
+            break
+    return batch
+
+
+def fwd_flops(lengths, heads, head_dim):
+    return 4.0 * head_dim * heads * sum(n * (n + 1) / 2 for n in lengths)
+
+
+def max_abs_error(torch, x, ref):
+    x = x.to(torch.float64)
+    if not bool(torch.isfinite(x).all()):
+        return float("inf")
+    return float((x - ref).abs().max())
+
+
+def reference(torch, q, k, v, dout, host, scale, chunk=512):
+    """out, dq, dk, dv in float64 for causal GQA attention over the packed batch, computed per
+    sequence and per block of `chunk` query rows (backward by hand: memory stays bounded)."""
+    group = q.shape[1] // k.shape[1]
+    out = torch.zeros(q.shape, dtype=torch.float64, device=q.device)
+    dq = torch.zeros_like(out)
+    dk = torch.zeros(k.shape, dtype=torch.float64, device=q.device)
+    dv = torch.zeros_like(dk)
+    for a, b in zip(host, host[1:]):
+        if b == a:
+            continue
+        qs = q[a:b].to(torch.float64).transpose(0, 1)  # [H, L, D]
+        ks = k[a:b].to(torch.float64).repeat_interleave(group, dim=1).transpose(0, 1)
+        vs = v[a:b].to(torch.float64).repeat_interleave(group, dim=1).transpose(0, 1)
+        dos = dout[a:b].to(torch.float64).transpose(0, 1)
+        dks = torch.zeros_like(ks)
+        dvs = torch.zeros_like(vs)
+        for i0 in range(0, b - a, chunk):
+            i1 = min(b - a, i0 + chunk)
+            s = torch.matmul(qs[:, i0:i1], ks[:, :i1].transpose(1, 2)) * scale  # [H, c, i1]
+            rows = torch.arange(i0, i1, device=q.device)[:, None]
+            cols = torch.arange(0, i1, device=q.device)[None, :]
+            s.masked_fill_(cols > rows, float("-inf"))
+            p = torch.softmax(s, dim=-1)
+            del s
+            o = torch.matmul(p, vs[:, :i1])  # [H, c, D]
+            out[a + i0 : a + i1] = o.transpose(0, 1)
+            do = dos[:, i0:i1]
+            dp = torch.matmul(do, vs[:, :i1].transpose(1, 2))
+            ds = p * (dp - (do * o).sum(-1, keepdim=True))
+            del dp
+            dq[a + i0 : a + i1] = (torch.matmul(ds, ks[:, :i1]) * scale).transpose(0, 1)
+            dks[:, :i1] += torch.matmul(ds.transpose(1, 2), qs[:, i0:i1]) * scale
+            dvs[:, :i1] += torch.matmul(p.transpose(1, 2), do)
+            del p, ds
+        h, length, d = dks.shape
+        dk[a:b] = dks.view(h // group, group, length, d).sum(1).transpose(0, 1)
+        dv[a:b] = dvs.view(h // group, group, length, d).sum(1).transpose(0, 1)
+    return out, dq, dk, dv
+
+
+class Budget:
+    def __init__(self, seconds):
+        self.deadline = time.monotonic() + seconds
+
+    def left(self):
+        return self.deadline - time.monotonic()
+
+
+def time_ms(torch, fn, budget, share):
+    """Median milliseconds of fn() (CUDA events) after one warm-up; as many runs (1..MAX_REPS) as
+    fit in `share` of the budget left. None when the budget is already spent."""
+    if budget.left() <= 0:
+        return None
+    start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+
+    def once():
+        start.record()
+        fn()
+        stop.record()
+        stop.synchronize()
+        return start.elapsed_time(stop)
+
+    first = once()  # warm-up, and the estimate of one run
+    if budget.left() < first / 1000:
+        return first  # no room for more: the warm-up run is the measurement
+    reps = max(1, min(MAX_REPS, int(budget.left() * share * 1000 / max(first, 1e-3))))
+    times = sorted(once() for _ in range(reps))
+    return times[len(times) // 2]
+
+
+class TorchAttention:
+    """torch's bf16 attention: varlen_attn when present, SDPA per sequence."""
+
+    def __init__(self, torch):
+        self.torch = torch
+        self.varlen = None
+        self.varlen_kwargs = {}
+        self.native_gqa = False
+        try:
+            from torch.nn.attention.varlen import varlen_attn
+        except ImportError as e:
+            self.varlen_missing = f"torch.nn.attention.varlen.varlen_attn: {e}"
+            return
+        params = inspect.signature(varlen_attn).parameters
+        if "is_causal" in params:
+            self.varlen_kwargs["is_causal"] = True
+        elif "window_size" in params:
+            self.varlen_kwargs["window_size"] = (-1, 0)
+        else:
+            self.varlen_missing = f"varlen_attn{inspect.signature(varlen_attn)}: no causal option"
+            return
+        if "enable_gqa" in params:
+            self.varlen_kwargs["enable_gqa"] = True
+            self.native_gqa = True
+        self.varlen = varlen_attn
+        self.varlen_missing = None
+
+    def describe(self):
+        if self.varlen is None:
+            return {"varlen_attn": None, "missing": self.varlen_missing}
+        return {
+            "varlen_attn": str(inspect.signature(self.varlen)),
+            "causal_argument": sorted(self.varlen_kwargs),
+            "gqa": "native" if self.native_gqa else "k/v heads repeated (repeat_interleave)",
+        }
+
+    def varlen_call(self, q, k, v, cu, max_len):
+        if not self.native_gqa:
+            group = q.shape[1] // k.shape[1]
+            k = k.repeat_interleave(group, dim=1)
+            v = v.repeat_interleave(group, dim=1)
+        return self.varlen(q, k, v, cu, cu, max_len, max_len, **self.varlen_kwargs)
+
+    def sdpa_call(self, q, k, v, host):
+        """SDPA per sequence, flash backend only: a fallback to the math backend would hold
+        H x L x L scores per sequence (tens of GiB for the graphs kept for timing)."""
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+
+        f = self.torch.nn.functional.scaled_dot_product_attention
+        outs = []
+        with sdpa_kernel([SDPBackend.FLASH_ATTENTION]):
+            for a, b in zip(host, host[1:]):
+                qs = q[a:b].transpose(0, 1).unsqueeze(0)
+                ks = k[a:b].transpose(0, 1).unsqueeze(0)
+                vs = v[a:b].transpose(0, 1).unsqueeze(0)
+                outs.append(f(qs, ks, vs, is_causal=True, enable_gqa=True)[0].transpose(0, 1))
+        return self.torch.cat(outs)
+
+
+def run_batch(torch, kernels, impl, lengths, seed, budget, device):
+    """Errors and timings of one packed batch (a dict for the JSON)."""
+    host = [0]
+    for n in lengths:
+        host.append(host[-1] + n)
+    total, max_len = host[-1], max(lengths)
+    scale = HEAD_DIM**-0.5
+    gen = torch.Generator(device=device).manual_seed(seed)
+    dtype = torch.bfloat16 if device == "cuda" else torch.float32
+
+    def randn(*shape):
+        return torch.randn(*shape, generator=gen, device=device, dtype=torch.float32).to(dtype)
+
+    q, dout = randn(total, HEADS, HEAD_DIM), randn(total, HEADS, HEAD_DIM)
+    k, v = randn(total, KV_HEADS, HEAD_DIM), randn(total, KV_HEADS, HEAD_DIM)
+    cu = torch.tensor(host, dtype=torch.int32, device=device)
+    flops = fwd_flops(lengths, HEADS, HEAD_DIM)
+    result = {
+        "tokens": total,
+        "sequences": len(lengths),
+        "max_len": max_len,
+        "lengths": lengths,
+        "fwd_tflop": flops / 1e12,
+        "error": {},
+        "time_ms": {"fwd": {}, "bwd": {}},
+        "tflops": {"fwd": {}, "bwd": {}},
+        "skipped": [],
+        "exceptions": [],
+    }
+    layout = dict(causal=True, cu_seqlens_q_host=host, cu_seqlens_k_host=host)
+
+    def ours_fwd():
+        return kernels.varlen_attention_forward(q, k, v, cu, cu, max_len, max_len, **layout)
+
+    out, lse = ours_fwd()
+
+    def ours_bwd():
+        return kernels.varlen_attention_backward(
+            dout, q, k, v, out, lse, cu, cu, max_len, max_len, **layout
+        )
+
+    dq, dk, dv = ours_bwd()
+    ref = reference(torch, q, k, v, dout, host, scale)
+    names = ("out", "dq", "dk", "dv")
+    errors = {"packsched": [max_abs_error(torch, x, r) for x, r in zip((out, dq, dk, dv), ref)]}
+
+    def torch_grads(call):
+        leaves = [t.detach().clone().requires_grad_() for t in (q, k, v)]
+        o = call(*leaves)
+        grads = torch.autograd.grad(o, leaves, dout, retain_graph=True)
+        return o, grads, leaves
+
+    graphs = {}
+    calls = {}
+    if impl.varlen is not None:
+        calls["varlen_attn"] = lambda a, b, c: impl.varlen_call(a, b, c, cu, max_len)
+    if device == "cuda":
+        calls["sdpa"] = lambda a, b, c: impl.sdpa_call(a, b, c, host)
+    for name, call in calls.items():
+        try:
+            o, grads, leaves = torch_grads(call)
+            errors[name] = [max_abs_error(torch, x, r) for x, r in zip((o, *grads), ref)]
+            graphs[name] = (call, o, leaves)
+        except Exception as e:  # noqa: BLE001 - recorded, the other baselines go on
+            result["exceptions"].append(f"{name}: {type(e).__name__}: {e}")
+    del ref
+    baseline = "varlen_attn" if "varlen_attn" in errors else "sdpa" if "sdpa" in errors else None
+    for i, name in enumerate(names):
+        entry = {impl_name: errs[i] for impl_name, errs in errors.items()}
+        entry["baseline"] = baseline
+        result["error"][name] = entry
+
+    if device != "cuda":
+        return result
+    timed = [("fwd", "packsched", ours_fwd), ("bwd", "packsched", ours_bwd)]
+    for name, (call, o, leaves) in graphs.items():
+        with_grad = (o, leaves)
+
+        def fwd(call=call):
+            with torch.no_grad():
+                return call(q, k, v)
+
+        def bwd(with_grad=with_grad):
+            return torch.autograd.grad(with_grad[0], with_grad[1], dout, retain_graph=True)
+
+        timed += [("fwd", name, fwd), ("bwd", name, bwd)]
+    for i, (direction, name, fn) in enumerate(timed):
+        try:
+            ms = time_ms(torch, fn, budget, share=1.0 / (len(timed) - i + 1))
+        except Exception as e:  # noqa: BLE001
+            result["exceptions"].append(f"time {direction} {name}: {type(e).__name__}: {e}")
+            continue
+        if ms is None:
+            result["skipped"].append(f"time {direction} {name}: out of budget")
+            continue
+        result["time_ms"][direction][name] = ms
+        work = flops * (2.5 if direction == "bwd" else 1.0)
+        result["tflops"][direction][name] = work / (ms / 1e3) / 1e12
+    result["speed_vs_varlen_attn"] = {
+        d: result["time_ms"][d]["varlen_attn"] / result["time_ms"][d]["packsched"]
+        for d in ("fwd", "bwd")
+        if "varlen_attn" in result["time_ms"][d] and "packsched" in result["time_ms"][d]
+    }
+    return result
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", required=True, help="the JSON file to write")
+    parser.add_argument("--budget-s", type=float, default=150.0, help="seconds for measuring")
+    parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--cpu-self-test", action="store_true", help="small, CPU, float32")
+    args = parser.parse_args()
+    budget = Budget(args.budget_s)
+    report = {"status": "ok", "reason": "", "batches": [], "exceptions": []}
+
+    def write():
+        with open(args.out, "w") as f:
+            json.dump(report, f, indent=1)
+            f.write("\n")
+
+    try:
+        import torch
+
+        import packsched.kernels as kernels
+    except Exception as e:  # noqa: BLE001
+        report.update(status="unavailable", reason=f"import: {type(e).__name__}: {e}")
+        write()
+        return 0
+    device = "cpu" if args.cpu_self_test else "cuda"
+    report["torch"] = torch.__version__
+    if device == "cuda" and not torch.cuda.is_available():
+        report.update(status="unavailable", reason="torch.cuda.is_available() is False")
+        write()
+        return 0
+    if device == "cuda" and not kernels.built_with_cuda():
+        report.update(status="unavailable", reason="packsched.kernels built without CUDA")
+        write()
+        return 0
+    impl = TorchAttention(torch)
+    report["torch_attention"] = impl.describe()
+    report["config"] = {
+        "dtype": "bfloat16" if device == "cuda" else "float32",
+        "heads": HEADS,
+        "kv_heads": KV_HEADS,
+        "head_dim": HEAD_DIM,
+        "causal": True,
+        "reference": "float64, from the same inputs",
+    }
+    if device == "cuda":
+        report["device"] = torch.cuda.get_device_name()
+        torch.backends.cuda.matmul.allow_tf32 = False
+    from gen_lengths import realistic_rl_lengths
+
+    lengths = realistic_rl_lengths(400, args.seed)
+    batches = (
+        [[5, 0, 17, 1, 33]] if args.cpu_self_test else [pack_lengths(lengths, t) for t in TARGETS]
+    )
+    for i, batch in enumerate(batches):
+        if budget.left() <= 0:
+            report["exceptions"].append(f"batch {i}: skipped, out of budget")
+            continue
+        try:
+            report["batches"].append(
+                run_batch(torch, kernels, impl, batch, args.seed + i, budget, device)
+            )
+        except Exception as e:  # noqa: BLE001
+            report["exceptions"].append(
+                f"batch {i} ({sum(batch)} tokens): {type(e).__name__}: {e}\n"
+                + traceback.format_exc(limit=3)
+            )
+        if device == "cuda":
+            torch.cuda.empty_cache()
+        write()  # what is measured so far survives a timeout
+    if not report["batches"]:
+        report.update(status="fail", reason="no batch completed")
+    write()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
