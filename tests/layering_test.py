@@ -141,6 +141,8 @@ TESTS = {
     "tests/kernels": (("kernels", "planner"), ("cuda",)),  # device tests include the runtime
     "tests/client": (("client/cpp",), ()),
     "tests/e2e": (("client/cpp",), ()),
+    # The GPU kit's own probe (tests/gpu/nccl_probe.cc): a round over the NCCL backend.
+    "tests/gpu": (("collective", "group"), ("cuda", "nccl")),
     "tests/bench": (
         ("client/cpp", "kernels", "collective", "group", "planner", "tests/e2e", "tests/kernels"),
         ("benchmark",),
