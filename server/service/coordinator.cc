@@ -46,6 +46,8 @@ struct RoundCoordinator::Stream {
   bool reclaimed ABSL_GUARDED_BY(mu) = false;
   // The last call, or the end of the last round: the idle timeout counts from here.
   absl::Time last_activity ABSL_GUARDED_BY(mu) = absl::Now();
+  // Made, and the call that made it has not reached it yet: not idle, whatever the time.
+  bool made_for_a_call ABSL_GUARDED_BY(mu) = true;
   std::map<int64_t, Pending> in_flight ABSL_GUARDED_BY(mu);  // queued and running, by round
   bool has_last_round ABSL_GUARDED_BY(mu) = false;
   int64_t last_round ABSL_GUARDED_BY(mu) = 0;
@@ -171,6 +173,10 @@ void RoundCoordinator::Submit(RoundInput input, Done done) {
     absl::MutexLock lock(&stream->mu);
     if (stream->reclaimed) continue;  // reclaimed since it was looked up: look again
     stream->last_activity = absl::Now();
+    if (stream->made_for_a_call) {
+      stream->made_for_a_call = false;
+      stream->work.Signal();  // its idle timeout starts now
+    }
     const int64_t round = input.round;
     if (std::optional<ResultCache::Entry> cached = cache_.Find(stream->name, round)) {
       if (cached->content_hash == input.content_hash) {
@@ -229,7 +235,7 @@ void RoundCoordinator::WorkerLoop(Stream* stream) {
       absl::MutexLock lock(&stream->mu);
       // Lowest queued round first; one round at a time per stream.
       while (!stream->stopping && stream->in_flight.empty()) {
-        if (idle_timeout <= absl::ZeroDuration()) {
+        if (idle_timeout <= absl::ZeroDuration() || stream->made_for_a_call) {
           stream->work.Wait(&stream->mu);
           continue;
         }
@@ -335,7 +341,7 @@ bool RoundCoordinator::Reclaim(Stream& stream, std::thread& predecessor) {
     stream.stopping = true;
     return false;
   }
-  if (stream.stopping || !stream.in_flight.empty() ||
+  if (stream.stopping || !stream.in_flight.empty() || stream.made_for_a_call ||
       absl::Now() < stream.last_activity + options_.limits.stream_idle_timeout) {
     return false;
   }

@@ -45,7 +45,8 @@ constexpr int64_t kCap = 18432;  // above the longest RealisticRlLengths sequenc
 // Threads of this process (Linux).
 int64_t ThreadCount() {
   int64_t count = 0;
-  for ([[maybe_unused]] const auto& entry : std::filesystem::directory_iterator("/proc/self/task")) {
+  for ([[maybe_unused]] const auto& entry :
+       std::filesystem::directory_iterator("/proc/self/task")) {
     ++count;
   }
   return count;
@@ -380,7 +381,8 @@ bool WaitForStats(RoundCoordinator& coordinator, Predicate done,
 TEST(Coordinator, IdleStreamsAreReclaimedWithTheirThreads) {
   RoundCoordinator::Options options;
   options.limits.max_streams = 1;
-  options.limits.stream_idle_timeout = absl::Milliseconds(100);
+  // Well above a stall of a loaded machine, so a stream is not reclaimed between two calls.
+  options.limits.stream_idle_timeout = absl::Milliseconds(400);
   RoundCoordinator coordinator(std::move(options));
   const int64_t threads = ThreadCount();
   ASSERT_TRUE(SubmitAndWait(coordinator, Input(Request("a", 1, Batch(1), kCap))).ok());
@@ -389,7 +391,7 @@ TEST(Coordinator, IdleStreamsAreReclaimedWithTheirThreads) {
   EXPECT_EQ(SubmitAndWait(coordinator, Input(Request("b", 1, Batch(1), kCap))).status().code(),
             absl::StatusCode::kResourceExhausted);
   ASSERT_TRUE(WaitForStats(coordinator, [](const RoundCoordinator::Stats& s) {
-    return s.streams.empty() && s.streams_reclaimed == 1;
+    return s.streams.empty() && s.streams_reclaimed >= 1;
   }));
   EXPECT_EQ(coordinator.GetStats().tombstones, 1);
   const absl::Time deadline = absl::Now() + absl::Seconds(30);
@@ -407,7 +409,7 @@ TEST(Coordinator, IdleStreamsAreReclaimedWithTheirThreads) {
   // The slot is free again: another stream, then a new round of "a" once that one is gone.
   ASSERT_TRUE(SubmitAndWait(coordinator, Input(Request("b", 1, Batch(2), kCap))).ok());
   ASSERT_TRUE(WaitForStats(coordinator, [](const RoundCoordinator::Stats& s) {
-    return s.streams.empty() && s.streams_reclaimed == 2;
+    return s.streams.empty() && s.streams_reclaimed >= 2;
   }));
   ASSERT_TRUE(SubmitAndWait(coordinator, Input(Request("a", 2, Batch(3), kCap))).ok());
   RoundCoordinator::Stats stats = coordinator.GetStats();
@@ -422,11 +424,41 @@ TEST(Coordinator, IdleStreamsAreReclaimedWithTheirThreads) {
   EXPECT_EQ(coordinator.GetStats().rounds, 3);
   // And on the stream's next reclamation, its tombstone is its highest round.
   ASSERT_TRUE(WaitForStats(coordinator, [](const RoundCoordinator::Stats& s) {
-    return s.streams.empty() && s.streams_reclaimed == 3;
+    return s.streams.empty() && s.streams_reclaimed >= 3;
   }));
   EXPECT_EQ(SubmitAndWait(coordinator, Input(Request("a", 2, Batch(3), kCap))).status().code(),
             absl::StatusCode::kFailedPrecondition);
   EXPECT_TRUE(SubmitAndWait(coordinator, Input(Request("a", 3, Batch(3), kCap))).ok());
+}
+
+// Tombstones are bounded: past kMaxTombstones the oldest is dropped, and a late caller of that
+// stream's served round runs it again (documented; in a group of one it simply plans).
+TEST(Coordinator, TombstonesAreBoundedOldestDroppedFirst) {
+  RoundCoordinator::Options options;
+  options.limits.max_streams = 2 * RoundCoordinator::kMaxTombstones;
+  options.limits.stream_idle_timeout = absl::Milliseconds(1);
+  RoundCoordinator coordinator(std::move(options));
+  const int64_t n = RoundCoordinator::kMaxTombstones + 1;
+  const std::vector<int64_t> lengths = {5, 7};
+  for (int64_t i = 0; i < n; ++i) {
+    ASSERT_TRUE(
+        SubmitAndWait(coordinator, Input(Request(absl::StrCat("s", i), 0, lengths, kCap))).ok());
+    if (i == 0) {  // "s0" leaves the oldest tombstone (the others go in any order)
+      ASSERT_TRUE(WaitForStats(coordinator,
+                               [](const RoundCoordinator::Stats& s) { return s.tombstones == 1; }));
+    }
+  }
+  ASSERT_TRUE(WaitForStats(coordinator,
+                           [n](const RoundCoordinator::Stats& s) {
+                             return s.streams_reclaimed >= n && s.streams.empty();
+                           }))
+      << coordinator.GetStats().streams_reclaimed << " reclaimed, "
+      << coordinator.GetStats().streams.size() << " live";
+  EXPECT_EQ(coordinator.GetStats().tombstones, RoundCoordinator::kMaxTombstones);
+  EXPECT_EQ(SubmitAndWait(coordinator, Input(Request("s1", 0, lengths, kCap))).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(SubmitAndWait(coordinator, Input(Request("s0", 0, lengths, kCap))).ok());
+  EXPECT_EQ(coordinator.GetStats().rounds, n + 1);
 }
 
 // A stream with a round queued or running is not idle, however long the round takes; calls
@@ -444,7 +476,7 @@ TEST(Coordinator, BusyStreamsAreNotReclaimed) {
   gate.Open();
   ASSERT_TRUE(running.Wait().ok());
   ASSERT_TRUE(WaitForStats(coordinator, [](const RoundCoordinator::Stats& s) {
-    return s.streams_reclaimed == 1 && s.streams.empty();
+    return s.streams_reclaimed >= 1 && s.streams.empty();
   }));
 }
 
