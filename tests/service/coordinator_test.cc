@@ -382,7 +382,7 @@ TEST(Coordinator, IdleStreamsAreReclaimedWithTheirThreads) {
   RoundCoordinator::Options options;
   options.limits.max_streams = 1;
   // Well above a stall of a loaded machine, so a stream is not reclaimed between two calls.
-  options.limits.stream_idle_timeout = absl::Milliseconds(400);
+  options.limits.stream_idle_timeout = absl::Seconds(1);
   RoundCoordinator coordinator(std::move(options));
   const int64_t threads = ThreadCount();
   ASSERT_TRUE(SubmitAndWait(coordinator, Input(Request("a", 1, Batch(1), kCap))).ok());
