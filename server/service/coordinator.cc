@@ -26,9 +26,13 @@ struct RoundCoordinator::Pending {
 };
 
 struct RoundCoordinator::Stream {
-  explicit Stream(std::string n) : name(std::move(n)) {}
+  Stream(std::string n, std::optional<int64_t> released)
+      : name(std::move(n)), released_before(released) {}
 
   const std::string name;
+  // The highest round served or let go by an earlier incarnation of the stream (its tombstone).
+  const std::optional<int64_t> released_before;
+  // Set under the coordinator's mu_ when the stream is created; moved out under it by Reclaim.
   std::thread worker;
   // Made by the worker before the stream's first round (under `mu`, read by GetStats and
   // Shutdown there); used by the worker, except Abort() and info() (thread-safe by contract).
@@ -37,6 +41,13 @@ struct RoundCoordinator::Stream {
   absl::Mutex mu;
   absl::CondVar work;  // a round was queued, or the stream is stopping
   bool stopping ABSL_GUARDED_BY(mu) = false;
+  // Reclaimed (set under the coordinator's mu_ too): no longer in streams_; a caller that found
+  // it before looks its name up again.
+  bool reclaimed ABSL_GUARDED_BY(mu) = false;
+  // The last call, or the end of the last round: the idle timeout counts from here.
+  absl::Time last_activity ABSL_GUARDED_BY(mu) = absl::Now();
+  // Made, and the call that made it has not reached it yet: not idle, whatever the time.
+  bool made_for_a_call ABSL_GUARDED_BY(mu) = true;
   std::map<int64_t, Pending> in_flight ABSL_GUARDED_BY(mu);  // queued and running, by round
   bool has_last_round ABSL_GUARDED_BY(mu) = false;
   int64_t last_round ABSL_GUARDED_BY(mu) = 0;
@@ -45,6 +56,18 @@ struct RoundCoordinator::Stream {
 };
 
 namespace {
+
+// A round at or below the tombstone of a stream that was reclaimed while idle.
+absl::Status ReclaimedRound(absl::string_view stream, int64_t round, int64_t released,
+                            const ServiceLimits& limits) {
+  return absl::FailedPreconditionError(absl::StrCat(
+      "stream '", stream, "' round ", round, round == released ? " was" : " is at or below round ",
+      round == released ? "" : absl::StrCat(released, ", which was"),
+      " already served before the stream was reclaimed (idle for --stream_idle_timeout = ",
+      absl::FormatDuration(limits.stream_idle_timeout),
+      "): a served round is not run again (its peers would not join it); every caller of a "
+      "round must arrive while it is cached"));
+}
 
 absl::Status ContentMismatch(absl::string_view stream, int64_t round, absl::string_view where) {
   return absl::FailedPreconditionError(
@@ -104,38 +127,58 @@ RoundCoordinator::RoundCoordinator(Options options)
 RoundCoordinator::~RoundCoordinator() { Shutdown(); }
 
 void RoundCoordinator::Submit(RoundInput input, Done done) {
-  Stream* stream = nullptr;
-  absl::Status refused;  // answered outside the lock: `done` may do anything
-  {
-    absl::MutexLock lock(&mu_);
-    auto it = streams_.find(input.stream);
-    if (shut_down_) {
-      refused = absl::UnavailableError("the scheduler is shutting down");
-    } else if (it == streams_.end() &&
-               static_cast<int64_t>(streams_.size()) >= options_.limits.max_streams) {
-      refused = absl::ResourceExhaustedError(
-          absl::StrCat("stream '", input.stream, "' would be stream ", streams_.size() + 1,
-                       ": the server limit --max_streams is ", options_.limits.max_streams));
-    } else if (it == streams_.end()) {
-      auto created = std::make_unique<Stream>(input.stream);
-      Stream* raw = created.get();
-      it = streams_.emplace(input.stream, std::move(created)).first;
-      raw->worker = std::thread([this, raw] { WorkerLoop(raw); });
-    }
-    if (refused.ok()) stream = it->second.get();
-  }
-  if (!refused.ok()) {
-    std::move(done)(refused);
-    return;
-  }
-
   Result immediate;
-  bool answered = false;
-  {
+  while (true) {
+    std::shared_ptr<Stream> stream;
+    absl::Status refused;  // answered outside the lock: `done` may do anything
+    {
+      absl::MutexLock lock(&mu_);
+      auto it = streams_.find(input.stream);
+      if (shut_down_) {
+        refused = absl::UnavailableError("the scheduler is shutting down");
+      } else if (it == streams_.end() && !input.error.ok()) {
+        // Only a valid request creates a stream: an invalid one gets its own error, and leaves
+        // no slot and no thread behind (its peers, if any, time out naming this rank).
+        refused = input.error;
+      } else if (it == streams_.end() &&
+                 static_cast<int64_t>(streams_.size()) >= options_.limits.max_streams) {
+        refused = absl::ResourceExhaustedError(
+            absl::StrCat("stream '", input.stream, "' would be stream ", streams_.size() + 1,
+                         ": the server limit --max_streams is ", options_.limits.max_streams));
+      } else if (it == streams_.end()) {
+        std::optional<int64_t> released;
+        if (auto t = tombstones_.find(input.stream); t != tombstones_.end()) {
+          released = t->second.round;
+          if (input.round <= *released) {
+            // Refused by the stream's tombstone without making the stream again.
+            refused = ReclaimedRound(input.stream, input.round, *released, options_.limits);
+          } else {
+            tombstone_order_.erase(t->second.age);
+            tombstones_.erase(t);
+          }
+        }
+        if (refused.ok()) {
+          auto created = std::make_shared<Stream>(input.stream, released);
+          it = streams_.emplace(input.stream, created).first;
+          created->worker = std::thread([this, created] { WorkerLoop(created.get()); });
+        }
+      }
+      if (refused.ok()) stream = it->second;
+    }
+    if (!refused.ok()) {
+      std::move(done)(refused);
+      return;
+    }
+
     absl::MutexLock lock(&stream->mu);
+    if (stream->reclaimed) continue;  // reclaimed since it was looked up: look again
+    stream->last_activity = absl::Now();
+    if (stream->made_for_a_call) {
+      stream->made_for_a_call = false;
+      stream->work.Signal();  // its idle timeout starts now
+    }
     const int64_t round = input.round;
     if (std::optional<ResultCache::Entry> cached = cache_.Find(stream->name, round)) {
-      answered = true;
       if (cached->content_hash == input.content_hash) {
         immediate = std::move(cached->result);
         absl::MutexLock counters(&counters_mu_);
@@ -146,7 +189,6 @@ void RoundCoordinator::Submit(RoundInput input, Done done) {
     } else if (stream->stopping) {
       // Before the in-flight check: Shutdown() has already answered the callers of the rounds
       // in flight, and a caller joining one now would wait for a round no longer reported.
-      answered = true;
       immediate = absl::UnavailableError("the scheduler is shutting down");
     } else if (auto pending = stream->in_flight.find(round); pending != stream->in_flight.end()) {
       if (pending->second.input.content_hash == input.content_hash) {
@@ -155,15 +197,15 @@ void RoundCoordinator::Submit(RoundInput input, Done done) {
         ++joined_;
         return;
       }
-      answered = true;
       immediate = ContentMismatch(stream->name, round, "in flight");
     } else if (const std::optional<int64_t> released = cache_.HighestReleased(stream->name);
-               released && round <= *released) {
-      answered = true;
+               released && round <= *released &&
+               !(stream->released_before && *stream->released_before >= *released)) {
       immediate = ReleasedRound(stream->name, round, *released, options_.limits);
+    } else if (stream->released_before && round <= *stream->released_before) {
+      immediate = ReclaimedRound(stream->name, round, *stream->released_before, options_.limits);
     } else if (static_cast<int64_t>(stream->in_flight.size()) >=
                options_.limits.max_outstanding_rounds) {
-      answered = true;
       immediate = absl::ResourceExhaustedError(
           absl::StrCat("stream '", stream->name, "' has ", stream->in_flight.size(),
                        " rounds outstanding: the server limit --max_outstanding_rounds is ",
@@ -175,20 +217,47 @@ void RoundCoordinator::Submit(RoundInput input, Done done) {
       stream->work.Signal();
       return;
     }
+    break;
   }
-  if (answered) std::move(done)(std::move(immediate));
+  std::move(done)(std::move(immediate));
 }
 
 void RoundCoordinator::WorkerLoop(Stream* stream) {
   NameThisThread("psched-stream");
+  const absl::Duration idle_timeout = options_.limits.stream_idle_timeout;
+  bool reclaimed = false;
+  std::thread predecessor;  // the reclaimed worker before this one, joined before this one ends
   while (true) {
     RoundInput* input = nullptr;
     int64_t round = 0;
+    bool idle = false;
     {
       absl::MutexLock lock(&stream->mu);
       // Lowest queued round first; one round at a time per stream.
-      while (!stream->stopping && stream->in_flight.empty()) stream->work.Wait(&stream->mu);
+      while (!stream->stopping && stream->in_flight.empty()) {
+        if (idle_timeout <= absl::ZeroDuration() || stream->made_for_a_call) {
+          stream->work.Wait(&stream->mu);
+          continue;
+        }
+        const absl::Time idle_at = stream->last_activity + idle_timeout;
+        if (absl::Now() >= idle_at) {
+          idle = true;
+          break;
+        }
+        stream->work.WaitWithDeadline(&stream->mu, idle_at);
+      }
       if (stream->stopping) break;
+    }
+    if (idle) {
+      // Under the coordinator's lock, which this thread must take before the stream's.
+      if (Reclaim(*stream, predecessor)) {
+        reclaimed = true;
+        break;
+      }
+      continue;  // a call came meanwhile
+    }
+    {
+      absl::MutexLock lock(&stream->mu);
       auto it = stream->in_flight.begin();
       it->second.running = true;
       round = it->first;
@@ -206,6 +275,7 @@ void RoundCoordinator::WorkerLoop(Stream* stream) {
       waiters = std::move(it->second.waiters);
       const uint64_t content_hash = it->second.input.content_hash;
       stream->in_flight.erase(it);
+      stream->last_activity = absl::Now();
       if (result.ok()) {
         ++stream->rounds_completed;
         if (!stream->has_last_round || round > stream->last_round) stream->last_round = round;
@@ -235,6 +305,19 @@ void RoundCoordinator::WorkerLoop(Stream* stream) {
     for (Done& done : waiters) std::move(done)(result);
   }
 
+  if (reclaimed) {
+    // Off every lock: the agreement closes the stream's collective (its connections to the
+    // peers; a rank group's StreamGroup also leaves the group's count of failed streams).
+    std::unique_ptr<group::RoundAgreement> agreement;
+    {
+      absl::MutexLock lock(&stream->mu);
+      agreement = std::move(stream->agreement);
+    }
+    agreement.reset();
+    if (predecessor.joinable()) predecessor.join();
+    return;
+  }
+
   // Stopping: fail what is still queued.
   std::map<int64_t, Pending> left;
   {
@@ -248,6 +331,43 @@ void RoundCoordinator::WorkerLoop(Stream* stream) {
                                               stream->name, "' round ", round, " did not run")));
     }
   }
+}
+
+bool RoundCoordinator::Reclaim(Stream& stream, std::thread& predecessor) {
+  absl::MutexLock lock(&mu_);
+  absl::MutexLock stream_lock(&stream.mu);
+  if (shut_down_) {
+    // Shutdown() is about to stop every stream it listed, this one included: stop waiting.
+    stream.stopping = true;
+    return false;
+  }
+  if (stream.stopping || !stream.in_flight.empty() || stream.made_for_a_call ||
+      absl::Now() < stream.last_activity + options_.limits.stream_idle_timeout) {
+    return false;
+  }
+  stream.reclaimed = true;
+  std::optional<int64_t> released = cache_.Forget(stream.name);
+  if (stream.released_before && (!released || *stream.released_before > *released)) {
+    released = stream.released_before;
+  }
+  if (released) {
+    // No tombstone of this name exists: a new stream takes its tombstone back.
+    tombstone_order_.push_back(stream.name);
+    tombstones_.emplace(stream.name, Tombstone{*released, std::prev(tombstone_order_.end())});
+    while (static_cast<int64_t>(tombstones_.size()) > kMaxTombstones) {
+      tombstones_.erase(tombstone_order_.front());
+      tombstone_order_.pop_front();
+    }
+  }
+  streams_.erase(stream.name);  // the worker's own reference keeps `stream` alive
+  ++streams_reclaimed_;
+  predecessor = std::move(last_reclaimed_worker_);
+  last_reclaimed_worker_ = std::move(stream.worker);
+  spdlog::info("stream {}: reclaimed after {} idle: {} rounds completed, {} failed, last round {}",
+               stream.name, absl::FormatDuration(options_.limits.stream_idle_timeout),
+               stream.rounds_completed, stream.rounds_failed,
+               stream.has_last_round ? absl::StrCat(stream.last_round) : "none");
+  return true;
 }
 
 Result RoundCoordinator::RunRound(Stream& stream, const RoundInput& in) {
@@ -352,12 +472,12 @@ Result RoundCoordinator::RunRound(Stream& stream, const RoundInput& in) {
 }
 
 void RoundCoordinator::Shutdown() {
-  std::vector<Stream*> streams;
+  std::vector<std::shared_ptr<Stream>> streams;
   {
     absl::MutexLock lock(&mu_);
     if (shut_down_) return;
     shut_down_ = true;
-    for (auto& [name, stream] : streams_) streams.push_back(stream.get());
+    for (auto& [name, stream] : streams_) streams.push_back(stream);
   }
   // Every outstanding caller, answered below without any lock held (`done` may do anything).
   struct Abandoned {
@@ -367,7 +487,7 @@ void RoundCoordinator::Shutdown() {
     std::vector<Done> waiters;
   };
   std::vector<Abandoned> abandoned;
-  for (Stream* stream : streams) {
+  for (const std::shared_ptr<Stream>& stream : streams) {
     absl::MutexLock lock(&stream->mu);
     stream->stopping = true;
     if (stream->agreement != nullptr) stream->agreement->Abort();
@@ -388,10 +508,19 @@ void RoundCoordinator::Shutdown() {
                                                   a.stream, "' round ", a.round, " did not run"));
     for (Done& done : a.waiters) std::move(done)(status);
   }
-  for (Stream* stream : streams) {
+  for (const std::shared_ptr<Stream>& stream : streams) {
     if (stream->worker.joinable()) stream->worker.join();
   }
-  for (Stream* stream : streams) {
+  {
+    // The last reclaimed worker, which joins the one before it (no more are reclaimed now).
+    std::thread reclaimed;
+    {
+      absl::MutexLock lock(&mu_);
+      reclaimed = std::move(last_reclaimed_worker_);
+    }
+    if (reclaimed.joinable()) reclaimed.join();
+  }
+  for (const std::shared_ptr<Stream>& stream : streams) {
     absl::MutexLock lock(&stream->mu);
     spdlog::info("stream {}: {} rounds completed, {} failed, last round {}", stream->name,
                  stream->rounds_completed, stream->rounds_failed,
@@ -424,6 +553,11 @@ RoundCoordinator::Stats RoundCoordinator::GetStats() const {
       stats.generation = std::max(stats.generation, info.generation);
       if (!info.backend.empty()) stats.backend = info.backend;
     }
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    stats.streams_reclaimed = streams_reclaimed_;
+    stats.tombstones = static_cast<int64_t>(tombstones_.size());
   }
   absl::MutexLock counters(&counters_mu_);
   stats.rounds = rounds_;

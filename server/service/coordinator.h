@@ -22,12 +22,29 @@
 //    runs 6 (5 has not arrived), then 6 against 5: both rounds fail on both ranks with
 //    FailedPrecondition (each rank's error names its own round, the peers' and this rule);
 //  - failures are not cached: calling a failed round again runs it again.
+//
+// Streams' lifecycle:
+//  - a stream is created by the first VALID request for its name: a request whose validation
+//    failed (RoundInput::error) for a stream that does not exist gets its own error at once and
+//    creates nothing (no slot, no thread). For a stream that exists, it joins its round with the
+//    error as before, so the peers fail with the same status;
+//  - a stream with no round queued or running and no call for limits.stream_idle_timeout is
+//    reclaimed by its own worker (which then exits, joined by the next reclaimed worker or by
+//    Shutdown()): its slot, its cached results and its agreement (the stream's collective) go;
+//  - a reclaimed stream leaves a tombstone, the highest round it served or let go, so that a
+//    late caller of such a round (or a lower one) still gets FailedPrecondition rather than a
+//    round its peers would not join. At most kMaxTombstones are kept, the oldest dropped first;
+//    a stream created again takes its tombstone back;
+//  - max_streams counts live streams only.
 
 #include <cstdint>
 #include <functional>
+#include <list>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -76,8 +93,13 @@ class RoundCoordinator {
     int64_t outstanding = 0;  // queued or running
     int64_t cached = 0;
   };
+  // Tombstones of reclaimed streams kept (about 200 bytes each with a 128-byte name).
+  static constexpr int64_t kMaxTombstones = 4096;
+
   struct Stats {
-    std::vector<StreamStats> streams;  // by name
+    std::vector<StreamStats> streams;  // live streams, by name
+    int64_t streams_reclaimed = 0;     // idle streams reclaimed so far
+    int64_t tombstones = 0;            // of reclaimed streams, kept (<= kMaxTombstones)
     int64_t rounds = 0;                // rounds run, successful or not
     int64_t cache_hits = 0;
     int64_t joined_in_flight = 0;
@@ -98,6 +120,7 @@ class RoundCoordinator {
   RoundCoordinator& operator=(const RoundCoordinator&) = delete;
 
   // Submits one caller's round; `done` gets the shared result or the round's status:
+  // the request's own validation error when its stream does not exist (nothing is created);
   // ResourceExhausted when a new stream would exceed max_streams or a new round
   // max_outstanding_rounds; FailedPrecondition for different content in the same round;
   // Unavailable after Shutdown(); otherwise the round's own outcome (its validation error or a
@@ -124,6 +147,11 @@ class RoundCoordinator {
   struct Pending;
 
   void WorkerLoop(Stream* stream);
+  // Called by an idle stream's worker: removes the stream (its slot, its cached results), leaves
+  // its tombstone and hands its thread to last_reclaimed_worker_. Returns false, changing
+  // nothing, when a call came meanwhile (or marks the stream stopping after Shutdown() began).
+  // `predecessor` gets the previous reclaimed worker, for the caller to join.
+  bool Reclaim(Stream& stream, std::thread& predecessor);
   absl::StatusOr<std::shared_ptr<const RoundResult>> RunRound(Stream& stream,
                                                               const RoundInput& input);
 
@@ -133,7 +161,19 @@ class RoundCoordinator {
   ResultCache cache_;
   mutable absl::Mutex mu_;
   bool shut_down_ ABSL_GUARDED_BY(mu_) = false;
-  std::map<std::string, std::unique_ptr<Stream>, std::less<>> streams_ ABSL_GUARDED_BY(mu_);
+  // Live streams. Shared with their worker, which keeps its stream alive after reclaiming it.
+  std::map<std::string, std::shared_ptr<Stream>, std::less<>> streams_ ABSL_GUARDED_BY(mu_);
+  // Reclaimed streams' highest released round, by name, and their names oldest first.
+  struct Tombstone {
+    int64_t round;
+    std::list<std::string>::iterator age;
+  };
+  absl::flat_hash_map<std::string, Tombstone> tombstones_ ABSL_GUARDED_BY(mu_);
+  std::list<std::string> tombstone_order_ ABSL_GUARDED_BY(mu_);
+  // The last reclaimed worker; each reclaimed worker joins the one before it before it ends, so
+  // at most one is unjoined, and Shutdown() joins it.
+  std::thread last_reclaimed_worker_ ABSL_GUARDED_BY(mu_);
+  int64_t streams_reclaimed_ ABSL_GUARDED_BY(mu_) = 0;
 
   mutable absl::Mutex counters_mu_;
   int64_t rounds_ ABSL_GUARDED_BY(counters_mu_) = 0;

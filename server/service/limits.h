@@ -16,8 +16,12 @@ struct ServiceLimits {
   int64_t max_sequences_per_request = int64_t{1} << 20;
   // Ceiling on a request's max_micro_batches (and its default when the request leaves it 0).
   int64_t max_micro_batches = planner::kDefaultMaxMicroBatches;
-  // Streams one sidecar keeps (streams are never forgotten while the server runs).
+  // Live streams one sidecar keeps: a stream exists once a valid request made it, and is
+  // reclaimed after stream_idle_timeout.
   int64_t max_streams = 64;
+  // A stream with no round queued or running and no call for this long is reclaimed with its
+  // worker thread (coordinator.h); zero: never.
+  absl::Duration stream_idle_timeout = absl::Minutes(30);
   // Finished rounds kept per stream for late callers of the same round (TP/PP/CP ranks); 0 keeps
   // none, so every late caller is refused (see max_cached_bytes).
   int64_t max_cached_rounds = 16;

@@ -88,6 +88,17 @@ bool ResultCache::Insert(absl::string_view stream_name, int64_t round, uint64_t 
   return true;
 }
 
+std::optional<int64_t> ResultCache::Forget(absl::string_view stream_name) {
+  absl::MutexLock lock(&mu_);
+  const auto s = streams_.find(stream_name);
+  if (s == streams_.end()) return std::nullopt;
+  PerStream& stream = s->second;
+  while (!stream.rounds.empty()) Erase(stream, stream.rounds.begin()->first, /*released=*/true);
+  const std::optional<int64_t> highest = stream.highest_released;
+  streams_.erase(s);
+  return highest;
+}
+
 int64_t ResultCache::Count(absl::string_view stream) const {
   absl::MutexLock lock(&mu_);
   const auto s = streams_.find(stream);

@@ -59,6 +59,11 @@ class ResultCache {
   bool Insert(absl::string_view stream, int64_t round, uint64_t content_hash,
               std::shared_ptr<const RoundResult> result, int64_t bytes);
 
+  // Drops every entry of `stream` and what the cache remembers of it (a reclaimed stream,
+  // coordinator.h). Returns the highest round of `stream` it kept or had let go, or
+  // std::nullopt.
+  std::optional<int64_t> Forget(absl::string_view stream);
+
   int64_t Count(absl::string_view stream) const;  // entries of `stream`
   int64_t bytes() const;                          // over every stream
 

@@ -28,7 +28,11 @@ ABSL_FLAG(int64_t, max_sequences_per_request,
 ABSL_FLAG(int64_t, max_micro_batches, packsched::service::ServiceLimits{}.max_micro_batches,
           "ceiling on a request's max_micro_batches (and its default)");
 ABSL_FLAG(int64_t, max_streams, packsched::service::ServiceLimits{}.max_streams,
-          "most planning streams");
+          "most live planning streams (a stream exists once a valid request made it)");
+ABSL_FLAG(absl::Duration, stream_idle_timeout,
+          packsched::service::ServiceLimits{}.stream_idle_timeout,
+          "a stream with no round queued or running and no call for this long is reclaimed with "
+          "its thread and cached rounds (0: never)");
 ABSL_FLAG(int64_t, max_cached_rounds, packsched::service::ServiceLimits{}.max_cached_rounds,
           "finished rounds kept per stream for late callers (TP/PP/CP ranks)");
 ABSL_FLAG(int64_t, max_cached_bytes, packsched::service::ServiceLimits{}.max_cached_bytes,
@@ -109,6 +113,7 @@ absl::StatusOr<service::ServerOptions> ServerOptionsFromFlags() {
   l.max_sequences_per_request = absl::GetFlag(FLAGS_max_sequences_per_request);
   l.max_micro_batches = absl::GetFlag(FLAGS_max_micro_batches);
   l.max_streams = absl::GetFlag(FLAGS_max_streams);
+  l.stream_idle_timeout = absl::GetFlag(FLAGS_stream_idle_timeout);
   l.max_cached_rounds = absl::GetFlag(FLAGS_max_cached_rounds);
   l.max_cached_bytes = absl::GetFlag(FLAGS_max_cached_bytes);
   l.max_outstanding_rounds = absl::GetFlag(FLAGS_max_outstanding_rounds);
@@ -120,6 +125,9 @@ absl::StatusOr<service::ServerOptions> ServerOptionsFromFlags() {
                                                    ": at most ", planner::kMaxSequences));
   }
   RETURN_IF_ERROR(Positive("max_streams", l.max_streams));
+  if (l.stream_idle_timeout < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("--stream_idle_timeout must not be negative");
+  }
   RETURN_IF_ERROR(Positive("max_cached_rounds", l.max_cached_rounds, 0));
   RETURN_IF_ERROR(Positive("max_cached_bytes", l.max_cached_bytes, 0));
   RETURN_IF_ERROR(Positive("max_outstanding_rounds", l.max_outstanding_rounds));

@@ -165,6 +165,38 @@ TEST(ServerE2E, ErrorsNameTheFieldAndAreNotRetried) {
   EXPECT_EQ(status->errors_by_code.at("RESOURCE_EXHAUSTED"), 1);  // the other is gRPC's own
 }
 
+// Issue 19: invalid requests used to create streams that were never reclaimed, so two of them
+// locked out every new stream under --max_streams=2. They create nothing now, and idle streams
+// are reclaimed (GetStatus lists live streams only).
+TEST(ServerE2E, InvalidRequestsTakeNoStreamSlotAndIdleStreamsAreReclaimed) {
+  ServerProcess server({"--max_streams=2", "--stream_idle_timeout=1s"});
+  ASSERT_TRUE(server.started()) << server.stderr_text();
+  auto client = Connect(server.target());
+  for (const char* stream : {"bad1", "bad2", "bad3"}) {
+    PlanRequest bad = Request(stream, 1, 3, 16);
+    bad.lengths[2] = 0;
+    EXPECT_EQ(client->Plan(bad).status().code(), absl::StatusCode::kInvalidArgument) << stream;
+  }
+  ASSERT_TRUE(client->Plan(Request("a", 1, 1, 16)).ok());
+  ASSERT_TRUE(client->Plan(Request("b", 1, 2, 16)).ok());
+  absl::StatusOr<client::ServerStatus> status = client->GetStatus();
+  ASSERT_TRUE(status.ok()) << status.status();
+  EXPECT_EQ(status->streams.size(), 2u);
+  // Both idle streams go, and their slots with them.
+  const absl::Time deadline = absl::Now() + absl::Seconds(30);
+  while (status.ok() && !status->streams.empty() && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(20));
+    status = client->GetStatus();
+  }
+  ASSERT_TRUE(status.ok()) << status.status();
+  EXPECT_TRUE(status->streams.empty());
+  EXPECT_TRUE(client->Plan(Request("c", 1, 4, 16)).ok());
+  // A served round of a reclaimed stream is not run again.
+  EXPECT_EQ(client->Plan(Request("a", 1, 1, 16)).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(client->Plan(Request("a", 2, 1, 16)).ok());
+}
+
 TEST(ServerE2E, PartitionAndBalanceBatch) {
   ServerProcess server({});
   ASSERT_TRUE(server.started()) << server.stderr_text();

@@ -4,6 +4,7 @@
 
 #include "server/service/coordinator.h"
 
+#include <filesystem>
 #include <memory>
 #include <string>
 #include <thread>
@@ -40,6 +41,16 @@ using ::packsched::service::testing::SubmitAndWait;
 using ::testing::HasSubstr;
 
 constexpr int64_t kCap = 18432;  // above the longest RealisticRlLengths sequence
+
+// Threads of this process (Linux).
+int64_t ThreadCount() {
+  int64_t count = 0;
+  for ([[maybe_unused]] const auto& entry :
+       std::filesystem::directory_iterator("/proc/self/task")) {
+    ++count;
+  }
+  return count;
+}
 
 // Each stream of `options` agrees over the collectives `make` makes (a test's own).
 void AgreeOver(RoundCoordinator::Options& options,
@@ -325,6 +336,168 @@ TEST(Coordinator, LimitsOnStreamsAndOutstandingRounds) {
   EXPECT_TRUE(second.Wait().ok());
 }
 
+// Only a valid request creates a stream: invalid requests on any number of new names take no
+// slot and no thread (issue 19: two of them used to lock out every stream until a restart).
+TEST(Coordinator, InvalidRequestsOnNewStreamsLeaveEverySlotFree) {
+  RoundCoordinator::Options options;
+  options.limits.max_streams = 2;
+  RoundCoordinator coordinator(std::move(options));
+  const int64_t threads = ThreadCount();
+  for (int i = 0; i < 1000; ++i) {
+    const Result invalid =
+        SubmitAndWait(coordinator, Input(Request(absl::StrCat("bad", i), 1, {5, -3}, kCap)));
+    ASSERT_EQ(invalid.status().code(), absl::StatusCode::kInvalidArgument) << i;
+    EXPECT_THAT(invalid.status().message(), HasSubstr("lengths[1] = -3"));
+  }
+  RoundCoordinator::Stats stats = coordinator.GetStats();
+  EXPECT_TRUE(stats.streams.empty());
+  EXPECT_EQ(stats.rounds, 0);
+  EXPECT_EQ(ThreadCount(), threads);
+  // Both slots are free.
+  EXPECT_TRUE(SubmitAndWait(coordinator, Input(Request("a", 1, Batch(1), kCap))).ok());
+  EXPECT_TRUE(SubmitAndWait(coordinator, Input(Request("b", 1, Batch(2), kCap))).ok());
+  EXPECT_EQ(SubmitAndWait(coordinator, Input(Request("c", 1, Batch(3), kCap))).status().code(),
+            absl::StatusCode::kResourceExhausted);
+  // On a stream that exists, an invalid request joins its round and fails it (as in a group).
+  const Result joined = SubmitAndWait(coordinator, Input(Request("a", 2, {5, -3}, kCap)));
+  EXPECT_EQ(joined.status().code(), absl::StatusCode::kInvalidArgument);
+  stats = coordinator.GetStats();
+  ASSERT_EQ(stats.streams.size(), 2u);
+  EXPECT_EQ(stats.streams[0].rounds_failed, 1);
+}
+
+// Waits (bounded) until `done(stats)` holds.
+template <typename Predicate>
+bool WaitForStats(RoundCoordinator& coordinator, Predicate done,
+                  absl::Duration timeout = absl::Seconds(30)) {
+  const absl::Time deadline = absl::Now() + timeout;
+  while (!done(coordinator.GetStats())) {
+    if (absl::Now() > deadline) return false;
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  return true;
+}
+
+TEST(Coordinator, IdleStreamsAreReclaimedWithTheirThreads) {
+  RoundCoordinator::Options options;
+  options.limits.max_streams = 1;
+  // Well above a stall of a loaded machine, so a stream is not reclaimed between two calls.
+  options.limits.stream_idle_timeout = absl::Seconds(1);
+  RoundCoordinator coordinator(std::move(options));
+  const int64_t threads = ThreadCount();
+  ASSERT_TRUE(SubmitAndWait(coordinator, Input(Request("a", 1, Batch(1), kCap))).ok());
+  EXPECT_EQ(coordinator.GetStats().streams.size(), 1u);
+  // The slot is taken until "a" is reclaimed.
+  EXPECT_EQ(SubmitAndWait(coordinator, Input(Request("b", 1, Batch(1), kCap))).status().code(),
+            absl::StatusCode::kResourceExhausted);
+  ASSERT_TRUE(WaitForStats(coordinator, [](const RoundCoordinator::Stats& s) {
+    return s.streams.empty() && s.streams_reclaimed >= 1;
+  }));
+  EXPECT_EQ(coordinator.GetStats().tombstones, 1);
+  const absl::Time deadline = absl::Now() + absl::Seconds(30);
+  while (ThreadCount() > threads && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(5));
+  EXPECT_EQ(ThreadCount(), threads);
+
+  // A late caller of the served round: refused by the tombstone, creating nothing.
+  const Result late = SubmitAndWait(coordinator, Input(Request("a", 1, Batch(1), kCap)));
+  EXPECT_EQ(late.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(late.status().message(), HasSubstr("reclaimed"));
+  EXPECT_THAT(late.status().message(), HasSubstr("--stream_idle_timeout"));
+  EXPECT_TRUE(coordinator.GetStats().streams.empty());
+  EXPECT_EQ(coordinator.GetStats().rounds, 1);
+
+  // The slot is free again: another stream, then a new round of "a" once that one is gone.
+  ASSERT_TRUE(SubmitAndWait(coordinator, Input(Request("b", 1, Batch(2), kCap))).ok());
+  ASSERT_TRUE(WaitForStats(coordinator, [](const RoundCoordinator::Stats& s) {
+    return s.streams.empty() && s.streams_reclaimed >= 2;
+  }));
+  ASSERT_TRUE(SubmitAndWait(coordinator, Input(Request("a", 2, Batch(3), kCap))).ok());
+  RoundCoordinator::Stats stats = coordinator.GetStats();
+  ASSERT_EQ(stats.streams.size(), 1u);
+  EXPECT_EQ(stats.streams[0].name, "a");
+  EXPECT_EQ(stats.tombstones, 1);  // "b"'s; "a" took its own back
+  // The tombstone still holds on the live stream: round 1 (and below) is not run again.
+  for (int64_t round : {1, 0}) {
+    const Result old = SubmitAndWait(coordinator, Input(Request("a", round, Batch(1), kCap)));
+    EXPECT_EQ(old.status().code(), absl::StatusCode::kFailedPrecondition) << round;
+  }
+  EXPECT_EQ(coordinator.GetStats().rounds, 3);
+  // And on the stream's next reclamation, its tombstone is its highest round.
+  ASSERT_TRUE(WaitForStats(coordinator, [](const RoundCoordinator::Stats& s) {
+    return s.streams.empty() && s.streams_reclaimed >= 3;
+  }));
+  EXPECT_EQ(SubmitAndWait(coordinator, Input(Request("a", 2, Batch(3), kCap))).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(SubmitAndWait(coordinator, Input(Request("a", 3, Batch(3), kCap))).ok());
+}
+
+// Tombstones are bounded: past kMaxTombstones the oldest is dropped, and a late caller of that
+// stream's served round runs it again (documented; in a group of one it simply plans).
+TEST(Coordinator, TombstonesAreBoundedOldestDroppedFirst) {
+  RoundCoordinator::Options options;
+  options.limits.max_streams = 2 * RoundCoordinator::kMaxTombstones;
+  options.limits.stream_idle_timeout = absl::Milliseconds(1);
+  RoundCoordinator coordinator(std::move(options));
+  const int64_t n = RoundCoordinator::kMaxTombstones + 1;
+  const std::vector<int64_t> lengths = {5, 7};
+  for (int64_t i = 0; i < n; ++i) {
+    ASSERT_TRUE(
+        SubmitAndWait(coordinator, Input(Request(absl::StrCat("s", i), 0, lengths, kCap))).ok());
+    if (i == 0) {  // "s0" leaves the oldest tombstone (the others go in any order)
+      ASSERT_TRUE(WaitForStats(coordinator,
+                               [](const RoundCoordinator::Stats& s) { return s.tombstones == 1; }));
+    }
+  }
+  ASSERT_TRUE(WaitForStats(coordinator,
+                           [n](const RoundCoordinator::Stats& s) {
+                             return s.streams_reclaimed >= n && s.streams.empty();
+                           }))
+      << coordinator.GetStats().streams_reclaimed << " reclaimed, "
+      << coordinator.GetStats().streams.size() << " live";
+  EXPECT_EQ(coordinator.GetStats().tombstones, RoundCoordinator::kMaxTombstones);
+  EXPECT_EQ(SubmitAndWait(coordinator, Input(Request("s1", 0, lengths, kCap))).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(SubmitAndWait(coordinator, Input(Request("s0", 0, lengths, kCap))).ok());
+  EXPECT_EQ(coordinator.GetStats().rounds, n + 1);
+}
+
+// A stream with a round queued or running is not idle, however long the round takes; calls
+// (cache hits included) keep it alive too.
+TEST(Coordinator, BusyStreamsAreNotReclaimed) {
+  Gate gate;
+  ServiceLimits limits;
+  limits.stream_idle_timeout = absl::Milliseconds(50);
+  RoundCoordinator coordinator(Gated(&gate, limits));
+  Call running(coordinator, Input(Request("s", 1, Batch(1), kCap)));
+  gate.WaitEntered(1);
+  absl::SleepFor(absl::Milliseconds(300));
+  EXPECT_EQ(coordinator.GetStats().streams_reclaimed, 0);
+  EXPECT_EQ(coordinator.GetStats().streams.size(), 1u);
+  gate.Open();
+  ASSERT_TRUE(running.Wait().ok());
+  ASSERT_TRUE(WaitForStats(coordinator, [](const RoundCoordinator::Stats& s) {
+    return s.streams_reclaimed >= 1 && s.streams.empty();
+  }));
+}
+
+// Shutdown() joins every worker, live and reclaimed, and a stream reclaimed while shutting down
+// is not lost.
+TEST(Coordinator, ShutdownJoinsReclaimedWorkers) {
+  RoundCoordinator::Options options;
+  options.limits.stream_idle_timeout = absl::Milliseconds(1);
+  RoundCoordinator coordinator(std::move(options));
+  const int64_t threads = ThreadCount();
+  for (int i = 0; i < 50; ++i) {
+    ASSERT_TRUE(
+        SubmitAndWait(coordinator, Input(Request(absl::StrCat("s", i % 7), i, Batch(i, 16), kCap)))
+            .ok());
+  }
+  coordinator.Shutdown();
+  EXPECT_EQ(ThreadCount(), threads);
+  EXPECT_EQ(SubmitAndWait(coordinator, Input(Request("s0", 100, Batch(1), kCap))).status().code(),
+            absl::StatusCode::kUnavailable);
+}
+
 TEST(Coordinator, ShutdownAbortsTheRunningRoundAndFailsQueuedOnes) {
   Gate gate;  // never opened: only Shutdown's abort ends the running round
   RoundCoordinator coordinator(Gated(&gate));
@@ -395,12 +568,12 @@ TEST(Coordinator, ShutdownAnswersOutstandingCallersBeforeTheirRoundsEnd) {
 // Several sidecars (one coordinator per rank) agreeing over an in-process group.
 class Ranks {
  public:
-  explicit Ranks(int64_t world_size) {
+  explicit Ranks(int64_t world_size, absl::Duration timeout = absl::Seconds(20)) {
     auto group = collective::CreateInProcessGroup(world_size);
     for (auto& rank : group) {
       auto holder = std::make_shared<std::unique_ptr<collective::Collective>>(std::move(rank));
       RoundCoordinator::Options options;
-      options.limits.collective_timeout = absl::Seconds(20);
+      options.limits.collective_timeout = timeout;
       AgreeOver(options, [holder](absl::string_view) {
         if (*holder == nullptr) {
           return absl::StatusOr<std::unique_ptr<collective::Collective>>(
@@ -459,8 +632,16 @@ TEST(CoordinatorGroup, WithoutSameMicroNumEachRankKeepsItsBound) {
   EXPECT_EQ((*c1.Wait())->global.num_sequences, 515);  // counts are still agreed
 }
 
+// On a stream that exists (a valid round made it), an invalid request joins its round with its
+// error, so every rank fails at once with the same status.
 TEST(CoordinatorGroup, AnInvalidRequestFailsTheRoundOnEveryRankWithItsMessage) {
   Ranks ranks(2);
+  {
+    Call c0(ranks[0], Input(Request("s", 3, Batch(12), kCap)));
+    Call c1(ranks[1], Input(Request("s", 3, Batch(13), kCap)));
+    ASSERT_TRUE(c0.Wait().ok()) << c0.Wait().status();
+    ASSERT_TRUE(c1.Wait().ok()) << c1.Wait().status();
+  }
   Call c0(ranks[0], Input(Request("s", 4, Batch(13), kCap)));
   Call c1(ranks[1], Input(Request("s", 4, {10, 0, 10}, kCap)));
   const absl::Status s0 = c0.Wait().status();
@@ -468,6 +649,18 @@ TEST(CoordinatorGroup, AnInvalidRequestFailsTheRoundOnEveryRankWithItsMessage) {
   EXPECT_EQ(s0.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(s0, s1);
   EXPECT_THAT(s0.message(), HasSubstr("lengths[1] = 0"));
+}
+
+// An invalid request for a stream that does not exist yet creates nothing on its sidecar: its
+// caller gets its own error at once, and the peers, who never meet it in the round, time out.
+TEST(CoordinatorGroup, AnInvalidFirstRequestIsAnsweredAtOnceAndThePeersTimeOut) {
+  Ranks ranks(2, absl::Milliseconds(300));
+  Call c0(ranks[0], Input(Request("s", 1, Batch(13), kCap)));
+  const Result invalid = SubmitAndWait(ranks[1], Input(Request("s", 1, {10, 0, 10}, kCap)));
+  EXPECT_EQ(invalid.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(invalid.status().message(), HasSubstr("lengths[1] = 0"));
+  EXPECT_TRUE(ranks[1].GetStats().streams.empty());
+  EXPECT_EQ(c0.Wait().status().code(), absl::StatusCode::kDeadlineExceeded);
 }
 
 TEST(CoordinatorGroup, DifferentOptionsAreFailedPreconditionOnEveryRank) {

@@ -14,6 +14,7 @@
 #include "absl/flags/flag.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "server/sidecar/flags.h"
@@ -25,6 +26,7 @@ ABSL_DECLARE_FLAG(int64_t, max_threads);
 ABSL_DECLARE_FLAG(std::string, auth_token_file);
 ABSL_DECLARE_FLAG(std::string, rendezvous);
 ABSL_DECLARE_FLAG(int64_t, world_size);
+ABSL_DECLARE_FLAG(absl::Duration, stream_idle_timeout);
 
 namespace packsched::sidecar {
 namespace {
@@ -85,6 +87,20 @@ TEST(Flags, LimitsAndTheTokenFileAreChecked) {
   ASSERT_TRUE(options.ok()) << options.status();
   EXPECT_EQ(options->auth_token, "s3cret");
   absl::SetFlag(&FLAGS_auth_token_file, "");
+}
+
+TEST(Flags, StreamIdleTimeoutIsZeroOrMore) {
+  absl::StatusOr<service::ServerOptions> options = ServerOptionsFromFlags();
+  ASSERT_TRUE(options.ok()) << options.status();
+  EXPECT_EQ(options->limits.stream_idle_timeout, absl::Minutes(30));
+  absl::SetFlag(&FLAGS_stream_idle_timeout, absl::ZeroDuration());  // never
+  options = ServerOptionsFromFlags();
+  ASSERT_TRUE(options.ok()) << options.status();
+  EXPECT_EQ(options->limits.stream_idle_timeout, absl::ZeroDuration());
+  absl::SetFlag(&FLAGS_stream_idle_timeout, absl::Seconds(-1));
+  EXPECT_EQ(Message(ServerOptionsFromFlags().status()),
+            "--stream_idle_timeout must not be negative");
+  absl::SetFlag(&FLAGS_stream_idle_timeout, absl::Minutes(30));
 }
 
 TEST(Flags, GroupFlagsAreReadAsGiven) {
