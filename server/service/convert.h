@@ -31,7 +31,8 @@ absl::Status ValidateStream(absl::string_view stream, const ServiceLimits& limit
 // must be >= 1 and equal_size is refused. Partition (a count the caller fixes) allows a cap of 0
 // and equal_size.
 absl::StatusOr<planner::PlanOptions> ToPlanOptions(const v1::PlanOptions& p,
-                                                   const ServiceLimits& limits, bool planner_picks_k);
+                                                   const ServiceLimits& limits,
+                                                   bool planner_picks_k);
 absl::StatusOr<planner::LossOptions> ToLossOptions(const v1::LossOptions& p);
 
 // Validates lengths (count within the limit, each >= 1) and loss_tokens (empty, or one per

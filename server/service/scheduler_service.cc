@@ -86,10 +86,9 @@ SchedulerService::SchedulerService(RoundCoordinator* coordinator, Options option
 
 absl::StatusOr<MemoryBudget::Reservation> SchedulerService::Reserve(const RequestMemory& memory,
                                                                     absl::string_view what) {
-  return budget_.Reserve(memory.bytes,
-                         absl::StrCat(what, " (n = ", memory.sequences, ", k up to ",
-                                      memory.micro_batches, ", ", memory.wire_bytes,
-                                      " bytes on the wire)"));
+  return budget_.Reserve(memory.bytes, absl::StrCat(what, " (n = ", memory.sequences, ", k up to ",
+                                                    memory.micro_batches, ", ", memory.wire_bytes,
+                                                    " bytes on the wire)"));
 }
 
 absl::Status SchedulerService::Authorize(const grpc::CallbackServerContext& context) const {
@@ -173,8 +172,8 @@ grpc::ServerUnaryReactor* SchedulerService::BalanceBatch(grpc::CallbackServerCon
   absl::Status status = Authorize(*context);
   std::optional<MemoryBudget::Reservation> reservation;
   if (status.ok()) {
-    absl::StatusOr<MemoryBudget::Reservation> reserved = Reserve(
-        EstimateBalanceBatchMemory(*request, options_.limits), "this BalanceBatch request");
+    absl::StatusOr<MemoryBudget::Reservation> reserved =
+        Reserve(EstimateBalanceBatchMemory(*request, options_.limits), "this BalanceBatch request");
     if (reserved.ok()) {
       reservation = *std::move(reserved);
     } else {

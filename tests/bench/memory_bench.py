@@ -128,7 +128,7 @@ def run_case(binary, extra_args, requests):
                 response = getattr(server.stub, method)(request, timeout=300)
                 outcomes[i] = f"OK k={response.num_micro_batches} {response.ByteSize()} B"
             except grpc.RpcError as e:
-                outcomes[i] = f"{e.code().name}: {e.details()[:100]}"
+                outcomes[i] = f"{e.code().name}: {e.details()[:170]}"
 
         threads = [
             threading.Thread(target=call, args=(i, m, r)) for i, (m, r) in enumerate(requests)

@@ -30,7 +30,7 @@ TEST(MemoryBudget, RefusesWhatDoesNotFitNamingEstimateAndFlag) {
   EXPECT_THAT(second.status().message(), HasSubstr("second needs an estimated 401 bytes"));
   EXPECT_THAT(second.status().message(), HasSubstr("600 bytes already in flight"));
   EXPECT_THAT(second.status().message(), HasSubstr("--max_inflight_bytes = 1000"));
-  EXPECT_EQ(budget.in_flight(), 600);  // a refusal reserves nothing
+  EXPECT_EQ(budget.in_flight(), 600);              // a refusal reserves nothing
   EXPECT_TRUE(budget.Reserve(400, "third").ok());  // and fits exactly (released at once)
 }
 
