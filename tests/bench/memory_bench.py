@@ -82,6 +82,12 @@ def partition_request(lengths, k, cap=0):
     )
 
 
+def balance_request(lengths, world_size, cap):
+    return pb.BalanceBatchRequest(
+        lengths=lengths, world_size=world_size, options=pb.PlanOptions(max_token_len=cap)
+    )
+
+
 def cases(realistic_n):
     lens = realistic_rl_lengths(realistic_n, 1)
     cap = 32768
@@ -111,6 +117,10 @@ def cases(realistic_n):
             f"Plan n={realistic_n} min_micro_batches=1e6",
             [("Plan", plan_request(lens, cap, "a", 1_000_000))],
         ),
+        (
+            f"BalanceBatch n={realistic_n} W=8 cap {cap}",
+            [("BalanceBatch", balance_request(lens, 8, cap))],
+        ),
     ]
 
 
@@ -126,7 +136,8 @@ def run_case(binary, extra_args, requests):
             barrier.wait()
             try:
                 response = getattr(server.stub, method)(request, timeout=300)
-                outcomes[i] = f"OK k={response.num_micro_batches} {response.ByteSize()} B"
+                k = response.num_micro_batches
+                outcomes[i] = f"OK k={k} {response.ByteSize()} B"
             except grpc.RpcError as e:
                 outcomes[i] = f"{e.code().name}: {e.details()[:170]}"
 
