@@ -28,7 +28,13 @@ struct ServiceLimits {
   // Estimated bytes of the finished rounds kept for late callers, over every stream; the oldest
   // go first. A result larger than this on its own is served but not kept. (A late caller of a
   // round that is no longer kept gets FAILED_PRECONDITION: a served round is never run again.)
-  int64_t max_cached_bytes = int64_t{256} << 20;
+  // Counted apart from max_inflight_bytes: a sidecar's memory is about its baseline (~25 MiB)
+  // + max_cached_bytes + max_inflight_bytes (docs/operating.md, sizing).
+  int64_t max_cached_bytes = int64_t{128} << 20;
+  // Estimated peak bytes of the requests being served at once (convert.h, RequestMemory;
+  // memory_budget.h): a request that would exceed it is refused with RESOURCE_EXHAUSTED before
+  // anything sized by it is allocated. 0 = no budget.
+  int64_t max_inflight_bytes = int64_t{320} << 20;
   // Rounds queued or running per stream.
   int64_t max_outstanding_rounds = 64;
   // Longest stream name, bytes.

@@ -1,6 +1,7 @@
 #include "server/service/scheduler_service.h"
 
 #include <memory>
+#include <optional>
 #include <utility>
 
 #include "absl/strings/match.h"
@@ -54,6 +55,18 @@ grpc::MessageAllocator<Request, Response>* ArenaAllocator() {
   return allocator;
 }
 
+// Hands `reservation` to the call's arena when `response` lives on one, so that it ends when
+// gRPC frees the call's messages — after the response is written. Otherwise it stays with the
+// caller, which holds it until the call is finished.
+void HoldUntilFreed(google::protobuf::Message* response,
+                    std::optional<MemoryBudget::Reservation>* reservation) {
+  if (!reservation->has_value()) return;
+  if (google::protobuf::Arena* arena = response->GetArena(); arena != nullptr) {
+    arena->Own(new MemoryBudget::Reservation(std::move(**reservation)));
+    reservation->reset();
+  }
+}
+
 }  // namespace
 
 grpc::Status ToGrpcStatus(const absl::Status& status) {
@@ -62,9 +75,20 @@ grpc::Status ToGrpcStatus(const absl::Status& status) {
 }
 
 SchedulerService::SchedulerService(RoundCoordinator* coordinator, Options options)
-    : coordinator_(coordinator), options_(std::move(options)) {
+    : coordinator_(coordinator),
+      options_(std::move(options)),
+      budget_(options_.limits.max_inflight_bytes) {
   SetMessageAllocatorFor_Plan(ArenaAllocator<v1::PlanRequest, v1::PlanResponse>());
   SetMessageAllocatorFor_Partition(ArenaAllocator<v1::PartitionRequest, v1::PlanResponse>());
+  SetMessageAllocatorFor_BalanceBatch(
+      ArenaAllocator<v1::BalanceBatchRequest, v1::BalanceBatchResponse>());
+}
+
+absl::StatusOr<MemoryBudget::Reservation> SchedulerService::Reserve(const RequestMemory& memory,
+                                                                    absl::string_view what) {
+  return budget_.Reserve(memory.bytes, absl::StrCat(what, " (n = ", memory.sequences, ", k up to ",
+                                                    memory.micro_batches, ", ", memory.wire_bytes,
+                                                    " bytes on the wire)"));
 }
 
 absl::Status SchedulerService::Authorize(const grpc::CallbackServerContext& context) const {
@@ -94,10 +118,25 @@ grpc::ServerUnaryReactor* SchedulerService::Plan(grpc::CallbackServerContext* co
   if (absl::Status auth = Authorize(*context); !auth.ok()) return FinishNow(context, auth);
   absl::StatusOr<RoundInput> input = ToRoundInput(*request, options_.limits);
   if (!input.ok()) return FinishNow(context, input.status());
+  // Every caller reserves its own estimate, joiners and cache hits included: they share the
+  // plan but build their own response and wire copy (docs/design.md §3). A request over the
+  // budget joins its round with the refusal, so its peers fail with it too.
+  std::optional<MemoryBudget::Reservation> reservation;
+  if (input->error.ok()) {
+    absl::StatusOr<MemoryBudget::Reservation> reserved =
+        Reserve(EstimatePlanMemory(*request, options_.limits), "this Plan request");
+    if (reserved.ok()) {
+      reservation = *std::move(reserved);
+    } else {
+      input->error = reserved.status();
+      input->input = PlanInput();
+    }
+  }
+  HoldUntilFreed(response, &reservation);
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   coordinator_->Submit(*std::move(input),
-                       [this, context, reactor,
-                        response](absl::StatusOr<std::shared_ptr<const RoundResult>> result) {
+                       [this, context, reactor, response, held = std::move(reservation)](
+                           absl::StatusOr<std::shared_ptr<const RoundResult>> result) {
                          if (result.ok()) RoundResultToProto(**result, response);
                          Finish(context, reactor, result.status());
                        });
@@ -108,6 +147,17 @@ grpc::ServerUnaryReactor* SchedulerService::Partition(grpc::CallbackServerContex
                                                       const v1::PartitionRequest* request,
                                                       v1::PlanResponse* response) {
   absl::Status status = Authorize(*context);
+  std::optional<MemoryBudget::Reservation> reservation;
+  if (status.ok()) {
+    absl::StatusOr<MemoryBudget::Reservation> reserved =
+        Reserve(EstimatePartitionMemory(*request, options_.limits), "this Partition request");
+    if (reserved.ok()) {
+      reservation = *std::move(reserved);
+    } else {
+      status = reserved.status();
+    }
+  }
+  HoldUntilFreed(response, &reservation);
   if (status.ok()) status = RunPartition(*request, options_.limits, response);
   if (status.ok()) {
     absl::MutexLock lock(&mu_);
@@ -120,6 +170,17 @@ grpc::ServerUnaryReactor* SchedulerService::BalanceBatch(grpc::CallbackServerCon
                                                          const v1::BalanceBatchRequest* request,
                                                          v1::BalanceBatchResponse* response) {
   absl::Status status = Authorize(*context);
+  std::optional<MemoryBudget::Reservation> reservation;
+  if (status.ok()) {
+    absl::StatusOr<MemoryBudget::Reservation> reserved =
+        Reserve(EstimateBalanceBatchMemory(*request, options_.limits), "this BalanceBatch request");
+    if (reserved.ok()) {
+      reservation = *std::move(reserved);
+    } else {
+      status = reserved.status();
+    }
+  }
+  HoldUntilFreed(response, &reservation);
   if (status.ok()) status = RunBalanceBatch(*request, options_.limits, response);
   if (status.ok()) {
     absl::MutexLock lock(&mu_);

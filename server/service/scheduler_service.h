@@ -18,8 +18,10 @@
 #include "absl/time/time.h"
 #include "grpcpp/grpcpp.h"
 #include "packsched/v1/scheduler.grpc.pb.h"
+#include "server/service/convert.h"
 #include "server/service/coordinator.h"
 #include "server/service/limits.h"
+#include "server/service/memory_budget.h"
 
 namespace packsched::service {
 
@@ -61,10 +63,15 @@ class SchedulerService final : public v1::Scheduler::CallbackService {
               const absl::Status& status);
   grpc::ServerUnaryReactor* FinishNow(grpc::CallbackServerContext* context,
                                       const absl::Status& status);
+  // The request's estimated peak from the in-flight budget (--max_inflight_bytes), or
+  // ResourceExhausted naming the estimate and the budget.
+  absl::StatusOr<MemoryBudget::Reservation> Reserve(const RequestMemory& memory,
+                                                    absl::string_view what);
 
   RoundCoordinator* const coordinator_;
   const Options options_;
   const absl::Time started_ = absl::Now();
+  MemoryBudget budget_;
   absl::Mutex mu_;
   absl::flat_hash_map<std::string, int64_t> errors_by_code_ ABSL_GUARDED_BY(mu_);
   int64_t partitions_ ABSL_GUARDED_BY(mu_) = 0;

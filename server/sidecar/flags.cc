@@ -38,6 +38,9 @@ ABSL_FLAG(int64_t, max_cached_rounds, packsched::service::ServiceLimits{}.max_ca
 ABSL_FLAG(int64_t, max_cached_bytes, packsched::service::ServiceLimits{}.max_cached_bytes,
           "estimated bytes of finished rounds kept for late callers, over every stream (oldest "
           "evicted first; a larger result is served but not kept)");
+ABSL_FLAG(int64_t, max_inflight_bytes, packsched::service::ServiceLimits{}.max_inflight_bytes,
+          "estimated peak bytes of the requests served at once (0 = no budget); a request "
+          "that would exceed it is refused with RESOURCE_EXHAUSTED before it allocates");
 ABSL_FLAG(int64_t, max_outstanding_rounds,
           packsched::service::ServiceLimits{}.max_outstanding_rounds,
           "rounds queued or running per stream");
@@ -117,6 +120,7 @@ absl::StatusOr<service::ServerOptions> ServerOptionsFromFlags() {
   l.max_cached_rounds = absl::GetFlag(FLAGS_max_cached_rounds);
   l.max_cached_bytes = absl::GetFlag(FLAGS_max_cached_bytes);
   l.max_outstanding_rounds = absl::GetFlag(FLAGS_max_outstanding_rounds);
+  l.max_inflight_bytes = absl::GetFlag(FLAGS_max_inflight_bytes);
   l.collective_timeout = absl::GetFlag(FLAGS_collective_timeout);
   RETURN_IF_ERROR(Positive("max_sequences_per_request", l.max_sequences_per_request));
   RETURN_IF_ERROR(Positive("max_micro_batches", l.max_micro_batches));
@@ -131,6 +135,7 @@ absl::StatusOr<service::ServerOptions> ServerOptionsFromFlags() {
   RETURN_IF_ERROR(Positive("max_cached_rounds", l.max_cached_rounds, 0));
   RETURN_IF_ERROR(Positive("max_cached_bytes", l.max_cached_bytes, 0));
   RETURN_IF_ERROR(Positive("max_outstanding_rounds", l.max_outstanding_rounds));
+  RETURN_IF_ERROR(Positive("max_inflight_bytes", l.max_inflight_bytes, 0));
   if (l.collective_timeout <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError("--collective_timeout must be positive");
   }
