@@ -21,28 +21,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "tests/testing/temp_dir.h"
 
 namespace packsched::testing {
-
-// A fresh directory under TMPDIR, removed with its files when destroyed.
-class TempDir {
- public:
-  TempDir() {
-    const char* base = std::getenv("TMPDIR");
-    std::string pattern = absl::StrCat(base != nullptr ? base : "/tmp", "/packsched-e2e-XXXXXX");
-    path_ = mkdtemp(pattern.data()) != nullptr ? pattern : "";
-  }
-  ~TempDir() {
-    if (!path_.empty()) {
-      [[maybe_unused]] int rc = std::system(absl::StrCat("rm -rf '", path_, "'").c_str());
-    }
-  }
-  const std::string& path() const { return path_; }
-  std::string File(const std::string& name) const { return absl::StrCat(path_, "/", name); }
-
- private:
-  std::string path_;
-};
 
 // A loopback port that was free just now (bound, read, released), or 0 if none could be bound.
 inline int FreePort() {
@@ -135,7 +116,7 @@ class ServerProcess {
   std::optional<int> exit_status() const { return exit_status_; }
 
  private:
-  TempDir dir_;
+  TempDir dir_{"e2e"};
   pid_t pid_ = -1;
   int port_ = 0;
   std::string port_file_contents_;

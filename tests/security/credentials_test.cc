@@ -20,6 +20,7 @@
 #include "grpcpp/generic/async_generic_service.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
+#include "tests/testing/temp_dir.h"
 
 namespace packsched::security {
 namespace {
@@ -27,24 +28,7 @@ namespace {
 using ::testing::AllOf;
 using ::testing::HasSubstr;
 
-class TempDir {
- public:
-  TempDir() {
-    const char* base = std::getenv("TMPDIR");
-    std::string pattern = absl::StrCat(base != nullptr ? base : "/tmp", "/packsched-creds-XXXXXX");
-    path_ = mkdtemp(pattern.data()) != nullptr ? pattern : "";
-  }
-  ~TempDir() {
-    if (!path_.empty()) {
-      [[maybe_unused]] int rc = std::system(absl::StrCat("rm -rf '", path_, "'").c_str());
-    }
-  }
-  const std::string& path() const { return path_; }
-  std::string File(const std::string& name) const { return absl::StrCat(path_, "/", name); }
-
- private:
-  std::string path_;
-};
+using ::packsched::testing::TempDir;
 
 std::string Write(const std::string& path, const std::string& contents) {
   std::ofstream(path, std::ios::binary) << contents;

@@ -21,6 +21,7 @@
 #include "server/sidecar/probe.h"
 #include "server/sidecar/process.h"
 #include "server/sidecar/rank_group.h"
+#include "tests/testing/temp_dir.h"
 
 ABSL_DECLARE_FLAG(int64_t, max_threads);
 ABSL_DECLARE_FLAG(std::string, auth_token_file);
@@ -33,24 +34,7 @@ namespace {
 
 using ::testing::HasSubstr;
 
-class TempDir {
- public:
-  TempDir() {
-    const char* base = std::getenv("TMPDIR");
-    std::string pattern =
-        absl::StrCat(base != nullptr ? base : "/tmp", "/packsched-sidecar-XXXXXX");
-    path_ = mkdtemp(pattern.data()) != nullptr ? pattern : "";
-  }
-  ~TempDir() {
-    if (!path_.empty()) {
-      [[maybe_unused]] int rc = std::system(absl::StrCat("rm -rf '", path_, "'").c_str());
-    }
-  }
-  std::string File(const std::string& name) const { return absl::StrCat(path_, "/", name); }
-
- private:
-  std::string path_;
-};
+using ::packsched::testing::TempDir;
 
 std::string ReadAll(const std::string& path) {
   std::ifstream in(path);
