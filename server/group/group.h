@@ -100,6 +100,7 @@ class Group {
 
  private:
   friend class StreamGroup;
+  friend class ResultReplica;  // result_replica.h: the store and the epoch
   Group(collective::KeyValueStore* store, GroupOptions options, std::string epoch);
 
   // The run epoch: rank 0 publishes its own; other ranks wait for it in the store.

@@ -1,5 +1,6 @@
 #include "server/group/group_agreement.h"
 
+#include <algorithm>
 #include <optional>
 #include <utility>
 #include <vector>
@@ -9,6 +10,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+#include "server/base/status_macros.h"
 #include "server/group/stream_group.h"
 #include "spdlog/spdlog.h"
 
@@ -17,41 +20,46 @@ namespace {
 
 class GroupAgreement final : public RoundAgreement {
  public:
-  GroupAgreement(const Group& group, std::unique_ptr<StreamGroup> stream)
-      : rank_(group.options().rank),
-        world_size_(group.options().world_size),
-        stream_(std::move(stream)) {}
+  GroupAgreement(const Group& group, std::unique_ptr<StreamGroup> stream, ResultReplica* replica)
+      : world_size_(group.options().world_size),
+        timeout_(group.options().collective_timeout),
+        stream_(std::move(stream)),
+        replica_(replica) {}
+
+  ~GroupAgreement() override {
+    if (replica_ != nullptr) replica_->Forget(stream_->stream());
+  }
 
   absl::StatusOr<AgreedRound> Agree(const RoundRecord& record) override {
-    if (!agreed_once_ && world_size_ > 1) {
-      // A restarted sidecar: its peers may have finished this round already (they will not come
-      // to it again). Then take their agreed values instead of entering the round alone. (One
-      // store read per stream and process: after the first agreed round, none.)
-      absl::StatusOr<std::optional<std::string>> stored = stream_->GetResult(record.round);
-      if (stored.ok() && stored->has_value()) {
-        if (!record.error.ok()) return record.error;
-        absl::StatusOr<AgreedRound> recovered = ParseAgreedResult(**stored, record);
-        if (recovered.ok()) {
-          recovered->world_size = world_size_;
-          spdlog::info("stream {} round {}: recovered the agreed result its peers finished (k={})",
-                       record.stream, record.round, recovered->k);
-        }
-        return recovered;
-      }
+    // One deadline for the lookup and the round: a call ends within the collective timeout.
+    const absl::Time deadline = absl::Now() + timeout_;
+    if (replica_ != nullptr && lookup_.has_value()) {
+      // The round may be one the peers finished without this rank (a restart, or a collective
+      // that failed here and completed there): take their agreed values instead of running it.
+      absl::StatusOr<std::optional<AgreedRound>> recovered =
+          Recover(record, *lookup_ ? Settle() : absl::ZeroDuration(), deadline);
+      if (!recovered.ok()) return recovered.status();
+      if (recovered->has_value()) return **recovered;
     }
-    // Forms (or re-forms after a failure) within the group's collective timeout.
-    absl::StatusOr<AgreedRound> agreed = stream_->Agree(record);
-    if (!agreed.ok()) return agreed;
-    agreed_once_ = true;
-    if (rank_ == 0 && world_size_ > 1) {
-      // For a peer that restarts and asks for this round again (best effort: a store failure
-      // leaves the round itself intact).
-      if (absl::Status put =
-              stream_->PutResult(record.round, SerializeAgreedResult(*agreed, record));
-          !put.ok()) {
-        spdlog::warn("stream {} round {}: storing the agreed result failed: {}", record.stream,
-                     record.round, put.ToString());
+    absl::StatusOr<AgreedRound> agreed = stream_->Agree(record, deadline);
+    if (!agreed.ok()) {
+      if (replica_ == nullptr) return agreed;
+      const absl::Status& failure = agreed.status();
+      // A collective that failed may have completed on ranks that had what they needed: look the
+      // round up before running it again, waiting a little for their write.
+      lookup_ = absl::IsDeadlineExceeded(failure) || absl::IsAborted(failure) ||
+                absl::IsUnavailable(failure);
+      if (IsRoundNumberMismatch(failure)) {
+        // The peers may be past this round already: if one of them finished it, so does this rank.
+        absl::StatusOr<std::optional<AgreedRound>> recovered =
+            Recover(record, absl::ZeroDuration(), deadline);
+        if (recovered.ok() && recovered->has_value()) return **recovered;
       }
+      return agreed;
+    }
+    lookup_.reset();
+    if (replica_ != nullptr) {
+      replica_->Record(record.stream, record.round, SerializeAgreedResult(*agreed, record));
     }
     return agreed;
   }
@@ -60,17 +68,47 @@ class GroupAgreement final : public RoundAgreement {
   GroupInfo info() const override { return stream_->info(); }
 
  private:
-  const int64_t rank_;
+  // How long a lookup after a failed collective waits for a peer's write still on its way.
+  absl::Duration Settle() const { return std::min(timeout_ / 4, absl::Milliseconds(500)); }
+
+  // The agreed values of `record`'s round if some rank recorded them, for this rank's record.
+  absl::StatusOr<std::optional<AgreedRound>> Recover(const RoundRecord& record,
+                                                     absl::Duration settle, absl::Time deadline) {
+    ASSIGN_OR_RETURN(std::optional<std::string> stored,
+                     replica_->Lookup(record.stream, record.round, settle, deadline));
+    if (!stored.has_value()) return std::nullopt;
+    if (!record.error.ok()) return record.error;
+    ASSIGN_OR_RETURN(AgreedRound recovered, ParseAgreedResult(*stored, record));
+    recovered.world_size = world_size_;
+    lookup_.reset();
+    spdlog::info("stream {} round {}: took the agreed result its peers finished (k={})",
+                 record.stream, record.round, recovered.k);
+    return recovered;
+  }
+
   const int64_t world_size_;
+  const absl::Duration timeout_;
   const std::unique_ptr<StreamGroup> stream_;
-  // Whether this process has agreed a round of the stream with its peers (the worker's only).
-  bool agreed_once_ = false;
+  ResultReplica* const replica_;  // null in a group of one
+  // Whether the next round must be looked up before it runs (the worker's only): from the start
+  // (a restarted sidecar: the peers may have finished it), and after a failure. The value: wait
+  // for a late write (the failure was the collective's).
+  std::optional<bool> lookup_ = false;
 };
 
 }  // namespace
 
+GroupAgreements::GroupAgreements(Group& group, ReplicaOptions replica) : group_(group) {
+  if (group.options().world_size > 1) {
+    replica_ = std::make_unique<ResultReplica>(group, replica);
+  }
+}
+
+GroupAgreements::~GroupAgreements() = default;
+
 std::unique_ptr<RoundAgreement> GroupAgreements::ForStream(std::string stream) {
-  return std::make_unique<GroupAgreement>(group_, group_.ForStream(std::move(stream)));
+  return std::make_unique<GroupAgreement>(group_, group_.ForStream(std::move(stream)),
+                                          replica_.get());
 }
 
 std::string SerializeAgreedResult(const AgreedRound& agreed, const RoundRecord& record) {

@@ -9,6 +9,8 @@
 //   <root><epoch>/nccl_capable/<rank>             "1" / "0", for --backend=auto
 //   <root><epoch>/member/<rank>                   a rank's sidecar has joined the run (readiness)
 //   <root><epoch>/complete                        every rank has joined (written by rank 0)
+//   <root><epoch>/replicated/<rank>               a rank has written every agreed result it
+//                                                 keeps into this epoch (result_replica.h)
 //   <root><epoch>/s/<stream>/generation           the stream's current generation (decimal)
 //   <root><epoch>/s/<stream>/g<gen>/joined/<rank> a rank came to form this generation
 //   <root><epoch>/s/<stream>/g<gen>/<backend>/... the backend's own rendezvous keys
@@ -17,7 +19,9 @@
 //                                                 this generation (slow rounds only)
 //   <root><epoch>/s/<stream>/g<gen>/ended         what ended it: "round <r>", "formation",
 //                                                 "restart"
-//   <root><epoch>/s/<stream>/result/<round>/      the agreed result of a finished round
+//   <root><epoch>/s/<stream>/result/<round>/      the agreed result of a finished round (written
+//                                                 by every rank that agreed it; rank 0 deletes
+//                                                 those older than its last kept_results)
 //
 // Everything under g<gen>/ is deleted by rank 0 once every rank is in a later generation.
 //
@@ -68,6 +72,10 @@ inline std::string Member(absl::string_view epoch_root, int64_t rank) {
 
 inline std::string Complete(absl::string_view epoch_root) {
   return absl::StrCat(epoch_root, "complete");
+}
+
+inline std::string Replicated(absl::string_view epoch_root, int64_t rank) {
+  return absl::StrCat(epoch_root, "replicated/", rank);
 }
 
 inline std::string StreamRoot(absl::string_view epoch_root, absl::string_view stream) {

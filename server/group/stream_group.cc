@@ -263,7 +263,10 @@ absl::Status StreamGroup::FormIfNeeded(absl::Time deadline) {
 }
 
 absl::StatusOr<AgreedRound> StreamGroup::Agree(const RoundRecord& record) {
-  const absl::Time deadline = Deadline();
+  return Agree(record, Deadline());
+}
+
+absl::StatusOr<AgreedRound> StreamGroup::Agree(const RoundRecord& record, absl::Time deadline) {
   absl::StatusOr<AgreedRound> agreed = AgreeOnce(record, deadline, /*first=*/true);
   if (agreed.ok() || !absl::IsAborted(agreed.status())) return agreed;
   if (!stale_) return agreed;
@@ -357,30 +360,6 @@ absl::StatusOr<AgreedRound> StreamGroup::AgreeOnce(const RoundRecord& record, ab
   EndGeneration(generation, status, absl::StrCat("round ", record.round), cleanup);
   SetFailure(status);
   return status;
-}
-
-absl::Status StreamGroup::PutResult(int64_t round, absl::string_view result) {
-  collective::KeyValueStore& store = *group_.store_;
-  const absl::Time deadline = Deadline();
-  ASSIGN_OR_RETURN(const std::string epoch, group_.Epoch(deadline));
-  const std::string root =
-      keys::StreamRoot(keys::EpochRoot(group_.options_.key_root, epoch), stream_);
-  RETURN_IF_ERROR(store.Set(keys::Result(root, round), result, deadline));
-  written_results_.push_back(round);
-  while (static_cast<int64_t>(written_results_.size()) > group_.options_.kept_results) {
-    RETURN_IF_ERROR(
-        store.DeletePrefix(keys::Result(root, written_results_.front()), deadline).status());
-    written_results_.pop_front();
-  }
-  return absl::OkStatus();
-}
-
-absl::StatusOr<std::optional<std::string>> StreamGroup::GetResult(int64_t round) {
-  const absl::Time deadline = Deadline();
-  ASSIGN_OR_RETURN(const std::string epoch, group_.Epoch(deadline));
-  const std::string root =
-      keys::StreamRoot(keys::EpochRoot(group_.options_.key_root, epoch), stream_);
-  return group_.store_->TryGet(keys::Result(root, round), deadline);
 }
 
 }  // namespace packsched::group

@@ -9,11 +9,10 @@
 // is bounded by GroupOptions::collective_timeout (formation and round each), never by a
 // caller's deadline.
 //
-// stream_group.cc: formation, a round's agreement (and the blame when it fails), stored results;
+// stream_group.cc: formation, a round's agreement (and the blame when it fails);
 // generations.cc: ending a generation, telling a stale one, deleting the keys of ended ones.
 
 #include <cstdint>
-#include <deque>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -53,14 +52,8 @@ class StreamGroup {
   // times out fails with DeadlineExceeded naming the ranks that never arrived, and a collective
   // failure of any kind ends the generation (the next call re-forms).
   absl::StatusOr<AgreedRound> Agree(const RoundRecord& record);
-
-  // Stores the agreed result of `round` (opaque bytes chosen by the service) so that a restarted
-  // sidecar recovers it; keeps the last GroupOptions::kept_results rounds written by this
-  // instance.
-  absl::Status PutResult(int64_t round, absl::string_view result);
-
-  // The stored result of `round`, or std::nullopt. Does not wait for it.
-  absl::StatusOr<std::optional<std::string>> GetResult(int64_t round);
+  // The same, bounded by `deadline` instead of the collective timeout from now.
+  absl::StatusOr<AgreedRound> Agree(const RoundRecord& record, absl::Time deadline);
 
   // Thread-safe snapshot for status reporting.
   GroupInfo info() const;
@@ -105,7 +98,6 @@ class StreamGroup {
 
   // Touched only by the calling thread (one at a time).
   std::string stream_root_;  // under the epoch the collective was formed in
-  std::deque<int64_t> written_results_;
   bool tried_to_form_ = false;  // a restarted rank ends the generation its old self joined
   bool stale_ = false;          // the last AgreeOnce dropped a generation that had ended
   // A generation this rank ended while the store was unreachable (recorded at the next formation).

@@ -6,6 +6,7 @@
 #include <signal.h>
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <memory>
 #include <string>
@@ -101,7 +102,7 @@ struct Outcome {
 };
 
 std::vector<Outcome> PlanOn(Group& group, const std::vector<int64_t>& ranks, int64_t round) {
-  std::vector<Outcome> outcomes(3);
+  std::vector<Outcome> outcomes(*std::max_element(ranks.begin(), ranks.end()) + 1);
   std::vector<std::thread> threads;
   for (int64_t rank : ranks) {
     threads.emplace_back([&, rank] {
@@ -228,6 +229,50 @@ TEST(GroupFailureE2E, ReadinessComesBackAfterRankZeroRestarts) {
     absl::StatusOr<client::ServerStatus> status = group.client(r).GetStatus();
     ASSERT_TRUE(status.ok()) << status.status();
     EXPECT_TRUE(status->group_ready) << "rank " << r;
+  }
+}
+
+// The same plan: the same agreed count, the same micro-batches (indices), the same global counts
+// and loss weights.
+void ExpectSamePlan(const PlanResult& got, const PlanResult& want) {
+  EXPECT_EQ(got.num_micro_batches, want.num_micro_batches);
+  ASSERT_EQ(got.plan.parts.size(), want.plan.parts.size());
+  for (size_t i = 0; i < got.plan.parts.size(); ++i) {
+    EXPECT_EQ(got.plan.parts[i].indices, want.plan.parts[i].indices) << "micro-batch " << i;
+  }
+  EXPECT_EQ(got.global.num_sequences, want.global.num_sequences);
+  EXPECT_EQ(got.global.loss_tokens, want.global.loss_tokens);
+  EXPECT_EQ(got.global.world_size, want.global.world_size);
+  EXPECT_EQ(got.loss_weights, want.loss_weights);
+}
+
+// Agreed results survive the loss of any one sidecar (docs/design.md §3): for every rank r of a
+// group of 4, round n finished on every rank; r's sidecar is killed -9 and restarted with the same
+// flags; r's trainer alone asks for round n again while the others stay idle, and gets the same
+// plan within the collective timeout — rank 0 included, whose store restarts empty.
+TEST(GroupFailureE2E, AKilledAndRestartedRankAloneGetsTheAgreedPlanWhicheverRankItIs) {
+  Group group(4);
+  ASSERT_TRUE(group.started()) << group.Logs();
+  int64_t round = 1;
+  for (int64_t killed = 0; killed < 4; ++killed, ++round) {
+    SCOPED_TRACE(absl::StrCat("killed rank ", killed, ", round ", round));
+    // Round n on every rank (the first after a restart may fail once on the old generation).
+    std::vector<Outcome> finished;
+    for (int attempt = 0; attempt < 3; ++attempt) {
+      finished = PlanOn(group, {0, 1, 2, 3}, round);
+      bool all = true;
+      for (const Outcome& o : finished) all &= o.result.ok();
+      if (all) break;
+    }
+    for (const Outcome& o : finished)
+      ASSERT_TRUE(o.result.ok()) << o.result.status() << group.Logs();
+    group.Kill(killed);
+    group.Start(killed);
+    ASSERT_TRUE(group.started()) << group.Logs();
+    const std::vector<Outcome> again = PlanOn(group, {killed}, round);
+    ASSERT_TRUE(again[killed].result.ok()) << again[killed].result.status() << group.Logs();
+    ExpectSamePlan(*again[killed].result, *finished[killed].result);
+    EXPECT_LT(again[killed].took, kTimeout + kMargin);
   }
 }
 

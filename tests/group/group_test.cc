@@ -475,27 +475,6 @@ TEST(Group, StreamsAreIndependentGroups) {
   for (const Result& result : other) EXPECT_TRUE(result.ok()) << result.status();
 }
 
-TEST(Group, AStoredResultIsReadByARestartedRank) {
-  InMemoryStore store;
-  GroupOptions options = Options(0, 2);
-  options.kept_results = 2;
-  auto rank0 = Group::Create(&store, options);
-  ASSERT_TRUE(rank0.ok());
-  auto writer = (*rank0)->ForStream("actor");
-  for (int64_t round : {7, 8, 9}) {
-    ASSERT_TRUE(writer->PutResult(round, absl::StrCat("k=", round)).ok());
-  }
-  // A rank 1 that has just (re)started: empty memory, same store.
-  auto rank1 = Group::Create(&store, Options(1, 2));
-  ASSERT_TRUE(rank1.ok());
-  auto reader = (*rank1)->ForStream("actor");
-  EXPECT_EQ(*reader->GetResult(9), "k=9");
-  EXPECT_EQ(*reader->GetResult(8), "k=8");
-  EXPECT_EQ(*reader->GetResult(7), std::nullopt);  // beyond kept_results
-  EXPECT_EQ(*reader->GetResult(10), std::nullopt);
-  EXPECT_EQ(*(*rank1)->ForStream("critic")->GetResult(9), std::nullopt);
-}
-
 // An Abort() (a shutdown) ends the stream group for good, even when it comes before the stream
 // has formed: a later round fails at once instead of forming.
 TEST(Group, AnAbortedStreamGroupFailsEveryLaterRound) {

@@ -1,0 +1,196 @@
+#include "server/group/result_replica.h"
+
+#include <algorithm>
+#include <iterator>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/time/clock.h"
+#include "server/base/status_macros.h"
+#include "server/group/group_keys.h"
+#include "spdlog/spdlog.h"
+
+namespace packsched::group {
+namespace {
+
+// More entries than this waiting for the store (it has been unreachable for many rounds): drop
+// them and write everything kept once it is back instead (kept_ is bounded; the queue would not
+// be).
+constexpr size_t kMaxPending = 1024;
+
+}  // namespace
+
+ResultReplica::ResultReplica(Group& group, ReplicaOptions options)
+    : group_(group), options_(options), thread_(&ResultReplica::Run, this) {}
+
+ResultReplica::~ResultReplica() {
+  {
+    absl::MutexLock lock(&mu_);
+    stop_ = true;
+  }
+  thread_.join();
+}
+
+void ResultReplica::Record(const std::string& stream, int64_t round, std::string result) {
+  const bool trims = group_.options_.rank == 0;
+  absl::MutexLock lock(&mu_);
+  std::map<int64_t, std::string>& rounds = kept_[stream];
+  rounds[round] = result;
+  pending_.push_back({stream, round, std::move(result)});
+  while (static_cast<int64_t>(rounds.size()) > group_.options_.kept_results) {
+    // Rank 0 deletes what it no longer keeps; the other ranks' copies are the same keys.
+    if (trims) pending_.push_back({stream, rounds.begin()->first, std::string()});
+    rounds.erase(rounds.begin());
+  }
+  if (pending_.size() > kMaxPending) {
+    pending_.clear();
+    resync_ = true;
+  }
+}
+
+void ResultReplica::Forget(const std::string& stream) {
+  absl::MutexLock lock(&mu_);
+  kept_.erase(stream);
+}
+
+int64_t ResultReplica::epochs_replicated() const {
+  absl::MutexLock lock(&mu_);
+  return epochs_replicated_;
+}
+
+bool ResultReplica::WaitUnlessStopped(absl::Duration d, bool wake_on_work) {
+  absl::MutexLock lock(&mu_);
+  auto done = [this, wake_on_work]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return stop_ || (wake_on_work && !pending_.empty());
+  };
+  mu_.AwaitWithTimeout(absl::Condition(&done), d);
+  return stop_;
+}
+
+absl::Status ResultReplica::Write(const std::string& epoch, const Pending& entry) {
+  const std::string key =
+      keys::Result(keys::StreamRoot(keys::EpochRoot(group_.options_.key_root, epoch), entry.stream),
+                   entry.round);
+  const absl::Time deadline = absl::Now() + options_.poll;
+  if (entry.result.empty()) return group_.store_->DeletePrefix(key, deadline).status();
+  return group_.store_->Set(key, entry.result, deadline);
+}
+
+absl::Status ResultReplica::Replicate(const std::string& epoch) {
+  std::vector<Pending> all;
+  {
+    absl::MutexLock lock(&mu_);
+    for (const auto& [stream, rounds] : kept_) {
+      for (const auto& [round, result] : rounds) all.push_back({stream, round, result});
+    }
+    pending_.clear();  // everything recorded so far is in `all`
+    resync_ = false;
+  }
+  for (const Pending& entry : all) RETURN_IF_ERROR(Write(epoch, entry));
+  const GroupOptions& options = group_.options_;
+  if (options.rank == 0) return absl::OkStatus();  // rank 0's own store: nothing to wait for
+  const std::string epoch_root = keys::EpochRoot(options.key_root, epoch);
+  const absl::Time deadline = absl::Now() + options_.poll;
+  // A restarted rank 0 waits for every rank's membership under its new epoch (readiness).
+  RETURN_IF_ERROR(group_.store_->Set(keys::Member(epoch_root, options.rank), "1", deadline));
+  return group_.store_->Set(keys::Replicated(epoch_root, options.rank), std::to_string(all.size()),
+                            deadline);
+}
+
+void ResultReplica::Run() {
+  const GroupOptions& options = group_.options_;
+  std::string replicated;  // the epoch that holds everything kept here
+  while (!WaitUnlessStopped(absl::ZeroDuration(), false)) {
+    // Rank 0: its own epoch, no store call. Others: one read, which also tells a restarted rank 0.
+    absl::StatusOr<std::string> epoch = group_.Epoch(absl::Now() + options_.poll);
+    if (!epoch.ok()) {
+      if (WaitUnlessStopped(options_.retry, false)) return;
+      continue;
+    }
+    bool resync;
+    {
+      absl::MutexLock lock(&mu_);
+      resync = resync_;
+    }
+    if (*epoch != replicated || resync) {
+      if (absl::Status status = Replicate(*epoch); !status.ok()) {
+        absl::MutexLock lock(&mu_);
+        resync_ = true;
+        continue;  // after the retry wait below
+      }
+      if (!replicated.empty() && *epoch != replicated) {
+        spdlog::info("rank 0 restarted (run epoch {}): wrote the agreed results kept here into it",
+                     *epoch);
+      }
+      replicated = *epoch;
+      absl::MutexLock lock(&mu_);
+      ++epochs_replicated_;
+    }
+    // Drain what is pending into this epoch.
+    bool failed = false;
+    while (true) {
+      Pending entry;
+      {
+        absl::MutexLock lock(&mu_);
+        if (stop_ || pending_.empty() || resync_) break;
+        entry = pending_.front();
+      }
+      if (!Write(*epoch, entry).ok()) {
+        failed = true;
+        break;
+      }
+      absl::MutexLock lock(&mu_);
+      // The entry written is the front one, unless Record's overflow rule cleared the queue
+      // meanwhile; then resync_ is set and everything is written again anyway.
+      if (!pending_.empty() && !resync_) pending_.pop_front();
+    }
+    if (failed) {
+      // The store (rank 0) is unreachable: write everything kept once it is back, into whatever
+      // epoch it then has.
+      {
+        absl::MutexLock lock(&mu_);
+        resync_ = true;
+      }
+      if (WaitUnlessStopped(options_.retry, false)) return;
+      continue;
+    }
+    // Idle: rank 0 until work arrives; the others also wake every poll to read the epoch.
+    const absl::Duration idle = options.rank == 0 ? absl::InfiniteDuration() : options_.poll;
+    if (WaitUnlessStopped(idle, true)) return;
+  }
+}
+
+absl::StatusOr<std::optional<std::string>> ResultReplica::Lookup(const std::string& stream,
+                                                                 int64_t round,
+                                                                 absl::Duration settle,
+                                                                 absl::Time deadline) {
+  const GroupOptions& options = group_.options_;
+  collective::KeyValueStore& store = *group_.store_;
+  ASSIGN_OR_RETURN(const std::string epoch, group_.Epoch(deadline));
+  const std::string epoch_root = keys::EpochRoot(options.key_root, epoch);
+  if (options.rank == 0) {
+    // Rank 0's store may have just started empty (a restart): wait for every other rank to have
+    // written what it keeps. Once a rank has, it stays so for this epoch (rank 0's own).
+    int64_t seen;
+    {
+      absl::MutexLock lock(&marks_mu_);
+      seen = marks_seen_;
+    }
+    for (; seen < options.world_size; ++seen) {
+      absl::StatusOr<std::string> mark = store.Get(keys::Replicated(epoch_root, seen), deadline);
+      if (absl::IsDeadlineExceeded(mark.status())) break;  // that rank is not back: no wait
+      if (!mark.ok()) return mark.status();
+      absl::MutexLock lock(&marks_mu_);
+      marks_seen_ = std::max(marks_seen_, seen + 1);
+    }
+  }
+  const std::string key = keys::Result(keys::StreamRoot(epoch_root, stream), round);
+  ASSIGN_OR_RETURN(std::optional<std::string> found, store.TryGet(key, deadline));
+  if (found.has_value() || settle <= absl::ZeroDuration()) return found;
+  absl::StatusOr<std::string> late = store.Get(key, std::min(deadline, absl::Now() + settle));
+  if (absl::IsDeadlineExceeded(late.status())) return std::nullopt;
+  if (!late.ok()) return late.status();
+  return std::optional<std::string>(*std::move(late));
+}
+
+}  // namespace packsched::group

@@ -1,0 +1,112 @@
+#ifndef PACKSCHED_SERVER_GROUP_RESULT_REPLICA_H_
+#define PACKSCHED_SERVER_GROUP_RESULT_REPLICA_H_
+
+// Agreed round results that outlive any one sidecar, rank 0 included (docs/design.md §3, "Rounds
+// that never split"; docs/decisions.md, "Every rank keeps the agreed results").
+//
+// Every rank that agrees a round keeps its result (the agreed values, a few dozen bytes) for the
+// stream's last GroupOptions::kept_results rounds, and writes it into the rendezvous store under
+// the current run epoch, in the background, off the round's path. When rank 0 restarts, its store
+// starts empty under a new epoch: every other rank notices the new epoch (it reads the epoch
+// once a `poll` when idle), writes everything it keeps into it, publishes its membership there
+// (so the restarted rank 0 becomes ready without a round) and then its "replicated" mark. So a
+// rank that missed a round its peers finished — it was restarted, or its collective failed while
+// theirs completed — finds the agreed values in the store (Lookup), as long as one rank that
+// finished the round is alive.
+//
+//   ResultReplica replica(group);                             // one per sidecar, world_size > 1
+//   replica.Record("actor", 7, SerializeAgreedResult(...));   // after each agreed round
+//   replica.Lookup("actor", 7, settle, deadline);             // before running a round again
+
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <optional>
+#include <string>
+#include <thread>
+#include <utility>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "server/group/group.h"
+
+namespace packsched::group {
+
+struct ReplicaOptions {
+  // How often an idle rank (not rank 0) reads the run epoch, to notice that rank 0 restarted.
+  absl::Duration poll = absl::Seconds(1);
+  // Wait after a failed store write before the next try.
+  absl::Duration retry = absl::Milliseconds(100);
+};
+
+class ResultReplica {
+ public:
+  // Starts the background writer. REQUIRES: `group` (and its store) outlive this.
+  explicit ResultReplica(Group& group, ReplicaOptions options = {});
+  // Stops the writer and joins it: within one store call (bounded by the group's collective
+  // timeout; at once when the store's waits are cancelled, as at shutdown).
+  ~ResultReplica();
+
+  ResultReplica(const ResultReplica&) = delete;
+  ResultReplica& operator=(const ResultReplica&) = delete;
+
+  // Keeps `result` as the agreed result of `stream`'s `round` (the last kept_results rounds of
+  // each stream are kept) and has the writer put it in the store. Returns at once. Thread-safe.
+  void Record(const std::string& stream, int64_t round, std::string result);
+
+  // Drops what is kept of `stream` (a reclaimed stream). What the store holds stays. Thread-safe.
+  void Forget(const std::string& stream);
+
+  // The agreed result of `stream`'s `round` as some rank recorded it, or std::nullopt if none has.
+  // Rank 0 first waits until every other rank has written what it keeps into the current epoch
+  // (its "replicated" mark; immediate unless rank 0 has just restarted); then the store is read,
+  // and if the result is not there it is waited for up to `settle` more (a write still on its way
+  // from a rank that finished the round just before a link was cut). Never waits past
+  // `deadline`: a mark or a result not there by then is not waited for. Returns the store's error
+  // if it cannot be read. Thread-safe.
+  absl::StatusOr<std::optional<std::string>> Lookup(const std::string& stream, int64_t round,
+                                                    absl::Duration settle, absl::Time deadline);
+
+  // How many epochs this rank has written everything it keeps into (tests; 1 after start-up, +1
+  // after every restart of rank 0 noticed).
+  int64_t epochs_replicated() const;
+
+ private:
+  struct Pending {
+    std::string stream;
+    int64_t round;
+    std::string result;  // empty: delete the round's key (rank 0 trims the store)
+  };
+
+  void Run();
+  // Writes every kept result, the membership and the mark into `epoch`.
+  absl::Status Replicate(const std::string& epoch);
+  // Writes (or, for an empty result, deletes) one pending entry into `epoch`.
+  absl::Status Write(const std::string& epoch, const Pending& entry);
+  // Waits up to `d`, or until stopped (returns true) or, if `wake_on_work`, work is pending.
+  bool WaitUnlessStopped(absl::Duration d, bool wake_on_work);
+
+  Group& group_;
+  const ReplicaOptions options_;
+
+  mutable absl::Mutex mu_;
+  // Per stream: round -> result, the last kept_results rounds.
+  std::map<std::string, std::map<int64_t, std::string>> kept_ ABSL_GUARDED_BY(mu_);
+  std::deque<Pending> pending_ ABSL_GUARDED_BY(mu_);
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  // The store may have missed writes (it was unreachable, or the queue overflowed): write
+  // everything kept again.
+  bool resync_ ABSL_GUARDED_BY(mu_) = false;
+  int64_t epochs_replicated_ ABSL_GUARDED_BY(mu_) = 0;
+  // Rank 0: how many ranks (1, 2, ...) have been seen to have replicated into its epoch.
+  int64_t marks_seen_ ABSL_GUARDED_BY(marks_mu_) = 1;
+  absl::Mutex marks_mu_;
+
+  std::thread thread_;  // last: started once everything above is constructed
+};
+
+}  // namespace packsched::group
+
+#endif  // PACKSCHED_SERVER_GROUP_RESULT_REPLICA_H_
