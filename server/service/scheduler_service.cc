@@ -1,5 +1,6 @@
 #include "server/service/scheduler_service.h"
 
+#include <atomic>
 #include <memory>
 #include <optional>
 #include <utility>
@@ -17,6 +18,10 @@ namespace {
 
 constexpr absl::string_view kServedKey = "packsched-served";
 
+// Calls whose messages gRPC holds (from the call's arrival until its response is written), over
+// every service of the process: what SchedulerServer::Shutdown waits for.
+std::atomic<int64_t> live_calls{0};
+
 // One call's request and response on a protobuf arena: a plan response is a few hundred
 // sub-messages and repeated fields (one per micro-batch, three fields each), which the arena
 // allocates from a few blocks and frees at once when gRPC releases the call, instead of one
@@ -27,7 +32,9 @@ class ArenaMessages final : public grpc::MessageHolder<Request, Response> {
   ArenaMessages() : arena_(Options()) {
     this->set_request(google::protobuf::Arena::CreateMessage<Request>(&arena_));
     this->set_response(google::protobuf::Arena::CreateMessage<Response>(&arena_));
+    live_calls.fetch_add(1, std::memory_order_relaxed);
   }
+  ~ArenaMessages() override { live_calls.fetch_sub(1, std::memory_order_relaxed); }
   void Release() override { delete this; }
 
  private:
@@ -91,6 +98,18 @@ absl::StatusOr<MemoryBudget::Reservation> SchedulerService::Reserve(const Reques
                                                     " bytes on the wire)"));
 }
 
+void SchedulerService::RefuseNewCalls() { refusing_.store(true, std::memory_order_release); }
+
+int64_t SchedulerService::CallsInProgress() { return live_calls.load(std::memory_order_relaxed); }
+
+grpc::ServerUnaryReactor* SchedulerService::RefuseNow(grpc::CallbackServerContext* context) {
+  // As gRPC's own refusal once the server has shut down: not marked as served, so clients keep
+  // trying to reach their sidecar (its restart) instead of taking this as the round's answer.
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  reactor->Finish(grpc::Status(grpc::StatusCode::UNAVAILABLE, "the sidecar is shutting down"));
+  return reactor;
+}
+
 absl::Status SchedulerService::Authorize(const grpc::CallbackServerContext& context) const {
   return security::CheckBearerToken(security::AuthorizationOf(context), options_.auth_token);
 }
@@ -115,6 +134,7 @@ grpc::ServerUnaryReactor* SchedulerService::FinishNow(grpc::CallbackServerContex
 grpc::ServerUnaryReactor* SchedulerService::Plan(grpc::CallbackServerContext* context,
                                                  const v1::PlanRequest* request,
                                                  v1::PlanResponse* response) {
+  if (refusing_.load(std::memory_order_acquire)) return RefuseNow(context);
   if (absl::Status auth = Authorize(*context); !auth.ok()) return FinishNow(context, auth);
   absl::StatusOr<RoundInput> input = ToRoundInput(*request, options_.limits);
   if (!input.ok()) return FinishNow(context, input.status());
@@ -146,6 +166,7 @@ grpc::ServerUnaryReactor* SchedulerService::Plan(grpc::CallbackServerContext* co
 grpc::ServerUnaryReactor* SchedulerService::Partition(grpc::CallbackServerContext* context,
                                                       const v1::PartitionRequest* request,
                                                       v1::PlanResponse* response) {
+  if (refusing_.load(std::memory_order_acquire)) return RefuseNow(context);
   absl::Status status = Authorize(*context);
   std::optional<MemoryBudget::Reservation> reservation;
   if (status.ok()) {
@@ -169,6 +190,7 @@ grpc::ServerUnaryReactor* SchedulerService::Partition(grpc::CallbackServerContex
 grpc::ServerUnaryReactor* SchedulerService::BalanceBatch(grpc::CallbackServerContext* context,
                                                          const v1::BalanceBatchRequest* request,
                                                          v1::BalanceBatchResponse* response) {
+  if (refusing_.load(std::memory_order_acquire)) return RefuseNow(context);
   absl::Status status = Authorize(*context);
   std::optional<MemoryBudget::Reservation> reservation;
   if (status.ok()) {
@@ -192,6 +214,7 @@ grpc::ServerUnaryReactor* SchedulerService::BalanceBatch(grpc::CallbackServerCon
 grpc::ServerUnaryReactor* SchedulerService::GetStatus(grpc::CallbackServerContext* context,
                                                       const v1::GetStatusRequest* request,
                                                       v1::GetStatusResponse* response) {
+  if (refusing_.load(std::memory_order_acquire)) return RefuseNow(context);
   if (absl::Status auth = Authorize(*context); !auth.ok()) return FinishNow(context, auth);
   const RoundCoordinator::Stats stats = coordinator_->GetStats();
   response->set_rank(options_.rank);

@@ -8,6 +8,7 @@
 // grpc::Status — the only place that happens. Nothing here blocks a gRPC thread: Partition,
 // BalanceBatch and inline rounds are bounded CPU work.
 
+#include <atomic>
 #include <cstdint>
 #include <string>
 
@@ -55,6 +56,14 @@ class SchedulerService final : public v1::Scheduler::CallbackService {
                                       const v1::GetStatusRequest* request,
                                       v1::GetStatusResponse* response) override;
 
+  // From now on every new call is refused with UNAVAILABLE, not marked as served (clients keep
+  // trying to reach their sidecar, as when gRPC itself refuses them): the first step of a
+  // shutdown (server.h). Calls already in progress are unaffected. Thread-safe.
+  void RefuseNewCalls();
+  // Plan, Partition and BalanceBatch calls of this process whose messages gRPC still holds:
+  // from their arrival until their response has been written. Thread-safe.
+  static int64_t CallsInProgress();
+
  private:
   absl::Status Authorize(const grpc::CallbackServerContext& context) const;
   // Counts `status`, marks the answer as the sidecar's own (trailing metadata
@@ -63,6 +72,7 @@ class SchedulerService final : public v1::Scheduler::CallbackService {
               const absl::Status& status);
   grpc::ServerUnaryReactor* FinishNow(grpc::CallbackServerContext* context,
                                       const absl::Status& status);
+  grpc::ServerUnaryReactor* RefuseNow(grpc::CallbackServerContext* context);
   // The request's estimated peak from the in-flight budget (--max_inflight_bytes), or
   // ResourceExhausted naming the estimate and the budget.
   absl::StatusOr<MemoryBudget::Reservation> Reserve(const RequestMemory& memory,
@@ -72,6 +82,7 @@ class SchedulerService final : public v1::Scheduler::CallbackService {
   const Options options_;
   const absl::Time started_ = absl::Now();
   MemoryBudget budget_;
+  std::atomic<bool> refusing_{false};
   absl::Mutex mu_;
   absl::flat_hash_map<std::string, int64_t> errors_by_code_ ABSL_GUARDED_BY(mu_);
   int64_t partitions_ ABSL_GUARDED_BY(mu_) = 0;

@@ -1,12 +1,10 @@
 #include "server/service/server.h"
 
 #include <algorithm>
-#include <thread>
 #include <utility>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "absl/synchronization/notification.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/health_check_service_interface.h"
@@ -24,6 +22,8 @@ namespace {
 // How long before the end of the shutdown grace period the coordinator answers the rounds still
 // outstanding (at most a quarter of the period): time for the answers to reach gRPC first.
 constexpr absl::Duration kStopRoundsBeforeGraceEnds = absl::Milliseconds(500);
+// How often a shutdown checks whether calls are still in progress.
+constexpr absl::Duration kCallPoll = absl::Milliseconds(5);
 
 }  // namespace
 
@@ -119,23 +119,31 @@ void SchedulerServer::Shutdown(absl::Duration grace) {
   if (grpc::HealthCheckServiceInterface* health = state_->server->GetHealthCheckService()) {
     health->SetServingStatus(false);
   }
-  // grpc::Server::Shutdown waits for every call to end, and a call waiting on a round ends only
-  // when the round does. At its deadline gRPC cancels the calls left ("Cancelling all calls",
-  // without our served marker), and clients would take a round that reached this sidecar and
-  // failed for one that never did, and retry it. So the coordinator stops a little earlier and
-  // answers every outstanding round itself (final, with the marker); stopping also aborts the
+  // New calls are refused from here on (UNAVAILABLE, as gRPC does after its Shutdown); calls in
+  // progress run on. gRPC's Shutdown(deadline) would also wait for every connected client to
+  // close its connection, idle ones included — until the deadline, whatever is in progress — so
+  // it is called only once nothing is: at once when no call is left (their responses written),
+  // else when the grace ends, cancelling what is left.
+  //
+  // Rounds outlast a call's own work, and at its deadline gRPC cancels the calls left ("Cancelling
+  // all calls", without our served marker): clients would take a round that reached this sidecar
+  // and failed for one that never did, and retry it. So the coordinator stops a little earlier
+  // and answers every outstanding round itself (final, with the marker); stopping also aborts the
   // streams' collectives and cancels the group's store waits, so no round holds the shutdown.
+  state_->service->RefuseNewCalls();
   const absl::Time deadline = absl::Now() + grace;
   const absl::Time stop_rounds_at = deadline - std::min(grace / 4, kStopRoundsBeforeGraceEnds);
-  absl::Notification server_down;
-  std::thread stopper([this, stop_rounds_at, &server_down] {
-    if (!server_down.WaitForNotificationWithDeadline(stop_rounds_at)) {
-      state_->coordinator->Shutdown();
+  auto wait_for_calls_until = [](absl::Time until) {
+    while (SchedulerService::CallsInProgress() > 0 && absl::Now() < until) {
+      absl::SleepFor(kCallPoll);
     }
-  });
-  state_->server->Shutdown(absl::ToChronoTime(deadline));
-  server_down.Notify();
-  stopper.join();
+    return SchedulerService::CallsInProgress() == 0;
+  };
+  if (!wait_for_calls_until(stop_rounds_at)) {
+    state_->coordinator->Shutdown();
+    wait_for_calls_until(deadline);
+  }
+  state_->server->Shutdown(absl::ToChronoTime(absl::Now()));
   state_->coordinator->Shutdown();
   state_->server->Wait();
 }

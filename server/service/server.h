@@ -54,11 +54,12 @@ class SchedulerServer {
   // The bound port (the chosen one when the listen port was 0).
   int port() const;
 
-  // Stops accepting calls and lets calls in progress finish for up to `grace`. Rounds still
-  // outstanding shortly before the grace period ends (a quarter of it, at most 500 ms, before)
-  // are failed by the coordinator (RoundCoordinator::Shutdown: Aborted / Unavailable, with the
-  // service's served marker, so clients do not retry them); gRPC then cancels whatever call is
-  // left at `grace`. Returns when everything has ended. Idempotent.
+  // Refuses new calls (UNAVAILABLE, not marked as served) and lets calls in progress finish for
+  // up to `grace`; returns as soon as none is left (connected clients, idle ones included, do not
+  // hold it). Rounds still outstanding shortly before the grace period ends (a quarter of it, at
+  // most 500 ms, before) are failed by the coordinator (RoundCoordinator::Shutdown: Aborted /
+  // Unavailable, with the service's served marker, so clients do not retry them); whatever call
+  // is left at `grace` is cancelled. Returns when everything has ended. Idempotent.
   void Shutdown(absl::Duration grace);
 
  private:
