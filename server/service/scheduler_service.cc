@@ -32,9 +32,7 @@ class ArenaMessages final : public grpc::MessageHolder<Request, Response> {
   ArenaMessages() : arena_(Options()) {
     this->set_request(google::protobuf::Arena::CreateMessage<Request>(&arena_));
     this->set_response(google::protobuf::Arena::CreateMessage<Response>(&arena_));
-    live_calls.fetch_add(1, std::memory_order_relaxed);
   }
-  ~ArenaMessages() override { live_calls.fetch_sub(1, std::memory_order_relaxed); }
   void Release() override { delete this; }
 
  private:
@@ -45,6 +43,15 @@ class ArenaMessages final : public grpc::MessageHolder<Request, Response> {
     return options;
   }
 
+  // Counts this call in live_calls while gRPC holds its messages.
+  struct Counted {
+    Counted() { live_calls.fetch_add(1, std::memory_order_relaxed); }
+    ~Counted() { live_calls.fetch_sub(1, std::memory_order_relaxed); }
+    Counted(const Counted&) = delete;
+    Counted& operator=(const Counted&) = delete;
+  };
+
+  Counted counted_;
   google::protobuf::Arena arena_;
 };
 
