@@ -2,8 +2,6 @@
 // (packsched/kernels/context_parallel.h): host validation, then dispatch on the device type, as
 // kernels.cc does for the packing kernels.
 
-#include "packsched/kernels/context_parallel.h"
-
 #include <cstdint>
 
 #include "absl/status/status.h"
@@ -11,6 +9,7 @@
 #include "absl/strings/string_view.h"
 #include "kernels/internal/backend.h"
 #include "kernels/internal/validate.h"
+#include "packsched/kernels/context_parallel.h"
 #include "server/base/status_macros.h"
 
 namespace packsched::kernels {
@@ -59,13 +58,13 @@ absl::StatusOr<internal::CpShardArgs> CheckCpCall(absl::string_view op, const DL
     }
   }
   if (full.shape[0] != cu.total) {
-    return Invalid(op, absl::StrCat("x has ", full.shape[0], " rows but cu_seqlens[B] = ",
-                                    cu.total, " (total mismatch)"));
+    return Invalid(op, absl::StrCat("x has ", full.shape[0], " rows but cu_seqlens[B] = ", cu.total,
+                                    " (total mismatch)"));
   }
   RETURN_IF_ERROR(CheckTensor(op, "shard", &part, call));
   RETURN_IF_ERROR(CheckSameDType(op, "shard", part, "x", full));
-  RETURN_IF_ERROR(CheckShape(op, "shard", part, WithTrailing({cu.total / cp}, full, 1),
-                             "[total / cp, ...]"));
+  RETURN_IF_ERROR(
+      CheckShape(op, "shard", part, WithTrailing({cu.total / cp}, full, 1), "[total / cp, ...]"));
   internal::CpShardArgs a;
   a.x = Data(full);
   a.cu = cu.device;
@@ -116,7 +115,8 @@ absl::Status MropePositionIds(const DLTensor& token_types, const Seqlens& seqlen
   RETURN_IF_ERROR(CheckTensor(op, "grid_thw", &grid_thw, call));
   RETURN_IF_ERROR(CheckDType(op, "grid_thw", grid_thw, kDLInt, 32));
   if (grid_thw.ndim != 2 || grid_thw.shape[1] != 3) {
-    return Invalid(op, absl::StrCat("grid_thw must have shape [N, 3], got ", ShapeString(grid_thw)));
+    return Invalid(op,
+                   absl::StrCat("grid_thw must have shape [N, 3], got ", ShapeString(grid_thw)));
   }
   ASSIGN_OR_RETURN(const CheckedSeqlens grid_cu,
                    CheckSeqlens(op, "grid_cu_seqlens", grid_seqlens, call, backend));

@@ -70,15 +70,15 @@ absl::Status MropePositionIds(const MropeArgs& a) {
                                    a.grids + 3 * static_cast<int64_t>(a.grid_cu[b]),
                                    a.grid_cu[b + 1] - a.grid_cu[b], a.merge, nullptr, 0);
     if (code != 0) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "MropePositionIds: sequence ", b, ": ", MropeError(code), " (grids ", a.grid_cu[b],
-          " to ", a.grid_cu[b + 1], " of grid_thw)"));
+      return absl::InvalidArgumentError(absl::StrCat("MropePositionIds: sequence ", b, ": ",
+                                                     MropeError(code), " (grids ", a.grid_cu[b],
+                                                     " to ", a.grid_cu[b + 1], " of grid_thw)"));
     }
   }
   for (int64_t b = 0; b < a.batch; ++b) {
     MropeSequence(a.types + a.cu[b], a.cu[b + 1] - a.cu[b],
-                  a.grids + 3 * static_cast<int64_t>(a.grid_cu[b]),
-                  a.grid_cu[b + 1] - a.grid_cu[b], a.merge, a.position_ids + a.cu[b], a.rows);
+                  a.grids + 3 * static_cast<int64_t>(a.grid_cu[b]), a.grid_cu[b + 1] - a.grid_cu[b],
+                  a.merge, a.position_ids + a.cu[b], a.rows);
   }
   for (int64_t t = a.cu[a.batch]; t < a.rows; ++t) {  // the tail: text restarting at 0
     const int64_t p = PositionId(t, a.cu[a.batch]);

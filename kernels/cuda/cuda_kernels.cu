@@ -534,9 +534,9 @@ LaunchResult LaunchCpUnshard(const CpShardArgs& a, void* stream) {
   const int64_t blocks = Blocks(rows * vecs);
   const CpMap map{a.cu, a.batch, a.cp, a.rank};
   switch (w) {
-#define PACKSCHED_CP_SCATTER_CASE(W, V)                                          \
-  case W:                                                                        \
-    ScatterRowsMapped<V, CpMap><<<blocks, kThreads, 0, AsStream(stream)>>>(      \
+#define PACKSCHED_CP_SCATTER_CASE(W, V)                                         \
+  case W:                                                                       \
+    ScatterRowsMapped<V, CpMap><<<blocks, kThreads, 0, AsStream(stream)>>>(     \
         static_cast<const V*>(a.shard), static_cast<V*>(a.x), rows, vecs, map); \
     break;
     PACKSCHED_CP_SCATTER_CASE(16, uint4)

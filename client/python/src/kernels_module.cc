@@ -211,10 +211,9 @@ PYBIND11_MODULE(_kernels, m) {
 
   m.def(
       "mrope_position_ids",
-      [](py::object types, py::object cu, std::optional<std::vector<int32_t>> cu_host,
-         int64_t rows, py::object grids, py::object grid_cu,
-         std::optional<std::vector<int32_t>> grid_cu_host, int64_t merge, py::object out,
-         uintptr_t stream) {
+      [](py::object types, py::object cu, std::optional<std::vector<int32_t>> cu_host, int64_t rows,
+         py::object grids, py::object grid_cu, std::optional<std::vector<int32_t>> grid_cu_host,
+         int64_t merge, py::object out, uintptr_t stream) {
         Borrowed bt(types, stream), bc(cu, stream), bg(grids, stream), bgc(grid_cu, stream),
             bo(out, stream);
         CheckWithoutGil([&] {
