@@ -112,12 +112,13 @@ LAYERS = {
     # The Python package. planner and kernels work without a sidecar: no gRPC, no stubs.
     # The option defaults and the plan's fields come from the schema table (packsched._planner).
     "py/options": Layer(("packsched._options",), ("py/ext",)),
+    "py/cp_layout": Layer(("packsched._cp_layout",)),
     "py/plan": Layer(("packsched.plan",), ("py/options",), ("numpy", "torch")),
     "py/ext": Layer(("packsched._planner", "packsched._kernels"), ("client/python",)),
     "py/planner": Layer(("packsched.planner",), ("py/options", "py/plan", "py/ext"), ("numpy",)),
     "py/kernels": Layer(
         ("packsched.kernels", "packsched._context_parallel"),
-        ("py/ext",),
+        ("py/ext", "py/cp_layout"),
         ("numpy", "torch", "cuda"),
     ),
     "py/stubs": Layer(("packsched.v1",), ("proto",), ("grpc", "protobuf")),

@@ -10,6 +10,9 @@ same work for every sequence.
 """
 
 from . import _kernels
+from ._cp_layout import check_cp as _check_cp
+from ._cp_layout import chunk_lengths as _chunks
+from ._cp_layout import cp_layout  # noqa: F401 (re-exported by packsched.kernels)
 from .kernels import (
     _Torch,
     _host,
@@ -21,63 +24,6 @@ from .kernels import (
     shift_labels,
     varlen_attention,
 )
-
-
-def _check_cp(cp, rank=None):
-    cp = int(cp)
-    if cp < 1:
-        raise ValueError(f"cp must be >= 1, got {cp}")
-    if rank is not None and not 0 <= int(rank) < cp:
-        raise ValueError(f"rank must be in [0, cp = {cp}), got {rank}")
-    return cp
-
-
-def _chunks(host, cp):
-    """Per sequence its chunk length (length / (2 cp)); ValueError unless every length is a
-    multiple of 2 * cp."""
-    chunks = []
-    for b, (start, stop) in enumerate(zip(host, host[1:])):
-        if (stop - start) % (2 * cp) != 0:
-            raise ValueError(
-                f"cu_seqlens: sequence {b} has length {stop - start}, not a multiple of "
-                f"2 * cp = {2 * cp} (align it: align_to = 2 * cp * tp)"
-            )
-        chunks.append((stop - start) // (2 * cp))
-    return chunks
-
-
-def cp_layout(cu_seqlens, cp, rank):
-    """The host-side shard layout of CP rank ``rank`` for an aligned micro-batch whose offsets are
-    ``cu_seqlens`` (a list of B + 1 ints, every length a multiple of 2 * cp). Pure host
-    arithmetic, no tensor, no device sync. Returns a dict:
-
-    - ``row_ranges``: the [start, stop) rows of the full micro-batch this rank holds, in shard
-      order (per sequence its head chunk, then its tail chunk; empty sequences contribute none);
-    - ``cu_seqlens_q``: the local offsets of the shard's queries (cu_seqlens / cp), B + 1 ints;
-    - ``cu_seqlens_k``: the global offsets of the keys (cu_seqlens itself);
-    - ``max_seqlen_q`` / ``max_seqlen_k``: the longest local resp. global sequence;
-    - ``positions``: per shard row its position in its sequence (total / cp ints);
-    - ``rows``: total / cp.
-    """
-    cp = _check_cp(cp, rank)
-    host = [int(v) for v in cu_seqlens]
-    chunks = _chunks(host, cp)
-    ranges, positions = [], []
-    for start, chunk in zip(host, chunks):
-        for c in (rank, 2 * cp - 1 - rank):
-            if chunk:
-                ranges.append((start + c * chunk, start + (c + 1) * chunk))
-                positions.extend(range(c * chunk, (c + 1) * chunk))
-    lengths = [b - a for a, b in zip(host, host[1:])]
-    return {
-        "row_ranges": ranges,
-        "cu_seqlens_q": [v // cp for v in host],
-        "cu_seqlens_k": list(host),
-        "max_seqlen_q": max(lengths, default=0) // cp,
-        "max_seqlen_k": max(lengths, default=0),
-        "positions": positions,
-        "rows": host[-1] // cp,
-    }
 
 
 def cp_shard(x, cu_seqlens, cp, rank, cu_seqlens_host=None):
