@@ -26,6 +26,16 @@ from .kernels import (
 )
 
 
+def _host_list(lib, cu_seqlens, cu_seqlens_host):
+    """The offsets as a list of ints: cu_seqlens_host, or cu_seqlens itself when it is a list,
+    else a copy of the tensor (a sync for a device tensor)."""
+    if cu_seqlens_host is None and isinstance(cu_seqlens, (list, tuple)):
+        cu_seqlens_host = cu_seqlens
+    if cu_seqlens_host is None:
+        return _host(lib, _same_lib(lib, cu_seqlens), None)
+    return [int(v) for v in cu_seqlens_host]
+
+
 def cp_shard(x, cu_seqlens, cp, rank, cu_seqlens_host=None):
     """CP rank ``rank``'s rows of x ([total, ...], any dtype; rows are dimension 0): for each
     sequence of ``cu_seqlens`` (the aligned int32 offsets, every length a multiple of 2 * cp, else
@@ -119,8 +129,7 @@ def cp_attention(q, k, v, cu_seqlens, cp, rank, softmax_scale=None, cu_seqlens_h
     if not isinstance(lib, _Torch):
         raise TypeError("cp_attention takes torch tensors")
     torch = lib.torch
-    host = _host(lib, cu_seqlens, cu_seqlens_host) if cu_seqlens_host is None else cu_seqlens_host
-    host = [int(v) for v in host]
+    host = _host_list(lib, cu_seqlens, cu_seqlens_host)
     chunks = _chunks(host, cp)
     device = q.device
     cu_k = torch.tensor(host, dtype=torch.int32, device=device)
@@ -170,13 +179,7 @@ def cp_cross_entropy(
     """
     cp = _check_cp(cp)
     lib, logits = _lib_of(logits)
-    if cu_seqlens_host is None:
-        cu_seqlens_host = (
-            [int(v) for v in cu_seqlens]
-            if isinstance(cu_seqlens, (list, tuple))
-            else _host(lib, _same_lib(lib, cu_seqlens), None)
-        )
-    host = [int(v) for v in cu_seqlens_host]
+    host = _host_list(lib, cu_seqlens, cu_seqlens_host)
     _chunks(host, cp)
     local = [v // cp for v in host]
     cu_local = lib.tensor(local, "int32", logits)
