@@ -188,3 +188,30 @@ def test_sharded_cross_entropy_sums_to_the_weighted_full_loss(cp):
         assert torch.allclose(grad_ref[rows], shard.grad, atol=1e-13, rtol=0)
         assert counts.sum() == (labels[rows] != -100).sum()
     assert abs(total_loss - float(expected)) < 1e-12
+
+
+@pytest.mark.skipif(
+    not torch.cuda.is_available() or not kernels.built_with_cuda(),
+    reason="needs a CUDA device and a CUDA build",
+)
+def test_cuda_matches_cpu():
+    cp = 4
+    cu = aligned_offsets([5, 0, 17, 300], cp)
+    cu_t = torch.tensor(cu, dtype=torch.int32)
+    x = torch.randn(cu[-1], 3, 64)
+    shards = [kernels.cp_shard(x.cuda(), cu_t.cuda(), cp, r, cu_seqlens_host=cu) for r in range(cp)]
+    for r, shard in enumerate(shards):
+        assert torch.equal(shard.cpu(), kernels.cp_shard(x, cu_t, cp, r))
+    assert torch.equal(kernels.cp_unshard(shards, cu_t.cuda(), cp, cu_seqlens_host=cu).cpu(), x)
+    q = torch.randn(cu[-1] // cp, 4, 64, dtype=torch.float32)
+    k_, v = torch.randn(cu[-1], 2, 64), torch.randn(cu[-1], 2, 64)
+    out_cpu = kernels.cp_attention(q, k_, v, cu, cp, 1)
+    out_gpu = kernels.cp_attention(q.cuda(), k_.cuda(), v.cuda(), cu, cp, 1)
+    torch.testing.assert_close(out_gpu.cpu(), out_cpu, atol=1e-4, rtol=0)
+    types = torch.tensor([0, 1, 1, 1, 1, 1, 1, 0, 0, 0], dtype=torch.int32)
+    cu_m = torch.tensor([0, 8, 10], dtype=torch.int32)
+    pos_cpu, _ = kernels.mrope_position_ids(types, cu_m, [[1, 4, 6]], [1, 0], total=12)
+    pos_gpu, _ = kernels.mrope_position_ids(
+        types.cuda(), cu_m.cuda(), [[1, 4, 6]], [1, 0], cu_seqlens_host=[0, 8, 10], total=12
+    )
+    assert torch.equal(pos_gpu.cpu(), pos_cpu)
