@@ -60,10 +60,12 @@ absl::Status CheckOptions(const PlanOptions& o, bool cap_required, bool balancin
   RETURN_IF_ERROR(CheckRange("align_total_to", o.align_total_to, 1, kMaxAlign));
   RETURN_IF_ERROR(CheckRange("context_parallel", o.context_parallel, 1, kMaxAlign));
   RETURN_IF_ERROR(CheckRange("tensor_parallel", o.tensor_parallel, 1, kMaxAlign));
-  if (const int64_t need = ParallelAlign(o); need > kMaxAlign) {
+  const int64_t need = ParallelAlign(o);
+  if (need > kMaxAlign) {
     return absl::InvalidArgumentError(absl::StrCat(
         "2 * context_parallel * tensor_parallel = ", need, ": must be at most ", kMaxAlign));
-  } else if (o.align_to != 1 && o.align_to % need != 0) {
+  }
+  if (o.align_to != 1 && o.align_to % need != 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "align_to = ", o.align_to, " is not a multiple of ", need,
         o.context_parallel > 1 ? " (2 * context_parallel * tensor_parallel)" : " (tensor_parallel)",
