@@ -94,7 +94,7 @@ LAYERS = {
     "kernels/cuda": Layer(("kernels/cuda",), ("kernels/internal",), ("absl", "cuda")),
     # The dispatching entry points.
     "kernels": Layer(
-        ("kernels/kernels.cc", "kernels/attention_api.cc"),
+        ("kernels/kernels.cc", "kernels/attention_api.cc", "kernels/context_parallel_api.cc"),
         ("kernels/cpu", "kernels/cuda"),
         ("absl", "dlpack"),
     ),
@@ -112,10 +112,15 @@ LAYERS = {
     # The Python package. planner and kernels work without a sidecar: no gRPC, no stubs.
     # The option defaults and the plan's fields come from the schema table (packsched._planner).
     "py/options": Layer(("packsched._options",), ("py/ext",)),
+    "py/cp_layout": Layer(("packsched._cp_layout",)),
     "py/plan": Layer(("packsched.plan",), ("py/options",), ("numpy", "torch")),
     "py/ext": Layer(("packsched._planner", "packsched._kernels"), ("client/python",)),
     "py/planner": Layer(("packsched.planner",), ("py/options", "py/plan", "py/ext"), ("numpy",)),
-    "py/kernels": Layer(("packsched.kernels",), ("py/ext",), ("numpy", "torch", "cuda")),
+    "py/kernels": Layer(
+        ("packsched.kernels", "packsched._context_parallel"),
+        ("py/ext", "py/cp_layout"),
+        ("numpy", "torch", "cuda"),
+    ),
     "py/stubs": Layer(("packsched.v1",), ("proto",), ("grpc", "protobuf")),
     "py/client": Layer(("packsched.client",), ("py/planner", "py/stubs"), ("grpc", "protobuf")),
     "py/compat": Layer(

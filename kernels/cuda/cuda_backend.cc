@@ -85,6 +85,15 @@ absl::Status PackedCrossEntropy(const CrossEntropyArgs& a, int device, void* str
   return OnDevice("PackedCrossEntropy", device,
                   [&] { return LaunchPackedCrossEntropy(a, stream); });
 }
+absl::Status CpShard(const CpShardArgs& a, int device, void* stream) {
+  return OnDevice("CpShard", device, [&] { return LaunchCpShard(a, stream); });
+}
+absl::Status CpUnshard(const CpShardArgs& a, int device, void* stream) {
+  return OnDevice("CpUnshard", device, [&] { return LaunchCpUnshard(a, stream); });
+}
+absl::Status MropePositionIds(const MropeArgs& a, int device, void* stream) {
+  return OnDevice("MropePositionIds", device, [&] { return LaunchMropePositionIds(a, stream); });
+}
 absl::Status AttentionForward(const AttentionArgs& a, int device, void* stream) {
   return OnDevice("VarlenAttentionForward", device,
                   [&] { return LaunchAttentionForward(a, stream); });

@@ -29,6 +29,11 @@ absl::Status ShiftLabels(const ShiftLabelsArgs&, int, void*) { return NotBuilt("
 absl::Status PackedCrossEntropy(const CrossEntropyArgs&, int, void*) {
   return NotBuilt("PackedCrossEntropy");
 }
+absl::Status CpShard(const CpShardArgs&, int, void*) { return NotBuilt("CpShard"); }
+absl::Status CpUnshard(const CpShardArgs&, int, void*) { return NotBuilt("CpUnshard"); }
+absl::Status MropePositionIds(const MropeArgs&, int, void*) {
+  return NotBuilt("MropePositionIds");
+}
 absl::Status AttentionForward(const AttentionArgs&, int, void*) {
   return NotBuilt("VarlenAttentionForward");
 }

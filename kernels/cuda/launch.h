@@ -23,6 +23,9 @@ LaunchResult LaunchUnpackAligned(const UnpackAlignedArgs& a, void* stream);
 LaunchResult LaunchPositionIds(const PositionIdsArgs& a, void* stream);
 LaunchResult LaunchShiftLabels(const ShiftLabelsArgs& a, void* stream);
 LaunchResult LaunchPackedCrossEntropy(const CrossEntropyArgs& a, void* stream);
+LaunchResult LaunchCpShard(const CpShardArgs& a, void* stream);
+LaunchResult LaunchCpUnshard(const CpShardArgs& a, void* stream);
+LaunchResult LaunchMropePositionIds(const MropeArgs& a, void* stream);
 // attention_fwd.cu, attention_bwd.cu (the backward enqueues two kernels).
 LaunchResult LaunchAttentionForward(const AttentionArgs& a, void* stream);
 LaunchResult LaunchAttentionBackward(const AttentionArgs& a, void* stream);

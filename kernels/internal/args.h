@@ -78,6 +78,24 @@ struct CrossEntropyArgs {
   int64_t* per_sequence_count;        // [B]
 };
 
+// CpShard (gather: shard[r] = x[map(r)]) and CpUnshard (scatter: x[map(r)] = shard[r]), map =
+// CpSourceRow (common/context_parallel.h).
+struct CpShardArgs {
+  void* x;            // [total, row_bytes]: read by CpShard, written by CpUnshard
+  const int32_t* cu;  // [B + 1], every length a multiple of 2 * cp
+  int64_t batch, total, row_bytes, cp, rank;
+  void* shard;  // [total / cp, row_bytes]: written by CpShard, read by CpUnshard
+};
+
+struct MropeArgs {
+  const int32_t* types;        // [rows]
+  const int32_t* cu;           // [B + 1]
+  const int32_t* grids;        // [N, 3]
+  const int32_t* grid_cu;      // [B + 1], grid offsets per sequence
+  int64_t batch, rows, merge;  // rows >= cu[B]: [cu[B], rows) is the tail
+  int64_t* position_ids;       // [3, rows]
+};
+
 }  // namespace packsched::kernels::internal
 
 #endif  // PACKSCHED_KERNELS_INTERNAL_ARGS_H_

@@ -23,6 +23,10 @@ absl::Status UnpackAligned(const UnpackAlignedArgs& a);
 absl::Status PositionIds(const PositionIdsArgs& a);
 absl::Status ShiftLabels(const ShiftLabelsArgs& a);
 absl::Status PackedCrossEntropy(const CrossEntropyArgs& a);
+absl::Status CpShard(const CpShardArgs& a);
+absl::Status CpUnshard(const CpShardArgs& a);
+// Returns InvalidArgument when token types and grids disagree (context_parallel.h).
+absl::Status MropePositionIds(const MropeArgs& a);
 // Return InvalidArgument only for seqused values outside [0, segment length].
 absl::Status AttentionForward(const AttentionArgs& a);
 absl::Status AttentionBackward(const AttentionArgs& a);
@@ -40,6 +44,9 @@ absl::Status UnpackAligned(const UnpackAlignedArgs& a, int device, void* stream)
 absl::Status PositionIds(const PositionIdsArgs& a, int device, void* stream);
 absl::Status ShiftLabels(const ShiftLabelsArgs& a, int device, void* stream);
 absl::Status PackedCrossEntropy(const CrossEntropyArgs& a, int device, void* stream);
+absl::Status CpShard(const CpShardArgs& a, int device, void* stream);
+absl::Status CpUnshard(const CpShardArgs& a, int device, void* stream);
+absl::Status MropePositionIds(const MropeArgs& a, int device, void* stream);
 absl::Status AttentionForward(const AttentionArgs& a, int device, void* stream);
 absl::Status AttentionBackward(const AttentionArgs& a, int device, void* stream);
 }  // namespace cuda

@@ -52,6 +52,14 @@ absl::StatusOr<Enum> Parse(const NameTable<Enum, N>& table, absl::string_view wh
 
 }  // namespace
 
+int64_t ParallelAlign(const PlanOptions& o) {
+  return o.context_parallel > 1 ? 2 * o.context_parallel * o.tensor_parallel : o.tensor_parallel;
+}
+
+int64_t EffectiveAlignTo(const PlanOptions& o) {
+  return o.align_to == 1 ? ParallelAlign(o) : o.align_to;
+}
+
 absl::string_view Name(CapMode v) { return Lookup(kCapModes, v); }
 absl::string_view Name(Algorithm v) { return Lookup(kAlgorithms, v); }
 absl::string_view Name(CostModel v) { return Lookup(kCostModels, v); }

@@ -91,7 +91,24 @@ struct PlanOptions {
   // Fixed-k only: every micro-batch gets exactly n / k sequences (n % k != 0 is
   // InvalidArgument); cost is balanced, the cap is not guaranteed.
   bool equal_size = false;
+  // Context-parallel ranks sharing each micro-batch (head-tail shards, see docs/design.md
+  // "Context parallelism"), in [1, kMaxAlign]. max_token_len keeps its meaning: the tokens of one
+  // micro-batch before the CP split. With context_parallel > 1 the attention cost of a sequence
+  // is divided over the CP ranks, and align_to defaults as EffectiveAlignTo says.
+  int64_t context_parallel = 1;
+  // Tensor-parallel ranks (sequence parallelism), in [1, kMaxAlign]; only sets align_to's default.
+  int64_t tensor_parallel = 1;
 };
+
+// The alignment that context and tensor parallelism need: 2 * cp * tp with context_parallel > 1
+// (each sequence is cut into 2 * cp chunks, each divisible by tp), else tp (sequence parallelism
+// splits the rows over the tp ranks; no head-tail split without CP). 1 without either.
+int64_t ParallelAlign(const PlanOptions& o);
+
+// The align_to a plan uses: options.align_to, or ParallelAlign(o) when align_to is 1 (its
+// default). REQUIRES: the options' ranges are valid (Validate checks that an explicit align_to
+// is a multiple of ParallelAlign).
+int64_t EffectiveAlignTo(const PlanOptions& o);
 
 // Names used by the CLI, the proto and the Python package ("kk", "tokens", "cost_desc", ...).
 absl::string_view Name(CapMode v);

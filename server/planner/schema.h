@@ -74,7 +74,12 @@
   X(max_micro_batches, 14, Ceiling, int64, max_micro_batches, 13,                                  \
     "fail if the plan needs more micro-batches than this")                                         \
   X(equal_size, 15, FixedK, bool, equal_size, 2,                                                   \
-    "with --num_parts: every micro-batch gets n / K sequences (the cap is not guaranteed)")
+    "with --num_parts: every micro-batch gets n / K sequences (the cap is not guaranteed)")        \
+  X(context_parallel, 18, Align, int64, context_parallel, 14,                                      \
+    "context-parallel ranks per micro-batch (the cap stays per CP group); align_to defaults to "   \
+    "2*cp*tp and the attention cost is divided over the CP ranks")                                 \
+  X(tensor_parallel, 19, Align, int64, tensor_parallel, 15,                                        \
+    "tensor-parallel ranks (sequence parallelism): align_to defaults to tp, or 2*cp*tp with CP")
 
 // packsched.v1.PlanOptions, the round's part (not planner options: the sidecar's round and the
 // clients' PlanRequest hold them under the same name). Sidecar rounds only: no flag, no JSON.

@@ -58,6 +58,19 @@ absl::Status CheckOptions(const PlanOptions& o, bool cap_required, bool balancin
   RETURN_IF_ERROR(CheckRange("divisible_by", o.divisible_by, 1, o.max_micro_batches));
   RETURN_IF_ERROR(CheckRange("align_to", o.align_to, 1, kMaxAlign));
   RETURN_IF_ERROR(CheckRange("align_total_to", o.align_total_to, 1, kMaxAlign));
+  RETURN_IF_ERROR(CheckRange("context_parallel", o.context_parallel, 1, kMaxAlign));
+  RETURN_IF_ERROR(CheckRange("tensor_parallel", o.tensor_parallel, 1, kMaxAlign));
+  const int64_t need = ParallelAlign(o);
+  if (need > kMaxAlign) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "2 * context_parallel * tensor_parallel = ", need, ": must be at most ", kMaxAlign));
+  }
+  if (o.align_to != 1 && o.align_to % need != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "align_to = ", o.align_to, " is not a multiple of ", need,
+        o.context_parallel > 1 ? " (2 * context_parallel * tensor_parallel)" : " (tensor_parallel)",
+        ": leave align_to unset for that default"));
+  }
   if (o.cost == CostModel::kAttention) {
     RETURN_IF_ERROR(CheckRange("attention.linear", o.attention.linear, 0, kMaxAttentionWeight));
     RETURN_IF_ERROR(
@@ -70,9 +83,10 @@ absl::Status CheckOptions(const PlanOptions& o, bool cap_required, bool balancin
   // drops or isolates sequences would break the counts it promises, and silently ignoring it
   // would keep sequences the caller asked to drop.
   if (o.equal_size && o.overlong != OverlongPolicy::kReject) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("equal_size gives every micro-batch n / k sequences and does not apply the cap, "
-                     "so overlong = ", Name(o.overlong), " cannot hold; leave overlong at reject"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "equal_size gives every micro-batch n / k sequences and does not apply the cap, "
+        "so overlong = ",
+        Name(o.overlong), " cannot hold; leave overlong at reject"));
   }
   if (o.max_token_len > 0 && o.cap_mode == CapMode::kTokens && o.max_token_len < o.align_total_to) {
     return absl::InvalidArgumentError(absl::StrCat("max_token_len = ", o.max_token_len,
@@ -90,7 +104,11 @@ std::optional<int64_t> CostOf(const PlanOptions& o, int64_t aligned) {
   const std::optional<int64_t> quad = CheckedMul(o.attention.quadratic, *square);
   const std::optional<int64_t> lin = CheckedMul(o.attention.linear, aligned);
   if (!quad || !lin) return std::nullopt;
-  return CheckedAdd(*quad, *lin);
+  const std::optional<int64_t> cost = CheckedAdd(*quad, *lin);
+  // Under CP every rank runs an equal share of each sequence's attention (head-tail layout;
+  // aligned is a multiple of 2 * cp, so the division is exact).
+  if (!cost) return std::nullopt;
+  return *cost / o.context_parallel;
 }
 
 }  // namespace
@@ -105,6 +123,7 @@ absl::StatusOr<Validated> Validate(absl::Span<const int64_t> lengths, const Plan
   }
   Validated v;
   v.options = options;
+  v.options.align_to = EffectiveAlignTo(options);
   v.num_sequences = n;
   const int64_t cap = options.cap_mode == CapMode::kTokens
                           ? RoundDown(options.max_token_len, options.align_total_to)
@@ -119,15 +138,15 @@ absl::StatusOr<Validated> Validate(absl::Span<const int64_t> lengths, const Plan
       return absl::InvalidArgumentError(
           absl::StrCat("lengths[", i, "] = ", length, ": must be in [1, ", kMaxLength, "]"));
     }
-    const std::optional<int64_t> aligned = CheckedRoundUp(length, options.align_to);
+    const std::optional<int64_t> aligned = CheckedRoundUp(length, v.options.align_to);
     const std::optional<int64_t> total =
         aligned ? CheckedRoundUp(*aligned, options.align_total_to) : std::nullopt;
     if (!total || *total > kMaxLength) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "lengths[", i, "] = ", length, " aligned to align_to = ", options.align_to,
+          "lengths[", i, "] = ", length, " aligned to align_to = ", v.options.align_to,
           " and align_total_to = ", options.align_total_to, " exceeds the limit ", kMaxLength));
     }
-    const std::optional<int64_t> cost = CostOf(options, *aligned);
+    const std::optional<int64_t> cost = CostOf(v.options, *aligned);
     const std::optional<int64_t> running = cost ? CheckedAdd(total_cost, *cost) : std::nullopt;
     if (!running) {
       return absl::InvalidArgumentError(

@@ -175,11 +175,12 @@ int64_t ItemPartsBound(const google::protobuf::RepeatedField<int64_t>& lengths,
   }
   // Best fit: two parts at most half full each would have been one, so every part but one holds
   // more than cap/2 - (align_total_to - 1) aligned tokens; overlong sequences get a part each.
+  const int64_t align = planner::EffectiveAlignTo(o);
   int64_t aligned = 0;
   int64_t overlong = 0;
   for (const int64_t length : lengths) {
     const int64_t a = std::clamp<int64_t>(length, 1, planner::kMaxLength);
-    const int64_t rounded = (a + o.align_to - 1) / o.align_to * o.align_to;
+    const int64_t rounded = (a + align - 1) / align * align;
     if (rounded > cap) {
       ++overlong;
     } else {

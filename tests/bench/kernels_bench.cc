@@ -14,12 +14,14 @@
 #include <benchmark/benchmark.h>
 
 #include <cstdint>
+#include <cstring>
 #include <functional>
 #include <memory>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "packsched/kernels/context_parallel.h"
 #include "packsched/kernels/kernels.h"
 #include "tests/bench/kernel_bench.h"
 #include "tests/kernels/host_tensor.h"
@@ -187,6 +189,67 @@ void BM_CrossEntropy(benchmark::State& state, bool cuda) {
   });
 }
 
+// Context parallelism: every CP rank's shard of the aligned workload (cp = 4, so each call of the
+// loop moves the whole tensor once: read + written), and the inverse. BM_HostCopy is their CPU
+// baseline: one memcpy of the same bytes.
+constexpr int64_t kCp = 4;
+
+void BM_CpShard(benchmark::State& state, bool cuda) {
+  if (SkipWithoutDevice(state, cuda)) return;
+  Workload w;  // cu_padded: every length a multiple of kAlign = 64, so of 2 * kCp
+  Buffer x(Bf16Rows(w.cu_padded.back(), state.range(0)), cuda);
+  Buffer cu(testing::CuTensor(w.cu_padded), cuda);
+  std::vector<std::unique_ptr<Buffer>> shards;
+  for (int64_t r = 0; r < kCp; ++r) {
+    shards.push_back(
+        std::make_unique<Buffer>(Bf16Rows(w.cu_padded.back() / kCp, state.range(0)), cuda));
+  }
+  Run(state, cuda, 2 * x.nbytes(), [&] {
+    for (int64_t r = 0; r < kCp; ++r) {
+      if (absl::Status s = CpShard(x.view(), {&cu.view(), w.cu_padded}, kCp, r,
+                                   shards[r]->view(), nullptr);
+          !s.ok()) {
+        return s;
+      }
+    }
+    return absl::OkStatus();
+  });
+}
+
+void BM_CpUnshard(benchmark::State& state, bool cuda) {
+  if (SkipWithoutDevice(state, cuda)) return;
+  Workload w;
+  Buffer x(Bf16Rows(w.cu_padded.back(), state.range(0)), cuda);
+  Buffer cu(testing::CuTensor(w.cu_padded), cuda);
+  std::vector<std::unique_ptr<Buffer>> shards;
+  for (int64_t r = 0; r < kCp; ++r) {
+    shards.push_back(
+        std::make_unique<Buffer>(Bf16Rows(w.cu_padded.back() / kCp, state.range(0)), cuda));
+  }
+  Run(state, cuda, 2 * x.nbytes(), [&] {
+    for (int64_t r = 0; r < kCp; ++r) {
+      if (absl::Status s = CpUnshard(shards[r]->view(), {&cu.view(), w.cu_padded}, kCp, r,
+                                     x.view(), nullptr);
+          !s.ok()) {
+        return s;
+      }
+    }
+    return absl::OkStatus();
+  });
+}
+
+// The CPU baseline of the copy kernels: one memcpy of the aligned [tokens, hidden] tensor.
+void BM_HostCopy(benchmark::State& state) {
+  Workload w;
+  HostTensor from = Bf16Rows(w.cu_padded.back(), state.range(0));
+  HostTensor to = Bf16Rows(w.cu_padded.back(), state.range(0));
+  Run(state, false, 2 * from.nbytes(), [&] {
+    std::memcpy(to.view().data, from.view().data, from.nbytes());
+    benchmark::ClobberMemory();
+    return absl::OkStatus();
+  });
+}
+
 // The baseline of the copy kernels: one packed [tokens, hidden] bfloat16 tensor copied device to
 // device (bytes read + written), the same tokens as the kernels' workload.
 void BM_DeviceCopy(benchmark::State& state, bool cuda) {
@@ -221,6 +284,9 @@ PACKSCHED_BENCH_HIDDEN(BM_Unpad);
 PACKSCHED_BENCH_HIDDEN(BM_Pad);
 PACKSCHED_BENCH_HIDDEN(BM_PackAligned);
 PACKSCHED_BENCH_HIDDEN(BM_UnpackAligned);
+PACKSCHED_BENCH_HIDDEN(BM_CpShard);
+PACKSCHED_BENCH_HIDDEN(BM_CpUnshard);
+BENCHMARK(BM_HostCopy)->ArgName("hidden")->Arg(512)->Unit(benchmark::kMicrosecond);
 BENCHMARK_CAPTURE(BM_DeviceCopy, Cuda, true)
     ->ArgName("hidden")
     ->Arg(512)

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "packsched/kernels/context_parallel.h"
 #include "packsched/kernels/kernels.h"
 #include "tests/kernels/device_tensor.h"
 #include "tests/kernels/host_tensor.h"
@@ -247,6 +248,58 @@ TEST_F(CudaTest, CrossEntropyMatchesTheCpuBackend) {
     }
     EXPECT_EQ(dcounts.bytes(), counts.bytes());
   }
+}
+
+TEST_F(CudaTest, CpShardAndUnshardMatchTheCpuBackend) {
+  std::mt19937 rng(6);
+  for (int64_t cp : {1, 2, 4}) {
+    for (const auto& lengths : testing::LengthSweeps()) {
+      for (int64_t width : {1, 6, 256}) {  // vector widths 1..16 bytes, warp-per-row path
+        SCOPED_TRACE(::testing::Message()
+                     << "cp=" << cp << " B=" << lengths.size() << " width=" << width);
+        const std::vector<int32_t> cu = *AlignedCuSeqlens(CuSeqlens(lengths), 2 * cp);
+        const int64_t total = cu.back();
+        HostTensor x(std::vector<int64_t>{total, width}, testing::DTypeOf<Bf16>());
+        x.FillRandomBytes(rng());
+        HostTensor cu_t = CuTensor(cu);
+        DeviceTensor dx(x), dcu(cu_t);
+        HostTensor zeros(std::vector<int64_t>{total, width}, testing::DTypeOf<Bf16>());
+        DeviceTensor drebuilt(zeros);
+        for (int64_t rank = 0; rank < cp; ++rank) {
+          HostTensor shard(std::vector<int64_t>{total / cp, width}, testing::DTypeOf<Bf16>());
+          ASSERT_TRUE(CpShard(x.view(), {&cu_t.view(), {}}, cp, rank, shard.view(), nullptr).ok());
+          DeviceTensor dshard(shard);
+          ASSERT_TRUE(CpShard(dx.view(), {&dcu.view(), cu}, cp, rank, dshard.view(), nullptr).ok());
+          EXPECT_EQ(dshard.bytes(), shard.bytes());
+          ASSERT_TRUE(
+              CpUnshard(dshard.view(), {&dcu.view(), cu}, cp, rank, drebuilt.view(), nullptr).ok());
+        }
+        EXPECT_EQ(drebuilt.bytes(), x.bytes());
+      }
+    }
+  }
+}
+
+TEST_F(CudaTest, MropePositionIdsMatchTheCpuBackend) {
+  // Two sequences with images and a video (merge 2), one text-only, one empty, and a tail.
+  const std::vector<int32_t> types = {0, 1, 1, 1, 1, 1, 1, 0, 0, 2, 2, 2, 2, 2,
+                                      2, 2, 2, 0, 0, 0, 0, 0, 1, 1, 0, 0, 0};
+  const std::vector<int32_t> cu = {0, 18, 22, 22, 25};
+  const int64_t rows = static_cast<int64_t>(types.size());
+  HostTensor types_t = HostTensor::Of<int32_t>({rows}, types);
+  HostTensor cu_t = CuTensor(cu);
+  HostTensor grids = HostTensor::Of<int32_t>({3, 3}, {1, 4, 6, 2, 4, 4, 1, 2, 4});
+  const std::vector<int32_t> grid_cu = {0, 2, 2, 2, 3};
+  HostTensor grid_cu_t = CuTensor(grid_cu);
+  HostTensor pos = HostTensor::Zeros<int64_t>({3, rows});
+  ASSERT_TRUE(MropePositionIds(types_t.view(), {&cu_t.view(), {}, rows}, grids.view(),
+                               {&grid_cu_t.view(), {}}, 2, pos.view(), nullptr)
+                  .ok());
+  DeviceTensor dtypes(types_t), dcu(cu_t), dgrids(grids), dgrid_cu(grid_cu_t), dpos(pos);
+  ASSERT_TRUE(MropePositionIds(dtypes.view(), {&dcu.view(), cu, rows}, dgrids.view(),
+                               {&dgrid_cu.view(), grid_cu}, 2, dpos.view(), nullptr)
+                  .ok());
+  EXPECT_EQ(dpos.bytes(), pos.bytes());
 }
 
 TEST(CudaWithoutDeviceTest, CallsFailCleanly) {

@@ -153,3 +153,54 @@ TEST(Validation, PartitionRejectsKOutsideTheAgreedRange) {
 
 }  // namespace
 }  // namespace packsched::planner
+
+namespace packsched::planner {
+namespace {
+
+TEST(ContextParallel, RangesAndAlignmentMultiplesAreChecked) {
+  PlanOptions o;
+  o.max_token_len = 1000;
+  o.context_parallel = 0;
+  EXPECT_THAT(std::string(PlanMicroBatches({5}, o).status().message()),
+              HasSubstr("context_parallel = 0"));
+  o.context_parallel = 2;
+  o.tensor_parallel = 0;
+  EXPECT_THAT(std::string(PlanMicroBatches({5}, o).status().message()),
+              HasSubstr("tensor_parallel = 0"));
+  o.tensor_parallel = 2;
+  o.align_to = 4;  // not a multiple of 2 * 2 * 2
+  EXPECT_THAT(std::string(PlanMicroBatches({5}, o).status().message()),
+              HasSubstr("align_to = 4 is not a multiple of 8"));
+  o.context_parallel = int64_t{1} << 10;
+  o.tensor_parallel = int64_t{1} << 10;
+  o.align_to = 1;
+  EXPECT_EQ(PlanMicroBatches({5}, o).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(ContextParallel, AlignDefaultsAndTheAttentionCostIsSharedOverTheRanks) {
+  PlanOptions o;
+  o.max_token_len = 4096;
+  o.cost = CostModel::kAttention;
+  o.attention = {10, 1};
+  o.context_parallel = 4;
+  o.tensor_parallel = 2;
+  const std::vector<int64_t> lengths = {1, 15, 16, 17, 100, 300};
+  absl::StatusOr<MicroBatchPlan> plan = PlanMicroBatches(lengths, o);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  int64_t aligned = 0;
+  for (const MicroBatch& part : plan->parts) {
+    int64_t part_cost = 0;  // (a * L + b * L^2) / cp per sequence
+    for (size_t i = 0; i + 1 < part.cu_seqlens_aligned.size(); ++i) {
+      const int64_t len = part.cu_seqlens_aligned[i + 1] - part.cu_seqlens_aligned[i];
+      EXPECT_EQ(len % 16, 0) << "2 * cp * tp";
+      aligned += len;
+      part_cost += (10 * len + len * len) / 4;
+    }
+    EXPECT_EQ(part.cost, part_cost);
+  }
+  // Every length rounded up to 16 by hand: 16, 16, 16, 32, 112, 304.
+  EXPECT_EQ(aligned, 16 + 16 + 16 + 32 + 112 + 304);
+}
+
+}  // namespace
+}  // namespace packsched::planner

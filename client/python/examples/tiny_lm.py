@@ -10,6 +10,7 @@ mask[1:].sum() "loss tokens"). The objective of each loss mode is docs/design.md
 import math
 
 import torch
+import torch.distributed as dist
 import torch.nn.functional as F
 
 from packsched import kernels
@@ -90,6 +91,18 @@ class TinyCausalLM(torch.nn.Module):
             total_q=total,
             total_k=total,
         )
+        x = x + self.out(a.reshape(len(ids), -1))
+        return self.head(x + self.mlp(self.norm2(x)))
+
+    def forward_cp(self, ids, positions, cu_seqlens_host, cp, rank, gather):
+        """One context-parallel rank's forward: ids, positions [T / cp] are its shard of an
+        aligned micro-batch with offsets ``cu_seqlens_host`` (lengths multiples of 2 * cp);
+        ``gather(shard)`` returns the whole micro-batch of a key/value shard in global order (an
+        all-gather over the CP group then cp_unshard, whose backward reduce-scatters). Returns the
+        shard's logits [T / cp, vocab]; attention through packsched.kernels.cp_attention."""
+        x = self.embed(ids) + self.pos(positions)
+        q, k, v = self._qkv(self.norm1(x))
+        a = kernels.cp_attention(q, gather(k), gather(v), cu_seqlens_host, cp, rank)
         x = x + self.out(a.reshape(len(ids), -1))
         return self.head(x + self.mlp(self.norm2(x)))
 
@@ -277,6 +290,69 @@ def _packed_backward_aligned(model, plan, ids, masks, align_to, pad_id, align_to
         )
         weights = torch.tensor([plan.loss_weights[i] for i in indices], dtype=sums.dtype)
         (sums * weights).sum().backward()
+        tokens += meta.tokens
+    return tokens
+
+
+class _GatherShards(torch.autograd.Function):
+    """Forward: all-gather the CP group's shards and cp_unshard them (the whole micro-batch in
+    global order). Backward: the group's gradients of the whole micro-batch summed, then
+    cp_shard to this rank (a reduce-scatter)."""
+
+    @staticmethod
+    def forward(ctx, shard, host, cp, rank, group):
+        parts = [torch.empty_like(shard) for _ in range(cp)]
+        dist.all_gather(parts, shard.contiguous(), group=group)
+        ctx.args = (host, cp, rank, group)
+        cu = torch.tensor(host, dtype=torch.int32)
+        return kernels.cp_unshard(parts, cu, cp, cu_seqlens_host=host)
+
+    @staticmethod
+    def backward(ctx, grad):
+        host, cp, rank, group = ctx.args
+        grad = grad.contiguous().clone()
+        dist.all_reduce(grad, group=group)
+        cu = torch.tensor(host, dtype=torch.int32)
+        return kernels.cp_shard(grad, cu, cp, rank, cu_seqlens_host=host), None, None, None, None
+
+
+def cp_packed_backward(model, plan, ids, masks, cp, rank, group):
+    """packed_backward for CP rank ``rank`` of a context-parallel group (``group``, a
+    torch.distributed process group of ``cp`` ranks that all hold the same plan and sequences):
+    each micro-batch is packed aligned to 2 * cp (the plan's cu_seqlens_aligned, a plan made with
+    context_parallel = cp), and this rank runs its head-tail shard of the ids, positions and
+    shifted labels (shifted before sharding), attention of its queries against the group's
+    all-gathered keys and values, and the weighted cross entropy of its rows. Summed over the CP
+    group (an all-reduce of the gradients), the gradient is packed_backward's. Empty
+    micro-batches are skipped by the whole group alike. Returns the real tokens of the plan."""
+    tokens = 0
+    for indices, meta in zip(plan.micro_batches, plan.metadata):
+        if meta.empty:
+            continue
+        host, host_a = meta.cu_seqlens, meta.cu_seqlens_aligned
+        cu, cu_a = (torch.tensor(h, dtype=torch.int32) for h in (host, host_a))
+        packed = torch.cat([ids[i] for i in indices])
+        targets = torch.where(
+            torch.cat([masks[i] for i in indices]), packed, torch.full_like(packed, IGNORE)
+        )
+        ids_a, _, _ = kernels.pack_aligned(packed, cu, 2 * cp, cu_seqlens_host=host)
+        targets_a, _, _ = kernels.pack_aligned(
+            targets, cu, 2 * cp, pad_value=IGNORE, cu_seqlens_host=host
+        )
+        logits = model.forward_cp(
+            kernels.cp_shard(ids_a, cu_a, cp, rank, cu_seqlens_host=host_a),
+            kernels.cp_position_ids(cu_a, cp, rank, cu_seqlens_host=host_a),
+            host_a,
+            cp,
+            rank,
+            lambda shard: _GatherShards.apply(shard, host_a, cp, rank, group),
+        )
+        labels = kernels.cp_shift_labels(
+            targets_a, cu, cu_a, cp, rank, cu_seqlens_host=host, cu_seqlens_padded_host=host_a
+        )
+        weights = [plan.loss_weights[i] for i in indices]
+        loss, _, _ = kernels.cp_cross_entropy(logits, labels, host_a, cp, loss_weights=weights)
+        loss.backward()
         tokens += meta.tokens
     return tokens
 

@@ -9,8 +9,16 @@ gradients, all-reduces them over torch.distributed (gloo) and steps the optimize
 runs the same batch as fixed-size micro-batches padded to their longest sequence. Rank 0 prints
 step time, tokens/s and the padding each way.
 
+With --context_parallel CP > 1 every data-parallel rank is a group of CP processes: the group's
+first plans over the sidecar (the plan is made with context_parallel = CP, so align_to = 2 * CP)
+and broadcasts it; each process runs its head-tail shard of every micro-batch
+(tiny_lm.cp_packed_backward: keys and values all-gathered over the group), and the gradients are
+all-reduced over all W * CP processes. (The padded baseline then runs on every process of a group,
+each weighted 1 / CP through the all-reduced token count.)
+
     PYTHONPATH=build/python /usr/bin/python3 client/python/examples/train_tiny_lm.py \\
-        [--world_size 2] [--steps 3] [--sequences 48] [--max_len 512] [--max_token_len 4096]
+        [--world_size 2] [--context_parallel 1] [--steps 3] [--sequences 48] [--max_len 512] \\
+        [--max_token_len 4096]
 
 Needs build/bin/packsched-server (the README's build).
 """
@@ -88,15 +96,20 @@ def all_reduce_grads(model):
 
 
 def rank_main(args):
+    cp = args.context_parallel
     dist.init_process_group(
         "gloo",
         init_method=f"tcp://127.0.0.1:{args.dist_port}",
         rank=args.rank,
-        world_size=args.world_size,
+        world_size=args.world_size * cp,
     )
+    dp, cp_rank = args.rank // cp, args.rank % cp
+    cp_groups = [dist.new_group(list(range(d * cp, (d + 1) * cp))) for d in range(args.world_size)]
     packed_model, padded_model = model_of(args), model_of(args)
     optimizers = [torch.optim.SGD(m.parameters(), lr=0.1) for m in (packed_model, padded_model)]
-    client = SchedulerClient(args.sidecar)  # the default outlasts the sidecar's collective timeout
+    # One sidecar per DP rank, used by its CP group's first process; the default timeout outlasts
+    # the sidecar's collective timeout.
+    client = SchedulerClient(args.sidecar) if cp_rank == 0 else None
     if args.rank == 0:
         print(
             f"{'step':>4} {'micro-batches':>13} {'packed s':>9} {'padded s':>9} {'speed-up':>8}"
@@ -104,7 +117,7 @@ def rank_main(args):
         )
     for step in range(args.steps):
         ids, masks = tiny_lm.make_batch(
-            args.sequences, seed=1000 * step + args.rank, vocab=args.vocab, max_len=args.max_len
+            args.sequences, seed=1000 * step + dp, vocab=args.vocab, max_len=args.max_len
         )
         real = sum(len(x) for x in ids)
         for opt in optimizers:
@@ -114,15 +127,24 @@ def rank_main(args):
 
         dist.barrier()
         start = time.perf_counter()
-        plan = client.plan(
-            step,
-            [len(x) for x in ids],
-            args.max_token_len,
-            stream="train",
-            loss_tokens=tiny_lm.loss_tokens(masks),
-            loss_mode="token_mean",
-        )
-        tiny_lm.packed_backward(packed_model, plan, ids, masks)
+        plan = [None]
+        if cp_rank == 0:
+            plan[0] = client.plan(
+                step,
+                [len(x) for x in ids],
+                args.max_token_len,
+                stream="train",
+                loss_tokens=tiny_lm.loss_tokens(masks),
+                loss_mode="token_mean",
+                **({"context_parallel": cp} if cp > 1 else {}),
+            )
+        if cp > 1:
+            dist.broadcast_object_list(plan, src=dp * cp, group=cp_groups[dp])
+            plan = plan[0]
+            tiny_lm.cp_packed_backward(packed_model, plan, ids, masks, cp, cp_rank, cp_groups[dp])
+        else:
+            plan = plan[0]
+            tiny_lm.packed_backward(packed_model, plan, ids, masks)
         all_reduce_grads(packed_model)
         optimizers[0].step()
         packed_s = time.perf_counter() - start
@@ -138,6 +160,7 @@ def rank_main(args):
 
         totals = torch.tensor([real, padded_tokens, packed_s, padded_s], dtype=torch.float64)
         dist.all_reduce(totals[:2])
+        totals[:2] /= cp  # every process of a CP group counted its DP rank's batch
         dist.all_reduce(totals[2:], op=dist.ReduceOp.MAX)
         if args.rank == 0:
             real_all, padded_all, packed_max, padded_max = totals.tolist()
@@ -146,7 +169,8 @@ def rank_main(args):
                 f" {padded_max / packed_max:>7.2f}x {real_all / packed_max:>12.0f}"
                 f" {real_all / padded_max:>12.0f} {100 * (1 - real_all / padded_all):>20.1f}%"
             )
-    client.close()
+    if client is not None:
+        client.close()
     dist.destroy_process_group()
 
 
@@ -166,14 +190,14 @@ def launch(args):
                         "--rank",
                         str(r),
                         "--sidecar",
-                        sidecars[r].target,
+                        sidecars[r // args.context_parallel].target,
                         "--dist_port",
                         str(port),
                     ]
                     + sys.argv[1:],
                     env=env,
                 )
-                for r in range(args.world_size)
+                for r in range(args.world_size * args.context_parallel)
             ]
             codes = [p.wait() for p in procs]
         finally:
@@ -185,6 +209,12 @@ def launch(args):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--world_size", type=int, default=2)
+    parser.add_argument(
+        "--context_parallel",
+        type=int,
+        default=1,
+        help="processes per data-parallel rank, each running a head-tail shard",
+    )
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--sequences", type=int, default=48, help="per rank and step")
     parser.add_argument("--max_len", type=int, default=512)

@@ -41,6 +41,14 @@ __all__ = [
     "varlen_attention",
     "varlen_attention_forward",
     "varlen_attention_backward",
+    "cp_layout",
+    "cp_shard",
+    "cp_unshard",
+    "cp_position_ids",
+    "cp_shift_labels",
+    "cp_attention",
+    "cp_cross_entropy",
+    "mrope_position_ids",
 ]
 
 _KDLCUDA = 2
@@ -813,3 +821,17 @@ def varlen_attention(
     if return_attn_probs:
         return out, lse, None
     return (out, lse) if return_lse else out
+
+
+# Context parallelism and 3-D positions (packsched/_context_parallel.py, which uses the helpers
+# above; imported last for that reason).
+from ._context_parallel import (  # noqa: E402
+    cp_attention,
+    cp_cross_entropy,
+    cp_layout,
+    cp_position_ids,
+    cp_shard,
+    cp_shift_labels,
+    cp_unshard,
+    mrope_position_ids,
+)

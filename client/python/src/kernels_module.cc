@@ -15,6 +15,7 @@
 #include "absl/status/status.h"
 #include "dlpack/dlpack.h"
 #include "packsched/kernels/attention.h"
+#include "packsched/kernels/context_parallel.h"
 #include "packsched/kernels/kernels.h"
 
 namespace py = pybind11;
@@ -183,6 +184,47 @@ PYBIND11_MODULE(_kernels, m) {
       },
       py::arg("cu_seqlens"), py::arg("cu_seqlens_host"), py::arg("rows"), py::arg("position_ids"),
       py::arg("stream"));
+
+  m.def(
+      "cp_shard",
+      [](py::object x, py::object cu, std::optional<std::vector<int32_t>> cu_host, int64_t cp,
+         int64_t rank, py::object shard, uintptr_t stream) {
+        Borrowed bx(x, stream), bc(cu, stream), bs(shard, stream);
+        CheckWithoutGil([&] {
+          return CpShard(*bx, {bc.get(), HostSpan(cu_host)}, cp, rank, *bs, AsStream(stream));
+        });
+      },
+      py::arg("x"), py::arg("cu_seqlens"), py::arg("cu_seqlens_host"), py::arg("cp"),
+      py::arg("rank"), py::arg("shard"), py::arg("stream"));
+
+  m.def(
+      "cp_unshard",
+      [](py::object shard, py::object cu, std::optional<std::vector<int32_t>> cu_host, int64_t cp,
+         int64_t rank, py::object x, uintptr_t stream) {
+        Borrowed bs(shard, stream), bc(cu, stream), bx(x, stream);
+        CheckWithoutGil([&] {
+          return CpUnshard(*bs, {bc.get(), HostSpan(cu_host)}, cp, rank, *bx, AsStream(stream));
+        });
+      },
+      py::arg("shard"), py::arg("cu_seqlens"), py::arg("cu_seqlens_host"), py::arg("cp"),
+      py::arg("rank"), py::arg("x"), py::arg("stream"));
+
+  m.def(
+      "mrope_position_ids",
+      [](py::object types, py::object cu, std::optional<std::vector<int32_t>> cu_host, int64_t rows,
+         py::object grids, py::object grid_cu, std::optional<std::vector<int32_t>> grid_cu_host,
+         int64_t merge, py::object out, uintptr_t stream) {
+        Borrowed bt(types, stream), bc(cu, stream), bg(grids, stream), bgc(grid_cu, stream),
+            bo(out, stream);
+        CheckWithoutGil([&] {
+          return MropePositionIds(*bt, {bc.get(), HostSpan(cu_host), rows}, *bg,
+                                  {bgc.get(), HostSpan(grid_cu_host)}, merge, *bo,
+                                  AsStream(stream));
+        });
+      },
+      py::arg("token_types"), py::arg("cu_seqlens"), py::arg("cu_seqlens_host"), py::arg("rows"),
+      py::arg("grid_thw"), py::arg("grid_cu_seqlens"), py::arg("grid_cu_seqlens_host"),
+      py::arg("spatial_merge_size"), py::arg("position_ids"), py::arg("stream"));
 
   m.def(
       "shift_labels",
