@@ -24,7 +24,7 @@ const Histogram::BucketBoundaries& DurationBuckets() {
 }
 
 Histogram& AddHistogram(prometheus::Registry& registry, const std::string& name,
-                        const std::string& help, Histogram::BucketBoundaries buckets) {
+                        const std::string& help, const Histogram::BucketBoundaries& buckets) {
   return prometheus::BuildHistogram().Name(name).Help(help).Register(registry).Add({}, buckets);
 }
 
