@@ -1,9 +1,13 @@
 #include "server/metrics/sidecar_metrics.h"
 
+#include <algorithm>
+#include <limits>
 #include <utility>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
-#include "prometheus/collectable.h"
+#include "absl/synchronization/mutex.h"
 #include "prometheus/metric_family.h"
 #include "prometheus/text_serializer.h"
 #include "server/metrics/process_collector.h"
@@ -11,47 +15,80 @@
 namespace packsched::metrics {
 namespace {
 
-using prometheus::Counter;
-using prometheus::Gauge;
-using prometheus::Histogram;
+using prometheus::ClientMetric;
+using prometheus::MetricFamily;
+using prometheus::MetricType;
 
+// Upper bounds of each histogram's buckets (+Inf implied).
 // Round phases: 100 us to 60 s (the default --collective_timeout), about 2.5x apart.
-const Histogram::BucketBoundaries& DurationBuckets() {
-  static const auto* const buckets = new Histogram::BucketBoundaries{
-      0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
-      0.1,    0.25,    0.5,    1,     2.5,    5,     10,   30,    60};
-  return *buckets;
+const std::vector<double> kDurationBuckets = {0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005,
+                                              0.01,   0.025,   0.05,   0.1,   0.25,   0.5,
+                                              1,      2.5,     5,      10,    30,     60};
+const std::vector<double> kImbalanceBuckets = {1.0, 1.001, 1.01, 1.02, 1.05, 1.1, 1.25, 1.5, 2, 4};
+const std::vector<double> kMicroBatchBuckets = {1, 2, 4, 8, 16, 32, 64, 128, 256, 1024, 4096};
+const std::vector<double> kPaddingBuckets = {0,   0.1, 0.2, 0.3, 0.4,  0.5,
+                                             0.6, 0.7, 0.8, 0.9, 0.95, 0.99};
+const std::vector<double> kFormationBuckets = {0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25,
+                                               0.5,   1,     2.5,  5,     10,   30,  60};
+
+constexpr const char* kMethods[kNumMethods] = {"Plan", "Partition", "BalanceBatch", "GetStatus"};
+constexpr const char* kPhases[4] = {"whole", "local", "wait", "partition"};
+constexpr const char* kCauses[3] = {"deadline", "aborted", "mismatch"};
+
+// A histogram with fixed buckets; its owner guards it.
+class Buckets {
+ public:
+  explicit Buckets(const std::vector<double>& bounds)
+      : bounds_(&bounds), counts_(bounds.size() + 1, 0) {}
+
+  void Observe(double value) {
+    // The first bucket whose upper bound holds the value (le: value <= bound).
+    const size_t i = std::lower_bound(bounds_->begin(), bounds_->end(), value) - bounds_->begin();
+    ++counts_[i];
+    ++count_;
+    sum_ += value;
+  }
+
+  ClientMetric ToMetric(std::vector<ClientMetric::Label> labels) const {
+    ClientMetric metric;
+    metric.label = std::move(labels);
+    metric.histogram.sample_count = count_;
+    metric.histogram.sample_sum = sum_;
+    uint64_t cumulative = 0;
+    for (size_t i = 0; i < counts_.size(); ++i) {
+      cumulative += counts_[i];
+      metric.histogram.bucket.push_back(
+          {cumulative,
+           i < bounds_->size() ? (*bounds_)[i] : std::numeric_limits<double>::infinity()});
+    }
+    return metric;
+  }
+
+ private:
+  const std::vector<double>* bounds_;
+  std::vector<uint64_t> counts_;
+  uint64_t count_ = 0;
+  double sum_ = 0;
+};
+
+ClientMetric Value(double value, std::vector<ClientMetric::Label> labels = {}) {
+  ClientMetric metric;
+  metric.label = std::move(labels);
+  metric.counter.value = value;
+  metric.gauge.value = value;
+  return metric;
 }
 
-Histogram& AddHistogram(prometheus::Registry& registry, const std::string& name,
-                        const std::string& help, const Histogram::BucketBoundaries& buckets) {
-  return prometheus::BuildHistogram().Name(name).Help(help).Register(registry).Add({}, buckets);
+MetricFamily Family(std::string name, std::string help, MetricType type,
+                    std::vector<ClientMetric> metrics) {
+  return MetricFamily{std::move(name), std::move(help), type, std::move(metrics)};
 }
 
-Counter& AddCounter(prometheus::Registry& registry, const std::string& name,
-                    const std::string& help) {
-  return prometheus::BuildCounter().Name(name).Help(help).Register(registry).Add({});
-}
-
-prometheus::Family<Gauge>& GaugeFamily(prometheus::Registry& registry, const std::string& name,
-                                       const std::string& help) {
-  return prometheus::BuildGauge().Name(name).Help(help).Register(registry);
+MetricFamily Family(std::string name, std::string help, MetricType type, double value) {
+  return Family(std::move(name), std::move(help), type, {Value(value)});
 }
 
 double Seconds(absl::Duration d) { return absl::ToDoubleSeconds(d); }
-
-prometheus::MetricFamily Family(std::string name, std::string help, prometheus::MetricType type,
-                                double value) {
-  prometheus::MetricFamily family{std::move(name), std::move(help), type, {}};
-  prometheus::ClientMetric metric;
-  if (type == prometheus::MetricType::Counter) {
-    metric.counter.value = value;
-  } else {
-    metric.gauge.value = value;
-  }
-  family.metric.push_back(std::move(metric));
-  return family;
-}
 
 }  // namespace
 
@@ -65,15 +102,14 @@ class SidecarMetrics::StateCollector final : public prometheus::Collectable {
     source_ = std::move(source);
   }
 
-  std::vector<prometheus::MetricFamily> Collect() const override {
+  std::vector<MetricFamily> Collect() const override {
     Snapshot s;
     {
       absl::MutexLock lock(&mu_);  // held while reading: SetSnapshotSource(nullptr) waits
       if (!source_) return {};
       s = source_();
     }
-    using prometheus::MetricType;
-    std::vector<prometheus::MetricFamily> out;
+    std::vector<MetricFamily> out;
     out.push_back(Family("packsched_rounds_in_flight", "Rounds running now (at most one a stream)",
                          MetricType::Gauge, s.rounds_running));
     out.push_back(Family("packsched_rounds_queued",
@@ -102,7 +138,7 @@ class SidecarMetrics::StateCollector final : public prometheus::Collectable {
     out.push_back(Family("packsched_group_generation",
                          "The highest generation of the streams' collectives (0 before any)",
                          MetricType::Gauge, s.generation));
-    prometheus::MetricFamily backend =
+    MetricFamily backend =
         Family("packsched_group_backend_info", "1, labelled with the collective backend in use",
                MetricType::Gauge, 1);
     backend.metric[0].label.push_back({"backend", s.backend});
@@ -115,93 +151,195 @@ class SidecarMetrics::StateCollector final : public prometheus::Collectable {
   std::function<Snapshot()> source_ ABSL_GUARDED_BY(mu_);
 };
 
-struct SidecarMetrics::StreamSeries {
-  Gauge* last_round;
-  Gauge* micro_batches;
-  Gauge* imbalance;
-  Gauge* padding_saved;
-  Gauge* duration;
-  int64_t formations_seen = 0;
+// What rounds record, under one lock, exported as counters, histograms and per-stream gauges.
+class SidecarMetrics::RecordedCollector final : public prometheus::Collectable {
+ public:
+  explicit RecordedCollector(const SidecarMetrics* owner, const Options& options)
+      : owner_(owner),
+        build_labels_{{"proto_version", absl::StrCat(options.proto_version)},
+                      {"rank", absl::StrCat(options.rank)},
+                      {"version", options.version}},
+        duration_{Buckets(kDurationBuckets), Buckets(kDurationBuckets), Buckets(kDurationBuckets),
+                  Buckets(kDurationBuckets)},
+        imbalance_(kImbalanceBuckets),
+        micro_batches_(kMicroBatchBuckets),
+        padding_saved_(kPaddingBuckets),
+        formation_(kFormationBuckets) {}
+
+  void Round(const RoundSample& s) {
+    const bool ok = s.code == absl::StatusCode::kOk;
+    int code = static_cast<int>(s.code);
+    if (code < 0 || code >= kNumCodes) code = static_cast<int>(absl::StatusCode::kUnknown);
+    absl::MutexLock lock(&mu_);
+    ++rounds_[code];
+    duration_[0].Observe(Seconds(s.whole));
+    if (s.peer_failure != PeerFailure::kNone) {
+      ++peer_failures_[static_cast<int>(s.peer_failure) - 1];
+    }
+    Stream& stream = streams_[s.stream];
+    if (s.formations > stream.formations_seen) {
+      stream.formations_seen = s.formations;
+      formation_.Observe(Seconds(s.last_formation));
+    }
+    stream.duration = Seconds(s.whole);
+    if (!ok) return;
+    duration_[1].Observe(Seconds(s.local));
+    duration_[2].Observe(Seconds(s.wait));
+    duration_[3].Observe(Seconds(s.partition));
+    imbalance_.Observe(s.imbalance);
+    micro_batches_.Observe(static_cast<double>(s.micro_batches));
+    padding_saved_.Observe(s.padding_saved_ratio);
+    over_cap_unavoidable_ += s.over_cap_unavoidable;
+    over_cap_avoidable_ += s.over_cap_avoidable;
+    dropped_ += s.dropped;
+    sequences_ += s.sequences;
+    stream.has_ok = true;
+    stream.last_round = s.round;
+    stream.micro_batches = s.micro_batches;
+    stream.imbalance = s.imbalance;
+    stream.padding_saved = s.padding_saved_ratio;
+  }
+
+  void StreamRemoved(absl::string_view stream) {
+    absl::MutexLock lock(&mu_);
+    streams_.erase(stream);
+  }
+
+  std::vector<MetricFamily> Collect() const override;
+
+ private:
+  struct Stream {
+    int64_t formations_seen = 0;
+    double duration = 0;  // the last round run
+    bool has_ok = false;  // the fields below are set
+    int64_t last_round = 0;
+    int64_t micro_batches = 0;
+    double imbalance = 0;
+    double padding_saved = 0;
+  };
+
+  const SidecarMetrics* const owner_;  // its request counters
+  const std::vector<ClientMetric::Label> build_labels_;
+  mutable absl::Mutex mu_;
+  std::array<uint64_t, kNumCodes> rounds_ ABSL_GUARDED_BY(mu_) = {};
+  std::array<Buckets, 4> duration_ ABSL_GUARDED_BY(mu_);  // by kPhases
+  Buckets imbalance_ ABSL_GUARDED_BY(mu_);
+  Buckets micro_batches_ ABSL_GUARDED_BY(mu_);
+  Buckets padding_saved_ ABSL_GUARDED_BY(mu_);
+  Buckets formation_ ABSL_GUARDED_BY(mu_);
+  std::array<uint64_t, 3> peer_failures_ ABSL_GUARDED_BY(mu_) = {};  // by kCauses
+  int64_t over_cap_unavoidable_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t over_cap_avoidable_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t dropped_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t sequences_ ABSL_GUARDED_BY(mu_) = 0;
+  // Live streams (at most --max_streams: removed when reclaimed).
+  absl::flat_hash_map<std::string, Stream> streams_ ABSL_GUARDED_BY(mu_);
 };
 
-SidecarMetrics::SidecarMetrics(const Options& options)
-    : registry_(std::make_shared<prometheus::Registry>()),
-      state_(std::make_shared<StateCollector>()),
-      process_(std::make_shared<ProcessCollector>()),
-      requests_(prometheus::BuildCounter()
-                    .Name("packsched_requests_total")
-                    .Help("Calls answered, by method and status code")
-                    .Register(*registry_)),
-      rounds_(prometheus::BuildCounter()
-                  .Name("packsched_rounds_total")
-                  .Help("Plan rounds run by this sidecar (not cache hits or joins), by outcome")
-                  .Register(*registry_)),
-      round_duration_(prometheus::BuildHistogram()
-                          .Name("packsched_round_duration_seconds")
-                          .Help("Round latency on the stream's worker: whole (every round run), "
-                                "and for successful rounds local, wait (agreement) and partition")
-                          .Register(*registry_)),
-      duration_whole_(round_duration_.Add({{"phase", "whole"}}, DurationBuckets())),
-      duration_local_(round_duration_.Add({{"phase", "local"}}, DurationBuckets())),
-      duration_wait_(round_duration_.Add({{"phase", "wait"}}, DurationBuckets())),
-      duration_partition_(round_duration_.Add({{"phase", "partition"}}, DurationBuckets())),
-      imbalance_(AddHistogram(*registry_, "packsched_plan_imbalance",
-                              "Largest micro-batch cost over the mean, per successful round",
-                              {1.0, 1.001, 1.01, 1.02, 1.05, 1.1, 1.25, 1.5, 2, 4})),
-      micro_batches_(AddHistogram(*registry_, "packsched_plan_micro_batches",
-                                  "Agreed micro-batch count, per successful round",
-                                  {1, 2, 4, 8, 16, 32, 64, 128, 256, 1024, 4096})),
-      padding_saved_(
-          AddHistogram(*registry_, "packsched_plan_padding_saved_ratio",
-                       "1 - packed rows / rows of a naive padded batch, per successful round",
-                       {0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.99})),
-      over_cap_(prometheus::BuildCounter()
-                    .Name("packsched_plan_over_cap_micro_batches_total")
-                    .Help("Micro-batches over max_token_len: kind=unavoidable (one sequence "
-                          "longer than the cap), kind=avoidable (several; must stay 0)")
-                    .Register(*registry_)),
-      over_cap_unavoidable_(over_cap_.Add({{"kind", "unavoidable"}})),
-      over_cap_avoidable_(over_cap_.Add({{"kind", "avoidable"}})),
-      dropped_(AddCounter(*registry_, "packsched_plan_dropped_sequences_total",
-                          "Sequences left out of plans (overlong = drop)")),
-      sequences_(AddCounter(*registry_, "packsched_plan_sequences_total",
-                            "Sequences planned by successful rounds (this rank's)")),
-      peer_failures_(prometheus::BuildCounter()
-                         .Name("packsched_group_peer_failures_total")
-                         .Help("Rounds whose agreement failed: cause=deadline (a rank did not "
-                               "arrive), aborted (a peer died), mismatch (ranks disagree)")
-                         .Register(*registry_)),
-      peer_failure_by_cause_{&peer_failures_.Add({{"cause", "deadline"}}),
-                             &peer_failures_.Add({{"cause", "aborted"}}),
-                             &peer_failures_.Add({{"cause", "mismatch"}})},
-      formation_(
-          AddHistogram(*registry_, "packsched_group_formation_seconds",
-                       "Time to form a stream's collective (a new generation)",
-                       {0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60})),
-      stream_last_round_(GaugeFamily(*registry_, "packsched_stream_last_round",
-                                     "The stream's latest round run successfully")),
-      stream_micro_batches_(GaugeFamily(*registry_, "packsched_stream_micro_batches",
-                                        "The stream's last successful round: agreed k")),
-      stream_imbalance_(GaugeFamily(*registry_, "packsched_stream_imbalance",
-                                    "The stream's last successful round: largest micro-batch "
-                                    "cost over the mean")),
-      stream_padding_saved_(GaugeFamily(*registry_, "packsched_stream_padding_saved_ratio",
-                                        "The stream's last successful round: padding saved")),
-      stream_duration_(GaugeFamily(*registry_, "packsched_stream_round_duration_seconds",
-                                   "The stream's last round run: its whole duration")) {
-  prometheus::BuildGauge()
-      .Name("packsched_build_info")
-      .Help("1, labelled with the build's version, the wire protocol version and the rank")
-      .Register(*registry_)
-      .Add({{"version", options.version},
-            {"proto_version", absl::StrCat(options.proto_version)},
-            {"rank", absl::StrCat(options.rank)}})
-      .Set(1);
-  for (auto& by_code : requests_by_) {
-    for (auto& counter : by_code) counter.store(nullptr, std::memory_order_relaxed);
+std::vector<MetricFamily> SidecarMetrics::RecordedCollector::Collect() const {
+  std::vector<MetricFamily> out;
+  std::vector<ClientMetric> requests;
+  for (int m = 0; m < kNumMethods; ++m) {
+    for (int c = 0; c < kNumCodes; ++c) {
+      const uint64_t n = owner_->requests_[m][c].load(std::memory_order_relaxed);
+      if (n == 0) continue;
+      requests.push_back(
+          Value(static_cast<double>(n),
+                {{"code", CodeLabel(static_cast<absl::StatusCode>(c))}, {"method", kMethods[m]}}));
+    }
   }
-  for (auto& counter : rounds_by_) counter.store(nullptr, std::memory_order_relaxed);
+  out.push_back(Family("packsched_requests_total", "Calls answered, by method and status code",
+                       MetricType::Counter, std::move(requests)));
+  out.push_back(Family("packsched_build_info",
+                       "1, labelled with the build's version, the wire protocol version and the "
+                       "rank",
+                       MetricType::Gauge, {Value(1, build_labels_)}));
+
+  absl::MutexLock lock(&mu_);
+  std::vector<ClientMetric> rounds;
+  for (int c = 0; c < kNumCodes; ++c) {
+    if (rounds_[c] == 0) continue;
+    rounds.push_back(Value(static_cast<double>(rounds_[c]),
+                           {{"outcome", CodeLabel(static_cast<absl::StatusCode>(c))}}));
+  }
+  out.push_back(Family("packsched_rounds_total",
+                       "Plan rounds run by this sidecar (not cache hits or joins), by outcome",
+                       MetricType::Counter, std::move(rounds)));
+  std::vector<ClientMetric> phases;
+  for (int p = 0; p < 4; ++p) phases.push_back(duration_[p].ToMetric({{"phase", kPhases[p]}}));
+  out.push_back(Family("packsched_round_duration_seconds",
+                       "Round latency on the stream's worker: whole (every round run), and for "
+                       "successful rounds local, wait (agreement) and partition",
+                       MetricType::Histogram, std::move(phases)));
+  out.push_back(Family("packsched_plan_imbalance",
+                       "Largest micro-batch cost over the mean, per successful round",
+                       MetricType::Histogram, {imbalance_.ToMetric({})}));
+  out.push_back(Family("packsched_plan_micro_batches",
+                       "Agreed micro-batch count, per successful round", MetricType::Histogram,
+                       {micro_batches_.ToMetric({})}));
+  out.push_back(Family("packsched_plan_padding_saved_ratio",
+                       "1 - packed rows / rows of a naive padded batch, per successful round",
+                       MetricType::Histogram, {padding_saved_.ToMetric({})}));
+  out.push_back(
+      Family("packsched_plan_over_cap_micro_batches_total",
+             "Micro-batches over max_token_len: kind=unavoidable (one sequence longer "
+             "than the cap), kind=avoidable (several; must stay 0)",
+             MetricType::Counter,
+             {Value(static_cast<double>(over_cap_avoidable_), {{"kind", "avoidable"}}),
+              Value(static_cast<double>(over_cap_unavoidable_), {{"kind", "unavoidable"}})}));
+  out.push_back(Family("packsched_plan_dropped_sequences_total",
+                       "Sequences left out of plans (overlong = drop)", MetricType::Counter,
+                       static_cast<double>(dropped_)));
+  out.push_back(Family("packsched_plan_sequences_total",
+                       "Sequences planned by successful rounds (this rank's)", MetricType::Counter,
+                       static_cast<double>(sequences_)));
+  std::vector<ClientMetric> failures;
+  for (int c = 0; c < 3; ++c) {
+    failures.push_back(Value(static_cast<double>(peer_failures_[c]), {{"cause", kCauses[c]}}));
+  }
+  out.push_back(Family("packsched_group_peer_failures_total",
+                       "Rounds whose agreement failed: cause=deadline (a rank did not arrive), "
+                       "aborted (a peer died), mismatch (ranks disagree)",
+                       MetricType::Counter, std::move(failures)));
+  out.push_back(Family("packsched_group_formation_seconds",
+                       "Time to form a stream's collective (a new generation)",
+                       MetricType::Histogram, {formation_.ToMetric({})}));
+  std::vector<ClientMetric> last_round, micro_batches, imbalance, padding, duration;
+  for (const auto& [name, stream] : streams_) {
+    const std::vector<ClientMetric::Label> labels = {{"stream", name}};
+    duration.push_back(Value(stream.duration, labels));
+    if (!stream.has_ok) continue;
+    last_round.push_back(Value(static_cast<double>(stream.last_round), labels));
+    micro_batches.push_back(Value(static_cast<double>(stream.micro_batches), labels));
+    imbalance.push_back(Value(stream.imbalance, labels));
+    padding.push_back(Value(stream.padding_saved, labels));
+  }
+  out.push_back(Family("packsched_stream_last_round", "The stream's latest round run successfully",
+                       MetricType::Gauge, std::move(last_round)));
+  out.push_back(Family("packsched_stream_micro_batches",
+                       "The stream's last successful round: agreed k", MetricType::Gauge,
+                       std::move(micro_batches)));
+  out.push_back(Family("packsched_stream_imbalance",
+                       "The stream's last successful round: largest micro-batch cost over the "
+                       "mean",
+                       MetricType::Gauge, std::move(imbalance)));
+  out.push_back(Family("packsched_stream_padding_saved_ratio",
+                       "The stream's last successful round: padding saved", MetricType::Gauge,
+                       std::move(padding)));
+  out.push_back(Family("packsched_stream_round_duration_seconds",
+                       "The stream's last round run: its whole duration", MetricType::Gauge,
+                       std::move(duration)));
+  // A family without a series is left out, as prometheus-cpp's serializer would print it.
+  out.erase(std::remove_if(out.begin(), out.end(),
+                           [](const MetricFamily& f) { return f.metric.empty(); }),
+            out.end());
+  return out;
 }
+
+SidecarMetrics::SidecarMetrics(const Options& options)
+    : recorded_(std::make_shared<RecordedCollector>(this, options)),
+      state_(std::make_shared<StateCollector>()),
+      process_(std::make_shared<ProcessCollector>()) {}
 
 SidecarMetrics::~SidecarMetrics() = default;
 
@@ -210,14 +348,14 @@ void SidecarMetrics::SetSnapshotSource(std::function<Snapshot()> source) {
 }
 
 std::vector<std::weak_ptr<prometheus::Collectable>> SidecarMetrics::collectables() const {
-  return {registry_, state_, process_};
+  return {recorded_, state_, process_};
 }
 
 std::string SidecarMetrics::Serialize() const {
-  std::vector<prometheus::MetricFamily> families;
+  std::vector<MetricFamily> families;
   for (const std::weak_ptr<prometheus::Collectable>& weak : collectables()) {
     if (std::shared_ptr<prometheus::Collectable> c = weak.lock()) {
-      std::vector<prometheus::MetricFamily> some = c->Collect();
+      std::vector<MetricFamily> some = c->Collect();
       families.insert(families.end(), std::make_move_iterator(some.begin()),
                       std::make_move_iterator(some.end()));
     }
@@ -228,95 +366,11 @@ std::string SidecarMetrics::Serialize() const {
 void SidecarMetrics::Request(Method method, absl::StatusCode code) {
   const int c = static_cast<int>(code);
   if (c < 0 || c >= kNumCodes) return;
-  std::atomic<Counter*>& slot = requests_by_[static_cast<int>(method)][c];
-  Counter* counter = slot.load(std::memory_order_acquire);
-  if (counter == nullptr) {
-    static constexpr const char* kMethods[kNumMethods] = {"Plan", "Partition", "BalanceBatch",
-                                                          "GetStatus"};
-    absl::MutexLock lock(&create_mu_);
-    counter = slot.load(std::memory_order_acquire);
-    if (counter == nullptr) {
-      counter = &requests_.Add(
-          {{"method", kMethods[static_cast<int>(method)]}, {"code", CodeLabel(code)}});
-      slot.store(counter, std::memory_order_release);
-    }
-  }
-  counter->Increment();
+  requests_[static_cast<int>(method)][c].fetch_add(1, std::memory_order_relaxed);
 }
 
-Counter& SidecarMetrics::RoundsCounter(absl::StatusCode code) {
-  int c = static_cast<int>(code);
-  if (c < 0 || c >= kNumCodes) c = static_cast<int>(absl::StatusCode::kUnknown);
-  std::atomic<Counter*>& slot = rounds_by_[c];
-  Counter* counter = slot.load(std::memory_order_acquire);
-  if (counter == nullptr) {
-    absl::MutexLock lock(&create_mu_);
-    counter = slot.load(std::memory_order_acquire);
-    if (counter == nullptr) {
-      counter = &rounds_.Add({{"outcome", CodeLabel(static_cast<absl::StatusCode>(c))}});
-      slot.store(counter, std::memory_order_release);
-    }
-  }
-  return *counter;
-}
+void SidecarMetrics::Round(const RoundSample& sample) { recorded_->Round(sample); }
 
-void SidecarMetrics::Round(const RoundSample& s) {
-  RoundsCounter(s.code).Increment();
-  duration_whole_.Observe(Seconds(s.whole));
-  if (s.peer_failure != PeerFailure::kNone) {
-    peer_failure_by_cause_[static_cast<int>(s.peer_failure) - 1]->Increment();
-  }
-  const bool ok = s.code == absl::StatusCode::kOk;
-  if (ok) {
-    duration_local_.Observe(Seconds(s.local));
-    duration_wait_.Observe(Seconds(s.wait));
-    duration_partition_.Observe(Seconds(s.partition));
-    imbalance_.Observe(s.imbalance);
-    micro_batches_.Observe(static_cast<double>(s.micro_batches));
-    padding_saved_.Observe(s.padding_saved_ratio);
-    if (s.over_cap_unavoidable > 0) {
-      over_cap_unavoidable_.Increment(static_cast<double>(s.over_cap_unavoidable));
-    }
-    if (s.over_cap_avoidable > 0) {
-      over_cap_avoidable_.Increment(static_cast<double>(s.over_cap_avoidable));
-    }
-    if (s.dropped > 0) dropped_.Increment(static_cast<double>(s.dropped));
-    sequences_.Increment(static_cast<double>(s.sequences));
-  }
-
-  absl::MutexLock lock(&streams_mu_);
-  std::unique_ptr<StreamSeries>& series = streams_[s.stream];
-  if (series == nullptr) {
-    const prometheus::Labels labels = {{"stream", std::string(s.stream)}};
-    series = std::make_unique<StreamSeries>(
-        StreamSeries{&stream_last_round_.Add(labels), &stream_micro_batches_.Add(labels),
-                     &stream_imbalance_.Add(labels), &stream_padding_saved_.Add(labels),
-                     &stream_duration_.Add(labels)});
-  }
-  if (s.formations > series->formations_seen) {
-    series->formations_seen = s.formations;
-    formation_.Observe(Seconds(s.last_formation));
-  }
-  series->duration->Set(Seconds(s.whole));
-  if (ok) {
-    series->last_round->Set(static_cast<double>(s.round));
-    series->micro_batches->Set(static_cast<double>(s.micro_batches));
-    series->imbalance->Set(s.imbalance);
-    series->padding_saved->Set(s.padding_saved_ratio);
-  }
-}
-
-void SidecarMetrics::StreamRemoved(absl::string_view stream) {
-  absl::MutexLock lock(&streams_mu_);
-  auto it = streams_.find(stream);
-  if (it == streams_.end()) return;
-  const StreamSeries& series = *it->second;
-  stream_last_round_.Remove(series.last_round);
-  stream_micro_batches_.Remove(series.micro_batches);
-  stream_imbalance_.Remove(series.imbalance);
-  stream_padding_saved_.Remove(series.padding_saved);
-  stream_duration_.Remove(series.duration);
-  streams_.erase(it);
-}
+void SidecarMetrics::StreamRemoved(absl::string_view stream) { recorded_->StreamRemoved(stream); }
 
 }  // namespace packsched::metrics

@@ -2,9 +2,12 @@
 #define PACKSCHED_SERVER_METRICS_SIDECAR_METRICS_H_
 
 // The sidecar's Prometheus metrics (prometheus-cpp): every series the sidecar exports, named
-// once here and listed with their meaning in docs/operating.md#metrics. Two kinds:
+// once in sidecar_metrics.cc and listed with their meaning in docs/operating.md#metrics. Two
+// kinds:
 //  - recorded: counters and histograms fed through the Sink interface (sink.h) by the service
-//    and the round coordinator as calls and rounds end;
+//    and the round coordinator as calls and rounds end. Kept here rather than in
+//    prometheus-cpp's Counter/Histogram (a lock per histogram, a compare-and-swap loop per
+//    counter): a call is one relaxed atomic increment, a round takes one lock;
 //  - read at scrape time: gauges of the sidecar's state (rounds in flight and queued, cache,
 //    streams, the rank group) from a Snapshot source, and the process's CPU and memory
 //    (process_collector.h).
@@ -20,15 +23,7 @@
 #include <string>
 #include <vector>
 
-#include "absl/base/thread_annotations.h"
-#include "absl/container/flat_hash_map.h"
-#include "absl/synchronization/mutex.h"
 #include "prometheus/collectable.h"
-#include "prometheus/counter.h"
-#include "prometheus/family.h"
-#include "prometheus/gauge.h"
-#include "prometheus/histogram.h"
-#include "prometheus/registry.h"
 #include "server/metrics/sink.h"
 
 namespace packsched::metrics {
@@ -77,47 +72,15 @@ class SidecarMetrics final : public Sink {
 
  private:
   class StateCollector;
-  struct StreamSeries;
+  class RecordedCollector;
   static constexpr int kNumCodes = 17;  // absl::StatusCode 0..16
 
-  prometheus::Counter& RoundsCounter(absl::StatusCode code);
-
-  std::shared_ptr<prometheus::Registry> registry_;
+  // Calls by method and code: lock-free, exported when not zero.
+  std::array<std::array<std::atomic<uint64_t>, kNumCodes>, kNumMethods> requests_{};
+  // Everything a round records, under one lock: a round takes it once.
+  std::shared_ptr<RecordedCollector> recorded_;
   std::shared_ptr<StateCollector> state_;
   std::shared_ptr<prometheus::Collectable> process_;
-
-  prometheus::Family<prometheus::Counter>& requests_;
-  prometheus::Family<prometheus::Counter>& rounds_;
-  prometheus::Family<prometheus::Histogram>& round_duration_;
-  prometheus::Histogram& duration_whole_;
-  prometheus::Histogram& duration_local_;
-  prometheus::Histogram& duration_wait_;
-  prometheus::Histogram& duration_partition_;
-  prometheus::Histogram& imbalance_;
-  prometheus::Histogram& micro_batches_;
-  prometheus::Histogram& padding_saved_;
-  prometheus::Family<prometheus::Counter>& over_cap_;
-  prometheus::Counter& over_cap_unavoidable_;
-  prometheus::Counter& over_cap_avoidable_;
-  prometheus::Counter& dropped_;
-  prometheus::Counter& sequences_;
-  prometheus::Family<prometheus::Counter>& peer_failures_;
-  std::array<prometheus::Counter*, 3> peer_failure_by_cause_;
-  prometheus::Histogram& formation_;
-  prometheus::Family<prometheus::Gauge>& stream_last_round_;
-  prometheus::Family<prometheus::Gauge>& stream_micro_batches_;
-  prometheus::Family<prometheus::Gauge>& stream_imbalance_;
-  prometheus::Family<prometheus::Gauge>& stream_padding_saved_;
-  prometheus::Family<prometheus::Gauge>& stream_duration_;
-
-  // Created at first use (labels with many possible values, few seen).
-  std::array<std::array<std::atomic<prometheus::Counter*>, kNumCodes>, kNumMethods> requests_by_;
-  std::array<std::atomic<prometheus::Counter*>, kNumCodes> rounds_by_;
-  absl::Mutex create_mu_;  // creating those
-
-  absl::Mutex streams_mu_;
-  absl::flat_hash_map<std::string, std::unique_ptr<StreamSeries>> streams_
-      ABSL_GUARDED_BY(streams_mu_);
 };
 
 // The value of the `outcome` label of packsched_rounds_total and of the `code` label of

@@ -116,7 +116,7 @@ def group(tmp_path):
                 "--world_size=2",
                 f"--rendezvous={rendezvous}",
                 "--backend=gloo",
-                "--collective_timeout=5s",
+                "--collective_timeout=10s",
                 "--stream_idle_timeout=15s",
                 "--metrics_listen=127.0.0.1:0",
                 f"--metrics_port_file={port_file}",
