@@ -266,6 +266,7 @@ std::vector<MetricFamily> SidecarMetrics::RecordedCollector::Collect() const {
                        "Plan rounds run by this sidecar (not cache hits or joins), by outcome",
                        MetricType::Counter, std::move(rounds)));
   std::vector<ClientMetric> phases;
+  phases.reserve(4);
   for (int p = 0; p < 4; ++p) phases.push_back(duration_[p].ToMetric({{"phase", kPhases[p]}}));
   out.push_back(Family("packsched_round_duration_seconds",
                        "Round latency on the stream's worker: whole (every round run), and for "
@@ -294,6 +295,7 @@ std::vector<MetricFamily> SidecarMetrics::RecordedCollector::Collect() const {
                        "Sequences planned by successful rounds (this rank's)", MetricType::Counter,
                        static_cast<double>(sequences_)));
   std::vector<ClientMetric> failures;
+  failures.reserve(3);
   for (int c = 0; c < 3; ++c) {
     failures.push_back(Value(static_cast<double>(peer_failures_[c]), {{"cause", kCauses[c]}}));
   }
