@@ -7,7 +7,8 @@ client per data-parallel rank: every round, each rank plans its own batch (a rea
 a different size per rank) on two streams, and the sidecars agree the micro-batch count. Prints a
 table per round and closes with the plain-Python Karmarkar-Karp (verl's formulation: k =
 ceil(total / cap)) on the same batches: its time and the micro-batches it leaves over the cap,
-separating single sequences longer than the cap (unavoidable) from avoidable ones. Stops every
+separating single sequences longer than the cap (unavoidable) from avoidable ones, then each
+sidecar's metrics address (--metrics_listen) with one line of its headline metrics. Stops every
 sidecar with SIGTERM and exits 0 only if each one exited 0.
 
     deploy/demo_cluster.py [--world_size 4] [--rounds 3] [--n 1024] [--max_token_len 16384]
@@ -17,6 +18,7 @@ import argparse
 import math
 import os
 import pathlib
+import re
 import shutil
 import signal
 import socket
@@ -26,6 +28,7 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.request
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 # The package built into build/python (PACKSCHED_PYTHON_DIR: another build's, as ctest passes).
@@ -62,6 +65,8 @@ def start_group(server, world_size, workdir, backend):
                 "--listen=127.0.0.1:0",
                 f"--port_file={port_file}",
                 f"--backend={backend}",
+                "--metrics_listen=127.0.0.1:0",
+                f"--metrics_port_file={workdir / f'rank{rank}.metrics'}",
                 "--collective_timeout=30s",
                 "--log_level=warn",
             ],
@@ -79,13 +84,55 @@ def start_group(server, world_size, workdir, backend):
                     f"see {workdir}/rank{rank}.log"
                 )
             port_file = workdir / f"rank{rank}.port"
-            if rank not in ports and port_file.exists():
+            metrics_file = workdir / f"rank{rank}.metrics"  # written after the port file
+            if rank not in ports and metrics_file.exists():
                 ports[rank] = int(port_file.read_text().strip())
         if time.monotonic() > deadline:
             stop_group(list(procs.values()), workdir)
             sys.exit("demo: sidecars did not start within 30 s")
         time.sleep(0.02)
     return [procs[r] for r in range(world_size)], [ports[r] for r in range(world_size)]
+
+
+def metrics_headlines(workdir, world_size):
+    """Each sidecar's metrics address and one line of its headline metrics (/metrics)."""
+    lines = []
+    for rank in range(world_size):
+        address = f"127.0.0.1:{int((workdir / f'rank{rank}.metrics').read_text())}"
+        with urllib.request.urlopen(f"http://{address}/metrics", timeout=10) as response:
+            text = response.read().decode()
+
+        def total(name, **labels):
+            """Sum of the samples of `name` whose labels include `labels`."""
+            value = 0.0
+            for line in text.splitlines():
+                m = re.match(r"^([a-z_]+)(?:\{(.*)\})? (\S+)$", line)
+                if not m or m.group(1) != name:
+                    continue
+                have = dict(re.findall(r'(\w+)="([^"]*)"', m.group(2) or ""))
+                if all(have.get(k) == v for k, v in labels.items()):
+                    value += float(m.group(3))
+            return value
+
+        rounds_ok = total("packsched_rounds_total", outcome="OK")
+        rounds = total("packsched_rounds_total")
+        whole = total("packsched_round_duration_seconds_count", phase="whole")
+        mean_ms = (
+            1000 * total("packsched_round_duration_seconds_sum", phase="whole") / max(1, whole)
+        )
+        count = max(1, total("packsched_plan_imbalance_count"))  # successful rounds
+        wait_ms = 1000 * total("packsched_round_duration_seconds_sum", phase="wait") / count
+        lines.append(
+            f"rank {rank}  http://{address}/metrics  rounds {rounds_ok:.0f} ok"
+            f" / {rounds - rounds_ok:.0f} failed, mean round {mean_ms:.2f} ms"
+            f" (agreement {wait_ms:.2f}),"
+            f" imbalance {total('packsched_plan_imbalance_sum') / count:.4f},"
+            f" padding saved {100 * total('packsched_plan_padding_saved_ratio_sum') / count:.1f}%,"
+            f" over cap avoidable"
+            f" {total('packsched_plan_over_cap_micro_batches_total', kind='avoidable'):.0f},"
+            f" generation {total('packsched_group_generation'):.0f}"
+        )
+    return lines
 
 
 def stop_group(procs, workdir):
@@ -200,6 +247,9 @@ def main():
             clean_plans = False
         else:
             clean_plans = True
+        print("\nthe sidecars' Prometheus metrics (docs/operating.md#metrics):")
+        for line in metrics_headlines(workdir, args.world_size):
+            print(line)
     finally:
         for client in clients:
             client.close()

@@ -14,6 +14,7 @@ packages=(
   python3-yaml
   black flake8 clang-tidy
   libgoogle-perftools-dev
+  prometheus-cpp-dev prometheus
   iproute2 nftables
 )
 

@@ -4,6 +4,8 @@
 //   server/sidecar/flags.*        every flag, and the options they turn into
 //   server/sidecar/rank_group.*   the rendezvous store (served by rank 0), its client, the Group
 //   server/sidecar/probe.*        --probe: one health check, for exec probes
+//   server/sidecar/status.*       --status: GetStatus as a table or JSON
+//   server/sidecar/metrics.*      --metrics_listen: Prometheus metrics at /metrics
 //   server/sidecar/process.*      signals and --port_file
 
 #include <cstdio>
@@ -63,6 +65,9 @@ int main(int argc, char** argv) {
   if (const sidecar::ProbeFlags probe = sidecar::ProbeFlagsFromFlags(); !probe.target.empty()) {
     return sidecar::RunProbe(probe);
   }
+  if (const sidecar::StatusFlags status = sidecar::StatusFlagsFromFlags(); !status.target.empty()) {
+    return sidecar::RunStatus(status);
+  }
   if (absl::Status s = sidecar::InstallSignalHandlers(); !s.ok()) return Fail(s);
   absl::StatusOr<packsched::service::ServerOptions> options = sidecar::ServerOptionsFromFlags();
   if (!options.ok()) return Fail(options.status());
@@ -71,6 +76,11 @@ int main(int argc, char** argv) {
   absl::StatusOr<sidecar::RankGroup> group = sidecar::StartRankGroup(group_flags, *options);
   if (!group.ok()) return Fail(group.status());
   sidecar::AttachRankGroup(*group, *options);
+  // Made before the server, which records into them; served once it runs (metrics.h).
+  const sidecar::MetricsFlags metrics_flags = sidecar::MetricsFlagsFromFlags();
+  std::unique_ptr<packsched::metrics::SidecarMetrics> metrics =
+      sidecar::MakeMetrics(metrics_flags, *options);
+  options->metrics = metrics.get();
 
   // Serves before the group has formed: each stream forms it on its first round, waiting for
   // the peers at most --collective_timeout.
@@ -80,6 +90,13 @@ int main(int argc, char** argv) {
   const int port = (*server)->port();
   if (const std::string path = absl::GetFlag(FLAGS_port_file); !path.empty()) {
     if (absl::Status s = sidecar::WritePortFile(path, port); !s.ok()) return Fail(s);
+  }
+  std::unique_ptr<packsched::metrics::MetricsEndpoint> metrics_endpoint;
+  if (metrics != nullptr) {
+    absl::StatusOr<std::unique_ptr<packsched::metrics::MetricsEndpoint>> served =
+        sidecar::ServeMetrics(metrics_flags, *metrics, **server);
+    if (!served.ok()) return Fail(served.status());
+    metrics_endpoint = *std::move(served);
   }
   spdlog::info("serving packsched.v1.Scheduler on {} (port {}){}{}; rank {} of {}{}{}",
                options->listen, port, options->tls_cert.empty() ? "" : ", TLS",
@@ -92,7 +109,8 @@ int main(int argc, char** argv) {
   spdlog::info("shutting down (grace {})", absl::FormatDuration(grace));
   (*server)->Shutdown(grace);
   // Every call, round and collective has ended. The process exits without tearing down what is
-  // left (the gRPC server, the coordinator, the rank group and rank 0's store): gRPC's server
+  // left (the metrics endpoint, the gRPC server, the coordinator, the rank group and rank 0's
+  // store): gRPC's server
   // destructor can wait seconds for its internal threads (6.5 s in 1 of 4 shutdowns right after
   // a 190 MB plan), which would break the grace, and nothing it would release outlives the
   // process — its sockets close with it, as after a kill. (Tests tear SchedulerServer down

@@ -46,6 +46,7 @@ LIBRARIES = {
     "pybind11": (("pybind11/",), ()),
     "gtest": (("gtest/", "gmock/"), ()),
     "benchmark": (("benchmark/",), ()),
+    "prometheus": (("prometheus/",), ()),
     "numpy": ((), ("numpy",)),
     "torch": ((), ("torch",)),
 }
@@ -71,9 +72,13 @@ LAYERS = {
     ),
     # Rank groups (Group, StreamGroup, arrival, readiness, keys, store, round agreement).
     "group": Layer(("server/group",), ("collective",), ("absl", "spdlog")),
+    # What the service layer records metrics through (no Prometheus), and the metrics: the
+    # Prometheus series, the process collector and the /metrics endpoint (prometheus-cpp).
+    "metrics/sink": Layer(("server/metrics/sink.h",), (), ("absl",)),
+    "metrics": Layer(("server/metrics",), ("metrics/sink",), ("absl", "prometheus")),
     "service": Layer(
         ("server/service",),
-        ("planner", "collective", "group", "credentials", "proto"),
+        ("planner", "collective", "group", "credentials", "proto", "metrics/sink"),
         ("absl", "spdlog", "grpc", "protobuf"),
     ),
     # TLS credentials and bearer-token rules (one library, used by every gRPC endpoint).
@@ -81,7 +86,7 @@ LAYERS = {
     # The packsched-server binary: main.cc and what it is split into (flags, wiring, probe).
     "main": Layer(
         ("server/main.cc", "server/sidecar"),
-        ("service", "group", "credentials"),
+        ("service", "group", "credentials", "metrics"),
         ("absl", "spdlog", "grpc"),
     ),
     # Kernels. common/ is host-device code: nothing heavy, nothing outside itself.
@@ -143,6 +148,7 @@ TESTS = {
     "tests/security": (("credentials",), ()),
     "tests/service": (("service", "tests/collective"), ()),  # the in-process collective
     "tests/sidecar": (("main",), ()),
+    "tests/metrics": (("metrics",), ()),
     "tests/kernels": (("kernels", "planner"), ("cuda",)),  # device tests include the runtime
     "tests/client": (("client/cpp",), ()),
     "tests/e2e": (("client/cpp",), ()),

@@ -20,6 +20,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "server/group/round.h"
 
 namespace packsched::group {
@@ -31,6 +32,9 @@ struct GroupInfo {
   int64_t generation = -1;  // -1 before the first formation
   std::string epoch;        // the rank group's run epoch (empty without one)
   absl::Status last_error;  // the last formation or collective failure (OK if none)
+  // Formations that succeeded, and how long the latest took (for the metrics).
+  int64_t formations = 0;
+  absl::Duration last_formation;
 };
 
 // One stream's agreement with its peers.

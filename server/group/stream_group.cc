@@ -130,6 +130,7 @@ absl::Status StreamGroup::FormIfNeeded(absl::Time deadline) {
     if (aborted_) return AbortedAtShutdown();
     forming_ = cancel = std::make_shared<collective::Cancellation>();  // for Abort()
   }
+  const absl::Time form_start = absl::Now();
   absl::Cleanup formed_or_not = [this] {
     absl::MutexLock lock(&mu_);
     forming_.reset();
@@ -254,6 +255,8 @@ absl::Status StreamGroup::FormIfNeeded(absl::Time deadline) {
     info_.backend = std::string(collective_->backend());
     info_.generation = generation;
     info_.epoch = epoch;
+    ++info_.formations;
+    info_.last_formation = absl::Now() - form_start;
   }
   // Forming needs every rank: the run is complete, whatever AwaitMembers has seen. (After rank 0
   // restarts, the survivors, long ready, never publish their membership under its new epoch.)

@@ -12,6 +12,7 @@
 #include "server/group/collective_agreement.h"
 #include "server/group/round.h"
 #include "server/planner/planner.h"
+#include "server/service/round_metrics.h"
 #include "spdlog/spdlog.h"
 
 namespace packsched::service {
@@ -53,6 +54,7 @@ struct RoundCoordinator::Stream {
   int64_t last_round ABSL_GUARDED_BY(mu) = 0;
   int64_t rounds_completed ABSL_GUARDED_BY(mu) = 0;
   int64_t rounds_failed ABSL_GUARDED_BY(mu) = 0;
+  absl::Duration last_duration ABSL_GUARDED_BY(mu);
 };
 
 namespace {
@@ -267,6 +269,10 @@ void RoundCoordinator::WorkerLoop(Stream* stream) {
     const absl::Time start = absl::Now();
     Result result = RunRound(*stream, *input);
     const absl::Duration took = absl::Now() - start;
+    if (options_.metrics != nullptr) {
+      options_.metrics->Round(
+          RoundSampleOf(stream->name, round, result, took, stream->agreement.get()));
+    }
 
     std::vector<Done> waiters;
     {
@@ -276,6 +282,7 @@ void RoundCoordinator::WorkerLoop(Stream* stream) {
       const uint64_t content_hash = it->second.input.content_hash;
       stream->in_flight.erase(it);
       stream->last_activity = absl::Now();
+      stream->last_duration = took;
       if (result.ok()) {
         ++stream->rounds_completed;
         if (!stream->has_last_round || round > stream->last_round) stream->last_round = round;
@@ -360,6 +367,7 @@ bool RoundCoordinator::Reclaim(Stream& stream, std::thread& predecessor) {
     }
   }
   streams_.erase(stream.name);  // the worker's own reference keeps `stream` alive
+  if (options_.metrics != nullptr) options_.metrics->StreamRemoved(stream.name);
   ++streams_reclaimed_;
   predecessor = std::move(last_reclaimed_worker_);
   last_reclaimed_worker_ = std::move(stream.worker);
@@ -546,7 +554,9 @@ RoundCoordinator::Stats RoundCoordinator::GetStats() const {
       s.rounds_completed = stream->rounds_completed;
       s.rounds_failed = stream->rounds_failed;
       s.outstanding = static_cast<int64_t>(stream->in_flight.size());
+      for (const auto& [round, pending] : stream->in_flight) s.running += pending.running ? 1 : 0;
       s.cached = cache_.Count(name);
+      s.last_duration = stream->last_duration;
       stats.streams.push_back(std::move(s));
       const group::GroupInfo info =
           stream->agreement != nullptr ? stream->agreement->info() : group::GroupInfo{};

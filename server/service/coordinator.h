@@ -54,6 +54,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "server/group/round_agreement.h"
+#include "server/metrics/sink.h"
 #include "server/service/limits.h"
 #include "server/service/result_cache.h"
 #include "server/service/round_types.h"
@@ -82,6 +83,9 @@ class RoundCoordinator {
     // on the rendezvous store (stream_group.h), up to --collective_timeout — so that the workers
     // exit promptly. main.cc cancels the rendezvous store's calls. Optional; must not block.
     std::function<void()> cancel_waits;
+    // Where each round run and each stream reclaimed are recorded (server/metrics/sink.h); not
+    // owned, outlives the coordinator. Null: metrics off, nothing recorded.
+    metrics::Sink* metrics = nullptr;
   };
 
   struct StreamStats {
@@ -91,7 +95,9 @@ class RoundCoordinator {
     int64_t rounds_completed = 0;
     int64_t rounds_failed = 0;
     int64_t outstanding = 0;  // queued or running
+    int64_t running = 0;      // of those, running (0 or 1)
     int64_t cached = 0;
+    absl::Duration last_duration;  // of the last round run, ok or not (0 before any)
   };
   // Tombstones of reclaimed streams kept (about 200 bytes each with a 128-byte name).
   static constexpr int64_t kMaxTombstones = 4096;

@@ -14,8 +14,6 @@
 
 namespace packsched::service {
 
-namespace {
-
 absl::StatusOr<std::shared_ptr<grpc::Channel>> ProbeChannel(const std::string& target,
                                                             const ProbeTls* tls) {
   if (tls == nullptr) return security::MakeChannel(target, std::nullopt);
@@ -32,8 +30,6 @@ absl::StatusOr<std::shared_ptr<grpc::Channel>> ProbeChannel(const std::string& t
   channel_tls.server_name = tls->server_name;
   return security::MakeChannel(target, channel_tls);
 }
-
-}  // namespace
 
 absl::StatusOr<Serving> CheckHealth(const std::string& target, absl::string_view service,
                                     absl::Time deadline, const ProbeTls* tls) {

@@ -7,11 +7,13 @@
 // stubs (Debian's gRPC ships none): the request and the response are one field each, encoded
 // here.
 
+#include <memory>
 #include <string>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "grpcpp/channel.h"
 
 namespace packsched::service {
 
@@ -35,6 +37,11 @@ struct ProbeTls {
 // DeadlineExceeded; a TLS handshake failure is Unavailable), InvalidArgument for a service name
 // of 128 bytes or more or an unreadable `tls` file, Internal for a malformed response.
 // Plaintext when `tls` is null.
+// The channel a probe (or `--status`) uses: plaintext when `tls` is null, else TLS as above.
+// InvalidArgument for an unreadable `tls` file or a missing root certificate.
+absl::StatusOr<std::shared_ptr<grpc::Channel>> ProbeChannel(const std::string& target,
+                                                            const ProbeTls* tls);
+
 absl::StatusOr<Serving> CheckHealth(const std::string& target, absl::string_view service,
                                     absl::Time deadline, const ProbeTls* tls = nullptr);
 

@@ -121,9 +121,10 @@ absl::Status SchedulerService::Authorize(const grpc::CallbackServerContext& cont
   return security::CheckBearerToken(security::AuthorizationOf(context), options_.auth_token);
 }
 
-void SchedulerService::Finish(grpc::CallbackServerContext* context,
+void SchedulerService::Finish(metrics::Method method, grpc::CallbackServerContext* context,
                               grpc::ServerUnaryReactor* reactor, const absl::Status& status) {
   context->AddTrailingMetadata(std::string(kServedKey), "1");
+  if (options_.metrics != nullptr) options_.metrics->Request(method, status.code());
   if (!status.ok()) {
     absl::MutexLock lock(&mu_);
     ++errors_by_code_[absl::StatusCodeToString(status.code())];
@@ -131,10 +132,11 @@ void SchedulerService::Finish(grpc::CallbackServerContext* context,
   reactor->Finish(ToGrpcStatus(status));
 }
 
-grpc::ServerUnaryReactor* SchedulerService::FinishNow(grpc::CallbackServerContext* context,
+grpc::ServerUnaryReactor* SchedulerService::FinishNow(metrics::Method method,
+                                                      grpc::CallbackServerContext* context,
                                                       const absl::Status& status) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  Finish(context, reactor, status);
+  Finish(method, context, reactor, status);
   return reactor;
 }
 
@@ -142,9 +144,10 @@ grpc::ServerUnaryReactor* SchedulerService::Plan(grpc::CallbackServerContext* co
                                                  const v1::PlanRequest* request,
                                                  v1::PlanResponse* response) {
   if (refusing_.load(std::memory_order_acquire)) return RefuseNow(context);
-  if (absl::Status auth = Authorize(*context); !auth.ok()) return FinishNow(context, auth);
+  if (absl::Status auth = Authorize(*context); !auth.ok())
+    return FinishNow(metrics::Method::kPlan, context, auth);
   absl::StatusOr<RoundInput> input = ToRoundInput(*request, options_.limits);
-  if (!input.ok()) return FinishNow(context, input.status());
+  if (!input.ok()) return FinishNow(metrics::Method::kPlan, context, input.status());
   // Every caller reserves its own estimate, joiners and cache hits included: they share the
   // plan but build their own response and wire copy (docs/design.md §3). A request over the
   // budget joins its round with the refusal, so its peers fail with it too.
@@ -165,7 +168,7 @@ grpc::ServerUnaryReactor* SchedulerService::Plan(grpc::CallbackServerContext* co
                        [this, context, reactor, response, held = std::move(reservation)](
                            absl::StatusOr<std::shared_ptr<const RoundResult>> result) {
                          if (result.ok()) RoundResultToProto(**result, response);
-                         Finish(context, reactor, result.status());
+                         Finish(metrics::Method::kPlan, context, reactor, result.status());
                        });
   return reactor;
 }
@@ -191,7 +194,7 @@ grpc::ServerUnaryReactor* SchedulerService::Partition(grpc::CallbackServerContex
     absl::MutexLock lock(&mu_);
     ++partitions_;
   }
-  return FinishNow(context, status);
+  return FinishNow(metrics::Method::kPartition, context, status);
 }
 
 grpc::ServerUnaryReactor* SchedulerService::BalanceBatch(grpc::CallbackServerContext* context,
@@ -215,14 +218,15 @@ grpc::ServerUnaryReactor* SchedulerService::BalanceBatch(grpc::CallbackServerCon
     absl::MutexLock lock(&mu_);
     ++balance_batches_;
   }
-  return FinishNow(context, status);
+  return FinishNow(metrics::Method::kBalanceBatch, context, status);
 }
 
 grpc::ServerUnaryReactor* SchedulerService::GetStatus(grpc::CallbackServerContext* context,
                                                       const v1::GetStatusRequest* request,
                                                       v1::GetStatusResponse* response) {
   if (refusing_.load(std::memory_order_acquire)) return RefuseNow(context);
-  if (absl::Status auth = Authorize(*context); !auth.ok()) return FinishNow(context, auth);
+  if (absl::Status auth = Authorize(*context); !auth.ok())
+    return FinishNow(metrics::Method::kGetStatus, context, auth);
   const RoundCoordinator::Stats stats = coordinator_->GetStats();
   response->set_rank(options_.rank);
   response->set_world_size(stats.world_size);
@@ -237,6 +241,7 @@ grpc::ServerUnaryReactor* SchedulerService::GetStatus(grpc::CallbackServerContex
     out->set_rounds_failed(s.rounds_failed);
     out->set_outstanding(s.outstanding);
     out->set_cached(s.cached);
+    out->set_last_round_duration_us(absl::ToInt64Microseconds(s.last_duration));
   }
   v1::Counters* counters = response->mutable_counters();
   counters->set_rounds(stats.rounds);
@@ -254,7 +259,7 @@ grpc::ServerUnaryReactor* SchedulerService::GetStatus(grpc::CallbackServerContex
   response->set_build_version(options_.build_version);
   response->set_proto_version(kProtocolVersion);
   response->set_uptime_us(absl::ToInt64Microseconds(absl::Now() - started_));
-  return FinishNow(context, absl::OkStatus());
+  return FinishNow(metrics::Method::kGetStatus, context, absl::OkStatus());
 }
 
 }  // namespace packsched::service

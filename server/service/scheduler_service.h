@@ -19,6 +19,7 @@
 #include "absl/time/time.h"
 #include "grpcpp/grpcpp.h"
 #include "packsched/v1/scheduler.grpc.pb.h"
+#include "server/metrics/sink.h"
 #include "server/service/convert.h"
 #include "server/service/coordinator.h"
 #include "server/service/limits.h"
@@ -38,6 +39,9 @@ class SchedulerService final : public v1::Scheduler::CallbackService {
     std::string auth_token;
     int64_t rank = 0;
     std::string build_version;
+    // Where every answered call is counted by method and code (server/metrics/sink.h); not
+    // owned, outlives the service. Null: metrics off.
+    metrics::Sink* metrics = nullptr;
   };
 
   // `coordinator` must outlive the service; the service must outlive the grpc::Server.
@@ -68,9 +72,9 @@ class SchedulerService final : public v1::Scheduler::CallbackService {
   absl::Status Authorize(const grpc::CallbackServerContext& context) const;
   // Counts `status`, marks the answer as the sidecar's own (trailing metadata
   // "packsched-served", so clients never retry it) and finishes `reactor` with it.
-  void Finish(grpc::CallbackServerContext* context, grpc::ServerUnaryReactor* reactor,
-              const absl::Status& status);
-  grpc::ServerUnaryReactor* FinishNow(grpc::CallbackServerContext* context,
+  void Finish(metrics::Method method, grpc::CallbackServerContext* context,
+              grpc::ServerUnaryReactor* reactor, const absl::Status& status);
+  grpc::ServerUnaryReactor* FinishNow(metrics::Method method, grpc::CallbackServerContext* context,
                                       const absl::Status& status);
   grpc::ServerUnaryReactor* RefuseNow(grpc::CallbackServerContext* context);
   // The request's estimated peak from the in-flight budget (--max_inflight_bytes), or

@@ -47,6 +47,10 @@ SchedulerServer::~SchedulerServer() { Shutdown(absl::ZeroDuration()); }
 
 int SchedulerServer::port() const { return state_->port; }
 
+RoundCoordinator::Stats SchedulerServer::GetStats() const {
+  return state_->coordinator->GetStats();
+}
+
 absl::StatusOr<std::unique_ptr<SchedulerServer>> SchedulerServer::Start(
     const ServerOptions& options) {
   ASSIGN_OR_RETURN(
@@ -66,12 +70,14 @@ absl::StatusOr<std::unique_ptr<SchedulerServer>> SchedulerServer::Start(
   coordinator_options.limits = options.limits;
   coordinator_options.agreements = state->agreements;
   coordinator_options.cancel_waits = options.cancel_group_waits;
+  coordinator_options.metrics = options.metrics;
   state->coordinator = std::make_unique<RoundCoordinator>(std::move(coordinator_options));
   SchedulerService::Options service_options;
   service_options.limits = options.limits;
   service_options.auth_token = options.auth_token;
   service_options.rank = options.rank;
   service_options.build_version = options.build_version;
+  service_options.metrics = options.metrics;
   state->service =
       std::make_unique<SchedulerService>(state->coordinator.get(), std::move(service_options));
 

@@ -14,6 +14,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "server/group/group.h"
+#include "server/metrics/sink.h"
 #include "server/service/coordinator.h"
 #include "server/service/limits.h"
 
@@ -41,6 +42,9 @@ struct ServerOptions {
   group::Group* group = nullptr;
   // Ends the rank group's blocking store waits at shutdown (RoundCoordinator::Options).
   std::function<void()> cancel_group_waits;
+  // Where calls and rounds are recorded (server/metrics/sink.h): not owned, outlives the
+  // server. Null: metrics off.
+  metrics::Sink* metrics = nullptr;
 };
 
 class SchedulerServer {
@@ -53,6 +57,9 @@ class SchedulerServer {
 
   // The bound port (the chosen one when the listen port was 0).
   int port() const;
+
+  // The round coordinator's figures (what GetStatus reports). Thread-safe.
+  RoundCoordinator::Stats GetStats() const;
 
   // Refuses new calls (UNAVAILABLE, not marked as served) and lets calls in progress finish for
   // up to `grace`; returns as soon as none is left (connected clients, idle ones included, do not

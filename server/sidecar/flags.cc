@@ -90,6 +90,18 @@ ABSL_FLAG(std::string, probe_tls_ca, "",
 ABSL_FLAG(std::string, probe_tls_server_name, "",
           "with a TLS --probe: the name the server's certificate must carry (default: the host "
           "of --probe)");
+ABSL_FLAG(std::string, status, "",
+          "status mode: print the GetStatus of the server at this HOST:PORT as a table (group, "
+          "backend, generation, readiness, streams with their last round and its latency) and "
+          "exit 0, or 1 if the call fails; give it the server's --tls_* and --auth_token_file "
+          "flags when the server uses them");
+ABSL_FLAG(bool, status_json, false, "with --status: print the status as JSON");
+ABSL_FLAG(std::string, metrics_listen, "",
+          "HOST:PORT to serve Prometheus metrics at /metrics over plain HTTP (empty: off; port 0 "
+          "picks a free port). Unauthenticated: keep it on loopback unless a scraper elsewhere "
+          "needs it (e.g. 0.0.0.0:9464 in a pod, behind a NetworkPolicy)");
+ABSL_FLAG(std::string, metrics_port_file, "",
+          "once metrics are served, write their port here (one line; atomic rename)");
 ABSL_FLAG(absl::Duration, shutdown_grace, absl::Seconds(5),
           "on SIGTERM/SIGINT, how long calls in progress may take to finish");
 
@@ -176,6 +188,22 @@ ProbeFlags ProbeFlagsFromFlags() {
   f.tls_client_ca = absl::GetFlag(FLAGS_tls_client_ca);
   f.tls_ca = absl::GetFlag(FLAGS_probe_tls_ca);
   f.tls_server_name = absl::GetFlag(FLAGS_probe_tls_server_name);
+  return f;
+}
+
+StatusFlags StatusFlagsFromFlags() {
+  StatusFlags f;
+  f.target = absl::GetFlag(FLAGS_status);
+  f.json = absl::GetFlag(FLAGS_status_json);
+  f.tls = ProbeFlagsFromFlags();
+  f.auth_token_file = absl::GetFlag(FLAGS_auth_token_file);
+  return f;
+}
+
+MetricsFlags MetricsFlagsFromFlags() {
+  MetricsFlags f;
+  f.listen = absl::GetFlag(FLAGS_metrics_listen);
+  f.port_file = absl::GetFlag(FLAGS_metrics_port_file);
   return f;
 }
 

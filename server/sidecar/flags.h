@@ -2,8 +2,9 @@
 #define PACKSCHED_SERVER_SIDECAR_FLAGS_H_
 
 // The flags of packsched-server (every one is defined in flags.cc; `--helpfull` lists them) and
-// the options they turn into: the server's (checked), the rank group's and the probe's (as
-// given; StartRankGroup and RunProbe check theirs).
+// the options they turn into: the server's (checked), the rank group's, the probe's, the status
+// command's and the metrics endpoint's (as given; StartRankGroup, RunProbe, RunStatus and
+// ServeMetrics check theirs).
 
 #include <string>
 
@@ -11,8 +12,10 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "server/service/server.h"
+#include "server/sidecar/metrics.h"
 #include "server/sidecar/probe.h"
 #include "server/sidecar/rank_group.h"
+#include "server/sidecar/status.h"
 
 // The process's own flags, read by main.cc.
 ABSL_DECLARE_FLAG(std::string, log_level);
@@ -30,6 +33,12 @@ RankGroupFlags RankGroupFlagsFromFlags();
 
 // --probe, --probe_service, --probe_tls_* and the server's --tls_* flags.
 ProbeFlags ProbeFlagsFromFlags();
+
+// --status, --status_json, the probe's TLS flags and --auth_token_file.
+StatusFlags StatusFlagsFromFlags();
+
+// --metrics_listen, --metrics_port_file.
+MetricsFlags MetricsFlagsFromFlags();
 
 }  // namespace packsched::sidecar
 

@@ -15,6 +15,12 @@ Two measures, each run on both builds in the same minutes:
 
 Prints a Markdown table for docs/benchmarks.md. Each build directory must hold bin/load_bench,
 bin/group_bench and bin/packsched-server (a Release build with benchmarks).
+
+One build, two configurations (e.g. metrics off and on): give the same directory twice and the
+sidecar's extra flags per side, comma-separated; --skip_group leaves out group_bench, which
+starts its sidecars without them:
+
+    ab_cost.py --base=build --new=build --new_flags=--metrics_listen=127.0.0.1:0 --skip_group
 """
 import argparse
 import glob
@@ -42,8 +48,11 @@ def number(pattern, text, what):
     return float(match.group(1))
 
 
-def load_cpu(build, seconds):
-    out = run([f"{build}/bin/load_bench", f"--duration={seconds}s"], timeout=seconds + 60)
+def load_cpu(build, seconds, flags):
+    cmd = [f"{build}/bin/load_bench", f"--duration={seconds}s"]
+    if flags:
+        cmd.append(f"--server_flags={','.join(flags)}")
+    out = run(cmd, timeout=seconds + 60)
     if number(r"errors\s+(\d+)", out, "errors") != 0:
         sys.exit(f"load_bench reported errors:\n{out}")
     return number(r"CPU per plan\s+server ([\d.]+) ms", out, "server CPU per plan")
@@ -62,7 +71,7 @@ def total_ir(path):
     sys.exit(f"no instruction total in {path}")
 
 
-def callgrind_sidecar(build, seconds, tmp):
+def callgrind_sidecar(build, seconds, tmp, flags):
     port_file = os.path.join(tmp, "port")
     out_file = os.path.join(tmp, "sidecar.cg")
     server = subprocess.Popen(
@@ -73,6 +82,7 @@ def callgrind_sidecar(build, seconds, tmp):
             f"{build}/bin/packsched-server",
             "--listen=127.0.0.1:0",
             f"--port_file={port_file}",
+            *flags,
         ],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
@@ -145,16 +155,25 @@ def main():
     parser.add_argument("--load_seconds", type=int, default=10)
     parser.add_argument("--group_rounds", type=int, default=300)
     parser.add_argument("--callgrind", action="store_true")
+    parser.add_argument("--base_flags", default="", help="extra sidecar flags, comma-separated")
+    parser.add_argument("--new_flags", default="", help="extra sidecar flags, comma-separated")
+    parser.add_argument("--skip_group", action="store_true", help="no group_bench measures")
     args = parser.parse_args()
     builds = {"base": args.base, "new": args.new}
+    flags = {
+        "base": [f for f in args.base_flags.split(",") if f],
+        "new": [f for f in args.new_flags.split(",") if f],
+    }
 
     rows = []
     if args.callgrind:
         for name, build in builds.items():
             with tempfile.TemporaryDirectory() as tmp:
-                sidecar = callgrind_sidecar(build, 20, tmp)
-            with tempfile.TemporaryDirectory() as tmp:
-                group = callgrind_group(build, 100, tmp)
+                sidecar = callgrind_sidecar(build, 20, tmp, flags[name])
+            group = float("nan")
+            if not args.skip_group:
+                with tempfile.TemporaryDirectory() as tmp:
+                    group = callgrind_group(build, 100, tmp)
             print(
                 f"{name}: sidecar {sidecar / 1e6:.3f} M instructions per plan, "
                 f"W = 2 group {group / 1e6:.3f} M per round",
@@ -168,8 +187,11 @@ def main():
         # Alternate which build goes first, so a drift in the machine's load favours neither.
         order = list(builds.items()) if pair % 2 == 0 else list(reversed(builds.items()))
         for name, build in order:
-            load[name].append(load_cpu(build, args.load_seconds))
-            group[name].append(group_cpu(build, args.group_rounds))
+            load[name].append(load_cpu(build, args.load_seconds, flags[name]))
+            if not args.skip_group:
+                group[name].append(group_cpu(build, args.group_rounds))
+            else:
+                group[name].append(float("nan"))
             print(
                 f"pair {pair + 1} {name}: load_bench server {load[name][-1]:.3f} ms/plan, "
                 f"group_bench machine {group[name][-1]:.2f} ms/round",
@@ -185,11 +207,15 @@ def main():
             ("callgrind, sidecar: instructions per plan", bs, ns),
             ("callgrind, W = 2 group: sidecar instructions per round", bg, ng),
         ):
+            if args.skip_group and "group" in label:
+                continue
             print(f"| {label} | {b / 1e6:.3f} M | {n / 1e6:.3f} M | {n / b:.3f} |")
     for label, values in (
         ("load_bench: server CPU ms per plan", load),
         ("group_bench (W = 4): machine CPU ms per round", group),
     ):
+        if args.skip_group and values is group:
+            continue
         b = statistics.median(values["base"])
         n = statistics.median(values["new"])
         runs = "; ".join(f"{x:.3f}/{y:.3f}" for x, y in zip(values["base"], values["new"]))

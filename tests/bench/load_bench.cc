@@ -16,7 +16,7 @@
 //    achieved rates and the sends that started more than 1 ms after their slot.
 //
 //   build/bin/load_bench [--clients=8] [--duration=30s] [--n=1024] [--target=HOST:PORT
-//                        [--server_pid=PID]]
+//                        [--server_pid=PID]] [--server_flags=--metrics_listen=127.0.0.1:0]
 //   build/bin/load_bench --rate=2000 --duration=10s
 //   build/bin/load_bench --rates=1000,1500,2000 --duration=10s    (one server, one run per rate)
 
@@ -53,6 +53,9 @@ ABSL_FLAG(int64_t, n, 1024, "sequences per request");
 ABSL_FLAG(int64_t, max_token_len, 16384, "cap per micro-batch, tokens");
 ABSL_FLAG(std::string, target, "",
           "an existing server (default: start build/bin/packsched-server)");
+ABSL_FLAG(std::vector<std::string>, server_flags, {},
+          "extra flags, comma-separated, for the server it starts (e.g. "
+          "--metrics_listen=127.0.0.1:0)");
 ABSL_FLAG(int, server_pid, 0,
           "with --target: the server's process id, to report its CPU per plan and memory");
 ABSL_FLAG(double, rate, 0,
@@ -339,8 +342,9 @@ int main(int argc, char** argv) {
   std::unique_ptr<packsched::testing::ServerProcess> server;
   std::string target = absl::GetFlag(FLAGS_target);
   if (target.empty()) {
-    server = std::make_unique<packsched::testing::ServerProcess>(
-        std::vector<std::string>{"--log_level=warn"});
+    std::vector<std::string> flags = {"--log_level=warn"};
+    for (const std::string& flag : absl::GetFlag(FLAGS_server_flags)) flags.push_back(flag);
+    server = std::make_unique<packsched::testing::ServerProcess>(std::move(flags));
     if (!server->started()) {
       std::fprintf(stderr, "server did not start: %s\n", server->stderr_text().c_str());
       return 1;

@@ -18,9 +18,11 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "server/sidecar/flags.h"
+#include "server/sidecar/metrics.h"
 #include "server/sidecar/probe.h"
 #include "server/sidecar/process.h"
 #include "server/sidecar/rank_group.h"
+#include "server/sidecar/status.h"
 #include "tests/testing/temp_dir.h"
 
 ABSL_DECLARE_FLAG(int64_t, max_threads);
@@ -173,6 +175,63 @@ TEST(Process, WritesThePortFile) {
   ASSERT_TRUE(WritePortFile(dir.File("port"), 50123).ok());
   EXPECT_EQ(ReadAll(dir.File("port")), "50123\n");
   EXPECT_EQ(WritePortFile(dir.File("no/such/dir/port"), 1).code(), absl::StatusCode::kInternal);
+}
+
+// --status's table: the group line and one row per stream with its last round and latency.
+TEST(StatusTable, ShowsTheGroupAndEveryStream) {
+  v1::GetStatusResponse status;
+  status.set_rank(1);
+  status.set_world_size(4);
+  status.set_backend("gloo");
+  status.set_generation(3);
+  status.set_group_ready(false);
+  status.set_build_version("1.2.3");
+  status.set_proto_version(1);
+  v1::StreamStatus* stream = status.add_streams();
+  stream->set_name("actor_update");
+  stream->set_last_round(41);
+  stream->set_rounds_completed(40);
+  stream->set_rounds_failed(2);
+  stream->set_last_round_duration_us(2500);
+  (*status.mutable_counters()->mutable_errors_by_code())["ABORTED"] = 2;
+  const std::string table = StatusTable(status);
+  EXPECT_THAT(table, HasSubstr("rank 1 of 4, backend gloo, generation 3, NOT READY"));
+  EXPECT_THAT(table, HasSubstr("ABORTED 2"));
+  EXPECT_THAT(table, ::testing::ContainsRegex("actor_update +41 +40 +2 +0 +0 +2.50"));
+}
+
+// --status against nothing listening: exit 1.
+TEST(RunStatus, FailsWhenNothingAnswers) {
+  StatusFlags flags;
+  flags.target = "127.0.0.1:1";
+  EXPECT_EQ(RunStatus(flags), 1);
+}
+
+// Metrics are made only with --metrics_listen.
+TEST(Metrics, OffWithoutAListenAddress) {
+  service::ServerOptions options;
+  EXPECT_EQ(MakeMetrics(MetricsFlags{}, options), nullptr);
+  EXPECT_NE(MakeMetrics(MetricsFlags{"127.0.0.1:0", ""}, options), nullptr);
+}
+
+// The scrape-time gauges from the coordinator's figures.
+TEST(Metrics, SnapshotSumsTheStreams) {
+  service::RoundCoordinator::Stats stats;
+  stats.streams.resize(2);
+  stats.streams[0].outstanding = 3;
+  stats.streams[0].running = 1;
+  stats.streams[0].cached = 4;
+  stats.streams[1].outstanding = 1;
+  stats.streams[1].cached = 2;
+  stats.generation = 5;
+  stats.backend = "gloo";
+  const metrics::Snapshot s = SnapshotOf(stats);
+  EXPECT_EQ(s.rounds_running, 1);
+  EXPECT_EQ(s.rounds_queued, 3);
+  EXPECT_EQ(s.cache_entries, 6);
+  EXPECT_EQ(s.streams, 2);
+  EXPECT_EQ(s.generation, 5);
+  EXPECT_EQ(s.backend, "gloo");
 }
 
 }  // namespace

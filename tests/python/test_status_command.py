@@ -1,0 +1,59 @@
+"""`packsched-server --status=HOST:PORT` against a real rank group of 2 (Gloo on loopback): the
+JSON (--status_json) carries what GetStatus says, the table shows the group and the stream, and
+a sidecar that is not there is exit 1."""
+
+import contextlib
+import json
+import subprocess
+import threading
+
+from packsched.client import SchedulerClient
+from sidecar import SERVER, start_group, free_port
+
+
+def status(target, *flags):
+    return subprocess.run(
+        [str(SERVER), f"--status={target}", *flags], capture_output=True, text=True, timeout=30
+    )
+
+
+def test_status_table_and_json(tmp_path):
+    with contextlib.ExitStack() as stack:
+        group = start_group(tmp_path, 2, "--collective_timeout=10s")
+        for sidecar in group:
+            stack.callback(sidecar.stop)
+        clients = [SchedulerClient(s.target, timeout=30) for s in group]
+        for client in clients:
+            stack.callback(client.close)
+        for rnd in (3, 4):
+            threads = [
+                threading.Thread(target=c.plan, args=(rnd, [100, 200, 300 + r], 1024))
+                for r, c in enumerate(clients)
+            ]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join(timeout=60)
+
+        done = status(group[1].target, "--status_json")
+        assert done.returncode == 0, done.stderr
+        got = json.loads(done.stdout)
+        expected = clients[1].status()
+        assert int(got["rank"]) == int(expected["rank"]) == 1
+        assert int(got["worldSize"]) == 2
+        assert got["backend"] == "gloo" and got["groupReady"] is True
+        [stream] = got["streams"]
+        assert stream["name"] == "default"
+        assert int(stream["lastRound"]) == 4
+        assert int(stream["roundsCompleted"]) == 2
+        assert int(stream["lastRoundDurationUs"]) > 0
+
+        table = status(group[0].target)
+        assert table.returncode == 0, table.stderr
+        assert "rank 0 of 2, backend gloo" in table.stdout
+        assert any(
+            line.split()[:4] == ["default", "4", "2", "0"] for line in table.stdout.splitlines()
+        ), table.stdout
+
+    gone = status(f"127.0.0.1:{free_port()}")
+    assert gone.returncode == 1 and "--status" in gone.stderr
