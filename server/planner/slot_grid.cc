@@ -1,0 +1,260 @@
+#include "server/planner/slot_grid.h"
+
+#include <algorithm>
+#include <limits>
+#include <numeric>
+#include <tuple>
+#include <vector>
+
+#include "server/planner/lpt.h"
+
+namespace packsched::planner::internal {
+namespace {
+
+constexpr int64_t kNone = std::numeric_limits<int64_t>::max();
+
+// The cells of a grid as the greedy and the moves see them.
+class Cells {
+ public:
+  Cells(absl::Span<const SlotItem> items, int64_t world_size, int64_t k, int64_t alpha)
+      : items_(items),
+        alpha_(alpha),
+        load_(world_size * k),
+        cost_(world_size * k, 0),
+        closed_(world_size * k, 0) {}
+
+  int64_t cost(int64_t cell) const { return cost_[cell]; }
+  const PartLoad& load(int64_t cell) const { return load_[cell]; }
+  bool closed(int64_t cell) const { return closed_[cell] != 0; }
+  bool empty(int64_t cell) const { return load_[cell].count == 0; }
+
+  // The cell's cost with `item` added.
+  int64_t CostWith(int64_t cell, const SlotItem& item) const {
+    return cost_[cell] + item.item.cost + (empty(cell) ? alpha_ : 0);
+  }
+  // Whether `item` may join `cell` (open; an isolated item only an empty cell).
+  bool Accepts(int64_t cell, const SlotItem& item, const Capacity& capacity) const {
+    if (closed(cell)) return false;
+    if (item.isolated) return empty(cell);
+    return capacity.Fits(load_[cell], item.item.aligned);
+  }
+  void Add(int64_t cell, const SlotItem& item) {
+    cost_[cell] = CostWith(cell, item);
+    load_[cell].Add(item.item);
+    if (item.isolated) closed_[cell] = 1;
+  }
+  // Recomputes a cell's load and cost from its member list.
+  void Reset(int64_t cell, const std::vector<int32_t>& members) {
+    load_[cell] = PartLoad{};
+    cost_[cell] = 0;
+    closed_[cell] = 0;
+    for (int32_t position : members) Add(cell, items_[position]);
+  }
+
+ private:
+  absl::Span<const SlotItem> items_;
+  int64_t alpha_;
+  std::vector<PartLoad> load_;
+  std::vector<int64_t> cost_;
+  std::vector<char> closed_;
+};
+
+// Positions: isolated items first, then by cost descending, ties by original index.
+std::vector<int32_t> PlacementOrder(absl::Span<const SlotItem> items) {
+  std::vector<int32_t> order(items.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::sort(order.begin(), order.end(), [&](int32_t a, int32_t b) {
+    const SlotItem& x = items[a];
+    const SlotItem& y = items[b];
+    return std::make_tuple(!x.isolated, -x.item.cost, x.item.index) <
+           std::make_tuple(!y.isolated, -y.item.cost, y.item.index);
+  });
+  return order;
+}
+
+}  // namespace
+
+GridCosts CostsOf(const Grid& grid, absl::Span<const SlotItem> items, int64_t alpha) {
+  GridCosts out;
+  std::vector<int64_t> slot_max(grid.k, 0);
+  for (int64_t r = 0; r < grid.world_size; ++r) {
+    int64_t rank_total = 0;
+    for (int64_t i = 0; i < grid.k; ++i) {
+      const std::vector<int32_t>& cell = grid.cell(r, i);
+      int64_t cost = cell.empty() ? 0 : alpha;
+      for (int32_t position : cell) cost += items[position].item.cost;
+      rank_total += cost;
+      slot_max[i] = std::max(slot_max[i], cost);
+    }
+    out.step_sync = std::max(out.step_sync, rank_total);
+  }
+  for (int64_t cost : slot_max) out.micro_batch_sync += cost;
+  return out;
+}
+
+std::optional<Grid> FillSlots(absl::Span<const SlotItem> items, const Capacity& capacity,
+                              int64_t world_size, int64_t k, int64_t alpha) {
+  const int64_t w = world_size;
+  Grid grid{w, k, std::vector<std::vector<int32_t>>(w * k)};
+  Cells cells(items, w, k, alpha);
+  std::vector<int64_t> slot_max(k, 0);
+  std::vector<int64_t> slot_min(k, 0);   // least cost of an open cell (kNone: none open)
+  std::vector<int64_t> slot_empty(k, w);  // empty open cells
+  std::vector<int64_t> tried(k, -1);      // the placement that found no cell in the slot
+  auto refresh = [&](int64_t i) {
+    slot_min[i] = kNone;
+    for (int64_t r = 0; r < w; ++r) {
+      const int64_t cell = r * k + i;
+      if (!cells.closed(cell)) slot_min[i] = std::min(slot_min[i], cells.cost(cell));
+    }
+  };
+  const std::vector<int32_t> order = PlacementOrder(items);
+  for (size_t step = 0; step < order.size(); ++step) {
+    const int32_t position = order[step];
+    const SlotItem& item = items[position];
+    while (true) {
+      // The slot whose largest cell grows least; ties: least room left under it, lowest slot.
+      int64_t best = -1, best_rise = 0, best_room = 0;
+      for (int64_t i = 0; i < k; ++i) {
+        if (tried[i] == static_cast<int64_t>(step)) continue;
+        int64_t with;
+        if (item.rank >= 0) {
+          const int64_t cell = item.rank * k + i;
+          if (cells.closed(cell) || (item.isolated && !cells.empty(cell))) continue;
+          with = cells.CostWith(cell, item);
+        } else if (slot_empty[i] > 0) {
+          with = alpha + item.item.cost;
+        } else {
+          if (item.isolated || slot_min[i] == kNone) continue;
+          with = slot_min[i] + item.item.cost;
+        }
+        const int64_t rise = std::max<int64_t>(0, with - slot_max[i]);
+        const int64_t room = rise == 0 ? slot_max[i] - with : 0;
+        if (best < 0 || rise < best_rise || (rise == best_rise && room < best_room)) {
+          best = i;
+          best_rise = rise;
+          best_room = room;
+        }
+      }
+      if (best < 0) return std::nullopt;
+      int64_t chosen = -1;
+      if (item.rank >= 0) {
+        const int64_t cell = item.rank * k + best;
+        if (cells.Accepts(cell, item, capacity)) chosen = cell;
+      } else {
+        for (int64_t r = 0; r < w; ++r) {
+          const int64_t cell = r * k + best;
+          if (!cells.Accepts(cell, item, capacity)) continue;
+          if (chosen < 0 || cells.cost(cell) < cells.cost(chosen)) chosen = cell;
+        }
+      }
+      if (chosen < 0) {
+        tried[best] = static_cast<int64_t>(step);
+        continue;
+      }
+      if (cells.empty(chosen)) --slot_empty[best];
+      cells.Add(chosen, item);
+      grid.cells[chosen].push_back(position);
+      slot_max[best] = std::max(slot_max[best], cells.cost(chosen));
+      refresh(best);
+      break;
+    }
+  }
+  return grid;
+}
+
+void ImproveSlots(Grid& grid, absl::Span<const SlotItem> items, const Capacity& capacity,
+                  int64_t alpha, int rounds) {
+  const int64_t w = grid.world_size;
+  const int64_t k = grid.k;
+  Cells cells(items, w, k, alpha);
+  for (int64_t cell = 0; cell < w * k; ++cell) cells.Reset(cell, grid.cells[cell]);
+  std::vector<int64_t> slot_max(k, 0);
+  auto refresh = [&](int64_t i) {
+    slot_max[i] = 0;
+    for (int64_t r = 0; r < w; ++r) slot_max[i] = std::max(slot_max[i], cells.cost(r * k + i));
+  };
+  for (int64_t i = 0; i < k; ++i) refresh(i);
+  for (int round = 0; round < rounds; ++round) {
+    bool moved = false;
+    for (int64_t i = 0; i < k; ++i) {
+      // The slot's costliest cell, if it alone sets the slot's cost, and the runner-up.
+      int64_t top = -1, second = 0, ties = 0;
+      for (int64_t r = 0; r < w; ++r) {
+        const int64_t cell = r * k + i;
+        if (top < 0 || cells.cost(cell) > cells.cost(top)) {
+          if (top >= 0) second = cells.cost(top);
+          top = cell;
+          ties = 1;
+        } else {
+          if (cells.cost(cell) == cells.cost(top)) ++ties;
+          second = std::max(second, cells.cost(cell));
+        }
+      }
+      if (ties > 1 || cells.closed(top) || grid.cells[top].empty()) continue;
+      // The move that lowers slot i most without raising its target slot's cost.
+      int64_t best_gain = 0, best_member = -1, best_target = -1;
+      for (size_t m = 0; m < grid.cells[top].size(); ++m) {
+        const SlotItem& item = items[grid.cells[top][m]];
+        const int64_t left = grid.cells[top].size() == 1 ? 0 : cells.cost(top) - item.item.cost;
+        const int64_t gain = cells.cost(top) - std::max(second, left);
+        if (gain <= best_gain) continue;
+        const int64_t r_begin = item.rank >= 0 ? item.rank : 0;
+        const int64_t r_end = item.rank >= 0 ? item.rank + 1 : w;
+        for (int64_t r = r_begin; r < r_end && best_member != static_cast<int64_t>(m); ++r) {
+          for (int64_t j = 0; j < k; ++j) {
+            const int64_t cell = r * k + j;
+            if (cell == top || !cells.Accepts(cell, item, capacity)) continue;
+            const int64_t with = cells.CostWith(cell, item);
+            const int64_t limit = j == i ? std::max(second, left) : slot_max[j];
+            if (with > limit) continue;
+            best_gain = gain;
+            best_member = static_cast<int64_t>(m);
+            best_target = cell;
+            break;
+          }
+        }
+      }
+      if (best_member < 0) continue;
+      std::vector<int32_t>& from = grid.cells[top];
+      const int32_t position = from[best_member];
+      from.erase(from.begin() + best_member);
+      grid.cells[best_target].push_back(position);
+      cells.Reset(top, from);
+      cells.Reset(best_target, grid.cells[best_target]);
+      refresh(i);
+      refresh(best_target % k);
+      moved = true;
+    }
+    if (!moved) return;
+  }
+}
+
+Grid GridFromBins(const std::vector<std::vector<int32_t>>& bins, absl::Span<const SlotItem> items,
+                  int64_t world_size, int64_t k, bool by_rank_total) {
+  std::vector<int64_t> costs(bins.size(), 0);
+  for (size_t b = 0; b < bins.size(); ++b) {
+    for (int32_t position : bins[b]) costs[b] += items[position].item.cost;
+  }
+  const std::vector<int32_t> order = OrderByCostDesc(costs);
+  Grid grid{world_size, k, std::vector<std::vector<int32_t>>(world_size * k)};
+  if (!by_rank_total) {
+    for (size_t j = 0; j < order.size(); ++j) {
+      grid.cell(static_cast<int64_t>(j) % world_size, static_cast<int64_t>(j) / world_size) =
+          bins[order[j]];
+    }
+    return grid;
+  }
+  const std::vector<int64_t> limits(world_size, k);
+  const Parts ranks = Lpt(costs, order, limits);
+  for (int64_t r = 0; r < world_size; ++r) {
+    std::vector<int32_t> mine(ranks[r].begin(), ranks[r].end());
+    std::sort(mine.begin(), mine.end(), [&](int32_t a, int32_t b) {
+      return costs[a] != costs[b] ? costs[a] > costs[b] : a < b;
+    });
+    for (size_t i = 0; i < mine.size(); ++i) grid.cell(r, static_cast<int64_t>(i)) = bins[mine[i]];
+  }
+  return grid;
+}
+
+}  // namespace packsched::planner::internal
