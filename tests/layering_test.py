@@ -114,7 +114,10 @@ LAYERS = {
     "py/options": Layer(("packsched._options",), ("py/ext",)),
     "py/plan": Layer(("packsched.plan",), ("py/options",), ("numpy", "torch")),
     "py/ext": Layer(("packsched._planner", "packsched._kernels"), ("client/python",)),
-    "py/planner": Layer(("packsched.planner",), ("py/options", "py/plan", "py/ext"), ("numpy",)),
+    "py/model_cost": Layer(("packsched.model_cost",), ("py/ext",)),
+    "py/planner": Layer(
+        ("packsched.planner",), ("py/options", "py/plan", "py/ext", "py/model_cost"), ("numpy",)
+    ),
     "py/kernels": Layer(("packsched.kernels",), ("py/ext",), ("numpy", "torch", "cuda")),
     "py/stubs": Layer(("packsched.v1",), ("proto",), ("grpc", "protobuf")),
     "py/client": Layer(("packsched.client",), ("py/planner", "py/stubs"), ("grpc", "protobuf")),
