@@ -2,7 +2,6 @@
 // server limit) naming the field and the value; zero / UNSPECIFIED mean the documented defaults.
 
 #include "server/service/convert.h"
-#include "server/planner/planner.h"
 
 #include <cmath>
 #include <functional>
@@ -12,6 +11,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "server/planner/planner.h"
 
 namespace packsched::service {
 namespace {
