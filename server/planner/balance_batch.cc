@@ -13,9 +13,9 @@
 #include "absl/strings/str_cat.h"
 #include "server/base/checked_math.h"
 #include "server/base/status_macros.h"
-#include "server/planner/local_search.h"
 #include "server/planner/assemble.h"
 #include "server/planner/bin_packing.h"
+#include "server/planner/local_search.h"
 #include "server/planner/lpt.h"
 #include "server/planner/planner.h"
 #include "server/planner/prepared.h"
@@ -95,7 +95,6 @@ Parts AssignUnits(const Units& units, int64_t world_size, int64_t num_sequences,
   return search.Take();
 }
 
-
 // The fewest micro-batches any plan of `v` needs in all: the cap's and the count limit's bound
 // over the items planned normally, plus one per isolated item.
 int64_t FewestCells(const internal::Validated& v) {
@@ -162,8 +161,7 @@ absl::StatusOr<std::vector<RankBatch>> RanksOfGrid(const Grid& grid,
     std::sort(rank.indices.begin(), rank.indices.end());
     auto local_of = [&](int64_t index) {
       return static_cast<int64_t>(
-          std::lower_bound(rank.indices.begin(), rank.indices.end(), index) -
-          rank.indices.begin());
+          std::lower_bound(rank.indices.begin(), rank.indices.end(), index) - rank.indices.begin());
     };
     std::vector<int64_t> local_lengths;
     local_lengths.reserve(rank.indices.size());
@@ -246,17 +244,14 @@ StepStats StepOf(const BalancedBatch& out, const internal::Validated& v, int64_t
     }
   }
   const int64_t k_min = CeilDiv(aligned, world_size * v.options.max_token_len);
-  s.ideal = (static_cast<double>(cost) +
-             static_cast<double>(alpha) * static_cast<double>(k_min) *
-                 static_cast<double>(world_size)) /
+  s.ideal = (static_cast<double>(cost) + static_cast<double>(alpha) * static_cast<double>(k_min) *
+                                             static_cast<double>(world_size)) /
             static_cast<double>(world_size);
   if (cost > 0) {
     // Within int64: the plan itself has at least FewestCells micro-batches, each paying alpha.
-    s.lower_bound =
-        std::max(CeilDiv(cost + alpha * FewestCells(v), world_size), alpha + largest);
+    s.lower_bound = std::max(CeilDiv(cost + alpha * FewestCells(v), world_size), alpha + largest);
   }
-  const int64_t actual =
-      balance.sync == Sync::kStep ? s.step_sync_cost : s.micro_batch_sync_cost;
+  const int64_t actual = balance.sync == Sync::kStep ? s.step_sync_cost : s.micro_batch_sync_cost;
   s.efficiency = actual == 0 ? 1.0 : s.ideal / static_cast<double>(actual);
   s.lower_bound_efficiency =
       s.lower_bound == 0 ? 1.0 : s.ideal / static_cast<double>(s.lower_bound);
@@ -305,9 +300,9 @@ absl::StatusOr<BalancedBatch> BalanceBatch(absl::Span<const int64_t> lengths, in
     const std::optional<int64_t> fixed =
         parts ? CheckedMul(balance.micro_batch_cost, *parts) : std::nullopt;
     if (fixed && CheckedAdd(cost, *fixed)) return absl::OkStatus();
-    return absl::InvalidArgumentError(
-        absl::StrCat("micro_batch_cost = ", balance.micro_batch_cost, " over world_size = ",
-                     world_size, " x k = ", k, " micro-batches: the step's cost overflows int64"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "micro_batch_cost = ", balance.micro_batch_cost, " over world_size = ", world_size,
+        " x k = ", k, " micro-batches: the step's cost overflows int64"));
   };
   const int64_t least_k = std::max<int64_t>({options.min_micro_batches, options.divisible_by, 1});
   RETURN_IF_ERROR(bounded(least_k));
@@ -330,28 +325,23 @@ absl::StatusOr<BalancedBatch> BalanceBatch(absl::Span<const int64_t> lengths, in
     for (size_t j = 0; j < v.isolated.size(); ++j) {
       bins.push_back({static_cast<int32_t>(v.items.size() + j)});
     }
-    k_bound = RoundUpTo(
-        std::max({CeilDiv(static_cast<int64_t>(bins.size()), world_size), least_k}),
-        options.divisible_by);
+    k_bound = RoundUpTo(std::max({CeilDiv(static_cast<int64_t>(bins.size()), world_size), least_k}),
+                        options.divisible_by);
   }
 
   BalancedBatch out;
   out.dropped = v.dropped;
   std::optional<Grid> grid;  // the plan as a grid; nullopt: the per-rank problems below
 
-  // Sync::kMicroBatch without groups: the greedy at each k from the cap's bound to the k bound
-  // (at most three) and the FFD bins dealt slot by slot; the shortest step wins (ties: the fewer
-  // micro-batches, then the earlier), then moves shorten it.
+  // Sync::kMicroBatch without groups: the greedy at each k from the cap's bound up to the k bound
+  // (at most three; past about 2^23 cell visits, only until one fits) and the FFD
+  // bins dealt slot by slot; the shortest step wins (ties: the fewer micro-batches, then the
+  // earlier), then moves shorten it.
   if (!grouped && balance.sync == Sync::kMicroBatch) {
     RETURN_IF_ERROR(bounded(k_bound));
     RETURN_IF_ERROR(fits(k_bound));
-    const int64_t k_low = RoundUpTo(
-        std::max(CeilDiv(FewestCells(v), world_size), least_k), options.divisible_by);
-    std::vector<int64_t> trials;
-    for (int64_t k = k_low; k <= k_bound && trials.size() < 2; k += options.divisible_by) {
-      trials.push_back(k);
-    }
-    if (trials.empty() || trials.back() != k_bound) trials.push_back(k_bound);
+    const int64_t k_low =
+        RoundUpTo(std::max(CeilDiv(FewestCells(v), world_size), least_k), options.divisible_by);
     int64_t best_cost = 0;
     auto consider = [&](Grid candidate) {
       const int64_t cost =
@@ -361,9 +351,15 @@ absl::StatusOr<BalancedBatch> BalanceBatch(absl::Span<const int64_t> lengths, in
         grid = std::move(candidate);
       }
     };
-    for (int64_t k : trials) {
+    const std::vector<int32_t> order = internal::PlacementOrder(items);
+    const int64_t n = static_cast<int64_t>(items.size());
+    int64_t work = 0;
+    for (int64_t k = k_low, tries = 0; k <= k_bound && tries < 3; k += options.divisible_by) {
+      if (grid && work > (int64_t{1} << 23)) break;
+      ++tries;
+      work += n * (k + world_size);
       std::optional<Grid> filled =
-          internal::FillSlots(items, v.capacity, world_size, k, balance.micro_batch_cost);
+          internal::FillSlots(items, order, v.capacity, world_size, k, balance.micro_batch_cost);
       if (filled) consider(*std::move(filled));
     }
     consider(internal::GridFromBins(bins, items, world_size, k_bound, /*by_rank_total=*/false));
@@ -428,8 +424,8 @@ absl::StatusOr<BalancedBatch> BalanceBatch(absl::Span<const int64_t> lengths, in
         const int64_t alpha = balance.micro_batch_cost;
         int64_t best_cost = internal::CostsOf(today, items, alpha).micro_batch_sync;
         grid = std::move(today);
-        std::optional<Grid> filled =
-            internal::FillSlots(items, v.capacity, world_size, k, alpha);
+        std::optional<Grid> filled = internal::FillSlots(items, internal::PlacementOrder(items),
+                                                         v.capacity, world_size, k, alpha);
         if (filled) {
           internal::ImproveSlots(*filled, items, v.capacity, alpha, 4);
           if (internal::CostsOf(*filled, items, alpha).micro_batch_sync < best_cost) {

@@ -59,20 +59,17 @@ class Cells {
   std::vector<char> closed_;
 };
 
-// Positions: isolated items first, then by cost descending, ties by original index.
+}  // namespace
+
 std::vector<int32_t> PlacementOrder(absl::Span<const SlotItem> items) {
-  std::vector<int32_t> order(items.size());
-  std::iota(order.begin(), order.end(), 0);
-  std::sort(order.begin(), order.end(), [&](int32_t a, int32_t b) {
-    const SlotItem& x = items[a];
-    const SlotItem& y = items[b];
-    return std::make_tuple(!x.isolated, -x.item.cost, x.item.index) <
-           std::make_tuple(!y.isolated, -y.item.cost, y.item.index);
-  });
+  // items are in index order within the normal and the isolated ones (Validate's order), so
+  // ties by position are ties by index.
+  std::vector<int64_t> costs(items.size());
+  for (size_t p = 0; p < items.size(); ++p) costs[p] = items[p].item.cost;
+  std::vector<int32_t> order = OrderByCostDesc(costs);
+  std::stable_partition(order.begin(), order.end(), [&](int32_t p) { return items[p].isolated; });
   return order;
 }
-
-}  // namespace
 
 GridCosts CostsOf(const Grid& grid, absl::Span<const SlotItem> items, int64_t alpha) {
   GridCosts out;
@@ -92,23 +89,17 @@ GridCosts CostsOf(const Grid& grid, absl::Span<const SlotItem> items, int64_t al
   return out;
 }
 
-std::optional<Grid> FillSlots(absl::Span<const SlotItem> items, const Capacity& capacity,
-                              int64_t world_size, int64_t k, int64_t alpha) {
+std::optional<Grid> FillSlots(absl::Span<const SlotItem> items, absl::Span<const int32_t> order,
+                              const Capacity& capacity, int64_t world_size, int64_t k,
+                              int64_t alpha) {
   const int64_t w = world_size;
-  Grid grid{w, k, std::vector<std::vector<int32_t>>(w * k)};
+  // Cells slot-major here (slot i's cells adjacent: i * w + r), rank-major in the grid.
+  std::vector<std::vector<int32_t>> members(w * k);
   Cells cells(items, w, k, alpha);
   std::vector<int64_t> slot_max(k, 0);
-  std::vector<int64_t> slot_min(k, 0);   // least cost of an open cell (kNone: none open)
+  std::vector<int64_t> slot_min(k, 0);    // least cost of an open cell (kNone: none open)
   std::vector<int64_t> slot_empty(k, w);  // empty open cells
   std::vector<int64_t> tried(k, -1);      // the placement that found no cell in the slot
-  auto refresh = [&](int64_t i) {
-    slot_min[i] = kNone;
-    for (int64_t r = 0; r < w; ++r) {
-      const int64_t cell = r * k + i;
-      if (!cells.closed(cell)) slot_min[i] = std::min(slot_min[i], cells.cost(cell));
-    }
-  };
-  const std::vector<int32_t> order = PlacementOrder(items);
   for (size_t step = 0; step < order.size(); ++step) {
     const int32_t position = order[step];
     const SlotItem& item = items[position];
@@ -119,7 +110,7 @@ std::optional<Grid> FillSlots(absl::Span<const SlotItem> items, const Capacity& 
         if (tried[i] == static_cast<int64_t>(step)) continue;
         int64_t with;
         if (item.rank >= 0) {
-          const int64_t cell = item.rank * k + i;
+          const int64_t cell = i * w + item.rank;
           if (cells.closed(cell) || (item.isolated && !cells.empty(cell))) continue;
           with = cells.CostWith(cell, item);
         } else if (slot_empty[i] > 0) {
@@ -137,13 +128,21 @@ std::optional<Grid> FillSlots(absl::Span<const SlotItem> items, const Capacity& 
         }
       }
       if (best < 0) return std::nullopt;
-      int64_t chosen = -1;
+      // The cell; and the slot's two least open costs, to update its least without a rescan.
+      int64_t chosen = -1, least = -1, second = kNone;
+      const int64_t first_cell = best * w;
       if (item.rank >= 0) {
-        const int64_t cell = item.rank * k + best;
+        const int64_t cell = first_cell + item.rank;
         if (cells.Accepts(cell, item, capacity)) chosen = cell;
       } else {
-        for (int64_t r = 0; r < w; ++r) {
-          const int64_t cell = r * k + best;
+        for (int64_t cell = first_cell; cell < first_cell + w; ++cell) {
+          if (cells.closed(cell)) continue;
+          if (least < 0 || cells.cost(cell) < cells.cost(least)) {
+            if (least >= 0) second = cells.cost(least);
+            least = cell;
+          } else {
+            second = std::min(second, cells.cost(cell));
+          }
           if (!cells.Accepts(cell, item, capacity)) continue;
           if (chosen < 0 || cells.cost(cell) < cells.cost(chosen)) chosen = cell;
         }
@@ -152,13 +151,26 @@ std::optional<Grid> FillSlots(absl::Span<const SlotItem> items, const Capacity& 
         tried[best] = static_cast<int64_t>(step);
         continue;
       }
+      const int64_t before = cells.cost(chosen);
       if (cells.empty(chosen)) --slot_empty[best];
       cells.Add(chosen, item);
-      grid.cells[chosen].push_back(position);
+      members[chosen].push_back(position);
       slot_max[best] = std::max(slot_max[best], cells.cost(chosen));
-      refresh(best);
+      const int64_t after = cells.closed(chosen) ? kNone : cells.cost(chosen);
+      if (item.rank < 0) {
+        slot_min[best] = chosen == least ? std::min(second, after) : cells.cost(least);
+      } else if (before == slot_min[best]) {
+        slot_min[best] = kNone;
+        for (int64_t cell = first_cell; cell < first_cell + w; ++cell) {
+          if (!cells.closed(cell)) slot_min[best] = std::min(slot_min[best], cells.cost(cell));
+        }
+      }
       break;
     }
+  }
+  Grid grid{w, k, std::vector<std::vector<int32_t>>(w * k)};
+  for (int64_t i = 0; i < k; ++i) {
+    for (int64_t r = 0; r < w; ++r) grid.cell(r, i) = std::move(members[i * w + r]);
   }
   return grid;
 }

@@ -41,13 +41,18 @@ struct GridCosts {
 };
 GridCosts CostsOf(const Grid& grid, absl::Span<const SlotItem> items, int64_t alpha);
 
-// Greedy slot balancing: items by cost descending (isolated ones first, ties by index), each to
-// the slot whose largest cell grows least when the item joins that slot's cheapest open cell
-// (ties: the slot left with the least room under its largest cell, then the lowest slot), in
-// the cheapest cell of that slot that fits `capacity` (an item with a rank: that rank's cell).
-// nullopt when some item fits no cell. O(n (k + W)).
-std::optional<Grid> FillSlots(absl::Span<const SlotItem> items, const Capacity& capacity,
-                              int64_t world_size, int64_t k, int64_t alpha);
+// Positions of `items`: isolated ones first, then by cost descending, ties by position.
+// REQUIRES: the normal items, and the isolated ones, each in original index order.
+std::vector<int32_t> PlacementOrder(absl::Span<const SlotItem> items);
+
+// Greedy slot balancing: items in `order` (PlacementOrder(items)), each to the slot whose largest
+// cell grows least when the item joins that slot's cheapest open cell (ties: the slot left with the
+// least room under its largest cell, then the lowest slot), in the cheapest cell of that slot that
+// fits `capacity` (an item with a rank: that rank's cell). nullopt when some item fits no cell. O(n
+// (k + W)).
+std::optional<Grid> FillSlots(absl::Span<const SlotItem> items, absl::Span<const int32_t> order,
+                              const Capacity& capacity, int64_t world_size, int64_t k,
+                              int64_t alpha);
 
 // Moves that shorten the micro-batch-sync step: an item leaves the costliest cell of a slot for
 // a cell whose slot maximum it does not raise, within `capacity` and its rank. Keeps every
