@@ -105,26 +105,38 @@ std::optional<Grid> FillSlots(absl::Span<const SlotItem> items, absl::Span<const
     const SlotItem& item = items[position];
     while (true) {
       // The slot whose largest cell grows least; ties: least room left under it, lowest slot.
-      int64_t best = -1, best_rise = 0, best_room = 0;
-      for (int64_t i = 0; i < k; ++i) {
-        if (tried[i] == static_cast<int64_t>(step)) continue;
-        int64_t with;
-        if (item.rank >= 0) {
+      // As one key: the growth when positive, else the room below -2^62 (every fit first).
+      auto key_of = [&](int64_t i, int64_t with) {
+        const int64_t d = with - slot_max[i];
+        return d > 0 ? d : -(int64_t{1} << 62) - d;
+      };
+      int64_t best = -1, best_key = kNone;
+      const int64_t stamp = static_cast<int64_t>(step);
+      if (item.rank >= 0) {
+        for (int64_t i = 0; i < k; ++i) {
           const int64_t cell = i * w + item.rank;
-          if (cells.closed(cell) || (item.isolated && !cells.empty(cell))) continue;
-          with = cells.CostWith(cell, item);
-        } else if (slot_empty[i] > 0) {
-          with = alpha + item.item.cost;
-        } else {
-          if (item.isolated || slot_min[i] == kNone) continue;
-          with = slot_min[i] + item.item.cost;
+          if (tried[i] == stamp || cells.closed(cell) || (item.isolated && !cells.empty(cell))) {
+            continue;
+          }
+          const int64_t key = key_of(i, cells.CostWith(cell, item));
+          if (key < best_key) {
+            best = i;
+            best_key = key;
+          }
         }
-        const int64_t rise = std::max<int64_t>(0, with - slot_max[i]);
-        const int64_t room = rise == 0 ? slot_max[i] - with : 0;
-        if (best < 0 || rise < best_rise || (rise == best_rise && room < best_room)) {
-          best = i;
-          best_rise = rise;
-          best_room = room;
+      } else {
+        // slot_base: the cost of the slot's cheapest open cell as a new member sees it (alpha
+        // for an empty cell; kNone when none is open).
+        for (int64_t i = 0; i < k; ++i) {
+          const int64_t base = slot_empty[i] > 0 ? alpha : slot_min[i];
+          if (base == kNone || tried[i] == stamp || (item.isolated && slot_empty[i] == 0)) {
+            continue;
+          }
+          const int64_t key = key_of(i, base + item.item.cost);
+          if (key < best_key) {
+            best = i;
+            best_key = key;
+          }
         }
       }
       if (best < 0) return std::nullopt;
