@@ -363,7 +363,11 @@ absl::StatusOr<BalancedBatch> BalanceBatch(absl::Span<const int64_t> lengths, in
       if (filled) consider(*std::move(filled));
     }
     consider(internal::GridFromBins(bins, items, world_size, k_bound, /*by_rank_total=*/false));
-    internal::ImproveSlots(*grid, items, v.capacity, balance.micro_batch_cost, 4);
+    // Swaps search every cell's members for each member of a slot's costliest cell: about
+    // n^2 / W a pass, affordable below 2^24.
+    const bool swaps = n * n / world_size <= (int64_t{1} << 24);
+    internal::ImproveSlots(*grid, items, v.capacity, balance.micro_batch_cost, swaps ? 16 : 4,
+                           swaps);
   } else {
     // Ranks first (today's Sync::kStep), each rank's own bound, k = the largest.
     const Units units = MakeUnits(v, group_ids);
@@ -427,7 +431,7 @@ absl::StatusOr<BalancedBatch> BalanceBatch(absl::Span<const int64_t> lengths, in
         std::optional<Grid> filled = internal::FillSlots(items, internal::PlacementOrder(items),
                                                          v.capacity, world_size, k, alpha);
         if (filled) {
-          internal::ImproveSlots(*filled, items, v.capacity, alpha, 4);
+          internal::ImproveSlots(*filled, items, v.capacity, alpha, 4, /*swaps=*/false);
           if (internal::CostsOf(*filled, items, alpha).micro_batch_sync < best_cost) {
             grid = std::move(filled);
           }

@@ -188,7 +188,7 @@ std::optional<Grid> FillSlots(absl::Span<const SlotItem> items, absl::Span<const
 }
 
 void ImproveSlots(Grid& grid, absl::Span<const SlotItem> items, const Capacity& capacity,
-                  int64_t alpha, int rounds) {
+                  int64_t alpha, int rounds, bool swaps) {
   const int64_t w = grid.world_size;
   const int64_t k = grid.k;
   Cells cells(items, w, k, alpha);
@@ -199,53 +199,108 @@ void ImproveSlots(Grid& grid, absl::Span<const SlotItem> items, const Capacity& 
     for (int64_t r = 0; r < w; ++r) slot_max[i] = std::max(slot_max[i], cells.cost(r * k + i));
   };
   for (int64_t i = 0; i < k; ++i) refresh(i);
+  // Swaps keep every cell's count; in tokens mode its cap measure is its aligned sum.
+  swaps = swaps && capacity.mode() == CapMode::kTokens;
   for (int round = 0; round < rounds; ++round) {
     bool moved = false;
     for (int64_t i = 0; i < k; ++i) {
-      // The slot's costliest cell, if it alone sets the slot's cost, and the runner-up.
-      int64_t top = -1, second = 0, ties = 0;
+      // The slot's costliest cell, if it alone sets the slot's cost, and the next two.
+      int64_t top = -1, ties = 0;
       for (int64_t r = 0; r < w; ++r) {
         const int64_t cell = r * k + i;
         if (top < 0 || cells.cost(cell) > cells.cost(top)) {
-          if (top >= 0) second = cells.cost(top);
           top = cell;
           ties = 1;
-        } else {
-          if (cells.cost(cell) == cells.cost(top)) ++ties;
-          second = std::max(second, cells.cost(cell));
+        } else if (cells.cost(cell) == cells.cost(top)) {
+          ++ties;
         }
       }
       if (ties > 1 || cells.closed(top) || grid.cells[top].empty()) continue;
-      // The move that lowers slot i most without raising its target slot's cost.
-      int64_t best_gain = 0, best_member = -1, best_target = -1;
-      for (size_t m = 0; m < grid.cells[top].size(); ++m) {
-        const SlotItem& item = items[grid.cells[top][m]];
-        const int64_t left = grid.cells[top].size() == 1 ? 0 : cells.cost(top) - item.item.cost;
-        const int64_t gain = cells.cost(top) - std::max(second, left);
-        if (gain <= best_gain) continue;
+      int64_t runner = -1, second = 0, third = 0;  // runner: the second costliest cell
+      for (int64_t r = 0; r < w; ++r) {
+        const int64_t cell = r * k + i;
+        if (cell == top) continue;
+        if (runner < 0 || cells.cost(cell) > second) {
+          third = runner < 0 ? 0 : second;
+          runner = cell;
+          second = cells.cost(cell);
+        } else {
+          third = std::max(third, cells.cost(cell));
+        }
+      }
+      const int64_t top_cost = cells.cost(top);
+      const int64_t top_rank = top / k;
+      // The move (or swap) that lowers slot i most without raising its target slot's cost.
+      int64_t best_gain = 0, best_member = -1, best_target = -1, best_other = -1;
+      const std::vector<int32_t>& members = grid.cells[top];
+      for (size_t m = 0; m < members.size(); ++m) {
+        const SlotItem& item = items[members[m]];
+        const int64_t left = members.size() == 1 ? 0 : top_cost - item.item.cost;
         const int64_t r_begin = item.rank >= 0 ? item.rank : 0;
         const int64_t r_end = item.rank >= 0 ? item.rank + 1 : w;
-        for (int64_t r = r_begin; r < r_end && best_member != static_cast<int64_t>(m); ++r) {
+        if (top_cost - std::max(second, left) > best_gain) {
+          for (int64_t r = r_begin; r < r_end; ++r) {
+            for (int64_t j = 0; j < k; ++j) {
+              const int64_t cell = r * k + j;
+              if (cell == top || !cells.Accepts(cell, item, capacity)) continue;
+              const int64_t with = cells.CostWith(cell, item);
+              const int64_t slot_after =
+                  j == i ? std::max({second, left, with}) : std::max(second, left);
+              if (j != i && with > slot_max[j]) continue;
+              if (top_cost - slot_after <= best_gain) continue;
+              best_gain = top_cost - slot_after;
+              best_member = static_cast<int64_t>(m);
+              best_target = cell;
+              best_other = -1;
+            }
+          }
+        }
+        if (!swaps || item.isolated) continue;
+        for (int64_t r = r_begin; r < r_end; ++r) {
           for (int64_t j = 0; j < k; ++j) {
             const int64_t cell = r * k + j;
-            if (cell == top || !cells.Accepts(cell, item, capacity)) continue;
-            const int64_t with = cells.CostWith(cell, item);
-            const int64_t limit = j == i ? std::max(second, left) : slot_max[j];
-            if (with > limit) continue;
-            best_gain = gain;
-            best_member = static_cast<int64_t>(m);
-            best_target = cell;
-            break;
+            if (cell == top || cells.closed(cell)) continue;
+            const std::vector<int32_t>& others = grid.cells[cell];
+            for (size_t o = 0; o < others.size(); ++o) {
+              const SlotItem& other = items[others[o]];
+              const int64_t delta = item.item.cost - other.item.cost;
+              if (delta <= 0 || (other.rank >= 0 && other.rank != top_rank)) continue;
+              const int64_t new_top = top_cost - delta;
+              const int64_t new_cell = cells.cost(cell) + delta;
+              int64_t slot_after;
+              if (j == i) {
+                slot_after = std::max({cell == runner ? third : second, new_top, new_cell});
+              } else {
+                if (new_cell > slot_max[j]) continue;
+                slot_after = std::max(second, new_top);
+              }
+              if (top_cost - slot_after <= best_gain) continue;
+              const int64_t shift = item.item.aligned - other.item.aligned;
+              if (cells.load(top).aligned - shift > capacity.cap() ||
+                  cells.load(cell).aligned + shift > capacity.cap()) {
+                continue;
+              }
+              best_gain = top_cost - slot_after;
+              best_member = static_cast<int64_t>(m);
+              best_target = cell;
+              best_other = static_cast<int64_t>(o);
+            }
           }
         }
       }
       if (best_member < 0) continue;
       std::vector<int32_t>& from = grid.cells[top];
+      std::vector<int32_t>& to = grid.cells[best_target];
       const int32_t position = from[best_member];
-      from.erase(from.begin() + best_member);
-      grid.cells[best_target].push_back(position);
+      if (best_other >= 0) {
+        from[best_member] = to[best_other];
+        to[best_other] = position;
+      } else {
+        from.erase(from.begin() + best_member);
+        to.push_back(position);
+      }
       cells.Reset(top, from);
-      cells.Reset(best_target, grid.cells[best_target]);
+      cells.Reset(best_target, to);
       refresh(i);
       refresh(best_target % k);
       moved = true;

@@ -55,10 +55,12 @@ std::optional<Grid> FillSlots(absl::Span<const SlotItem> items, absl::Span<const
                               int64_t alpha);
 
 // Moves that shorten the micro-batch-sync step: an item leaves the costliest cell of a slot for
-// a cell whose slot maximum it does not raise, within `capacity` and its rank. Keeps every
-// item's rank; never makes the step longer. At most `rounds` passes over the slots.
+// another cell, or (with `swaps`, tokens cap mode) trades places with a cheaper item of another
+// cell, whichever lowers that slot's cost most without raising the other cell's slot cost,
+// within `capacity` and every item's rank. Never makes the step longer. Up to `rounds` passes
+// over the slots, one change per slot a pass.
 void ImproveSlots(Grid& grid, absl::Span<const SlotItem> items, const Capacity& capacity,
-                  int64_t alpha, int rounds);
+                  int64_t alpha, int rounds, bool swaps);
 
 // Whole bins (each within capacity, at most world_size x k of them) as a grid. by_rank_total:
 // bins to ranks by LPT on cost with at most k per rank (balanced rank totals, Sync::kStep);
