@@ -147,6 +147,7 @@ absl::StatusOr<std::vector<RankBatch>> RanksOfGrid(const Grid& grid,
   }
   internal::OrderParts(keys, options.order);
   std::vector<int32_t> perm;
+  perm.reserve(keys.size());
   for (const internal::PartKey& key : keys) perm.push_back(key.part);
 
   std::vector<RankBatch> ranks(grid.world_size);

@@ -82,8 +82,9 @@ absl::StatusOr<ModelConfig> ModelConfigFromFields(
   return m;
 }
 
-absl::StatusOr<ModelCost> CostOfModel(const ModelConfig& m, int64_t max_batch_tokens,
+absl::StatusOr<ModelCost> CostOfModel(const ModelConfig& config, int64_t max_batch_tokens,
                                       int64_t longest, int64_t overhead_tokens) {
+  const ModelConfig& m = config;
   for (const auto& [name, value] : {std::pair<const char*, int64_t>{"hidden_size", m.hidden_size},
                                     {"num_layers", m.num_layers},
                                     {"num_heads", m.num_heads},
