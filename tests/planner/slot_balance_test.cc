@@ -191,7 +191,44 @@ TEST(SlotBalance, PropertiesUnderBothSyncs) {
   }
 }
 
-TEST(SlotBalance, StepSyncKeepsEqualCountsWithinTheBound) {
+// A slot: every rank's micro-batch in it, as sorted global indices.
+using Slot = std::vector<std::vector<int64_t>>;
+std::vector<Slot> SlotsOf(const BalancedBatch& b) {
+  std::vector<Slot> slots(b.num_micro_batches);
+  for (int64_t i = 0; i < b.num_micro_batches; ++i) {
+    for (const RankBatch& rank : b.ranks) {
+      std::vector<int64_t> cell;
+      for (int64_t local : rank.plan.parts[i].indices) cell.push_back(rank.indices[local]);
+      std::sort(cell.begin(), cell.end());
+      slots[i].push_back(cell);
+    }
+  }
+  return slots;
+}
+
+// The order only permutes the slots, the same way on every rank: the same slots (each a column
+// of W micro-batches) under every order.
+TEST(SlotBalance, OrdersPermuteWholeSlots) {
+  for (uint64_t seed = 0; seed < 6; ++seed) {
+    PlanOptions o;
+    o.max_token_len = 32768;
+    o.cost = CostModel::kAttention;
+    const std::vector<int64_t> lengths = LongContext(200, o.max_token_len, seed);
+    std::vector<Slot> reference;
+    for (PartOrder order : {PartOrder::kCostDesc, PartOrder::kIndex, PartOrder::kInterleave}) {
+      o.order = order;
+      const absl::StatusOr<BalancedBatch> b =
+          BalanceBatch(lengths, 4, o, {}, BalanceOptions{Sync::kMicroBatch, 1000});
+      ASSERT_TRUE(b.ok()) << b.status();
+      std::vector<Slot> slots = SlotsOf(*b);
+      std::sort(slots.begin(), slots.end());
+      if (reference.empty()) reference = slots;
+      EXPECT_EQ(slots, reference) << "seed " << seed << " order " << Name(order);
+    }
+  }
+}
+
+TEST(SlotBalance, StepSyncStaysWithinTheKBound) {
   for (uint64_t seed = 0; seed < 10; ++seed) {
     PlanOptions o;
     o.max_token_len = 131072;
