@@ -108,19 +108,33 @@ class Reader {
       const char e = Peek();
       ++pos_;
       switch (e) {
-        case '"': case '\\': case '/': out->push_back(e); break;
-        case 'b': out->push_back('\b'); break;
-        case 'f': out->push_back('\f'); break;
-        case 'n': out->push_back('\n'); break;
-        case 'r': out->push_back('\r'); break;
-        case 't': out->push_back('\t'); break;
+        case '"':
+        case '\\':
+        case '/':
+          out->push_back(e);
+          break;
+        case 'b':
+          out->push_back('\b');
+          break;
+        case 'f':
+          out->push_back('\f');
+          break;
+        case 'n':
+          out->push_back('\n');
+          break;
+        case 'r':
+          out->push_back('\r');
+          break;
+        case 't':
+          out->push_back('\t');
+          break;
         case 'u': {
           int code = 0;
           for (int i = 0; i < 4; ++i) {
             const char h = Peek();
             if (!std::isxdigit(static_cast<unsigned char>(h))) return false;
-            code = code * 16 + (std::isdigit(static_cast<unsigned char>(h)) ? h - '0'
-                                                                           : (h | 0x20) - 'a' + 10);
+            code = code * 16 +
+                   (std::isdigit(static_cast<unsigned char>(h)) ? h - '0' : (h | 0x20) - 'a' + 10);
             ++pos_;
           }
           out->push_back(code < 0x80 ? static_cast<char>(code) : '?');
@@ -162,9 +176,12 @@ class Reader {
           if (!Eat(',')) return false;
         }
       }
-      case 't': return Literal("true");
-      case 'f': return Literal("false");
-      case 'n': return Literal("null");
+      case 't':
+        return Literal("true");
+      case 'f':
+        return Literal("false");
+      case 'n':
+        return Literal("null");
       default: {
         absl::string_view ignored;
         return Number(&ignored);

@@ -14,7 +14,7 @@
 namespace packsched::cli {
 
 struct ModelFields {
-  absl::flat_hash_map<std::string, int64_t> ints;        // integer members (not 1.0, not true)
+  absl::flat_hash_map<std::string, int64_t> ints;         // integer members (not 1.0, not true)
   absl::flat_hash_map<std::string, std::string> strings;  // string members, unescaped
 };
 

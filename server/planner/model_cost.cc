@@ -44,12 +44,11 @@ absl::StatusOr<ModelConfig> ModelConfigFromFields(
     const absl::flat_hash_map<std::string, int64_t>& ints,
     const absl::flat_hash_map<std::string, std::string>& strings) {
   ModelConfig m;
-  for (const auto& [key, member] :
-       {std::pair<const char*, int64_t*>{"hidden_size", &m.hidden_size},
-        {"num_hidden_layers", &m.num_layers},
-        {"num_attention_heads", &m.num_heads},
-        {"intermediate_size", &m.intermediate_size},
-        {"vocab_size", &m.vocab_size}}) {
+  for (const auto& [key, member] : {std::pair<const char*, int64_t*>{"hidden_size", &m.hidden_size},
+                                    {"num_hidden_layers", &m.num_layers},
+                                    {"num_attention_heads", &m.num_heads},
+                                    {"intermediate_size", &m.intermediate_size},
+                                    {"vocab_size", &m.vocab_size}}) {
     *member = Get(ints, key);
     if (*member < 1) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -66,8 +65,8 @@ absl::StatusOr<ModelConfig> ModelConfigFromFields(
       shared > 0 && m.moe_intermediate_size > 0) {
     m.shared_experts = std::max<int64_t>(1, shared / m.moe_intermediate_size);
   }
-  m.num_experts = Get(ints, "n_routed_experts",
-                      Get(ints, "num_experts", Get(ints, "num_local_experts")));
+  m.num_experts =
+      Get(ints, "n_routed_experts", Get(ints, "num_experts", Get(ints, "num_local_experts")));
   m.first_dense_layers = Get(ints, "first_k_dense_replace");
   m.q_lora_rank = Get(ints, "q_lora_rank");
   m.kv_lora_rank = Get(ints, "kv_lora_rank");
@@ -75,7 +74,8 @@ absl::StatusOr<ModelConfig> ModelConfigFromFields(
   m.qk_rope_head_dim = Get(ints, "qk_rope_head_dim");
   m.v_head_dim = Get(ints, "v_head_dim");
   if (auto it = strings.find("model_type"); it != strings.end()) {
-    for (const char* ungated : {"gpt2", "gpt_neox", "opt", "bloom", "falcon", "phi", "starcoder2"}) {
+    for (const char* ungated :
+         {"gpt2", "gpt_neox", "opt", "bloom", "falcon", "phi", "starcoder2"}) {
       if (it->second == ungated) m.gated_mlp = false;
     }
   }
@@ -103,8 +103,8 @@ absl::StatusOr<ModelCost> CostOfModel(const ModelConfig& config, int64_t max_bat
                                     {"qk_rope_head_dim", m.qk_rope_head_dim},
                                     {"v_head_dim", m.v_head_dim}}) {
     if (value < 0 || value > kMaxField) {
-      return absl::InvalidArgumentError(absl::StrCat("model config: ", name, " = ", value,
-                                                     ": must be in [0, ", kMaxField, "]"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("model config: ", name, " = ", value, ": must be in [0, ", kMaxField, "]"));
     }
   }
   if (m.hidden_size < 1 || m.num_layers < 1 || m.num_heads < 1) {
@@ -131,8 +131,8 @@ absl::StatusOr<ModelCost> CostOfModel(const ModelConfig& config, int64_t max_bat
     const U128 q = m.q_lora_rank > 0
                        ? Add(Mul(h, m.q_lora_rank), Mul({U128(m.q_lora_rank), heads, qk_dim}))
                        : Mul({h, heads, qk_dim});
-    const U128 kv_proj = Add(Mul(h, U128(m.kv_lora_rank) + rope),
-                             Mul({U128(m.kv_lora_rank), heads, nope + v}));
+    const U128 kv_proj =
+        Add(Mul(h, U128(m.kv_lora_rank) + rope), Mul({U128(m.kv_lora_rank), heads, nope + v}));
     attention = Add(Add(q, kv_proj), Mul({heads, v, h}));
   } else {
     attention = Add(Mul({U128(2), h, heads, d}), Mul({U128(2), h, kv, d}));
@@ -140,10 +140,9 @@ absl::StatusOr<ModelCost> CostOfModel(const ModelConfig& config, int64_t max_bat
   const U128 mats = m.gated_mlp ? 3 : 2;
   const U128 dense_mlp = Mul({mats, h, U128(m.intermediate_size)});
   const bool moe = m.experts_per_token > 0;
-  const U128 moe_mlp =
-      Add(Mul({mats, h, U128(m.moe_intermediate_size),
-               U128(m.experts_per_token) + U128(m.shared_experts)}),
-          Mul(h, m.num_experts));
+  const U128 moe_mlp = Add(Mul({mats, h, U128(m.moe_intermediate_size),
+                                U128(m.experts_per_token) + U128(m.shared_experts)}),
+                           Mul(h, m.num_experts));
   const int64_t dense_layers = moe ? std::min(m.first_dense_layers, m.num_layers) : m.num_layers;
   const int64_t moe_layers = m.num_layers - dense_layers;
   U128 params = Mul(h, m.vocab_size);

@@ -96,15 +96,14 @@ TEST(ModelCost, GqaAndUngatedAndMoeAndMla) {
   const double q = 4096.0 * 32 * 192;
   const double kv = 4096.0 * (512 + 64) + 512.0 * 32 * (128 + 128);
   const double o = 32.0 * 128 * 4096;
-  const double mla_flops =
-      6 * (32 * (q + kv + o + 3.0 * 4096 * 11008) + 4096.0 * 32000);
+  const double mla_flops = 6 * (32 * (q + kv + o + 3.0 * 4096 * 11008) + 4096.0 * 32000);
   EXPECT_NEAR(latent.linear * std::ldexp(1.0, latent.shift), mla_flops,
               std::ldexp(1.0, latent.shift));
 }
 
 TEST(ModelCost, FieldsOfAConfigJson) {
   absl::flat_hash_map<std::string, int64_t> ints = {
-      {"hidden_size", 2048}, {"num_hidden_layers", 24}, {"num_attention_heads", 16},
+      {"hidden_size", 2048},       {"num_hidden_layers", 24},   {"num_attention_heads", 16},
       {"num_key_value_heads", 16}, {"intermediate_size", 5504}, {"vocab_size", 151936}};
   absl::flat_hash_map<std::string, std::string> strings = {{"model_type", "qwen2"}};
   absl::StatusOr<ModelConfig> m = ModelConfigFromFields(ints, strings);

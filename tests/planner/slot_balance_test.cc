@@ -137,7 +137,8 @@ std::vector<Case> RandomCases() {
     if (seed % 9 == 6) c.o.order = PartOrder::kIndex;
     if (seed % 9 == 7) c.o.order = PartOrder::kInterleave;
     const int64_t n = 20 + static_cast<int64_t>(seed) * 23;
-    c.lengths = seed % 2 ? packsched::testing::RealisticRlLengths(n, seed) : LongContext(n, c.cap, seed);
+    c.lengths =
+        seed % 2 ? packsched::testing::RealisticRlLengths(n, seed) : LongContext(n, c.cap, seed);
     if (seed % 2) {
       for (int64_t& l : c.lengths) l = std::min(l, c.cap);
     }
@@ -306,8 +307,8 @@ TEST(SlotBalance, RejectsBadMicroBatchCost) {
   EXPECT_FALSE(BalanceBatch({10, 20}, 2, o, {}, {Sync::kMicroBatch, -1}).ok());
   EXPECT_FALSE(BalanceBatch({10, 20}, 2, o, {}, {Sync::kMicroBatch, kMaxMicroBatchCost + 1}).ok());
   o.max_micro_batches = int64_t{1} << 40;
-  EXPECT_FALSE(BalanceBatch({10, 20}, 1 << 20, o, {}, {Sync::kMicroBatch, kMaxMicroBatchCost})
-                   .ok());
+  EXPECT_FALSE(
+      BalanceBatch({10, 20}, 1 << 20, o, {}, {Sync::kMicroBatch, kMaxMicroBatchCost}).ok());
 }
 
 // On long-context inputs the micro-batch sync is what it is for: a shorter slot-by-slot step
