@@ -39,8 +39,8 @@ absl::Status CheckRequest(const PlanRequest& r) {
                                                    "part)"));
   }
   if (r.world_size < 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--world_size = ", r.world_size, ": must be >= 1 (or 0 for one rank's plan)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--world_size = ", r.world_size, ": must be >= 1 (or 0 for one rank's plan)"));
   }
   if (r.world_size > 0 && (r.num_parts > 0 || IsPacker(o.algorithm))) {
     return absl::InvalidArgumentError(
@@ -66,8 +66,8 @@ absl::StatusOr<PlanRun> RunPlan(absl::Span<const int64_t> lengths, const PlanReq
   if (request.model) {
     ASSIGN_OR_RETURN(planner::ModelConfig config,
                      planner::ModelConfigFromFields(request.model->ints, request.model->strings));
-    ASSIGN_OR_RETURN(planner::ModelCost cost, planner::CostOfModelForBatch(
-                                                  config, lengths, request.options.align_to));
+    ASSIGN_OR_RETURN(planner::ModelCost cost,
+                     planner::CostOfModelForBatch(config, lengths, request.options.align_to));
     request.options.cost = planner::CostModel::kAttention;
     request.options.attention = planner::AttentionCost{cost.linear, cost.quadratic};
     if (request.world_size > 0) request.balance.micro_batch_cost = cost.micro_batch;

@@ -32,7 +32,7 @@ struct PlanRequest {
 
 // The plan and what it took to make it.
 struct PlanRun {
-  planner::MicroBatchPlan plan;       // empty in coordinator mode
+  planner::MicroBatchPlan plan;                 // empty in coordinator mode
   std::optional<planner::BalancedBatch> batch;  // coordinator mode only
   PlanRequest request;
   // "fixed_k" (PartitionFixedK), "balance" (PlanMicroBatches: kk, lpt), "pack" (PackDataset:

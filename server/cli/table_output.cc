@@ -40,8 +40,8 @@ std::string BatchTable(const PlanRun& run) {
   std::string out;
   int64_t n = 0;
   for (const planner::RankBatch& rank : batch.ranks) n += rank.indices.size();
-  absl::StrAppend(&out, "packsched plan: ", n, " sequences over ", batch.ranks.size(),
-                  " ranks -> ", batch.num_micro_batches, " micro-batches each (sync ",
+  absl::StrAppend(&out, "packsched plan: ", n, " sequences over ", batch.ranks.size(), " ranks -> ",
+                  batch.num_micro_batches, " micro-batches each (sync ",
                   planner::Name(run.request.balance.sync), ", cap ", o.max_token_len);
   if (o.cost == planner::CostModel::kAttention) {
     absl::StrAppend(&out, ", cost ", o.attention.linear, "*L + ", o.attention.quadratic, "*L^2");

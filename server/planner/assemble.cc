@@ -68,7 +68,6 @@ void OrderParts(std::vector<PartKey>& keys, PartOrder order) {
   }
 }
 
-
 MicroBatchPlan Assemble(const Validated& v, const Parts& parts, int64_t lower_bound_k,
                         int64_t local_k) {
   // Every part's positions in ascending order (= original index order: v.items is in input

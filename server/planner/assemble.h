@@ -18,7 +18,7 @@ namespace packsched::planner::internal {
 struct PartKey {
   int64_t cost = 0;
   int64_t first_index = std::numeric_limits<int64_t>::max();  // max for an empty part
-  int32_t part = 0;  // which part (the caller's numbering)
+  int32_t part = 0;  // which part, in the caller's numbering
 };
 
 // Sorts `keys` into `order` (options.order). Keys that tie in cost and first_index keep no

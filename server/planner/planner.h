@@ -84,8 +84,8 @@ absl::StatusOr<MicroBatchPlan> PartitionFixedK(absl::Span<const int64_t> lengths
 absl::StatusOr<MicroBatchPlan> PackDataset(absl::Span<const int64_t> lengths,
                                            const PlanOptions& options);
 
-// Coordinator mode (docs/design.md §2): the whole global batch, balanced over `world_size` DP ranks,
-// then each rank's micro-batches with one common k.
+// Coordinator mode (docs/design.md §2): the whole global batch, balanced over `world_size` DP
+// ranks, then each rank's micro-batches with one common k.
 struct RankBatch {
   std::vector<int64_t> indices;  // global indices assigned to this rank, ascending
   int64_t cost = 0;              // sum of their costs

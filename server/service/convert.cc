@@ -589,9 +589,9 @@ absl::Status RunBalanceBatch(const v1::BalanceBatchRequest& request, const Servi
     balance.sync = static_cast<planner::Sync>(request.sync() - 1);
   }
   balance.micro_batch_cost = request.micro_batch_cost();
-  ASSIGN_OR_RETURN(planner::BalancedBatch batch,
-                   planner::BalanceBatch(input.lengths, world_size, input.options, group_ids,
-                                         balance));
+  ASSIGN_OR_RETURN(
+      planner::BalancedBatch batch,
+      planner::BalanceBatch(input.lengths, world_size, input.options, group_ids, balance));
   response->set_num_micro_batches(batch.num_micro_batches);
   v1::StepStats* step = response->mutable_step();
   step->set_step_sync_cost(batch.step.step_sync_cost);

@@ -368,8 +368,8 @@ PYBIND11_MODULE(_planner, m) {
   m.def(
       "balance",
       [](const Lengths& lengths, int64_t world_size, const py::dict& options,
-         const std::vector<int64_t>& group_ids, const std::string& sync,
-         int64_t micro_batch_cost, const std::optional<std::map<std::string, int64_t>>& model_ints,
+         const std::vector<int64_t>& group_ids, const std::string& sync, int64_t micro_batch_cost,
+         const std::optional<std::map<std::string, int64_t>>& model_ints,
          const std::map<std::string, std::string>& model_strings) {
         PlanOptions o = ToPlanOptions(options);
         BalanceOptions balance{Value(ParseSync(sync)), micro_batch_cost};
@@ -409,8 +409,7 @@ PYBIND11_MODULE(_planner, m) {
         return d;
       },
       py::arg("lengths"), py::arg("world_size"), py::arg("options"), py::arg("group_ids"),
-      py::arg("sync") = "step", py::arg("micro_batch_cost") = 0,
-      py::arg("model_ints") = py::none(),
+      py::arg("sync") = "step", py::arg("micro_batch_cost") = 0, py::arg("model_ints") = py::none(),
       py::arg("model_strings") = std::map<std::string, std::string>());
 }
 
