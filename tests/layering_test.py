@@ -120,7 +120,10 @@ LAYERS = {
     "py/cp_layout": Layer(("packsched._cp_layout",)),
     "py/plan": Layer(("packsched.plan",), ("py/options",), ("numpy", "torch")),
     "py/ext": Layer(("packsched._planner", "packsched._kernels"), ("client/python",)),
-    "py/planner": Layer(("packsched.planner",), ("py/options", "py/plan", "py/ext"), ("numpy",)),
+    "py/model_cost": Layer(("packsched.model_cost",), ("py/ext",)),
+    "py/planner": Layer(
+        ("packsched.planner",), ("py/options", "py/plan", "py/ext", "py/model_cost"), ("numpy",)
+    ),
     "py/kernels": Layer(
         ("packsched.kernels", "packsched._context_parallel"),
         ("py/ext", "py/cp_layout"),

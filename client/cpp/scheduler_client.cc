@@ -266,6 +266,8 @@ absl::StatusOr<BalancedPlan> SchedulerClient::BalanceBatch(const BalanceBatchReq
   wire.mutable_group_ids()->Assign(request.group_ids.begin(), request.group_ids.end());
   wire.mutable_loss_tokens()->Assign(request.loss_tokens.begin(), request.loss_tokens.end());
   FillLoss(request.loss, wire.mutable_loss());
+  wire.set_sync(static_cast<v1::Sync>(static_cast<int>(request.balance.sync) + 1));
+  wire.set_micro_batch_cost(request.balance.micro_batch_cost);
   v1::BalanceBatchResponse response;
   RETURN_IF_ERROR(impl_->Call(&v1::Scheduler::Stub::BalanceBatch, wire, &response, timeout));
   BalancedPlan out;
@@ -279,6 +281,10 @@ absl::StatusOr<BalancedPlan> SchedulerClient::BalanceBatch(const BalanceBatchReq
   }
   out.dropped.assign(response.dropped().begin(), response.dropped().end());
   out.global = internal::GlobalCountsFromProto(response.global());
+  const v1::StepStats& step = response.step();
+  out.step = planner::StepStats{step.step_sync_cost(), step.micro_batch_sync_cost(),
+                                step.ideal(),          step.efficiency(),
+                                step.lower_bound(),    step.lower_bound_efficiency()};
   return out;
 }
 

@@ -25,6 +25,7 @@
 #include "server/planner/loss_weights.h"
 #include "server/planner/options.h"
 #include "server/planner/plan.h"
+#include "server/planner/planner.h"
 
 namespace packsched::client {
 
@@ -83,6 +84,7 @@ struct BalanceBatchRequest {
   std::vector<int64_t> group_ids;  // optional, one per sequence
   std::vector<int64_t> loss_tokens;
   planner::LossOptions loss;
+  planner::BalanceOptions balance;  // sync, micro_batch_cost (docs/design.md §2)
 };
 
 // One rank's plan. `plan` has the planner's shape (parts, reorder, revert, dropped, stats).
@@ -110,6 +112,7 @@ struct BalancedPlan {
   std::vector<RankPlan> ranks;
   std::vector<int64_t> dropped;
   GlobalCounts global;
+  planner::StepStats step;
 };
 
 struct ServerStatus {

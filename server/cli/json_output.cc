@@ -106,6 +106,14 @@ void WriteOptions(const PlanRun& run, JsonWriter& w) {
   for (int position = 0; position < 0 PACKSCHED_PLAN_OPTIONS(PACKSCHED_JSON_COUNT); ++position) {
     PACKSCHED_PLAN_OPTIONS(PACKSCHED_JSON_OPTION)
   }
+  if (run.batch) {
+    w.Key("world_size");
+    w.Int(run.request.world_size);
+    w.Key("sync");
+    w.String(planner::Name(run.request.balance.sync));
+    w.Key("micro_batch_cost");
+    w.Int(run.request.balance.micro_batch_cost);
+  }
   w.EndObject();
 }
 
@@ -132,11 +140,62 @@ void WriteOptions(const PlanRun& run, JsonWriter& w) {
 #define PACKSCHED_JSON_PLAN_Global PACKSCHED_SCHEMA_NOTHING
 #define PACKSCHED_JSON_PLAN(name, number, Kind) PACKSCHED_JSON_PLAN_##Kind(name)
 
+namespace {
+
+// One plan's fields (a rank's in coordinator mode), inside an open object.
+void WritePlanFields(const planner::MicroBatchPlan& plan, JsonWriter& w) {
+  PACKSCHED_PLAN_RESPONSE(PACKSCHED_JSON_PLAN)
+}
+
+// Coordinator mode: the common k, every rank's share and plan, the dropped, the step.
+void WriteBatchFields(const planner::BalancedBatch& batch, JsonWriter& w) {
+  w.Key("num_micro_batches");
+  w.Int(batch.num_micro_batches);
+  w.Key("ranks");
+  w.BeginArray();
+  for (const planner::RankBatch& rank : batch.ranks) {
+    w.BeginObject();
+    w.Key("indices");
+    w.IntArray(rank.indices);
+    w.Key("cost");
+    w.Int(rank.cost);
+    w.Key("plan");
+    w.BeginObject();
+    WritePlanFields(rank.plan, w);
+    w.EndObject();
+    w.EndObject();
+  }
+  w.EndArray();
+  w.Key("dropped");
+  w.IntArray(batch.dropped);
+  const planner::StepStats& s = batch.step;
+  w.Key("step");
+  w.BeginObject();
+  w.Key("step_sync_cost");
+  w.Int(s.step_sync_cost);
+  w.Key("micro_batch_sync_cost");
+  w.Int(s.micro_batch_sync_cost);
+  w.Key("ideal");
+  w.Double(s.ideal);
+  w.Key("efficiency");
+  w.Double(s.efficiency);
+  w.Key("lower_bound");
+  w.Int(s.lower_bound);
+  w.Key("lower_bound_efficiency");
+  w.Double(s.lower_bound_efficiency);
+  w.EndObject();
+}
+
+}  // namespace
+
 std::string PlanJson(const PlanRun& run) {
-  const planner::MicroBatchPlan& plan = run.plan;
   JsonWriter w;
   w.BeginObject();
-  PACKSCHED_PLAN_RESPONSE(PACKSCHED_JSON_PLAN)
+  if (run.batch) {
+    WriteBatchFields(*run.batch, w);
+  } else {
+    WritePlanFields(run.plan, w);
+  }
   w.Key("options");
   WriteOptions(run, w);
   w.Key("timing");

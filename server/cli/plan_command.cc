@@ -5,6 +5,8 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "server/base/status_macros.h"
+#include "server/planner/model_cost.h"
 #include "server/planner/planner.h"
 #include "server/planner/schema.h"
 
@@ -36,6 +38,20 @@ absl::Status CheckRequest(const PlanRequest& r) {
                                                    " needs --num_parts=K (n / K sequences a "
                                                    "part)"));
   }
+  if (r.world_size < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--world_size = ", r.world_size, ": must be >= 1 (or 0 for one rank's plan)"));
+  }
+  if (r.world_size > 0 && (r.num_parts > 0 || IsPacker(o.algorithm))) {
+    return absl::InvalidArgumentError(
+        "--world_size (coordinator mode) chooses k under the cap with kk or lpt: not with "
+        "--num_parts or a packing algorithm");
+  }
+  if (r.world_size == 0 &&
+      (r.balance.sync != planner::Sync::kStep || r.balance.micro_batch_cost != 0)) {
+    return absl::InvalidArgumentError(
+        "--sync and --micro_batch_cost apply only in coordinator mode (--world_size=W)");
+  }
   if (r.num_parts == 0 && o.max_token_len == 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("--", planner::schema::OptionNamed("Cap"),
@@ -44,12 +60,32 @@ absl::Status CheckRequest(const PlanRequest& r) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<PlanRun> RunPlan(absl::Span<const int64_t> lengths, const PlanRequest& request) {
-  if (absl::Status status = CheckRequest(request); !status.ok()) return status;
+absl::StatusOr<PlanRun> RunPlan(absl::Span<const int64_t> lengths, const PlanRequest& given) {
+  if (absl::Status status = CheckRequest(given); !status.ok()) return status;
+  PlanRequest request = given;
+  if (request.model) {
+    ASSIGN_OR_RETURN(planner::ModelConfig config,
+                     planner::ModelConfigFromFields(request.model->ints, request.model->strings));
+    ASSIGN_OR_RETURN(planner::ModelCost cost,
+                     planner::CostOfModelForBatch(config, lengths, request.options.align_to));
+    request.options.cost = planner::CostModel::kAttention;
+    request.options.attention = planner::AttentionCost{cost.linear, cost.quadratic};
+    if (request.world_size > 0) request.balance.micro_batch_cost = cost.micro_batch;
+  }
   PlanRun run;
   run.request = request;
   const auto start = std::chrono::steady_clock::now();
   absl::StatusOr<planner::MicroBatchPlan> plan;
+  if (request.world_size > 0) {
+    run.mode = "coordinator";
+    absl::StatusOr<planner::BalancedBatch> batch =
+        planner::BalanceBatch(lengths, request.world_size, request.options, {}, request.balance);
+    run.plan_seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (!batch.ok()) return batch.status();
+    run.batch = *std::move(batch);
+    return run;
+  }
   if (request.num_parts > 0) {
     run.mode = "fixed_k";
     plan = planner::PartitionFixedK(lengths, request.num_parts, request.options);

@@ -14,6 +14,8 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "server/base/status_macros.h"
+#include "server/cli/read_lengths.h"
+#include "server/cli/read_model_config.h"
 #include "server/planner/options.h"
 #include "server/planner/schema.h"
 
@@ -49,6 +51,17 @@ PACKSCHED_PLAN_OPTIONS(PACKSCHED_PLAN_FLAG)
 #define PACKSCHED_EXPAND_PAIR_FLAG(pair) PACKSCHED_PAIR_FLAG(pair)
 PACKSCHED_EXPAND_PAIR_FLAG(PACKSCHED_WEIGHT_PAIR)
 ABSL_FLAG(std::string, format, "table", "output: table (for people) | json (for programs)");
+ABSL_FLAG(int64_t, world_size, 0,
+          "coordinator mode: balance the whole batch over this many data-parallel ranks, one "
+          "common micro-batch count (0 = one rank's plan)");
+ABSL_FLAG(std::string, sync, "step",
+          "coordinator mode: step (ranks meet once per step: balance rank totals) | micro_batch "
+          "(ranks meet at every micro-batch, FSDP/PP/CP: balance every slot)");
+ABSL_FLAG(std::string, model_config, "",
+          "a Hugging Face style config.json: cost = attention with the model's FLOPs per token "
+          "and per token pair, and (coordinator mode) a per-micro-batch cost worth 2,048 tokens");
+ABSL_FLAG(int64_t, micro_batch_cost, 0,
+          "coordinator mode: a fixed cost per non-empty micro-batch, in the cost's units");
 
 namespace packsched::cli {
 namespace {
@@ -121,6 +134,14 @@ absl::StatusOr<PlanRequest> RequestFromFlags() {
   PlanRequest r;
   planner::PlanOptions& o = r.options;
   r.num_parts = absl::GetFlag(FLAGS_num_parts);
+  r.world_size = absl::GetFlag(FLAGS_world_size);
+  r.balance.micro_batch_cost = absl::GetFlag(FLAGS_micro_batch_cost);
+  ASSIGN_OR_RETURN(r.balance.sync,
+                   ParseFlag("sync", absl::GetFlag(FLAGS_sync), planner::ParseSync));
+  if (const std::string path = absl::GetFlag(FLAGS_model_config); !path.empty()) {
+    ASSIGN_OR_RETURN(std::string text, ReadInput(path));
+    ASSIGN_OR_RETURN(r.model, ParseModelConfig(text, path));
+  }
   // In the CLI's order (the table's `json` column): the first bad name is the one reported.
   for (int position = 0; position < 0 PACKSCHED_PLAN_OPTIONS(PACKSCHED_COUNT_FLAG); ++position) {
     PACKSCHED_PLAN_OPTIONS(PACKSCHED_FROM_FLAG)

@@ -31,7 +31,48 @@ std::string FillBar(double fraction, int width) {
   return std::string(filled, '#') + std::string(width - filled, ' ');
 }
 
+namespace {
+
+// Coordinator mode: one line per rank, then the step.
+std::string BatchTable(const PlanRun& run) {
+  const planner::BalancedBatch& batch = *run.batch;
+  const planner::PlanOptions& o = run.request.options;
+  std::string out;
+  int64_t n = 0;
+  for (const planner::RankBatch& rank : batch.ranks) n += rank.indices.size();
+  absl::StrAppend(&out, "packsched plan: ", n, " sequences over ", batch.ranks.size(), " ranks -> ",
+                  batch.num_micro_batches, " micro-batches each (sync ",
+                  planner::Name(run.request.balance.sync), ", cap ", o.max_token_len);
+  if (o.cost == planner::CostModel::kAttention) {
+    absl::StrAppend(&out, ", cost ", o.attention.linear, "*L + ", o.attention.quadratic, "*L^2");
+  }
+  if (run.request.balance.micro_batch_cost > 0) {
+    absl::StrAppend(&out, " + ", run.request.balance.micro_batch_cost, " a micro-batch");
+  }
+  absl::StrAppend(&out, ")\n\n");
+  absl::StrAppend(&out, absl::StrFormat("%6s %6s %10s %18s %10s\n", "rank", "seqs", "tokens",
+                                        "cost", "over cap"));
+  for (size_t r = 0; r < batch.ranks.size(); ++r) {
+    const planner::RankBatch& rank = batch.ranks[r];
+    absl::StrAppend(&out, absl::StrFormat("%6d %6d %10d %18d %10d\n", r, rank.indices.size(),
+                                          rank.plan.stats.total_tokens, rank.cost,
+                                          rank.plan.stats.over_cap_parts));
+  }
+  const planner::StepStats& s = batch.step;
+  absl::StrAppend(&out, "\nstep cost: ", s.step_sync_cost, " (sync step), ",
+                  s.micro_batch_sync_cost, " (sync micro_batch); lower bound ", s.lower_bound,
+                  "\n");
+  absl::StrAppend(&out, absl::StrFormat("efficiency %.4f (ideal %.6g; at best %.4f)\n",
+                                        s.efficiency, s.ideal, s.lower_bound_efficiency));
+  if (!batch.dropped.empty()) absl::StrAppend(&out, "dropped: ", batch.dropped.size(), "\n");
+  absl::StrAppend(&out, absl::StrFormat("planned in %.3f ms\n", run.plan_seconds * 1e3));
+  return out;
+}
+
+}  // namespace
+
 std::string PlanTable(const PlanRun& run) {
+  if (run.batch) return BatchTable(run);
   const planner::MicroBatchPlan& plan = run.plan;
   const planner::PlanStats& s = plan.stats;
   const planner::PlanOptions& o = run.request.options;

@@ -10,14 +10,6 @@
 namespace packsched::planner::internal {
 namespace {
 
-// Where a part goes in the plan's order: what the order compares, and which part it is. Parts
-// are placed by sorting these small keys, then built once in their final place.
-struct PartKey {
-  int64_t cost = 0;
-  int64_t first_index = std::numeric_limits<int64_t>::max();  // max for an empty part
-  int32_t part = 0;  // < parts.size(): parts[part]; else v.isolated[part - parts.size()]
-};
-
 // A part over `count` items in index order, item j being `item_at(j)`.
 template <typename ItemAt>
 MicroBatch MakePart(size_t count, ItemAt item_at, const Validated& v, bool overlong) {
@@ -46,9 +38,11 @@ MicroBatch MakePart(size_t count, ItemAt item_at, const Validated& v, bool overl
   return part;
 }
 
+}  // namespace
+
 // Sorts `keys` into the plan's part order. Keys tie only between empty parts, which are equal
 // in every field, so which of them goes first changes nothing.
-void Order(std::vector<PartKey>& keys, PartOrder order) {
+void OrderParts(std::vector<PartKey>& keys, PartOrder order) {
   auto by_cost_asc = [](const PartKey& a, const PartKey& b) {
     return a.cost != b.cost ? a.cost < b.cost : a.first_index < b.first_index;
   };
@@ -73,8 +67,6 @@ void Order(std::vector<PartKey>& keys, PartOrder order) {
     }
   }
 }
-
-}  // namespace
 
 MicroBatchPlan Assemble(const Validated& v, const Parts& parts, int64_t lower_bound_k,
                         int64_t local_k) {
@@ -109,7 +101,7 @@ MicroBatchPlan Assemble(const Validated& v, const Parts& parts, int64_t lower_bo
     key.cost = v.isolated[i].cost;
     key.first_index = v.isolated[i].index;
   }
-  Order(keys, v.options.order);
+  OrderParts(keys, v.options.order);
 
   MicroBatchPlan plan;
   plan.parts.reserve(keys.size());

@@ -1,5 +1,7 @@
 // Coordinator mode: one global batch balanced over data-parallel ranks, then every rank's
 // micro-batches with one common k. No collective is needed: the caller sees the whole batch.
+// Sync::kStep balances the ranks' totals (each rank then plans as Problem would); Sync::kMicroBatch
+// balances the ranks slot by slot over a grid of W x k micro-batches (slot_grid.h).
 
 #include <algorithm>
 #include <optional>
@@ -11,17 +13,23 @@
 #include "absl/strings/str_cat.h"
 #include "server/base/checked_math.h"
 #include "server/base/status_macros.h"
+#include "server/planner/bin_packing.h"
+#include "server/planner/grid_plans.h"
 #include "server/planner/local_search.h"
 #include "server/planner/lpt.h"
 #include "server/planner/planner.h"
 #include "server/planner/prepared.h"
+#include "server/planner/slot_grid.h"
 
 namespace packsched::planner {
 namespace {
 
 using internal::Capacity;
+using internal::FewestCells;
+using internal::Grid;
 using internal::Item;
 using internal::Parts;
+using internal::SlotItem;
 
 // A unit of assignment: one sequence, or one group of sequences that must share a rank.
 // As an Item, `aligned` carries its sequence count so the count bound can reuse Capacity.
@@ -88,11 +96,15 @@ Parts AssignUnits(const Units& units, int64_t world_size, int64_t num_sequences,
   return search.Take();
 }
 
+// `value` (>= 0) rounded up to a multiple of `multiple` (>= 1).
+int64_t RoundUpTo(int64_t value, int64_t multiple) { return CeilDiv(value, multiple) * multiple; }
+
 }  // namespace
 
 absl::StatusOr<BalancedBatch> BalanceBatch(absl::Span<const int64_t> lengths, int64_t world_size,
                                            const PlanOptions& options,
-                                           absl::Span<const int64_t> group_ids) {
+                                           absl::Span<const int64_t> group_ids,
+                                           const BalanceOptions& balance) {
   if (world_size < 1 || world_size > kMaxWorldSize) {
     return absl::InvalidArgumentError(
         absl::StrCat("world_size = ", world_size, ": must be in [1, ", kMaxWorldSize, "]"));
@@ -101,6 +113,10 @@ absl::StatusOr<BalancedBatch> BalanceBatch(absl::Span<const int64_t> lengths, in
     return absl::InvalidArgumentError(absl::StrCat("group_ids has ", group_ids.size(),
                                                    " entries for ", lengths.size(),
                                                    " lengths; give one per sequence or none"));
+  }
+  if (balance.micro_batch_cost < 0 || balance.micro_batch_cost > kMaxMicroBatchCost) {
+    return absl::InvalidArgumentError(absl::StrCat("micro_batch_cost = ", balance.micro_batch_cost,
+                                                   ": must be in [0, ", kMaxMicroBatchCost, "]"));
   }
   ASSIGN_OR_RETURN(internal::Validated v,
                    internal::Validate(lengths, options, /*cap_required=*/true, /*balancing=*/true));
@@ -116,34 +132,159 @@ absl::StatusOr<BalancedBatch> BalanceBatch(absl::Span<const int64_t> lengths, in
                      " micro-batches over all ranks, more than max_micro_batches = ",
                      options.max_micro_batches));
   };
-  RETURN_IF_ERROR(bounded(std::max<int64_t>({options.min_micro_batches, options.divisible_by, 1})));
-  const Units units = MakeUnits(v, group_ids);
-  const int64_t kept = static_cast<int64_t>(v.items.size() + v.isolated.size());
-  const Parts assignment = AssignUnits(units, world_size, kept, !group_ids.empty());
+  // Every cost a step sums (the sequences' and alpha per micro-batch) fits in int64.
+  auto fits = [&](int64_t k) -> absl::Status {
+    int64_t cost = 0;
+    for (const Item& item : v.items) cost += item.cost;
+    for (const Item& item : v.isolated) cost += item.cost;
+    const std::optional<int64_t> parts = CheckedMul(world_size, k);
+    const std::optional<int64_t> fixed =
+        parts ? CheckedMul(balance.micro_batch_cost, *parts) : std::nullopt;
+    if (fixed && CheckedAdd(cost, *fixed)) return absl::OkStatus();
+    return absl::InvalidArgumentError(absl::StrCat(
+        "micro_batch_cost = ", balance.micro_batch_cost, " over world_size = ", world_size,
+        " x k = ", k, " micro-batches: the step's cost overflows int64"));
+  };
+  const int64_t least_k = std::max<int64_t>({options.min_micro_batches, options.divisible_by, 1});
+  RETURN_IF_ERROR(bounded(least_k));
+  const bool grouped = !group_ids.empty();
+
+  // The sequences as grid items: v.items, then v.isolated.
+  std::vector<SlotItem> items;
+  items.reserve(v.items.size() + v.isolated.size());
+  for (const Item& item : v.items) items.push_back(SlotItem{item, false, -1});
+  for (const Item& item : v.isolated) items.push_back(SlotItem{item, true, -1});
+
+  // The k bound (without groups): first-fit-decreasing bins of the global batch over W ranks.
+  std::vector<std::vector<int32_t>> bins;
+  int64_t k_bound = 0;
+  if (!grouped) {
+    internal::PlanArena arena;
+    for (const internal::Part& bin : internal::FirstFitDecreasing(v.items, v.capacity)) {
+      bins.emplace_back(bin.begin(), bin.end());
+    }
+    for (size_t j = 0; j < v.isolated.size(); ++j) {
+      bins.push_back({static_cast<int32_t>(v.items.size() + j)});
+    }
+    k_bound = RoundUpTo(std::max({CeilDiv(static_cast<int64_t>(bins.size()), world_size), least_k}),
+                        options.divisible_by);
+  }
 
   BalancedBatch out;
   out.dropped = v.dropped;
-  out.ranks.resize(world_size);
-  std::vector<Problem> problems;
-  problems.reserve(world_size);
-  for (int64_t r = 0; r < world_size; ++r) {
-    RankBatch& rank = out.ranks[r];
-    for (int32_t unit : assignment[r]) {
-      rank.cost += units.items[unit].cost;
-      for (int64_t index : units.members[unit]) rank.indices.push_back(index);
+  std::optional<Grid> grid;  // the plan as a grid; nullopt: the per-rank problems below
+
+  // Sync::kMicroBatch without groups: the greedy at each k from the cap's bound up to the k bound
+  // (at most three; past about 2^23 cell visits, only until one fits) and the FFD
+  // bins dealt slot by slot; the shortest step wins (ties: the fewer micro-batches, then the
+  // earlier), then moves shorten it.
+  if (!grouped && balance.sync == Sync::kMicroBatch) {
+    RETURN_IF_ERROR(bounded(k_bound));
+    RETURN_IF_ERROR(fits(k_bound));
+    const int64_t k_low =
+        RoundUpTo(std::max(CeilDiv(FewestCells(v), world_size), least_k), options.divisible_by);
+    int64_t best_cost = 0;
+    auto consider = [&](Grid candidate) {
+      const int64_t cost =
+          internal::CostsOf(candidate, items, balance.micro_batch_cost).micro_batch_sync;
+      if (!grid || cost < best_cost || (cost == best_cost && candidate.k < grid->k)) {
+        best_cost = cost;
+        grid = std::move(candidate);
+      }
+    };
+    const std::vector<int32_t> order = internal::PlacementOrder(items);
+    const int64_t n = static_cast<int64_t>(items.size());
+    int64_t work = 0;
+    for (int64_t k = k_low, tries = 0; k <= k_bound && tries < 3; k += options.divisible_by) {
+      if (grid && work > (int64_t{1} << 23)) break;
+      ++tries;
+      work += n * (k + world_size);
+      std::optional<Grid> filled =
+          internal::FillSlots(items, order, v.capacity, world_size, k, balance.micro_batch_cost);
+      if (filled) consider(*std::move(filled));
     }
-    std::sort(rank.indices.begin(), rank.indices.end());
-    std::vector<int64_t> local_lengths;
-    local_lengths.reserve(rank.indices.size());
-    for (int64_t index : rank.indices) local_lengths.push_back(lengths[index]);
-    ASSIGN_OR_RETURN(Problem problem, Problem::Create(local_lengths, options));
-    out.num_micro_batches = std::max(out.num_micro_batches, problem.local_k());
-    problems.push_back(std::move(problem));
+    consider(internal::GridFromBins(bins, items, world_size, k_bound, /*by_rank_total=*/false));
+    // Swaps search every cell's members for each member of a slot's costliest cell: about
+    // n^2 / W a pass, affordable below 2^24.
+    const bool swaps = n * n / world_size <= (int64_t{1} << 24);
+    internal::ImproveSlots(*grid, items, v.capacity, balance.micro_batch_cost, swaps ? 16 : 4,
+                           swaps);
+  } else {
+    // Ranks first (today's Sync::kStep), each rank's own bound, k = the largest.
+    const Units units = MakeUnits(v, group_ids);
+    const int64_t kept = static_cast<int64_t>(v.items.size() + v.isolated.size());
+    const Parts assignment = AssignUnits(units, world_size, kept, grouped);
+    out.ranks.resize(world_size);
+    std::vector<Problem> problems;
+    problems.reserve(world_size);
+    for (int64_t r = 0; r < world_size; ++r) {
+      RankBatch& rank = out.ranks[r];
+      for (int32_t unit : assignment[r]) {
+        rank.cost += units.items[unit].cost;
+        for (int64_t index : units.members[unit]) rank.indices.push_back(index);
+      }
+      std::sort(rank.indices.begin(), rank.indices.end());
+      std::vector<int64_t> local_lengths;
+      local_lengths.reserve(rank.indices.size());
+      for (int64_t index : rank.indices) local_lengths.push_back(lengths[index]);
+      ASSIGN_OR_RETURN(Problem problem, Problem::Create(local_lengths, options));
+      out.num_micro_batches = std::max(out.num_micro_batches, problem.local_k());
+      problems.push_back(std::move(problem));
+    }
+    if (!grouped && out.num_micro_batches > k_bound) {
+      // Equal counts would need more micro-batches than the bound: whole FFD bins instead.
+      RETURN_IF_ERROR(bounded(k_bound));
+      RETURN_IF_ERROR(fits(k_bound));
+      grid = internal::GridFromBins(bins, items, world_size, k_bound, /*by_rank_total=*/true);
+    } else {
+      RETURN_IF_ERROR(bounded(out.num_micro_batches));
+      RETURN_IF_ERROR(fits(out.num_micro_batches));
+      for (int64_t r = 0; r < world_size; ++r) {
+        ASSIGN_OR_RETURN(out.ranks[r].plan, problems[r].Partition(out.num_micro_batches));
+      }
+      if (grouped && balance.sync == Sync::kMicroBatch) {
+        // The ranks stay; their sequences are placed slot by slot, or each rank's partition
+        // with its micro-batches by cost descending, whichever step is shorter.
+        const int64_t k = out.num_micro_batches;
+        std::vector<int32_t> position_of(v.num_sequences, -1);
+        for (size_t p = 0; p < items.size(); ++p) {
+          position_of[items[p].item.index] = static_cast<int32_t>(p);
+        }
+        Grid today{world_size, k, std::vector<std::vector<int32_t>>(world_size * k)};
+        for (int64_t r = 0; r < world_size; ++r) {
+          const RankBatch& rank = out.ranks[r];
+          std::vector<int32_t> by_cost(k);
+          for (int64_t i = 0; i < k; ++i) by_cost[i] = static_cast<int32_t>(i);
+          std::stable_sort(by_cost.begin(), by_cost.end(), [&](int32_t a, int32_t b) {
+            return rank.plan.parts[a].cost > rank.plan.parts[b].cost;
+          });
+          for (int64_t i = 0; i < k; ++i) {
+            for (int64_t local : rank.plan.parts[by_cost[i]].indices) {
+              const int32_t position = position_of[rank.indices[local]];
+              items[position].rank = static_cast<int32_t>(r);
+              today.cell(r, i).push_back(position);
+            }
+          }
+        }
+        const int64_t alpha = balance.micro_batch_cost;
+        int64_t best_cost = internal::CostsOf(today, items, alpha).micro_batch_sync;
+        grid = std::move(today);
+        std::optional<Grid> filled = internal::FillSlots(items, internal::PlacementOrder(items),
+                                                         v.capacity, world_size, k, alpha);
+        if (filled) {
+          internal::ImproveSlots(*filled, items, v.capacity, alpha, 4, /*swaps=*/false);
+          if (internal::CostsOf(*filled, items, alpha).micro_batch_sync < best_cost) {
+            grid = std::move(filled);
+          }
+        }
+      }
+    }
   }
-  RETURN_IF_ERROR(bounded(out.num_micro_batches));
-  for (int64_t r = 0; r < world_size; ++r) {
-    ASSIGN_OR_RETURN(out.ranks[r].plan, problems[r].Partition(out.num_micro_batches));
+  if (grid) {
+    out.num_micro_batches = grid->k;
+    ASSIGN_OR_RETURN(out.ranks, internal::RanksOfGrid(*grid, items, lengths, options));
   }
+  out.step = internal::StepOf(out, v, world_size, balance);
   return out;
 }
 

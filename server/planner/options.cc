@@ -28,6 +28,7 @@ constexpr NameTable<OverlongPolicy, 3> kOverlongPolicies = {{{OverlongPolicy::kR
 constexpr NameTable<PartOrder, 3> kPartOrders = {{{PartOrder::kCostDesc, "cost_desc"},
                                                   {PartOrder::kIndex, "index"},
                                                   {PartOrder::kInterleave, "interleave"}}};
+constexpr NameTable<Sync, 2> kSyncs = {{{Sync::kStep, "step"}, {Sync::kMicroBatch, "micro_batch"}}};
 
 template <typename Enum, size_t N>
 absl::string_view Lookup(const NameTable<Enum, N>& table, Enum v) {
@@ -65,6 +66,7 @@ absl::string_view Name(Algorithm v) { return Lookup(kAlgorithms, v); }
 absl::string_view Name(CostModel v) { return Lookup(kCostModels, v); }
 absl::string_view Name(OverlongPolicy v) { return Lookup(kOverlongPolicies, v); }
 absl::string_view Name(PartOrder v) { return Lookup(kPartOrders, v); }
+absl::string_view Name(Sync v) { return Lookup(kSyncs, v); }
 
 absl::StatusOr<CapMode> ParseCapMode(absl::string_view n) {
   return Parse(kCapModes, "cap_mode", n);
@@ -81,5 +83,6 @@ absl::StatusOr<OverlongPolicy> ParseOverlongPolicy(absl::string_view n) {
 absl::StatusOr<PartOrder> ParsePartOrder(absl::string_view n) {
   return Parse(kPartOrders, "order", n);
 }
+absl::StatusOr<Sync> ParseSync(absl::string_view n) { return Parse(kSyncs, "sync", n); }
 
 }  // namespace packsched::planner

@@ -45,6 +45,13 @@ enum class PartOrder {
   kInterleave,  // small at both ends, large in the middle (pipeline-bubble friendly)
 };
 
+// What a coordinator-mode step waits for (BalanceBatch; docs/design.md §2).
+enum class Sync {
+  kStep,        // ranks meet once per step (DDP): the step lasts max over ranks of their totals
+  kMicroBatch,  // ranks meet at every micro-batch (FSDP/ZeRO-3, PP, CP): the step lasts the sum
+                // over slots i of max over ranks of micro-batch i's cost
+};
+
 // Integer weights of the attention cost model, cost(L) = linear * L + quadratic * L^2.
 // The defaults are the FLOP ratio of a causal decoder layer with hidden size 2048: about
 // 24·h² FLOPs per token in the matmuls against 2·h·L for causal attention, i.e. 12·h : 1.
@@ -116,6 +123,7 @@ absl::string_view Name(Algorithm v);
 absl::string_view Name(CostModel v);
 absl::string_view Name(OverlongPolicy v);
 absl::string_view Name(PartOrder v);
+absl::string_view Name(Sync v);
 
 // Inverses of Name(); InvalidArgument listing the accepted names for anything else.
 absl::StatusOr<CapMode> ParseCapMode(absl::string_view name);
@@ -123,6 +131,7 @@ absl::StatusOr<Algorithm> ParseAlgorithm(absl::string_view name);
 absl::StatusOr<CostModel> ParseCostModel(absl::string_view name);
 absl::StatusOr<OverlongPolicy> ParseOverlongPolicy(absl::string_view name);
 absl::StatusOr<PartOrder> ParsePartOrder(absl::string_view name);
+absl::StatusOr<Sync> ParseSync(absl::string_view name);
 
 }  // namespace packsched::planner
 

@@ -84,31 +84,74 @@ absl::StatusOr<MicroBatchPlan> PartitionFixedK(absl::Span<const int64_t> lengths
 absl::StatusOr<MicroBatchPlan> PackDataset(absl::Span<const int64_t> lengths,
                                            const PlanOptions& options);
 
-// Coordinator mode (docs/design.md §2): the whole global batch, balanced over `world_size` DP ranks,
-// then each rank's micro-batches with one common k (the max of the ranks' bounds).
+// Coordinator mode (docs/design.md §2): the whole global batch, balanced over `world_size` DP
+// ranks, then each rank's micro-batches with one common k.
 struct RankBatch {
   std::vector<int64_t> indices;  // global indices assigned to this rank, ascending
   int64_t cost = 0;              // sum of their costs
   MicroBatchPlan plan;           // micro-batches over `indices` (plan indices are local)
 };
+
+// Coordinator-mode knobs that are not plan options (they describe the step, not a rank's plan).
+struct BalanceOptions {
+  Sync sync = Sync::kStep;
+  // A fixed cost per non-empty micro-batch (e.g. FSDP's parameter gather), in the cost model's
+  // units; >= 0 and <= kMaxMicroBatchCost. It enters the step costs below and the choice of k
+  // under kMicroBatch (fewer micro-batches when the saved fixed costs outweigh the balance).
+  int64_t micro_batch_cost = 0;
+};
+inline constexpr int64_t kMaxMicroBatchCost = int64_t{1} << 50;
+
+// How long the plan's step is under the cost model (reporting: decides nothing afterwards).
+// A micro-batch of rank r in slot i costs micro_batch_cost + the sum of its sequences' costs, 0
+// when empty.
+struct StepStats {
+  int64_t step_sync_cost = 0;         // max over ranks of the sum over slots (Sync::kStep)
+  int64_t micro_batch_sync_cost = 0;  // sum over slots of the max over ranks (Sync::kMicroBatch)
+  // (total cost + micro_batch_cost x k_min x W) / W with k_min = ceil(aligned tokens / (W x cap)):
+  // every rank equally busy with the fewest micro-batches the cap allows (issue 20's measure).
+  double ideal = 0.0;
+  double efficiency = 0.0;  // ideal / the cost under the request's sync (1.0 when both are 0)
+  // No plan, under either sync, has a step below this: max(ceil((total cost + micro_batch_cost
+  // x the fewest micro-batches the cap allows) / W), micro_batch_cost + the largest sequence).
+  int64_t lower_bound = 0;
+  double lower_bound_efficiency = 0.0;  // ideal / lower_bound: the best efficiency possible
+};
+
 struct BalancedBatch {
   std::vector<RankBatch> ranks;   // world_size entries
   int64_t num_micro_batches = 0;  // the common k
   std::vector<int64_t> dropped;   // global indices dropped by OverlongPolicy::kDrop, ascending
+  StepStats step;
 };
 
-// Assigns the kept sequences to ranks with equal counts (differing by at most one when
-// n % world_size != 0) and balanced cost. With `group_ids` (one per sequence, any int64), the
-// members of a group stay on one rank, and no rank holds more than ceil(n / world_size) +
-// (largest group - 1) sequences. Each rank's micro-batches then follow `options` exactly as
-// Problem::Create + Partition(k) would, with k the largest of the ranks' local bounds.
+// Assigns the kept sequences to ranks and plans every rank's micro-batches with one common k:
+// ranks[r].plan.parts[i] is rank r's micro-batch in slot i (empty ones included).
+//
+// balance.sync == kStep (the default): equal counts per rank (differing by at most one when
+// n % world_size != 0) and balanced rank costs; each rank's micro-batches follow `options`
+// exactly as Problem::Create + Partition(k) would, with k the largest of the ranks' local
+// bounds — unless that k is above the k bound below (no group_ids): then the ranks take whole
+// first-fit-decreasing bins of the global batch, balanced by cost, and counts may differ.
+//
+// balance.sync == kMicroBatch: every rank's micro-batch in slot i costs nearly the same, so a
+// step whose ranks meet at every micro-batch is short; ranks may hold different numbers of
+// sequences. The slots are put in options.order by their costs (the largest over ranks) and
+// smallest global index: the same permutation on every rank.
+//
+// Under both: no micro-batch breaks the cap (the cap guarantee of Problem::Partition), and
+// without group_ids k <= ceil(FFD bins of the global batch / world_size), rounded up to
+// divisible_by (and at least min_micro_batches). With `group_ids` (one per sequence, any
+// int64) the members of a group stay on one rank (no rank holds more than ceil(n / world_size)
+// + (largest group - 1) sequences); k is then at least the largest rank's own bound.
 // Returns InvalidArgument for bad lengths/options (as Problem::Create), world_size < 1 or
-// above kMaxWorldSize, group_ids of the wrong size, or world_size x k above
-// options.max_micro_batches (checked before the micro-batches are allocated: every rank gets k
-// of them, empty ones included).
+// above kMaxWorldSize, group_ids of the wrong size, micro_batch_cost out of range or making a
+// step's cost overflow int64, or world_size x k above options.max_micro_batches (checked
+// before the micro-batches are allocated: every rank gets k of them, empty ones included).
 absl::StatusOr<BalancedBatch> BalanceBatch(absl::Span<const int64_t> lengths, int64_t world_size,
                                            const PlanOptions& options,
-                                           absl::Span<const int64_t> group_ids = {});
+                                           absl::Span<const int64_t> group_ids = {},
+                                           const BalanceOptions& balance = {});
 
 }  // namespace packsched::planner
 

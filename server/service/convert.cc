@@ -582,9 +582,25 @@ absl::Status RunBalanceBatch(const v1::BalanceBatchRequest& request, const Servi
         " = ", limits.max_micro_batches));
   }
   const std::vector<int64_t> group_ids(request.group_ids().begin(), request.group_ids().end());
-  ASSIGN_OR_RETURN(planner::BalancedBatch batch,
-                   planner::BalanceBatch(input.lengths, world_size, input.options, group_ids));
+  planner::BalanceOptions balance;
+  if (!v1::Sync_IsValid(request.sync())) {
+    return NotKnown("sync", request.sync(), v1::Sync_descriptor());
+  }
+  if (request.sync() != v1::SYNC_UNSPECIFIED) {
+    balance.sync = static_cast<planner::Sync>(request.sync() - 1);
+  }
+  balance.micro_batch_cost = request.micro_batch_cost();
+  ASSIGN_OR_RETURN(
+      planner::BalancedBatch batch,
+      planner::BalanceBatch(input.lengths, world_size, input.options, group_ids, balance));
   response->set_num_micro_batches(batch.num_micro_batches);
+  v1::StepStats* step = response->mutable_step();
+  step->set_step_sync_cost(batch.step.step_sync_cost);
+  step->set_micro_batch_sync_cost(batch.step.micro_batch_sync_cost);
+  step->set_ideal(batch.step.ideal);
+  step->set_efficiency(batch.step.efficiency);
+  step->set_lower_bound(batch.step.lower_bound);
+  step->set_lower_bound_efficiency(batch.step.lower_bound_efficiency);
   response->mutable_dropped()->Assign(batch.dropped.begin(), batch.dropped.end());
   v1::GlobalCounts* global = response->mutable_global();
 #define PACKSCHED_BATCH_Kept(name)                                                                 \

@@ -220,6 +220,17 @@ TEST(ServerE2E, PartitionAndBalanceBatch) {
     EXPECT_EQ(rank.indices.size(), 128u);
     EXPECT_EQ(static_cast<int64_t>(rank.plan.plan.parts.size()), balanced->num_micro_batches);
   }
+
+  // sync = micro_batch: the sidecar's step is the planner's.
+  balance.balance = planner::BalanceOptions{planner::Sync::kMicroBatch, 1000};
+  const absl::StatusOr<client::BalancedPlan> slots = client->BalanceBatch(balance);
+  ASSERT_TRUE(slots.ok()) << slots.status();
+  const absl::StatusOr<planner::BalancedBatch> local = planner::BalanceBatch(
+      balance.lengths, balance.world_size, balance.options, {}, balance.balance);
+  ASSERT_TRUE(local.ok()) << local.status();
+  EXPECT_EQ(slots->num_micro_batches, local->num_micro_batches);
+  EXPECT_EQ(slots->step.micro_batch_sync_cost, local->step.micro_batch_sync_cost);
+  EXPECT_EQ(slots->step.lower_bound, local->step.lower_bound);
 }
 
 TEST(ServerE2E, BearerToken) {

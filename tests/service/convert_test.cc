@@ -11,6 +11,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "server/planner/planner.h"
 
 namespace packsched::service {
 namespace {
@@ -318,6 +319,34 @@ TEST(BalanceBatch, RejectsEqualSize) {
   const absl::Status status = RunBalanceBatch(request, {}, &response);
   EXPECT_EQ(status.code(), kInvalid);
   EXPECT_THAT(std::string(status.message()), HasSubstr("options.equal_size"));
+}
+
+TEST(BalanceBatch, SyncAndMicroBatchCostReachThePlanner) {
+  v1::BalanceBatchRequest request;
+  for (int64_t length : {50, 60, 70, 80, 10, 20, 30, 40}) request.add_lengths(length);
+  request.mutable_options()->set_max_token_len(100);
+  request.set_world_size(2);
+  request.set_sync(v1::SYNC_MICRO_BATCH);
+  request.set_micro_batch_cost(7);
+  v1::BalanceBatchResponse response;
+  ASSERT_TRUE(RunBalanceBatch(request, {}, &response).ok());
+  planner::PlanOptions o;
+  o.max_token_len = 100;
+  const absl::StatusOr<planner::BalancedBatch> direct = planner::BalanceBatch(
+      {50, 60, 70, 80, 10, 20, 30, 40}, 2, o, {}, {planner::Sync::kMicroBatch, 7});
+  ASSERT_TRUE(direct.ok());
+  EXPECT_EQ(response.step().micro_batch_sync_cost(), direct->step.micro_batch_sync_cost);
+  EXPECT_EQ(response.step().step_sync_cost(), direct->step.step_sync_cost);
+  EXPECT_EQ(response.step().lower_bound(), direct->step.lower_bound);
+  EXPECT_DOUBLE_EQ(response.step().efficiency(), direct->step.efficiency);
+  request.set_sync(static_cast<v1::Sync>(9));
+  const absl::Status bad = RunBalanceBatch(request, {}, &response);
+  EXPECT_EQ(bad.code(), kInvalid);
+  EXPECT_THAT(std::string(bad.message()), HasSubstr("sync"));
+  request.set_sync(v1::SYNC_STEP);
+  request.set_micro_batch_cost(-1);
+  EXPECT_THAT(std::string(RunBalanceBatch(request, {}, &response).message()),
+              HasSubstr("micro_batch_cost = -1"));
 }
 
 TEST(BalanceBatch, RejectsBadWorldSizesAndGroups) {

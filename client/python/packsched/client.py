@@ -21,6 +21,7 @@ naming the target and the time waited.
 """
 
 import inspect
+from dataclasses import fields as dataclass_fields
 import ipaddress
 import time
 
@@ -29,7 +30,7 @@ from google.protobuf import json_format
 
 from ._options import CHOICES, PLAN_DEFAULTS, SCHEMA, WEIGHT_PAIR, check_world_size, split_options
 from .plan import MicroBatchMeta, Plan, PlanStats
-from .planner import Balanced, RankPlan
+from .planner import SYNCS, Balanced, RankPlan, StepStats
 from .v1 import scheduler_pb2, scheduler_pb2_grpc
 
 __all__ = ["SchedulerClient", "SchedulerError"]
@@ -137,13 +138,29 @@ class SchedulerClient:
             )
         return _to_plan(self._call(self._stub.Partition, request))
 
-    def balance_batch(self, seq_lens, world_size, max_token_len, *, group_ids=None, **options):
-        """Coordinator mode: the whole global batch over ``world_size`` DP ranks. -> Balanced"""
+    def balance_batch(
+        self,
+        seq_lens,
+        world_size,
+        max_token_len,
+        *,
+        group_ids=None,
+        sync="step",
+        micro_batch_cost=0,
+        **options,
+    ):
+        """Coordinator mode: the whole global batch over ``world_size`` DP ranks; ``sync`` and
+        ``micro_batch_cost`` as in ``packsched.planner.balance``. -> Balanced"""
+        if sync not in SYNCS:
+            raise ValueError(f"sync = {sync!r}: must be one of {', '.join(SYNCS)}")
         plan_options, loss = split_options(
             max_token_len, options, where="balance_batch", cap_required=True, sidecar=True
         )
         request = scheduler_pb2.BalanceBatchRequest(
-            lengths=_ints(seq_lens), world_size=int(world_size)
+            lengths=_ints(seq_lens),
+            world_size=int(world_size),
+            sync=SYNCS.index(sync) + 1,
+            micro_batch_cost=int(micro_batch_cost),
         )
         if group_ids is not None:
             request.group_ids.extend(_ints(group_ids))
@@ -151,7 +168,10 @@ class SchedulerClient:
         _fill_loss(request, loss)
         response = self._call(self._stub.BalanceBatch, request)
         ranks = [RankPlan(list(r.indices), r.cost, _to_plan(r.plan)) for r in response.ranks]
-        return Balanced(ranks, response.num_micro_batches, list(response.dropped))
+        step = StepStats(
+            **{f.name: getattr(response.step, f.name) for f in dataclass_fields(StepStats)}
+        )
+        return Balanced(ranks, response.num_micro_batches, list(response.dropped), step)
 
     def status(self):
         """The sidecar's rank, world size, group readiness, backend, streams and counters, as a

@@ -18,9 +18,22 @@ import numpy as np
 
 from . import _planner
 from ._options import check_world_size, split_options
+from .model_cost import model_fields
 from .plan import Plan
 
-__all__ = ["plan_local", "local_bound", "partition", "balance", "Bound", "RankPlan", "Balanced"]
+__all__ = [
+    "plan_local",
+    "local_bound",
+    "partition",
+    "balance",
+    "Bound",
+    "RankPlan",
+    "Balanced",
+    "StepStats",
+    "SYNCS",
+]
+
+SYNCS = ("step", "micro_batch")
 
 
 @dataclass(frozen=True)
@@ -50,10 +63,27 @@ class RankPlan:
 
 
 @dataclass(frozen=True)
+class StepStats:
+    """The step of a balanced batch (docs/design.md §2): a micro-batch costs ``micro_batch_cost``
+    plus its sequences' costs (0 when empty); ``step_sync_cost`` = max over ranks of their sums,
+    ``micro_batch_sync_cost`` = sum over slots of the max over ranks; ``ideal`` = (total cost +
+    micro_batch_cost x k_min x W) / W; ``efficiency`` = ideal / the cost under the call's sync;
+    ``lower_bound``: no plan's step is shorter; ``lower_bound_efficiency`` = ideal / lower_bound."""
+
+    step_sync_cost: int
+    micro_batch_sync_cost: int
+    ideal: float
+    efficiency: float
+    lower_bound: int
+    lower_bound_efficiency: float
+
+
+@dataclass(frozen=True)
 class Balanced:
     ranks: list  # RankPlan per DP rank
     num_micro_batches: int  # the common k
     dropped: list  # global indices dropped (overlong="drop")
+    step: StepStats = None
 
 
 def _lengths(seq_lens):
@@ -128,18 +158,40 @@ def partition(seq_lens, k, max_token_len=None, *, global_counts=None, world_size
     return Plan.from_raw(raw, cap=max_token_len, global_counts=counts)
 
 
-def balance(seq_lens, world_size, max_token_len, *, group_ids=None, **options):
-    """Coordinator mode: balances the whole global batch over ``world_size`` DP ranks (equal counts
-    within one; members of a ``group_ids`` group stay on one rank), then plans each rank's
-    micro-batches with one common k. -> Balanced"""
+def balance(
+    seq_lens,
+    world_size,
+    max_token_len,
+    *,
+    group_ids=None,
+    sync="step",
+    micro_batch_cost=0,
+    model_config=None,
+    **options,
+):
+    """Coordinator mode: balances the whole global batch over ``world_size`` DP ranks (members of
+    a ``group_ids`` group stay on one rank), then plans each rank's micro-batches with one common
+    k: ``ranks[r].plan.micro_batches[i]`` is rank r's micro-batch in slot i.
+    ``sync="step"``: equal counts, balanced rank totals (ranks meet once per step);
+    ``sync="micro_batch"``: every slot balanced over the ranks (ranks meet at every micro-batch:
+    FSDP/ZeRO-3, pipeline or context parallelism), counts may differ. ``micro_batch_cost``: a
+    fixed cost per non-empty micro-batch. ``model_config``: a Hugging Face style config (a dict
+    or the path of a config.json): the cost becomes the model's FLOPs (attention weights and
+    ``micro_batch_cost``, see ``packsched.model_cost``), whatever the cost options say.
+    -> Balanced"""
+    if sync not in SYNCS:
+        raise ValueError(f"sync = {sync!r}: must be one of {', '.join(SYNCS)}")
     lengths = _lengths(seq_lens)
+    ints, strings = (None, {}) if model_config is None else model_fields(model_config)
     plan_options, loss = split_options(max_token_len, options, where="balance", cap_required=True)
     if loss["loss_tokens"] is not None:
         raise ValueError("balance: loss weights are computed per rank (plan each rank's share)")
     groups = [] if group_ids is None else _lengths(group_ids).tolist()
-    raw = _planner.balance(lengths, int(world_size), plan_options, groups)
+    raw = _planner.balance(
+        lengths, int(world_size), plan_options, groups, sync, int(micro_batch_cost), ints, strings
+    )
     ranks = [
         RankPlan(r["indices"], r["cost"], Plan.from_raw(r["plan"], cap=max_token_len))
         for r in raw["ranks"]
     ]
-    return Balanced(ranks, raw["num_micro_batches"], raw["dropped"])
+    return Balanced(ranks, raw["num_micro_batches"], raw["dropped"], StepStats(**raw["step"]))

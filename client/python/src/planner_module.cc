@@ -9,6 +9,8 @@
 #include <pybind11/stl.h>
 
 #include <cstdint>
+#include <map>
+#include <optional>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -17,6 +19,7 @@
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "server/planner/loss_weights.h"
+#include "server/planner/model_cost.h"
 #include "server/planner/options.h"
 #include "server/planner/planner.h"
 #include "server/planner/schema.h"
@@ -347,12 +350,42 @@ PYBIND11_MODULE(_planner, m) {
       py::arg("lengths"), py::arg("options"), py::arg("loss_tokens") = py::none());
 
   m.def(
+      "model_cost",
+      [](const std::map<std::string, int64_t>& ints,
+         const std::map<std::string, std::string>& strings, int64_t max_batch_tokens,
+         int64_t longest, int64_t overhead_tokens) {
+        const absl::flat_hash_map<std::string, int64_t> i(ints.begin(), ints.end());
+        const absl::flat_hash_map<std::string, std::string> s(strings.begin(), strings.end());
+        const ModelConfig config = Value(ModelConfigFromFields(i, s));
+        const ModelCost c = Value(CostOfModel(config, max_batch_tokens, longest, overhead_tokens));
+        return py::make_tuple(c.linear, c.quadratic, c.micro_batch, c.shift);
+      },
+      "(linear, quadratic, micro_batch, shift) of a model's config.json fields "
+      "(server/planner/model_cost.h)",
+      py::arg("ints"), py::arg("strings"), py::arg("max_batch_tokens"), py::arg("longest"),
+      py::arg("overhead_tokens") = 2048);
+
+  m.def(
       "balance",
       [](const Lengths& lengths, int64_t world_size, const py::dict& options,
-         const std::vector<int64_t>& group_ids) {
-        const PlanOptions o = ToPlanOptions(options);
+         const std::vector<int64_t>& group_ids, const std::string& sync, int64_t micro_batch_cost,
+         const std::optional<std::map<std::string, int64_t>>& model_ints,
+         const std::map<std::string, std::string>& model_strings) {
+        PlanOptions o = ToPlanOptions(options);
+        BalanceOptions balance{Value(ParseSync(sync)), micro_batch_cost};
+        if (model_ints) {
+          // The cost from the model (server/planner/model_cost.h) for this batch.
+          const absl::flat_hash_map<std::string, int64_t> i(model_ints->begin(), model_ints->end());
+          const absl::flat_hash_map<std::string, std::string> s(model_strings.begin(),
+                                                                model_strings.end());
+          const ModelConfig config = Value(ModelConfigFromFields(i, s));
+          const ModelCost c = Value(CostOfModelForBatch(config, Span(lengths), o.align_to));
+          o.cost = CostModel::kAttention;
+          o.attention = AttentionCost{c.linear, c.quadratic};
+          balance.micro_batch_cost = c.micro_batch;
+        }
         BalancedBatch b = WithoutGil(
-            [&] { return Value(BalanceBatch(Span(lengths), world_size, o, group_ids)); });
+            [&] { return Value(BalanceBatch(Span(lengths), world_size, o, group_ids, balance)); });
         py::list ranks;
         for (const RankBatch& rank : b.ranks) {
           py::dict r;
@@ -365,9 +398,19 @@ PYBIND11_MODULE(_planner, m) {
         d["ranks"] = ranks;
         d["num_micro_batches"] = b.num_micro_batches;
         d["dropped"] = b.dropped;
+        py::dict step;
+        step["step_sync_cost"] = b.step.step_sync_cost;
+        step["micro_batch_sync_cost"] = b.step.micro_batch_sync_cost;
+        step["ideal"] = b.step.ideal;
+        step["efficiency"] = b.step.efficiency;
+        step["lower_bound"] = b.step.lower_bound;
+        step["lower_bound_efficiency"] = b.step.lower_bound_efficiency;
+        d["step"] = step;
         return d;
       },
-      py::arg("lengths"), py::arg("world_size"), py::arg("options"), py::arg("group_ids"));
+      py::arg("lengths"), py::arg("world_size"), py::arg("options"), py::arg("group_ids"),
+      py::arg("sync") = "step", py::arg("micro_batch_cost") = 0, py::arg("model_ints") = py::none(),
+      py::arg("model_strings") = std::map<std::string, std::string>());
 }
 
 }  // namespace

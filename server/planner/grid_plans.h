@@ -1,0 +1,40 @@
+#ifndef PACKSCHED_SERVER_PLANNER_GRID_PLANS_H_
+#define PACKSCHED_SERVER_PLANNER_GRID_PLANS_H_
+
+// Internal to the planner: a coordinator-mode slot grid as the public per-rank plans, and the
+// step a batch of plans takes (docs/design.md §2, "Coordinator mode's sync").
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "server/planner/options.h"
+#include "server/planner/planner.h"
+#include "server/planner/prepared.h"
+#include "server/planner/slot_grid.h"
+
+namespace packsched::planner::internal {
+
+// The fewest micro-batches any plan of `v` needs in all: the cap's and the count limit's bound
+// over the items planned normally, plus one per isolated item.
+int64_t FewestCells(const Validated& v);
+
+// The plans of a grid over `items` (positions into v.items then v.isolated of the global batch
+// `lengths`): rank r's micro-batch in slot i is the grid's cell (r, i), each rank's plan made as
+// Problem makes one (Assemble over the rank's own validated lengths), the slots put in
+// options.order by their costliest cell, then smallest global index, on every rank alike.
+// Errors only as Validate would for the rank's lengths (never, for a grid of validated items).
+absl::StatusOr<std::vector<RankBatch>> RanksOfGrid(const Grid& grid,
+                                                   absl::Span<const SlotItem> items,
+                                                   absl::Span<const int64_t> lengths,
+                                                   const PlanOptions& options);
+
+// The step of `out` (StepStats), from its parts as laid out slot by slot, `v` being the global
+// batch validated. REQUIRES: the costs of all micro-batches, alpha included, fit in int64.
+StepStats StepOf(const BalancedBatch& out, const Validated& v, int64_t world_size,
+                 const BalanceOptions& balance);
+
+}  // namespace packsched::planner::internal
+
+#endif  // PACKSCHED_SERVER_PLANNER_GRID_PLANS_H_

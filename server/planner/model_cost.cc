@@ -1,0 +1,192 @@
+#include "server/planner/model_cost.h"
+
+#include <algorithm>
+#include <initializer_list>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "server/planner/options.h"
+#include "server/planner/planner.h"
+
+namespace packsched::planner {
+namespace {
+
+using U128 = unsigned __int128;
+constexpr U128 kSaturated = ~U128{0} >> 1;
+constexpr int64_t kMaxField = int64_t{1} << 24;
+constexpr int64_t kMaxOverheadTokens = int64_t{1} << 18;
+
+// Saturating products and sums: a FLOP count too large to matter stays too large.
+U128 Mul(U128 a, U128 b) { return a != 0 && b > kSaturated / a ? kSaturated : a * b; }
+U128 Mul(std::initializer_list<U128> factors) {
+  U128 out = 1;
+  for (U128 f : factors) out = Mul(out, f);
+  return out;
+}
+U128 Add(U128 a, U128 b) { return a + b > kSaturated ? kSaturated : a + b; }
+
+int64_t Get(const absl::flat_hash_map<std::string, int64_t>& ints, const std::string& key,
+            int64_t fallback = 0) {
+  auto it = ints.find(key);
+  return it == ints.end() ? fallback : it->second;
+}
+
+// x / 2^shift, rounded to nearest; at least 1 when x > 0.
+U128 Scaled(U128 x, int shift) {
+  if (shift == 0) return x;
+  const U128 out = (x + (U128{1} << (shift - 1))) >> shift;
+  return out == 0 && x > 0 ? 1 : out;
+}
+
+}  // namespace
+
+absl::StatusOr<ModelConfig> ModelConfigFromFields(
+    const absl::flat_hash_map<std::string, int64_t>& ints,
+    const absl::flat_hash_map<std::string, std::string>& strings) {
+  ModelConfig m;
+  for (const auto& [key, member] : {std::pair<const char*, int64_t*>{"hidden_size", &m.hidden_size},
+                                    {"num_hidden_layers", &m.num_layers},
+                                    {"num_attention_heads", &m.num_heads},
+                                    {"intermediate_size", &m.intermediate_size},
+                                    {"vocab_size", &m.vocab_size}}) {
+    *member = Get(ints, key);
+    if (*member < 1) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "model config: ", key, ints.contains(key) ? absl::StrCat(" = ", *member) : " is missing",
+          ": must be a positive integer"));
+    }
+  }
+  m.num_kv_heads = Get(ints, "num_key_value_heads");
+  m.head_dim = Get(ints, "head_dim");
+  m.experts_per_token = Get(ints, "num_experts_per_tok");
+  m.moe_intermediate_size = Get(ints, "moe_intermediate_size", m.intermediate_size);
+  m.shared_experts = Get(ints, "n_shared_experts");
+  if (const int64_t shared = Get(ints, "shared_expert_intermediate_size");
+      shared > 0 && m.moe_intermediate_size > 0) {
+    m.shared_experts = std::max<int64_t>(1, shared / m.moe_intermediate_size);
+  }
+  m.num_experts =
+      Get(ints, "n_routed_experts", Get(ints, "num_experts", Get(ints, "num_local_experts")));
+  m.first_dense_layers = Get(ints, "first_k_dense_replace");
+  m.q_lora_rank = Get(ints, "q_lora_rank");
+  m.kv_lora_rank = Get(ints, "kv_lora_rank");
+  m.qk_nope_head_dim = Get(ints, "qk_nope_head_dim");
+  m.qk_rope_head_dim = Get(ints, "qk_rope_head_dim");
+  m.v_head_dim = Get(ints, "v_head_dim");
+  if (auto it = strings.find("model_type"); it != strings.end()) {
+    for (const char* ungated :
+         {"gpt2", "gpt_neox", "opt", "bloom", "falcon", "phi", "starcoder2"}) {
+      if (it->second == ungated) m.gated_mlp = false;
+    }
+  }
+  return m;
+}
+
+absl::StatusOr<ModelCost> CostOfModel(const ModelConfig& config, int64_t max_batch_tokens,
+                                      int64_t longest, int64_t overhead_tokens) {
+  const ModelConfig& m = config;
+  for (const auto& [name, value] : {std::pair<const char*, int64_t>{"hidden_size", m.hidden_size},
+                                    {"num_layers", m.num_layers},
+                                    {"num_heads", m.num_heads},
+                                    {"num_kv_heads", m.num_kv_heads},
+                                    {"head_dim", m.head_dim},
+                                    {"intermediate_size", m.intermediate_size},
+                                    {"vocab_size", m.vocab_size},
+                                    {"experts_per_token", m.experts_per_token},
+                                    {"moe_intermediate_size", m.moe_intermediate_size},
+                                    {"shared_experts", m.shared_experts},
+                                    {"num_experts", m.num_experts},
+                                    {"first_dense_layers", m.first_dense_layers},
+                                    {"q_lora_rank", m.q_lora_rank},
+                                    {"kv_lora_rank", m.kv_lora_rank},
+                                    {"qk_nope_head_dim", m.qk_nope_head_dim},
+                                    {"qk_rope_head_dim", m.qk_rope_head_dim},
+                                    {"v_head_dim", m.v_head_dim}}) {
+    if (value < 0 || value > kMaxField) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("model config: ", name, " = ", value, ": must be in [0, ", kMaxField, "]"));
+    }
+  }
+  if (m.hidden_size < 1 || m.num_layers < 1 || m.num_heads < 1) {
+    return absl::InvalidArgumentError(
+        "model config: hidden_size, num_layers and num_heads must be >= 1");
+  }
+  if (max_batch_tokens < 1 || longest < 1 || overhead_tokens < 0 ||
+      overhead_tokens > kMaxOverheadTokens) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "model cost: max_batch_tokens = ", max_batch_tokens, " and longest = ", longest,
+        " must be >= 1, overhead_tokens = ", overhead_tokens, " in [0, ", kMaxOverheadTokens, "]"));
+  }
+  const U128 h = m.hidden_size;
+  const U128 heads = m.num_heads;
+  const U128 kv = m.num_kv_heads > 0 ? m.num_kv_heads : m.num_heads;
+  const U128 d = m.head_dim > 0 ? m.head_dim : std::max<int64_t>(1, m.hidden_size / m.num_heads);
+  // Attention: parameters a token passes through, and the per-head dims of the scores.
+  U128 attention = 0, qk_dim = d, v_dim = d;
+  if (m.kv_lora_rank > 0) {
+    const U128 nope = m.qk_nope_head_dim, rope = m.qk_rope_head_dim;
+    const U128 v = m.v_head_dim > 0 ? m.v_head_dim : d;
+    qk_dim = nope + rope;
+    v_dim = v;
+    const U128 q = m.q_lora_rank > 0
+                       ? Add(Mul(h, m.q_lora_rank), Mul({U128(m.q_lora_rank), heads, qk_dim}))
+                       : Mul({h, heads, qk_dim});
+    const U128 kv_proj =
+        Add(Mul(h, U128(m.kv_lora_rank) + rope), Mul({U128(m.kv_lora_rank), heads, nope + v}));
+    attention = Add(Add(q, kv_proj), Mul({heads, v, h}));
+  } else {
+    attention = Add(Mul({U128(2), h, heads, d}), Mul({U128(2), h, kv, d}));
+  }
+  const U128 mats = m.gated_mlp ? 3 : 2;
+  const U128 dense_mlp = Mul({mats, h, U128(m.intermediate_size)});
+  const bool moe = m.experts_per_token > 0;
+  const U128 moe_mlp = Add(Mul({mats, h, U128(m.moe_intermediate_size),
+                                U128(m.experts_per_token) + U128(m.shared_experts)}),
+                           Mul(h, m.num_experts));
+  const int64_t dense_layers = moe ? std::min(m.first_dense_layers, m.num_layers) : m.num_layers;
+  const int64_t moe_layers = m.num_layers - dense_layers;
+  U128 params = Mul(h, m.vocab_size);
+  params = Add(params, Mul(Add(attention, dense_mlp), dense_layers));
+  params = Add(params, Mul(Add(attention, moe_mlp), moe_layers));
+  const U128 linear = Mul(6, params);
+  const U128 quadratic = Mul({U128(3), U128(m.num_layers), heads, qk_dim + v_dim});
+
+  // The least shift that keeps every weight and the largest batch's cost in range.
+  const U128 tokens = max_batch_tokens;
+  const U128 seq = std::min(longest, max_batch_tokens);
+  for (int shift = 0; shift < 127; ++shift) {
+    const U128 a = Scaled(linear, shift), b = Scaled(quadratic, shift);
+    const U128 c = Mul(a, overhead_tokens);
+    if (a > static_cast<U128>(kMaxAttentionWeight) || b > static_cast<U128>(kMaxAttentionWeight) ||
+        c > static_cast<U128>(kMaxMicroBatchCost)) {
+      continue;
+    }
+    const U128 batch = Add(Add(Mul(a, tokens), Mul({b, tokens, seq})), Mul(c, tokens));
+    if (batch > (U128{1} << 62)) continue;
+    return ModelCost{static_cast<int64_t>(a), static_cast<int64_t>(b), static_cast<int64_t>(c),
+                     shift};
+  }
+  return absl::InvalidArgumentError("model cost: no scale fits the batch in int64");
+}
+
+absl::StatusOr<ModelCost> CostOfModelForBatch(const ModelConfig& config,
+                                              absl::Span<const int64_t> lengths, int64_t align_to,
+                                              int64_t overhead_tokens) {
+  if (align_to < 1 || align_to > kMaxAlign) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("align_to = ", align_to, ": must be in [1, ", kMaxAlign, "]"));
+  }
+  int64_t total = 0, longest = 1;
+  for (int64_t length : lengths) {
+    if (length < 1 || length > kMaxLength) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("length ", length, ": must be in [1, ", kMaxLength, "]"));
+    }
+    const int64_t aligned = (length + align_to - 1) / align_to * align_to;
+    total = std::min(total + aligned, int64_t{1} << 62);  // both below 2^62: no overflow
+    longest = std::max(longest, aligned);
+  }
+  return CostOfModel(config, std::max<int64_t>(total, 1), longest, overhead_tokens);
+}
+
+}  // namespace packsched::planner

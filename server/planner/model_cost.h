@@ -1,0 +1,85 @@
+#ifndef PACKSCHED_SERVER_PLANNER_MODEL_COST_H_
+#define PACKSCHED_SERVER_PLANNER_MODEL_COST_H_
+
+// The attention cost model's weights from a model description (issue 20; docs/design.md §2,
+// "Cost from the model"): forward + backward FLOPs of one sequence of L tokens are
+//   linear * L + quadratic * L^2, plus micro_batch per micro-batch,
+// with (2 FLOPs a multiply-add, backward = 2 x forward, so 3 x the forward in all)
+//   linear    = 6 x (active parameters a token passes through: per layer the attention
+//               projections and the MLP or the routed + shared experts it uses, plus the LM head)
+//   quadratic = 3 x layers x heads x (qk head dim + v head dim)   (causal: L^2 / 2 scores,
+//               2 FLOPs each, for QK^T and for AV)
+//   micro_batch = linear x overhead_tokens (a fixed per-micro-batch cost worth that many tokens:
+//               FSDP's parameter gather, launch overheads; 2,048 by default)
+// then scaled down by one power of two so that each weight is at most kMaxAttentionWeight and
+// `max_batch_tokens` tokens (in sequences of at most `longest` tokens, one micro-batch each) cost
+// at most 2^62 in all. The ratios, which are all balancing uses, survive the scaling.
+
+#include <cstdint>
+#include <string>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+
+namespace packsched::planner {
+
+struct ModelConfig {
+  int64_t hidden_size = 0;
+  int64_t num_layers = 0;
+  int64_t num_heads = 0;
+  int64_t num_kv_heads = 0;  // 0 = num_heads (GQA / MQA when fewer)
+  int64_t head_dim = 0;      // 0 = hidden_size / num_heads
+  int64_t intermediate_size = 0;
+  int64_t vocab_size = 0;
+  bool gated_mlp = true;  // SwiGLU-style: three matrices, else two
+  // Mixture of experts: experts a token uses (0 = dense), their MLP size, shared experts, and
+  // the first layers that stay dense.
+  int64_t experts_per_token = 0;
+  int64_t moe_intermediate_size = 0;
+  int64_t shared_experts = 0;
+  int64_t num_experts = 0;  // the router's width
+  int64_t first_dense_layers = 0;
+  // Multi-head latent attention (kv_lora_rank > 0): ranks and head dims.
+  int64_t q_lora_rank = 0;
+  int64_t kv_lora_rank = 0;
+  int64_t qk_nope_head_dim = 0;
+  int64_t qk_rope_head_dim = 0;
+  int64_t v_head_dim = 0;
+};
+
+struct ModelCost {
+  int64_t linear = 0;
+  int64_t quadratic = 0;
+  int64_t micro_batch = 0;
+  int shift = 0;  // the FLOPs are these x 2^shift
+};
+
+// A ModelConfig from the top-level fields of a Hugging Face config.json: its integers
+// (hidden_size, num_hidden_layers, num_attention_heads, num_key_value_heads, head_dim,
+// intermediate_size, vocab_size, num_experts_per_tok, moe_intermediate_size, n_shared_experts /
+// shared_expert_intermediate_size, n_routed_experts / num_experts / num_local_experts,
+// first_k_dense_replace, q_lora_rank, kv_lora_rank, qk_nope_head_dim, qk_rope_head_dim,
+// v_head_dim) and its strings (model_type: gpt2, gpt_neox, opt, bloom, falcon, phi and
+// starcoder2 have an ungated MLP). InvalidArgument naming a missing or non-positive required
+// field (hidden_size, num_hidden_layers, num_attention_heads, intermediate_size, vocab_size).
+absl::StatusOr<ModelConfig> ModelConfigFromFields(
+    const absl::flat_hash_map<std::string, int64_t>& ints,
+    const absl::flat_hash_map<std::string, std::string>& strings);
+
+// The weights for `config` (see the top of this file). InvalidArgument for a field out of range
+// (negative, or sizes whose FLOPs pass 2^100), max_batch_tokens < 1, longest < 1 or
+// overhead_tokens < 0.
+absl::StatusOr<ModelCost> CostOfModel(const ModelConfig& config, int64_t max_batch_tokens,
+                                      int64_t longest, int64_t overhead_tokens = 2048);
+
+// CostOfModel for a batch of `lengths` (each rounded up to align_to; InvalidArgument for a
+// length < 1 or align_to < 1): the largest batch is this one. What `packsched plan
+// --model_config` and packsched.planner.balance(model_config=) use.
+absl::StatusOr<ModelCost> CostOfModelForBatch(const ModelConfig& config,
+                                              absl::Span<const int64_t> lengths, int64_t align_to,
+                                              int64_t overhead_tokens = 2048);
+
+}  // namespace packsched::planner
+
+#endif  // PACKSCHED_SERVER_PLANNER_MODEL_COST_H_

@@ -1,0 +1,95 @@
+// `packsched plan --world_size`: coordinator mode through RunPlan, its JSON, its refusals, and
+// --model_config's reader.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "server/cli/json_output.h"
+#include "server/cli/plan_command.h"
+#include "server/cli/read_model_config.h"
+#include "server/cli/table_output.h"
+#include "server/planner/planner.h"
+
+namespace packsched::cli {
+namespace {
+
+using ::testing::HasSubstr;
+
+const std::vector<int64_t> kLengths = {3000, 8000, 2000, 5000, 1000, 7000, 9000, 500};
+
+TEST(CoordinatorTest, WorldSizeGoesToBalanceBatchWithItsSync) {
+  for (planner::Sync sync : {planner::Sync::kStep, planner::Sync::kMicroBatch}) {
+    PlanRequest request;
+    request.options.max_token_len = 10240;
+    request.world_size = 2;
+    request.balance.sync = sync;
+    request.balance.micro_batch_cost = 100;
+    absl::StatusOr<PlanRun> run = RunPlan(kLengths, request);
+    ASSERT_TRUE(run.ok()) << run.status();
+    EXPECT_STREQ(run->mode, "coordinator");
+    ASSERT_TRUE(run->batch.has_value());
+    // The same as the planner called directly.
+    const absl::StatusOr<planner::BalancedBatch> direct =
+        planner::BalanceBatch(kLengths, 2, request.options, {}, request.balance);
+    ASSERT_TRUE(direct.ok());
+    EXPECT_EQ(run->batch->num_micro_batches, direct->num_micro_batches);
+    EXPECT_EQ(run->batch->step.micro_batch_sync_cost, direct->step.micro_batch_sync_cost);
+    const std::string json = PlanJson(*run);
+    EXPECT_THAT(json, HasSubstr("\"ranks\":[{\"indices\":"));
+    EXPECT_THAT(json, HasSubstr("\"micro_batch_sync_cost\":"));
+    EXPECT_THAT(json, HasSubstr(absl::StrCat("\"sync\":\"", planner::Name(sync), "\"")));
+    EXPECT_THAT(PlanTable(*run), HasSubstr("lower bound"));
+  }
+}
+
+TEST(CoordinatorTest, Refusals) {
+  PlanRequest request;
+  request.options.max_token_len = 10240;
+  request.balance.sync = planner::Sync::kMicroBatch;
+  EXPECT_THAT(CheckRequest(request).message(), HasSubstr("coordinator mode"));
+  request.world_size = 2;
+  request.num_parts = 3;
+  EXPECT_THAT(CheckRequest(request).message(), HasSubstr("--num_parts"));
+  request.num_parts = 0;
+  request.world_size = -1;
+  EXPECT_FALSE(CheckRequest(request).ok());
+}
+
+TEST(CoordinatorTest, ModelConfigSetsTheCost) {
+  absl::StatusOr<ModelFields> fields = ParseModelConfig(
+      R"({"architectures": ["LlamaForCausalLM"], "hidden_size": 2048, "rope_scaling": {"type":
+      "linear", "factor": 2.0}, "intermediate_size": 5632, "model_type": "llama",
+      "num_attention_heads": 32, "num_hidden_layers": 22, "num_key_value_heads": 4,
+      "rms_norm_eps": 1e-05, "tie_word_embeddings": false, "vocab_size": 32000, "name": "a\"b"})",
+      "config.json");
+  ASSERT_TRUE(fields.ok()) << fields.status();
+  EXPECT_EQ(fields->ints.at("hidden_size"), 2048);
+  EXPECT_EQ(fields->strings.at("model_type"), "llama");
+  EXPECT_EQ(fields->strings.at("name"), "a\"b");
+  EXPECT_FALSE(fields->ints.contains("rms_norm_eps"));
+  EXPECT_FALSE(fields->ints.contains("factor"));  // nested: skipped
+  PlanRequest request;
+  request.options.max_token_len = 10240;
+  request.world_size = 2;
+  request.model = *fields;
+  absl::StatusOr<PlanRun> run = RunPlan(kLengths, request);
+  ASSERT_TRUE(run.ok()) << run.status();
+  EXPECT_EQ(run->request.options.cost, planner::CostModel::kAttention);
+  EXPECT_GT(run->request.options.attention.quadratic, 0);
+  EXPECT_EQ(run->request.balance.micro_batch_cost, run->request.options.attention.linear * 2048);
+
+  for (const char* bad : {"[1, 2]", "{\"a\": }", "{\"a\": 1", "{\"a\": 1} x", "{\"a\": tru}"}) {
+    absl::StatusOr<ModelFields> f = ParseModelConfig(bad, "bad.json");
+    EXPECT_FALSE(f.ok()) << bad;
+    if (!f.ok()) {
+      EXPECT_THAT(f.status().message(), HasSubstr("bad.json"));
+    }
+  }
+}
+
+}  // namespace
+}  // namespace packsched::cli

@@ -1,0 +1,132 @@
+// The attention cost's weights from a model: checked against FLOPs counted here in float64
+// from the formula's parts (docs/design.md §2, "Cost from the model").
+
+#include "server/planner/model_cost.h"
+
+#include <cmath>
+#include <cstdint>
+#include <string>
+
+#include "gtest/gtest.h"
+#include "server/planner/options.h"
+#include "server/planner/planner.h"
+
+namespace packsched::planner {
+namespace {
+
+ModelConfig Llama7b() {
+  ModelConfig m;
+  m.hidden_size = 4096;
+  m.num_layers = 32;
+  m.num_heads = 32;
+  m.intermediate_size = 11008;
+  m.vocab_size = 32000;
+  return m;
+}
+
+// Forward + backward FLOPs of a dense (optionally GQA) decoder, counted matrix by matrix.
+double DenseLinearFlops(double h, double layers, double heads, double kv, double d, double inter,
+                        double vocab, bool gated) {
+  const double q = h * heads * d, k = h * kv * d, v = h * kv * d, o = heads * d * h;
+  const double mlp = (gated ? 3 : 2) * h * inter;
+  return 3 * 2 * (layers * (q + k + v + o + mlp) + h * vocab);
+}
+
+TEST(ModelCost, DenseMatchesTheFlopCount) {
+  const ModelConfig m = Llama7b();
+  const absl::StatusOr<ModelCost> c = CostOfModel(m, 1'000'000, 65536);
+  ASSERT_TRUE(c.ok()) << c.status();
+  const double scale = std::ldexp(1.0, c->shift);
+  const double linear = DenseLinearFlops(4096, 32, 32, 32, 128, 11008, 32000, true);
+  // Causal attention: L^2 / 2 query-key pairs, QK^T and AV at 2 FLOPs a pair and head dim, x 3.
+  const double quadratic = 3 * 32 * 32 * (128 + 128);
+  EXPECT_NEAR(c->linear * scale, linear, scale);
+  EXPECT_NEAR(c->quadratic * scale, quadratic, scale);
+  EXPECT_EQ(c->micro_batch, c->linear * 2048);
+  EXPECT_LE(c->linear, kMaxAttentionWeight);
+  // The whole batch fits: 1e6 tokens in sequences of 65,536.
+  const double batch = (c->linear + c->micro_batch) * 1e6 + c->quadratic * 1e6 * 65536.0;
+  EXPECT_LE(batch, std::ldexp(1.0, 62));
+  // A larger batch needs a coarser scale.
+  const absl::StatusOr<ModelCost> big = CostOfModel(m, int64_t{1} << 40, 1 << 20);
+  ASSERT_TRUE(big.ok()) << big.status();
+  EXPECT_GT(big->shift, c->shift);
+}
+
+TEST(ModelCost, GqaAndUngatedAndMoeAndMla) {
+  ModelConfig gqa = Llama7b();
+  gqa.num_kv_heads = 8;
+  const ModelCost dense = *CostOfModel(Llama7b(), 1'000'000, 65536);
+  const ModelCost fewer = *CostOfModel(gqa, 1'000'000, 65536);
+  const double expected = DenseLinearFlops(4096, 32, 32, 8, 128, 11008, 32000, true);
+  EXPECT_NEAR(fewer.linear * std::ldexp(1.0, fewer.shift), expected, std::ldexp(1.0, fewer.shift));
+  // The scores do not shrink with KV heads.
+  EXPECT_EQ(std::ldexp(double(fewer.quadratic), fewer.shift),
+            std::ldexp(double(dense.quadratic), dense.shift));
+
+  ModelConfig ungated = Llama7b();
+  ungated.gated_mlp = false;
+  const ModelCost two = *CostOfModel(ungated, 1'000'000, 65536);
+  EXPECT_NEAR(two.linear * std::ldexp(1.0, two.shift),
+              DenseLinearFlops(4096, 32, 32, 32, 128, 11008, 32000, false),
+              std::ldexp(1.0, two.shift));
+
+  // MoE: 2 of 8 experts of size 14336 and a 8-way router, every layer (Mixtral-like).
+  ModelConfig moe = Llama7b();
+  moe.num_kv_heads = 8;
+  moe.intermediate_size = 14336;
+  moe.moe_intermediate_size = 14336;
+  moe.experts_per_token = 2;
+  moe.num_experts = 8;
+  const ModelCost mix = *CostOfModel(moe, 1'000'000, 65536);
+  const double attention = 4096.0 * 32 * 128 * 2 + 4096.0 * 8 * 128 * 2;
+  const double experts = 3.0 * 4096 * 14336 * 2 + 4096.0 * 8;
+  const double moe_flops = 6 * (32 * (attention + experts) + 4096.0 * 32000);
+  EXPECT_NEAR(mix.linear * std::ldexp(1.0, mix.shift), moe_flops, std::ldexp(1.0, mix.shift));
+
+  // MLA (DeepSeek-V2-Lite-like dims): scores over qk = nope + rope and v head dims.
+  ModelConfig mla = Llama7b();
+  mla.kv_lora_rank = 512;
+  mla.qk_nope_head_dim = 128;
+  mla.qk_rope_head_dim = 64;
+  mla.v_head_dim = 128;
+  const ModelCost latent = *CostOfModel(mla, 1'000'000, 65536);
+  EXPECT_NEAR(latent.quadratic * std::ldexp(1.0, latent.shift), 3.0 * 32 * 32 * (192 + 128),
+              std::ldexp(1.0, latent.shift));
+  const double q = 4096.0 * 32 * 192;
+  const double kv = 4096.0 * (512 + 64) + 512.0 * 32 * (128 + 128);
+  const double o = 32.0 * 128 * 4096;
+  const double mla_flops = 6 * (32 * (q + kv + o + 3.0 * 4096 * 11008) + 4096.0 * 32000);
+  EXPECT_NEAR(latent.linear * std::ldexp(1.0, latent.shift), mla_flops,
+              std::ldexp(1.0, latent.shift));
+}
+
+TEST(ModelCost, FieldsOfAConfigJson) {
+  absl::flat_hash_map<std::string, int64_t> ints = {
+      {"hidden_size", 2048},       {"num_hidden_layers", 24},   {"num_attention_heads", 16},
+      {"num_key_value_heads", 16}, {"intermediate_size", 5504}, {"vocab_size", 151936}};
+  absl::flat_hash_map<std::string, std::string> strings = {{"model_type", "qwen2"}};
+  absl::StatusOr<ModelConfig> m = ModelConfigFromFields(ints, strings);
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ(m->num_layers, 24);
+  EXPECT_TRUE(m->gated_mlp);
+  strings["model_type"] = "gpt_neox";
+  EXPECT_FALSE(ModelConfigFromFields(ints, strings)->gated_mlp);
+  ints.erase("vocab_size");
+  m = ModelConfigFromFields(ints, strings);
+  ASSERT_FALSE(m.ok());
+  EXPECT_NE(m.status().message().find("vocab_size is missing"), std::string::npos);
+  ints["vocab_size"] = -3;
+  EXPECT_FALSE(ModelConfigFromFields(ints, strings).ok());
+}
+
+TEST(ModelCost, RejectsOutOfRange) {
+  ModelConfig m = Llama7b();
+  EXPECT_FALSE(CostOfModel(m, 0, 10).ok());
+  EXPECT_FALSE(CostOfModel(m, 10, 10, -1).ok());
+  m.hidden_size = int64_t{1} << 30;
+  EXPECT_FALSE(CostOfModel(m, 10, 10).ok());
+}
+
+}  // namespace
+}  // namespace packsched::planner
