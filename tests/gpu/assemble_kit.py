@@ -63,6 +63,9 @@ SCRIPTS = [
     ("tests/gpu/kit/CMakeLists.txt", "module/CMakeLists.txt"),
     ("client/python/src/kernels_module.cc", "module/src/kernels_module.cc"),
     ("client/python/packsched/kernels.py", "module/packsched/kernels.py"),
+    # kernels.py imports these (context parallelism): packsched.kernels needs them too.
+    ("client/python/packsched/_context_parallel.py", "module/packsched/_context_parallel.py"),
+    ("client/python/packsched/_cp_layout.py", "module/packsched/_cp_layout.py"),
 ]
 
 PACKAGE_INIT = '''"""packsched, as the GPU kit carries it: the kernels only (packsched.kernels)."""
