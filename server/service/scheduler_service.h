@@ -1,12 +1,13 @@
 #ifndef PACKSCHED_SERVER_SERVICE_SCHEDULER_SERVICE_H_
 #define PACKSCHED_SERVER_SERVICE_SCHEDULER_SERVICE_H_
 
-// packsched.v1.Scheduler over gRPC's callback API: a thin adapter. Each RPC converts its
-// request (convert.h), hands rounds to the coordinator (which finishes the reactor from the
-// stream's worker thread, or — with inline rounds enabled, a small round of a group of one on an
-// idle stream — runs it and finishes it inline, before Plan returns), and turns absl::Status into
-// grpc::Status — the only place that happens. Nothing here blocks a gRPC thread: Partition,
-// BalanceBatch and inline rounds are bounded CPU work.
+// packsched.v1.Scheduler over gRPC's callback API: a thin adapter. Its methods are gRPC's raw
+// ones: each call parses its own request (service_call.h: a body that does not parse is
+// INVALID_ARGUMENT naming the message), converts it (convert.h), hands rounds to the coordinator
+// (which finishes the reactor from the stream's worker thread, or — with inline rounds enabled, a
+// small round of a group of one on an idle stream — runs it and finishes it inline, before Plan
+// returns), and turns absl::Status into grpc::Status — the only place that happens. Nothing here
+// blocks a gRPC thread: Partition, BalanceBatch and inline rounds are bounded CPU work.
 
 #include <atomic>
 #include <cstdint>
@@ -24,13 +25,18 @@
 #include "server/service/coordinator.h"
 #include "server/service/limits.h"
 #include "server/service/memory_budget.h"
+#include "server/service/service_call.h"
 
 namespace packsched::service {
 
 // absl -> gRPC status, code for code (the two enums share values), message kept.
 grpc::Status ToGrpcStatus(const absl::Status& status);
 
-class SchedulerService final : public v1::Scheduler::CallbackService {
+class SchedulerService final
+    : public v1::Scheduler::WithRawCallbackMethod_Plan<
+          v1::Scheduler::WithRawCallbackMethod_Partition<
+              v1::Scheduler::WithRawCallbackMethod_BalanceBatch<
+                  v1::Scheduler::WithRawCallbackMethod_GetStatus<v1::Scheduler::Service>>>> {
  public:
   struct Options {
     ServiceLimits limits;
@@ -47,36 +53,36 @@ class SchedulerService final : public v1::Scheduler::CallbackService {
   // `coordinator` must outlive the service; the service must outlive the grpc::Server.
   SchedulerService(RoundCoordinator* coordinator, Options options);
 
-  grpc::ServerUnaryReactor* Plan(grpc::CallbackServerContext* context,
-                                 const v1::PlanRequest* request,
-                                 v1::PlanResponse* response) override;
+  grpc::ServerUnaryReactor* Plan(grpc::CallbackServerContext* context, const grpc::ByteBuffer* in,
+                                 grpc::ByteBuffer* out) override;
   grpc::ServerUnaryReactor* Partition(grpc::CallbackServerContext* context,
-                                      const v1::PartitionRequest* request,
-                                      v1::PlanResponse* response) override;
+                                      const grpc::ByteBuffer* in, grpc::ByteBuffer* out) override;
   grpc::ServerUnaryReactor* BalanceBatch(grpc::CallbackServerContext* context,
-                                         const v1::BalanceBatchRequest* request,
-                                         v1::BalanceBatchResponse* response) override;
+                                         const grpc::ByteBuffer* in,
+                                         grpc::ByteBuffer* out) override;
   grpc::ServerUnaryReactor* GetStatus(grpc::CallbackServerContext* context,
-                                      const v1::GetStatusRequest* request,
-                                      v1::GetStatusResponse* response) override;
+                                      const grpc::ByteBuffer* in, grpc::ByteBuffer* out) override;
 
   // From now on every new call is refused with UNAVAILABLE, not marked as served (clients keep
   // trying to reach their sidecar, as when gRPC itself refuses them): the first step of a
   // shutdown (server.h). Calls already in progress are unaffected. Thread-safe.
   void RefuseNewCalls();
-  // Plan, Partition and BalanceBatch calls of this process whose messages gRPC still holds:
-  // from their arrival until their response has been written. Thread-safe.
+  // Calls of this process not yet done: from their arrival until their response has been
+  // written (service_call.h). Thread-safe.
   static int64_t CallsInProgress();
 
  private:
   absl::Status Authorize(const grpc::CallbackServerContext& context) const;
+  // The start of every call: refuses it while shutting down (UNAVAILABLE, unmarked), checks the
+  // bearer token and parses the request into `call` (service_call.h). Returns false if the call
+  // has been answered here (the handler just returns it to gRPC).
+  template <typename Call>
+  bool Begin(metrics::Method method, grpc::CallbackServerContext* context,
+             const grpc::ByteBuffer& in, Call* call);
   // Counts `status`, marks the answer as the sidecar's own (trailing metadata
-  // "packsched-served", so clients never retry it) and finishes `reactor` with it.
-  void Finish(metrics::Method method, grpc::CallbackServerContext* context,
-              grpc::ServerUnaryReactor* reactor, const absl::Status& status);
-  grpc::ServerUnaryReactor* FinishNow(metrics::Method method, grpc::CallbackServerContext* context,
-                                      const absl::Status& status);
-  grpc::ServerUnaryReactor* RefuseNow(grpc::CallbackServerContext* context);
+  // "packsched-served", so clients never retry it) and answers `call` with it.
+  void Finish(metrics::Method method, grpc::CallbackServerContext* context, ServiceCall* call,
+              const absl::Status& status);
   // The request's estimated peak from the in-flight budget (--max_inflight_bytes), or
   // ResourceExhausted naming the estimate and the budget.
   absl::StatusOr<MemoryBudget::Reservation> Reserve(const RequestMemory& memory,

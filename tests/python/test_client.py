@@ -144,6 +144,30 @@ def test_bad_requests_raise_the_servers_error(client, lengths, cap, options, cod
     assert text in e.value.message
 
 
+def call_raw(target, method, body):
+    """Sends `body` as the request bytes of Scheduler/`method`; returns the RpcError raised."""
+    import grpc
+
+    with grpc.insecure_channel(target) as channel:
+        with pytest.raises(grpc.RpcError) as raised:
+            channel.unary_unary(f"/packsched.v1.Scheduler/{method}")(body, timeout=10)
+    return raised.value
+
+
+@pytest.mark.parametrize("method", ["Plan", "Partition", "BalanceBatch", "GetStatus"])
+def test_a_body_that_does_not_parse_is_invalid_argument_naming_the_message(sidecar, method):
+    error = call_raw(sidecar.target, method, b"\xff\xff\xff")  # not protobuf wire data
+    assert error.code().name == "INVALID_ARGUMENT"
+    assert f"not a valid packsched.v1.{method}Request" in error.details()
+    assert dict(error.trailing_metadata())["packsched-served"] == "1"  # the sidecar's answer
+
+
+def test_a_stream_name_that_is_not_utf8_is_invalid_argument(sidecar):
+    error = call_raw(sidecar.target, "Plan", b"\x0a\x02\xc3\x28")  # field 1, `stream`
+    assert error.code().name == "INVALID_ARGUMENT"
+    assert "not valid UTF-8" in error.details()
+
+
 def test_a_failed_round_is_not_cached(client):
     with pytest.raises(SchedulerError):
         client.plan(3, [5, -1], 100, stream="retry")
