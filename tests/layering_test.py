@@ -130,7 +130,9 @@ LAYERS = {
         ("numpy", "torch", "cuda"),
     ),
     "py/stubs": Layer(("packsched.v1",), ("proto",), ("grpc", "protobuf")),
-    "py/client": Layer(("packsched.client",), ("py/planner", "py/stubs"), ("grpc", "protobuf")),
+    "py/client": Layer(
+        ("packsched.client",), ("py/planner", "py/model_cost", "py/stubs"), ("grpc", "protobuf")
+    ),
     "py/compat": Layer(
         ("packsched.compat",), ("py/planner", "py/kernels", "py/client"), ("numpy", "torch")
     ),

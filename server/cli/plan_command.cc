@@ -64,13 +64,10 @@ absl::StatusOr<PlanRun> RunPlan(absl::Span<const int64_t> lengths, const PlanReq
   if (absl::Status status = CheckRequest(given); !status.ok()) return status;
   PlanRequest request = given;
   if (request.model) {
-    ASSIGN_OR_RETURN(planner::ModelConfig config,
-                     planner::ModelConfigFromFields(request.model->ints, request.model->strings));
-    ASSIGN_OR_RETURN(planner::ModelCost cost,
-                     planner::CostOfModelForBatch(config, lengths, request.options.align_to));
-    request.options.cost = planner::CostModel::kAttention;
-    request.options.attention = planner::AttentionCost{cost.linear, cost.quadratic};
-    if (request.world_size > 0) request.balance.micro_batch_cost = cost.micro_batch;
+    ASSIGN_OR_RETURN(const int64_t micro_batch_cost,
+                     planner::UseModelCost(request.model->ints, request.model->strings, lengths,
+                                           request.options));
+    if (request.world_size > 0) request.balance.micro_batch_cost = micro_batch_cost;
   }
   PlanRun run;
   run.request = request;

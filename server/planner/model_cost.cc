@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "server/base/status_macros.h"
 #include "server/planner/options.h"
 #include "server/planner/planner.h"
 
@@ -187,6 +188,17 @@ absl::StatusOr<ModelCost> CostOfModelForBatch(const ModelConfig& config,
     longest = std::max(longest, aligned);
   }
   return CostOfModel(config, std::max<int64_t>(total, 1), longest, overhead_tokens);
+}
+
+absl::StatusOr<int64_t> UseModelCost(const absl::flat_hash_map<std::string, int64_t>& ints,
+                                     const absl::flat_hash_map<std::string, std::string>& strings,
+                                     absl::Span<const int64_t> lengths, PlanOptions& options) {
+  ASSIGN_OR_RETURN(const ModelConfig config, ModelConfigFromFields(ints, strings));
+  ASSIGN_OR_RETURN(const ModelCost cost,
+                   CostOfModelForBatch(config, lengths, EffectiveAlignTo(options)));
+  options.cost = CostModel::kAttention;
+  options.attention = AttentionCost{cost.linear, cost.quadratic};
+  return cost.micro_batch;
 }
 
 }  // namespace packsched::planner

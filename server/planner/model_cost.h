@@ -21,6 +21,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "server/planner/options.h"
 
 namespace packsched::planner {
 
@@ -79,6 +80,17 @@ absl::StatusOr<ModelCost> CostOfModel(const ModelConfig& config, int64_t max_bat
 absl::StatusOr<ModelCost> CostOfModelForBatch(const ModelConfig& config,
                                               absl::Span<const int64_t> lengths, int64_t align_to,
                                               int64_t overhead_tokens = 2048);
+
+// The cost from the model for this batch, as every entry point uses it (`packsched plan
+// --model_config`, packsched.planner.balance(model_config=), BalanceBatch's model_config): the
+// ModelConfig of a config.json's top-level integer and string fields (ModelConfigFromFields),
+// costed over `lengths` aligned as `options` aligns them (CostOfModelForBatch with the default
+// overhead). Sets `options` to the attention cost model with the model's weights, whatever it
+// had, and returns the per-micro-batch cost (BalanceOptions::micro_batch_cost). InvalidArgument
+// as those two say.
+absl::StatusOr<int64_t> UseModelCost(const absl::flat_hash_map<std::string, int64_t>& ints,
+                                     const absl::flat_hash_map<std::string, std::string>& strings,
+                                     absl::Span<const int64_t> lengths, PlanOptions& options);
 
 }  // namespace packsched::planner
 

@@ -15,6 +15,7 @@
 #include "server/base/checked_math.h"
 #include "server/base/fingerprint.h"
 #include "server/base/status_macros.h"
+#include "server/planner/model_cost.h"
 #include "server/planner/schema.h"
 
 namespace packsched::service {
@@ -108,7 +109,8 @@ uint64_t OptionsHash(const planner::PlanOptions& o, const PlanInput& round, bool
 #define PACKSCHED_HASH_PLAN(name, number, Rule, Type, member, json, help) HashValue(o.member),
 #define PACKSCHED_HASH_ROUND(name, number, dflt) HashValue(round.name),
 #define PACKSCHED_HASH_LOSS(name, number, Rule, Type, member, key) HashValue(loss.member),
-  const int64_t fields[] = {kProtocolVersion, PACKSCHED_PLAN_OPTIONS(PACKSCHED_HASH_PLAN)
+  const int64_t fields[] = {kProtocolVersion,
+                            PACKSCHED_PLAN_OPTIONS(PACKSCHED_HASH_PLAN)
                                 PACKSCHED_ROUND_OPTIONS(PACKSCHED_HASH_ROUND) has_loss,
                             PACKSCHED_LOSS_OPTIONS(PACKSCHED_HASH_LOSS)};
 #undef PACKSCHED_HASH_PLAN
@@ -138,8 +140,7 @@ absl::StatusOr<PlanInput> MakePlanInput(const google::protobuf::RepeatedField<in
   ReadRoundOptions(options, &input);
   ASSIGN_OR_RETURN(input.lengths, ToLengths(lengths, limits));
   ASSIGN_OR_RETURN(input.loss_tokens, ToLossTokens(loss_tokens, input.lengths));
-  input.options_hash =
-      OptionsHash(input.options, input, input.loss_tokens.has_value(), input.loss);
+  input.options_hash = OptionsHash(input.options, input, input.loss_tokens.has_value(), input.loss);
   input.content_hash = absl::HashOf(
       input.options_hash, absl::MakeConstSpan(input.lengths),
       input.loss_tokens ? absl::MakeConstSpan(*input.loss_tokens) : absl::Span<const int64_t>(),
@@ -264,16 +265,16 @@ absl::Status ValidateStream(absl::string_view stream, const ServiceLimits& limit
 // in proto order; the Ceiling field is read first by the first field bounded by it, and the
 // Weight fields' signs are checked together before their bounds (the order of the checks, hence
 // of the errors, predates the table).
-#define PACKSCHED_READ_Cap(name, Type, member)                                                     \
-  {                                                                                                \
-    o.member = p.name();                                                                           \
-    if (o.member < 0 || (planner_picks_k && o.member < 1)) {                                       \
-      return absl::InvalidArgumentError(absl::StrCat(                                              \
-          "options." #name " = ", o.member,                                                        \
-          planner_picks_k ? ": must be >= 1 (tokens)" : ": must be >= 0 (0 = no cap)"));           \
-    }                                                                                              \
-    RETURN_IF_ERROR(                                                                               \
-        AtMost("options." #name, o.member, "the largest length", planner::kMaxLength));            \
+#define PACKSCHED_READ_Cap(name, Type, member)                                           \
+  {                                                                                      \
+    o.member = p.name();                                                                 \
+    if (o.member < 0 || (planner_picks_k && o.member < 1)) {                             \
+      return absl::InvalidArgumentError(absl::StrCat(                                    \
+          "options." #name " = ", o.member,                                              \
+          planner_picks_k ? ": must be >= 1 (tokens)" : ": must be >= 0 (0 = no cap)")); \
+    }                                                                                    \
+    RETURN_IF_ERROR(                                                                     \
+        AtMost("options." #name, o.member, "the largest length", planner::kMaxLength));  \
   }
 #define PACKSCHED_READ_Enum(name, Type, member)                                                    \
   {                                                                                                \
@@ -283,55 +284,56 @@ absl::Status ValidateStream(absl::string_view stream, const ServiceLimits& limit
     }                                                                                              \
     o.member = value == 0 ? planner::PlanOptions{}.member : static_cast<planner::Type>(value - 1); \
   }
-#define PACKSCHED_READ_Unlimited(name, Type, member)                                               \
-  {                                                                                                \
-    if (p.name() < 0) return Negative("options." #name, p.name());                                 \
-    o.member = p.name();                                                                           \
+#define PACKSCHED_READ_Unlimited(name, Type, member)               \
+  {                                                                \
+    if (p.name() < 0) return Negative("options." #name, p.name()); \
+    o.member = p.name();                                           \
   }
-#define PACKSCHED_READ_Count(name, Type, member)                                                   \
-  {                                                                                                \
-    RETURN_IF_ERROR(read_ceiling());                                                               \
-    ASSIGN_OR_RETURN(o.member, OrDefault("options." #name, p.name(), 1));                          \
-    RETURN_IF_ERROR(AtMost("options." #name, o.member, kCeilingName, ceiling));                    \
+#define PACKSCHED_READ_Count(name, Type, member)                                \
+  {                                                                             \
+    RETURN_IF_ERROR(read_ceiling());                                            \
+    ASSIGN_OR_RETURN(o.member, OrDefault("options." #name, p.name(), 1));       \
+    RETURN_IF_ERROR(AtMost("options." #name, o.member, kCeilingName, ceiling)); \
   }
-#define PACKSCHED_READ_Align(name, Type, member)                                                   \
-  {                                                                                                \
-    ASSIGN_OR_RETURN(o.member, OrDefault("options." #name, p.name(), 1));                          \
-    RETURN_IF_ERROR(AtMost("options." #name, o.member, "the limit", planner::kMaxAlign));          \
+#define PACKSCHED_READ_Align(name, Type, member)                                          \
+  {                                                                                       \
+    ASSIGN_OR_RETURN(o.member, OrDefault("options." #name, p.name(), 1));                 \
+    RETURN_IF_ERROR(AtMost("options." #name, o.member, "the limit", planner::kMaxAlign)); \
   }
-#define PACKSCHED_READ_Weight(name, Type, member)                                                  \
-  {                                                                                                \
-    RETURN_IF_ERROR(read_weights());                                                               \
-    RETURN_IF_ERROR(                                                                               \
-        AtMost("options." #name, o.member, "the limit", planner::kMaxAttentionWeight));            \
+#define PACKSCHED_READ_Weight(name, Type, member)                                       \
+  {                                                                                     \
+    RETURN_IF_ERROR(read_weights());                                                    \
+    RETURN_IF_ERROR(                                                                    \
+        AtMost("options." #name, o.member, "the limit", planner::kMaxAttentionWeight)); \
   }
 #define PACKSCHED_READ_Ceiling(name, Type, member) RETURN_IF_ERROR(read_ceiling());
 // equal_size gives n / k sequences per micro-batch for a k the caller fixes. Where the planner
 // picks k it would ignore the cap, and a k agreed by the ranks need not divide this rank's n:
 // the round would fail after agreement.
-#define PACKSCHED_READ_FixedK(name, Type, member)                                                  \
-  {                                                                                                \
-    if (p.name() && planner_picks_k) {                                                             \
-      return absl::InvalidArgumentError(                                                           \
-          "options." #name " = true applies to Partition only (a micro-batch count the caller "    \
-          "fixes); Plan and BalanceBatch choose the count under the cap");                         \
-    }                                                                                              \
-    o.member = p.name();                                                                           \
+#define PACKSCHED_READ_FixedK(name, Type, member)                              \
+  {                                                                            \
+    if (p.name() && planner_picks_k) {                                         \
+      return absl::InvalidArgumentError(                                       \
+          "options." #name                                                     \
+          " = true applies to Partition only (a micro-batch count the caller " \
+          "fixes); Plan and BalanceBatch choose the count under the cap");     \
+    }                                                                          \
+    o.member = p.name();                                                       \
   }
 // The ceiling: 0 = the server's limit, which it may not exceed (the server flag of the same name).
 #define PACKSCHED_CEILING_Ceiling(name, Type, member)                                              \
   {                                                                                                \
     ASSIGN_OR_RETURN(o.member, OrDefault("options." #name, p.name(), limits.max_micro_batches));   \
     if (o.member > limits.max_micro_batches) {                                                     \
-      return absl::ResourceExhaustedError(                                                         \
-          absl::StrCat("options." #name " = ", o.member, " exceeds the server limit --" #name      \
-                       " = ", limits.max_micro_batches));                                          \
+      return absl::ResourceExhaustedError(absl::StrCat("options." #name " = ", o.member,           \
+                                                       " exceeds the server limit --" #name " = ", \
+                                                       limits.max_micro_batches));                 \
     }                                                                                              \
     ceiling = o.member;                                                                            \
   }
 #define PACKSCHED_CEILING_NAME_Ceiling(name, Type, member) #name
-#define PACKSCHED_WEIGHT_Weight(name, Type, member)                                                \
-  o.member = p.has_##name() ? p.name() : planner::PlanOptions{}.member;                            \
+#define PACKSCHED_WEIGHT_Weight(name, Type, member)                     \
+  o.member = p.has_##name() ? p.name() : planner::PlanOptions{}.member; \
   if (o.member < 0) return Negative("options." #name, o.member);
 #define PACKSCHED_CEILING_Cap PACKSCHED_SCHEMA_NOTHING
 #define PACKSCHED_CEILING_Enum PACKSCHED_SCHEMA_NOTHING
@@ -355,17 +357,18 @@ absl::Status ValidateStream(absl::string_view stream, const ServiceLimits& limit
 #define PACKSCHED_WEIGHT_Ceiling PACKSCHED_SCHEMA_NOTHING
 #define PACKSCHED_WEIGHT_FixedK PACKSCHED_SCHEMA_NOTHING
 
-#define PACKSCHED_READ(name, number, Rule, Type, member, json, help)                               \
+#define PACKSCHED_READ(name, number, Rule, Type, member, json, help) \
   PACKSCHED_READ_##Rule(name, Type, member)
-#define PACKSCHED_READ_CEILING(name, number, Rule, Type, member, json, help)                       \
+#define PACKSCHED_READ_CEILING(name, number, Rule, Type, member, json, help) \
   PACKSCHED_CEILING_##Rule(name, Type, member)
-#define PACKSCHED_CEILING_NAME(name, number, Rule, Type, member, json, help)                       \
+#define PACKSCHED_CEILING_NAME(name, number, Rule, Type, member, json, help) \
   PACKSCHED_CEILING_NAME_##Rule(name, Type, member)
-#define PACKSCHED_WEIGHT(name, number, Rule, Type, member, json, help)                             \
+#define PACKSCHED_WEIGHT(name, number, Rule, Type, member, json, help) \
   PACKSCHED_WEIGHT_##Rule(name, Type, member)
 
 absl::StatusOr<planner::PlanOptions> ToPlanOptions(const v1::PlanOptions& p,
-                                                   const ServiceLimits& limits, bool planner_picks_k) {
+                                                   const ServiceLimits& limits,
+                                                   bool planner_picks_k) {
   static constexpr absl::string_view kCeilingName =
       "" PACKSCHED_PLAN_OPTIONS(PACKSCHED_CEILING_NAME);
   planner::PlanOptions o;
@@ -399,16 +402,16 @@ absl::StatusOr<planner::PlanOptions> ToPlanOptions(const v1::PlanOptions& p,
     }                                                                                              \
     o.member = value == 0 ? planner::LossOptions{}.member : static_cast<planner::Type>(value - 1); \
   }
-#define PACKSCHED_READ_LOSS_SumNorm(name, Type, member)                                            \
-  if (o.mode == planner::LossMode::kSumNorm) {                                                     \
-    const double c = p.name();                                                                     \
-    if (!std::isfinite(c) || c <= 0) {                                                             \
-      return absl::InvalidArgumentError(absl::StrCat(                                              \
-          "loss." #name " = ", c, ": loss mode sum_norm needs a finite constant > 0"));            \
-    }                                                                                              \
-    o.member = c;                                                                                  \
+#define PACKSCHED_READ_LOSS_SumNorm(name, Type, member)                                 \
+  if (o.mode == planner::LossMode::kSumNorm) {                                          \
+    const double c = p.name();                                                          \
+    if (!std::isfinite(c) || c <= 0) {                                                  \
+      return absl::InvalidArgumentError(absl::StrCat(                                   \
+          "loss." #name " = ", c, ": loss mode sum_norm needs a finite constant > 0")); \
+    }                                                                                   \
+    o.member = c;                                                                       \
   }
-#define PACKSCHED_READ_LOSS(name, number, Rule, Type, member, key)                                 \
+#define PACKSCHED_READ_LOSS(name, number, Rule, Type, member, key) \
   PACKSCHED_READ_LOSS_##Rule(name, Type, member)
 
 absl::StatusOr<planner::LossOptions> ToLossOptions(const v1::LossOptions& p) {
@@ -463,9 +466,8 @@ absl::StatusOr<RoundInput> ToRoundInput(const v1::PlanRequest& request,
 #define PACKSCHED_HEAD_Stats PACKSCHED_SCHEMA_NOTHING
 #define PACKSCHED_HEAD(name, number, Kind) PACKSCHED_HEAD_##Kind(name)
 
-void PlanResponseHead(int64_t k, const planner::MicroBatchPlan& plan, v1::PlanResponse* response) {
-  PACKSCHED_PLAN_RESPONSE(PACKSCHED_HEAD)
-}
+void PlanResponseHead(int64_t k, const planner::MicroBatchPlan& plan,
+                      v1::PlanResponse* response){PACKSCHED_PLAN_RESPONSE(PACKSCHED_HEAD)}
 
 absl::Status RunPartition(const v1::PartitionRequest& request, const ServiceLimits& limits,
                           v1::PlanResponse* response) {
@@ -482,14 +484,14 @@ absl::Status RunPartition(const v1::PartitionRequest& request, const ServiceLimi
   const v1::GlobalCounts& g = request.global();
   int64_t ranks = 1;
 #define PACKSCHED_CHECK_Kept(name)
-#define PACKSCHED_CHECK_Loss(name)                                                                 \
+#define PACKSCHED_CHECK_Loss(name) \
   if (g.name() < 0) return Negative("global." #name, g.name());
-#define PACKSCHED_CHECK_World(name)                                                                \
-  if (g.name() < 0 || g.name() > planner::kMaxWorldSize) {                                         \
-    return absl::InvalidArgumentError(absl::StrCat("global." #name " = ", g.name(),                \
-                                                   ": must be in [0, ", planner::kMaxWorldSize,    \
-                                                   "] (0 = 1)"));                                  \
-  }                                                                                                \
+#define PACKSCHED_CHECK_World(name)                                                             \
+  if (g.name() < 0 || g.name() > planner::kMaxWorldSize) {                                      \
+    return absl::InvalidArgumentError(absl::StrCat("global." #name " = ", g.name(),             \
+                                                   ": must be in [0, ", planner::kMaxWorldSize, \
+                                                   "] (0 = 1)"));                               \
+  }                                                                                             \
   ranks = g.name() == 0 ? 1 : g.name();
 #define PACKSCHED_CHECK(name, number, Kind) PACKSCHED_CHECK_##Kind(name)
   PACKSCHED_GLOBAL_COUNTS(PACKSCHED_CHECK)
@@ -501,17 +503,17 @@ absl::Status RunPartition(const v1::PartitionRequest& request, const ServiceLimi
   // zero every weight.
   auto at_least_own = [](absl::string_view field, int64_t global, int64_t own) -> absl::Status {
     if (global >= own) return absl::OkStatus();
-    return absl::InvalidArgumentError(absl::StrCat(
-        field, " = ", global, " is below this request's own ", own,
-        ": global counts are summed over every rank, this one included"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, " = ", global, " is below this request's own ", own,
+                     ": global counts are summed over every rank, this one included"));
   };
   v1::GlobalCounts* out = response->mutable_global();
   // Kept: the caller's count when set, else this request's (the plan's kept sequences).
-#define PACKSCHED_KEPT_Kept(name)                                                                  \
-  const int64_t own_kept = plan.stats.num_kept;                                                    \
-  if (request.has_global() && g.name() > 0) {                                                      \
-    RETURN_IF_ERROR(at_least_own("global." #name, g.name(), own_kept));                            \
-  }                                                                                                \
+#define PACKSCHED_KEPT_Kept(name)                                       \
+  const int64_t own_kept = plan.stats.num_kept;                         \
+  if (request.has_global() && g.name() > 0) {                           \
+    RETURN_IF_ERROR(at_least_own("global." #name, g.name(), own_kept)); \
+  }                                                                     \
   out->set_##name(request.has_global() && g.name() > 0 ? g.name() : own_kept);
 #define PACKSCHED_KEPT_Loss(name)
 #define PACKSCHED_KEPT_World(name) out->set_##name(ranks);
@@ -520,7 +522,7 @@ absl::Status RunPartition(const v1::PartitionRequest& request, const ServiceLimi
   if (input.loss_tokens) {
     ASSIGN_OR_RETURN(planner::LossCounts counts, planner::CountLoss(plan, *input.loss_tokens));
     if (request.has_global()) {
-#define PACKSCHED_OWN_Loss(name)                                                                   \
+#define PACKSCHED_OWN_Loss(name) \
   RETURN_IF_ERROR(at_least_own("global." #name, g.name(), counts.name));
 #define PACKSCHED_OWN_Kept(name)
 #define PACKSCHED_OWN_World(name)
@@ -575,11 +577,11 @@ absl::Status RunBalanceBatch(const v1::BalanceBatchRequest& request, const Servi
     for (const planner::schema::OptionField& field : planner::schema::kPlanOptions) {
       if (field.rule == "Count") absl::StrAppend(&counts, counts.empty() ? "" : ", ", field.name);
     }
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "world_size = ", world_size, " x max(", counts, ") = ",
-        std::max(input.options.min_micro_batches, input.options.divisible_by),
-        " micro-batches exceed the server limit --", planner::schema::OptionNamed("Ceiling"),
-        " = ", limits.max_micro_batches));
+    return absl::ResourceExhaustedError(
+        absl::StrCat("world_size = ", world_size, " x max(", counts,
+                     ") = ", std::max(input.options.min_micro_batches, input.options.divisible_by),
+                     " micro-batches exceed the server limit --",
+                     planner::schema::OptionNamed("Ceiling"), " = ", limits.max_micro_batches));
   }
   const std::vector<int64_t> group_ids(request.group_ids().begin(), request.group_ids().end());
   planner::BalanceOptions balance;
@@ -590,6 +592,19 @@ absl::Status RunBalanceBatch(const v1::BalanceBatchRequest& request, const Servi
     balance.sync = static_cast<planner::Sync>(request.sync() - 1);
   }
   balance.micro_batch_cost = request.micro_batch_cost();
+  if (request.has_model_config()) {
+    const v1::ModelConfig& model = request.model_config();
+    const absl::flat_hash_map<std::string, int64_t> ints(model.ints().begin(), model.ints().end());
+    const absl::flat_hash_map<std::string, std::string> strings(model.strings().begin(),
+                                                                model.strings().end());
+    absl::StatusOr<int64_t> micro_batch_cost =
+        planner::UseModelCost(ints, strings, input.lengths, input.options);
+    if (!micro_batch_cost.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("model_config: ", micro_batch_cost.status().message()));
+    }
+    balance.micro_batch_cost = *micro_batch_cost;
+  }
   ASSIGN_OR_RETURN(
       planner::BalancedBatch batch,
       planner::BalanceBatch(input.lengths, world_size, input.options, group_ids, balance));
@@ -603,7 +618,7 @@ absl::Status RunBalanceBatch(const v1::BalanceBatchRequest& request, const Servi
   step->set_lower_bound_efficiency(batch.step.lower_bound_efficiency);
   response->mutable_dropped()->Assign(batch.dropped.begin(), batch.dropped.end());
   v1::GlobalCounts* global = response->mutable_global();
-#define PACKSCHED_BATCH_Kept(name)                                                                 \
+#define PACKSCHED_BATCH_Kept(name) \
   global->set_##name(static_cast<int64_t>(input.lengths.size() - batch.dropped.size()));
 #define PACKSCHED_BATCH_Loss(name)
 #define PACKSCHED_BATCH_World(name) global->set_##name(world_size);
@@ -653,23 +668,23 @@ absl::Status RunBalanceBatch(const v1::BalanceBatchRequest& request, const Servi
 #define PACKSCHED_PART_Int(name) out->set_##name(part.name);
 #define PACKSCHED_PART_Bool(name) out->set_##name(part.name);
 #define PACKSCHED_PART_Ints(name) out->mutable_##name()->Assign(part.name.begin(), part.name.end());
-#define PACKSCHED_PART_LossScale(name)                                                             \
+#define PACKSCHED_PART_LossScale(name) \
   if (loss != nullptr && i < loss->loss_scales.size()) out->set_##name(loss->loss_scales[i]);
 #define PACKSCHED_PART(name, number, Kind) PACKSCHED_PART_##Kind(name)
-#define PACKSCHED_LISTS_Indices(name)                                                              \
+#define PACKSCHED_LISTS_Indices(name) \
   response->mutable_##name()->Assign(plan.name.begin(), plan.name.end());
-#define PACKSCHED_LISTS_Weights(name)                                                              \
-  if (loss != nullptr) {                                                                           \
-    response->mutable_##name()->Assign(loss->weights.begin(), loss->weights.end());                \
+#define PACKSCHED_LISTS_Weights(name)                                               \
+  if (loss != nullptr) {                                                            \
+    response->mutable_##name()->Assign(loss->weights.begin(), loss->weights.end()); \
   }
 #define PACKSCHED_LISTS_Count PACKSCHED_SCHEMA_NOTHING
 #define PACKSCHED_LISTS_LocalK PACKSCHED_SCHEMA_NOTHING
-#define PACKSCHED_LISTS_Parts(name)                                                                \
-  response->mutable_##name()->Reserve(static_cast<int>(plan.parts.size()));                        \
-  for (size_t i = 0; i < plan.parts.size(); ++i) {                                                 \
-    const planner::MicroBatch& part = plan.parts[i];                                               \
-    v1::MicroBatch* out = response->add_##name();                                                  \
-    PACKSCHED_MICRO_BATCH(PACKSCHED_PART)                                                          \
+#define PACKSCHED_LISTS_Parts(name)                                         \
+  response->mutable_##name()->Reserve(static_cast<int>(plan.parts.size())); \
+  for (size_t i = 0; i < plan.parts.size(); ++i) {                          \
+    const planner::MicroBatch& part = plan.parts[i];                        \
+    v1::MicroBatch* out = response->add_##name();                           \
+    PACKSCHED_MICRO_BATCH(PACKSCHED_PART)                                   \
   }
 #define PACKSCHED_LISTS_Global PACKSCHED_SCHEMA_NOTHING
 #define PACKSCHED_LISTS_Stats PACKSCHED_SCHEMA_NOTHING
@@ -697,7 +712,7 @@ void PlanToProto(const planner::MicroBatchPlan& plan, const planner::LossWeights
 #define PACKSCHED_RESULT_Stats PACKSCHED_SCHEMA_NOTHING
 #define PACKSCHED_RESULT(name, number, Kind) PACKSCHED_RESULT_##Kind(name)
 #define PACKSCHED_GLOBAL(name, number, Kind) global->set_##name(result.global.name);
-#define PACKSCHED_TIMES_Micros(name, alias)                                                        \
+#define PACKSCHED_TIMES_Micros(name, alias) \
   stats->set_##name(absl::ToInt64Microseconds(result.alias##_time));
 #define PACKSCHED_TIMES_Int PACKSCHED_SCHEMA_NOTHING
 #define PACKSCHED_TIMES_Double PACKSCHED_SCHEMA_NOTHING

@@ -400,6 +400,7 @@ class Suite:
             "failed_calls": sum(code is not None for *_, code in calls),
         }
         figures["done"] = done
+        figures["ok"] = not missing
         self.rounds.append(figures)
         return figures
 
@@ -456,17 +457,23 @@ class Suite:
             if fault["kind"] == "cut1":
                 window["applied"].wait(10)
             first = None
-            while True:
+            healed = False
+            for _ in range(self.args.max_rounds_per_fault):
                 round_ += 1
                 figures = self.run_round(round_, fault, window)
                 first = first or figures
-                if "end" in window and figures["done"] > window["end"]:
+                healed = "end" in window and figures["done"] > window["end"] and figures["ok"]
+                if healed or window.get("broken"):
                     break  # healed: a round done on every rank after the fault is over
-                if window.get("broken"):
-                    break
             injector.join(60)
             if window.get("broken"):
                 break
+            if not healed:
+                self.fail(
+                    f"{fault['kind']} of rank {fault['rank']}: not healed within "
+                    f"{self.args.max_rounds_per_fault} rounds"
+                )
+                first["healed"] = False
             first["heal_s"] = figures["done"] - window["end"]
             first["split"] = any(f["split"] for f in self.rounds if f["round"] >= first["round"])
             print(
@@ -483,7 +490,7 @@ class Suite:
         rss_end = [self.sidecars.rss_mib(r) for r in range(W)]
         growth = [rss_end[r] - rss_base[r] for r in range(W)]
         faulty = [f for f in self.rounds if "heal_s" in f]  # each fault's first round
-        heals = [f["heal_s"] for f in faulty if "heal_s" in f]
+        heals = [f["heal_s"] for f in faulty if f.get("healed", True)]
         by_kind = {}
         for f in faulty:
             entry = by_kind.setdefault(f["fault"], {"faults": 0, "split": 0})
@@ -501,7 +508,8 @@ class Suite:
             "rounds": len(self.rounds),
             "faults": by_kind,
             "split_rounds_healed": sum(f["split"] for f in self.rounds),  # any round
-            "rounds_left_split": sum(1 for m in self.failures if "no plan" in m),
+            "rounds_left_split": sum(1 for f in self.rounds if not f["ok"]),
+            "faults_not_healed": sum(1 for f in faulty if not f.get("healed", True)),
             "rounds_recovered_from_peers": recovered,
             "resends": sum(f["resends"] for f in self.rounds),
             "heal_s_median": statistics.median(heals) if heals else None,
@@ -551,6 +559,7 @@ def main():
     parser.add_argument("--sequences", type=int, default=6000, help="per rank and round, about")
     parser.add_argument("--round_budget", type=float, default=40.0, help="resends for, s")
     parser.add_argument("--max_growth_mib", type=float, default=64.0)
+    parser.add_argument("--max_rounds_per_fault", type=int, default=12)
     parser.add_argument("--seed", type=int, default=19)
     parser.add_argument("--max_seconds", type=float, default=600.0)
     parser.add_argument("--json", help="write the summary here")

@@ -105,6 +105,26 @@ def test_partition_and_balance_equal_the_in_process_planner(client):
     for r, l in zip(remote.ranks, local.ranks):
         assert r.indices == l.indices
         same_plan(r.plan, l.plan)
+    # The cost from a model's config.json, sent as the proto's ModelConfig: the same plan and step.
+    qwen_like = {
+        "model_type": "qwen2",
+        "hidden_size": 1536,
+        "num_hidden_layers": 28,
+        "num_attention_heads": 12,
+        "num_key_value_heads": 2,
+        "intermediate_size": 8960,
+        "vocab_size": 151936,
+        "rope_theta": 1000000.0,  # neither an integer nor a string: not sent
+    }
+    remote = client.balance_batch(lengths, 4, 20000, sync="micro_batch", model_config=qwen_like)
+    local = planner.balance(lengths, 4, 20000, sync="micro_batch", model_config=qwen_like)
+    assert remote.step == local.step
+    assert remote.step != client.balance_batch(lengths, 4, 20000, sync="micro_batch").step
+    for r, l in zip(remote.ranks, local.ranks):
+        assert r.indices == l.indices
+        same_plan(r.plan, l.plan)
+    with pytest.raises(SchedulerError, match="model_config: .*hidden_size"):
+        client.balance_batch(lengths, 4, 20000, model_config={"num_hidden_layers": 2})
 
 
 def test_callers_of_one_round_get_one_plan_and_a_cache_hit(client, sidecar):

@@ -29,6 +29,7 @@ import grpc
 from google.protobuf import json_format
 
 from ._options import CHOICES, PLAN_DEFAULTS, SCHEMA, WEIGHT_PAIR, check_world_size, split_options
+from .model_cost import model_fields
 from .plan import MicroBatchMeta, Plan, PlanStats
 from .planner import SYNCS, Balanced, RankPlan, StepStats
 from .v1 import scheduler_pb2, scheduler_pb2_grpc
@@ -147,10 +148,13 @@ class SchedulerClient:
         group_ids=None,
         sync="step",
         micro_batch_cost=0,
+        model_config=None,
         **options,
     ):
-        """Coordinator mode: the whole global batch over ``world_size`` DP ranks; ``sync`` and
-        ``micro_batch_cost`` as in ``packsched.planner.balance``. -> Balanced"""
+        """Coordinator mode: the whole global batch over ``world_size`` DP ranks; ``sync``,
+        ``micro_batch_cost`` and ``model_config`` (a dict or the path of a config.json: the
+        sidecar costs the batch by the model's FLOPs) as in ``packsched.planner.balance``.
+        -> Balanced"""
         if sync not in SYNCS:
             raise ValueError(f"sync = {sync!r}: must be one of {', '.join(SYNCS)}")
         plan_options, loss = split_options(
@@ -164,6 +168,10 @@ class SchedulerClient:
         )
         if group_ids is not None:
             request.group_ids.extend(_ints(group_ids))
+        if model_config is not None:
+            ints, strings = model_fields(model_config)
+            request.model_config.ints.update(ints)
+            request.model_config.strings.update(strings)
         _fill_options(request.options, plan_options)
         _fill_loss(request, loss)
         response = self._call(self._stub.BalanceBatch, request)

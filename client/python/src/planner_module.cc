@@ -53,7 +53,7 @@ int64_t Int(const py::dict& d, const char* key) { return d[key].cast<int64_t>();
 // from schema() below.
 
 // `d` holds every key of packsched._options.PLAN_DEFAULTS (the Python side fills defaults).
-#define PACKSCHED_PY_OPTION_Cap(name, Type, member)                                                \
+#define PACKSCHED_PY_OPTION_Cap(name, Type, member) \
   o.member = d[#name].is_none() ? 0 : Int(d, #name);
 #define PACKSCHED_PY_OPTION_Unlimited PACKSCHED_PY_OPTION_Cap
 #define PACKSCHED_PY_OPTION_Count(name, Type, member) o.member = Int(d, #name);
@@ -61,9 +61,9 @@ int64_t Int(const py::dict& d, const char* key) { return d[key].cast<int64_t>();
 #define PACKSCHED_PY_OPTION_Ceiling PACKSCHED_PY_OPTION_Count
 #define PACKSCHED_PY_OPTION_FixedK(name, Type, member) o.member = d[#name].cast<bool>();
 #define PACKSCHED_PY_OPTION_Enum(name, Type, member) o.member = Value(Parse##Type(Str(d, #name)));
-#define PACKSCHED_PY_OPTION_Weight(name, Type, member)                                             \
+#define PACKSCHED_PY_OPTION_Weight(name, Type, member) \
   if (!pair.is_none()) o.member = pair.cast<py::sequence>()[next++].cast<int64_t>();
-#define PACKSCHED_PY_OPTION(name, number, Rule, Type, member, json, help)                          \
+#define PACKSCHED_PY_OPTION(name, number, Rule, Type, member, json, help) \
   PACKSCHED_PY_OPTION_##Rule(name, Type, member)
 
 PlanOptions ToPlanOptions(const py::dict& d) {
@@ -127,7 +127,7 @@ auto WithoutGil(Fn&& fn) {
 // Keyed by each loss option's Python keyword (the table's `key`).
 #define PACKSCHED_PY_LOSS_Enum(name, Type, member, key) o.member = Value(Parse##Type(Str(d, #key)));
 #define PACKSCHED_PY_LOSS_SumNorm(name, Type, member, key) o.member = d[#key].cast<double>();
-#define PACKSCHED_PY_LOSS(name, number, Rule, Type, member, key)                                   \
+#define PACKSCHED_PY_LOSS(name, number, Rule, Type, member, key) \
   PACKSCHED_PY_LOSS_##Rule(name, Type, member, key)
 
 LossOptions ToLossOptions(const py::dict& d) {
@@ -247,45 +247,45 @@ py::object EnumChoices(Enum v) {
 py::dict Schema() {
   py::dict d;
   py::list plan;
-#define PACKSCHED_PY_SCHEMA_PLAN(name, number, Rule, Type, member, json, help)                     \
-  plan.append(py::dict(py::arg("name") = #name, py::arg("number") = number,                        \
-                       py::arg("rule") = #Rule, py::arg("type") = #Type,                           \
-                       py::arg("default") = PyDefault(PlanOptions{}.member),                       \
-                       py::arg("choices") = EnumChoices(PlanOptions{}.member),                     \
+#define PACKSCHED_PY_SCHEMA_PLAN(name, number, Rule, Type, member, json, help) \
+  plan.append(py::dict(py::arg("name") = #name, py::arg("number") = number,    \
+                       py::arg("rule") = #Rule, py::arg("type") = #Type,       \
+                       py::arg("default") = PyDefault(PlanOptions{}.member),   \
+                       py::arg("choices") = EnumChoices(PlanOptions{}.member), \
                        py::arg("json") = json, py::arg("help") = help));
   PACKSCHED_PLAN_OPTIONS(PACKSCHED_PY_SCHEMA_PLAN)
   d["plan_options"] = plan;
   py::list round;
-#define PACKSCHED_PY_SCHEMA_ROUND(name, number, dflt)                                              \
-  round.append(py::dict(py::arg("name") = #name, py::arg("number") = number,                       \
+#define PACKSCHED_PY_SCHEMA_ROUND(name, number, dflt)                        \
+  round.append(py::dict(py::arg("name") = #name, py::arg("number") = number, \
                         py::arg("rule") = "Round", py::arg("default") = PyDefault(dflt)));
   PACKSCHED_ROUND_OPTIONS(PACKSCHED_PY_SCHEMA_ROUND)
   d["round_options"] = round;
   d["weight_pair"] = PACKSCHED_WEIGHT_PAIR_KEY;
   py::list loss;
-#define PACKSCHED_PY_SCHEMA_LOSS(name, number, Rule, Type, member, key)                            \
-  loss.append(py::dict(py::arg("name") = #name, py::arg("number") = number,                        \
-                       py::arg("rule") = #Rule, py::arg("type") = #Type, py::arg("key") = #key,    \
-                       py::arg("default") = PyDefault(LossOptions{}.member),                       \
+#define PACKSCHED_PY_SCHEMA_LOSS(name, number, Rule, Type, member, key)                         \
+  loss.append(py::dict(py::arg("name") = #name, py::arg("number") = number,                     \
+                       py::arg("rule") = #Rule, py::arg("type") = #Type, py::arg("key") = #key, \
+                       py::arg("default") = PyDefault(LossOptions{}.member),                    \
                        py::arg("choices") = EnumChoices(LossOptions{}.member)));
   PACKSCHED_LOSS_OPTIONS(PACKSCHED_PY_SCHEMA_LOSS)
   d["loss_options"] = loss;
   py::list parts, stats, global, response;
-#define PACKSCHED_PY_SCHEMA_FIELD(list, name, number, Kind)                                        \
-  list.append(py::dict(py::arg("name") = #name, py::arg("number") = number,                        \
-                       py::arg("kind") = #Kind));
+#define PACKSCHED_PY_SCHEMA_FIELD(list, name, number, Kind) \
+  list.append(                                              \
+      py::dict(py::arg("name") = #name, py::arg("number") = number, py::arg("kind") = #Kind));
 // A micro-batch field's default: the planner's (Int, Bool), none for the others.
 #define PACKSCHED_PY_PART_DEFAULT_Int(name) PyDefault(MicroBatch{}.name)
 #define PACKSCHED_PY_PART_DEFAULT_Bool(name) PyDefault(MicroBatch{}.name)
 #define PACKSCHED_PY_PART_DEFAULT_Ints(name) py::none()
 #define PACKSCHED_PY_PART_DEFAULT_LossScale(name) py::none()
-#define PACKSCHED_PY_SCHEMA_PART(name, number, Kind)                                               \
-  parts.append(py::dict(py::arg("name") = #name, py::arg("number") = number,                       \
-                        py::arg("kind") = #Kind,                                                   \
+#define PACKSCHED_PY_SCHEMA_PART(name, number, Kind)                         \
+  parts.append(py::dict(py::arg("name") = #name, py::arg("number") = number, \
+                        py::arg("kind") = #Kind,                             \
                         py::arg("default") = PACKSCHED_PY_PART_DEFAULT_##Kind(name)));
-#define PACKSCHED_PY_SCHEMA_GLOBAL(name, number, Kind)                                             \
+#define PACKSCHED_PY_SCHEMA_GLOBAL(name, number, Kind) \
   PACKSCHED_PY_SCHEMA_FIELD(global, name, number, Kind)
-#define PACKSCHED_PY_SCHEMA_RESPONSE(name, number, Kind)                                           \
+#define PACKSCHED_PY_SCHEMA_RESPONSE(name, number, Kind) \
   PACKSCHED_PY_SCHEMA_FIELD(response, name, number, Kind)
 // A stats field's default: the planner's, 0 for the wire-only ones.
 #define PACKSCHED_PY_STATS_DEFAULT_Int(name) PyDefault(PlanStats{}.name)
@@ -293,9 +293,9 @@ py::dict Schema() {
 #define PACKSCHED_PY_STATS_DEFAULT_LocalK(name) PyDefault(PlanStats{}.name)
 #define PACKSCHED_PY_STATS_DEFAULT_Cap(name) py::int_(0)
 #define PACKSCHED_PY_STATS_DEFAULT_Micros(name) py::int_(0)
-#define PACKSCHED_PY_SCHEMA_STATS(name, number, Kind, alias)                                       \
-  stats.append(py::dict(py::arg("name") = #name, py::arg("number") = number,                       \
-                        py::arg("kind") = #Kind, py::arg("alias") = #alias,                        \
+#define PACKSCHED_PY_SCHEMA_STATS(name, number, Kind, alias)                 \
+  stats.append(py::dict(py::arg("name") = #name, py::arg("number") = number, \
+                        py::arg("kind") = #Kind, py::arg("alias") = #alias,  \
                         py::arg("default") = PACKSCHED_PY_STATS_DEFAULT_##Kind(name)));
   PACKSCHED_MICRO_BATCH(PACKSCHED_PY_SCHEMA_PART)
   PACKSCHED_PLAN_STATS(PACKSCHED_PY_SCHEMA_STATS)
@@ -378,11 +378,7 @@ PYBIND11_MODULE(_planner, m) {
           const absl::flat_hash_map<std::string, int64_t> i(model_ints->begin(), model_ints->end());
           const absl::flat_hash_map<std::string, std::string> s(model_strings.begin(),
                                                                 model_strings.end());
-          const ModelConfig config = Value(ModelConfigFromFields(i, s));
-          const ModelCost c = Value(CostOfModelForBatch(config, Span(lengths), o.align_to));
-          o.cost = CostModel::kAttention;
-          o.attention = AttentionCost{c.linear, c.quadratic};
-          balance.micro_batch_cost = c.micro_batch;
+          balance.micro_batch_cost = Value(UseModelCost(i, s, Span(lengths), o));
         }
         BalancedBatch b = WithoutGil(
             [&] { return Value(BalanceBatch(Span(lengths), world_size, o, group_ids, balance)); });
