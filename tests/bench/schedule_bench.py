@@ -11,7 +11,10 @@ The peers are this file's own implementations of their published algorithms (no 
               KK on cost into k micro-batches per rank (the cap can break);
   verl-retry  the same, k raised until every micro-batch of every rank fits;
   slime       first fit under the cap over the global batch, bins padded to a multiple of W by
-              halving the largest bin, KK of bin costs over the ranks (equal bin counts).
+              halving the largest bin, KK of bin costs over the ranks (equal bin counts);
+  nemo-rl     first fit decreasing under the cap over the global batch into at least W bins
+              (W open at the start), the bins dealt to the ranks by cost, round robin (our
+              reading of NeMo-RL's modified first fit decreasing packer with a minimum bin count).
 Each peer's micro-batches are put in cost-descending order on every rank (their best slot
 alignment). packsched is BalanceBatch through the in-process planner.
 
@@ -125,6 +128,20 @@ def slime(lengths, world, cap):
     return [[bins[j][0] for j in r] for r in ranks]
 
 
+def nemo_rl(lengths, world, cap):
+    bins = [[[], 0] for _ in range(world)]  # [positions, tokens]; at least W bins
+    for i in sorted(range(len(lengths)), key=lambda i: (-lengths[i], i)):
+        for b in bins:
+            if b[1] + lengths[i] <= cap:
+                b[0].append(i)
+                b[1] += lengths[i]
+                break
+        else:
+            bins.append([[i], lengths[i]])
+    bins.sort(key=lambda b: -sum(cost(lengths[i]) for i in b[0]))
+    return [[b[0] for b in bins[r::world]] for r in range(world)]
+
+
 def ours(lengths, world, cap, sync):
     batch = planner.balance(
         lengths,
@@ -216,6 +233,7 @@ def main():
                 "verl": lambda: verl(lengths, world, cap, retry=False),
                 "verl-retry": lambda: verl(lengths, world, cap, retry=True),
                 "slime": lambda: slime(lengths, world, cap),
+                "nemo-rl": lambda: nemo_rl(lengths, world, cap),
             }
             for label, fn in runs.items():
                 start = time.process_time()
