@@ -112,3 +112,24 @@ def test_group_partitions_balance_whole_groups():
     assert [len({uids[i] for i in part}) for part in parts] == [2, 2, 2, 2]  # equal group counts
     with pytest.raises(ValueError, match="3 uid groups"):
         verl.get_group_balanced_partitions([1, 2, 3], ["a", "b", "c"], 4)
+
+
+def test_force_group_size_keeps_consecutive_rows_together_within_the_cap():
+    rng = random.Random(9)
+    lengths = [rng.randint(50, 900) for _ in range(24)]
+    mask = torch.zeros(len(lengths), max(lengths), dtype=torch.int64)
+    for row, n in enumerate(lengths):
+        mask[row, :n] = 1
+    batch = {"attention_mask": mask, "ids": torch.arange(len(lengths))}
+    micro_batches, idx = verl.rearrange_micro_batches(batch, 2048, force_group_size=3)
+    assert sorted(i for part in idx for i in part) == list(range(24))
+    for mb, part in zip(micro_batches, idx):
+        assert mb["ids"].tolist() == part
+        groups = {i // 3 for i in part}
+        assert sorted(part) == sorted(3 * g + j for g in groups for j in range(3))  # whole groups
+        # Within the cap, unless it is one group that alone is over it (run alone, isolated).
+        group_tokens = sum(lengths[i] for i in part)
+        assert int(mb["attention_mask"].sum()) == group_tokens
+        assert group_tokens <= 2048 or len(groups) == 1
+    with pytest.raises(ValueError, match="force_group_size = 5"):
+        verl.rearrange_micro_batches(batch, 2048, force_group_size=5)

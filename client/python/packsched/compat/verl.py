@@ -7,7 +7,7 @@
 ``restore_dynamic_batch``, ``get_seqlen_balanced_partitions``, ``karmarkar_karp``,
 ``greedy_partition``, ``get_group_balanced_partitions``, ``log_seqlen_unbalance``,
 ``calculate_workload``, ``ceildiv`` and ``roundup_divisible``, with verl's signatures, defaults
-and return values (verl's newest ``force_group_size`` keyword is not offered). What changes:
+and return values (``force_group_size`` included). What changes:
 verl picks k = ceil(total / max_token_len), which is often infeasible, so its Karmarkar–Karp
 partitions leave micro-batches over the cap; packsched picks the smallest k it can prove
 feasible (the max over the DP group, like verl) and never exceeds the cap unless one sequence
@@ -76,6 +76,7 @@ def rearrange_micro_batches(
     same_micro_num_in_dp=True,
     min_num_micro_batch=None,
     use_dynamic_bsz_balance=True,
+    force_group_size=1,
     *,
     cost="attention",
 ):
@@ -94,6 +95,11 @@ def rearrange_micro_batches(
         that is the planner's "interleave" order for an odd count and its mirror image for an
         even one, so the drop-in mirrors it then: the same rule, applied to packsched's parts.
         False keeps them in order of their first sequence.
+    force_group_size: each run of this many consecutive rows stays in one micro-batch (verl's
+        reward-model pairs); the batch size must be a multiple of it (ValueError otherwise). A
+        group is planned as one unit of its summed tokens: the cap holds exactly, and the
+        attention cost counts the group as one sequence of that length (verl sums its rows'
+        workloads instead).
 
     Returns (micro_batches, micro_bsz_idx): the pieces of ``batch`` (same type; rows in index
     order) and the original row indices of each. A rank with fewer sequences than the agreed count
@@ -119,7 +125,7 @@ def rearrange_micro_batches(
         round_, next_round[0] = next_round[0], next_round[0] + 1  # the n-th call, whatever happens
         plan = client.plan(
             round_,
-            _seq_lens(batch),
+            _unit_lens(batch, force_group_size),
             max_token_len,
             stream=stream,
             same_micro_num_in_dp=same_micro_num_in_dp,
@@ -130,7 +136,7 @@ def rearrange_micro_batches(
 
         def local_count():
             nonlocal seq_lens
-            seq_lens = _seq_lens(batch)
+            seq_lens = _unit_lens(batch, force_group_size)
             return planner.local_bound(seq_lens, max_token_len, **options).k
 
         if same_micro_num_in_dp:
@@ -138,7 +144,10 @@ def rearrange_micro_batches(
         else:
             k = local_count()
         plan = planner.partition(seq_lens, k, max_token_len, **options)
-    micro_bsz_idx = [list(indices) for indices in plan.micro_batches]
+    size = force_group_size
+    micro_bsz_idx = [
+        [group * size + j for group in groups for j in range(size)] for groups in plan.micro_batches
+    ]
     if use_dynamic_bsz_balance and len(micro_bsz_idx) % 2 == 0:
         micro_bsz_idx.reverse()  # verl's placement for an even count (see the docstring)
     return [_select(batch, indices) for indices in micro_bsz_idx], micro_bsz_idx
@@ -229,6 +238,19 @@ def _seq_lens(batch):
             _refuse_nested("input_ids")
         return input_ids.offsets().diff()
     return batch["attention_mask"].flatten(1).ne(0).sum(dim=1)
+
+
+def _unit_lens(batch, group_size):
+    """Tokens per planning unit: per row, or per run of ``group_size`` consecutive rows."""
+    lengths = _seq_lens(batch)
+    if group_size == 1:
+        return lengths
+    if group_size < 1 or len(lengths) % group_size:
+        raise ValueError(
+            f"force_group_size = {group_size}: the batch's {len(lengths)} rows must be a "
+            "positive multiple of it"
+        )
+    return lengths.reshape(-1, group_size).sum(dim=1)
 
 
 def _take(value, indices, index):
