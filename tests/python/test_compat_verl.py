@@ -272,20 +272,20 @@ def test_through_a_sidecar_a_failed_round_does_not_hold_back_the_next_call(tmp_p
     assert int(streams["actor"]["last_round"]) == 21
 
 
-def test_verl_exports_the_seqlen_balanced_partitions_of_the_openrlhf_drop_in():
-    assert verl.get_seqlen_balanced_partitions is openrlhf.get_seqlen_balanced_partitions
+def test_verl_and_openrlhf_seqlen_balanced_partitions_keep_verls_contract():
     rng = random.Random(4)
     for _ in range(30):
         lengths = [rng.randint(1, 5000) for _ in range(rng.randint(1, 40))]
         k = rng.randint(1, len(lengths))
-        parts = verl.get_seqlen_balanced_partitions(lengths, k, equal_size=False)
-        # verl's contract: exactly k non-empty parts, each sorted, covering every index once.
-        assert len(parts) == k
-        assert all(part and part == sorted(part) for part in parts)
-        assert sorted(i for part in parts for i in part) == list(range(len(lengths)))
-        if len(lengths) % k == 0:
-            equal = verl.get_seqlen_balanced_partitions(lengths, k, equal_size=True)
-            assert [len(part) for part in equal] == [len(lengths) // k] * k
+        for module in (verl, openrlhf):
+            parts = module.get_seqlen_balanced_partitions(lengths, k, equal_size=False)
+            # verl's contract: exactly k non-empty parts, each sorted, covering every index once.
+            assert len(parts) == k
+            assert all(part and part == sorted(part) for part in parts)
+            assert sorted(i for part in parts for i in part) == list(range(len(lengths)))
+            if len(lengths) % k == 0:
+                equal = module.get_seqlen_balanced_partitions(lengths, k, equal_size=True)
+                assert [len(part) for part in equal] == [len(lengths) // k] * k
 
 
 def test_openrlhf_count_then_partition_keeps_the_capacity():

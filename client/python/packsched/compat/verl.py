@@ -1,17 +1,24 @@
-"""Drop-ins for verl's dynamic batching (``verl.utils.seqlen_balancing``).
+"""Drop-ins for verl's dynamic batching: the whole ``verl.utils.seqlen_balancing`` module.
 
-    from packsched.compat.verl import (rearrange_micro_batches, prepare_dynamic_batch,
-                                       get_reverse_idx, restore_dynamic_batch,
-                                       get_seqlen_balanced_partitions)
+    import sys, packsched.compat.verl
+    sys.modules["verl.utils.seqlen_balancing"] = packsched.compat.verl   # before verl imports it
 
-Same signatures and return values as verl's functions. What changes: verl picks
-k = ceil(total / max_token_len), which is often infeasible, so its Karmarkar–Karp partitions
-leave micro-batches over the cap; packsched picks the smallest k it can prove feasible (the max
-over the DP group, like verl) and never exceeds the cap unless one sequence alone does (that
-sequence then runs alone). Balancing uses packsched's attention-aware cost
-(24576·L + L², verl's workload estimate) unless ``cost="tokens"`` is passed.
-``get_seqlen_balanced_partitions`` is the OpenRLHF drop-in's (verl's has the same signature and
-semantics: exactly k non-empty parts, each sorted, balanced sums).
+``rearrange_micro_batches``, ``prepare_dynamic_batch``, ``get_reverse_idx``,
+``restore_dynamic_batch``, ``get_seqlen_balanced_partitions``, ``karmarkar_karp``,
+``greedy_partition``, ``get_group_balanced_partitions``, ``log_seqlen_unbalance``,
+``calculate_workload``, ``ceildiv`` and ``roundup_divisible``, with verl's signatures, defaults
+and return values (``force_group_size`` included). What changes:
+verl picks k = ceil(total / max_token_len), which is often infeasible, so its Karmarkar–Karp
+partitions leave micro-batches over the cap; packsched picks the smallest k it can prove
+feasible (the max over the DP group, like verl) and never exceeds the cap unless one sequence
+alone does (that sequence then runs alone). So verl's own tests pass except where they assert
+verl's count and that count breaks the cap (tests/python/test_compat_verl_suite.py). Balancing
+uses packsched's attention-aware cost (24576·L + L², verl's workload estimate) unless
+``cost="tokens"`` is passed. The partition helpers balance any non-negative integers (sequence
+lengths, or workloads beyond 2^31) with packsched's Karmarkar–Karp / LPT; verl's assertions
+become ValueError. Nested (jagged) ``input_ids`` give the lengths where torch has the jagged
+layout (torch >= 2.2), as verl reads them; an older torch refuses them with a ValueError that
+says so.
 """
 
 import copy
@@ -19,8 +26,17 @@ from collections.abc import Mapping
 
 from .. import planner
 from ._dist import agree_max
+from ._balancing import (
+    calculate_workload,
+    ceildiv,
+    get_group_balanced_partitions,
+    get_seqlen_balanced_partitions,
+    greedy_partition,
+    karmarkar_karp,
+    log_seqlen_unbalance,
+    roundup_divisible,
+)
 from ._indices import get_reverse_idx
-from .openrlhf import get_seqlen_balanced_partitions
 
 __all__ = [
     "rearrange_micro_batches",
@@ -29,6 +45,13 @@ __all__ = [
     "restore_dynamic_batch",
     "use_sidecar",
     "get_seqlen_balanced_partitions",
+    "karmarkar_karp",
+    "greedy_partition",
+    "get_group_balanced_partitions",
+    "log_seqlen_unbalance",
+    "calculate_workload",
+    "ceildiv",
+    "roundup_divisible",
 ]
 
 _sidecar = None  # (SchedulerClient, stream, [next round]) once use_sidecar() was called
@@ -53,6 +76,7 @@ def rearrange_micro_batches(
     same_micro_num_in_dp=True,
     min_num_micro_batch=None,
     use_dynamic_bsz_balance=True,
+    force_group_size=1,
     *,
     cost="attention",
 ):
@@ -71,6 +95,11 @@ def rearrange_micro_batches(
         that is the planner's "interleave" order for an odd count and its mirror image for an
         even one, so the drop-in mirrors it then: the same rule, applied to packsched's parts.
         False keeps them in order of their first sequence.
+    force_group_size: each run of this many consecutive rows stays in one micro-batch (verl's
+        reward-model pairs); the batch size must be a multiple of it (ValueError otherwise). A
+        group is planned as one unit of its summed tokens: the cap holds exactly, and the
+        attention cost counts the group as one sequence of that length (verl sums its rows'
+        workloads instead).
 
     Returns (micro_batches, micro_bsz_idx): the pieces of ``batch`` (same type; rows in index
     order) and the original row indices of each. A rank with fewer sequences than the agreed count
@@ -96,7 +125,7 @@ def rearrange_micro_batches(
         round_, next_round[0] = next_round[0], next_round[0] + 1  # the n-th call, whatever happens
         plan = client.plan(
             round_,
-            _seq_lens(batch),
+            _unit_lens(batch, force_group_size),
             max_token_len,
             stream=stream,
             same_micro_num_in_dp=same_micro_num_in_dp,
@@ -107,7 +136,7 @@ def rearrange_micro_batches(
 
         def local_count():
             nonlocal seq_lens
-            seq_lens = _seq_lens(batch)
+            seq_lens = _unit_lens(batch, force_group_size)
             return planner.local_bound(seq_lens, max_token_len, **options).k
 
         if same_micro_num_in_dp:
@@ -115,7 +144,10 @@ def rearrange_micro_batches(
         else:
             k = local_count()
         plan = planner.partition(seq_lens, k, max_token_len, **options)
-    micro_bsz_idx = [list(indices) for indices in plan.micro_batches]
+    size = force_group_size
+    micro_bsz_idx = [
+        [group * size + j for group in groups for j in range(size)] for groups in plan.micro_batches
+    ]
     if use_dynamic_bsz_balance and len(micro_bsz_idx) % 2 == 0:
         micro_bsz_idx.reverse()  # verl's placement for an even count (see the docstring)
     return [_select(batch, indices) for indices in micro_bsz_idx], micro_bsz_idx
@@ -162,20 +194,74 @@ def prepare_dynamic_batch(
 
 def restore_dynamic_batch(data, batch_idx_list):
     """Puts ``data`` (the micro-batches' outputs concatenated on dim 0) back in original order,
-    given the ``micro_bsz_idx`` lists that ``rearrange_micro_batches`` returned."""
+    given the ``micro_bsz_idx`` lists that ``rearrange_micro_batches`` returned. A nested (jagged)
+    ``data`` comes back nested; on a torch without the jagged layout it raises ValueError."""
     import torch
 
+    if data.is_nested and (_jagged() is None or data.layout != _jagged()):
+        _refuse_nested("restore_dynamic_batch's data")
     indices = [index for indices in batch_idx_list for index in indices]
-    if len(indices) != data.shape[0]:
-        raise ValueError(f"restore_dynamic_batch: {len(indices)} indices for {data.shape[0]} rows")
-    revert = torch.as_tensor(get_reverse_idx(indices), dtype=torch.long, device=data.device)
-    return data[revert]
+    rows = data.unbind() if data.is_nested else None
+    count = len(rows) if data.is_nested else data.shape[0]
+    if len(indices) != count:
+        raise ValueError(f"restore_dynamic_batch: {len(indices)} indices for {count} rows")
+    revert = get_reverse_idx(indices)
+    if data.is_nested:
+        return torch.nested.as_nested_tensor([rows[i] for i in revert], layout=_jagged())
+    return data[torch.as_tensor(revert, dtype=torch.long, device=data.device)]
+
+
+def _jagged():
+    """torch's jagged nested layout, or None where this torch has none (before 2.2)."""
+    import torch
+
+    return getattr(torch, "jagged", None)
+
+
+def _refuse_nested(what):
+    import torch
+
+    raise ValueError(
+        f"{what} is a nested tensor: packsched reads nested input only in torch's jagged layout "
+        f"(torch >= 2.2; this is torch {torch.__version__}): pass a jagged tensor, or a padded "
+        "batch with an attention_mask"
+    )
 
 
 def _seq_lens(batch):
-    """Real tokens per row of the [B, S] attention mask; B may be 0 (flatten keeps the 0 rows,
-    where reshape(0, -1) cannot infer S)."""
+    """Tokens per row: of a nested (jagged) ``input_ids`` its rows' lengths, as verl reads them;
+    otherwise the nonzero entries of each row of the [B, S] attention mask (B may be 0: flatten
+    keeps the 0 rows, where reshape(0, -1) cannot infer S)."""
+    input_ids = batch.get("input_ids") if hasattr(batch, "get") else None
+    if getattr(input_ids, "is_nested", False):
+        if _jagged() is None or input_ids.layout != _jagged():
+            _refuse_nested("input_ids")
+        return input_ids.offsets().diff()
     return batch["attention_mask"].flatten(1).ne(0).sum(dim=1)
+
+
+def _unit_lens(batch, group_size):
+    """Tokens per planning unit: per row, or per run of ``group_size`` consecutive rows."""
+    lengths = _seq_lens(batch)
+    if group_size == 1:
+        return lengths
+    if group_size < 1 or len(lengths) % group_size:
+        raise ValueError(
+            f"force_group_size = {group_size}: the batch's {len(lengths)} rows must be a "
+            "positive multiple of it"
+        )
+    return lengths.reshape(-1, group_size).sum(dim=1)
+
+
+def _take(value, indices, index):
+    """Rows ``indices`` of one tensor (``index``: the same as a tensor on its device); a nested
+    (jagged) tensor is rebuilt from its selected rows."""
+    import torch
+
+    if value.is_nested:
+        rows = value.unbind()
+        return torch.nested.as_nested_tensor([rows[i] for i in indices], layout=_jagged())
+    return value.index_select(0, index)
 
 
 def _select(batch, indices):
@@ -184,6 +270,6 @@ def _select(batch, indices):
     if isinstance(batch, Mapping) and not hasattr(batch, "batch_size"):
         first = next(iter(batch.values()))
         index = torch.as_tensor(indices, dtype=torch.long, device=first.device)
-        return type(batch)({key: value.index_select(0, index) for key, value in batch.items()})
+        return type(batch)({key: _take(value, indices, index) for key, value in batch.items()})
     # A TensorDict: indexing with a tensor of rows selects them in every entry.
     return batch[torch.as_tensor(indices, dtype=torch.long, device=batch.device)]
