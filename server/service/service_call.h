@@ -29,9 +29,10 @@ class ServiceCall : public grpc::ServerUnaryReactor {
   // Finishes the call: with the response serialized when `status` is OK. Once.
   virtual void Answer(const grpc::Status& status) = 0;
 
+  ~ServiceCall() override;  // by OnDone only
+
  protected:
   ServiceCall();
-  ~ServiceCall() override;
 
  private:
   void OnDone() final { delete this; }
