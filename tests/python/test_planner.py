@@ -157,3 +157,21 @@ def test_balance_gives_equal_counts_and_keeps_groups_together():
 def test_plans_are_deterministic():
     lengths = rl_lengths(2000, 9)
     assert planner.plan_local(lengths, 20480) == planner.plan_local(lengths, 20480)
+
+
+def test_fast_metadata_equals_the_dataclass_and_checks_its_fields():
+    import dataclasses
+
+    from packsched.plan import MicroBatchMeta, meta_of
+
+    plan = planner.plan_local([5, 9, 300, 17, 3000, 40], 4000, loss_tokens=[1, 2, 3, 4, 5, 6])
+    for meta in plan.metadata:
+        values = dataclasses.asdict(meta)
+        made = meta_of(values)
+        assert made == MicroBatchMeta(**values) and type(made) is MicroBatchMeta
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            made.total = 1
+    with pytest.raises(KeyError, match="no value for total"):
+        meta_of({k: v for k, v in values.items() if k != "total"})
+    with pytest.raises(TypeError, match="no field bogus"):
+        meta_of({**values, "bogus": 1})

@@ -30,7 +30,7 @@ from google.protobuf import json_format
 
 from ._options import CHOICES, PLAN_DEFAULTS, SCHEMA, WEIGHT_PAIR, check_world_size, split_options
 from .model_cost import model_fields
-from .plan import MicroBatchMeta, Plan, PlanStats
+from .plan import Plan, PlanStats, meta_of
 from .planner import SYNCS, Balanced, RankPlan, StepStats
 from .v1 import scheduler_pb2, scheduler_pb2_grpc
 
@@ -347,7 +347,7 @@ def _part(mb):
             fields[name] = getattr(mb, name) if mb.HasField(name) else None
         else:
             fields[name] = getattr(mb, name)
-    return MicroBatchMeta(**fields)
+    return meta_of(fields)
 
 
 def _stats(response):
