@@ -183,6 +183,18 @@ INPUTS = [
 ]
 
 
+# --grid: every mix at every W of issue 20 (sequences per rank as in INPUTS).
+GRID = [
+    (name, mix, world, per_rank, cap)
+    for name, mix, per_rank, cap in (
+        ("RL", rl_mix, 256, 16384),
+        ("long-context", long_mix, 16, 65536),
+        ("bimodal", bimodal_mix, 64, 32768),
+    )
+    for world in (8, 32, 128)
+]
+
+
 def timing():
     """n = 65,536 RL-mix sequences over W = 128, cap 16,384, in-process: CPU time of
     planner.balance (median of 3) under both syncs, and of the binding's call alone (the plan
@@ -214,11 +226,12 @@ def main():
     parser.add_argument("--seeds", type=int, default=10)
     parser.add_argument("--quick", action="store_true", help="the first three inputs only")
     parser.add_argument("--timing", action="store_true", help="the n = 65,536 timing only")
+    parser.add_argument("--grid", action="store_true", help="every mix at W = 8, 32 and 128")
     args = parser.parse_args()
     if args.timing:
         timing()
         return
-    inputs = INPUTS[:3] if args.quick else INPUTS
+    inputs = GRID if args.grid else INPUTS[:3] if args.quick else INPUTS
     print(
         "| input | schedule | k | over cap | eff (sync micro_batch) | eff (sync step) "
         "| plan ms |"
