@@ -194,7 +194,8 @@ void BM_CrossEntropy(benchmark::State& state, bool cuda) {
 // baseline: one memcpy of the same bytes.
 constexpr int64_t kCp = 4;
 
-void BM_CpShard(benchmark::State& state, bool cuda) {
+// Every CP rank's shard of one packed micro-batch (`unshard`: and back), all ranks in turn.
+void CpShards(benchmark::State& state, bool cuda, bool unshard) {
   if (SkipWithoutDevice(state, cuda)) return;
   Workload w;  // cu_padded: every length a multiple of kAlign = 64, so of 2 * kCp
   Buffer x(Bf16Rows(w.cu_padded.back(), state.range(0)), cuda);
@@ -206,37 +207,18 @@ void BM_CpShard(benchmark::State& state, bool cuda) {
   }
   Run(state, cuda, 2 * x.nbytes(), [&] {
     for (int64_t r = 0; r < kCp; ++r) {
-      if (absl::Status s = CpShard(x.view(), {&cu.view(), w.cu_padded}, kCp, r,
-                                   shards[r]->view(), nullptr);
-          !s.ok()) {
-        return s;
-      }
+      const Seqlens seqlens{&cu.view(), w.cu_padded};
+      const absl::Status s =
+          unshard ? CpUnshard(shards[r]->view(), seqlens, kCp, r, x.view(), nullptr)
+                  : CpShard(x.view(), seqlens, kCp, r, shards[r]->view(), nullptr);
+      if (!s.ok()) return s;
     }
     return absl::OkStatus();
   });
 }
 
-void BM_CpUnshard(benchmark::State& state, bool cuda) {
-  if (SkipWithoutDevice(state, cuda)) return;
-  Workload w;
-  Buffer x(Bf16Rows(w.cu_padded.back(), state.range(0)), cuda);
-  Buffer cu(testing::CuTensor(w.cu_padded), cuda);
-  std::vector<std::unique_ptr<Buffer>> shards;
-  for (int64_t r = 0; r < kCp; ++r) {
-    shards.push_back(
-        std::make_unique<Buffer>(Bf16Rows(w.cu_padded.back() / kCp, state.range(0)), cuda));
-  }
-  Run(state, cuda, 2 * x.nbytes(), [&] {
-    for (int64_t r = 0; r < kCp; ++r) {
-      if (absl::Status s = CpUnshard(shards[r]->view(), {&cu.view(), w.cu_padded}, kCp, r,
-                                     x.view(), nullptr);
-          !s.ok()) {
-        return s;
-      }
-    }
-    return absl::OkStatus();
-  });
-}
+void BM_CpShard(benchmark::State& state, bool cuda) { CpShards(state, cuda, false); }
+void BM_CpUnshard(benchmark::State& state, bool cuda) { CpShards(state, cuda, true); }
 
 // The CPU baseline of the copy kernels: one memcpy of the aligned [tokens, hidden] tensor.
 void BM_HostCopy(benchmark::State& state) {

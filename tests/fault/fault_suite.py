@@ -115,34 +115,10 @@ class Net:
 
     def drop(self, rank, to=(), frm=()):
         """Drops rank's packets to the ranks `to` and from the ranks `frm`."""
-        for peer in to:
-            self.exec(
-                rank,
-                "nft",
-                "add",
-                "rule",
-                "inet",
-                "fault",
-                "out",
-                "ip",
-                "daddr",
-                self.ip(peer),
-                "drop",
-            )
-        for peer in frm:
-            self.exec(
-                rank,
-                "nft",
-                "add",
-                "rule",
-                "inet",
-                "fault",
-                "in",
-                "ip",
-                "saddr",
-                self.ip(peer),
-                "drop",
-            )
+        rules = [("out", "daddr", p) for p in to] + [("in", "saddr", p) for p in frm]
+        for chain, field, peer in rules:
+            rule = ["inet", "fault", chain, "ip", field, self.ip(peer), "drop"]
+            self.exec(rank, "nft", "add", "rule", *rule)
 
     def slow(self, rank, rate="2mbit"):
         self.exec(
