@@ -71,6 +71,7 @@ void Launch(void (*kernel)(AttentionArgs), const AttentionArgs& a, int64_t longe
         std::barrier<> barrier(Tr::kThreads);
         packsched_cuda_emulation::block_barrier = &barrier;
         std::vector<std::thread> threads;
+        threads.reserve(Tr::kThreads);
         for (int t = 0; t < Tr::kThreads; ++t) {
           threads.emplace_back([&, t] {
             packsched_cuda_emulation::thread_idx = dim3(t);
