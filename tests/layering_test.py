@@ -125,7 +125,14 @@ LAYERS = {
         ("packsched.planner",), ("py/options", "py/plan", "py/ext", "py/model_cost"), ("numpy",)
     ),
     "py/kernels": Layer(
-        ("packsched.kernels", "packsched._context_parallel"),
+        (
+            "packsched.kernels",
+            "packsched._arrays",
+            "packsched._packing",
+            "packsched._cross_entropy",
+            "packsched._attention",
+            "packsched._context_parallel",
+        ),
         ("py/ext", "py/cp_layout"),
         ("numpy", "torch", "cuda"),
     ),

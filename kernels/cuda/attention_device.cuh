@@ -144,13 +144,14 @@ __global__ void __launch_bounds__(Tr::kThreads) AttentionForwardKernel(const Att
   const float softcap = static_cast<float>(a.softcap);
 
   extern __shared__ float smem[];
-  float* qs = smem;                       // [kBr][kPitch]
-  float* ks = qs + Tr::kBr * Tr::kPitch;  // [kBc][kPitch]
-  float* vs = ks + Tr::kBc * Tr::kPitch;  // [kBc][kPitch]
-  float* ss = vs + Tr::kBc * Tr::kPitch;  // [kBr][kSPitch]: S, then P
-  float* row_max = ss + Tr::kBr * Tr::kSPitch;
-  float* row_sum = row_max + Tr::kBr;
-  float* row_factor = row_sum + Tr::kBr;
+  using Smem = typename Tr::Smem;
+  float* qs = smem + Smem::kQ;
+  float* ks = smem + Smem::kK;
+  float* vs = smem + Smem::kV;
+  float* ss = smem + Smem::kScores;  // S, then P
+  float* row_max = smem + Smem::RowScalar(0);
+  float* row_sum = smem + Smem::RowScalar(1);
+  float* row_factor = smem + Smem::RowScalar(2);
 
   LoadTile<T, Tr>(qs, Tr::kBr, a.q, seq.q0 + first, rows, a.heads, h, a.head_dim);
   if (threadIdx.x < Tr::kBr) {
@@ -279,13 +280,14 @@ __global__ void __launch_bounds__(Tr::kThreads) AttentionBackwardDqKernel(const 
   const float softcap = static_cast<float>(a.softcap);
 
   extern __shared__ float smem[];
-  float* qs = smem;
-  float* dos = qs + Tr::kBr * Tr::kPitch;
-  float* ks = dos + Tr::kBr * Tr::kPitch;
-  float* vs = ks + Tr::kBc * Tr::kPitch;
-  float* dss = vs + Tr::kBc * Tr::kPitch;  // [kBr][kSPitch]
-  float* row_lse = dss + Tr::kBr * Tr::kSPitch;
-  float* row_d = row_lse + Tr::kBr;
+  using Smem = typename Tr::Smem;
+  float* qs = smem + Smem::kQ;
+  float* dos = smem + Smem::kDout;
+  float* ks = smem + Smem::kK;
+  float* vs = smem + Smem::kV;
+  float* dss = smem + Smem::kScores;
+  float* row_lse = smem + Smem::RowScalar(0);
+  float* row_d = smem + Smem::RowScalar(1);
 
   LoadQuerySide<T, Tr>(a, seq, h, first, rows, qs, dos, row_lse, row_d);
   const int my_row = threadIdx.x / Tr::kThreadsPerRow;
@@ -341,14 +343,15 @@ __global__ void __launch_bounds__(Tr::kThreads) AttentionBackwardDkDvKernel(cons
   const float softcap = static_cast<float>(a.softcap);
 
   extern __shared__ float smem[];
-  float* qs = smem;
-  float* dos = qs + Tr::kBr * Tr::kPitch;
-  float* ks = dos + Tr::kBr * Tr::kPitch;
-  float* vs = ks + Tr::kBc * Tr::kPitch;
-  float* ps = vs + Tr::kBc * Tr::kPitch;    // [kBr][kSPitch]
-  float* dss = ps + Tr::kBr * Tr::kSPitch;  // [kBr][kSPitch]
-  float* row_lse = dss + Tr::kBr * Tr::kSPitch;
-  float* row_d = row_lse + Tr::kBr;
+  using Smem = typename Tr::Smem;
+  float* qs = smem + Smem::kQ;
+  float* dos = smem + Smem::kDout;
+  float* ks = smem + Smem::kK;
+  float* vs = smem + Smem::kV;
+  float* ps = smem + Smem::kP;
+  float* dss = smem + Smem::kScores;
+  float* row_lse = smem + Smem::RowScalar(0);
+  float* row_d = smem + Smem::RowScalar(1);
 
   LoadKeySide<T, Tr>(a, seq, hk, key0, cols, ks, vs);
   const int my_key = threadIdx.x / Tr::kThreadsPerRow;
