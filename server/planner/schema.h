@@ -3,7 +3,7 @@
 
 #include "absl/strings/string_view.h"
 
-// The one declaration of the plan / options schema (issue 17): every field of the planner's
+// The one declaration of the plan / options schema: every field of the planner's
 // options and of a plan that crosses a boundary — the `packsched plan` flags and JSON, the
 // sidecar's proto conversion (server/service/convert.cc), the C++ client's request building and
 // wire decoder (client/cpp), and the Python package (the pybind dicts of client/python/src and,

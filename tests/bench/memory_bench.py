@@ -4,7 +4,7 @@
 Each case starts a fresh sidecar (a group of one, default limits unless --server_arg adds some),
 sends its requests (concurrently when a case has several), and reads the server's VmHWM (peak
 RSS) and VmRSS from /proc/PID/status before and after; it prints one table row per case and
-the status each request got. Nothing is timed. The cases: the 20-byte amplifiers of issue 19
+the status each request got. Nothing is timed. The cases: the 20-byte amplifiers
 (a Plan with n = 2 and min_micro_batches = 1,000,000; a Partition with n = 2 and k = 1,000,000),
 both at once, and realistic RL batches up to the default --max_sequences_per_request
 (n = 1,048,576) with k up to 1,000,000.

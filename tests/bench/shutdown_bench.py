@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""How long a sidecar takes to exit on SIGTERM, against its --shutdown_grace (issue 19).
+"""How long a sidecar takes to exit on SIGTERM, against its --shutdown_grace.
 
 For each case a fresh packsched-server (a group of one, --shutdown_grace=2s) plans one round for
 a connected client, which stays connected; SIGTERM follows the answer after a delay; the time
