@@ -15,7 +15,7 @@ import time
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests" / "python"))
-sys.path.insert(0, str(ROOT / "tests" / "bench"))
+sys.path.insert(0, str(ROOT / "deploy"))
 
 from gen_lengths import realistic_rl_lengths  # noqa: E402
 from sidecar import Sidecar  # noqa: E402
