@@ -33,10 +33,10 @@ import urllib.request
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 # The package built into build/python (PACKSCHED_PYTHON_DIR: another build's, as ctest passes).
 sys.path.insert(0, os.environ.get("PACKSCHED_PYTHON_DIR", str(ROOT / "build" / "python")))
-sys.path.insert(0, str(ROOT / "tests" / "bench"))
+sys.path.insert(0, str(ROOT / "deploy"))
 
-from compare_verl import python_kk  # noqa: E402  (the plain-Python baseline, written here)
 from gen_lengths import realistic_rl_lengths  # noqa: E402
+from verl_kk import python_kk  # noqa: E402  (the plain-Python baseline)
 
 import packsched.client  # noqa: E402
 

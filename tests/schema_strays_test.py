@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Fails when a conversion layer spells a schema field name by hand (issue 17, one options schema).
+"""Fails when a conversion layer spells a schema field name by hand (one options schema).
 
 The plan / options schema is declared once, in server/planner/schema.h (X-macro tables). The
 layers that convert it — CLI flags and JSON, the sidecar's proto conversion, the C++ client's

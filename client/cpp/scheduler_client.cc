@@ -55,11 +55,11 @@ absl::StatusOr<Proto> ToProto(absl::string_view field, Enum value, bool (*is_val
 // PACKSCHED_PLAN_OPTIONS into the proto. The Ceiling's planner default means "no limit of the
 // caller's own": 0 lets the sidecar apply its --max_micro_batches (the default itself would
 // exceed a lower server limit).
-#define PACKSCHED_FILL_Enum(name, Type, member)                                                    \
-  {                                                                                                \
-    ASSIGN_OR_RETURN(const v1::Type value,                                                         \
-                     ToProto<v1::Type>(#name, o.member, v1::Type##_IsValid));                      \
-    out->set_##name(value);                                                                        \
+#define PACKSCHED_FILL_Enum(name, Type, member)                               \
+  {                                                                           \
+    ASSIGN_OR_RETURN(const v1::Type value,                                    \
+                     ToProto<v1::Type>(#name, o.member, v1::Type##_IsValid)); \
+    out->set_##name(value);                                                   \
   }
 #define PACKSCHED_FILL_Cap(name, Type, member) out->set_##name(o.member);
 #define PACKSCHED_FILL_Unlimited(name, Type, member) out->set_##name(o.member);
@@ -67,9 +67,9 @@ absl::StatusOr<Proto> ToProto(absl::string_view field, Enum value, bool (*is_val
 #define PACKSCHED_FILL_Align(name, Type, member) out->set_##name(o.member);
 #define PACKSCHED_FILL_Weight(name, Type, member) out->set_##name(o.member);
 #define PACKSCHED_FILL_FixedK(name, Type, member) out->set_##name(o.member);
-#define PACKSCHED_FILL_Ceiling(name, Type, member)                                                 \
+#define PACKSCHED_FILL_Ceiling(name, Type, member) \
   out->set_##name(o.member == planner::PlanOptions{}.member ? 0 : o.member);
-#define PACKSCHED_FILL(name, number, Rule, Type, member, json, help)                               \
+#define PACKSCHED_FILL(name, number, Rule, Type, member, json, help) \
   PACKSCHED_FILL_##Rule(name, Type, member)
 
 absl::Status FillOptions(const planner::PlanOptions& o, v1::PlanOptions* out) {
@@ -79,10 +79,10 @@ absl::Status FillOptions(const planner::PlanOptions& o, v1::PlanOptions* out) {
 
 // PACKSCHED_LOSS_OPTIONS into the proto (an enum value outside the planner's is sent as it is,
 // for the sidecar to refuse).
-#define PACKSCHED_FILL_LOSS_Enum(name, Type, member)                                               \
+#define PACKSCHED_FILL_LOSS_Enum(name, Type, member) \
   out->set_##name(static_cast<v1::Type>(static_cast<int>(loss.member) + 1));
 #define PACKSCHED_FILL_LOSS_SumNorm(name, Type, member) out->set_##name(loss.member);
-#define PACKSCHED_FILL_LOSS(name, number, Rule, Type, member, key)                                 \
+#define PACKSCHED_FILL_LOSS(name, number, Rule, Type, member, key) \
   PACKSCHED_FILL_LOSS_##Rule(name, Type, member)
 
 void FillLoss(const planner::LossOptions& loss, v1::LossOptions* out) {
@@ -161,7 +161,7 @@ struct SchedulerClient::Impl {
       security::AddBearerToken(context, options.auth_token);
       const grpc::Status status = invoke(&context);
       if (status.ok()) return absl::OkStatus();
-      const bool served = context.GetServerTrailingMetadata().count("packsched-served") > 0;
+      const bool served = context.GetServerTrailingMetadata().contains("packsched-served");
       const bool unreached = status.error_code() == grpc::StatusCode::UNAVAILABLE && !served;
       if (!unreached || attempt >= options.max_attempts || absl::Now() + backoff >= deadline) {
         return FromGrpc(status);
@@ -215,7 +215,7 @@ absl::StatusOr<std::unique_ptr<SchedulerClient>> SchedulerClient::Create(ClientO
   // not keep a copy of every request for a retry it would never make.
   args.SetInt(GRPC_ARG_ENABLE_RETRIES, 0);
   auto impl = std::make_unique<Impl>();
-  ASSIGN_OR_RETURN(impl->channel, security::MakeChannel(options.target, tls, std::move(args)));
+  ASSIGN_OR_RETURN(impl->channel, security::MakeChannel(options.target, tls, args));
   impl->stub = v1::Scheduler::NewStub(impl->channel);
   impl->plan_method = std::make_unique<grpc::internal::RpcMethod>(
       impl->plan_name.c_str(), grpc::internal::RpcMethod::NORMAL_RPC, impl->channel);

@@ -1,7 +1,7 @@
 #ifndef PACKSCHED_SERVER_PLANNER_MODEL_COST_H_
 #define PACKSCHED_SERVER_PLANNER_MODEL_COST_H_
 
-// The attention cost model's weights from a model description (issue 20; docs/design.md §2,
+// The attention cost model's weights from a model description (docs/design.md §2,
 // "Cost from the model"): forward + backward FLOPs of one sequence of L tokens are
 //   linear * L + quadratic * L^2, plus micro_batch per micro-batch,
 // with (2 FLOPs a multiply-add, backward = 2 x forward, so 3 x the forward in all)

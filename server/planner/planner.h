@@ -109,7 +109,7 @@ struct StepStats {
   int64_t step_sync_cost = 0;         // max over ranks of the sum over slots (Sync::kStep)
   int64_t micro_batch_sync_cost = 0;  // sum over slots of the max over ranks (Sync::kMicroBatch)
   // (total cost + micro_batch_cost x k_min x W) / W with k_min = ceil(aligned tokens / (W x cap)):
-  // every rank equally busy with the fewest micro-batches the cap allows (issue 20's measure).
+  // every rank equally busy with the fewest micro-batches the cap allows.
   double ideal = 0.0;
   double efficiency = 0.0;  // ideal / the cost under the request's sync (1.0 when both are 0)
   // No plan, under either sync, has a step below this: max(ceil((total cost + micro_batch_cost

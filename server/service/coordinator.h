@@ -81,7 +81,7 @@ class RoundCoordinator {
     // Called once by Shutdown(), after the streams' agreements are aborted: must end every
     // blocking wait a stream worker may be in outside its collective — forming the group waits
     // on the rendezvous store (stream_group.h), up to --collective_timeout — so that the workers
-    // exit promptly. main.cc cancels the rendezvous store's calls. Optional; must not block.
+    // exit promptly (sidecar/rank_group.cc cancels the store's calls). Optional; must not block.
     std::function<void()> cancel_waits;
     // Where each round run and each stream reclaimed are recorded (server/metrics/sink.h); not
     // owned, outlives the coordinator. Null: metrics off, nothing recorded.

@@ -96,7 +96,7 @@ absl::StatusOr<RankGroup> StartRankGroup(const RankGroupFlags& flags,
   }
   int64_t gpu = flags.local_gpu;
   if (gpu < 0) {
-    const char* local_rank = std::getenv("LOCAL_RANK");
+    const char* local_rank = std::getenv("LOCAL_RANK");  // NOLINT(concurrency-mt-unsafe)
     gpu = 0;
     if (local_rank != nullptr && !absl::SimpleAtoi(local_rank, &gpu)) {
       return absl::InvalidArgumentError(absl::StrCat("LOCAL_RANK = '", local_rank, "'"));

@@ -5,8 +5,8 @@
 //   build/bin/planner_bench --benchmark_filter='Kk/65536'     one case (peak_rss_mib is then
 //                                                             that case's own peak)
 //
-// Targets (issue 2): Kk/4096/16384 under 5 ms, Kk/65536/16384 under 300 ms. SidecarPlan/1024/*
-// is the planner part of the sidecar's load benchmark (issue 3).
+// Targets: Kk/4096/16384 under 5 ms, Kk/65536/16384 under 300 ms. SidecarPlan/1024/*
+// is the planner part of the sidecar's load benchmark.
 // Counters: k (micro-batches), max_over_mean (largest part cost / mean part cost),
 // over_cap (parts over the cap), peak_rss_mib (the process's peak resident set so far).
 
@@ -159,7 +159,7 @@ void BalanceCases(benchmark::internal::Benchmark* b) {
 }
 
 BENCHMARK(BM_Kk)->Apply(BalanceCases);
-// The sidecar's request size (issue 3's load benchmark): one rank's n = 1,024.
+// The sidecar's request size (its load benchmark's): one rank's n = 1,024.
 BENCHMARK(BM_Kk)->Args({1024, 16384})->Args({1024, 65536})->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_SidecarPlan)->Args({1024, 16384})->Args({1024, 65536})->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_GroupRank)->Args({1024, 16384})->Args({1024, 65536})->Unit(benchmark::kMicrosecond);

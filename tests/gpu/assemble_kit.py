@@ -70,7 +70,7 @@ SCRIPTS = [
     ("tests/gpu/attention_vs_torch.py", "scripts/attention_vs_torch.py"),
     ("tests/gpu/build_module.sh", "scripts/build_module.sh"),
     ("tests/gpu/preflight.sh", "scripts/preflight.sh"),
-    ("tests/bench/gen_lengths.py", "scripts/gen_lengths.py"),
+    ("deploy/gen_lengths.py", "scripts/gen_lengths.py"),
     ("tests/gpu/kit/CMakeLists.txt", "module/CMakeLists.txt"),
     ("client/python/src/kernels_module.cc", "module/src/kernels_module.cc"),
 ] + [

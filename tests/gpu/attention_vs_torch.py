@@ -30,7 +30,7 @@ import time
 import traceback
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path[:0] = [HERE, os.path.join(HERE, "..", "bench")]  # gen_lengths.py: kit, or source tree
+sys.path[:0] = [HERE, os.path.join(HERE, "..", "..", "deploy")]  # gen_lengths.py: kit, or tree
 
 HEADS, KV_HEADS, HEAD_DIM = 16, 4, 128
 TARGETS = (32768, 65536)

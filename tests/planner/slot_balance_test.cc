@@ -1,4 +1,4 @@
-// Coordinator mode's sync objective (issue 20): sync = micro_batch balances every slot over the
+// Coordinator mode's sync objective: sync = micro_batch balances every slot over the
 // ranks; both syncs keep k within the FFD bound and report their step. Expected values are
 // recomputed here from the plans and the lengths alone (a first-fit-decreasing of our own, a
 // brute-force optimum on tiny inputs).

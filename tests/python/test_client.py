@@ -98,7 +98,7 @@ def test_partition_and_balance_equal_the_in_process_planner(client):
     for r, l in zip(remote.ranks, local.ranks):
         assert r.indices == l.indices
         same_plan(r.plan, l.plan)
-    # sync="micro_batch" (issue 20): the same plan and step as in-process.
+    # sync="micro_batch": the same plan and step as in-process.
     remote = client.balance_batch(lengths, 4, 20000, sync="micro_batch", micro_batch_cost=1000)
     local = planner.balance(lengths, 4, 20000, sync="micro_batch", micro_batch_cost=1000)
     assert remote.step == local.step

@@ -175,12 +175,11 @@ def test_a_rank_that_cannot_plan_makes_every_rank_fail_instead_of_hanging():
 def test_a_realistic_rl_batch_where_verls_partition_breaks_the_cap():
     # Input: gen_lengths.py's realistic RL mix, n = 512, seed 3, cap 16,384 (verl's default
     # ppo_max_token_len_per_gpu). verl's formulation — Karmarkar-Karp into k = ceil(total / cap)
-    # parts (the plain-Python baseline of tests/bench/compare_verl.py) — leaves micro-batches of
+    # parts (the plain-Python baseline of deploy/verl_kk.py) — leaves micro-batches of
     # several sequences over the cap; the drop-in leaves none.
-    bench = pathlib.Path(__file__).resolve().parents[1] / "bench"
-    sys.path.insert(0, str(bench))
-    from compare_verl import python_kk
+    sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "deploy"))
     from gen_lengths import realistic_rl_lengths
+    from verl_kk import python_kk
 
     lengths = [min(x, 16384) for x in realistic_rl_lengths(512, 3)]
     k = math.ceil(sum(lengths) / 16384)

@@ -1,4 +1,4 @@
-"""packsched.planner.balance(sync=...), its step stats and model_config (issue 20), through the
+"""packsched.planner.balance(sync=...), its step stats and model_config, through the
 binding: shapes and guarantees checked from the lengths, costs recomputed here."""
 
 import json

@@ -337,7 +337,7 @@ TEST(Coordinator, LimitsOnStreamsAndOutstandingRounds) {
 }
 
 // Only a valid request creates a stream: invalid requests on any number of new names take no
-// slot and no thread (issue 19: two of them used to lock out every stream until a restart).
+// slot and no thread (regression: two of them used to lock out every stream until a restart).
 TEST(Coordinator, InvalidRequestsOnNewStreamsLeaveEverySlotFree) {
   RoundCoordinator::Options options;
   options.limits.max_streams = 2;

@@ -1,4 +1,4 @@
-// The in-flight memory budget through the gRPC service (issue 19, part 3): a request whose
+// The in-flight memory budget through the gRPC service: a request whose
 // estimate does not fit is refused with RESOURCE_EXHAUSTED before it allocates; reservations
 // end with their calls, so sequential requests, rounds joined by several callers and cache hits
 // leave the whole budget free again.

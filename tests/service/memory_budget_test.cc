@@ -54,7 +54,7 @@ TEST(MemoryBudget, ZeroMeansNoBudget) {
   EXPECT_TRUE(r.ok()) << r.status();
 }
 
-TEST(RequestMemory, TheAmplifiersOfIssue19AreEstimatedAtTheirMicroBatches) {
+TEST(RequestMemory, TwentyByteAmplifiersAreEstimatedAtTheirMicroBatches) {
   const ServiceLimits limits;
   v1::PlanRequest plan;
   plan.set_stream("s");

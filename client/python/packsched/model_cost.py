@@ -1,4 +1,4 @@
-"""The attention cost's weights from a model (issue 20; docs/design.md §2, "Cost from the model").
+"""The attention cost's weights from a model (docs/design.md §2, "Cost from the model").
 
 ``model_cost(config, max_batch_tokens, longest)`` reads a Hugging Face style ``config.json`` (a
 dict, or the path of the file) and returns ``(linear, quadratic, micro_batch)``: integer
