@@ -27,7 +27,8 @@ absl::Status CpShard(const CpShardArgs& a);
 absl::Status CpUnshard(const CpShardArgs& a);
 // Returns InvalidArgument when token types and grids disagree (context_parallel.h).
 absl::Status MropePositionIds(const MropeArgs& a);
-// Return InvalidArgument only for seqused values outside [0, segment length].
+// Return InvalidArgument only for seqused values outside [0, segment length] and tree values
+// out of range (attention.h).
 absl::Status AttentionForward(const AttentionArgs& a);
 absl::Status AttentionBackward(const AttentionArgs& a);
 }  // namespace cpu
