@@ -835,3 +835,10 @@ from ._context_parallel import (  # noqa: E402
     cp_unshard,
     mrope_position_ids,
 )
+
+# Tree packing (packsched/tree_kernels.py).
+from .tree_kernels import (
+    multi_target_cross_entropy,
+    tree_attention,
+    tree_position_ids,
+)  # noqa: E402,F401
