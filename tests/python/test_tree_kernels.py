@@ -192,3 +192,24 @@ def test_targets_count_a_shared_token_once_per_rollout_and_restore():
     entropy = -(torch.softmax(logits, -1) * torch.log_softmax(logits, -1)).sum(-1)
     for got, rows in zip(tree_kernels.restore(entropy, layout.rows), layout.rows):
         assert torch.equal(got, entropy[torch.as_tensor(rows)])
+
+
+def test_tree_mrope_positions_are_each_rollouts_own():
+    # A prompt with an image (grid 1 x 4 x 4, merge 2: 4 vision tokens) shared by 3 completions.
+    prompt_types = [0, 0, 1, 1, 1, 1, 0]
+    completions = [3, 1, 4]
+    rows, start, types = [], len(prompt_types), []
+    for n in completions:
+        rows.append(list(range(len(prompt_types))) + list(range(start, start + n)))
+        types.append(prompt_types + [0] * n)
+        start += n
+    grids = [[1, 4, 4]] * len(completions)
+    got = tree_kernels.tree_mrope_position_ids(rows, types, grids, [1, 1, 1], start)
+    for r, t in zip(rows, types):
+        alone, _ = kernels.mrope_position_ids(
+            np.asarray(t, dtype=np.int32), np.asarray([0, len(t)], dtype=np.int32), [[1, 4, 4]], [1]
+        )
+        assert np.array_equal(got[:, r], np.asarray(alone))
+    types[1] = [0] * len(types[1])  # the second rollout's prompt without the image
+    with pytest.raises(ValueError, match="disagree"):
+        tree_kernels.tree_mrope_position_ids(rows, types, grids[:2], [1, 0, 1], start)

@@ -102,6 +102,35 @@ def targets_of(layout, ids, masks, weights):
     )
 
 
+def pack_groups(groups, prompt_lens, ids, cap):
+    """Micro-batches of whole groups, first-fit decreasing by their unique tokens under ``cap``
+    (a group over the cap gets a micro-batch of its own): one GroupLayout each."""
+    sizes = [p + sum(len(ids[r]) - p for r in g) for g, p in zip(groups, prompt_lens)]
+    bins = []
+    for i in sorted(range(len(groups)), key=lambda i: -sizes[i]):
+        for b in bins:
+            if b[0] + sizes[i] <= cap:
+                b[0] += sizes[i]
+                b[1].append(i)
+                break
+        else:
+            bins.append([sizes[i], [i]])
+    return [
+        GroupLayout([groups[i] for i in sorted(b)], [prompt_lens[i] for i in sorted(b)], ids)
+        for _, b in bins
+    ]
+
+
+def tree_backward(model, ids, masks, groups, prompt_lens, weights, cap):
+    """One step's gradient, tree-packed: every micro-batch's weighted loss, backward. ``weights``
+    are the plan's per-rollout loss weights. Returns (micro-batches, rows forwarded)."""
+    layouts = pack_groups(groups, prompt_lens, ids, cap)
+    for layout in layouts:
+        loss, _ = tree_loss(model, layout, targets_of(layout, ids, masks, weights))
+        loss.backward()
+    return len(layouts), sum(len(layout.ids) for layout in layouts)
+
+
 def make_groups(num_groups, n, seed, vocab=61, prompt_len=(8, 64), completion_len=(2, 48)):
     """A GRPO batch: ``num_groups`` prompts (masked) with ``n`` completions each (trained).
     Returns (ids, masks, groups, prompt_lens) with rollouts group after group."""

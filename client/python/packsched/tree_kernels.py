@@ -29,6 +29,7 @@ __all__ = [
     "tree_targets",
     "TreeTargets",
     "restore",
+    "tree_mrope_position_ids",
 ]
 
 
@@ -324,4 +325,45 @@ def restore(values, rollout_index):
             out.append(values[lib.torch.as_tensor(np.asarray(idx), device=values.device)])
         else:
             out.append(values[np.asarray(idx, dtype=np.int64)])
+    return out
+
+
+def tree_mrope_position_ids(
+    rollout_rows, rollout_token_types, grid_thw, grids_per_rollout, rows, spatial_merge_size=2
+):
+    """3-D rotary position ids (mrope_position_ids' rule) of a tree-packed micro-batch: the same
+    rule as depths, each row's positions are those it has in every rollout through it.
+
+    rollout_rows[r]: rollout r's packed rows (int [L_r]); rollout_token_types[r]: its token types
+    (int [L_r], 0 = text); grid_thw: int [N, 3], the grids of every rollout in order (rollout 0's
+    first); grids_per_rollout: how many each holds; rows: the micro-batch's rows. Computes
+    mrope_position_ids over the rollouts laid out one after another (each its own sequence) and
+    scatters them to the packed rows. Returns int64 numpy [3, rows]; rows on no rollout's path
+    are 0. ValueError when two rollouts through a row disagree on it (their shared prefix is not
+    the same tokens and grids).
+    """
+    from .kernels import mrope_position_ids
+
+    lens = [len(r) for r in rollout_rows]
+    types = np.concatenate([np.asarray(t, dtype=np.int32) for t in rollout_token_types])
+    cu = np.concatenate([[0], np.cumsum(lens)]).astype(np.int32)
+    flat, _ = mrope_position_ids(
+        types,
+        cu,
+        np.asarray(grid_thw, dtype=np.int32).reshape(-1, 3),
+        grids_per_rollout,
+        spatial_merge_size,
+    )
+    flat = np.asarray(flat)
+    out = np.zeros((3, rows), dtype=np.int64)
+    seen = np.zeros(rows, dtype=bool)
+    index = np.concatenate([np.asarray(r, dtype=np.int64) for r in rollout_rows])
+    for u, row in enumerate(index):
+        if seen[row] and not np.array_equal(out[:, row], flat[:, u]):
+            raise ValueError(
+                f"row {row}: rollouts through it disagree on its 3-D position "
+                f"({out[:, row].tolist()} against {flat[:, u].tolist()})"
+            )
+        out[:, row] = flat[:, u]
+        seen[row] = True
     return out
