@@ -837,8 +837,8 @@ from ._context_parallel import (  # noqa: E402
 )
 
 # Tree packing (packsched/tree_kernels.py).
-from .tree_kernels import (
+from .tree_kernels import (  # noqa: E402,F401
     multi_target_cross_entropy,
     tree_attention,
     tree_position_ids,
-)  # noqa: E402,F401
+)
