@@ -55,18 +55,18 @@ TEST_F(TreeCudaTest, MultiTargetCrossEntropyMatchesTheCpu) {
   std::vector<float> logits(num_rows * vocab);
   for (float& x : logits) x = normal(rng);
   std::vector<int64_t> rows, labels;
-  std::vector<float> d_loss;
+  std::vector<float> upstream;
   for (int64_t r = 0; r < num_rows; r += 1 + r % 3) {  // some rows without targets
     for (int64_t i = 0; i <= r % 4; ++i) {             // up to 4 targets per row
       rows.push_back(r);
       labels.push_back((r * 131 + i * 17) % vocab);
-      d_loss.push_back(normal(rng));
+      upstream.push_back(normal(rng));
     }
   }
   const int64_t n = static_cast<int64_t>(rows.size());
   HostTensor lg = HostTensor::Of<float>({num_rows, vocab}, logits);
   HostTensor tr = HostTensor::Of<int64_t>({n}, rows), tl = HostTensor::Of<int64_t>({n}, labels);
-  HostTensor dl = HostTensor::Of<float>({n}, d_loss);
+  HostTensor dl = HostTensor::Of<float>({n}, upstream);
   HostTensor loss_c = HostTensor::Zeros<float>({n}), lse_c = HostTensor::Zeros<float>({num_rows});
   HostTensor grad_c = HostTensor::Zeros<float>({num_rows, vocab});
   ASSERT_TRUE(
