@@ -213,3 +213,19 @@ def test_tree_mrope_positions_are_each_rollouts_own():
     types[1] = [0] * len(types[1])  # the second rollout's prompt without the image
     with pytest.raises(ValueError, match="disagree"):
         tree_kernels.tree_mrope_position_ids(rows, types, grids[:2], [1, 0, 1], start)
+
+
+def test_tree_targets_by_hand():
+    # Two rollouts share tokens 5, 6 (rows 0, 1) and branch: 7 at row 2, 8 at row 3.
+    t = tree_kernels.tree_targets([[0, 1, 2], [0, 1, 3]], [[5, 6, 7], [5, 6, 8]], [1.0, [0.5, 2.0]])
+    assert t.rows.tolist() == [0, 1, 1] and t.labels.tolist() == [6, 7, 8]
+    assert t.weights.tolist() == [1.5, 1.0, 2.0]  # row 0 once per rollout; row 1 per next token
+    assert [i.tolist() for i in t.index] == [[0, 1], [0, 2]]
+    masked = tree_kernels.tree_targets(
+        [[0, 1, 2]], [[5, 6, 7]], [2.0], loss_masks=[[False, False, True]]
+    )
+    assert masked.weights.tolist() == [0.0, 2.0]
+    with pytest.raises(ValueError, match="one entry per rollout"):
+        tree_kernels.tree_targets([[0, 1]], [[5, 6]], [])
+    with pytest.raises(ValueError, match="same"):
+        tree_kernels.tree_targets([[0, 1]], [[5, 6, 7]], [1.0])
