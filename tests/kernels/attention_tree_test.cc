@@ -63,6 +63,19 @@ TEST(AttentionTreeTest, GqaWindowAndSoftcap) {
   CheckAgainstReference<float>(p);
 }
 
+// The align_total_to tail after a forest: never keys, out 0 / lse +inf, zero gradients; its
+// subtree_end and positions are not read.
+TEST(AttentionTreeTest, TailAfterAForest) {
+  const PackedForest f = RandomForest(12, 2, 8, 30);
+  Problem p = TreeProblem(f.cu, f.subtree_end, f.positions);
+  p.tail_q = p.tail_k = 70;
+  p.subtree_end.insert(p.subtree_end.end(), 70, -1);
+  p.positions.insert(p.positions.end(), 70, -1);
+  p.options.window_left = 20;
+  CheckAgainstReference<float>(p);
+  CheckAgainstReference<double>(p);
+}
+
 // A flat sequence (every subtree_end the end of the sequence) is plain causal attention, bit for
 // bit.
 TEST(AttentionTreeTest, FlatSequencesArePlainCausal) {
