@@ -174,9 +174,8 @@ def main():
     logprobs = tree_kernels.restore(
         -per_target.detach(), targets_of(layout, ids, masks, weights).index
     )
-    print(
-        f"rollout 0: {len(logprobs[0])} log-probabilities restored, mean {float(logprobs[0].mean()):.3f}"
-    )
+    mean = float(logprobs[0].mean())
+    print(f"rollout 0: {len(logprobs[0])} log-probabilities restored, mean {mean:.3f}")
 
     model = tiny_lm.TinyCausalLM(dtype=torch.float32)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.5)
