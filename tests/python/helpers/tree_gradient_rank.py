@@ -54,11 +54,13 @@ def share(forest, rank, world_size):
 
 
 def plan_forest(client, round_, forest, roots, cap, mode, reduction):
-    """The micro-batches (lists of whole trees) and the per-rollout loss weights of this rank's
-    trees. The loss weights come from the sidecar (a plan over the rollouts: the rank group agrees
-    the global loss counts); the trees are packed first-fit decreasing by unique tokens under the
-    cap. The one function to replace with the sidecar's forest plan (packsched.tree + Plan over a
-    forest) once it lands: it must return the same two things."""
+    """This rank's micro-batches as packed layouts (tree_layout.Layout: ids, positions,
+    subtree_end, cu, and per held rollout its global index and rows) and the loss weight of each
+    of its rollouts (by global index). The loss weights come from the sidecar (a plan over the
+    rollouts: the rank group agrees the global loss counts); the trees are packed whole,
+    first-fit decreasing by unique tokens under the cap, by the reference builder. The one
+    function to replace with the sidecar's forest plan (packsched.tree + a plan over a forest)
+    once it lands: it must return the same two things."""
     rollouts = [r for root in roots for r in forest.rollouts_of(root)]
     data = [forest.rollout(r) for r in rollouts]
     lengths = [len(ids) for ids, _ in data]
@@ -84,7 +86,7 @@ def plan_forest(client, round_, forest, roots, cap, mode, reduction):
                 break
         else:
             bins.append([size, [root]])
-    return [sorted(b[1]) for b in bins], weights
+    return [tree_layout.pack(forest, sorted(b[1])) for b in bins], weights
 
 
 def sibling_visible(layout):
@@ -101,9 +103,8 @@ def merge_branch_targets(targets):
     return tree_kernels.TreeTargets(rows, targets.labels[first], weights, None)
 
 
-def tree_backward(model, forest, micro_batches, weights, negative):
-    for roots in micro_batches:
-        layout = tree_layout.pack(forest, roots)
+def tree_backward(model, forest, layouts, weights, negative):
+    for layout in layouts:
         if negative == "sibling_visible":
             sibling_visible(layout)
         data = [forest.rollout(r) for r in layout.rollouts]
@@ -139,25 +140,23 @@ def main():
         for round_, (shape, mode, reduction, negative) in enumerate(configs()):
             forest = global_forest(shape)
             roots = share(forest, rank, world_size)
-            micro_batches, weights = plan_forest(
-                client, round_, forest, roots, CAP, mode, reduction
-            )
+            layouts, weights = plan_forest(client, round_, forest, roots, CAP, mode, reduction)
             model = tiny_lm.TinyCausalLM(dtype=torch.float64)
-            tree_backward(model, forest, micro_batches, weights, negative)
+            tree_backward(model, forest, layouts, weights, negative)
             for p in model.parameters():
                 dist.all_reduce(p.grad, op=dist.ReduceOp.SUM)
                 if reduction == "mean":
                     p.grad /= world_size
             key = f"{shape}/{mode}/{reduction}" + (f"/{negative}" if negative else "")
             grads[key] = tiny_lm.flat_grad(model)
-            rows = sum(forest.unique_tokens(r) for r in roots)
+            rows = sum(len(layout.ids) for layout in layouts)
             unshared = sum(
                 len(forest.rollout(r)[0]) for root in roots for r in forest.rollouts_of(root)
             )
             info.append(
                 {
                     "key": key,
-                    "micro_batches": len(micro_batches),
+                    "micro_batches": len(layouts),
                     "rows": rows,
                     "unshared_tokens": unshared,
                 }
