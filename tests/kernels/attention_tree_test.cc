@@ -76,6 +76,30 @@ TEST(AttentionTreeTest, TailAfterAForest) {
   CheckAgainstReference<double>(p);
 }
 
+// The aligned layout (pad slots after each piece, passed with seqused): pad slots are never keys
+// and see no key, as without a tree; their subtree_end and positions are not read.
+TEST(AttentionTreeTest, PadSlotsOfTheAlignedLayout) {
+  const PackedForest f = RandomForest(13, 3, 8, 30);
+  const std::vector<int32_t> pads = {5, 0, 64};
+  Problem p = TreeProblem(f.cu, {}, {});
+  p.pad_q = p.pad_k = pads;
+  const std::vector<int32_t> cu_padded = p.CuQ();
+  p.subtree_end.assign(cu_padded.back(), -1);
+  p.positions.assign(cu_padded.back(), -1);
+  for (size_t b = 0; b + 1 < f.cu.size(); ++b) {
+    const int32_t shift = cu_padded[b] - f.cu[b];
+    for (int32_t t = f.cu[b]; t < f.cu[b + 1]; ++t) {
+      p.subtree_end[t + shift] = f.subtree_end[t] + shift;
+      p.positions[t + shift] = f.positions[t];
+    }
+  }
+  p.heads = 4;
+  p.kv_heads = 2;
+  CheckAgainstReference<double>(p);
+  p.options.window_left = 17;
+  CheckAgainstReference<Bf16>(p);
+}
+
 // A flat sequence (every subtree_end the end of the sequence) is plain causal attention, bit for
 // bit.
 TEST(AttentionTreeTest, FlatSequencesArePlainCausal) {
