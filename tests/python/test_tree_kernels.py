@@ -229,3 +229,35 @@ def test_tree_targets_by_hand():
         tree_kernels.tree_targets([[0, 1]], [[5, 6]], [])
     with pytest.raises(ValueError, match="same"):
         tree_kernels.tree_targets([[0, 1]], [[5, 6, 7]], [1.0])
+
+
+def test_tree_attention_with_pad_slots():
+    forest = forests()[0]
+    layout = tree_layout.pack(forest, forest.roots())
+    lens = np.diff(layout.cu)
+    pads = np.array([3, 8])
+    cu_a = np.concatenate([[0], np.cumsum(lens + pads)]).astype(np.int32)
+    where = np.concatenate([np.arange(a, a + n) for a, n in zip(cu_a[:-1], lens)])
+    shift = np.repeat(cu_a[:-1] - np.asarray(layout.cu[:-1]), lens)
+    se = np.zeros(cu_a[-1], dtype=np.int32)
+    se[where] = np.asarray(layout.subtree_end) + shift
+    g = torch.Generator().manual_seed(6)
+    q = torch.randn(len(layout.ids), 2, 8, generator=g, dtype=torch.float64)
+    qa = torch.full((cu_a[-1], 2, 8), float("nan"), dtype=torch.float64)
+    qa[torch.as_tensor(where)] = q
+    cu = torch.tensor(layout.cu, dtype=torch.int32)
+    se_packed = torch.tensor(layout.subtree_end, dtype=torch.int32)
+    want = kernels.tree_attention(q, q, q, cu, int(lens.max()), se_packed)
+    got = kernels.tree_attention(
+        qa,
+        qa,
+        qa,
+        torch.as_tensor(cu_a),
+        int((lens + pads).max()),
+        torch.as_tensor(se),
+        seqused=torch.as_tensor(lens.astype(np.int32)),
+    )
+    assert torch.equal(got[torch.as_tensor(where)], want)
+    pad_rows = torch.ones(cu_a[-1], dtype=torch.bool)
+    pad_rows[torch.as_tensor(where)] = False
+    assert torch.all(got[pad_rows] == 0)

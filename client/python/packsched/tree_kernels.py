@@ -47,6 +47,7 @@ class _TreeLayout(_AttentionLayout):
         softmax_scale,
         window_left,
         softcap,
+        seqused,
         cu_seqlens_host,
         total,
     ):
@@ -61,8 +62,8 @@ class _TreeLayout(_AttentionLayout):
             True,
             (window_left, -1),
             softcap,
-            None,
-            None,
+            seqused,
+            seqused,
             cu_seqlens_host,
             cu_seqlens_host,
             total,
@@ -139,6 +140,7 @@ def tree_attention(
     softmax_scale=None,
     window_left=-1,
     softcap=0.0,
+    seqused=None,
     cu_seqlens_host=None,
     total=None,
     return_lse=False,
@@ -149,7 +151,8 @@ def tree_attention(
     varlen_attention. cu_seqlens: int32 [B+1] piece offsets; max_seqlen >= the longest piece.
     subtree_end: int32 [T]; positions: int32 [T] depths, required with a left window
     (window_left >= 0, on depths; a window >= max_seqlen is unbounded). softmax_scale, softcap,
-    cu_seqlens_host and total (a tail) as in varlen_attention.
+    cu_seqlens_host and total (a tail) as in varlen_attention; seqused (int32 [B]) the real
+    lengths of an aligned layout's pieces (their pad slots are then never keys and see no key).
 
     Returns out [T, H, D] (and lse [H, T] with return_lse). For torch tensors a
     torch.autograd.Function (gradients to q, k, v); other inputs run the forward only. Invalid
@@ -166,6 +169,7 @@ def tree_attention(
         softmax_scale,
         window_left,
         softcap,
+        seqused,
         cu_seqlens_host,
         total,
     )
