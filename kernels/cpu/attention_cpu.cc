@@ -87,9 +87,8 @@ absl::Status Sequences(const AttentionArgs& a, std::vector<Sequence>& out) {
 }
 
 AttnMask MaskOf(const AttentionArgs& a, const Sequence& s) {
-  return AttnMask{s.sq,           s.sk,
-                  a.causal,       a.window_left,
-                  a.window_right, AttnTree{a.subtree_end, a.positions, a.tree_window_left, s.q0}};
+  const AttnTree tree{a.subtree_end, a.positions, a.tree_window_left, s.q0};
+  return AttnMask{s.sq, s.sk, a.causal, a.window_left, a.window_right, tree};
 }
 
 // A tile of `n` rows starting at row `first` of a sequence.
