@@ -47,12 +47,8 @@ __device__ inline AttnSeq LoadSeq(const AttentionArgs& a, int64_t b) {
   int64_t sk = a.seqused_k != nullptr ? a.seqused_k[b] : s.seg_k;
   sq = sq < 0 ? 0 : (sq > s.seg_q ? s.seg_q : sq);
   sk = sk < 0 ? 0 : (sk > s.seg_k ? s.seg_k : sk);
-  s.mask = AttnMask{sq,
-                    sk,
-                    a.causal,
-                    a.window_left,
-                    a.window_right,
-                    AttnTree{a.subtree_end, a.positions, a.tree_window_left, s.q0}};
+  const AttnTree tree{a.subtree_end, a.positions, a.tree_window_left, s.q0};
+  s.mask = AttnMask{sq, sk, a.causal, a.window_left, a.window_right, tree};
   return s;
 }
 
