@@ -99,7 +99,12 @@ LAYERS = {
     "kernels/cuda": Layer(("kernels/cuda",), ("kernels/internal",), ("absl", "cuda")),
     # The dispatching entry points.
     "kernels": Layer(
-        ("kernels/kernels.cc", "kernels/attention_api.cc", "kernels/context_parallel_api.cc"),
+        (
+            "kernels/kernels.cc",
+            "kernels/attention_api.cc",
+            "kernels/context_parallel_api.cc",
+            "kernels/tree_api.cc",
+        ),
         ("kernels/cpu", "kernels/cuda"),
         ("absl", "dlpack"),
     ),
@@ -132,6 +137,7 @@ LAYERS = {
             "packsched._cross_entropy",
             "packsched._attention",
             "packsched._context_parallel",
+            "packsched.tree_kernels",
         ),
         ("py/ext", "py/cp_layout"),
         ("numpy", "torch", "cuda"),

@@ -35,7 +35,7 @@ __device__ inline AttnSeq LoadSeq(const AttentionArgs& a, int64_t b) {
     s.k0 = a.cu_k[b];
     s.seg_q = a.total_q - s.q0;
     s.seg_k = a.total_k - s.k0;
-    s.mask = AttnMask{0, 0, a.causal, a.window_left, a.window_right};
+    s.mask = AttnMask{0, 0, a.causal, a.window_left, a.window_right, AttnTree{}};
     return s;
   }
   s.q0 = a.cu_q[b];
@@ -47,7 +47,8 @@ __device__ inline AttnSeq LoadSeq(const AttentionArgs& a, int64_t b) {
   int64_t sk = a.seqused_k != nullptr ? a.seqused_k[b] : s.seg_k;
   sq = sq < 0 ? 0 : (sq > s.seg_q ? s.seg_q : sq);
   sk = sk < 0 ? 0 : (sk > s.seg_k ? s.seg_k : sk);
-  s.mask = AttnMask{sq, sk, a.causal, a.window_left, a.window_right};
+  const AttnTree tree{a.subtree_end, a.positions, a.tree_window_left, s.q0};
+  s.mask = AttnMask{sq, sk, a.causal, a.window_left, a.window_right, tree};
   return s;
 }
 
@@ -130,8 +131,7 @@ __device__ float RowDot(const float* x, const float* y) {
 // The masked, capped score of query row `first + r` and key `key0 + c`, or -inf.
 __device__ inline float MaskedScore(const AttnMask& m, int64_t i, int64_t j, float dot, float scale,
                                     float softcap) {
-  const KeyRange keys = VisibleKeys(m, i);
-  return j >= keys.lo && j < keys.hi ? AttnScore(dot, scale, softcap) : -Inf<float>();
+  return KeyVisible(m, VisibleKeys(m, i), i, j) ? AttnScore(dot, scale, softcap) : -Inf<float>();
 }
 
 template <typename T, typename Tr>

@@ -59,6 +59,7 @@ KERNELS_MODULES = [
     "_cross_entropy",
     "_attention",
     "_context_parallel",
+    "tree_kernels",
     "_cp_layout",
 ]
 

@@ -18,6 +18,7 @@
 #include "kernels/cuda/attention_device.cuh"
 #include "kernels/cuda/attention_traits.h"
 #include "tests/kernels/attention_reference.h"
+#include "tests/kernels/tree_forest.h"
 
 namespace packsched::kernels::internal::cuda {
 
@@ -143,6 +144,12 @@ void CheckEmulated(const Problem& p, uint32_t seed = 1) {
   // As the front end passes them: a side >= max_seqlen_k already made unbounded.
   a.window_left = p.WindowLeft();
   a.window_right = p.WindowRight();
+  if (p.tree()) {  // as the front end passes a tree: the left window moves onto the positions
+    a.subtree_end = p.subtree_end.data();
+    a.positions = p.positions.data();
+    a.tree_window_left = a.window_left;
+    a.window_left = -1;
+  }
   a.num_threads = 1;
   a.out = t.out.view().data;
   a.lse = t.lse.view().data;
@@ -213,6 +220,21 @@ TEST(AttentionEmulatedTest, TailRowsAfterThePaddedLayout) {
   only_tail.tail_q = 5;
   only_tail.tail_k = 5;
   CheckEmulated<float>(only_tail);
+}
+
+// Tree packing: the device code's mask predicate on random forests (nodes longer than a tile, so
+// shared prefixes, sibling branches and their tiles cross tile boundaries), with GQA, a left
+// window on the depths and softcap.
+TEST(AttentionEmulatedTest, TreeMaskOnRandomForests) {
+  const testing::PackedForest f = testing::RandomForest(4, 2, 8, 50);
+  Problem p = testing::TreeProblem(f.cu, f.subtree_end, f.positions);
+  p.heads = 4;
+  p.kv_heads = 2;
+  p.head_dim = 16;
+  CheckEmulated<float>(p);
+  p.options.window_left = 40;
+  p.options.softcap = 2.0;
+  CheckEmulated<Bf16>(p);
 }
 
 TEST(AttentionEmulatedTest, LongQueriesFewKeys) {

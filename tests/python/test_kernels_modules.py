@@ -12,7 +12,14 @@ import pytest
 import packsched
 from packsched import kernels
 
-JOB_MODULES = ("_arrays", "_packing", "_cross_entropy", "_attention", "_context_parallel")
+JOB_MODULES = (
+    "_arrays",
+    "_packing",
+    "_cross_entropy",
+    "_attention",
+    "_context_parallel",
+    "tree_kernels",
+)
 
 # The public API of packsched.kernels. Adding a name means adding it here; removing or renaming
 # one breaks callers.
@@ -37,6 +44,9 @@ PUBLIC_API = [
     "cp_attention",
     "cp_cross_entropy",
     "mrope_position_ids",
+    "tree_attention",
+    "tree_position_ids",
+    "multi_target_cross_entropy",
 ]
 
 PACKAGE_DIR = pathlib.Path(packsched.__file__).resolve().parent

@@ -26,7 +26,8 @@ it, no call needs a device-to-host copy. Without it a CUDA ``cu_seqlens`` is cop
 The implementation lives in one private module per job, re-exported here: _arrays (array
 adapters and argument checks), _packing (unpad/pad, aligned layouts, positions, labels),
 _cross_entropy (packed cross entropy and its autograd), _attention (varlen attention and its
-autograd), _context_parallel (context parallelism and 3-D positions). None imports this module.
+autograd), _context_parallel (context parallelism and 3-D positions), tree_kernels (tree packing: the
+tree mask, depths, multi-target cross entropy). None imports this module.
 """
 
 from ._attention import varlen_attention, varlen_attention_backward, varlen_attention_forward
@@ -51,6 +52,7 @@ from ._packing import (
     unpack_aligned,
     unpad,
 )
+from .tree_kernels import multi_target_cross_entropy, tree_attention, tree_position_ids
 
 __all__ = [
     "unpad",
@@ -73,4 +75,7 @@ __all__ = [
     "cp_attention",
     "cp_cross_entropy",
     "mrope_position_ids",
+    "tree_attention",
+    "tree_position_ids",
+    "multi_target_cross_entropy",
 ]

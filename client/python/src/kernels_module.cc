@@ -17,6 +17,7 @@
 #include "packsched/kernels/attention.h"
 #include "packsched/kernels/context_parallel.h"
 #include "packsched/kernels/kernels.h"
+#include "packsched/kernels/tree.h"
 
 namespace py = pybind11;
 
@@ -84,10 +85,15 @@ struct AttentionCall {
                 int64_t rows_q, int64_t rows_k, int64_t max_q, int64_t max_k,
                 const py::object& seqused_q, const py::object& seqused_k,
                 std::optional<double> scale, bool causal, int64_t window_left, int64_t window_right,
-                double softcap, uintptr_t stream)
+                double softcap, const py::object& subtree_end, const py::object& positions,
+                uintptr_t stream)
       : bq(cu_q, stream), bk(cu_k, stream), host_q(cu_q_host), host_k(cu_k_host) {
     if (!seqused_q.is_none()) bsq.emplace(seqused_q, stream);
     if (!seqused_k.is_none()) bsk.emplace(seqused_k, stream);
+    if (!subtree_end.is_none()) bse.emplace(subtree_end, stream);
+    if (!positions.is_none()) bpos.emplace(positions, stream);
+    seqlens.subtree_end = bse ? bse->get() : nullptr;
+    seqlens.positions = bpos ? bpos->get() : nullptr;
     seqlens.q = {bq.get(), HostSpan(host_q), rows_q};
     seqlens.k = {bk.get(), HostSpan(host_k), rows_k};
     seqlens.max_seqlen_q = max_q;
@@ -101,7 +107,7 @@ struct AttentionCall {
     options.softcap = softcap;
   }
   Borrowed bq, bk;
-  std::optional<Borrowed> bsq, bsk;
+  std::optional<Borrowed> bsq, bsk, bse, bpos;
   std::optional<std::vector<int32_t>> host_q, host_k;
   AttentionSeqlens seqlens;
   AttentionOptions options;
@@ -272,10 +278,12 @@ PYBIND11_MODULE(_kernels, m) {
          std::optional<std::vector<int32_t>> cu_k_host, int64_t rows_q, int64_t rows_k,
          int64_t max_q, int64_t max_k, py::object seqused_q, py::object seqused_k,
          std::optional<double> scale, bool causal, int64_t window_left, int64_t window_right,
-         double softcap, py::object out, py::object lse, uintptr_t stream) {
+         double softcap, py::object out, py::object lse, uintptr_t stream, py::object subtree_end,
+         py::object positions) {
         Borrowed bq(q, stream), bk(k, stream), bv(v, stream), bo(out, stream), bl(lse, stream);
         AttentionCall c(cu_q, cu_q_host, cu_k, cu_k_host, rows_q, rows_k, max_q, max_k, seqused_q,
-                        seqused_k, scale, causal, window_left, window_right, softcap, stream);
+                        seqused_k, scale, causal, window_left, window_right, softcap, subtree_end,
+                        positions, stream);
         CheckWithoutGil([&] {
           return VarlenAttentionForward(*bq, *bk, *bv, c.seqlens, c.options, *bo, *bl,
                                         AsStream(stream));
@@ -286,7 +294,8 @@ PYBIND11_MODULE(_kernels, m) {
       py::arg("rows_q"), py::arg("rows_k"), py::arg("max_seqlen_q"), py::arg("max_seqlen_k"),
       py::arg("seqused_q"), py::arg("seqused_k"), py::arg("softmax_scale"), py::arg("causal"),
       py::arg("window_left"), py::arg("window_right"), py::arg("softcap"), py::arg("out"),
-      py::arg("lse"), py::arg("stream"));
+      py::arg("lse"), py::arg("stream"), py::arg("subtree_end") = py::none(),
+      py::arg("positions") = py::none());
 
   m.def(
       "varlen_attention_backward",
@@ -295,11 +304,13 @@ PYBIND11_MODULE(_kernels, m) {
          std::optional<std::vector<int32_t>> cu_k_host, int64_t rows_q, int64_t rows_k,
          int64_t max_q, int64_t max_k, py::object seqused_q, py::object seqused_k,
          std::optional<double> scale, bool causal, int64_t window_left, int64_t window_right,
-         double softcap, py::object dq, py::object dk, py::object dv, uintptr_t stream) {
+         double softcap, py::object dq, py::object dk, py::object dv, uintptr_t stream,
+         py::object subtree_end, py::object positions) {
         Borrowed bdo(dout, stream), bq(q, stream), bk(k, stream), bv(v, stream), bo(out, stream),
             bl(lse, stream), bdq(dq, stream), bdk(dk, stream), bdv(dv, stream);
         AttentionCall c(cu_q, cu_q_host, cu_k, cu_k_host, rows_q, rows_k, max_q, max_k, seqused_q,
-                        seqused_k, scale, causal, window_left, window_right, softcap, stream);
+                        seqused_k, scale, causal, window_left, window_right, softcap, subtree_end,
+                        positions, stream);
         CheckWithoutGil([&] {
           return VarlenAttentionBackward(*bdo, *bq, *bk, *bv, *bo, *bl, c.seqlens, c.options, *bdq,
                                          *bdk, *bdv, AsStream(stream));
@@ -310,7 +321,45 @@ PYBIND11_MODULE(_kernels, m) {
       py::arg("cu_seqlens_k_host"), py::arg("rows_q"), py::arg("rows_k"), py::arg("max_seqlen_q"),
       py::arg("max_seqlen_k"), py::arg("seqused_q"), py::arg("seqused_k"), py::arg("softmax_scale"),
       py::arg("causal"), py::arg("window_left"), py::arg("window_right"), py::arg("softcap"),
-      py::arg("dq"), py::arg("dk"), py::arg("dv"), py::arg("stream"));
+      py::arg("dq"), py::arg("dk"), py::arg("dv"), py::arg("stream"),
+      py::arg("subtree_end") = py::none(), py::arg("positions") = py::none());
+
+  m.def(
+      "tree_position_ids",
+      [](py::object cu, std::optional<std::vector<int32_t>> cu_host, int64_t rows,
+         py::object subtree_end, py::object out, uintptr_t stream) {
+        Borrowed bc(cu, stream), bs(subtree_end, stream), bo(out, stream);
+        CheckWithoutGil([&] {
+          return TreePositionIds({bc.get(), HostSpan(cu_host), rows}, *bs, *bo, AsStream(stream));
+        });
+      },
+      py::arg("cu_seqlens"), py::arg("cu_seqlens_host"), py::arg("rows"), py::arg("subtree_end"),
+      py::arg("position_ids"), py::arg("stream"));
+
+  m.def(
+      "multi_target_cross_entropy",
+      [](py::object logits, py::object rows, py::object labels, py::object loss, py::object row_lse,
+         uintptr_t stream) {
+        Borrowed bl(logits, stream), br(rows, stream), bt(labels, stream), bo(loss, stream),
+            bs(row_lse, stream);
+        CheckWithoutGil(
+            [&] { return MultiTargetCrossEntropy(*bl, *br, *bt, *bo, *bs, AsStream(stream)); });
+      },
+      py::arg("logits"), py::arg("rows"), py::arg("labels"), py::arg("loss"), py::arg("row_lse"),
+      py::arg("stream"));
+
+  m.def(
+      "multi_target_cross_entropy_backward",
+      [](py::object logits, py::object row_lse, py::object rows, py::object labels,
+         py::object d_loss, py::object d_logits, uintptr_t stream) {
+        Borrowed bl(logits, stream), bs(row_lse, stream), br(rows, stream), bt(labels, stream),
+            bd(d_loss, stream), bo(d_logits, stream);
+        CheckWithoutGil([&] {
+          return MultiTargetCrossEntropyBackward(*bl, *bs, *br, *bt, *bd, *bo, AsStream(stream));
+        });
+      },
+      py::arg("logits"), py::arg("row_lse"), py::arg("rows"), py::arg("labels"), py::arg("d_loss"),
+      py::arg("d_logits"), py::arg("stream"));
 }
 
 }  // namespace
