@@ -1,35 +1,20 @@
 #include "server/service/convert.h"
 
-#include <algorithm>
 #include <cmath>
-#include <cstring>
-#include <limits>
 #include <string>
-#include <type_traits>
 #include <utility>
 
 #include "absl/hash/hash.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "google/protobuf/descriptor.h"
-#include "server/base/checked_math.h"
 #include "server/base/fingerprint.h"
 #include "server/base/status_macros.h"
-#include "server/planner/model_cost.h"
 #include "server/planner/schema.h"
+#include "server/service/field_errors.h"
+#include "server/service/options_hash.h"
 
 namespace packsched::service {
 namespace {
-
-absl::Status NotKnown(absl::string_view field, int value,
-                      const google::protobuf::EnumDescriptor* descriptor) {
-  return absl::InvalidArgumentError(
-      absl::StrCat(field, " = ", value, " is not a known ", descriptor->name(), " value"));
-}
-
-absl::Status Negative(absl::string_view field, int64_t value) {
-  return absl::InvalidArgumentError(absl::StrCat(field, " = ", value, ": must be >= 0"));
-}
 
 // 0 means `fallback`; negative is InvalidArgument.
 absl::StatusOr<int64_t> OrDefault(absl::string_view field, int64_t value, int64_t fallback) {
@@ -88,45 +73,14 @@ absl::StatusOr<std::optional<std::vector<int64_t>>> ToLossTokens(
       std::vector<int64_t>(loss_tokens.begin(), loss_tokens.end()));
 }
 
-uint64_t DoubleBits(double value) {
-  uint64_t bits;
-  std::memcpy(&bits, &value, sizeof(bits));
-  return bits;
-}
-
-int64_t HashValue(int64_t v) { return v; }
-int64_t HashValue(bool v) { return v; }
-int64_t HashValue(double v) { return static_cast<int64_t>(DoubleBits(v)); }
-template <typename Enum, typename = std::enable_if_t<std::is_enum_v<Enum>>>
-int64_t HashValue(Enum v) {
-  return static_cast<int64_t>(v);
-}
-
-// Every option in proto field order (the same fingerprint as before the schema table), then
-// whether the plan has loss weights, then the loss options.
-uint64_t OptionsHash(const planner::PlanOptions& o, const PlanInput& round, bool has_loss,
-                     const planner::LossOptions& loss) {
-#define PACKSCHED_HASH_PLAN(name, number, Rule, Type, member, json, help) HashValue(o.member),
-#define PACKSCHED_HASH_ROUND(name, number, dflt) HashValue(round.name),
-#define PACKSCHED_HASH_LOSS(name, number, Rule, Type, member, key) HashValue(loss.member),
-  const int64_t fields[] = {kProtocolVersion,
-                            PACKSCHED_PLAN_OPTIONS(PACKSCHED_HASH_PLAN)
-                                PACKSCHED_ROUND_OPTIONS(PACKSCHED_HASH_ROUND) has_loss,
-                            PACKSCHED_LOSS_OPTIONS(PACKSCHED_HASH_LOSS)};
-#undef PACKSCHED_HASH_PLAN
-#undef PACKSCHED_HASH_ROUND
-#undef PACKSCHED_HASH_LOSS
-  uint64_t h = kFingerprintSeed;
-  for (int64_t field : fields) h = Fingerprint64(field, h);
-  return h;
-}
-
 // The round's options of PlanOptions (PACKSCHED_ROUND_OPTIONS) into `out`, defaults applied.
 void ReadRoundOptions(const v1::PlanOptions& p, PlanInput* out) {
 #define PACKSCHED_READ_ROUND(name, number, dflt) out->name = p.has_##name() ? p.name() : (dflt);
   PACKSCHED_ROUND_OPTIONS(PACKSCHED_READ_ROUND)
 #undef PACKSCHED_READ_ROUND
 }
+
+}  // namespace
 
 absl::StatusOr<PlanInput> MakePlanInput(const google::protobuf::RepeatedField<int64_t>& lengths,
                                         const v1::PlanOptions& options,
@@ -146,101 +100,6 @@ absl::StatusOr<PlanInput> MakePlanInput(const google::protobuf::RepeatedField<in
       input.loss_tokens ? absl::MakeConstSpan(*input.loss_tokens) : absl::Span<const int64_t>(),
       input.loss_tokens.has_value());
   return input;
-}
-
-absl::StatusOr<planner::LossWeights> WeightsFor(const planner::MicroBatchPlan& plan,
-                                                const std::vector<int64_t>& loss_tokens,
-                                                const planner::LossOptions& loss,
-                                                const planner::LossCounts& global,
-                                                int64_t world_size) {
-  return planner::ComputeLossWeights(plan, loss_tokens, loss, global, world_size);
-}
-
-// Saturating arithmetic for the estimates (an estimate that overflows is simply too large).
-int64_t SatAdd(int64_t a, int64_t b) {
-  return CheckedAdd(a, b).value_or(std::numeric_limits<int64_t>::max());
-}
-int64_t SatMul(int64_t a, int64_t b) {
-  return CheckedMul(a, b).value_or(std::numeric_limits<int64_t>::max());
-}
-
-// An upper bound on the planner's local bound over `lengths` with (validated) options `o`,
-// before the rounding to divisible_by and min_micro_batches: see EstimatePlanMemory in convert.h.
-int64_t ItemPartsBound(const google::protobuf::RepeatedField<int64_t>& lengths,
-                       const planner::PlanOptions& o) {
-  const int64_t n = lengths.size();
-  const int64_t cap = o.max_token_len;
-  if (o.cap_mode != planner::CapMode::kTokens || o.max_seqs_per_micro_batch != 0 || cap < 1 ||
-      cap / 2 - o.align_total_to + 1 < 1) {
-    return n;
-  }
-  // Best fit: two parts at most half full each would have been one, so every part but one holds
-  // more than cap/2 - (align_total_to - 1) aligned tokens; overlong sequences get a part each.
-  const int64_t align = planner::EffectiveAlignTo(o);
-  int64_t aligned = 0;
-  int64_t overlong = 0;
-  for (const int64_t length : lengths) {
-    const int64_t a = std::clamp<int64_t>(length, 1, planner::kMaxLength);
-    const int64_t rounded = (a + align - 1) / align * align;
-    if (rounded > cap) {
-      ++overlong;
-    } else {
-      aligned += rounded;  // <= 2^26 x 2^31: no overflow
-    }
-  }
-  return std::min(n, 1 + aligned / (cap / 2 - o.align_total_to + 1) + overlong);
-}
-
-// min(K, roundup(max(m, items, 1), d)) over validated options (K = o.max_micro_batches).
-int64_t CountBound(const planner::PlanOptions& o, int64_t items) {
-  const int64_t k = std::max<int64_t>({o.min_micro_batches, items, 1});
-  return std::min(o.max_micro_batches, SatMul(CeilDiv(k, o.divisible_by), o.divisible_by));
-}
-
-RequestMemory MemoryOf(int64_t sequences, int64_t micro_batches, int64_t wire_bytes) {
-  return {sequences, micro_batches, wire_bytes, PeakBytes(sequences, micro_batches, wire_bytes)};
-}
-
-}  // namespace
-
-int64_t PeakBytes(int64_t sequences, int64_t micro_batches, int64_t wire_bytes) {
-  return SatAdd(
-      SatAdd(kPeakBase, SatMul(kPeakPerSequence, sequences)),
-      SatAdd(SatMul(kPeakPerMicroBatch, micro_batches), SatMul(kPeakPerWireByte, wire_bytes)));
-}
-
-// Options that validation refuses make the request fail before it allocates anything sized by
-// them: they count no micro-batches.
-RequestMemory EstimatePlanMemory(const v1::PlanRequest& request, const ServiceLimits& limits) {
-  const absl::StatusOr<planner::PlanOptions> o =
-      ToPlanOptions(request.options(), limits, /*planner_picks_k=*/true);
-  const int64_t k = o.ok() ? CountBound(*o, ItemPartsBound(request.lengths(), *o)) : 0;
-  return MemoryOf(request.lengths().size(), k, static_cast<int64_t>(request.ByteSizeLong()));
-}
-
-RequestMemory EstimatePartitionMemory(const v1::PartitionRequest& request,
-                                      const ServiceLimits& limits) {
-  const absl::StatusOr<planner::PlanOptions> o =
-      ToPlanOptions(request.options(), limits, /*planner_picks_k=*/false);
-  const int64_t k = request.num_micro_batches();
-  return MemoryOf(request.lengths().size(), o.ok() && k >= 1 && k <= o->max_micro_batches ? k : 0,
-                  static_cast<int64_t>(request.ByteSizeLong()));
-}
-
-RequestMemory EstimateBalanceBatchMemory(const v1::BalanceBatchRequest& request,
-                                         const ServiceLimits& limits) {
-  const int64_t n = request.lengths().size();
-  const int64_t world_size = request.world_size();
-  const absl::StatusOr<planner::PlanOptions> o =
-      ToPlanOptions(request.options(), limits, /*planner_picks_k=*/true);
-  int64_t parts = 0;
-  if (o.ok() && world_size >= 1 && world_size <= planner::kMaxWorldSize) {
-    // The largest rank's share: ceil(n / W), or all of them with groups (a group stays whole).
-    const int64_t share = request.group_ids().empty() ? CeilDiv(n, world_size) : n;
-    parts =
-        SatMul(world_size, CountBound(*o, std::min(share, ItemPartsBound(request.lengths(), *o))));
-  }
-  return MemoryOf(n, parts, static_cast<int64_t>(request.ByteSizeLong()));
 }
 
 absl::Status ValidateStream(absl::string_view stream, const ServiceLimits& limits) {
@@ -466,202 +325,8 @@ absl::StatusOr<RoundInput> ToRoundInput(const v1::PlanRequest& request,
 #define PACKSCHED_HEAD_Stats PACKSCHED_SCHEMA_NOTHING
 #define PACKSCHED_HEAD(name, number, Kind) PACKSCHED_HEAD_##Kind(name)
 
-void PlanResponseHead(int64_t k, const planner::MicroBatchPlan& plan,
-                      v1::PlanResponse* response){PACKSCHED_PLAN_RESPONSE(PACKSCHED_HEAD)}
-
-absl::Status RunPartition(const v1::PartitionRequest& request, const ServiceLimits& limits,
-                          v1::PlanResponse* response) {
-  ASSIGN_OR_RETURN(PlanInput input,
-                   MakePlanInput(request.lengths(), request.options(), request.loss_tokens(),
-                                 request.loss(), limits, /*planner_picks_k=*/false));
-  const int64_t k = request.num_micro_batches();
-  if (k < 1 || k > input.options.max_micro_batches) {
-    return absl::InvalidArgumentError(absl::StrCat("num_micro_batches = ", k, ": must be in [1, ",
-                                                   input.options.max_micro_batches, "]"));
-  }
-  // The caller's global counts (PACKSCHED_GLOBAL_COUNTS): Kept 0 = this request's own, Loss
-  // counts >= 0, World in [0, kMaxWorldSize] (0 = 1).
-  const v1::GlobalCounts& g = request.global();
-  int64_t ranks = 1;
-#define PACKSCHED_CHECK_Kept(name)
-#define PACKSCHED_CHECK_Loss(name) \
-  if (g.name() < 0) return Negative("global." #name, g.name());
-#define PACKSCHED_CHECK_World(name)                                                             \
-  if (g.name() < 0 || g.name() > planner::kMaxWorldSize) {                                      \
-    return absl::InvalidArgumentError(absl::StrCat("global." #name " = ", g.name(),             \
-                                                   ": must be in [0, ", planner::kMaxWorldSize, \
-                                                   "] (0 = 1)"));                               \
-  }                                                                                             \
-  ranks = g.name() == 0 ? 1 : g.name();
-#define PACKSCHED_CHECK(name, number, Kind) PACKSCHED_CHECK_##Kind(name)
-  PACKSCHED_GLOBAL_COUNTS(PACKSCHED_CHECK)
-  ASSIGN_OR_RETURN(planner::MicroBatchPlan plan,
-                   planner::PartitionFixedK(input.lengths, k, input.options));
-  std::optional<planner::LossWeights> weights;
-  // Global counts sum every rank's, this one's included: one below this request's own is a
-  // caller's mistake (e.g. `global` set for the world size alone) that would silently scale or
-  // zero every weight.
-  auto at_least_own = [](absl::string_view field, int64_t global, int64_t own) -> absl::Status {
-    if (global >= own) return absl::OkStatus();
-    return absl::InvalidArgumentError(
-        absl::StrCat(field, " = ", global, " is below this request's own ", own,
-                     ": global counts are summed over every rank, this one included"));
-  };
-  v1::GlobalCounts* out = response->mutable_global();
-  // Kept: the caller's count when set, else this request's (the plan's kept sequences).
-#define PACKSCHED_KEPT_Kept(name)                                       \
-  const int64_t own_kept = plan.stats.num_kept;                         \
-  if (request.has_global() && g.name() > 0) {                           \
-    RETURN_IF_ERROR(at_least_own("global." #name, g.name(), own_kept)); \
-  }                                                                     \
-  out->set_##name(request.has_global() && g.name() > 0 ? g.name() : own_kept);
-#define PACKSCHED_KEPT_Loss(name)
-#define PACKSCHED_KEPT_World(name) out->set_##name(ranks);
-#define PACKSCHED_OWN_KEPT(name, number, Kind) PACKSCHED_KEPT_##Kind(name)
-  PACKSCHED_GLOBAL_COUNTS(PACKSCHED_OWN_KEPT)
-  if (input.loss_tokens) {
-    ASSIGN_OR_RETURN(planner::LossCounts counts, planner::CountLoss(plan, *input.loss_tokens));
-    if (request.has_global()) {
-#define PACKSCHED_OWN_Loss(name) \
-  RETURN_IF_ERROR(at_least_own("global." #name, g.name(), counts.name));
-#define PACKSCHED_OWN_Kept(name)
-#define PACKSCHED_OWN_World(name)
-#define PACKSCHED_OWN(name, number, Kind) PACKSCHED_OWN_##Kind(name)
-      PACKSCHED_GLOBAL_COUNTS(PACKSCHED_OWN)
-#define PACKSCHED_TAKE_Loss(name) counts.name = g.name();
-#define PACKSCHED_TAKE_Kept(name)
-#define PACKSCHED_TAKE_World(name)
-#define PACKSCHED_TAKE(name, number, Kind) PACKSCHED_TAKE_##Kind(name)
-      PACKSCHED_GLOBAL_COUNTS(PACKSCHED_TAKE)
-    }
-    ASSIGN_OR_RETURN(weights, WeightsFor(plan, *input.loss_tokens, input.loss, counts, ranks));
-#define PACKSCHED_SET_Loss(name) out->set_##name(counts.name);
-#define PACKSCHED_SET_Kept(name)
-#define PACKSCHED_SET_World(name)
-#define PACKSCHED_SET(name, number, Kind) PACKSCHED_SET_##Kind(name)
-    PACKSCHED_GLOBAL_COUNTS(PACKSCHED_SET)
-  }
-  PlanResponseHead(k, plan, response);
-  PlanToProto(plan, weights ? &*weights : nullptr, input.options.max_token_len, response);
-  return absl::OkStatus();
-}
-
-absl::Status RunBalanceBatch(const v1::BalanceBatchRequest& request, const ServiceLimits& limits,
-                             v1::BalanceBatchResponse* response) {
-  ASSIGN_OR_RETURN(PlanInput input,
-                   MakePlanInput(request.lengths(), request.options(), request.loss_tokens(),
-                                 request.loss(), limits, /*planner_picks_k=*/true));
-  const int64_t world_size = request.world_size();
-  if (world_size < 1 || world_size > planner::kMaxWorldSize) {
-    return absl::InvalidArgumentError(absl::StrCat("world_size = ", world_size, ": must be in [1, ",
-                                                   planner::kMaxWorldSize, "]"));
-  }
-  if (world_size > limits.max_sequences_per_request) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "world_size = ", world_size, " exceeds the server limit --max_sequences_per_request = ",
-        limits.max_sequences_per_request));
-  }
-  if (!request.group_ids().empty() &&
-      static_cast<size_t>(request.group_ids().size()) != input.lengths.size()) {
-    return absl::InvalidArgumentError(absl::StrCat("group_ids has ", request.group_ids().size(),
-                                                   " entries for ", input.lengths.size(),
-                                                   " sequences: must be empty or one per "
-                                                   "sequence"));
-  }
-  // Every rank gets at least max(min_micro_batches, divisible_by) micro-batches: bound the total
-  // over all ranks before the planner allocates them.
-  const std::optional<int64_t> parts =
-      CheckedMul(world_size, std::max(input.options.min_micro_batches, input.options.divisible_by));
-  if (!parts || *parts > limits.max_micro_batches) {
-    std::string counts;  // the Count options, "a, b"
-    for (const planner::schema::OptionField& field : planner::schema::kPlanOptions) {
-      if (field.rule == "Count") absl::StrAppend(&counts, counts.empty() ? "" : ", ", field.name);
-    }
-    return absl::ResourceExhaustedError(
-        absl::StrCat("world_size = ", world_size, " x max(", counts,
-                     ") = ", std::max(input.options.min_micro_batches, input.options.divisible_by),
-                     " micro-batches exceed the server limit --",
-                     planner::schema::OptionNamed("Ceiling"), " = ", limits.max_micro_batches));
-  }
-  const std::vector<int64_t> group_ids(request.group_ids().begin(), request.group_ids().end());
-  planner::BalanceOptions balance;
-  if (!v1::Sync_IsValid(request.sync())) {
-    return NotKnown("sync", request.sync(), v1::Sync_descriptor());
-  }
-  if (request.sync() != v1::SYNC_UNSPECIFIED) {
-    balance.sync = static_cast<planner::Sync>(request.sync() - 1);
-  }
-  balance.micro_batch_cost = request.micro_batch_cost();
-  if (request.has_model_config()) {
-    const v1::ModelConfig& model = request.model_config();
-    const absl::flat_hash_map<std::string, int64_t> ints(model.ints().begin(), model.ints().end());
-    const absl::flat_hash_map<std::string, std::string> strings(model.strings().begin(),
-                                                                model.strings().end());
-    absl::StatusOr<int64_t> micro_batch_cost =
-        planner::UseModelCost(ints, strings, input.lengths, input.options);
-    if (!micro_batch_cost.ok()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("model_config: ", micro_batch_cost.status().message()));
-    }
-    balance.micro_batch_cost = *micro_batch_cost;
-  }
-  ASSIGN_OR_RETURN(
-      planner::BalancedBatch batch,
-      planner::BalanceBatch(input.lengths, world_size, input.options, group_ids, balance));
-  response->set_num_micro_batches(batch.num_micro_batches);
-  v1::StepStats* step = response->mutable_step();
-  step->set_step_sync_cost(batch.step.step_sync_cost);
-  step->set_micro_batch_sync_cost(batch.step.micro_batch_sync_cost);
-  step->set_ideal(batch.step.ideal);
-  step->set_efficiency(batch.step.efficiency);
-  step->set_lower_bound(batch.step.lower_bound);
-  step->set_lower_bound_efficiency(batch.step.lower_bound_efficiency);
-  response->mutable_dropped()->Assign(batch.dropped.begin(), batch.dropped.end());
-  v1::GlobalCounts* global = response->mutable_global();
-#define PACKSCHED_BATCH_Kept(name) \
-  global->set_##name(static_cast<int64_t>(input.lengths.size() - batch.dropped.size()));
-#define PACKSCHED_BATCH_Loss(name)
-#define PACKSCHED_BATCH_World(name) global->set_##name(world_size);
-#define PACKSCHED_BATCH(name, number, Kind) PACKSCHED_BATCH_##Kind(name)
-  PACKSCHED_GLOBAL_COUNTS(PACKSCHED_BATCH)
-
-  // Global loss counts over every rank's kept sequences, then each rank's weights.
-  std::vector<std::vector<int64_t>> rank_loss(batch.ranks.size());
-  planner::LossCounts total;
-  if (input.loss_tokens) {
-    for (size_t r = 0; r < batch.ranks.size(); ++r) {
-      for (int64_t index : batch.ranks[r].indices) {
-        rank_loss[r].push_back((*input.loss_tokens)[index]);
-      }
-      ASSIGN_OR_RETURN(planner::LossCounts counts,
-                       planner::CountLoss(batch.ranks[r].plan, rank_loss[r]));
-#define PACKSCHED_SUM_Loss(name) total.name += counts.name;
-#define PACKSCHED_SUM_Kept(name)
-#define PACKSCHED_SUM_World(name)
-#define PACKSCHED_SUM(name, number, Kind) PACKSCHED_SUM_##Kind(name)
-      PACKSCHED_GLOBAL_COUNTS(PACKSCHED_SUM)
-    }
-#define PACKSCHED_TOTAL_Loss(name) global->set_##name(total.name);
-#define PACKSCHED_TOTAL_Kept(name)
-#define PACKSCHED_TOTAL_World(name)
-#define PACKSCHED_TOTAL(name, number, Kind) PACKSCHED_TOTAL_##Kind(name)
-    PACKSCHED_GLOBAL_COUNTS(PACKSCHED_TOTAL)
-  }
-  for (size_t r = 0; r < batch.ranks.size(); ++r) {
-    const planner::RankBatch& rank = batch.ranks[r];
-    v1::RankPlan* out = response->add_ranks();
-    out->mutable_indices()->Assign(rank.indices.begin(), rank.indices.end());
-    out->set_cost(rank.cost);
-    v1::PlanResponse* plan = out->mutable_plan();
-    PlanResponseHead(batch.num_micro_batches, rank.plan, plan);
-    *plan->mutable_global() = *global;
-    std::optional<planner::LossWeights> weights;
-    if (input.loss_tokens) {
-      ASSIGN_OR_RETURN(weights, WeightsFor(rank.plan, rank_loss[r], input.loss, total, world_size));
-    }
-    PlanToProto(rank.plan, weights ? &*weights : nullptr, input.options.max_token_len, plan);
-  }
-  return absl::OkStatus();
+void PlanResponseHead(int64_t k, const planner::MicroBatchPlan& plan, v1::PlanResponse* response) {
+  PACKSCHED_PLAN_RESPONSE(PACKSCHED_HEAD)
 }
 
 // PACKSCHED_MICRO_BATCH, PACKSCHED_PLAN_RESPONSE and PACKSCHED_PLAN_STATS into the proto.

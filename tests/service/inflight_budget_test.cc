@@ -16,6 +16,7 @@
 #include "packsched/v1/scheduler.grpc.pb.h"
 #include "server/group/collective_agreement.h"
 #include "server/service/convert.h"
+#include "server/service/request_memory.h"
 #include "server/service/server.h"
 
 namespace packsched::service {
