@@ -20,6 +20,25 @@
 
 namespace packsched::service {
 
+// RunBalanceBatch writes the global counts (PACKSCHED_GLOBAL_COUNTS) a macro per kind, each
+// taking what it touches as arguments: `total` (the Loss counts summed over the ranks), a rank's
+// `counts`, `global` (the response's v1::GlobalCounts), the kept sequences, the world size and
+// the row's name. The row
+//   X(loss_tokens, 2, Loss)
+// expands, through PACKSCHED_SUM_GLOBAL (once per rank) and PACKSCHED_BATCH_GLOBAL, to
+//   total.loss_tokens += counts.loss_tokens;
+//   global->set_loss_tokens(total.loss_tokens);
+// Only the Loss counts are summed over the ranks' plans: Kept and World have nothing to sum.
+#define PACKSCHED_SUM_Loss(total, counts, name) total.name += counts.name;
+#define PACKSCHED_SUM_Kept PACKSCHED_SCHEMA_NOTHING
+#define PACKSCHED_SUM_World PACKSCHED_SCHEMA_NOTHING
+#define PACKSCHED_SUM_GLOBAL(name, number, Kind) PACKSCHED_SUM_##Kind(total, counts, name)
+#define PACKSCHED_BATCH_Kept(global, total, kept, world_size, name) global->set_##name(kept);
+#define PACKSCHED_BATCH_Loss(global, total, kept, world_size, name) global->set_##name(total.name);
+#define PACKSCHED_BATCH_World(global, total, kept, world_size, name) global->set_##name(world_size);
+#define PACKSCHED_BATCH_GLOBAL(name, number, Kind) \
+  PACKSCHED_BATCH_##Kind(global, total, kept, world_size, name)
+
 absl::Status RunBalanceBatch(const v1::BalanceBatchRequest& request, const ServiceLimits& limits,
                              v1::BalanceBatchResponse* response) {
   ASSIGN_OR_RETURN(PlanInput input,
@@ -91,17 +110,9 @@ absl::Status RunBalanceBatch(const v1::BalanceBatchRequest& request, const Servi
   step->set_lower_bound(batch.step.lower_bound);
   step->set_lower_bound_efficiency(batch.step.lower_bound_efficiency);
   response->mutable_dropped()->Assign(batch.dropped.begin(), batch.dropped.end());
-  v1::GlobalCounts* global = response->mutable_global();
-#define PACKSCHED_BATCH_Kept(name) \
-  global->set_##name(static_cast<int64_t>(input.lengths.size() - batch.dropped.size()));
-#define PACKSCHED_BATCH_Loss(name)
-#define PACKSCHED_BATCH_World(name) global->set_##name(world_size);
-#define PACKSCHED_BATCH(name, number, Kind) PACKSCHED_BATCH_##Kind(name)
-  PACKSCHED_GLOBAL_COUNTS(PACKSCHED_BATCH)
-
   // Global loss counts over every rank's kept sequences, then each rank's weights.
   std::vector<std::vector<int64_t>> rank_loss(batch.ranks.size());
-  planner::LossCounts total;
+  planner::LossCounts total;  // zero without loss tokens: the proto's default
   if (input.loss_tokens) {
     for (size_t r = 0; r < batch.ranks.size(); ++r) {
       for (int64_t index : batch.ranks[r].indices) {
@@ -109,18 +120,12 @@ absl::Status RunBalanceBatch(const v1::BalanceBatchRequest& request, const Servi
       }
       ASSIGN_OR_RETURN(planner::LossCounts counts,
                        planner::CountLoss(batch.ranks[r].plan, rank_loss[r]));
-#define PACKSCHED_SUM_Loss(name) total.name += counts.name;
-#define PACKSCHED_SUM_Kept(name)
-#define PACKSCHED_SUM_World(name)
-#define PACKSCHED_SUM(name, number, Kind) PACKSCHED_SUM_##Kind(name)
-      PACKSCHED_GLOBAL_COUNTS(PACKSCHED_SUM)
+      PACKSCHED_GLOBAL_COUNTS(PACKSCHED_SUM_GLOBAL)
     }
-#define PACKSCHED_TOTAL_Loss(name) global->set_##name(total.name);
-#define PACKSCHED_TOTAL_Kept(name)
-#define PACKSCHED_TOTAL_World(name)
-#define PACKSCHED_TOTAL(name, number, Kind) PACKSCHED_TOTAL_##Kind(name)
-    PACKSCHED_GLOBAL_COUNTS(PACKSCHED_TOTAL)
   }
+  v1::GlobalCounts* global = response->mutable_global();
+  const int64_t kept = static_cast<int64_t>(input.lengths.size() - batch.dropped.size());
+  PACKSCHED_GLOBAL_COUNTS(PACKSCHED_BATCH_GLOBAL)
   for (size_t r = 0; r < batch.ranks.size(); ++r) {
     const planner::RankBatch& rank = batch.ranks[r];
     v1::RankPlan* out = response->add_ranks();

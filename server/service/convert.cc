@@ -73,11 +73,32 @@ absl::StatusOr<std::optional<std::vector<int64_t>>> ToLossTokens(
       std::vector<int64_t>(loss_tokens.begin(), loss_tokens.end()));
 }
 
-// The round's options of PlanOptions (PACKSCHED_ROUND_OPTIONS) into `out`, defaults applied.
-void ReadRoundOptions(const v1::PlanOptions& p, PlanInput* out) {
-#define PACKSCHED_READ_ROUND(name, number, dflt) out->name = p.has_##name() ? p.name() : (dflt);
+// A PlanInput holding the round's options of `p` (PACKSCHED_ROUND_OPTIONS), defaults applied,
+// and nothing else yet. The row
+//   X(same_micro_num_in_dp, 16, true)
+// expands, through PACKSCHED_READ_ROUND, to
+//   out.same_micro_num_in_dp = p.has_same_micro_num_in_dp() ? p.same_micro_num_in_dp() : (true);
+#define PACKSCHED_READ_ROUND_Option(p, out, name, dflt) \
+  out.name = p.has_##name() ? p.name() : (dflt);
+#define PACKSCHED_READ_ROUND(name, number, dflt) PACKSCHED_READ_ROUND_Option(p, out, name, dflt)
+
+PlanInput WithRoundOptions(const v1::PlanOptions& p) {
+  PlanInput out;
   PACKSCHED_ROUND_OPTIONS(PACKSCHED_READ_ROUND)
-#undef PACKSCHED_READ_ROUND
+  return out;
+}
+
+// The Ceiling option, read into `*out`: 0 = the server's limit (the flag `flag`), which it may not
+// exceed. Returns its value, or the error that names `field`.
+absl::StatusOr<int64_t> ReadCeiling(absl::string_view field, int64_t value,
+                                    const ServiceLimits& limits, absl::string_view flag,
+                                    int64_t* out) {
+  ASSIGN_OR_RETURN(*out, OrDefault(field, value, limits.max_micro_batches));
+  if (*out > limits.max_micro_batches) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        field, " = ", *out, " exceeds the server limit --", flag, " = ", limits.max_micro_batches));
+  }
+  return *out;
 }
 
 }  // namespace
@@ -87,11 +108,10 @@ absl::StatusOr<PlanInput> MakePlanInput(const google::protobuf::RepeatedField<in
                                         const google::protobuf::RepeatedField<int64_t>& loss_tokens,
                                         const v1::LossOptions& loss, const ServiceLimits& limits,
                                         bool planner_picks_k) {
-  PlanInput input;
+  PlanInput input = WithRoundOptions(options);
   // Options first: they are small, and bound everything sized by them.
   ASSIGN_OR_RETURN(input.options, ToPlanOptions(options, limits, planner_picks_k));
   ASSIGN_OR_RETURN(input.loss, ToLossOptions(loss));
-  ReadRoundOptions(options, &input);
   ASSIGN_OR_RETURN(input.lengths, ToLengths(lengths, limits));
   ASSIGN_OR_RETURN(input.loss_tokens, ToLossTokens(loss_tokens, input.lengths));
   input.options_hash = OptionsHash(input.options, input, input.loss_tokens.has_value(), input.loss);
@@ -119,23 +139,40 @@ absl::Status ValidateStream(absl::string_view stream, const ServiceLimits& limit
   return absl::OkStatus();
 }
 
-// One macro per rule of PACKSCHED_PLAN_OPTIONS (server/planner/schema.h): reads `p.name()` into
-// `o.member`, checked, with errors naming "options.<name>" and the value. The table's rows run
-// in proto order; the Ceiling field is read first by the first field bounded by it, and the
-// Weight fields' signs are checked together before their bounds (the order of the checks, hence
-// of the errors, predates the table).
-#define PACKSCHED_READ_Cap(name, Type, member)                                           \
-  {                                                                                      \
-    o.member = p.name();                                                                 \
-    if (o.member < 0 || (planner_picks_k && o.member < 1)) {                             \
-      return absl::InvalidArgumentError(absl::StrCat(                                    \
-          "options." #name " = ", o.member,                                              \
-          planner_picks_k ? ": must be >= 1 (tokens)" : ": must be >= 0 (0 = no cap)")); \
-    }                                                                                    \
-    RETURN_IF_ERROR(                                                                     \
-        AtMost("options." #name, o.member, "the largest length", planner::kMaxLength));  \
+// ToPlanOptions reads the rows of PACKSCHED_PLAN_OPTIONS (server/planner/schema.h), one macro
+// per rule, each taking what it touches as arguments: `p` (the request's v1::PlanOptions), `o`
+// (the planner::PlanOptions it fills), `checks` (the request's context: OptionChecks) and the
+// row's columns. Errors name "options.<name>" and the value. The rows run in proto order, and
+// two rules report an error computed beforehand, where it has always been reported: the Ceiling
+// field's, at the first field it bounds (a Count field), and the Weight fields' signs, together
+// at the first Weight field, before either's bound. The row
+//   X(min_micro_batches, 4, Count, int64, min_micro_batches, 5, "the plan has at least ...")
+// expands, through PACKSCHED_READ_OPTION, to
+//   {
+//     RETURN_IF_ERROR(checks.ceiling.status());
+//     ASSIGN_OR_RETURN(o.min_micro_batches,
+//                      OrDefault("options." "min_micro_batches", p.min_micro_batches(), 1));
+//     RETURN_IF_ERROR(AtMost("options." "min_micro_batches", o.min_micro_batches,
+//                            planner::schema::OptionNamed("Ceiling"), *checks.ceiling));
+//   }
+struct OptionChecks {
+  bool planner_picks_k = false;         // Plan, BalanceBatch: see ToPlanOptions in convert.h
+  absl::StatusOr<int64_t> ceiling = 0;  // the Ceiling field's value, or its error
+  absl::Status weights;                 // the Weight fields' sign check
+};
+
+#define PACKSCHED_READ_Cap(p, o, checks, name, Type, member)                                    \
+  {                                                                                             \
+    o.member = p.name();                                                                        \
+    if (o.member < 0 || (checks.planner_picks_k && o.member < 1)) {                             \
+      return absl::InvalidArgumentError(absl::StrCat(                                           \
+          "options." #name " = ", o.member,                                                     \
+          checks.planner_picks_k ? ": must be >= 1 (tokens)" : ": must be >= 0 (0 = no cap)")); \
+    }                                                                                           \
+    RETURN_IF_ERROR(                                                                            \
+        AtMost("options." #name, o.member, "the largest length", planner::kMaxLength));         \
   }
-#define PACKSCHED_READ_Enum(name, Type, member)                                                    \
+#define PACKSCHED_READ_Enum(p, o, checks, name, Type, member)                                      \
   {                                                                                                \
     const int value = p.name();                                                                    \
     if (!v1::Type##_IsValid(value)) {                                                              \
@@ -143,35 +180,37 @@ absl::Status ValidateStream(absl::string_view stream, const ServiceLimits& limit
     }                                                                                              \
     o.member = value == 0 ? planner::PlanOptions{}.member : static_cast<planner::Type>(value - 1); \
   }
-#define PACKSCHED_READ_Unlimited(name, Type, member)               \
+#define PACKSCHED_READ_Unlimited(p, o, checks, name, Type, member) \
   {                                                                \
     if (p.name() < 0) return Negative("options." #name, p.name()); \
     o.member = p.name();                                           \
   }
-#define PACKSCHED_READ_Count(name, Type, member)                                \
-  {                                                                             \
-    RETURN_IF_ERROR(read_ceiling());                                            \
-    ASSIGN_OR_RETURN(o.member, OrDefault("options." #name, p.name(), 1));       \
-    RETURN_IF_ERROR(AtMost("options." #name, o.member, kCeilingName, ceiling)); \
+#define PACKSCHED_READ_Count(p, o, checks, name, Type, member)                                  \
+  {                                                                                             \
+    RETURN_IF_ERROR(checks.ceiling.status());                                                   \
+    ASSIGN_OR_RETURN(o.member, OrDefault("options." #name, p.name(), 1));                       \
+    RETURN_IF_ERROR(AtMost("options." #name, o.member, planner::schema::OptionNamed("Ceiling"), \
+                           *checks.ceiling));                                                   \
   }
-#define PACKSCHED_READ_Align(name, Type, member)                                          \
+#define PACKSCHED_READ_Align(p, o, checks, name, Type, member)                            \
   {                                                                                       \
     ASSIGN_OR_RETURN(o.member, OrDefault("options." #name, p.name(), 1));                 \
     RETURN_IF_ERROR(AtMost("options." #name, o.member, "the limit", planner::kMaxAlign)); \
   }
-#define PACKSCHED_READ_Weight(name, Type, member)                                       \
+#define PACKSCHED_READ_Weight(p, o, checks, name, Type, member)                         \
   {                                                                                     \
-    RETURN_IF_ERROR(read_weights());                                                    \
+    RETURN_IF_ERROR(checks.weights);                                                    \
     RETURN_IF_ERROR(                                                                    \
         AtMost("options." #name, o.member, "the limit", planner::kMaxAttentionWeight)); \
   }
-#define PACKSCHED_READ_Ceiling(name, Type, member) RETURN_IF_ERROR(read_ceiling());
+#define PACKSCHED_READ_Ceiling(p, o, checks, name, Type, member) \
+  RETURN_IF_ERROR(checks.ceiling.status());
 // equal_size gives n / k sequences per micro-batch for a k the caller fixes. Where the planner
 // picks k it would ignore the cap, and a k agreed by the ranks need not divide this rank's n:
 // the round would fail after agreement.
-#define PACKSCHED_READ_FixedK(name, Type, member)                              \
+#define PACKSCHED_READ_FixedK(p, o, checks, name, Type, member)                \
   {                                                                            \
-    if (p.name() && planner_picks_k) {                                         \
+    if (p.name() && checks.planner_picks_k) {                                  \
       return absl::InvalidArgumentError(                                       \
           "options." #name                                                     \
           " = true applies to Partition only (a micro-batch count the caller " \
@@ -179,21 +218,18 @@ absl::Status ValidateStream(absl::string_view stream, const ServiceLimits& limit
     }                                                                          \
     o.member = p.name();                                                       \
   }
-// The ceiling: 0 = the server's limit, which it may not exceed (the server flag of the same name).
-#define PACKSCHED_CEILING_Ceiling(name, Type, member)                                              \
-  {                                                                                                \
-    ASSIGN_OR_RETURN(o.member, OrDefault("options." #name, p.name(), limits.max_micro_batches));   \
-    if (o.member > limits.max_micro_batches) {                                                     \
-      return absl::ResourceExhaustedError(absl::StrCat("options." #name " = ", o.member,           \
-                                                       " exceeds the server limit --" #name " = ", \
-                                                       limits.max_micro_batches));                 \
-    }                                                                                              \
-    ceiling = o.member;                                                                            \
-  }
-#define PACKSCHED_CEILING_NAME_Ceiling(name, Type, member) #name
-#define PACKSCHED_WEIGHT_Weight(name, Type, member)                     \
-  o.member = p.has_##name() ? p.name() : planner::PlanOptions{}.member; \
-  if (o.member < 0) return Negative("options." #name, o.member);
+#define PACKSCHED_READ_OPTION(name, number, Rule, Type, member, json, help) \
+  PACKSCHED_READ_##Rule(p, o, checks, name, Type, member)
+
+// The ceiling, before the fields it bounds (a huge min_micro_batches or divisible_by is rejected
+// before the planner sizes anything by it): 0 = the server's limit, which it may not exceed (the
+// server flag of the same name). The other rules have nothing to do here. The row
+//   X(max_micro_batches, 14, Ceiling, int64, max_micro_batches, 13, "fail if ...")
+// expands, through PACKSCHED_READ_CEILING, to
+//   ceiling = ReadCeiling("options." "max_micro_batches", p.max_micro_batches(), limits,
+//                         "max_micro_batches", &o.max_micro_batches);
+#define PACKSCHED_CEILING_Ceiling(p, o, limits, ceiling, name, member) \
+  ceiling = ReadCeiling("options." #name, p.name(), limits, #name, &o.member);
 #define PACKSCHED_CEILING_Cap PACKSCHED_SCHEMA_NOTHING
 #define PACKSCHED_CEILING_Enum PACKSCHED_SCHEMA_NOTHING
 #define PACKSCHED_CEILING_Unlimited PACKSCHED_SCHEMA_NOTHING
@@ -201,13 +237,24 @@ absl::Status ValidateStream(absl::string_view stream, const ServiceLimits& limit
 #define PACKSCHED_CEILING_Align PACKSCHED_SCHEMA_NOTHING
 #define PACKSCHED_CEILING_Weight PACKSCHED_SCHEMA_NOTHING
 #define PACKSCHED_CEILING_FixedK PACKSCHED_SCHEMA_NOTHING
-#define PACKSCHED_CEILING_NAME_Cap PACKSCHED_SCHEMA_NOTHING
-#define PACKSCHED_CEILING_NAME_Enum PACKSCHED_SCHEMA_NOTHING
-#define PACKSCHED_CEILING_NAME_Unlimited PACKSCHED_SCHEMA_NOTHING
-#define PACKSCHED_CEILING_NAME_Count PACKSCHED_SCHEMA_NOTHING
-#define PACKSCHED_CEILING_NAME_Align PACKSCHED_SCHEMA_NOTHING
-#define PACKSCHED_CEILING_NAME_Weight PACKSCHED_SCHEMA_NOTHING
-#define PACKSCHED_CEILING_NAME_FixedK PACKSCHED_SCHEMA_NOTHING
+#define PACKSCHED_READ_CEILING(name, number, Rule, Type, member, json, help) \
+  PACKSCHED_CEILING_##Rule(p, o, limits, checks.ceiling, name, member)
+
+// The Weight fields (proto3 optional: unset = the planner's default), signs first, both
+// together; their bounds are checked in the main pass. The other rules have nothing to do here.
+// The row
+//   X(attention_linear, 10, Weight, int64, attention.linear, 10, "")
+// expands, through PACKSCHED_READ_WEIGHT, to
+//   if (weights.ok()) {
+//     o.attention.linear = p.has_attention_linear() ? p.attention_linear()
+//                                                   : planner::PlanOptions{}.attention.linear;
+//     if (o.attention.linear < 0) weights = Negative("options." "attention_linear", ...);
+//   }
+#define PACKSCHED_WEIGHT_Weight(p, o, weights, name, member)              \
+  if (weights.ok()) {                                                     \
+    o.member = p.has_##name() ? p.name() : planner::PlanOptions{}.member; \
+    if (o.member < 0) weights = Negative("options." #name, o.member);     \
+  }
 #define PACKSCHED_WEIGHT_Cap PACKSCHED_SCHEMA_NOTHING
 #define PACKSCHED_WEIGHT_Enum PACKSCHED_SCHEMA_NOTHING
 #define PACKSCHED_WEIGHT_Unlimited PACKSCHED_SCHEMA_NOTHING
@@ -215,45 +262,30 @@ absl::Status ValidateStream(absl::string_view stream, const ServiceLimits& limit
 #define PACKSCHED_WEIGHT_Align PACKSCHED_SCHEMA_NOTHING
 #define PACKSCHED_WEIGHT_Ceiling PACKSCHED_SCHEMA_NOTHING
 #define PACKSCHED_WEIGHT_FixedK PACKSCHED_SCHEMA_NOTHING
-
-#define PACKSCHED_READ(name, number, Rule, Type, member, json, help) \
-  PACKSCHED_READ_##Rule(name, Type, member)
-#define PACKSCHED_READ_CEILING(name, number, Rule, Type, member, json, help) \
-  PACKSCHED_CEILING_##Rule(name, Type, member)
-#define PACKSCHED_CEILING_NAME(name, number, Rule, Type, member, json, help) \
-  PACKSCHED_CEILING_NAME_##Rule(name, Type, member)
-#define PACKSCHED_WEIGHT(name, number, Rule, Type, member, json, help) \
-  PACKSCHED_WEIGHT_##Rule(name, Type, member)
+#define PACKSCHED_READ_WEIGHT(name, number, Rule, Type, member, json, help) \
+  PACKSCHED_WEIGHT_##Rule(p, o, checks.weights, name, member)
 
 absl::StatusOr<planner::PlanOptions> ToPlanOptions(const v1::PlanOptions& p,
                                                    const ServiceLimits& limits,
                                                    bool planner_picks_k) {
-  static constexpr absl::string_view kCeilingName =
-      "" PACKSCHED_PLAN_OPTIONS(PACKSCHED_CEILING_NAME);
   planner::PlanOptions o;
-  // The ceiling comes before the fields it bounds: a huge min_micro_batches or divisible_by is
-  // rejected here, before the planner sizes anything by it.
-  bool ceiling_read = false;
-  int64_t ceiling = 0;
-  auto read_ceiling = [&]() -> absl::Status {
-    if (ceiling_read) return absl::OkStatus();
-    ceiling_read = true;
-    PACKSCHED_PLAN_OPTIONS(PACKSCHED_READ_CEILING)
-    return absl::OkStatus();
-  };
-  bool weights_read = false;
-  auto read_weights = [&]() -> absl::Status {
-    if (weights_read) return absl::OkStatus();
-    weights_read = true;
-    PACKSCHED_PLAN_OPTIONS(PACKSCHED_WEIGHT)
-    return absl::OkStatus();
-  };
-  PACKSCHED_PLAN_OPTIONS(PACKSCHED_READ)
+  OptionChecks checks;
+  checks.planner_picks_k = planner_picks_k;
+  PACKSCHED_PLAN_OPTIONS(PACKSCHED_READ_CEILING)
+  PACKSCHED_PLAN_OPTIONS(PACKSCHED_READ_WEIGHT)
+  PACKSCHED_PLAN_OPTIONS(PACKSCHED_READ_OPTION)
   return o;
 }
 
-// PACKSCHED_LOSS_OPTIONS' rules, as above ("loss.<name>").
-#define PACKSCHED_READ_LOSS_Enum(name, Type, member)                                               \
+// ToLossOptions reads the rows of PACKSCHED_LOSS_OPTIONS the same way ("loss.<name>"). The row
+//   X(sum_norm_constant, 3, SumNorm, double, sum_norm_constant, sum_norm_constant)
+// expands, through PACKSCHED_READ_LOSS, to
+//   if (o.mode == planner::LossMode::kSumNorm) {
+//     const double c = p.sum_norm_constant();
+//     if (!std::isfinite(c) || c <= 0) return absl::InvalidArgumentError(...);
+//     o.sum_norm_constant = c;
+//   }
+#define PACKSCHED_READ_LOSS_Enum(p, o, name, Type, member)                                         \
   {                                                                                                \
     const int value = p.name();                                                                    \
     if (!v1::Type##_IsValid(value)) {                                                              \
@@ -261,7 +293,7 @@ absl::StatusOr<planner::PlanOptions> ToPlanOptions(const v1::PlanOptions& p,
     }                                                                                              \
     o.member = value == 0 ? planner::LossOptions{}.member : static_cast<planner::Type>(value - 1); \
   }
-#define PACKSCHED_READ_LOSS_SumNorm(name, Type, member)                                 \
+#define PACKSCHED_READ_LOSS_SumNorm(p, o, name, Type, member)                           \
   if (o.mode == planner::LossMode::kSumNorm) {                                          \
     const double c = p.name();                                                          \
     if (!std::isfinite(c) || c <= 0) {                                                  \
@@ -271,7 +303,7 @@ absl::StatusOr<planner::PlanOptions> ToPlanOptions(const v1::PlanOptions& p,
     o.member = c;                                                                       \
   }
 #define PACKSCHED_READ_LOSS(name, number, Rule, Type, member, key) \
-  PACKSCHED_READ_LOSS_##Rule(name, Type, member)
+  PACKSCHED_READ_LOSS_##Rule(p, o, name, Type, member)
 
 absl::StatusOr<planner::LossOptions> ToLossOptions(const v1::LossOptions& p) {
   planner::LossOptions o;
@@ -301,8 +333,7 @@ absl::StatusOr<RoundInput> ToRoundInput(const v1::PlanRequest& request,
         ToPlanOptions(request.options(), limits, /*planner_picks_k=*/true);
     const absl::StatusOr<planner::LossOptions> loss = ToLossOptions(request.loss());
     const v1::PlanOptions& p = request.options();
-    PlanInput round_options;
-    ReadRoundOptions(p, &round_options);
+    const PlanInput round_options = WithRoundOptions(p);
     round.options_hash =
         options.ok() && loss.ok()
             ? OptionsHash(*options, round_options, !request.loss_tokens().empty(), *loss)
@@ -315,51 +346,65 @@ absl::StatusOr<RoundInput> ToRoundInput(const v1::PlanRequest& request,
   return round;
 }
 
-// The response's counts: the agreed k and this rank's own bound.
-#define PACKSCHED_HEAD_Count(name) response->set_##name(k);
-#define PACKSCHED_HEAD_LocalK(name) response->set_##name(plan.stats.local_k);
+// The response's counts (PACKSCHED_PLAN_RESPONSE's Count and LocalK rows; the other kinds are
+// written by PlanToProto and have nothing to do here). The row
+//   X(local_num_micro_batches, 2, LocalK)
+// expands, through PACKSCHED_HEAD, to
+//   response->set_local_num_micro_batches(plan.stats.local_k);
+#define PACKSCHED_HEAD_Count(response, k, plan, name) response->set_##name(k);
+#define PACKSCHED_HEAD_LocalK(response, k, plan, name) response->set_##name(plan.stats.local_k);
 #define PACKSCHED_HEAD_Parts PACKSCHED_SCHEMA_NOTHING
 #define PACKSCHED_HEAD_Indices PACKSCHED_SCHEMA_NOTHING
 #define PACKSCHED_HEAD_Weights PACKSCHED_SCHEMA_NOTHING
 #define PACKSCHED_HEAD_Global PACKSCHED_SCHEMA_NOTHING
 #define PACKSCHED_HEAD_Stats PACKSCHED_SCHEMA_NOTHING
-#define PACKSCHED_HEAD(name, number, Kind) PACKSCHED_HEAD_##Kind(name)
+#define PACKSCHED_HEAD(name, number, Kind) PACKSCHED_HEAD_##Kind(response, k, plan, name)
 
 void PlanResponseHead(int64_t k, const planner::MicroBatchPlan& plan, v1::PlanResponse* response) {
   PACKSCHED_PLAN_RESPONSE(PACKSCHED_HEAD)
 }
 
-// PACKSCHED_MICRO_BATCH, PACKSCHED_PLAN_RESPONSE and PACKSCHED_PLAN_STATS into the proto.
-#define PACKSCHED_PART_Int(name) out->set_##name(part.name);
-#define PACKSCHED_PART_Bool(name) out->set_##name(part.name);
-#define PACKSCHED_PART_Ints(name) out->mutable_##name()->Assign(part.name.begin(), part.name.end());
-#define PACKSCHED_PART_LossScale(name) \
+// A plan into the response: its lists (PACKSCHED_PLAN_RESPONSE's Parts, Indices and Weights
+// rows; the counts, the global counts and the stats are written elsewhere), each micro-batch
+// (PACKSCHED_MICRO_BATCH) and its stats (PACKSCHED_PLAN_STATS; the planner's local_k is the
+// response's own field, and the durations are a round's). The rows
+//   X(reorder, 4, Indices)         X(tokens, 2, Int)        X(imbalance, 7, Double, _)
+// expand, through PACKSCHED_LISTS, PACKSCHED_PART and PACKSCHED_STATS, to
+//   response->mutable_reorder()->Assign(plan.reorder.begin(), plan.reorder.end());
+//   out->set_tokens(part.tokens);   (in the loop over the plan's micro-batches)
+//   stats->set_imbalance(plan.stats.imbalance);
+#define PACKSCHED_PART_Int(out, part, loss, i, name) out->set_##name(part.name);
+#define PACKSCHED_PART_Bool(out, part, loss, i, name) out->set_##name(part.name);
+#define PACKSCHED_PART_Ints(out, part, loss, i, name) \
+  out->mutable_##name()->Assign(part.name.begin(), part.name.end());
+#define PACKSCHED_PART_LossScale(out, part, loss, i, name) \
   if (loss != nullptr && i < loss->loss_scales.size()) out->set_##name(loss->loss_scales[i]);
-#define PACKSCHED_PART(name, number, Kind) PACKSCHED_PART_##Kind(name)
-#define PACKSCHED_LISTS_Indices(name) \
+#define PACKSCHED_PART(name, number, Kind) PACKSCHED_PART_##Kind(out, part, loss, i, name)
+#define PACKSCHED_LISTS_Indices(response, plan, loss, name) \
   response->mutable_##name()->Assign(plan.name.begin(), plan.name.end());
-#define PACKSCHED_LISTS_Weights(name)                                               \
+#define PACKSCHED_LISTS_Weights(response, plan, loss, name)                         \
   if (loss != nullptr) {                                                            \
     response->mutable_##name()->Assign(loss->weights.begin(), loss->weights.end()); \
   }
-#define PACKSCHED_LISTS_Count PACKSCHED_SCHEMA_NOTHING
-#define PACKSCHED_LISTS_LocalK PACKSCHED_SCHEMA_NOTHING
-#define PACKSCHED_LISTS_Parts(name)                                         \
+#define PACKSCHED_LISTS_Parts(response, plan, loss, name)                   \
   response->mutable_##name()->Reserve(static_cast<int>(plan.parts.size())); \
   for (size_t i = 0; i < plan.parts.size(); ++i) {                          \
     const planner::MicroBatch& part = plan.parts[i];                        \
     v1::MicroBatch* out = response->add_##name();                           \
     PACKSCHED_MICRO_BATCH(PACKSCHED_PART)                                   \
   }
+#define PACKSCHED_LISTS_Count PACKSCHED_SCHEMA_NOTHING
+#define PACKSCHED_LISTS_LocalK PACKSCHED_SCHEMA_NOTHING
 #define PACKSCHED_LISTS_Global PACKSCHED_SCHEMA_NOTHING
 #define PACKSCHED_LISTS_Stats PACKSCHED_SCHEMA_NOTHING
-#define PACKSCHED_LISTS(name, number, Kind) PACKSCHED_LISTS_##Kind(name)
-#define PACKSCHED_STATS_Int(name, alias) stats->set_##name(plan.stats.name);
-#define PACKSCHED_STATS_Double(name, alias) stats->set_##name(plan.stats.name);
-#define PACKSCHED_STATS_Cap(name, alias) stats->set_##name(max_token_len);
+#define PACKSCHED_LISTS(name, number, Kind) PACKSCHED_LISTS_##Kind(response, plan, loss, name)
+#define PACKSCHED_STATS_Int(stats, plan, max_token_len, name) stats->set_##name(plan.stats.name);
+#define PACKSCHED_STATS_Double(stats, plan, max_token_len, name) stats->set_##name(plan.stats.name);
+#define PACKSCHED_STATS_Cap(stats, plan, max_token_len, name) stats->set_##name(max_token_len);
 #define PACKSCHED_STATS_LocalK PACKSCHED_SCHEMA_NOTHING
 #define PACKSCHED_STATS_Micros PACKSCHED_SCHEMA_NOTHING
-#define PACKSCHED_STATS(name, number, Kind, alias) PACKSCHED_STATS_##Kind(name, alias)
+#define PACKSCHED_STATS(name, number, Kind, alias) \
+  PACKSCHED_STATS_##Kind(stats, plan, max_token_len, name)
 
 void PlanToProto(const planner::MicroBatchPlan& plan, const planner::LossWeights* loss,
                  int64_t max_token_len, v1::PlanResponse* response) {
@@ -368,22 +413,32 @@ void PlanToProto(const planner::MicroBatchPlan& plan, const planner::LossWeights
   PACKSCHED_PLAN_STATS(PACKSCHED_STATS)
 }
 
-#define PACKSCHED_RESULT_Count(name) response->set_##name(result.name);
-#define PACKSCHED_RESULT_LocalK(name) response->set_##name(result.local_k);
+// A round's own figures, beside its plan: the counts (PACKSCHED_PLAN_RESPONSE's Count and LocalK
+// rows), the global counts (every row of PACKSCHED_GLOBAL_COUNTS) and the durations
+// (PACKSCHED_PLAN_STATS' Micros rows). The rows
+//   X(num_micro_batches, 1, Count)   X(loss_tokens, 2, Loss)   X(wait_us, 14, Micros, wait)
+// expand, through PACKSCHED_RESULT, PACKSCHED_GLOBAL and PACKSCHED_TIMES, to
+//   response->set_num_micro_batches(result.num_micro_batches);
+//   global->set_loss_tokens(result.global.loss_tokens);
+//   stats->set_wait_us(absl::ToInt64Microseconds(result.wait_time));
+#define PACKSCHED_RESULT_Count(response, result, name) response->set_##name(result.name);
+#define PACKSCHED_RESULT_LocalK(response, result, name) response->set_##name(result.local_k);
 #define PACKSCHED_RESULT_Parts PACKSCHED_SCHEMA_NOTHING
 #define PACKSCHED_RESULT_Indices PACKSCHED_SCHEMA_NOTHING
 #define PACKSCHED_RESULT_Weights PACKSCHED_SCHEMA_NOTHING
 #define PACKSCHED_RESULT_Global PACKSCHED_SCHEMA_NOTHING
 #define PACKSCHED_RESULT_Stats PACKSCHED_SCHEMA_NOTHING
-#define PACKSCHED_RESULT(name, number, Kind) PACKSCHED_RESULT_##Kind(name)
-#define PACKSCHED_GLOBAL(name, number, Kind) global->set_##name(result.global.name);
-#define PACKSCHED_TIMES_Micros(name, alias) \
+#define PACKSCHED_RESULT(name, number, Kind) PACKSCHED_RESULT_##Kind(response, result, name)
+#define PACKSCHED_GLOBAL_Count(global, result, name) global->set_##name(result.global.name);
+#define PACKSCHED_GLOBAL(name, number, Kind) PACKSCHED_GLOBAL_Count(global, result, name)
+#define PACKSCHED_TIMES_Micros(stats, result, name, alias) \
   stats->set_##name(absl::ToInt64Microseconds(result.alias##_time));
 #define PACKSCHED_TIMES_Int PACKSCHED_SCHEMA_NOTHING
 #define PACKSCHED_TIMES_Double PACKSCHED_SCHEMA_NOTHING
 #define PACKSCHED_TIMES_Cap PACKSCHED_SCHEMA_NOTHING
 #define PACKSCHED_TIMES_LocalK PACKSCHED_SCHEMA_NOTHING
-#define PACKSCHED_TIMES(name, number, Kind, alias) PACKSCHED_TIMES_##Kind(name, alias)
+#define PACKSCHED_TIMES(name, number, Kind, alias) \
+  PACKSCHED_TIMES_##Kind(stats, result, name, alias)
 
 void RoundResultToProto(const RoundResult& result, v1::PlanResponse* response) {
   PACKSCHED_PLAN_RESPONSE(PACKSCHED_RESULT)

@@ -14,6 +14,67 @@
 #include "server/service/field_errors.h"
 
 namespace packsched::service {
+namespace {
+
+// Global counts sum every rank's, this one's included: one below this request's own is a
+// caller's mistake (e.g. `global` set for the world size alone) that would silently scale or
+// zero every weight.
+absl::Status AtLeastOwn(absl::string_view field, int64_t global, int64_t own) {
+  if (global >= own) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat(field, " = ", global, " is below this request's own ", own,
+                   ": global counts are summed over every rank, this one included"));
+}
+
+}  // namespace
+
+// RunPartition takes the caller's global counts (PACKSCHED_GLOBAL_COUNTS) in three passes, one
+// macro per kind, each taking what it touches as arguments: `request`, `g` (its v1::GlobalCounts),
+// `ranks` (the world size the weights use), the plan, this request's loss `counts`, `out` (the
+// response's v1::GlobalCounts) and the row's name. Kept: 0 = this request's own, else at least
+// it; Loss: >= 0 and at least this request's own; World: in [0, kMaxWorldSize], 0 = 1. The row
+//   X(loss_tokens, 2, Loss)
+// expands, through PACKSCHED_CHECK_GLOBAL (before planning), PACKSCHED_KEPT_GLOBAL (nothing: the
+// Loss counts are known with the loss tokens) and PACKSCHED_LOSS_GLOBAL, to
+//   if (g.loss_tokens() < 0) return Negative("global." "loss_tokens", g.loss_tokens());
+//   if (request.has_global()) {
+//     RETURN_IF_ERROR(AtLeastOwn("global." "loss_tokens", g.loss_tokens(), counts.loss_tokens));
+//     counts.loss_tokens = g.loss_tokens();
+//   }
+//   out->set_loss_tokens(counts.loss_tokens);
+#define PACKSCHED_CHECK_Kept PACKSCHED_SCHEMA_NOTHING
+#define PACKSCHED_CHECK_Loss(g, ranks, name) \
+  if (g.name() < 0) return Negative("global." #name, g.name());
+#define PACKSCHED_CHECK_World(g, ranks, name)                                                   \
+  if (g.name() < 0 || g.name() > planner::kMaxWorldSize) {                                      \
+    return absl::InvalidArgumentError(absl::StrCat("global." #name " = ", g.name(),             \
+                                                   ": must be in [0, ", planner::kMaxWorldSize, \
+                                                   "] (0 = 1)"));                               \
+  }                                                                                             \
+  ranks = g.name() == 0 ? 1 : g.name();
+#define PACKSCHED_CHECK_GLOBAL(name, number, Kind) PACKSCHED_CHECK_##Kind(g, ranks, name)
+// Kept: the caller's count when set, else this request's (the plan's kept sequences).
+#define PACKSCHED_KEPT_Kept(request, g, plan, ranks, out, name)             \
+  {                                                                         \
+    const int64_t own = plan.stats.num_kept;                                \
+    const bool given = request.has_global() && g.name() > 0;                \
+    if (given) RETURN_IF_ERROR(AtLeastOwn("global." #name, g.name(), own)); \
+    out->set_##name(given ? g.name() : own);                                \
+  }
+#define PACKSCHED_KEPT_Loss PACKSCHED_SCHEMA_NOTHING
+#define PACKSCHED_KEPT_World(request, g, plan, ranks, out, name) out->set_##name(ranks);
+#define PACKSCHED_KEPT_GLOBAL(name, number, Kind) \
+  PACKSCHED_KEPT_##Kind(request, g, plan, ranks, out, name)
+#define PACKSCHED_LOSS_Loss(request, g, counts, out, name)               \
+  if (request.has_global()) {                                            \
+    RETURN_IF_ERROR(AtLeastOwn("global." #name, g.name(), counts.name)); \
+    counts.name = g.name();                                              \
+  }                                                                      \
+  out->set_##name(counts.name);
+#define PACKSCHED_LOSS_Kept PACKSCHED_SCHEMA_NOTHING
+#define PACKSCHED_LOSS_World PACKSCHED_SCHEMA_NOTHING
+#define PACKSCHED_LOSS_GLOBAL(name, number, Kind) \
+  PACKSCHED_LOSS_##Kind(request, g, counts, out, name)
 
 absl::Status RunPartition(const v1::PartitionRequest& request, const ServiceLimits& limits,
                           v1::PlanResponse* response) {
@@ -25,68 +86,19 @@ absl::Status RunPartition(const v1::PartitionRequest& request, const ServiceLimi
     return absl::InvalidArgumentError(absl::StrCat("num_micro_batches = ", k, ": must be in [1, ",
                                                    input.options.max_micro_batches, "]"));
   }
-  // The caller's global counts (PACKSCHED_GLOBAL_COUNTS): Kept 0 = this request's own, Loss
-  // counts >= 0, World in [0, kMaxWorldSize] (0 = 1).
   const v1::GlobalCounts& g = request.global();
   int64_t ranks = 1;
-#define PACKSCHED_CHECK_Kept(name)
-#define PACKSCHED_CHECK_Loss(name) \
-  if (g.name() < 0) return Negative("global." #name, g.name());
-#define PACKSCHED_CHECK_World(name)                                                             \
-  if (g.name() < 0 || g.name() > planner::kMaxWorldSize) {                                      \
-    return absl::InvalidArgumentError(absl::StrCat("global." #name " = ", g.name(),             \
-                                                   ": must be in [0, ", planner::kMaxWorldSize, \
-                                                   "] (0 = 1)"));                               \
-  }                                                                                             \
-  ranks = g.name() == 0 ? 1 : g.name();
-#define PACKSCHED_CHECK(name, number, Kind) PACKSCHED_CHECK_##Kind(name)
-  PACKSCHED_GLOBAL_COUNTS(PACKSCHED_CHECK)
+  PACKSCHED_GLOBAL_COUNTS(PACKSCHED_CHECK_GLOBAL)
   ASSIGN_OR_RETURN(planner::MicroBatchPlan plan,
                    planner::PartitionFixedK(input.lengths, k, input.options));
-  std::optional<planner::LossWeights> weights;
-  // Global counts sum every rank's, this one's included: one below this request's own is a
-  // caller's mistake (e.g. `global` set for the world size alone) that would silently scale or
-  // zero every weight.
-  auto at_least_own = [](absl::string_view field, int64_t global, int64_t own) -> absl::Status {
-    if (global >= own) return absl::OkStatus();
-    return absl::InvalidArgumentError(
-        absl::StrCat(field, " = ", global, " is below this request's own ", own,
-                     ": global counts are summed over every rank, this one included"));
-  };
   v1::GlobalCounts* out = response->mutable_global();
-  // Kept: the caller's count when set, else this request's (the plan's kept sequences).
-#define PACKSCHED_KEPT_Kept(name)                                       \
-  const int64_t own_kept = plan.stats.num_kept;                         \
-  if (request.has_global() && g.name() > 0) {                           \
-    RETURN_IF_ERROR(at_least_own("global." #name, g.name(), own_kept)); \
-  }                                                                     \
-  out->set_##name(request.has_global() && g.name() > 0 ? g.name() : own_kept);
-#define PACKSCHED_KEPT_Loss(name)
-#define PACKSCHED_KEPT_World(name) out->set_##name(ranks);
-#define PACKSCHED_OWN_KEPT(name, number, Kind) PACKSCHED_KEPT_##Kind(name)
-  PACKSCHED_GLOBAL_COUNTS(PACKSCHED_OWN_KEPT)
+  PACKSCHED_GLOBAL_COUNTS(PACKSCHED_KEPT_GLOBAL)
+  std::optional<planner::LossWeights> weights;
   if (input.loss_tokens) {
     ASSIGN_OR_RETURN(planner::LossCounts counts, planner::CountLoss(plan, *input.loss_tokens));
-    if (request.has_global()) {
-#define PACKSCHED_OWN_Loss(name) \
-  RETURN_IF_ERROR(at_least_own("global." #name, g.name(), counts.name));
-#define PACKSCHED_OWN_Kept(name)
-#define PACKSCHED_OWN_World(name)
-#define PACKSCHED_OWN(name, number, Kind) PACKSCHED_OWN_##Kind(name)
-      PACKSCHED_GLOBAL_COUNTS(PACKSCHED_OWN)
-#define PACKSCHED_TAKE_Loss(name) counts.name = g.name();
-#define PACKSCHED_TAKE_Kept(name)
-#define PACKSCHED_TAKE_World(name)
-#define PACKSCHED_TAKE(name, number, Kind) PACKSCHED_TAKE_##Kind(name)
-      PACKSCHED_GLOBAL_COUNTS(PACKSCHED_TAKE)
-    }
+    PACKSCHED_GLOBAL_COUNTS(PACKSCHED_LOSS_GLOBAL)
     ASSIGN_OR_RETURN(
         weights, planner::ComputeLossWeights(plan, *input.loss_tokens, input.loss, counts, ranks));
-#define PACKSCHED_SET_Loss(name) out->set_##name(counts.name);
-#define PACKSCHED_SET_Kept(name)
-#define PACKSCHED_SET_World(name)
-#define PACKSCHED_SET(name, number, Kind) PACKSCHED_SET_##Kind(name)
-    PACKSCHED_GLOBAL_COUNTS(PACKSCHED_SET)
   }
   PlanResponseHead(k, plan, response);
   PlanToProto(plan, weights ? &*weights : nullptr, input.options.max_token_len, response);
