@@ -205,19 +205,19 @@ bool IsRepeatedNumeric(int wire_type, int element_wire_type) {
 //     return Int64(wire_type, in, &part->tokens);
 #define PACKSCHED_DECODE_PART_Int(in, wire_type, part, loss_scale, name, number) \
   case number:                                                                   \
-    return Int64(wire_type, in, &part->name);
+    return Int64(wire_type, in, &(part)->name);
 #define PACKSCHED_DECODE_PART_Bool(in, wire_type, part, loss_scale, name, number) \
   case number:                                                                    \
-    return Bool(wire_type, in, &part->name);
+    return Bool(wire_type, in, &(part)->name);
 #define PACKSCHED_DECODE_PART_Ints(in, wire_type, part, loss_scale, name, number) \
   case number:                                                                    \
     if (!IsRepeatedNumeric(wire_type, kVarint)) return std::nullopt;              \
-    return in.RepeatedVarint(wire_type, &part->name);
+    return (in).RepeatedVarint(wire_type, &(part)->name);
 #define PACKSCHED_DECODE_PART_LossScale(in, wire_type, part, loss_scale, name, number) \
   case number: {                                                                       \
     double value;                                                                      \
     const std::optional<bool> read = Double(wire_type, in, &value);                    \
-    if (read == true) *loss_scale = value;                                             \
+    if (read == true) *(loss_scale) = value;                                           \
     return read;                                                                       \
   }
 #define PACKSCHED_DECODE_PART(name, number, Kind) \
@@ -240,7 +240,7 @@ bool DecodeMicroBatch(Reader& r, planner::MicroBatch* part, std::optional<double
 //     return Int64(wire_type, in, &g->loss_tokens);
 #define PACKSCHED_DECODE_GLOBAL_Count(in, wire_type, g, name, number) \
   case number:                                                        \
-    return Int64(wire_type, in, &g->name);
+    return Int64(wire_type, in, &(g)->name);
 #define PACKSCHED_DECODE_GLOBAL(name, number, Kind) \
   PACKSCHED_DECODE_GLOBAL_Count(in, wire_type, g, name, number)
 
@@ -279,13 +279,13 @@ struct WireStats {
 //     return Double(wire_type, in, &s->plan.imbalance);
 #define PACKSCHED_DECODE_STATS_Int(in, wire_type, s, name, number) \
   case number:                                                     \
-    return Int64(wire_type, in, &s->plan.name);
+    return Int64(wire_type, in, &(s)->plan.name);
 #define PACKSCHED_DECODE_STATS_Double(in, wire_type, s, name, number) \
   case number:                                                        \
-    return Double(wire_type, in, &s->plan.name);
+    return Double(wire_type, in, &(s)->plan.name);
 #define PACKSCHED_DECODE_STATS_WIRE(in, wire_type, s, name, number) \
   case number:                                                      \
-    return Int64(wire_type, in, &s->name);
+    return Int64(wire_type, in, &(s)->name);
 #define PACKSCHED_DECODE_STATS_Cap PACKSCHED_DECODE_STATS_WIRE
 #define PACKSCHED_DECODE_STATS_Micros PACKSCHED_DECODE_STATS_WIRE
 #define PACKSCHED_DECODE_STATS_LocalK PACKSCHED_SCHEMA_NOTHING
@@ -307,9 +307,9 @@ bool DecodeStats(Reader& r, WireStats* s) {
 //   X(wait_us, 14, Micros, wait)
 // expands, through PACKSCHED_TAKE_STATS, to
 //   out->wait_time = absl::Microseconds(s.wait_us);
-#define PACKSCHED_TAKE_STATS_Cap(out, s, name, alias) out->name = s.name;
+#define PACKSCHED_TAKE_STATS_Cap(out, s, name, alias) (out)->name = (s).name;
 #define PACKSCHED_TAKE_STATS_Micros(out, s, name, alias) \
-  out->alias##_time = absl::Microseconds(s.name);
+  (out)->alias##_time = absl::Microseconds((s).name);
 #define PACKSCHED_TAKE_STATS_Int PACKSCHED_SCHEMA_NOTHING
 #define PACKSCHED_TAKE_STATS_Double PACKSCHED_SCHEMA_NOTHING
 #define PACKSCHED_TAKE_STATS_LocalK PACKSCHED_SCHEMA_NOTHING
@@ -330,15 +330,15 @@ void TakeWireStats(const WireStats& s, PlanResult* out) {
 //   X(cu_seqlens, 9, Ints)
 // expands, through PACKSCHED_FROM_PART, to
 //   part.cu_seqlens.assign(m.cu_seqlens().begin(), m.cu_seqlens().end());
-#define PACKSCHED_FROM_PART_Int(part, m, has_scales, name) part.name = m.name();
-#define PACKSCHED_FROM_PART_Bool(part, m, has_scales, name) part.name = m.name();
+#define PACKSCHED_FROM_PART_Int(part, m, has_scales, name) (part).name = (m).name();
+#define PACKSCHED_FROM_PART_Bool(part, m, has_scales, name) (part).name = (m).name();
 #define PACKSCHED_FROM_PART_Ints(part, m, has_scales, name) \
-  part.name.assign(m.name().begin(), m.name().end());
-#define PACKSCHED_FROM_PART_LossScale(part, m, has_scales, name) has_scales |= m.has_##name();
+  (part).name.assign((m).name().begin(), (m).name().end());
+#define PACKSCHED_FROM_PART_LossScale(part, m, has_scales, name) (has_scales) |= (m).has_##name();
 #define PACKSCHED_FROM_PART(name, number, Kind) \
   PACKSCHED_FROM_PART_##Kind(part, m, has_scales, name)
 // Only the LossScale kind is a loss scale: the others have nothing to do here.
-#define PACKSCHED_SCALE_LossScale(out, m, name) out->loss_scales.push_back(m.name());
+#define PACKSCHED_SCALE_LossScale(out, m, name) (out)->loss_scales.push_back((m).name());
 #define PACKSCHED_SCALE_Int PACKSCHED_SCHEMA_NOTHING
 #define PACKSCHED_SCALE_Bool PACKSCHED_SCHEMA_NOTHING
 #define PACKSCHED_SCALE_Ints PACKSCHED_SCHEMA_NOTHING
@@ -365,11 +365,11 @@ void PartsFromProto(const google::protobuf::RepeatedPtrField<v1::MicroBatch>& pa
 //   X(max_token_len, 9, Cap, cap)
 // expands, through PACKSCHED_FROM_STATS, to
 //   out->max_token_len = s.max_token_len();
-#define PACKSCHED_FROM_STATS_Int(out, s, name, alias) out->plan.stats.name = s.name();
+#define PACKSCHED_FROM_STATS_Int(out, s, name, alias) (out)->plan.stats.name = (s).name();
 #define PACKSCHED_FROM_STATS_Double PACKSCHED_FROM_STATS_Int
-#define PACKSCHED_FROM_STATS_Cap(out, s, name, alias) out->name = s.name();
+#define PACKSCHED_FROM_STATS_Cap(out, s, name, alias) (out)->name = (s).name();
 #define PACKSCHED_FROM_STATS_Micros(out, s, name, alias) \
-  out->alias##_time = absl::Microseconds(s.name());
+  (out)->alias##_time = absl::Microseconds((s).name());
 #define PACKSCHED_FROM_STATS_LocalK PACKSCHED_SCHEMA_NOTHING
 #define PACKSCHED_FROM_STATS(name, number, Kind, alias) \
   PACKSCHED_FROM_STATS_##Kind(out, s, name, alias)
@@ -384,7 +384,7 @@ void StatsFromProto(const v1::PlanStats& s, PlanResult* out) {
 //   X(loss_tokens, 2, Loss)
 // expands, through PACKSCHED_FROM_GLOBAL, to
 //   out.loss_tokens = g.loss_tokens();
-#define PACKSCHED_FROM_GLOBAL_Count(out, g, name) out.name = g.name();
+#define PACKSCHED_FROM_GLOBAL_Count(out, g, name) (out).name = (g).name();
 #define PACKSCHED_FROM_GLOBAL(name, number, Kind) PACKSCHED_FROM_GLOBAL_Count(out, g, name)
 
 GlobalCounts GlobalCountsFromProto(const v1::GlobalCounts& g) {
@@ -397,17 +397,17 @@ GlobalCounts GlobalCountsFromProto(const v1::GlobalCounts& g) {
 //   X(reorder, 4, Indices)
 // expands, through PACKSCHED_FROM_RESPONSE, to
 //   out.plan.reorder.assign(r.reorder().begin(), r.reorder().end());
-#define PACKSCHED_FROM_RESPONSE_Count(out, r, name) out.name = r.name();
+#define PACKSCHED_FROM_RESPONSE_Count(out, r, name) (out).name = (r).name();
 #define PACKSCHED_FROM_RESPONSE_LocalK(out, r, name) \
-  out.name = r.name();                               \
-  out.plan.stats.local_k = r.name();
-#define PACKSCHED_FROM_RESPONSE_Parts(out, r, name) PartsFromProto(r.name(), &out);
+  (out).name = (r).name();                           \
+  (out).plan.stats.local_k = (r).name();
+#define PACKSCHED_FROM_RESPONSE_Parts(out, r, name) PartsFromProto((r).name(), &(out));
 #define PACKSCHED_FROM_RESPONSE_Indices(out, r, name) \
-  out.plan.name.assign(r.name().begin(), r.name().end());
+  (out).plan.name.assign((r).name().begin(), (r).name().end());
 #define PACKSCHED_FROM_RESPONSE_Weights(out, r, name) \
-  out.name.assign(r.name().begin(), r.name().end());
-#define PACKSCHED_FROM_RESPONSE_Global(out, r, name) out.name = GlobalCountsFromProto(r.name());
-#define PACKSCHED_FROM_RESPONSE_Stats(out, r, name) StatsFromProto(r.name(), &out);
+  (out).name.assign((r).name().begin(), (r).name().end());
+#define PACKSCHED_FROM_RESPONSE_Global(out, r, name) (out).name = GlobalCountsFromProto((r).name());
+#define PACKSCHED_FROM_RESPONSE_Stats(out, r, name) StatsFromProto((r).name(), &(out));
 #define PACKSCHED_FROM_RESPONSE(name, number, Kind) PACKSCHED_FROM_RESPONSE_##Kind(out, r, name)
 
 PlanResult PlanResultFromProto(const v1::PlanResponse& r) {
@@ -428,37 +428,37 @@ PlanResult PlanResultFromProto(const v1::PlanResponse& r) {
 //   }
 #define PACKSCHED_DECODE_RESPONSE_Count(in, sub, wire_type, out, scales, stats, name, number) \
   case number:                                                                                \
-    return Int64(wire_type, in, &out.name);
+    return Int64(wire_type, in, &(out).name);
 #define PACKSCHED_DECODE_RESPONSE_LocalK(in, sub, wire_type, out, scales, stats, name, number) \
   case number: {                                                                               \
-    const std::optional<bool> read = Int64(wire_type, in, &out.name);                          \
-    out.plan.stats.local_k = out.name;                                                         \
+    const std::optional<bool> read = Int64(wire_type, in, &(out).name);                        \
+    (out).plan.stats.local_k = (out).name;                                                     \
     return read;                                                                               \
   }
 #define PACKSCHED_DECODE_RESPONSE_Parts(in, sub, wire_type, out, scales, stats, name, number) \
   case number: {                                                                              \
-    if (wire_type != kLengthDelimited) return std::nullopt;                                   \
-    if (!in.Sub(&sub)) return false;                                                          \
-    planner::MicroBatch& part = out.plan.parts.emplace_back();                                \
+    if ((wire_type) != kLengthDelimited) return std::nullopt;                                 \
+    if (!(in).Sub(&(sub))) return false;                                                      \
+    planner::MicroBatch& part = (out).plan.parts.emplace_back();                              \
     part.empty = false; /* the message's default */                                           \
-    return DecodeMicroBatch(sub, &part, &scales.emplace_back());                              \
+    return DecodeMicroBatch(sub, &part, &(scales).emplace_back());                            \
   }
 #define PACKSCHED_DECODE_RESPONSE_Indices(in, sub, wire_type, out, scales, stats, name, number) \
   case number:                                                                                  \
     if (!IsRepeatedNumeric(wire_type, kVarint)) return std::nullopt;                            \
-    return in.RepeatedVarint(wire_type, &out.plan.name);
+    return (in).RepeatedVarint(wire_type, &(out).plan.name);
 #define PACKSCHED_DECODE_RESPONSE_Weights(in, sub, wire_type, out, scales, stats, name, number) \
   case number:                                                                                  \
     if (!IsRepeatedNumeric(wire_type, kFixed64)) return std::nullopt;                           \
-    return in.RepeatedDouble(wire_type, &out.name);
+    return (in).RepeatedDouble(wire_type, &(out).name);
 #define PACKSCHED_DECODE_RESPONSE_Global(in, sub, wire_type, out, scales, stats, name, number) \
   case number:                                                                                 \
-    if (wire_type != kLengthDelimited) return std::nullopt;                                    \
-    return in.Sub(&sub) && DecodeGlobal(sub, &out.name);
+    if ((wire_type) != kLengthDelimited) return std::nullopt;                                  \
+    return (in).Sub(&(sub)) && DecodeGlobal(sub, &(out).name);
 #define PACKSCHED_DECODE_RESPONSE_Stats(in, sub, wire_type, out, scales, stats, name, number) \
   case number:                                                                                \
-    if (wire_type != kLengthDelimited) return std::nullopt;                                   \
-    return in.Sub(&sub) && DecodeStats(sub, &stats);
+    if ((wire_type) != kLengthDelimited) return std::nullopt;                                 \
+    return (in).Sub(&(sub)) && DecodeStats(sub, &(stats));
 #define PACKSCHED_DECODE_RESPONSE(name, number, Kind) \
   PACKSCHED_DECODE_RESPONSE_##Kind(in, sub, wire_type, out, scales, stats, name, number)
 

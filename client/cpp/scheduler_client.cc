@@ -63,13 +63,13 @@ absl::StatusOr<Proto> ToProto(absl::string_view field, Enum value, bool (*is_val
 //                      ToProto<v1::CapMode>("cap_mode", o.cap_mode, v1::CapMode_IsValid));
 //     out->set_cap_mode(value);
 //   }
-#define PACKSCHED_FILL_Enum(out, o, name, Type, member)                       \
-  {                                                                           \
-    ASSIGN_OR_RETURN(const v1::Type value,                                    \
-                     ToProto<v1::Type>(#name, o.member, v1::Type##_IsValid)); \
-    out->set_##name(value);                                                   \
+#define PACKSCHED_FILL_Enum(out, o, name, Type, member)                         \
+  {                                                                             \
+    ASSIGN_OR_RETURN(const v1::Type value,                                      \
+                     ToProto<v1::Type>(#name, (o).member, v1::Type##_IsValid)); \
+    (out)->set_##name(value);                                                   \
   }
-#define PACKSCHED_FILL_VALUE(out, o, name, Type, member) out->set_##name(o.member);
+#define PACKSCHED_FILL_VALUE(out, o, name, Type, member) (out)->set_##name((o).member);
 #define PACKSCHED_FILL_Cap PACKSCHED_FILL_VALUE
 #define PACKSCHED_FILL_Unlimited PACKSCHED_FILL_VALUE
 #define PACKSCHED_FILL_Count PACKSCHED_FILL_VALUE
@@ -77,7 +77,7 @@ absl::StatusOr<Proto> ToProto(absl::string_view field, Enum value, bool (*is_val
 #define PACKSCHED_FILL_Weight PACKSCHED_FILL_VALUE
 #define PACKSCHED_FILL_FixedK PACKSCHED_FILL_VALUE
 #define PACKSCHED_FILL_Ceiling(out, o, name, Type, member) \
-  out->set_##name(o.member == planner::PlanOptions{}.member ? 0 : o.member);
+  (out)->set_##name((o).member == planner::PlanOptions{}.member ? 0 : (o).member);
 #define PACKSCHED_FILL(name, number, Rule, Type, member, json, help) \
   PACKSCHED_FILL_##Rule(out, o, name, Type, member)
 
@@ -92,8 +92,8 @@ absl::Status FillOptions(const planner::PlanOptions& o, v1::PlanOptions* out) {
 // expands, through PACKSCHED_FILL_LOSS, to
 //   out->set_mode(static_cast<v1::LossMode>(static_cast<int>(loss.mode) + 1));
 #define PACKSCHED_FILL_LOSS_Enum(out, loss, name, Type, member) \
-  out->set_##name(static_cast<v1::Type>(static_cast<int>(loss.member) + 1));
-#define PACKSCHED_FILL_LOSS_SumNorm(out, loss, name, Type, member) out->set_##name(loss.member);
+  (out)->set_##name(static_cast<v1::Type>(static_cast<int>((loss).member) + 1));
+#define PACKSCHED_FILL_LOSS_SumNorm(out, loss, name, Type, member) (out)->set_##name((loss).member);
 #define PACKSCHED_FILL_LOSS(name, number, Rule, Type, member, key) \
   PACKSCHED_FILL_LOSS_##Rule(out, loss, name, Type, member)
 
@@ -106,7 +106,7 @@ void FillLoss(const planner::LossOptions& loss, v1::LossOptions* out) {
 //   X(same_micro_num_in_dp, 16, true)
 // expands, through PACKSCHED_FILL_ROUND, to
 //   out->set_same_micro_num_in_dp(request.same_micro_num_in_dp);
-#define PACKSCHED_FILL_ROUND_Option(out, request, name) out->set_##name(request.name);
+#define PACKSCHED_FILL_ROUND_Option(out, request, name) (out)->set_##name((request).name);
 #define PACKSCHED_FILL_ROUND(name, number, dflt) PACKSCHED_FILL_ROUND_Option(out, request, name)
 
 template <typename Request>
@@ -119,7 +119,7 @@ void FillRoundOptions(const Request& request, v1::PlanOptions* out) {
 //   X(loss_tokens, 2, Loss)
 // expands, through PACKSCHED_FILL_GLOBAL, to
 //   g->set_loss_tokens(global.loss_tokens);
-#define PACKSCHED_FILL_GLOBAL_Count(g, global, name) g->set_##name(global.name);
+#define PACKSCHED_FILL_GLOBAL_Count(g, global, name) (g)->set_##name((global).name);
 #define PACKSCHED_FILL_GLOBAL(name, number, Kind) PACKSCHED_FILL_GLOBAL_Count(g, global, name)
 
 void FillGlobal(const GlobalCounts& global, v1::GlobalCounts* g) {

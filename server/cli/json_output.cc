@@ -1,6 +1,7 @@
 #include "server/cli/json_output.h"
 
 #include <cstdint>
+#include <iterator>
 #include <vector>
 
 #include "server/cli/json_writer.h"
@@ -26,8 +27,8 @@ void Write(JsonWriter& w, const std::vector<T>& v) {
 //   w.Key("tokens");
 //   Write(w, part.tokens);
 #define PACKSCHED_JSON_PART_Int(w, part, name) \
-  w.Key(#name);                                \
-  Write(w, part.name);
+  (w).Key(#name);                              \
+  Write(w, (part).name);
 #define PACKSCHED_JSON_PART_Ints PACKSCHED_JSON_PART_Int
 #define PACKSCHED_JSON_PART_Bool PACKSCHED_JSON_PART_Int
 #define PACKSCHED_JSON_PART_LossScale PACKSCHED_SCHEMA_NOTHING  // not a planner field
@@ -46,8 +47,8 @@ void WritePart(const planner::MicroBatch& part, JsonWriter& w) {
 //   w.Key("imbalance");
 //   Write(w, s.imbalance);
 #define PACKSCHED_JSON_STATS_Int(w, s, name) \
-  w.Key(#name);                              \
-  Write(w, s.name);
+  (w).Key(#name);                            \
+  Write(w, (s).name);
 #define PACKSCHED_JSON_STATS_Double PACKSCHED_JSON_STATS_Int
 #define PACKSCHED_JSON_STATS_LocalK PACKSCHED_JSON_STATS_Int
 #define PACKSCHED_JSON_STATS_Cap PACKSCHED_SCHEMA_NOTHING
@@ -65,7 +66,7 @@ void WriteStats(const planner::PlanStats& s, JsonWriter& w) {
 //   X(attention_linear, 10, Weight, int64, attention.linear, 10, "")
 // expands, through PACKSCHED_JSON_PAIR_ELEMENT, to
 //   w.Int(o.attention.linear);
-#define PACKSCHED_JSON_PAIR_ELEMENT_Weight(w, o, member) w.Int(o.member);
+#define PACKSCHED_JSON_PAIR_ELEMENT_Weight(w, o, member) (w).Int((o).member);
 #define PACKSCHED_JSON_PAIR_ELEMENT_Cap PACKSCHED_SCHEMA_NOTHING
 #define PACKSCHED_JSON_PAIR_ELEMENT_Enum PACKSCHED_SCHEMA_NOTHING
 #define PACKSCHED_JSON_PAIR_ELEMENT_Unlimited PACKSCHED_SCHEMA_NOTHING
@@ -93,32 +94,31 @@ void WritePair(const planner::PlanOptions& o, JsonWriter& w) {
 //     w.String(planner::Name(o.cap_mode));
 //   }
 #define PACKSCHED_JSON_OPTION_INT(w, o, run, pair_written, name, member) \
-  w.Key(#name);                                                          \
-  w.Int(o.member);
+  (w).Key(#name);                                                        \
+  (w).Int((o).member);
 #define PACKSCHED_JSON_OPTION_Cap(w, o, run, pair_written, name, member) \
   PACKSCHED_JSON_OPTION_INT(w, o, run, pair_written, name, member)       \
-  w.Key("num_parts");                                                    \
-  w.Int(run.request.num_parts);
+  (w).Key("num_parts");                                                  \
+  (w).Int((run).request.num_parts);
 #define PACKSCHED_JSON_OPTION_Unlimited PACKSCHED_JSON_OPTION_INT
 #define PACKSCHED_JSON_OPTION_Count PACKSCHED_JSON_OPTION_INT
 #define PACKSCHED_JSON_OPTION_Align PACKSCHED_JSON_OPTION_INT
 #define PACKSCHED_JSON_OPTION_Ceiling PACKSCHED_JSON_OPTION_INT
 #define PACKSCHED_JSON_OPTION_FixedK(w, o, run, pair_written, name, member) \
-  w.Key(#name);                                                             \
-  w.Bool(o.member);
+  (w).Key(#name);                                                           \
+  (w).Bool((o).member);
 #define PACKSCHED_JSON_OPTION_Enum(w, o, run, pair_written, name, member) \
-  w.Key(#name);                                                           \
-  w.String(planner::Name(o.member));
+  (w).Key(#name);                                                         \
+  (w).String(planner::Name((o).member));
 #define PACKSCHED_JSON_OPTION_Weight(w, o, run, pair_written, name, member) \
-  if (!pair_written) {                                                      \
-    pair_written = true;                                                    \
+  if (!(pair_written)) {                                                    \
+    (pair_written) = true;                                                  \
     WritePair(o, w);                                                        \
   }
 #define PACKSCHED_JSON_OPTION(name, number, Rule, Type, member, json, help) \
-  if (position == json) {                                                   \
+  if (position == (json)) {                                                 \
     PACKSCHED_JSON_OPTION_##Rule(w, o, run, pair_written, name, member)     \
   }
-#define PACKSCHED_JSON_COUNT(name, number, Rule, Type, member, json, help) +1
 
 void WriteOptions(const PlanRun& run, JsonWriter& w) {
   const planner::PlanOptions& o = run.request.options;
@@ -126,7 +126,7 @@ void WriteOptions(const PlanRun& run, JsonWriter& w) {
   w.Key("mode");
   w.String(run.mode);
   bool pair_written = false;
-  for (int position = 0; position < 0 PACKSCHED_PLAN_OPTIONS(PACKSCHED_JSON_COUNT); ++position) {
+  for (int position = 0; position < std::ssize(planner::schema::kPlanOptions); ++position) {
     PACKSCHED_PLAN_OPTIONS(PACKSCHED_JSON_OPTION)
   }
   if (run.batch) {
@@ -149,19 +149,19 @@ void WriteOptions(const PlanRun& run, JsonWriter& w) {
 //   w.Key("reorder");
 //   w.IntArray(plan.reorder);
 #define PACKSCHED_JSON_PLAN_Count(w, plan, name) \
-  w.Key(#name);                                  \
-  w.Int(static_cast<int64_t>(plan.parts.size()));
-#define PACKSCHED_JSON_PLAN_Parts(w, plan, name)                         \
-  w.Key(#name);                                                          \
-  w.BeginArray();                                                        \
-  for (const planner::MicroBatch& part : plan.parts) WritePart(part, w); \
-  w.EndArray();
+  (w).Key(#name);                                \
+  (w).Int(static_cast<int64_t>((plan).parts.size()));
+#define PACKSCHED_JSON_PLAN_Parts(w, plan, name)                           \
+  (w).Key(#name);                                                          \
+  (w).BeginArray();                                                        \
+  for (const planner::MicroBatch& part : (plan).parts) WritePart(part, w); \
+  (w).EndArray();
 #define PACKSCHED_JSON_PLAN_Indices(w, plan, name) \
-  w.Key(#name);                                    \
-  w.IntArray(plan.name);
+  (w).Key(#name);                                  \
+  (w).IntArray((plan).name);
 #define PACKSCHED_JSON_PLAN_Stats(w, plan, name) \
-  w.Key(#name);                                  \
-  WriteStats(plan.name, w);
+  (w).Key(#name);                                \
+  WriteStats((plan).name, w);
 #define PACKSCHED_JSON_PLAN_LocalK PACKSCHED_SCHEMA_NOTHING
 #define PACKSCHED_JSON_PLAN_Weights PACKSCHED_SCHEMA_NOTHING
 #define PACKSCHED_JSON_PLAN_Global PACKSCHED_SCHEMA_NOTHING

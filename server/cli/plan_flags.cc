@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <iterator>
 #include <string>
 #include <utility>
 #include <vector>
@@ -91,7 +92,7 @@ absl::StatusOr<Enum> ParseFlag(absl::string_view flag, const std::string& value,
 // expands, through PACKSCHED_PAIR, to
 //   ok = ok && next < fields.size() && absl::SimpleAtoi(fields[next++], &parsed.attention.linear);
 #define PACKSCHED_PAIR_Weight(fields, next, parsed, ok, member) \
-  ok = ok && next < fields.size() && absl::SimpleAtoi(fields[next++], &parsed.member);
+  (ok) = (ok) && (next) < (fields).size() && absl::SimpleAtoi((fields)[(next)++], &(parsed).member);
 #define PACKSCHED_PAIR_Cap PACKSCHED_SCHEMA_NOTHING
 #define PACKSCHED_PAIR_Enum PACKSCHED_SCHEMA_NOTHING
 #define PACKSCHED_PAIR_Unlimited PACKSCHED_SCHEMA_NOTHING
@@ -129,7 +130,7 @@ absl::Status ParsePair(const std::string& value, planner::PlanOptions& o) {
 //     ASSIGN_OR_RETURN(o.cap_mode, ParseFlag("cap_mode", absl::GetFlag(FLAGS_cap_mode),
 //                                            planner::ParseCapMode));
 //   }
-#define PACKSCHED_FROM_FLAG_INT(o, name, Type, member) o.member = absl::GetFlag(FLAGS_##name);
+#define PACKSCHED_FROM_FLAG_INT(o, name, Type, member) (o).member = absl::GetFlag(FLAGS_##name);
 #define PACKSCHED_FROM_FLAG_Cap PACKSCHED_FROM_FLAG_INT
 #define PACKSCHED_FROM_FLAG_Unlimited PACKSCHED_FROM_FLAG_INT
 #define PACKSCHED_FROM_FLAG_Count PACKSCHED_FROM_FLAG_INT
@@ -139,14 +140,13 @@ absl::Status ParsePair(const std::string& value, planner::PlanOptions& o) {
 #define PACKSCHED_FROM_FLAG_Weight PACKSCHED_SCHEMA_NOTHING
 #define PACKSCHED_FROM_FLAG_Enum(o, name, Type, member)                                    \
   {                                                                                        \
-    ASSIGN_OR_RETURN(o.member,                                                             \
+    ASSIGN_OR_RETURN((o).member,                                                           \
                      ParseFlag(#name, absl::GetFlag(FLAGS_##name), planner::Parse##Type)); \
   }
 #define PACKSCHED_FROM_FLAG(name, number, Rule, Type, member, json, help) \
-  if (position == json) {                                                 \
+  if (position == (json)) {                                               \
     PACKSCHED_FROM_FLAG_##Rule(o, name, Type, member)                     \
   }
-#define PACKSCHED_COUNT_FLAG(name, number, Rule, Type, member, json, help) +1
 #define PACKSCHED_PAIR_FLAG_VALUE(pair) absl::GetFlag(FLAGS_##pair)
 #define PACKSCHED_EXPAND_PAIR_FLAG_VALUE(pair) PACKSCHED_PAIR_FLAG_VALUE(pair)
 
@@ -163,7 +163,7 @@ absl::StatusOr<PlanRequest> RequestFromFlags() {
     ASSIGN_OR_RETURN(r.model, ParseModelConfig(text, path));
   }
   // In the CLI's order (the table's `json` column): the first bad name is the one reported.
-  for (int position = 0; position < 0 PACKSCHED_PLAN_OPTIONS(PACKSCHED_COUNT_FLAG); ++position) {
+  for (int position = 0; position < std::ssize(planner::schema::kPlanOptions); ++position) {
     PACKSCHED_PLAN_OPTIONS(PACKSCHED_FROM_FLAG)
   }
   const std::string pair = PACKSCHED_EXPAND_PAIR_FLAG_VALUE(PACKSCHED_WEIGHT_PAIR);

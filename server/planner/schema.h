@@ -19,8 +19,10 @@
 // (PACKSCHED_<CONSUMER>_<Rule>), so a field of an existing rule needs no consumer change. A rule
 // macro takes what it touches as arguments (the message, the value type, ...); the X macro a
 // consumer hands the table binds them, and each consumer's block opens with one row written out
-// as its expansion produces it. A single field named in a message or a key uses the constexpr
-// lookups at the end (OptionNamed, ResponseNamed) rather than an expansion of the whole table.
+// as its expansion produces it (leaving out the parentheses a rule puts around its arguments,
+// `(o).member`, for clang-tidy's bugprone-macro-parentheses). A single field named in a message
+// or a key uses the constexpr lookups at the end (OptionNamed, ResponseNamed) rather than an
+// expansion of the whole table.
 //
 // Adding a field: the proto message, the planner (value type and its default), and a row here.
 // tests/python/test_schema.py fails when a table and the proto disagree (a field missing on

@@ -79,7 +79,7 @@ absl::StatusOr<std::optional<std::vector<int64_t>>> ToLossTokens(
 // expands, through PACKSCHED_READ_ROUND, to
 //   out.same_micro_num_in_dp = p.has_same_micro_num_in_dp() ? p.same_micro_num_in_dp() : (true);
 #define PACKSCHED_READ_ROUND_Option(p, out, name, dflt) \
-  out.name = p.has_##name() ? p.name() : (dflt);
+  (out).name = (p).has_##name() ? (p).name() : (dflt);
 #define PACKSCHED_READ_ROUND(name, number, dflt) PACKSCHED_READ_ROUND_Option(p, out, name, dflt)
 
 PlanInput WithRoundOptions(const v1::PlanOptions& p) {
@@ -161,62 +161,63 @@ struct OptionChecks {
   absl::Status weights;                 // the Weight fields' sign check
 };
 
-#define PACKSCHED_READ_Cap(p, o, checks, name, Type, member)                                    \
-  {                                                                                             \
-    o.member = p.name();                                                                        \
-    if (o.member < 0 || (checks.planner_picks_k && o.member < 1)) {                             \
-      return absl::InvalidArgumentError(absl::StrCat(                                           \
-          "options." #name " = ", o.member,                                                     \
-          checks.planner_picks_k ? ": must be >= 1 (tokens)" : ": must be >= 0 (0 = no cap)")); \
-    }                                                                                           \
-    RETURN_IF_ERROR(                                                                            \
-        AtMost("options." #name, o.member, "the largest length", planner::kMaxLength));         \
+#define PACKSCHED_READ_Cap(p, o, checks, name, Type, member)                                      \
+  {                                                                                               \
+    (o).member = (p).name();                                                                      \
+    if ((o).member < 0 || ((checks).planner_picks_k && (o).member < 1)) {                         \
+      return absl::InvalidArgumentError(absl::StrCat(                                             \
+          "options." #name " = ", (o).member,                                                     \
+          (checks).planner_picks_k ? ": must be >= 1 (tokens)" : ": must be >= 0 (0 = no cap)")); \
+    }                                                                                             \
+    RETURN_IF_ERROR(                                                                              \
+        AtMost("options." #name, (o).member, "the largest length", planner::kMaxLength));         \
   }
-#define PACKSCHED_READ_Enum(p, o, checks, name, Type, member)                                      \
-  {                                                                                                \
-    const int value = p.name();                                                                    \
-    if (!v1::Type##_IsValid(value)) {                                                              \
-      return NotKnown("options." #name, value, v1::Type##_descriptor());                           \
-    }                                                                                              \
-    o.member = value == 0 ? planner::PlanOptions{}.member : static_cast<planner::Type>(value - 1); \
+#define PACKSCHED_READ_Enum(p, o, checks, name, Type, member)                               \
+  {                                                                                         \
+    const int value = (p).name();                                                           \
+    if (!v1::Type##_IsValid(value)) {                                                       \
+      return NotKnown("options." #name, value, v1::Type##_descriptor());                    \
+    }                                                                                       \
+    (o).member =                                                                            \
+        value == 0 ? planner::PlanOptions{}.member : static_cast<planner::Type>(value - 1); \
   }
-#define PACKSCHED_READ_Unlimited(p, o, checks, name, Type, member) \
-  {                                                                \
-    if (p.name() < 0) return Negative("options." #name, p.name()); \
-    o.member = p.name();                                           \
+#define PACKSCHED_READ_Unlimited(p, o, checks, name, Type, member)     \
+  {                                                                    \
+    if ((p).name() < 0) return Negative("options." #name, (p).name()); \
+    (o).member = (p).name();                                           \
   }
-#define PACKSCHED_READ_Count(p, o, checks, name, Type, member)                                  \
-  {                                                                                             \
-    RETURN_IF_ERROR(checks.ceiling.status());                                                   \
-    ASSIGN_OR_RETURN(o.member, OrDefault("options." #name, p.name(), 1));                       \
-    RETURN_IF_ERROR(AtMost("options." #name, o.member, planner::schema::OptionNamed("Ceiling"), \
-                           *checks.ceiling));                                                   \
+#define PACKSCHED_READ_Count(p, o, checks, name, Type, member)                                    \
+  {                                                                                               \
+    RETURN_IF_ERROR((checks).ceiling.status());                                                   \
+    ASSIGN_OR_RETURN((o).member, OrDefault("options." #name, (p).name(), 1));                     \
+    RETURN_IF_ERROR(AtMost("options." #name, (o).member, planner::schema::OptionNamed("Ceiling"), \
+                           *(checks).ceiling));                                                   \
   }
-#define PACKSCHED_READ_Align(p, o, checks, name, Type, member)                            \
+#define PACKSCHED_READ_Align(p, o, checks, name, Type, member)                              \
+  {                                                                                         \
+    ASSIGN_OR_RETURN((o).member, OrDefault("options." #name, (p).name(), 1));               \
+    RETURN_IF_ERROR(AtMost("options." #name, (o).member, "the limit", planner::kMaxAlign)); \
+  }
+#define PACKSCHED_READ_Weight(p, o, checks, name, Type, member)                           \
   {                                                                                       \
-    ASSIGN_OR_RETURN(o.member, OrDefault("options." #name, p.name(), 1));                 \
-    RETURN_IF_ERROR(AtMost("options." #name, o.member, "the limit", planner::kMaxAlign)); \
-  }
-#define PACKSCHED_READ_Weight(p, o, checks, name, Type, member)                         \
-  {                                                                                     \
-    RETURN_IF_ERROR(checks.weights);                                                    \
-    RETURN_IF_ERROR(                                                                    \
-        AtMost("options." #name, o.member, "the limit", planner::kMaxAttentionWeight)); \
+    RETURN_IF_ERROR((checks).weights);                                                    \
+    RETURN_IF_ERROR(                                                                      \
+        AtMost("options." #name, (o).member, "the limit", planner::kMaxAttentionWeight)); \
   }
 #define PACKSCHED_READ_Ceiling(p, o, checks, name, Type, member) \
-  RETURN_IF_ERROR(checks.ceiling.status());
+  RETURN_IF_ERROR((checks).ceiling.status());
 // equal_size gives n / k sequences per micro-batch for a k the caller fixes. Where the planner
 // picks k it would ignore the cap, and a k agreed by the ranks need not divide this rank's n:
 // the round would fail after agreement.
 #define PACKSCHED_READ_FixedK(p, o, checks, name, Type, member)                \
   {                                                                            \
-    if (p.name() && checks.planner_picks_k) {                                  \
+    if ((p).name() && (checks).planner_picks_k) {                              \
       return absl::InvalidArgumentError(                                       \
           "options." #name                                                     \
           " = true applies to Partition only (a micro-batch count the caller " \
           "fixes); Plan and BalanceBatch choose the count under the cap");     \
     }                                                                          \
-    o.member = p.name();                                                       \
+    (o).member = (p).name();                                                   \
   }
 #define PACKSCHED_READ_OPTION(name, number, Rule, Type, member, json, help) \
   PACKSCHED_READ_##Rule(p, o, checks, name, Type, member)
@@ -229,7 +230,7 @@ struct OptionChecks {
 //   ceiling = ReadCeiling("options." "max_micro_batches", p.max_micro_batches(), limits,
 //                         "max_micro_batches", &o.max_micro_batches);
 #define PACKSCHED_CEILING_Ceiling(p, o, limits, ceiling, name, member) \
-  ceiling = ReadCeiling("options." #name, p.name(), limits, #name, &o.member);
+  (ceiling) = ReadCeiling("options." #name, (p).name(), limits, #name, &(o).member);
 #define PACKSCHED_CEILING_Cap PACKSCHED_SCHEMA_NOTHING
 #define PACKSCHED_CEILING_Enum PACKSCHED_SCHEMA_NOTHING
 #define PACKSCHED_CEILING_Unlimited PACKSCHED_SCHEMA_NOTHING
@@ -250,10 +251,10 @@ struct OptionChecks {
 //                                                   : planner::PlanOptions{}.attention.linear;
 //     if (o.attention.linear < 0) weights = Negative("options." "attention_linear", ...);
 //   }
-#define PACKSCHED_WEIGHT_Weight(p, o, weights, name, member)              \
-  if (weights.ok()) {                                                     \
-    o.member = p.has_##name() ? p.name() : planner::PlanOptions{}.member; \
-    if (o.member < 0) weights = Negative("options." #name, o.member);     \
+#define PACKSCHED_WEIGHT_Weight(p, o, weights, name, member)                    \
+  if ((weights).ok()) {                                                         \
+    (o).member = (p).has_##name() ? (p).name() : planner::PlanOptions{}.member; \
+    if ((o).member < 0) (weights) = Negative("options." #name, (o).member);     \
   }
 #define PACKSCHED_WEIGHT_Cap PACKSCHED_SCHEMA_NOTHING
 #define PACKSCHED_WEIGHT_Enum PACKSCHED_SCHEMA_NOTHING
@@ -285,22 +286,23 @@ absl::StatusOr<planner::PlanOptions> ToPlanOptions(const v1::PlanOptions& p,
 //     if (!std::isfinite(c) || c <= 0) return absl::InvalidArgumentError(...);
 //     o.sum_norm_constant = c;
 //   }
-#define PACKSCHED_READ_LOSS_Enum(p, o, name, Type, member)                                         \
-  {                                                                                                \
-    const int value = p.name();                                                                    \
-    if (!v1::Type##_IsValid(value)) {                                                              \
-      return NotKnown("loss." #name, value, v1::Type##_descriptor());                              \
-    }                                                                                              \
-    o.member = value == 0 ? planner::LossOptions{}.member : static_cast<planner::Type>(value - 1); \
+#define PACKSCHED_READ_LOSS_Enum(p, o, name, Type, member)                                  \
+  {                                                                                         \
+    const int value = (p).name();                                                           \
+    if (!v1::Type##_IsValid(value)) {                                                       \
+      return NotKnown("loss." #name, value, v1::Type##_descriptor());                       \
+    }                                                                                       \
+    (o).member =                                                                            \
+        value == 0 ? planner::LossOptions{}.member : static_cast<planner::Type>(value - 1); \
   }
 #define PACKSCHED_READ_LOSS_SumNorm(p, o, name, Type, member)                           \
-  if (o.mode == planner::LossMode::kSumNorm) {                                          \
-    const double c = p.name();                                                          \
+  if ((o).mode == planner::LossMode::kSumNorm) {                                        \
+    const double c = (p).name();                                                        \
     if (!std::isfinite(c) || c <= 0) {                                                  \
       return absl::InvalidArgumentError(absl::StrCat(                                   \
           "loss." #name " = ", c, ": loss mode sum_norm needs a finite constant > 0")); \
     }                                                                                   \
-    o.member = c;                                                                       \
+    (o).member = c;                                                                     \
   }
 #define PACKSCHED_READ_LOSS(name, number, Rule, Type, member, key) \
   PACKSCHED_READ_LOSS_##Rule(p, o, name, Type, member)
@@ -351,8 +353,8 @@ absl::StatusOr<RoundInput> ToRoundInput(const v1::PlanRequest& request,
 //   X(local_num_micro_batches, 2, LocalK)
 // expands, through PACKSCHED_HEAD, to
 //   response->set_local_num_micro_batches(plan.stats.local_k);
-#define PACKSCHED_HEAD_Count(response, k, plan, name) response->set_##name(k);
-#define PACKSCHED_HEAD_LocalK(response, k, plan, name) response->set_##name(plan.stats.local_k);
+#define PACKSCHED_HEAD_Count(response, k, plan, name) (response)->set_##name(k);
+#define PACKSCHED_HEAD_LocalK(response, k, plan, name) (response)->set_##name((plan).stats.local_k);
 #define PACKSCHED_HEAD_Parts PACKSCHED_SCHEMA_NOTHING
 #define PACKSCHED_HEAD_Indices PACKSCHED_SCHEMA_NOTHING
 #define PACKSCHED_HEAD_Weights PACKSCHED_SCHEMA_NOTHING
@@ -373,34 +375,37 @@ void PlanResponseHead(int64_t k, const planner::MicroBatchPlan& plan, v1::PlanRe
 //   response->mutable_reorder()->Assign(plan.reorder.begin(), plan.reorder.end());
 //   out->set_tokens(part.tokens);   (in the loop over the plan's micro-batches)
 //   stats->set_imbalance(plan.stats.imbalance);
-#define PACKSCHED_PART_Int(out, part, loss, i, name) out->set_##name(part.name);
-#define PACKSCHED_PART_Bool(out, part, loss, i, name) out->set_##name(part.name);
+#define PACKSCHED_PART_Int(out, part, loss, i, name) (out)->set_##name((part).name);
+#define PACKSCHED_PART_Bool(out, part, loss, i, name) (out)->set_##name((part).name);
 #define PACKSCHED_PART_Ints(out, part, loss, i, name) \
-  out->mutable_##name()->Assign(part.name.begin(), part.name.end());
-#define PACKSCHED_PART_LossScale(out, part, loss, i, name) \
-  if (loss != nullptr && i < loss->loss_scales.size()) out->set_##name(loss->loss_scales[i]);
+  (out)->mutable_##name()->Assign((part).name.begin(), (part).name.end());
+#define PACKSCHED_PART_LossScale(out, part, loss, i, name)   \
+  if ((loss) != nullptr && (i) < (loss)->loss_scales.size()) \
+    (out)->set_##name((loss)->loss_scales[(i)]);
 #define PACKSCHED_PART(name, number, Kind) PACKSCHED_PART_##Kind(out, part, loss, i, name)
 #define PACKSCHED_LISTS_Indices(response, plan, loss, name) \
-  response->mutable_##name()->Assign(plan.name.begin(), plan.name.end());
-#define PACKSCHED_LISTS_Weights(response, plan, loss, name)                         \
-  if (loss != nullptr) {                                                            \
-    response->mutable_##name()->Assign(loss->weights.begin(), loss->weights.end()); \
+  (response)->mutable_##name()->Assign((plan).name.begin(), (plan).name.end());
+#define PACKSCHED_LISTS_Weights(response, plan, loss, name)                               \
+  if ((loss) != nullptr) {                                                                \
+    (response)->mutable_##name()->Assign((loss)->weights.begin(), (loss)->weights.end()); \
   }
-#define PACKSCHED_LISTS_Parts(response, plan, loss, name)                   \
-  response->mutable_##name()->Reserve(static_cast<int>(plan.parts.size())); \
-  for (size_t i = 0; i < plan.parts.size(); ++i) {                          \
-    const planner::MicroBatch& part = plan.parts[i];                        \
-    v1::MicroBatch* out = response->add_##name();                           \
-    PACKSCHED_MICRO_BATCH(PACKSCHED_PART)                                   \
+#define PACKSCHED_LISTS_Parts(response, plan, loss, name)                       \
+  (response)->mutable_##name()->Reserve(static_cast<int>((plan).parts.size())); \
+  for (size_t i = 0; i < (plan).parts.size(); ++i) {                            \
+    const planner::MicroBatch& part = (plan).parts[i];                          \
+    v1::MicroBatch* out = (response)->add_##name();                             \
+    PACKSCHED_MICRO_BATCH(PACKSCHED_PART)                                       \
   }
 #define PACKSCHED_LISTS_Count PACKSCHED_SCHEMA_NOTHING
 #define PACKSCHED_LISTS_LocalK PACKSCHED_SCHEMA_NOTHING
 #define PACKSCHED_LISTS_Global PACKSCHED_SCHEMA_NOTHING
 #define PACKSCHED_LISTS_Stats PACKSCHED_SCHEMA_NOTHING
 #define PACKSCHED_LISTS(name, number, Kind) PACKSCHED_LISTS_##Kind(response, plan, loss, name)
-#define PACKSCHED_STATS_Int(stats, plan, max_token_len, name) stats->set_##name(plan.stats.name);
-#define PACKSCHED_STATS_Double(stats, plan, max_token_len, name) stats->set_##name(plan.stats.name);
-#define PACKSCHED_STATS_Cap(stats, plan, max_token_len, name) stats->set_##name(max_token_len);
+#define PACKSCHED_STATS_Int(stats, plan, max_token_len, name) \
+  (stats)->set_##name((plan).stats.name);
+#define PACKSCHED_STATS_Double(stats, plan, max_token_len, name) \
+  (stats)->set_##name((plan).stats.name);
+#define PACKSCHED_STATS_Cap(stats, plan, max_token_len, name) (stats)->set_##name(max_token_len);
 #define PACKSCHED_STATS_LocalK PACKSCHED_SCHEMA_NOTHING
 #define PACKSCHED_STATS_Micros PACKSCHED_SCHEMA_NOTHING
 #define PACKSCHED_STATS(name, number, Kind, alias) \
@@ -421,18 +426,18 @@ void PlanToProto(const planner::MicroBatchPlan& plan, const planner::LossWeights
 //   response->set_num_micro_batches(result.num_micro_batches);
 //   global->set_loss_tokens(result.global.loss_tokens);
 //   stats->set_wait_us(absl::ToInt64Microseconds(result.wait_time));
-#define PACKSCHED_RESULT_Count(response, result, name) response->set_##name(result.name);
-#define PACKSCHED_RESULT_LocalK(response, result, name) response->set_##name(result.local_k);
+#define PACKSCHED_RESULT_Count(response, result, name) (response)->set_##name((result).name);
+#define PACKSCHED_RESULT_LocalK(response, result, name) (response)->set_##name((result).local_k);
 #define PACKSCHED_RESULT_Parts PACKSCHED_SCHEMA_NOTHING
 #define PACKSCHED_RESULT_Indices PACKSCHED_SCHEMA_NOTHING
 #define PACKSCHED_RESULT_Weights PACKSCHED_SCHEMA_NOTHING
 #define PACKSCHED_RESULT_Global PACKSCHED_SCHEMA_NOTHING
 #define PACKSCHED_RESULT_Stats PACKSCHED_SCHEMA_NOTHING
 #define PACKSCHED_RESULT(name, number, Kind) PACKSCHED_RESULT_##Kind(response, result, name)
-#define PACKSCHED_GLOBAL_Count(global, result, name) global->set_##name(result.global.name);
+#define PACKSCHED_GLOBAL_Count(global, result, name) (global)->set_##name((result).global.name);
 #define PACKSCHED_GLOBAL(name, number, Kind) PACKSCHED_GLOBAL_Count(global, result, name)
 #define PACKSCHED_TIMES_Micros(stats, result, name, alias) \
-  stats->set_##name(absl::ToInt64Microseconds(result.alias##_time));
+  (stats)->set_##name(absl::ToInt64Microseconds((result).alias##_time));
 #define PACKSCHED_TIMES_Int PACKSCHED_SCHEMA_NOTHING
 #define PACKSCHED_TIMES_Double PACKSCHED_SCHEMA_NOTHING
 #define PACKSCHED_TIMES_Cap PACKSCHED_SCHEMA_NOTHING

@@ -32,7 +32,7 @@ int64_t HashValue(Enum v) {
 //   X(mode, 1, Enum, LossMode, mode, loss_mode)
 // expand, through PACKSCHED_HASH_PLAN, PACKSCHED_HASH_ROUND and PACKSCHED_HASH_LOSS, to
 //   HashValue(o.max_token_len), HashValue(round.same_micro_num_in_dp), HashValue(loss.mode),
-#define PACKSCHED_HASH_MEMBER(object, member) HashValue(object.member),
+#define PACKSCHED_HASH_MEMBER(object, member) HashValue((object).member),
 #define PACKSCHED_HASH_PLAN(name, number, Rule, Type, member, json, help) \
   PACKSCHED_HASH_MEMBER(o, member)
 #define PACKSCHED_HASH_ROUND(name, number, dflt) PACKSCHED_HASH_MEMBER(round, name)

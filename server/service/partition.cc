@@ -44,33 +44,33 @@ absl::Status AtLeastOwn(absl::string_view field, int64_t global, int64_t own) {
 //   out->set_loss_tokens(counts.loss_tokens);
 #define PACKSCHED_CHECK_Kept PACKSCHED_SCHEMA_NOTHING
 #define PACKSCHED_CHECK_Loss(g, ranks, name) \
-  if (g.name() < 0) return Negative("global." #name, g.name());
+  if ((g).name() < 0) return Negative("global." #name, (g).name());
 #define PACKSCHED_CHECK_World(g, ranks, name)                                                   \
-  if (g.name() < 0 || g.name() > planner::kMaxWorldSize) {                                      \
-    return absl::InvalidArgumentError(absl::StrCat("global." #name " = ", g.name(),             \
+  if ((g).name() < 0 || (g).name() > planner::kMaxWorldSize) {                                  \
+    return absl::InvalidArgumentError(absl::StrCat("global." #name " = ", (g).name(),           \
                                                    ": must be in [0, ", planner::kMaxWorldSize, \
                                                    "] (0 = 1)"));                               \
   }                                                                                             \
-  ranks = g.name() == 0 ? 1 : g.name();
+  (ranks) = (g).name() == 0 ? 1 : (g).name();
 #define PACKSCHED_CHECK_GLOBAL(name, number, Kind) PACKSCHED_CHECK_##Kind(g, ranks, name)
 // Kept: the caller's count when set, else this request's (the plan's kept sequences).
-#define PACKSCHED_KEPT_Kept(request, g, plan, ranks, out, name)             \
-  {                                                                         \
-    const int64_t own = plan.stats.num_kept;                                \
-    const bool given = request.has_global() && g.name() > 0;                \
-    if (given) RETURN_IF_ERROR(AtLeastOwn("global." #name, g.name(), own)); \
-    out->set_##name(given ? g.name() : own);                                \
+#define PACKSCHED_KEPT_Kept(request, g, plan, ranks, out, name)               \
+  {                                                                           \
+    const int64_t own = (plan).stats.num_kept;                                \
+    const bool given = (request).has_global() && (g).name() > 0;              \
+    if (given) RETURN_IF_ERROR(AtLeastOwn("global." #name, (g).name(), own)); \
+    (out)->set_##name(given ? (g).name() : own);                              \
   }
 #define PACKSCHED_KEPT_Loss PACKSCHED_SCHEMA_NOTHING
-#define PACKSCHED_KEPT_World(request, g, plan, ranks, out, name) out->set_##name(ranks);
+#define PACKSCHED_KEPT_World(request, g, plan, ranks, out, name) (out)->set_##name(ranks);
 #define PACKSCHED_KEPT_GLOBAL(name, number, Kind) \
   PACKSCHED_KEPT_##Kind(request, g, plan, ranks, out, name)
-#define PACKSCHED_LOSS_Loss(request, g, counts, out, name)               \
-  if (request.has_global()) {                                            \
-    RETURN_IF_ERROR(AtLeastOwn("global." #name, g.name(), counts.name)); \
-    counts.name = g.name();                                              \
-  }                                                                      \
-  out->set_##name(counts.name);
+#define PACKSCHED_LOSS_Loss(request, g, counts, out, name)                   \
+  if ((request).has_global()) {                                              \
+    RETURN_IF_ERROR(AtLeastOwn("global." #name, (g).name(), (counts).name)); \
+    (counts).name = (g).name();                                              \
+  }                                                                          \
+  (out)->set_##name((counts).name);
 #define PACKSCHED_LOSS_Kept PACKSCHED_SCHEMA_NOTHING
 #define PACKSCHED_LOSS_World PACKSCHED_SCHEMA_NOTHING
 #define PACKSCHED_LOSS_GLOBAL(name, number, Kind) \

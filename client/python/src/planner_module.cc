@@ -59,17 +59,17 @@ int64_t Int(const py::dict& d, const char* key) { return d[key].cast<int64_t>();
 // expands, through PACKSCHED_PY_OPTION, to
 //   o.cap_mode = Value(ParseCapMode(Str(d, "cap_mode")));
 #define PACKSCHED_PY_OPTION_Cap(o, d, pair, next, name, Type, member) \
-  o.member = d[#name].is_none() ? 0 : Int(d, #name);
+  (o).member = (d)[#name].is_none() ? 0 : Int(d, #name);
 #define PACKSCHED_PY_OPTION_Unlimited PACKSCHED_PY_OPTION_Cap
-#define PACKSCHED_PY_OPTION_Count(o, d, pair, next, name, Type, member) o.member = Int(d, #name);
+#define PACKSCHED_PY_OPTION_Count(o, d, pair, next, name, Type, member) (o).member = Int(d, #name);
 #define PACKSCHED_PY_OPTION_Align PACKSCHED_PY_OPTION_Count
 #define PACKSCHED_PY_OPTION_Ceiling PACKSCHED_PY_OPTION_Count
 #define PACKSCHED_PY_OPTION_FixedK(o, d, pair, next, name, Type, member) \
-  o.member = d[#name].cast<bool>();
+  (o).member = (d)[#name].cast<bool>();
 #define PACKSCHED_PY_OPTION_Enum(o, d, pair, next, name, Type, member) \
-  o.member = Value(Parse##Type(Str(d, #name)));
+  (o).member = Value(Parse##Type(Str(d, #name)));
 #define PACKSCHED_PY_OPTION_Weight(o, d, pair, next, name, Type, member) \
-  if (!pair.is_none()) o.member = pair.cast<py::sequence>()[next++].cast<int64_t>();
+  if (!(pair).is_none()) (o).member = (pair).cast<py::sequence>()[(next)++].cast<int64_t>();
 #define PACKSCHED_PY_OPTION(name, number, Rule, Type, member, json, help) \
   PACKSCHED_PY_OPTION_##Rule(o, d, pair, next, name, Type, member)
 
@@ -86,7 +86,7 @@ PlanOptions ToPlanOptions(const py::dict& d) {
 //   X(tokens, 2, Int)
 // expands, through PACKSCHED_PY_PART, to
 //   d["tokens"] = part.tokens;
-#define PACKSCHED_PY_PART_Int(d, part, name) d[#name] = part.name;
+#define PACKSCHED_PY_PART_Int(d, part, name) (d)[#name] = (part).name;
 #define PACKSCHED_PY_PART_Ints PACKSCHED_PY_PART_Int
 #define PACKSCHED_PY_PART_Bool PACKSCHED_PY_PART_Int
 #define PACKSCHED_PY_PART_LossScale PACKSCHED_SCHEMA_NOTHING
@@ -103,7 +103,7 @@ py::dict ToDict(const MicroBatch& part) {
 //   X(imbalance, 7, Double, _)
 // expands, through PACKSCHED_PY_STATS, to
 //   d["imbalance"] = s.imbalance;
-#define PACKSCHED_PY_STATS_Int(d, s, name) d[#name] = s.name;
+#define PACKSCHED_PY_STATS_Int(d, s, name) (d)[#name] = (s).name;
 #define PACKSCHED_PY_STATS_Double PACKSCHED_PY_STATS_Int
 #define PACKSCHED_PY_STATS_LocalK PACKSCHED_PY_STATS_Int
 #define PACKSCHED_PY_STATS_Cap PACKSCHED_SCHEMA_NOTHING
@@ -122,8 +122,8 @@ py::dict ToDict(const PlanStats& s) {
 //   X(reorder, 4, Indices)
 // expands, through PACKSCHED_PY_PLAN, to
 //   d["reorder"] = plan.reorder;
-#define PACKSCHED_PY_PLAN_Indices(d, plan, name) d[#name] = plan.name;
-#define PACKSCHED_PY_PLAN_Stats(d, plan, name) d[#name] = ToDict(plan.name);
+#define PACKSCHED_PY_PLAN_Indices(d, plan, name) (d)[#name] = (plan).name;
+#define PACKSCHED_PY_PLAN_Stats(d, plan, name) (d)[#name] = ToDict((plan).name);
 #define PACKSCHED_PY_PLAN_Count PACKSCHED_SCHEMA_NOTHING
 #define PACKSCHED_PY_PLAN_LocalK PACKSCHED_SCHEMA_NOTHING
 #define PACKSCHED_PY_PLAN_Parts PACKSCHED_SCHEMA_NOTHING
@@ -152,8 +152,9 @@ auto WithoutGil(Fn&& fn) {
 //   X(mode, 1, Enum, LossMode, mode, loss_mode)
 // expands, through PACKSCHED_PY_LOSS, to
 //   o.mode = Value(ParseLossMode(Str(d, "loss_mode")));
-#define PACKSCHED_PY_LOSS_Enum(o, d, Type, member, key) o.member = Value(Parse##Type(Str(d, #key)));
-#define PACKSCHED_PY_LOSS_SumNorm(o, d, Type, member, key) o.member = d[#key].cast<double>();
+#define PACKSCHED_PY_LOSS_Enum(o, d, Type, member, key) \
+  (o).member = Value(Parse##Type(Str(d, #key)));
+#define PACKSCHED_PY_LOSS_SumNorm(o, d, Type, member, key) (o).member = (d)[#key].cast<double>();
 #define PACKSCHED_PY_LOSS(name, number, Rule, Type, member, key) \
   PACKSCHED_PY_LOSS_##Rule(o, d, Type, member, key)
 
@@ -169,7 +170,7 @@ LossOptions ToLossOptions(const py::dict& d) {
 // expands, through PACKSCHED_PY_COUNTS and PACKSCHED_PY_FROM_COUNTS, to
 //   out.append(c.loss_tokens);
 //   c.loss_tokens = values[next++].cast<int64_t>();
-#define PACKSCHED_PY_COUNTS_Loss(out, c, name) out.append(c.name);
+#define PACKSCHED_PY_COUNTS_Loss(out, c, name) (out).append((c).name);
 #define PACKSCHED_PY_COUNTS_Kept PACKSCHED_SCHEMA_NOTHING
 #define PACKSCHED_PY_COUNTS_World PACKSCHED_SCHEMA_NOTHING
 #define PACKSCHED_PY_COUNTS(name, number, Kind) PACKSCHED_PY_COUNTS_##Kind(out, c, name)
@@ -181,7 +182,7 @@ py::tuple ToTuple(const LossCounts& c) {
 }
 
 #define PACKSCHED_PY_FROM_COUNTS_Loss(c, values, next, name) \
-  c.name = values[next++].cast<int64_t>();
+  (c).name = (values)[(next)++].cast<int64_t>();
 #define PACKSCHED_PY_FROM_COUNTS_Kept PACKSCHED_SCHEMA_NOTHING
 #define PACKSCHED_PY_FROM_COUNTS_World PACKSCHED_SCHEMA_NOTHING
 #define PACKSCHED_PY_FROM_COUNTS(name, number, Kind) \
@@ -283,37 +284,37 @@ py::object EnumChoices(Enum v) {
 //                         py::arg("kind") = "Int",
 //                         py::arg("default") = PyDefault(MicroBatch{}.tokens)));
 #define PACKSCHED_PY_SCHEMA_PLAN_ROW(list, name, number, Rule, Type, member, json, help) \
-  list.append(py::dict(py::arg("name") = #name, py::arg("number") = number,              \
-                       py::arg("rule") = #Rule, py::arg("type") = #Type,                 \
-                       py::arg("default") = PyDefault(PlanOptions{}.member),             \
-                       py::arg("choices") = EnumChoices(PlanOptions{}.member),           \
-                       py::arg("json") = json, py::arg("help") = help));
+  (list).append(py::dict(py::arg("name") = #name, py::arg("number") = number,            \
+                         py::arg("rule") = #Rule, py::arg("type") = #Type,               \
+                         py::arg("default") = PyDefault(PlanOptions{}.member),           \
+                         py::arg("choices") = EnumChoices(PlanOptions{}.member),         \
+                         py::arg("json") = json, py::arg("help") = help));
 #define PACKSCHED_PY_SCHEMA_PLAN(name, number, Rule, Type, member, json, help) \
   PACKSCHED_PY_SCHEMA_PLAN_ROW(plan, name, number, Rule, Type, member, json, help)
-#define PACKSCHED_PY_SCHEMA_ROUND_ROW(list, name, number, dflt)             \
-  list.append(py::dict(py::arg("name") = #name, py::arg("number") = number, \
-                       py::arg("rule") = "Round", py::arg("default") = PyDefault(dflt)));
+#define PACKSCHED_PY_SCHEMA_ROUND_ROW(list, name, number, dflt)               \
+  (list).append(py::dict(py::arg("name") = #name, py::arg("number") = number, \
+                         py::arg("rule") = "Round", py::arg("default") = PyDefault(dflt)));
 #define PACKSCHED_PY_SCHEMA_ROUND(name, number, dflt) \
   PACKSCHED_PY_SCHEMA_ROUND_ROW(round, name, number, dflt)
-#define PACKSCHED_PY_SCHEMA_LOSS_ROW(list, name, number, Rule, Type, member, key)               \
-  list.append(py::dict(py::arg("name") = #name, py::arg("number") = number,                     \
-                       py::arg("rule") = #Rule, py::arg("type") = #Type, py::arg("key") = #key, \
-                       py::arg("default") = PyDefault(LossOptions{}.member),                    \
-                       py::arg("choices") = EnumChoices(LossOptions{}.member)));
+#define PACKSCHED_PY_SCHEMA_LOSS_ROW(list, name, number, Rule, Type, member, key)                 \
+  (list).append(py::dict(py::arg("name") = #name, py::arg("number") = number,                     \
+                         py::arg("rule") = #Rule, py::arg("type") = #Type, py::arg("key") = #key, \
+                         py::arg("default") = PyDefault(LossOptions{}.member),                    \
+                         py::arg("choices") = EnumChoices(LossOptions{}.member)));
 #define PACKSCHED_PY_SCHEMA_LOSS(name, number, Rule, Type, member, key) \
   PACKSCHED_PY_SCHEMA_LOSS_ROW(loss, name, number, Rule, Type, member, key)
 #define PACKSCHED_PY_SCHEMA_FIELD(list, name, number, Kind) \
-  list.append(                                              \
+  (list).append(                                            \
       py::dict(py::arg("name") = #name, py::arg("number") = number, py::arg("kind") = #Kind));
 // A micro-batch field's default: the planner's (Int, Bool), none for the others.
 #define PACKSCHED_PY_PART_DEFAULT_Int(name) PyDefault(MicroBatch{}.name)
 #define PACKSCHED_PY_PART_DEFAULT_Bool(name) PyDefault(MicroBatch{}.name)
 #define PACKSCHED_PY_PART_DEFAULT_Ints(name) py::none()
 #define PACKSCHED_PY_PART_DEFAULT_LossScale(name) py::none()
-#define PACKSCHED_PY_SCHEMA_PART_ROW(list, name, number, Kind)              \
-  list.append(py::dict(py::arg("name") = #name, py::arg("number") = number, \
-                       py::arg("kind") = #Kind,                             \
-                       py::arg("default") = PACKSCHED_PY_PART_DEFAULT_##Kind(name)));
+#define PACKSCHED_PY_SCHEMA_PART_ROW(list, name, number, Kind)                \
+  (list).append(py::dict(py::arg("name") = #name, py::arg("number") = number, \
+                         py::arg("kind") = #Kind,                             \
+                         py::arg("default") = PACKSCHED_PY_PART_DEFAULT_##Kind(name)));
 #define PACKSCHED_PY_SCHEMA_PART(name, number, Kind) \
   PACKSCHED_PY_SCHEMA_PART_ROW(parts, name, number, Kind)
 #define PACKSCHED_PY_SCHEMA_GLOBAL(name, number, Kind) \
@@ -326,10 +327,10 @@ py::object EnumChoices(Enum v) {
 #define PACKSCHED_PY_STATS_DEFAULT_LocalK(name) PyDefault(PlanStats{}.name)
 #define PACKSCHED_PY_STATS_DEFAULT_Cap(name) py::int_(0)
 #define PACKSCHED_PY_STATS_DEFAULT_Micros(name) py::int_(0)
-#define PACKSCHED_PY_SCHEMA_STATS_ROW(list, name, number, Kind, alias)      \
-  list.append(py::dict(py::arg("name") = #name, py::arg("number") = number, \
-                       py::arg("kind") = #Kind, py::arg("alias") = #alias,  \
-                       py::arg("default") = PACKSCHED_PY_STATS_DEFAULT_##Kind(name)));
+#define PACKSCHED_PY_SCHEMA_STATS_ROW(list, name, number, Kind, alias)        \
+  (list).append(py::dict(py::arg("name") = #name, py::arg("number") = number, \
+                         py::arg("kind") = #Kind, py::arg("alias") = #alias,  \
+                         py::arg("default") = PACKSCHED_PY_STATS_DEFAULT_##Kind(name)));
 #define PACKSCHED_PY_SCHEMA_STATS(name, number, Kind, alias) \
   PACKSCHED_PY_SCHEMA_STATS_ROW(stats, name, number, Kind, alias)
 
