@@ -70,15 +70,21 @@ LAYERS = {
     "collective": Layer(
         ("server/collective",), ("base",), ("absl", "spdlog", "gloo", "nccl", "cuda")
     ),
-    # Rank groups (Group, StreamGroup, arrival, readiness, keys, store, round agreement).
-    "group": Layer(("server/group",), ("collective",), ("absl", "spdlog")),
+    # The agreement port: what the service agrees its rounds through (the records a round takes
+    # and gives, and the RoundAgreements interface). The only part of group the service sees.
+    "group/port": Layer(
+        ("server/group/round_agreement.h", "server/group/round_record.h"), (), ("absl",)
+    ),
+    # Rank groups behind the port (Group, StreamGroup, arrival, readiness, keys, the round over a
+    # Collective, the port's implementations), wired by the sidecar (server/sidecar/).
+    "group": Layer(("server/group",), ("group/port", "collective"), ("absl", "spdlog")),
     # What the service layer records metrics through (no Prometheus), and the metrics: the
     # Prometheus series, the process collector and the /metrics endpoint (prometheus-cpp).
     "metrics/sink": Layer(("server/metrics/sink.h",), (), ("absl",)),
     "metrics": Layer(("server/metrics",), ("metrics/sink",), ("absl", "prometheus")),
     "service": Layer(
         ("server/service",),
-        ("planner", "collective", "group", "credentials", "proto", "metrics/sink"),
+        ("planner", "collective", "group/port", "credentials", "proto", "metrics/sink"),
         ("absl", "spdlog", "grpc", "protobuf"),
     ),
     # TLS credentials and bearer-token rules (one library, used by every gRPC endpoint).
@@ -164,7 +170,8 @@ TESTS = {
     "tests/collective": (("collective",), ()),
     "tests/group": (("group", "tests/collective"), ("gloo",)),  # Gloo groups on loopback
     "tests/security": (("credentials",), ()),
-    "tests/service": (("service", "tests/collective"), ()),  # the in-process collective
+    # The in-process collective, and the port's implementations the sidecar would choose.
+    "tests/service": (("service", "group", "tests/collective"), ()),
     "tests/sidecar": (("main",), ()),
     "tests/metrics": (("metrics",), ()),
     "tests/kernels": (("kernels", "planner"), ("cuda",)),  # device tests include the runtime

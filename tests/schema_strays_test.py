@@ -28,7 +28,8 @@ What counts as a hit:
 
 Files checked (CHECKED below):
   server/cli/                 `packsched plan`: flags, parsing, JSON, table output
-  server/service/convert.*    the sidecar's proto <-> planner conversion
+  server/service/convert.*    the sidecar's proto <-> planner conversion, and what reads the
+  server/service/{options_hash,request_memory,partition,balance_batch}.cc  options beside it
   client/cpp/ (.cc, plan_decoder.h)  the C++ client's request building and wire decoder
   client/python/src/planner_module.cc  pybind dicts <-> planner value types
   client/python/packsched/{_options,client,plan,planner}.py  option defaults and checks, proto
@@ -64,6 +65,10 @@ CHECKED = [
     "server/cli",
     "server/service/convert.cc",
     "server/service/convert.h",
+    "server/service/options_hash.cc",
+    "server/service/request_memory.cc",
+    "server/service/partition.cc",
+    "server/service/balance_batch.cc",
     "client/cpp/plan_decoder.cc",
     "client/cpp/plan_decoder.h",
     "client/cpp/scheduler_client.cc",

@@ -9,8 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "server/base/checked_math.h"
 #include "server/base/thread_name.h"
-#include "server/group/collective_agreement.h"
-#include "server/group/round.h"
+#include "server/group/round_record.h"
 #include "server/planner/planner.h"
 #include "server/service/round_metrics.h"
 #include "spdlog/spdlog.h"
@@ -111,19 +110,10 @@ absl::Status WithRoundContext(absl::Status status, absl::string_view stream, int
       "reach two sidecars in different orders meet different rounds and fail on both"));
 }
 
-RoundCoordinator::Options WithDefaultAgreements(RoundCoordinator::Options options) {
-  if (options.agreements == nullptr) {
-    // A group of one.
-    options.agreements =
-        std::make_shared<group::CollectiveAgreements>(options.limits.collective_timeout);
-  }
-  return options;
-}
-
 }  // namespace
 
 RoundCoordinator::RoundCoordinator(Options options)
-    : options_(WithDefaultAgreements(std::move(options))),
+    : options_(std::move(options)),
       cache_(options_.limits.max_cached_rounds, options_.limits.max_cached_bytes) {}
 
 RoundCoordinator::~RoundCoordinator() { Shutdown(); }

@@ -14,7 +14,9 @@
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "packsched/v1/scheduler.grpc.pb.h"
+#include "server/group/collective_agreement.h"
 #include "server/service/convert.h"
+#include "server/service/request_memory.h"
 #include "server/service/server.h"
 
 namespace packsched::service {
@@ -39,6 +41,8 @@ class InflightBudget : public ::testing::Test {
     ServerOptions options;
     options.listen = "127.0.0.1:0";
     options.limits.max_inflight_bytes = one_ + one_ / 2;
+    options.agreements =
+        std::make_shared<group::CollectiveAgreements>(options.limits.collective_timeout);
     absl::StatusOr<std::unique_ptr<SchedulerServer>> server = SchedulerServer::Start(options);
     ASSERT_TRUE(server.ok()) << server.status();
     server_ = *std::move(server);

@@ -14,6 +14,7 @@
 #include "gtest/gtest.h"
 #include "server/planner/planner.h"
 #include "server/service/convert.h"
+#include "server/service/request_memory.h"
 
 namespace packsched::service {
 namespace {

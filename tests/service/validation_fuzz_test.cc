@@ -12,7 +12,9 @@
 #include "google/protobuf/stubs/logging.h"
 #include "gtest/gtest.h"
 #include "server/planner/planner.h"
+#include "server/service/balance_batch.h"
 #include "server/service/convert.h"
+#include "server/service/partition.h"
 #include "tests/testing/soak.h"
 
 namespace packsched::service {

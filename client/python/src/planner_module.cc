@@ -52,19 +52,26 @@ int64_t Int(const py::dict& d, const char* key) { return d[key].cast<int64_t>();
 // table's names, so the Python side (packsched._options, packsched.plan) reads the same names
 // from schema() below.
 
-// `d` holds every key of packsched._options.PLAN_DEFAULTS (the Python side fills defaults).
-#define PACKSCHED_PY_OPTION_Cap(name, Type, member) \
-  o.member = d[#name].is_none() ? 0 : Int(d, #name);
+// The dict `d` into the options `o` (PACKSCHED_PLAN_OPTIONS): `d` holds every key of
+// packsched._options.PLAN_DEFAULTS (the Python side fills defaults); the Weight options come
+// from the pair (a, b) under PACKSCHED_WEIGHT_PAIR_KEY, `next` counting them. The row
+//   X(cap_mode, 2, Enum, CapMode, cap_mode, 3, "tokens ... | padded ...")
+// expands, through PACKSCHED_PY_OPTION, to
+//   o.cap_mode = Value(ParseCapMode(Str(d, "cap_mode")));
+#define PACKSCHED_PY_OPTION_Cap(o, d, pair, next, name, Type, member) \
+  (o).member = (d)[#name].is_none() ? 0 : Int(d, #name);
 #define PACKSCHED_PY_OPTION_Unlimited PACKSCHED_PY_OPTION_Cap
-#define PACKSCHED_PY_OPTION_Count(name, Type, member) o.member = Int(d, #name);
+#define PACKSCHED_PY_OPTION_Count(o, d, pair, next, name, Type, member) (o).member = Int(d, #name);
 #define PACKSCHED_PY_OPTION_Align PACKSCHED_PY_OPTION_Count
 #define PACKSCHED_PY_OPTION_Ceiling PACKSCHED_PY_OPTION_Count
-#define PACKSCHED_PY_OPTION_FixedK(name, Type, member) o.member = d[#name].cast<bool>();
-#define PACKSCHED_PY_OPTION_Enum(name, Type, member) o.member = Value(Parse##Type(Str(d, #name)));
-#define PACKSCHED_PY_OPTION_Weight(name, Type, member) \
-  if (!pair.is_none()) o.member = pair.cast<py::sequence>()[next++].cast<int64_t>();
+#define PACKSCHED_PY_OPTION_FixedK(o, d, pair, next, name, Type, member) \
+  (o).member = (d)[#name].cast<bool>();
+#define PACKSCHED_PY_OPTION_Enum(o, d, pair, next, name, Type, member) \
+  (o).member = Value(Parse##Type(Str(d, #name)));
+#define PACKSCHED_PY_OPTION_Weight(o, d, pair, next, name, Type, member) \
+  if (!(pair).is_none()) (o).member = (pair).cast<py::sequence>()[(next)++].cast<int64_t>();
 #define PACKSCHED_PY_OPTION(name, number, Rule, Type, member, json, help) \
-  PACKSCHED_PY_OPTION_##Rule(name, Type, member)
+  PACKSCHED_PY_OPTION_##Rule(o, d, pair, next, name, Type, member)
 
 PlanOptions ToPlanOptions(const py::dict& d) {
   PlanOptions o;
@@ -74,11 +81,16 @@ PlanOptions ToPlanOptions(const py::dict& d) {
   return o;
 }
 
-#define PACKSCHED_PY_PART_Int(name) d[#name] = part.name;
+// A micro-batch (PACKSCHED_MICRO_BATCH) into the dict `d`; the loss scales are added by
+// AddLossWeights. The row
+//   X(tokens, 2, Int)
+// expands, through PACKSCHED_PY_PART, to
+//   d["tokens"] = part.tokens;
+#define PACKSCHED_PY_PART_Int(d, part, name) (d)[#name] = (part).name;
 #define PACKSCHED_PY_PART_Ints PACKSCHED_PY_PART_Int
 #define PACKSCHED_PY_PART_Bool PACKSCHED_PY_PART_Int
-#define PACKSCHED_PY_PART_LossScale PACKSCHED_SCHEMA_NOTHING  // added by AddLossWeights
-#define PACKSCHED_PY_PART(name, number, Kind) PACKSCHED_PY_PART_##Kind(name)
+#define PACKSCHED_PY_PART_LossScale PACKSCHED_SCHEMA_NOTHING
+#define PACKSCHED_PY_PART(name, number, Kind) PACKSCHED_PY_PART_##Kind(d, part, name)
 
 py::dict ToDict(const MicroBatch& part) {
   py::dict d;
@@ -86,12 +98,17 @@ py::dict ToDict(const MicroBatch& part) {
   return d;
 }
 
-#define PACKSCHED_PY_STATS_Int(name) d[#name] = s.name;
+// The planner's stats (PACKSCHED_PLAN_STATS; the wire-only Cap and Micros are not the planner's:
+// nothing to write) into the dict `d`. The row
+//   X(imbalance, 7, Double, _)
+// expands, through PACKSCHED_PY_STATS, to
+//   d["imbalance"] = s.imbalance;
+#define PACKSCHED_PY_STATS_Int(d, s, name) (d)[#name] = (s).name;
 #define PACKSCHED_PY_STATS_Double PACKSCHED_PY_STATS_Int
 #define PACKSCHED_PY_STATS_LocalK PACKSCHED_PY_STATS_Int
 #define PACKSCHED_PY_STATS_Cap PACKSCHED_SCHEMA_NOTHING
 #define PACKSCHED_PY_STATS_Micros PACKSCHED_SCHEMA_NOTHING
-#define PACKSCHED_PY_STATS(name, number, Kind, alias) PACKSCHED_PY_STATS_##Kind(name)
+#define PACKSCHED_PY_STATS(name, number, Kind, alias) PACKSCHED_PY_STATS_##Kind(d, s, name)
 
 py::dict ToDict(const PlanStats& s) {
   py::dict d;
@@ -99,14 +116,20 @@ py::dict ToDict(const PlanStats& s) {
   return d;
 }
 
-#define PACKSCHED_PY_PLAN_Indices(name) d[#name] = plan.name;
-#define PACKSCHED_PY_PLAN_Stats(name) d[#name] = ToDict(plan.name);
+// A plan's index lists and stats (PACKSCHED_PLAN_RESPONSE) into the dict `d`; its micro-batches
+// go under "parts", and the counts, loss weights and global counts are not the plan's (nothing to
+// write). The row
+//   X(reorder, 4, Indices)
+// expands, through PACKSCHED_PY_PLAN, to
+//   d["reorder"] = plan.reorder;
+#define PACKSCHED_PY_PLAN_Indices(d, plan, name) (d)[#name] = (plan).name;
+#define PACKSCHED_PY_PLAN_Stats(d, plan, name) (d)[#name] = ToDict((plan).name);
 #define PACKSCHED_PY_PLAN_Count PACKSCHED_SCHEMA_NOTHING
 #define PACKSCHED_PY_PLAN_LocalK PACKSCHED_SCHEMA_NOTHING
 #define PACKSCHED_PY_PLAN_Parts PACKSCHED_SCHEMA_NOTHING
 #define PACKSCHED_PY_PLAN_Weights PACKSCHED_SCHEMA_NOTHING
 #define PACKSCHED_PY_PLAN_Global PACKSCHED_SCHEMA_NOTHING
-#define PACKSCHED_PY_PLAN(name, number, Kind) PACKSCHED_PY_PLAN_##Kind(name)
+#define PACKSCHED_PY_PLAN(name, number, Kind) PACKSCHED_PY_PLAN_##Kind(d, plan, name)
 
 py::dict ToDict(const MicroBatchPlan& plan) {
   py::dict d;
@@ -124,11 +147,16 @@ auto WithoutGil(Fn&& fn) {
   return fn();
 }
 
-// Keyed by each loss option's Python keyword (the table's `key`).
-#define PACKSCHED_PY_LOSS_Enum(name, Type, member, key) o.member = Value(Parse##Type(Str(d, #key)));
-#define PACKSCHED_PY_LOSS_SumNorm(name, Type, member, key) o.member = d[#key].cast<double>();
+// The dict `d` into the loss options `o` (PACKSCHED_LOSS_OPTIONS), keyed by each option's Python
+// keyword (the table's `key`). The row
+//   X(mode, 1, Enum, LossMode, mode, loss_mode)
+// expands, through PACKSCHED_PY_LOSS, to
+//   o.mode = Value(ParseLossMode(Str(d, "loss_mode")));
+#define PACKSCHED_PY_LOSS_Enum(o, d, Type, member, key) \
+  (o).member = Value(Parse##Type(Str(d, #key)));
+#define PACKSCHED_PY_LOSS_SumNorm(o, d, Type, member, key) (o).member = (d)[#key].cast<double>();
 #define PACKSCHED_PY_LOSS(name, number, Rule, Type, member, key) \
-  PACKSCHED_PY_LOSS_##Rule(name, Type, member, key)
+  PACKSCHED_PY_LOSS_##Rule(o, d, Type, member, key)
 
 LossOptions ToLossOptions(const py::dict& d) {
   LossOptions o;
@@ -137,11 +165,15 @@ LossOptions ToLossOptions(const py::dict& d) {
 }
 
 // LossCounts <-> Python's (loss tokens, sequences with loss): the Loss rows of GlobalCounts in
-// table order.
-#define PACKSCHED_PY_COUNTS_Loss(name) out.append(c.name);
-#define PACKSCHED_PY_COUNTS_Kept(name)
-#define PACKSCHED_PY_COUNTS_World(name)
-#define PACKSCHED_PY_COUNTS(name, number, Kind) PACKSCHED_PY_COUNTS_##Kind(name)
+// table order (Kept and World are not loss counts: nothing to do). The row
+//   X(loss_tokens, 2, Loss)
+// expands, through PACKSCHED_PY_COUNTS and PACKSCHED_PY_FROM_COUNTS, to
+//   out.append(c.loss_tokens);
+//   c.loss_tokens = values[next++].cast<int64_t>();
+#define PACKSCHED_PY_COUNTS_Loss(out, c, name) (out).append((c).name);
+#define PACKSCHED_PY_COUNTS_Kept PACKSCHED_SCHEMA_NOTHING
+#define PACKSCHED_PY_COUNTS_World PACKSCHED_SCHEMA_NOTHING
+#define PACKSCHED_PY_COUNTS(name, number, Kind) PACKSCHED_PY_COUNTS_##Kind(out, c, name)
 
 py::tuple ToTuple(const LossCounts& c) {
   py::list out;
@@ -149,10 +181,12 @@ py::tuple ToTuple(const LossCounts& c) {
   return py::tuple(out);
 }
 
-#define PACKSCHED_PY_FROM_COUNTS_Loss(name) c.name = values[next++].cast<int64_t>();
-#define PACKSCHED_PY_FROM_COUNTS_Kept(name)
-#define PACKSCHED_PY_FROM_COUNTS_World(name)
-#define PACKSCHED_PY_FROM_COUNTS(name, number, Kind) PACKSCHED_PY_FROM_COUNTS_##Kind(name)
+#define PACKSCHED_PY_FROM_COUNTS_Loss(c, values, next, name) \
+  (c).name = (values)[(next)++].cast<int64_t>();
+#define PACKSCHED_PY_FROM_COUNTS_Kept PACKSCHED_SCHEMA_NOTHING
+#define PACKSCHED_PY_FROM_COUNTS_World PACKSCHED_SCHEMA_NOTHING
+#define PACKSCHED_PY_FROM_COUNTS(name, number, Kind) \
+  PACKSCHED_PY_FROM_COUNTS_##Kind(c, values, next, name)
 
 LossCounts ToLossCounts(const py::sequence& values) {
   LossCounts c;
@@ -188,15 +222,7 @@ void AddLossWeights(const MicroBatchPlan& plan, const py::dict& loss, py::dict& 
   }
   const LossWeights w = Value(ComputeLossWeights(plan, loss_tokens, ToLossOptions(loss), global,
                                                  loss["world_size"].cast<int64_t>()));
-#define PACKSCHED_PY_WEIGHTS_Weights(name) out[#name] = w.weights;
-#define PACKSCHED_PY_WEIGHTS_Count(name)
-#define PACKSCHED_PY_WEIGHTS_LocalK(name)
-#define PACKSCHED_PY_WEIGHTS_Parts(name)
-#define PACKSCHED_PY_WEIGHTS_Indices(name)
-#define PACKSCHED_PY_WEIGHTS_Global(name)
-#define PACKSCHED_PY_WEIGHTS_Stats(name)
-#define PACKSCHED_PY_WEIGHTS(name, number, Kind) PACKSCHED_PY_WEIGHTS_##Kind(name)
-  PACKSCHED_PLAN_RESPONSE(PACKSCHED_PY_WEIGHTS)
+  out[py::str(std::string(schema::ResponseNamed("Weights")))] = w.weights;
   out["loss_scales"] = w.loss_scales;
   out["loss_counts"] = ToTuple(local);
 }
@@ -244,45 +270,53 @@ py::object EnumChoices(Enum v) {
   return Choices(v);
 }
 
-py::dict Schema() {
-  py::dict d;
-  py::list plan;
+// Schema() lists every row of every table as a dict, each macro taking the list it appends to.
+// The rows
+//   X(cap_mode, 2, Enum, CapMode, cap_mode, 3, "tokens ... | padded ...")
+//   X(tokens, 2, Int)
+// expand, through PACKSCHED_PY_SCHEMA_PLAN and PACKSCHED_PY_SCHEMA_PART, to
+//   plan.append(py::dict(py::arg("name") = "cap_mode", py::arg("number") = 2,
+//                        py::arg("rule") = "Enum", py::arg("type") = "CapMode",
+//                        py::arg("default") = PyDefault(PlanOptions{}.cap_mode),
+//                        py::arg("choices") = EnumChoices(PlanOptions{}.cap_mode),
+//                        py::arg("json") = 3, py::arg("help") = "tokens ... | padded ..."));
+//   parts.append(py::dict(py::arg("name") = "tokens", py::arg("number") = 2,
+//                         py::arg("kind") = "Int",
+//                         py::arg("default") = PyDefault(MicroBatch{}.tokens)));
+#define PACKSCHED_PY_SCHEMA_PLAN_ROW(list, name, number, Rule, Type, member, json, help) \
+  (list).append(py::dict(py::arg("name") = #name, py::arg("number") = number,            \
+                         py::arg("rule") = #Rule, py::arg("type") = #Type,               \
+                         py::arg("default") = PyDefault(PlanOptions{}.member),           \
+                         py::arg("choices") = EnumChoices(PlanOptions{}.member),         \
+                         py::arg("json") = json, py::arg("help") = help));
 #define PACKSCHED_PY_SCHEMA_PLAN(name, number, Rule, Type, member, json, help) \
-  plan.append(py::dict(py::arg("name") = #name, py::arg("number") = number,    \
-                       py::arg("rule") = #Rule, py::arg("type") = #Type,       \
-                       py::arg("default") = PyDefault(PlanOptions{}.member),   \
-                       py::arg("choices") = EnumChoices(PlanOptions{}.member), \
-                       py::arg("json") = json, py::arg("help") = help));
-  PACKSCHED_PLAN_OPTIONS(PACKSCHED_PY_SCHEMA_PLAN)
-  d["plan_options"] = plan;
-  py::list round;
-#define PACKSCHED_PY_SCHEMA_ROUND(name, number, dflt)                        \
-  round.append(py::dict(py::arg("name") = #name, py::arg("number") = number, \
-                        py::arg("rule") = "Round", py::arg("default") = PyDefault(dflt)));
-  PACKSCHED_ROUND_OPTIONS(PACKSCHED_PY_SCHEMA_ROUND)
-  d["round_options"] = round;
-  d["weight_pair"] = PACKSCHED_WEIGHT_PAIR_KEY;
-  py::list loss;
-#define PACKSCHED_PY_SCHEMA_LOSS(name, number, Rule, Type, member, key)                         \
-  loss.append(py::dict(py::arg("name") = #name, py::arg("number") = number,                     \
-                       py::arg("rule") = #Rule, py::arg("type") = #Type, py::arg("key") = #key, \
-                       py::arg("default") = PyDefault(LossOptions{}.member),                    \
-                       py::arg("choices") = EnumChoices(LossOptions{}.member)));
-  PACKSCHED_LOSS_OPTIONS(PACKSCHED_PY_SCHEMA_LOSS)
-  d["loss_options"] = loss;
-  py::list parts, stats, global, response;
+  PACKSCHED_PY_SCHEMA_PLAN_ROW(plan, name, number, Rule, Type, member, json, help)
+#define PACKSCHED_PY_SCHEMA_ROUND_ROW(list, name, number, dflt)               \
+  (list).append(py::dict(py::arg("name") = #name, py::arg("number") = number, \
+                         py::arg("rule") = "Round", py::arg("default") = PyDefault(dflt)));
+#define PACKSCHED_PY_SCHEMA_ROUND(name, number, dflt) \
+  PACKSCHED_PY_SCHEMA_ROUND_ROW(round, name, number, dflt)
+#define PACKSCHED_PY_SCHEMA_LOSS_ROW(list, name, number, Rule, Type, member, key)                 \
+  (list).append(py::dict(py::arg("name") = #name, py::arg("number") = number,                     \
+                         py::arg("rule") = #Rule, py::arg("type") = #Type, py::arg("key") = #key, \
+                         py::arg("default") = PyDefault(LossOptions{}.member),                    \
+                         py::arg("choices") = EnumChoices(LossOptions{}.member)));
+#define PACKSCHED_PY_SCHEMA_LOSS(name, number, Rule, Type, member, key) \
+  PACKSCHED_PY_SCHEMA_LOSS_ROW(loss, name, number, Rule, Type, member, key)
 #define PACKSCHED_PY_SCHEMA_FIELD(list, name, number, Kind) \
-  list.append(                                              \
+  (list).append(                                            \
       py::dict(py::arg("name") = #name, py::arg("number") = number, py::arg("kind") = #Kind));
 // A micro-batch field's default: the planner's (Int, Bool), none for the others.
 #define PACKSCHED_PY_PART_DEFAULT_Int(name) PyDefault(MicroBatch{}.name)
 #define PACKSCHED_PY_PART_DEFAULT_Bool(name) PyDefault(MicroBatch{}.name)
 #define PACKSCHED_PY_PART_DEFAULT_Ints(name) py::none()
 #define PACKSCHED_PY_PART_DEFAULT_LossScale(name) py::none()
-#define PACKSCHED_PY_SCHEMA_PART(name, number, Kind)                         \
-  parts.append(py::dict(py::arg("name") = #name, py::arg("number") = number, \
-                        py::arg("kind") = #Kind,                             \
-                        py::arg("default") = PACKSCHED_PY_PART_DEFAULT_##Kind(name)));
+#define PACKSCHED_PY_SCHEMA_PART_ROW(list, name, number, Kind)                \
+  (list).append(py::dict(py::arg("name") = #name, py::arg("number") = number, \
+                         py::arg("kind") = #Kind,                             \
+                         py::arg("default") = PACKSCHED_PY_PART_DEFAULT_##Kind(name)));
+#define PACKSCHED_PY_SCHEMA_PART(name, number, Kind) \
+  PACKSCHED_PY_SCHEMA_PART_ROW(parts, name, number, Kind)
 #define PACKSCHED_PY_SCHEMA_GLOBAL(name, number, Kind) \
   PACKSCHED_PY_SCHEMA_FIELD(global, name, number, Kind)
 #define PACKSCHED_PY_SCHEMA_RESPONSE(name, number, Kind) \
@@ -293,10 +327,26 @@ py::dict Schema() {
 #define PACKSCHED_PY_STATS_DEFAULT_LocalK(name) PyDefault(PlanStats{}.name)
 #define PACKSCHED_PY_STATS_DEFAULT_Cap(name) py::int_(0)
 #define PACKSCHED_PY_STATS_DEFAULT_Micros(name) py::int_(0)
-#define PACKSCHED_PY_SCHEMA_STATS(name, number, Kind, alias)                 \
-  stats.append(py::dict(py::arg("name") = #name, py::arg("number") = number, \
-                        py::arg("kind") = #Kind, py::arg("alias") = #alias,  \
-                        py::arg("default") = PACKSCHED_PY_STATS_DEFAULT_##Kind(name)));
+#define PACKSCHED_PY_SCHEMA_STATS_ROW(list, name, number, Kind, alias)        \
+  (list).append(py::dict(py::arg("name") = #name, py::arg("number") = number, \
+                         py::arg("kind") = #Kind, py::arg("alias") = #alias,  \
+                         py::arg("default") = PACKSCHED_PY_STATS_DEFAULT_##Kind(name)));
+#define PACKSCHED_PY_SCHEMA_STATS(name, number, Kind, alias) \
+  PACKSCHED_PY_SCHEMA_STATS_ROW(stats, name, number, Kind, alias)
+
+py::dict Schema() {
+  py::dict d;
+  py::list plan;
+  PACKSCHED_PLAN_OPTIONS(PACKSCHED_PY_SCHEMA_PLAN)
+  d["plan_options"] = plan;
+  py::list round;
+  PACKSCHED_ROUND_OPTIONS(PACKSCHED_PY_SCHEMA_ROUND)
+  d["round_options"] = round;
+  d["weight_pair"] = PACKSCHED_WEIGHT_PAIR_KEY;
+  py::list loss;
+  PACKSCHED_LOSS_OPTIONS(PACKSCHED_PY_SCHEMA_LOSS)
+  d["loss_options"] = loss;
+  py::list parts, stats, global, response;
   PACKSCHED_MICRO_BATCH(PACKSCHED_PY_SCHEMA_PART)
   PACKSCHED_PLAN_STATS(PACKSCHED_PY_SCHEMA_STATS)
   PACKSCHED_GLOBAL_COUNTS(PACKSCHED_PY_SCHEMA_GLOBAL)
