@@ -99,6 +99,24 @@ Parts AssignUnits(const Units& units, int64_t world_size, int64_t num_sequences,
 // `value` (>= 0) rounded up to a multiple of `multiple` (>= 1).
 int64_t RoundUpTo(int64_t value, int64_t multiple) { return CeilDiv(value, multiple) * multiple; }
 
+// `grid` without its trailing empty slots, down to the least k >= least_k that is a multiple of
+// divisible_by.
+Grid Trimmed(Grid grid, int64_t least_k, int64_t divisible_by) {
+  int64_t used = 0;
+  for (int64_t i = 0; i < grid.k; ++i) {
+    for (int64_t r = 0; r < grid.world_size; ++r) {
+      if (!grid.cell(r, i).empty()) used = i + 1;
+    }
+  }
+  const int64_t k = RoundUpTo(std::max(used, least_k), divisible_by);
+  if (k >= grid.k) return grid;
+  Grid out{grid.world_size, k, std::vector<std::vector<int32_t>>(grid.world_size * k)};
+  for (int64_t r = 0; r < grid.world_size; ++r) {
+    for (int64_t i = 0; i < k; ++i) out.cell(r, i) = std::move(grid.cell(r, i));
+  }
+  return out;
+}
+
 }  // namespace
 
 absl::StatusOr<BalancedBatch> BalanceBatch(absl::Span<const int64_t> lengths, int64_t world_size,
@@ -175,7 +193,7 @@ absl::StatusOr<BalancedBatch> BalanceBatch(absl::Span<const int64_t> lengths, in
   std::optional<Grid> grid;  // the plan as a grid; nullopt: the per-rank problems below
 
   // Sync::kMicroBatch without groups: the greedy at each k from the cap's bound up to the k bound
-  // (at most three; past about 2^23 cell visits, only until one fits) and the FFD
+  // (at most three; past about 2^23 cell visits, only until one fits), the row greedy and the FFD
   // bins dealt slot by slot; the shortest step wins (ties: the fewer micro-batches, then the
   // earlier), then moves shorten it.
   if (!grouped && balance.sync == Sync::kMicroBatch) {
@@ -203,6 +221,10 @@ absl::StatusOr<BalancedBatch> BalanceBatch(absl::Span<const int64_t> lengths, in
           internal::FillSlots(items, order, v.capacity, world_size, k, balance.micro_batch_cost);
       if (filled) consider(*std::move(filled));
     }
+    // The slots filled one after the other (better on some heavy-tailed batches).
+    std::optional<Grid> rows =
+        internal::FillRows(items, order, v.capacity, world_size, k_bound, balance.micro_batch_cost);
+    if (rows) consider(Trimmed(*std::move(rows), least_k, options.divisible_by));
     consider(internal::GridFromBins(bins, items, world_size, k_bound, /*by_rank_total=*/false));
     // Swaps search every cell's members for each member of a slot's costliest cell: about
     // n^2 / W a pass, affordable below 2^24.

@@ -273,6 +273,68 @@ std::optional<Grid> FillSlots(absl::Span<const SlotItem> items, absl::Span<const
   return grid;
 }
 
+std::optional<Grid> FillRows(absl::Span<const SlotItem> items, absl::Span<const int32_t> order,
+                             const Capacity& capacity, int64_t world_size, int64_t k,
+                             int64_t alpha) {
+  const int64_t w = world_size;
+  Grid grid{w, k, std::vector<std::vector<int32_t>>(w * k)};
+  if (order.empty()) return grid;
+  // The least aligned length of a normal item from each step on.
+  std::vector<int64_t> shortest(order.size() + 1, kNone);
+  for (size_t step = order.size(); step-- > 0;) {
+    const SlotItem& item = items[order[step]];
+    shortest[step] =
+        item.isolated ? shortest[step + 1] : std::min(shortest[step + 1], item.item.aligned);
+  }
+  using Entry = std::pair<int64_t, int64_t>;  // (cost, rank): the slot's cells, cheapest first
+  const auto later = std::greater<Entry>();
+  std::vector<Entry> heap, passed;
+  std::optional<Cells> cells;
+  int64_t slot = -1;
+  for (size_t step = 0; step < order.size(); ++step) {
+    const SlotItem& item = items[order[step]];
+    int64_t chosen = -1;
+    while (chosen < 0) {
+      if (!cells) {
+        if (++slot == k) return std::nullopt;
+        cells.emplace(items, w, 1, alpha);
+        heap.clear();
+        for (int64_t r = 0; r < w; ++r) heap.emplace_back(0, r);
+      }
+      passed.clear();
+      while (!heap.empty()) {
+        const Entry top = heap.front();
+        std::pop_heap(heap.begin(), heap.end(), later);
+        heap.pop_back();
+        // Closed, or no item from here on fits: out of the search for good.
+        if (cells->closed(top.second) ||
+            (!cells->empty(top.second) &&
+             (shortest[step] == kNone ||
+              !capacity.Fits(cells->load(top.second), shortest[step])))) {
+          continue;
+        }
+        if (cells->Accepts(top.second, item, capacity)) {
+          chosen = top.second;
+          break;
+        }
+        passed.push_back(top);
+      }
+      for (const Entry& e : passed) {
+        heap.push_back(e);
+        std::push_heap(heap.begin(), heap.end(), later);
+      }
+      if (chosen < 0) cells.reset();  // the next slot
+    }
+    cells->Add(chosen, item);
+    grid.cell(chosen, slot).push_back(order[step]);
+    if (!cells->closed(chosen)) {
+      heap.emplace_back(cells->cost(chosen), chosen);
+      std::push_heap(heap.begin(), heap.end(), later);
+    }
+  }
+  return grid;
+}
+
 void ImproveSlots(Grid& grid, absl::Span<const SlotItem> items, const Capacity& capacity,
                   int64_t alpha, int rounds, bool swaps) {
   const int64_t w = grid.world_size;

@@ -55,6 +55,14 @@ std::optional<Grid> FillSlots(absl::Span<const SlotItem> items, absl::Span<const
                               const Capacity& capacity, int64_t world_size, int64_t k,
                               int64_t alpha);
 
+// Row greedy: the slots filled one after the other, the items in `order` (PlacementOrder(items))
+// each to the current slot's cheapest cell that takes it (ties: the lowest rank), or, when none
+// does, to the next slot. nullopt when k slots do not hold every item. REQUIRES: no item has a
+// rank. O(n log W) when the first cell tried fits, O(W log W) for an item that opens a slot.
+std::optional<Grid> FillRows(absl::Span<const SlotItem> items, absl::Span<const int32_t> order,
+                             const Capacity& capacity, int64_t world_size, int64_t k,
+                             int64_t alpha);
+
 // Moves that shorten the micro-batch-sync step: an item leaves the costliest cell of a slot for
 // another cell, or (with `swaps`, tokens cap mode) trades places with a cheaper item of another
 // cell, whichever lowers that slot's cost most without raising the other cell's slot cost,
