@@ -19,6 +19,7 @@
 #include "server/planner/lpt.h"
 #include "server/planner/planner.h"
 #include "server/planner/prepared.h"
+#include "server/planner/rank_search.h"
 #include "server/planner/slot_grid.h"
 
 namespace packsched::planner {
@@ -115,6 +116,42 @@ Grid Trimmed(Grid grid, int64_t least_k, int64_t divisible_by) {
     for (int64_t i = 0; i < k; ++i) out.cell(r, i) = std::move(grid.cell(r, i));
   }
   return out;
+}
+
+// The per-rank plans of `out` as a grid over `items` (slot i of rank r: its i-th micro-batch, or
+// with `by_cost` its micro-batches by cost descending).
+Grid GridOfPlans(const BalancedBatch& out, absl::Span<const SlotItem> items, int64_t num_sequences,
+                 bool by_cost) {
+  const int64_t w = static_cast<int64_t>(out.ranks.size());
+  const int64_t k = out.num_micro_batches;
+  std::vector<int32_t> position_of(num_sequences, -1);
+  for (size_t p = 0; p < items.size(); ++p) {
+    position_of[items[p].item.index] = static_cast<int32_t>(p);
+  }
+  Grid grid{w, k, std::vector<std::vector<int32_t>>(w * k)};
+  for (int64_t r = 0; r < w; ++r) {
+    const RankBatch& rank = out.ranks[r];
+    std::vector<int32_t> order(k);
+    for (int64_t i = 0; i < k; ++i) order[i] = static_cast<int32_t>(i);
+    if (by_cost) {
+      std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) {
+        return rank.plan.parts[a].cost > rank.plan.parts[b].cost;
+      });
+    }
+    for (int64_t i = 0; i < k; ++i) {
+      for (int64_t local : rank.plan.parts[order[i]].indices) {
+        grid.cell(r, i).push_back(position_of[rank.indices[local]]);
+      }
+    }
+  }
+  return grid;
+}
+
+// Rounds of ImproveRankTotals for n sequences over W ranks x k: up to 4 W, and about 2^26 cell
+// visits in all.
+int64_t RankRounds(int64_t n, int64_t world_size, int64_t k) {
+  const int64_t per_round = (n / world_size + 1) * (k + 1) * 4;
+  return std::clamp<int64_t>((int64_t{1} << 26) / per_round, 1, 4 * world_size);
 }
 
 }  // namespace
@@ -258,34 +295,47 @@ absl::StatusOr<BalancedBatch> BalanceBatch(absl::Span<const int64_t> lengths, in
       RETURN_IF_ERROR(bounded(k_bound));
       RETURN_IF_ERROR(fits(k_bound));
       grid = internal::GridFromBins(bins, items, world_size, k_bound, /*by_rank_total=*/true);
+      internal::ImproveRankTotals(*grid, items, v.capacity, balance.micro_batch_cost,
+                                  RankRounds(kept, world_size, k_bound));
     } else {
       RETURN_IF_ERROR(bounded(out.num_micro_batches));
       RETURN_IF_ERROR(fits(out.num_micro_batches));
       for (int64_t r = 0; r < world_size; ++r) {
         ASSIGN_OR_RETURN(out.ranks[r].plan, problems[r].Partition(out.num_micro_batches));
       }
+      if (!grouped && balance.sync == Sync::kStep && bounded(k_bound).ok() && fits(k_bound).ok()) {
+        // Sync::kStep: these plans, or whole FFD bins dealt to the ranks by cost (unequal
+        // counts, fewer micro-batches), each after moves and trades between ranks, whichever
+        // step is shortest (ties: these plans, then the fewer micro-batches).
+        const int64_t alpha = balance.micro_batch_cost;
+        int64_t best = 0;
+        for (const RankBatch& rank : out.ranks) {
+          int64_t total = 0;
+          for (const MicroBatch& part : rank.plan.parts)
+            total += part.empty ? 0 : alpha + part.cost;
+          best = std::max(best, total);
+        }
+        for (Grid candidate :
+             {GridOfPlans(out, items, v.num_sequences, /*by_cost=*/false),
+              internal::GridFromBins(bins, items, world_size, k_bound, /*by_rank_total=*/true)}) {
+          internal::ImproveRankTotals(candidate, items, v.capacity, alpha,
+                                      RankRounds(kept, world_size, candidate.k));
+          const int64_t step = internal::CostsOf(candidate, items, alpha).step_sync;
+          if (step < best || (step == best && grid && candidate.k < grid->k)) {
+            best = step;
+            grid = std::move(candidate);
+          }
+        }
+      }
       if (grouped && balance.sync == Sync::kMicroBatch) {
         // The ranks stay; their sequences are placed slot by slot, or each rank's partition
         // with its micro-batches by cost descending, whichever step is shorter.
         const int64_t k = out.num_micro_batches;
-        std::vector<int32_t> position_of(v.num_sequences, -1);
-        for (size_t p = 0; p < items.size(); ++p) {
-          position_of[items[p].item.index] = static_cast<int32_t>(p);
-        }
-        Grid today{world_size, k, std::vector<std::vector<int32_t>>(world_size * k)};
+        Grid today = GridOfPlans(out, items, v.num_sequences, /*by_cost=*/true);
         for (int64_t r = 0; r < world_size; ++r) {
-          const RankBatch& rank = out.ranks[r];
-          std::vector<int32_t> by_cost(k);
-          for (int64_t i = 0; i < k; ++i) by_cost[i] = static_cast<int32_t>(i);
-          std::stable_sort(by_cost.begin(), by_cost.end(), [&](int32_t a, int32_t b) {
-            return rank.plan.parts[a].cost > rank.plan.parts[b].cost;
-          });
           for (int64_t i = 0; i < k; ++i) {
-            for (int64_t local : rank.plan.parts[by_cost[i]].indices) {
-              const int32_t position = position_of[rank.indices[local]];
+            for (int32_t position : today.cell(r, i))
               items[position].rank = static_cast<int32_t>(r);
-              today.cell(r, i).push_back(position);
-            }
           }
         }
         const int64_t alpha = balance.micro_batch_cost;
