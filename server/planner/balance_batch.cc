@@ -291,41 +291,33 @@ absl::StatusOr<BalancedBatch> BalanceBatch(absl::Span<const int64_t> lengths, in
       problems.push_back(std::move(problem));
     }
     if (!grouped && out.num_micro_batches > k_bound) {
-      // Equal counts would need more micro-batches than the bound: whole FFD bins instead.
+      // Equal counts would need more micro-batches than the bound: whole FFD bins instead, then
+      // moves and trades of sequences between ranks.
       RETURN_IF_ERROR(bounded(k_bound));
       RETURN_IF_ERROR(fits(k_bound));
       grid = internal::GridFromBins(bins, items, world_size, k_bound, /*by_rank_total=*/true);
       internal::ImproveRankTotals(*grid, items, v.capacity, balance.micro_batch_cost,
-                                  RankRounds(kept, world_size, k_bound));
+                                  RankRounds(kept, world_size, k_bound), /*keep_counts=*/false);
     } else {
       RETURN_IF_ERROR(bounded(out.num_micro_batches));
       RETURN_IF_ERROR(fits(out.num_micro_batches));
       for (int64_t r = 0; r < world_size; ++r) {
         ASSIGN_OR_RETURN(out.ranks[r].plan, problems[r].Partition(out.num_micro_batches));
       }
-      if (!grouped && balance.sync == Sync::kStep && bounded(k_bound).ok() && fits(k_bound).ok()) {
-        // Sync::kStep: these plans, or whole FFD bins dealt to the ranks by cost (unequal
-        // counts, fewer micro-batches), each after moves and trades between ranks, whichever
-        // step is shortest (ties: these plans, then the fewer micro-batches).
+      if (!grouped && balance.sync == Sync::kStep) {
+        // Trades of sequences between ranks (counts stay equal) when they shorten the step.
         const int64_t alpha = balance.micro_batch_cost;
-        int64_t best = 0;
+        int64_t step = 0;
         for (const RankBatch& rank : out.ranks) {
           int64_t total = 0;
           for (const MicroBatch& part : rank.plan.parts)
             total += part.empty ? 0 : alpha + part.cost;
-          best = std::max(best, total);
+          step = std::max(step, total);
         }
-        for (Grid candidate :
-             {GridOfPlans(out, items, v.num_sequences, /*by_cost=*/false),
-              internal::GridFromBins(bins, items, world_size, k_bound, /*by_rank_total=*/true)}) {
-          internal::ImproveRankTotals(candidate, items, v.capacity, alpha,
-                                      RankRounds(kept, world_size, candidate.k));
-          const int64_t step = internal::CostsOf(candidate, items, alpha).step_sync;
-          if (step < best || (step == best && grid && candidate.k < grid->k)) {
-            best = step;
-            grid = std::move(candidate);
-          }
-        }
+        Grid traded = GridOfPlans(out, items, v.num_sequences, /*by_cost=*/false);
+        internal::ImproveRankTotals(traded, items, v.capacity, alpha,
+                                    RankRounds(kept, world_size, traded.k), /*keep_counts=*/true);
+        if (internal::CostsOf(traded, items, alpha).step_sync < step) grid = std::move(traded);
       }
       if (grouped && balance.sync == Sync::kMicroBatch) {
         // The ranks stay; their sequences are placed slot by slot, or each rank's partition

@@ -20,7 +20,7 @@ struct Change {
 }  // namespace
 
 void ImproveRankTotals(Grid& grid, absl::Span<const SlotItem> items, const Capacity& capacity,
-                       int64_t alpha, int64_t rounds) {
+                       int64_t alpha, int64_t rounds, bool keep_counts) {
   const int64_t w = grid.world_size;
   const int64_t k = grid.k;
   std::vector<PartLoad> load(w * k);
@@ -83,6 +83,7 @@ void ImproveRankTotals(Grid& grid, absl::Span<const SlotItem> items, const Capac
         const int64_t top_after = most - item.cost - (members.size() == 1 ? alpha : 0);
         // Moves: the ranks by total, up to the first that cannot beat the best.
         for (int64_t r : ranks) {
+          if (keep_counts) break;
           if (r == top) continue;
           if (std::max(top_after, total[r] + item.cost) >= best.score) break;
           for (int64_t j = 0; j < k; ++j) {

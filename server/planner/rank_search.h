@@ -13,15 +13,16 @@
 
 namespace packsched::planner::internal {
 
-// Moves and swaps of sequences between ranks that shorten the step-sync step of `grid` (the
+// Moves and trades of sequences between ranks that shorten the step-sync step of `grid` (the
 // largest over ranks of the sum of its cells, a non-empty cell costing `alpha` + its items').
 // Each round takes the rank with the largest total (ties: the lowest) and makes the change that
 // leaves the larger of the two ranks' totals least, if that is below the largest: one of its
-// items to another rank's cell that takes it within `capacity`, or (tokens mode) a trade with a
-// cheaper item of another rank whose two cells stay within the cap. Isolated items and items
-// with a rank stay. Never makes the step longer; at most `rounds` changes. O(n log n) a round.
+// items to another rank's cell that takes it within `capacity` (unless `keep_counts`), or
+// (tokens mode) a trade with a cheaper item of another rank whose two cells stay within the
+// cap. Isolated items and items with a rank stay. Never makes the step longer; at most `rounds`
+// changes, each round O(n log n + W k) or so.
 void ImproveRankTotals(Grid& grid, absl::Span<const SlotItem> items, const Capacity& capacity,
-                       int64_t alpha, int64_t rounds);
+                       int64_t alpha, int64_t rounds, bool keep_counts);
 
 }  // namespace packsched::planner::internal
 
