@@ -147,12 +147,12 @@ Grid GridOfPlans(const BalancedBatch& out, absl::Span<const SlotItem> items, int
   return grid;
 }
 
-// Rounds of ImproveRankTotals for n sequences over W ranks x k: up to 4 W, and about 2^26 steps
+// Rounds of ImproveRankTotals for n sequences over W ranks x k: up to 4 W, and about 2^24 steps
 // in all (a round: the largest rank's items against every cell of a few ranks, a binary search in
 // every rank for each, and the ranks sorted).
 int64_t RankRounds(int64_t n, int64_t world_size, int64_t k) {
   const int64_t per_round = (n / world_size + 1) * (k + 1) * 4 + 4 * n + 20 * world_size;
-  return std::clamp<int64_t>((int64_t{1} << 26) / per_round, 1, 4 * world_size);
+  return std::clamp<int64_t>((int64_t{1} << 24) / per_round, 1, 4 * world_size);
 }
 
 }  // namespace
