@@ -305,8 +305,9 @@ absl::StatusOr<BalancedBatch> BalanceBatch(absl::Span<const int64_t> lengths, in
       for (int64_t r = 0; r < world_size; ++r) {
         ASSIGN_OR_RETURN(out.ranks[r].plan, problems[r].Partition(out.num_micro_batches));
       }
-      if (!grouped && balance.sync == Sync::kStep) {
-        // Trades of sequences between ranks (counts stay equal) when they shorten the step.
+      if (!grouped && balance.sync == Sync::kStep && kept > world_size) {
+        // Trades of sequences between ranks (counts stay equal) when they shorten the step; with
+        // at most one sequence a rank none can.
         const int64_t alpha = balance.micro_batch_cost;
         int64_t step = 0;
         for (const RankBatch& rank : out.ranks) {
