@@ -45,12 +45,13 @@ U128 Scaled(U128 x, int shift) {
   return out == 0 && x > 0 ? 1 : out;
 }
 
-// mlp_only_layers as its JSON text: "[]" or "[i, j, ...]", each in [0, layers), sorted and
-// without repeats.
-absl::StatusOr<std::vector<int64_t>> LayerList(absl::string_view text, int64_t layers) {
+// A list of layers (mlp_only_layers, moe_layers) as its JSON text: "[]" or "[i, j, ...]", each in
+// [0, layers), sorted and without repeats.
+absl::StatusOr<std::vector<int64_t>> LayerList(absl::string_view field, absl::string_view text,
+                                               int64_t layers) {
   auto invalid = [&] {
     return absl::InvalidArgumentError(
-        absl::StrCat("model config: mlp_only_layers = ", text.substr(0, 40),
+        absl::StrCat("model config: ", field, " = ", text.substr(0, 40),
                      ": must be a list of layer indices in [0, num_hidden_layers = ", layers, ")"));
   };
   text = absl::StripAsciiWhitespace(text);
@@ -71,12 +72,13 @@ absl::StatusOr<std::vector<int64_t>> LayerList(absl::string_view text, int64_t l
 }
 
 // The layers that use the experts (ModelConfig's rules). REQUIRES: moe_layer_freq and
-// moe_layer_step >= 1, mlp_only_layers sorted.
+// moe_layer_step >= 1, mlp_only_layers and moe_layers sorted.
 int64_t MoeLayers(const ModelConfig& m) {
   int64_t out = 0;
   for (int64_t i = std::max<int64_t>(m.first_dense_layers, 0); i < m.num_layers; ++i) {
     if (i % m.moe_layer_freq == 0 && (i + 1) % m.moe_layer_step == 0 &&
-        !std::binary_search(m.mlp_only_layers.begin(), m.mlp_only_layers.end(), i)) {
+        !std::binary_search(m.mlp_only_layers.begin(), m.mlp_only_layers.end(), i) &&
+        (!m.moe_layers_listed || std::binary_search(m.moe_layers.begin(), m.moe_layers.end(), i))) {
       ++out;
     }
   }
@@ -106,6 +108,8 @@ absl::StatusOr<ModelConfig> ModelConfigFromFields(
                           "first_k_dense_replace",
                           "moe_layer_freq",
                           "decoder_sparse_step",
+                          "interleave_moe_layer_step",
+                          "intermediate_size_mlp",
                           "q_lora_rank",
                           "kv_lora_rank",
                           "qk_nope_head_dim",
@@ -152,7 +156,8 @@ absl::StatusOr<ModelConfig> ModelConfigFromFields(
   m.num_experts = Get(ints, width);
   m.first_dense_layers = Get(ints, "first_k_dense_replace");
   m.moe_layer_freq = Get(ints, "moe_layer_freq", 1);
-  m.moe_layer_step = Get(ints, "decoder_sparse_step", 1);
+  m.moe_layer_step = Get(ints, "decoder_sparse_step", Get(ints, "interleave_moe_layer_step", 1));
+  m.dense_intermediate_size = Get(ints, "intermediate_size_mlp");
   m.q_lora_rank = Get(ints, "q_lora_rank");
   m.kv_lora_rank = Get(ints, "kv_lora_rank");
   m.qk_nope_head_dim = Get(ints, "qk_nope_head_dim");
@@ -165,7 +170,11 @@ absl::StatusOr<ModelConfig> ModelConfigFromFields(
     }
   }
   if (auto it = strings.find("mlp_only_layers"); it != strings.end()) {
-    ASSIGN_OR_RETURN(m.mlp_only_layers, LayerList(it->second, m.num_layers));
+    ASSIGN_OR_RETURN(m.mlp_only_layers, LayerList("mlp_only_layers", it->second, m.num_layers));
+  }
+  if (auto it = strings.find("moe_layers"); it != strings.end()) {
+    ASSIGN_OR_RETURN(m.moe_layers, LayerList("moe_layers", it->second, m.num_layers));
+    m.moe_layers_listed = true;
   }
 
   // The model holds together.
@@ -191,7 +200,9 @@ absl::StatusOr<ModelConfig> ModelConfigFromFields(
                    " is more than num_hidden_layers = ", m.num_layers);
   }
   if (m.moe_layer_freq < 1 || m.moe_layer_step < 1) {
-    return invalid(m.moe_layer_freq < 1 ? "moe_layer_freq = " : "decoder_sparse_step = ",
+    return invalid(m.moe_layer_freq < 1                   ? "moe_layer_freq = "
+                   : ints.contains("decoder_sparse_step") ? "decoder_sparse_step = "
+                                                          : "interleave_moe_layer_step = ",
                    std::min(m.moe_layer_freq, m.moe_layer_step), ": must be >= 1");
   }
   if (m.kv_lora_rank > 0 && (m.qk_nope_head_dim + m.qk_rope_head_dim < 1 || m.v_head_dim < 1)) {
@@ -215,6 +226,7 @@ absl::StatusOr<ModelCost> CostOfModel(const ModelConfig& config, int64_t max_bat
                                     {"vocab_size", m.vocab_size},
                                     {"experts_per_token", m.experts_per_token},
                                     {"moe_intermediate_size", m.moe_intermediate_size},
+                                    {"dense_intermediate_size", m.dense_intermediate_size},
                                     {"shared_experts", m.shared_experts},
                                     {"num_experts", m.num_experts},
                                     {"first_dense_layers", m.first_dense_layers},
@@ -229,9 +241,11 @@ absl::StatusOr<ModelCost> CostOfModel(const ModelConfig& config, int64_t max_bat
     }
   }
   if (m.moe_layer_freq < 1 || m.moe_layer_step < 1 ||
-      !std::is_sorted(m.mlp_only_layers.begin(), m.mlp_only_layers.end())) {
+      !std::is_sorted(m.mlp_only_layers.begin(), m.mlp_only_layers.end()) ||
+      !std::is_sorted(m.moe_layers.begin(), m.moe_layers.end())) {
     return absl::InvalidArgumentError(
-        "model config: moe_layer_freq and moe_layer_step must be >= 1, mlp_only_layers sorted");
+        "model config: moe_layer_freq and moe_layer_step must be >= 1, mlp_only_layers and "
+        "moe_layers sorted");
   }
   if (m.hidden_size < 1 || m.num_layers < 1 || m.num_heads < 1) {
     return absl::InvalidArgumentError(
@@ -264,7 +278,9 @@ absl::StatusOr<ModelCost> CostOfModel(const ModelConfig& config, int64_t max_bat
     attention = Add(Mul({U128(2), h, heads, d}), Mul({U128(2), h, kv, d}));
   }
   const U128 mats = m.gated_mlp ? 3 : 2;
-  const U128 dense_mlp = Mul({mats, h, U128(m.intermediate_size)});
+  const U128 dense_mlp =
+      Mul({mats, h,
+           U128(m.dense_intermediate_size > 0 ? m.dense_intermediate_size : m.intermediate_size)});
   const bool moe = m.experts_per_token > 0;
   const U128 moe_mlp = Add(Mul({mats, h, U128(m.moe_intermediate_size),
                                 U128(m.experts_per_token) + U128(m.shared_experts)}),

@@ -233,6 +233,16 @@ TEST(ModelCost, DenseAndMoeLayersAlternate) {
   EXPECT_NEAR(linear_of(deepseek) / expected(10), 1.0, 1e-6);
   deepseek["moe_layer_freq"] = 1;
   EXPECT_NEAR(linear_of(deepseek) / expected(21), 1.0, 1e-6);
+  // Llama 4: interleave_moe_layer_step as Qwen's step, or an explicit moe_layers list.
+  Ints llama4 = base;
+  llama4["interleave_moe_layer_step"] = 2;
+  EXPECT_NEAR(linear_of(llama4) / expected(12), 1.0, 1e-6);
+  EXPECT_NEAR(linear_of(base, {{"moe_layers", "[1, 2, 3]"}}) / expected(3), 1.0, 1e-6);
+  // Its dense layers' MLP: intermediate_size_mlp (the experts keep moe_intermediate_size).
+  Ints wide = llama4;
+  wide["intermediate_size_mlp"] = 2 * 5504;
+  EXPECT_NEAR(linear_of(wide) / (expected(12) + 6 * 12 * dense), 1.0, 1e-6);
+  EXPECT_NE(ErrorOf(base, {{"moe_layers", "[24]"}}).find("moe_layers"), std::string::npos);
 }
 
 TEST(ModelCost, RejectsOutOfRange) {
