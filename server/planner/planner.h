@@ -131,8 +131,11 @@ struct BalancedBatch {
 // balance.sync == kStep (the default): equal counts per rank (differing by at most one when
 // n % world_size != 0) and balanced rank costs; each rank's micro-batches follow `options`
 // exactly as Problem::Create + Partition(k) would, with k the largest of the ranks' local
-// bounds — unless that k is above the k bound below (no group_ids): then the ranks take whole
-// first-fit-decreasing bins of the global batch, balanced by cost, and counts may differ.
+// bounds, or, where trades of sequences between those micro-batches of different ranks (counts
+// unchanged, each within the cap) shorten the step, the traded ones. Unless that k is above the
+// k bound below (no group_ids): then the ranks take whole first-fit-decreasing bins of the
+// global batch, balanced by cost, then moves and trades of sequences between ranks, and counts
+// may differ.
 //
 // balance.sync == kMicroBatch: every rank's micro-batch in slot i costs nearly the same, so a
 // step whose ranks meet at every micro-batch is short; ranks may hold different numbers of

@@ -19,6 +19,7 @@ Each peer's micro-batches are put in cost-descending order on every rank (their 
 alignment). packsched is BalanceBatch through the in-process planner.
 
 Run: PYTHONPATH=build/python python3 tests/bench/schedule_bench.py [--seeds 10] [--quick]
+     [--grid | --timing | --checks]
 """
 
 import argparse
@@ -221,13 +222,93 @@ def timing():
         )
 
 
+def pareto_mix(rng, n, cap, shape):
+    return [int(min(cap, 1024 * rng.paretovariate(shape))) for _ in range(n)]
+
+
+def row_greedy(lengths, world, cap):
+    """Slot rows filled one after the other, longest first, each sequence to the row's cheapest
+    micro-batch within the cap (a new row when none takes it): a grid as the peers give one."""
+    rows = []
+    for i in sorted(range(len(lengths)), key=lambda i: -lengths[i]):
+        row = rows[-1] if rows else None
+        fits = [r for r in range(world) if row and row[r][1] + lengths[i] <= cap]
+        if not fits:
+            row = [[0, 0, []] for _ in range(world)]  # [cost, tokens, indices] per micro-batch
+            rows.append(row)
+            fits = list(range(world))
+        r = min(fits, key=lambda r: (row[r][0], r))
+        row[r][0] += cost(lengths[i]) + (ALPHA if not row[r][2] else 0)
+        row[r][1] += lengths[i]
+        row[r][2].append(i)
+    return [[row[r][2] for row in rows] for r in range(world)]
+
+
+def checks(seeds):
+    """packsched against the best capped peer under sync step, and against the row greedy under
+    sync micro_batch on Pareto lengths: how many inputs trail by more than 0.002, and by how much
+    at most."""
+    behind, worst, count = 0, 0.0, 0
+    for name, mix, per_rank, cap in (
+        ("long-context", long_mix, 16, 65536),
+        ("bimodal", bimodal_mix, 64, 32768),
+        ("long-context", long_mix, 32, 131072),
+        ("RL", rl_mix, 64, 16384),
+    ):
+        for world in (8, 32):
+            for seed in range(seeds):
+                lengths = mix(random.Random(seed), world * per_rank, cap)
+                ours = measure(lengths, world, cap, *ours_grid(lengths, world, cap, "step"))
+                peers = (
+                    verl(lengths, world, cap, retry=True),
+                    slime(lengths, world, cap),
+                    nemo_rl(lengths, world, cap),
+                )
+                best = max(measure(lengths, world, cap, g, True)["eff_step"] for g in peers)
+                gap = best - ours["eff_step"]
+                behind += gap > 0.002
+                worst = max(worst, gap)
+                count += 1
+    print(
+        f"sync=step: {behind} of {count} inputs more than 0.002 behind the best capped peer "
+        f"(at most {worst:+.4f})"
+    )
+    behind, worst, count = 0, 0.0, 0
+    for shape in (1.1, 1.3, 1.5, 2.0, 2.5):
+        for per_rank in (32, 64, 128, 256):
+            for seed in range(seeds // 2 or 1):
+                rng = random.Random(seed * 7919 + per_rank)
+                lengths = pareto_mix(rng, 8 * per_rank, 131072, shape)
+                ours = measure(lengths, 8, 131072, *ours_grid(lengths, 8, 131072, "micro_batch"))
+                rows = measure(lengths, 8, 131072, row_greedy(lengths, 8, 131072), False)
+                gap = rows["eff_mb"] - ours["eff_mb"]
+                behind += gap > 0.002
+                worst = max(worst, gap)
+                count += 1
+    print(
+        f"sync=micro_batch, Pareto lengths, W = 8, cap 131072: {behind} of {count} inputs more "
+        f"than 0.002 behind the row greedy (at most {worst:+.4f})"
+    )
+
+
+def ours_grid(lengths, world, cap, sync):
+    grid, _ = ours(lengths, world, cap, sync)
+    return grid, False
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--seeds", type=int, default=10)
     parser.add_argument("--quick", action="store_true", help="the first three inputs only")
     parser.add_argument("--timing", action="store_true", help="the n = 65,536 timing only")
     parser.add_argument("--grid", action="store_true", help="every mix at W = 8, 32 and 128")
+    parser.add_argument(
+        "--checks", action="store_true", help="sync=step against the peers, and the row greedy"
+    )
     args = parser.parse_args()
+    if args.checks:
+        checks(args.seeds)
+        return
     if args.timing:
         timing()
         return

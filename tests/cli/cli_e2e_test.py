@@ -270,6 +270,32 @@ class Errors(unittest.TestCase):
             ["plan", "--lengths=/nonexistent", "--max_token_len=10"], "", "/nonexistent"
         )
 
+    def test_model_config_reals(self):
+        # Whole numbers written as reals are integers (4096.0 is no missing hidden_size); another
+        # real where an integer is read is refused, naming the field.
+        config = {
+            "hidden_size": 4096.0,
+            "num_hidden_layers": 32,
+            "num_attention_heads": 32,
+            "num_key_value_heads": 8.0,
+            "intermediate_size": 14336,
+            "vocab_size": 128256,
+            "rms_norm_eps": 1e-05,
+        }
+        with tempfile.TemporaryDirectory() as tmp:
+            path = os.path.join(tmp, "config.json")
+            with open(path, "w") as f:
+                json.dump(config, f)
+            args = ["plan", "--max_token_len=100", "--world_size=2", f"--model_config={path}"]
+            code, out, err = run(args, "5\n7\n9\n")
+            self.assertEqual(code, 0, err)
+            with open(path, "w") as f:
+                json.dump(dict(config, num_key_value_heads=7.5), f)
+            self.assert_fails(args, "5\n7\n9\n", "num_key_value_heads = 7.5")
+            with open(path, "w") as f:
+                json.dump(dict(config, num_key_value_heads=64), f)
+            self.assert_fails(args, "5\n7\n9\n", "num_key_value_heads = 64")
+
     def test_help_goes_to_stdout_and_succeeds(self):
         code, out, err = run(["plan", "--help"])
         self.assertEqual(code, 0)
