@@ -19,6 +19,11 @@ lengths, or workloads beyond 2^31) with packsched's Karmarkar–Karp / LPT; verl
 become ValueError. Nested (jagged) ``input_ids`` give the lengths where torch has the jagged
 layout (torch >= 2.2), as verl reads them; an older torch refuses them with a ValueError that
 says so.
+
+Through a sidecar (``use_sidecar``), call ``set_global_step(data.meta_info["global_steps"])`` at
+the start of each step in the worker: rounds are then numbered from the trainer's step, and a
+trainer resumed from a checkpoint replays them under the same numbers (docs/operating.md,
+Restarts).
 """
 
 import copy
