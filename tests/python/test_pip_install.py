@@ -8,6 +8,7 @@ offline (--no-build-isolation --no-index). The CMake build goes to the checkout'
 and the CUDA setting follows the build tree's."""
 
 import json
+import os
 import pathlib
 import re
 import subprocess
@@ -54,14 +55,12 @@ def test_pip_install_into_a_venv_and_use_it_from_outside_the_checkout(tmp_path):
         check=True,
         timeout=120,
     )
-    env = {
-        "PATH": "/usr/local/bin:/usr/bin:/bin",
-        "HOME": str(tmp_path),
-        "PACKSCHED_CMAKE_ARGS": build_tree_cmake_args(),
-        "CMAKE_BUILD_PARALLEL_LEVEL": "2",
-    }
+    # The caller's environment (HOME holds ccache's settings) without the build tree's package.
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
+    env.update(PACKSCHED_CMAKE_ARGS=build_tree_cmake_args(), CMAKE_BUILD_PARALLEL_LEVEL="2")
+    pip = [str(venv / "bin" / "pip"), "install", "--no-build-isolation", "--no-index"]
     install = subprocess.run(
-        [str(venv / "bin" / "pip"), "install", "--no-build-isolation", "--no-index", ".[client]"],
+        pip + ["--no-cache-dir", ".[client]"],
         cwd=CHECKOUT,
         env=env,
         text=True,
