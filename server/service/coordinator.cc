@@ -76,14 +76,16 @@ absl::Status ReclaimedRound(absl::string_view stream, int64_t round, int64_t rel
       " already served before the stream was reclaimed (idle for --stream_idle_timeout = ",
       absl::FormatDuration(limits.stream_idle_timeout),
       "): a served round is not run again (its peers would not join it); every caller of a "
-      "round must arrive while it is cached", kRestartHint));
+      "round must arrive while it is cached",
+      kRestartHint));
 }
 
 absl::Status ContentMismatch(absl::string_view stream, int64_t round, absl::string_view where) {
   return absl::FailedPreconditionError(
       absl::StrCat("stream '", stream, "' round ", round, " is ", where,
                    " with different content (lengths, loss tokens or options): every caller of "
-                   "a round must send the same request", kRestartHint));
+                   "a round must send the same request",
+                   kRestartHint));
 }
 
 // A round that is neither cached nor in flight, at or below the highest round the cache has let
@@ -98,13 +100,15 @@ absl::Status ReleasedRound(absl::string_view stream, int64_t round, int64_t rele
         "stream '", stream, "' round ", round,
         " was already served and has been evicted from the result cache (", bounds,
         "): a served round is not run again (its peers would not join it); every caller of a "
-        "round must arrive while it is cached", kRestartHint));
+        "round must arrive while it is cached",
+        kRestartHint));
   }
   return absl::FailedPreconditionError(absl::StrCat(
       "stream '", stream, "' round ", round, " is not cached and is below round ", released,
       ", which was already served and has been evicted from the result cache (", bounds,
       "): a round this old is not run (it may have been served already, and its peers would not "
-      "join it again); every caller of a round must arrive while it is cached", kRestartHint));
+      "join it again); every caller of a round must arrive while it is cached",
+      kRestartHint));
 }
 
 // A round whose ranks brought different round numbers fails on every rank with the same
