@@ -345,3 +345,27 @@ def test_prepare_dynamic_batch_splits_tensors_non_tensors_and_copies_meta_info()
         assert list(proto.non_tensor_batch["uid"]) == [f"uid{i}" for i in rows]
         assert proto.meta_info == data.meta_info and proto.meta_info is not data.meta_info
         assert proto.meta_info["nested"] is not data.meta_info["nested"]  # a deep copy
+
+
+def test_through_a_sidecar_set_global_step_numbers_rounds_from_the_step(tmp_path):
+    from packsched.client import SchedulerClient
+    from sidecar import Sidecar
+
+    with Sidecar(tmp_path) as s, SchedulerClient(s.target) as client:
+        verl.use_sidecar(client, stream="actor", calls_per_step=2)
+        try:
+            verl.set_global_step(7)
+            for _ in range(2):
+                rearrange_micro_batches(make_batch([300, 900]), 2048)
+            with pytest.raises(ValueError, match="more than calls_per_step = 2"):
+                rearrange_micro_batches(make_batch([300, 900]), 2048)
+            assert int(client.status()["streams"][0]["last_round"]) == 15  # 7 * 2 + 1
+            verl.set_global_step(9)
+            rearrange_micro_batches(make_batch([300, 900]), 2048)
+        finally:
+            verl.use_sidecar(None)
+        streams = {st["name"]: st for st in client.status()["streams"]}
+    assert int(streams["actor"]["last_round"]) == 18
+    verl.set_global_step(3)  # without a sidecar: nothing to number
+    with pytest.raises(ValueError, match="calls_per_step is 0"):
+        verl.use_sidecar(object(), calls_per_step=0)

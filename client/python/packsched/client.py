@@ -25,8 +25,16 @@ from dataclasses import fields as dataclass_fields
 import ipaddress
 import time
 
-import grpc
-from google.protobuf import json_format
+try:
+    import grpc
+    from google.protobuf import json_format
+except ImportError as _e:
+    raise ImportError(
+        f"packsched.client (SchedulerClient) needs grpcio and protobuf, and {_e.name!r} is "
+        "missing: install them with `pip install 'packsched[client]'` (or `pip install grpcio "
+        "protobuf`; on Debian `apt-get install python3-grpcio python3-protobuf`). The in-process "
+        "planner (packsched.planner), the kernels and packsched.compat work without them."
+    ) from _e
 
 from ._options import CHOICES, PLAN_DEFAULTS, SCHEMA, WEIGHT_PAIR, check_world_size, split_options
 from .model_cost import model_fields
