@@ -105,14 +105,21 @@ __device__ inline TcRow MakeTcRow(const TcMask& m, int64_t i) {
   return r;
 }
 
+// The tree part of the predicate, for a row and key j that the varlen rule lets through: key j's
+// subtree end and position.
+__device__ inline bool TreeVisible(const TcMask& m, const TcRow& r, int64_t j, int32_t end,
+                                   int32_t pos) {
+  if (j > r.i || r.packed >= end) return false;
+  return m.window < 0 || static_cast<int64_t>(r.position) - pos <= m.window;
+}
+
 // Whether the row sees key j (segment index), column c of the key tile whose tree vectors are
 // `end` and `pos` (LoadKeyVectors; read only with a tree).
 __device__ inline bool TcVisible(const TcMask& m, const TcRow& r, int64_t j, const int32_t* end,
                                  const int32_t* pos, int c) {
   if (j < r.keys.lo || j >= r.keys.hi) return false;
   if (m.subtree_end == nullptr) return true;
-  if (j > r.i || r.packed >= end[c]) return false;
-  return m.window < 0 || static_cast<int64_t>(r.position) - pos[c] <= m.window;
+  return TreeVisible(m, r, j, end[c], m.positions != nullptr ? pos[c] : 0);
 }
 
 // Loads the tree vectors of keys [key0, key0 + kBc) of the sequence into `end` and `pos` (0 past
@@ -149,6 +156,11 @@ __device__ inline int32_t WarpMax(int32_t x) {
 // exp(s - max) through exp2; a masked score (-inf) gives 0.
 __device__ inline float ExpShifted(float s, float max) {
   return s == -Inf<float>() ? 0.f : exp2f((s - max) * kLog2e);
+}
+
+// The backward's P = exp(s - lse): 0 for a masked score or a row that saw no key (lse = +inf).
+__device__ inline float ProbOf(float s, float lse) {
+  return s == -Inf<float>() || lse == Inf<float>() ? 0.f : exp2f((s - lse) * kLog2e);
 }
 
 }  // namespace packsched::kernels::internal::cuda
