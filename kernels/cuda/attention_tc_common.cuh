@@ -14,23 +14,11 @@
 #include "kernels/common/attention_tile.h"
 #include "kernels/common/half.h"
 #include "kernels/cuda/attention_device.cuh"
+#include "kernels/cuda/attention_tc_launch.h"
 #include "kernels/cuda/ptx.cuh"
 #include "kernels/internal/attention_args.h"
 
 namespace packsched::kernels::internal::cuda {
-
-// The tensor-core kernels' parameters: the checked arguments, plus the tree of a tree-packed
-// micro-batch (optional, on the device; both index packed rows, self-attention only):
-//   subtree_end [total_k]: one past the last packed row of the subtree of key row j's node;
-//   positions [total_q]: each row's token depth (read only with a left window).
-// With a tree, query i sees key j iff the varlen rule allows it (causal, so j <= i) and
-// i < subtree_end[j], and with a left window w >= 0, positions[i] - positions[j] <= w (the
-// window counts tokens along the root path, not packed rows: the row window is not applied).
-struct TcAttnParams {
-  AttentionArgs args;
-  const int32_t* subtree_end = nullptr;
-  const int32_t* positions = nullptr;
-};
 
 // Host side: the grid of a tensor-core kernel, (tiles of `tile` rows over the longest segment,
 // `heads`, sequences + a tail slot) as LaunchSpan counts them; false past the grid's limits.

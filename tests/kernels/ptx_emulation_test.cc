@@ -247,36 +247,40 @@ TEST(PtxEmulationTest, ShuffleReductionEqualsTheSum) {
   }
 }
 
+// The destination reads as poison (0xff) from the issue until the wait that retires the group.
 TEST(PtxEmulationTest, CpAsyncCopiesWhenItsGroupIsWaitedFor) {
   alignas(16) static uint8_t src[3][16];
   for (int g = 0; g < 3; ++g) std::memset(src[g], 10 + g, 16);
-  uint8_t seen[4][3];  // after each wait: first byte of each destination
+  uint8_t seen[5][3];  // before the copies and after each wait: first byte of each destination
   emu::RunBlock(dim3(0), 32, 48, [&] {
     unsigned char* smem = ptx::DynamicSmem();
     auto record = [&](int step) {
       for (int g = 0; g < 3; ++g) seen[step][g] = smem[16 * g];
     };
     if (threadIdx.x == 0) {
+      std::memset(smem, 0x55, 48);
+      record(0);
       ptx::CpAsync16(smem, src[0], true);
       ptx::CpAsyncCommit();
       ptx::CpAsync16(smem + 16, src[1], true);
       ptx::CpAsync16(smem + 32, src[2], false);  // zero fill
       ptx::CpAsyncCommit();
-      record(0);
-      ptx::CpAsyncWait<2>();
       record(1);
-      ptx::CpAsyncWait<1>();
+      ptx::CpAsyncWait<2>();
       record(2);
-      ptx::CpAsyncWait<0>();
+      ptx::CpAsyncWait<1>();
       record(3);
+      ptx::CpAsyncWait<0>();
+      record(4);
     }
   });
-  const uint8_t kUnwritten = 0xff;
-  const uint8_t want[4][3] = {{kUnwritten, kUnwritten, kUnwritten},
-                              {kUnwritten, kUnwritten, kUnwritten},
-                              {10, kUnwritten, kUnwritten},
+  const uint8_t kPoison = 0xff;
+  const uint8_t want[5][3] = {{0x55, 0x55, 0x55},
+                              {kPoison, kPoison, kPoison},
+                              {kPoison, kPoison, kPoison},
+                              {10, kPoison, kPoison},
                               {10, 11, 0}};
-  for (int s = 0; s < 4; ++s) {
+  for (int s = 0; s < 5; ++s) {
     for (int g = 0; g < 3; ++g) EXPECT_EQ(seen[s][g], want[s][g]) << "step " << s << " dst " << g;
   }
 }

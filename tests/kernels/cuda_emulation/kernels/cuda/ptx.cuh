@@ -16,8 +16,10 @@
 //     the block's shared memory (else the run aborts); bank conflicts among a matrix's 8 rows are
 //     counted (ldmatrix_bank_conflicts);
 //   - __shfl_sync / __shfl_xor_sync with the full mask.
-// cp.async is a per-thread queue: a copy happens when a cp.async.wait_group retires its group,
-// never earlier, so a kernel that reads a tile before waiting for it reads the stale bytes.
+// cp.async is a per-thread queue: the destination is poisoned (0xff bytes: NaN in every float
+// type) when the copy is issued, and the data lands when a cp.async.wait_group retires its group.
+// So a kernel that reads a tile before waiting for it, or issues a copy into a buffer another
+// warp is still reading (a missing barrier), reads NaN.
 
 #include <cmath>
 #include <cstdint>
@@ -189,6 +191,7 @@ inline void CpAsync16(void* dst, const void* src, bool fill) {
       !packsched_cuda_emulation::InSmem(dst, 16)) {
     packsched_cuda_emulation::Fail("cp.async: unaligned address or destination outside smem");
   }
+  std::memset(dst, 0xff, 16);
   packsched_cuda_emulation::CurrentFiber().open_group.push_back({dst, src, fill});
 }
 
