@@ -166,10 +166,16 @@ __global__ void __launch_bounds__(128) AttentionTcBackwardDqKernel(const TcAttnP
     d_row[rr] = QuadSum(real ? DotOutPart<T, kD>(a, dos, r, q_row, h, t) : 0.f);
   }
   const int64_t warp_rows = Clamp0(rows - wrow, 16);
+  // warp_keys: the keys some row of the warp sees; warp_all: the keys every row sees (both ends
+  // of a row's range are non-decreasing in the row). Without a tree, a key tile inside warp_all
+  // needs no per-element mask.
   KeyRange warp_keys{0, 0};
+  KeyRange warp_all{0, 0};
   if (warp_rows > 0) {
-    warp_keys = KeyRange{VisibleKeys(mask.rule, first + wrow).lo,
-                         VisibleKeys(mask.rule, first + wrow + warp_rows - 1).hi};
+    const KeyRange top = VisibleKeys(mask.rule, first + wrow);
+    const KeyRange bottom = VisibleKeys(mask.rule, first + wrow + warp_rows - 1);
+    warp_keys = KeyRange{top.lo, bottom.hi};
+    if (warp_rows == 16 && mask.subtree_end == nullptr) warp_all = KeyRange{bottom.lo, top.hi};
   }
 
   float dq[kD / 8][4];
@@ -190,6 +196,7 @@ __global__ void __launch_bounds__(128) AttentionTcBackwardDqKernel(const TcAttnP
       const int32_t a0 = end[lane], a1 = end[lane + 32];
       skip = seq.q0 + first + wrow >= WarpMax(a0 > a1 ? a0 : a1);
     }
+    const bool full = warp_all.lo <= key0 && key0 + kBc <= warp_all.hi;
     if (!skip) {
       float s[kBc / 8][4];
       float dp[kBc / 8][4];
@@ -204,7 +211,7 @@ __global__ void __launch_bounds__(128) AttentionTcBackwardDqKernel(const TcAttnP
           const int c = nt * 8 + 2 * t + (i & 1);
           const int rr = i / 2;
           float ds = 0.f;
-          if (TcVisible(mask, row[rr], key0 + c, end, pos, c)) {
+          if (full || TcVisible(mask, row[rr], key0 + c, end, pos, c)) {
             const float sc = AttnScore(s[nt][i], scale, softcap);
             const float pr = ProbOf(sc, lse[rr]);
             ds = ScoreGradient(pr, dp[nt][i], d_row[rr]) * AttnScoreGrad(sc, scale, softcap);
@@ -361,6 +368,10 @@ __global__ void __launch_bounds__(128) AttentionTcBackwardDkDvKernel(const TcAtt
     const KeyRange kr = TileKeys<Tr>(mask.rule, first, rows);
     bool skip = warp_cols == 0 || kr.hi <= key0 + wrow || kr.lo >= key0 + wrow + warp_cols;
     if (mask.subtree_end != nullptr && seq.q0 + first >= warp_end) skip = true;
+    // Every row of the tile sees every key of the warp: no per-element mask (no tree, all real).
+    const bool full = mask.subtree_end == nullptr && warp_cols == 16 && rows == kBr &&
+                      VisibleKeys(mask.rule, first + rows - 1).lo <= key0 + wrow &&
+                      VisibleKeys(mask.rule, first).hi >= key0 + wrow + 16;
     if (!skip) {
       float st[kBr / 8][4];
       float dpt[kBr / 8][4];
@@ -376,11 +387,17 @@ __global__ void __launch_bounds__(128) AttentionTcBackwardDkDvKernel(const TcAtt
           const int rr = i / 2;
           const int64_t j = key0 + wrow + g + 8 * rr;
           const int64_t qi = first + c;
-          const TcRow q{VisibleKeys(mask.rule, qi), qi, static_cast<int32_t>(seq.q0 + qi), pos[c]};
+          bool visible = full;
+          if (!visible) {
+            const TcRow q{VisibleKeys(mask.rule, qi), qi, static_cast<int32_t>(seq.q0 + qi),
+                          pos[c]};
+            visible =
+                j >= q.keys.lo && j < q.keys.hi &&
+                (mask.subtree_end == nullptr || TreeVisible(mask, q, j, key_end[rr], key_pos[rr]));
+          }
           float pr = 0.f;
           float ds = 0.f;
-          if (j >= q.keys.lo && j < q.keys.hi &&
-              (mask.subtree_end == nullptr || TreeVisible(mask, q, j, key_end[rr], key_pos[rr]))) {
+          if (visible) {
             const float sc = AttnScore(st[nt][i], scale, softcap);
             pr = ProbOf(sc, lse[c]);
             ds = ScoreGradient(pr, dpt[nt][i], d_row[c]) * AttnScoreGrad(sc, scale, softcap);

@@ -85,10 +85,16 @@ __global__ void __launch_bounds__(128) AttentionTcForwardKernel(const TcAttnPara
   const TcRow row[2] = {MakeTcRow(mask, first + wrow + g), MakeTcRow(mask, first + wrow + g + 8)};
   // The keys any real row of the warp sees (both ends are monotone in the row).
   const int64_t warp_rows = Clamp0(rows - wrow, 16);
+  // warp_keys: the keys some row of the warp sees; warp_all: the keys every row sees (both ends
+  // of a row's range are non-decreasing in the row). Without a tree, a key tile inside warp_all
+  // needs no per-element mask.
   KeyRange warp_keys{0, 0};
+  KeyRange warp_all{0, 0};
   if (warp_rows > 0) {
-    warp_keys = KeyRange{VisibleKeys(mask.rule, first + wrow).lo,
-                         VisibleKeys(mask.rule, first + wrow + warp_rows - 1).hi};
+    const KeyRange top = VisibleKeys(mask.rule, first + wrow);
+    const KeyRange bottom = VisibleKeys(mask.rule, first + wrow + warp_rows - 1);
+    warp_keys = KeyRange{top.lo, bottom.hi};
+    if (warp_rows == 16 && mask.subtree_end == nullptr) warp_all = KeyRange{bottom.lo, top.hi};
   }
 
   float o[kD / 8][4];
@@ -113,6 +119,7 @@ __global__ void __launch_bounds__(128) AttentionTcForwardKernel(const TcAttnPara
       const int32_t a0 = end[lane], a1 = end[lane + 32];
       skip = seq.q0 + first + wrow >= WarpMax(a0 > a1 ? a0 : a1);
     }
+    const bool full = warp_all.lo <= key0 && key0 + kBc <= warp_all.hi;
     if (!skip) {
       float s[kBc / 8][4];
 #pragma unroll
@@ -138,7 +145,7 @@ __global__ void __launch_bounds__(128) AttentionTcForwardKernel(const TcAttnPara
         for (int i = 0; i < 4; ++i) {
           const int c = nt * 8 + 2 * t + (i & 1);
           const TcRow& r = row[i / 2];
-          const float x = TcVisible(mask, r, key0 + c, end, pos, c)
+          const float x = full || TcVisible(mask, r, key0 + c, end, pos, c)
                               ? AttnScore(s[nt][i], scale, softcap)
                               : -Inf<float>();
           s[nt][i] = x;
