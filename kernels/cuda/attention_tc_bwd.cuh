@@ -80,6 +80,12 @@ __device__ void MmaAccTimesRows(float (&acc)[kD / 8][4], const float (&c)[kK / 8
   }
 }
 
+// Element `half` (0: the low 16 bits) of a register holding two T values, as float.
+template <typename T>
+__device__ inline float HalfOf(uint32_t reg, int half) {
+  return ToAcc(T{static_cast<uint16_t>(half == 0 ? reg & 0xffffu : reg >> 16)});
+}
+
 template <int kN, int kD>
 __device__ inline void ZeroAcc(float (&acc)[kN][kD]) {
 #pragma unroll
@@ -327,11 +333,21 @@ __global__ void __launch_bounds__(128) AttentionTcBackwardDkDvKernel(const TcAtt
     const int64_t q_row = seq.q0 + first + r;
     float d = 0.f;
     if (real) {
-      constexpr int kShare = kD / kThreadsPerRow;
+      constexpr int kShare = kD / kThreadsPerRow;  // a multiple of 8: 16-byte loads
       const int64_t offset = (q_row * a.heads + h) * kD + part * kShare;
       const T* o = static_cast<const T*>(a.out) + offset;
       const T* dout = static_cast<const T*>(a.dout) + offset;
-      for (int x = 0; x < kShare; ++x) d += ToAcc(dout[x]) * ToAcc(o[x]);
+#pragma unroll
+      for (int x = 0; x < kShare; x += 8) {
+        uint32_t ov[4], dv[4];
+        ptx::LoadGlobal16(ov, o + x);
+        ptx::LoadGlobal16(dv, dout + x);
+#pragma unroll
+        for (int w = 0; w < 4; ++w) {
+          d +=
+              HalfOf<T>(dv[w], 0) * HalfOf<T>(ov[w], 0) + HalfOf<T>(dv[w], 1) * HalfOf<T>(ov[w], 1);
+        }
+      }
     }
 #pragma unroll
     for (int m = 1; m < kThreadsPerRow; m *= 2) d += ptx::ShflXor(d, m);

@@ -5,9 +5,9 @@
 // matrix multiply-accumulate (mma.sync m16n8k16, bf16 or fp16 inputs, float accumulators), the
 // warp's shared-memory matrix loads (ldmatrix x1/x2/x4, with and without .trans), asynchronous
 // global-to-shared copies (cp.async with commit_group / wait_group), warp shuffles and the packing
-// of two floats into a 16-bit pair. Nothing else in the kernels is inline assembly, so a CPU
-// emulation of exactly this header (tests/kernels/cuda_emulation/kernels/cuda/ptx.cuh) runs the
-// very kernel code on the CPU.
+// of two floats into a 16-bit pair, and 16-byte read-only global loads. Nothing else in the kernels
+// is inline assembly, so a CPU emulation of exactly this header
+// (tests/kernels/cuda_emulation/kernels/cuda/ptx.cuh) runs the very kernel code on the CPU.
 //
 // Fragment layouts (PTX ISA, "Matrix Fragments for mma.m16n8k16 with floating point type"), with
 // lane = the thread's index in its warp, g = lane / 4 ("groupID"), t = lane % 4
@@ -108,6 +108,14 @@ __device__ inline void CpAsyncCommit() { asm volatile("cp.async.commit_group;\n"
 template <int kPending>
 __device__ inline void CpAsyncWait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending));
+}
+
+// 16 bytes of global memory (16-byte aligned, not written while the kernel runs) through the
+// read-only path, as 4 registers.
+__device__ inline void LoadGlobal16(uint32_t (&r)[4], const void* p) {
+  asm volatile("ld.global.nc.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "l"(p));
 }
 
 // Warp shuffles over the full warp (every lane must call them).

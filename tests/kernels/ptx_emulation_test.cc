@@ -285,6 +285,15 @@ TEST(PtxEmulationTest, CpAsyncCopiesWhenItsGroupIsWaitedFor) {
   }
 }
 
+TEST(PtxEmulationDeathTest, LoadGlobal16ReadsAlignedBytesOnly) {
+  alignas(16) uint8_t bytes[32];
+  for (int i = 0; i < 32; ++i) bytes[i] = static_cast<uint8_t>(3 * i + 1);
+  uint32_t r[4];
+  ptx::LoadGlobal16(r, bytes + 16);
+  EXPECT_EQ(std::memcmp(r, bytes + 16, 16), 0);
+  EXPECT_DEATH(ptx::LoadGlobal16(r, bytes + 8), "unaligned");
+}
+
 TEST(PtxEmulationDeathTest, DivergentWarpAborts) {
   EXPECT_DEATH(emu::RunBlock(dim3(0), 32, 64,
                              [] {

@@ -216,6 +216,13 @@ void CpAsyncWait() {
   }
 }
 
+inline void LoadGlobal16(uint32_t (&r)[4], const void* p) {
+  if (reinterpret_cast<uintptr_t>(p) % 16 != 0) {
+    packsched_cuda_emulation::Fail("ld.global.v4: unaligned address");
+  }
+  std::memcpy(r, p, 16);
+}
+
 template <typename V>
 V ShflXor(V v, int lane_mask) {
   return __shfl_xor_sync(0xffffffffu, v, lane_mask);
