@@ -254,15 +254,41 @@ TEST(AttentionTcEmulatedTest, OnlyTailRows) {
   CheckTc<Fp16>(p);
 }
 
-// A random forest per piece: node lengths and parents, laid out in depth-first preorder (children
-// in ascending index); `subtree_end` and `positions` per packed row as "Tree packing" defines.
+// Appends one piece (a forest of nodes with lengths `len` and parents `parent`, parents before
+// children) to `tree` in depth-first preorder (children in ascending index), with each row's
+// subtree end and position as "Tree packing" defines them; returns the piece's rows.
+int32_t AppendPiece(const std::vector<int32_t>& len, const std::vector<int32_t>& parent,
+                    Tree* tree) {
+  std::vector<std::vector<int32_t>> children(len.size());
+  std::vector<int32_t> roots;
+  for (size_t n = 0; n < len.size(); ++n) {
+    (parent[n] < 0 ? roots : children[parent[n]]).push_back(static_cast<int32_t>(n));
+  }
+  const int32_t row0 = static_cast<int32_t>(tree->subtree_end.size());
+  int32_t rows = 0;
+  for (int32_t l : len) rows += l;
+  tree->subtree_end.resize(row0 + rows);
+  tree->positions.resize(row0 + rows);
+  int32_t next = row0;
+  std::function<void(int32_t, int32_t)> visit = [&](int32_t n, int32_t depth) {
+    const int32_t start = next;
+    next += len[n];
+    for (int32_t c : children[n]) visit(c, depth + len[n]);
+    for (int32_t r = 0; r < len[n]; ++r) {
+      tree->subtree_end[start + r] = next;
+      tree->positions[start + r] = depth + r;
+    }
+  };
+  for (int32_t root : roots) visit(root, 0);
+  return rows;
+}
+
+// A random forest per piece of `piece_rows` rows: nodes of 1 to 40 tokens, each node's parent a
+// random earlier node or none. Sets *p to the pieces as causal self-attention sequences.
 Tree RandomForest(const std::vector<int32_t>& piece_rows, Problem* p, uint32_t seed) {
   std::mt19937 rng(seed);
   Tree tree;
-  std::vector<int32_t> lens;
-  int32_t row0 = 0;
   for (int32_t rows : piece_rows) {
-    // Nodes until the piece is full: node n's parent is a random earlier node (or none).
     std::vector<int32_t> len, parent;
     for (int32_t left = rows; left > 0;) {
       const int32_t l = std::min<int32_t>(left, std::uniform_int_distribution<int32_t>(1, 40)(rng));
@@ -272,29 +298,9 @@ Tree RandomForest(const std::vector<int32_t>& piece_rows, Problem* p, uint32_t s
       len.push_back(l);
       left -= l;
     }
-    std::vector<std::vector<int32_t>> children(len.size());
-    std::vector<int32_t> roots;
-    for (size_t n = 0; n < len.size(); ++n) {
-      (parent[n] < 0 ? roots : children[parent[n]]).push_back(static_cast<int32_t>(n));
-    }
-    // Preorder: a node's rows, then its children's subtrees.
-    tree.subtree_end.resize(row0 + rows);
-    tree.positions.resize(row0 + rows);
-    int32_t next = row0;
-    std::function<void(int32_t, int32_t)> visit = [&](int32_t n, int32_t depth) {
-      const int32_t start = next;
-      next += len[n];
-      for (int32_t c : children[n]) visit(c, depth + len[n]);
-      for (int32_t r = 0; r < len[n]; ++r) {
-        tree.subtree_end[start + r] = next;
-        tree.positions[start + r] = depth + r;
-      }
-    };
-    for (int32_t root : roots) visit(root, 0);
-    row0 = next;
-    lens.push_back(rows);
+    AppendPiece(len, parent, &tree);
   }
-  *p = MakeProblem(lens, lens, true);
+  *p = MakeProblem(piece_rows, piece_rows, true);
   return tree;
 }
 
@@ -313,6 +319,24 @@ TEST(AttentionTcEmulatedTest, TreeMaskWithPositionWindowD128) {
   p.head_dim = 128;
   p.options.window_left = 24;
   CheckTc<Fp16>(p, &tree);
+}
+
+// A prompt of 16 tokens with two answers of 120: the second answer's query tiles skip the first
+// answer's key tiles (every key's subtree ends before them), so the tree run issues fewer mma
+// tiles than plain causal attention over the same rows, and both match their references.
+TEST(AttentionTcEmulatedTest, TreeSkipsKeyTilesNoQuerySees) {
+  Tree tree;
+  const int32_t rows = AppendPiece({16, 120, 120}, {-1, 0, 0}, &tree);
+  Problem p = MakeProblem({rows}, {rows}, true);
+  p.heads = 1;
+  p.head_dim = 64;
+  uint64_t mma = emu::mma_calls;
+  CheckTc<Bf16>(p, &tree);
+  const uint64_t with_tree = emu::mma_calls - mma;
+  mma = emu::mma_calls;
+  CheckTc<Bf16>(p);
+  const uint64_t causal = emu::mma_calls - mma;
+  EXPECT_LT(with_tree, causal);
 }
 
 }  // namespace

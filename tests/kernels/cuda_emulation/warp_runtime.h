@@ -77,9 +77,10 @@ struct Block {
 inline Block* current_block = nullptr;
 
 // Statistics the tests read: ldmatrix phases (one 8 x 8 matrix each) whose 8 row addresses fall
-// on conflicting shared-memory banks, and ldmatrix phases in all.
+// on conflicting shared-memory banks, ldmatrix phases in all, and mma instructions.
 inline uint64_t ldmatrix_bank_conflicts = 0;
 inline uint64_t ldmatrix_phases = 0;
+inline uint64_t mma_calls = 0;  // warp-level mma.sync instructions
 
 [[noreturn]] inline void Fail(const char* what) {
   std::fprintf(stderr, "cuda emulation: %s (block %u,%u,%u thread %d)\n", what, block_idx.x,

@@ -102,6 +102,7 @@ void Mma(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
   std::memcpy(in.c, d, sizeof(in.c));
   const Out out = packsched_cuda_emulation::WarpCollective<In, Out>(
       "mma.sync.m16n8k16", in, [](const In* lanes, Out* outs) {
+        ++packsched_cuda_emulation::mma_calls;
         float ma[16][16], mb[16][8], mc[16][8];
         for (int l = 0; l < 32; ++l) {
           for (int r = 0; r < 4; ++r) {
