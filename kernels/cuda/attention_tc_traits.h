@@ -3,8 +3,8 @@
 
 // Compile-time shapes of the tensor-core attention kernels (attention_tc_fwd.cuh,
 // attention_tc_bwd.cuh): head dim 64 or 128 exactly (no padding), 4 warps per block, each warp
-// owning 16 rows of the block's row tile (query rows for the forward and dq kernels, key rows
-// for the dk/dv kernel), and the shared-memory budget of the 16-bit tiles.
+// owning 16-row mma tiles of the block's row tile (query rows for the forward and dq kernels, key
+// rows for the dk/dv kernel), and the shared-memory budget of the 16-bit tiles.
 //
 // Shared tiles hold rows of kHeadDim 16-bit elements, 16-byte chunks XOR-swizzled by the row
 // (chunk c of row r is stored at chunk c ^ (r % 8)): the 8 row addresses of one ldmatrix phase
@@ -23,10 +23,15 @@ struct TcTraits {
   static constexpr int kThreads = 32 * kWarps;
   static constexpr int kWarpRows = 16;  // rows of one mma tile
   // Query rows per tile and keys per tile. The forward and dq kernels give each warp 16 query
-  // rows (kBr = 64) and walk key tiles of kBc; the dk/dv kernel gives each warp 16 keys
-  // (kBc = 64) and walks query tiles of kBr (32 at D = 128 to bound its accumulators).
-  static constexpr int kBr =
-      kKind == TcKernel::kBackwardDkDv ? (kHeadDim <= 64 ? 64 : 32) : kWarps * kWarpRows;
+  // rows per row tile (kBr = 64 x kWarpTiles) and walk key tiles of kBc; the dk/dv kernel gives
+  // each warp 16 keys (kBc = 64) and walks query tiles of kBr (32 at D = 128 to bound its
+  // accumulators).
+  // The forward gives each warp kWarpTiles tiles of 16 rows: 2 at D = 64 (each K/V fragment
+  // loaded serves twice the rows), 1 at D = 128 (2 would spill registers; Q's fragments stay in
+  // registers instead).
+  static constexpr int kWarpTiles = kKind == TcKernel::kForward && kHeadDim == 64 ? 2 : 1;
+  static constexpr int kBr = kKind == TcKernel::kBackwardDkDv ? (kHeadDim <= 64 ? 64 : 32)
+                                                              : kWarps * kWarpRows * kWarpTiles;
   static constexpr int kBc = 64;
   static constexpr int kChunks = kHeadDim / 8;  // 16-byte chunks per row
   static constexpr size_t kElementBytes = 2;
@@ -46,7 +51,8 @@ struct TcTraits {
 
   static_assert(kHeadDim == 64 || kHeadDim == 128, "tensor-core head dims");
   static_assert(kBr % 16 == 0 && kBc % 16 == 0, "whole mma tiles");
-  static_assert(kBr <= kVectorLen && kBc <= kVectorLen, "per-row vectors");
+  static_assert(kBc <= kVectorLen, "per-key vectors");
+  static_assert(kKind == TcKernel::kForward || kBr <= kVectorLen, "per-row vectors");
   static_assert(kSharedBytes <= 163 * 1024, "shared-memory budget of sm_80");
 };
 
