@@ -268,6 +268,7 @@ def run_batch(torch, kernels, impl, lengths, seed, budget, device):
     if device != "cuda":
         return result
     timed = [("fwd", "packsched", ours_fwd), ("bwd", "packsched", ours_bwd)]
+
     def forced_scalar(fn):
         def call():
             os.environ["PACKSCHED_ATTENTION_SCALAR"] = "1"
