@@ -224,6 +224,15 @@ TEST(AttentionTcEmulatedTest, BottomRightCausalUnequalLengthsD128) {
   CheckTc<Bf16>(p);
 }
 
+// The kit's configuration in small: bf16, D = 128, groups of 4 query heads per kv head, causal.
+TEST(AttentionTcEmulatedTest, KitShapeGqaGroupOfFourD128) {
+  Problem p = MakeProblem({150, 70, 36}, {150, 70, 36}, true);
+  p.heads = 4;
+  p.kv_heads = 1;
+  p.head_dim = 128;
+  CheckTc<Bf16>(p);
+}
+
 TEST(AttentionTcEmulatedTest, WindowWithoutCausalD128Fp16) {
   Problem p = MakeProblem({70, 33}, {33, 130}, false);
   p.head_dim = 128;
