@@ -21,10 +21,8 @@
 # Environment: PYTHON (default python3: the one with torch), OUT, PACKSCHED_GPU_KIT_BUDGET_S,
 # PACKSCHED_GPU_KIT_SANITIZER (compute-sanitizer's path, or none); PACKSCHED_GPU_KIT_FORCE=1 runs
 # every step without a GPU (gpu_kit_test does, on the CPU); PACKSCHED_GPU_KIT_STEPS: the steps to
-# run, names separated by spaces (default: every step; the others are recorded as not selected).
-# The attention-only check, under 3 minutes:
-#   PACKSCHED_GPU_KIT_BUDGET_S=170 PACKSCHED_GPU_KIT_STEPS="build_module
-#   kernels_attention_cuda_test attention_vs_torch racecheck_attention attention_bench" run.sh
+# run, names separated by spaces (default: every step; the others are recorded as not selected;
+# README.md gives the attention-only selections).
 set -uo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
