@@ -20,7 +20,9 @@
 # attention_bench. tests/gpu/report.py turns their outputs into checks.
 # Environment: PYTHON (default python3: the one with torch), OUT, PACKSCHED_GPU_KIT_BUDGET_S,
 # PACKSCHED_GPU_KIT_SANITIZER (compute-sanitizer's path, or none); PACKSCHED_GPU_KIT_FORCE=1 runs
-# every step without a GPU (gpu_kit_test does, on the CPU).
+# every step without a GPU (gpu_kit_test does, on the CPU); PACKSCHED_GPU_KIT_STEPS: the steps to
+# run, names separated by spaces (default: every step; the others are recorded as not selected;
+# README.md gives the attention-only selections).
 set -uo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -89,6 +91,11 @@ done
 step() {
   local name=$1 limit=$2
   shift 2
+  if [ -n "${PACKSCHED_GPU_KIT_STEPS:-}" ] && [[ " $PACKSCHED_GPU_KIT_STEPS " != *" $name "* ]]; then
+    printf '{"name": "%s", "status": "not_selected", "rc": null, "seconds": 0, "limit_s": 0}\n' \
+      "$name" >"$work/steps/$name.json"
+    return
+  fi
   local left=$((deadline - reserve - SECONDS))
   if [ "$left" -lt 10 ]; then
     printf '{"name": "%s", "status": "skipped", "rc": null, "seconds": 0, "limit_s": 0}\n' \

@@ -132,6 +132,30 @@ TEST_F(AttentionCudaTest, TreeMaskOnRandomForests) {
   }
 }
 
+// bf16 and fp16 at head dims 64 and 128 take the tensor-core kernels on sm_80 and newer
+// (kernels/cuda/attention_tc_launch.h): every mask mode, GQA, seqused and the tail, over several
+// tiles.
+TEST_F(AttentionCudaTest, TensorCoreKernelsInEveryMode) {
+  for (int64_t d : {64, 128}) {
+    SCOPED_TRACE(d);
+    Problem p = MakeProblem({300, 0, 129, 1}, {300, 7, 200, 1}, true);
+    p.heads = 8;
+    p.kv_heads = 2;
+    p.head_dim = d;
+    CheckCuda<Bf16>(p);
+    p.pad_q = {5, 3, 0, 2};
+    p.pad_k = {0, 9, 64, 3};
+    p.tail_q = 33;
+    p.tail_k = 4;
+    p.options.window_left = 50;
+    p.options.softcap = 5.0;
+    CheckCuda<Fp16>(p);
+    p.options.causal = false;
+    p.options.window_right = 17;
+    CheckCuda<Bf16>(p);
+  }
+}
+
 TEST_F(AttentionCudaTest, BackwardIsDeterministic) {
   Problem p = MakeProblem({300, 1025}, {1025, 300}, true);
   p.heads = 4;
