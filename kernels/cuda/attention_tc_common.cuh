@@ -69,9 +69,10 @@ struct TcMask {
 __device__ inline TcMask MakeTcMask(const TcAttnParams& p, const AttnSeq& seq) {
   TcMask m{seq.mask, p.subtree_end, nullptr, -1, seq.q0, seq.k0};
   if (p.subtree_end != nullptr) {
-    if (seq.mask.window_left >= 0) {
+    // With a tree the front end has moved the left window onto the positions (AttentionArgs).
+    if (p.args.tree_window_left >= 0) {
       m.positions = p.positions;
-      m.window = seq.mask.window_left;
+      m.window = p.args.tree_window_left;
     }
     m.rule.window_left = -1;
   }

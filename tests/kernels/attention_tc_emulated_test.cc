@@ -180,9 +180,13 @@ void CheckTc(const Problem& p, const Tree* tree = nullptr, uint32_t seed = 1) {
   a.dq = t.dq.view().data;
   a.dk = t.dk.view().data;
   a.dv = t.dv.view().data;
+  a.tree_window_left = -1;
   if (tree != nullptr) {
-    params.subtree_end = tree->subtree_end.data();
-    params.positions = tree->positions.data();
+    // As the front end passes a tree (attention_api.cc): the left window on the positions.
+    params.subtree_end = a.subtree_end = tree->subtree_end.data();
+    params.positions = a.positions = tree->positions.data();
+    a.tree_window_left = a.window_left;
+    a.window_left = -1;
   }
   const uint64_t conflicts = emu::ldmatrix_bank_conflicts;
   const uint64_t phases = emu::ldmatrix_phases;
