@@ -22,7 +22,6 @@ a data-parallel rank with no sequences joins the agreed count and gets k empty m
 
 from dataclasses import dataclass
 
-import numpy as np
 
 from . import _planner
 from ._inputs import int_array
