@@ -22,7 +22,6 @@ a data-parallel rank with no sequences joins the agreed count and gets k empty m
 
 from dataclasses import dataclass
 
-
 from . import _planner
 from ._inputs import int_array
 from ._options import check_world_size, split_options
