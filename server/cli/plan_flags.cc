@@ -20,33 +20,42 @@
 #include "server/planner/schema.h"
 
 ABSL_FLAG(std::string, lengths, "",
-          "file of sequence lengths: one integer per line, or a JSON array (default: stdin)");
+          "file of sequence lengths: one integer per line, a JSON array, or JSON Lines with "
+          "--length_field or --token_field (default: stdin)");
+ABSL_FLAG(std::string, length_field, "",
+          "JSON Lines input (one object per line): the integer field that holds each length");
+ABSL_FLAG(std::string, token_field, "",
+          "JSON Lines input (one object per line): the array field (token ids) whose number of "
+          "elements is each length");
+ABSL_FLAG(bool, progress, true,
+          "report on stderr while a run that passes 3 s goes on (every 10 s, and at the end)");
 ABSL_FLAG(int64_t, num_parts, 0,
           "split into exactly this many micro-batches (kk or lpt; no cap needed); 0 = the fewest "
           "that meet the cap");
 
 // One flag per option of the schema table (server/planner/schema.h), named as the option, with
 // the table's help text and the planner's default.
-#define PACKSCHED_PLAN_FLAG_INT(name, member, help)                                                \
+#define PACKSCHED_PLAN_FLAG_INT(name, member, help) \
   ABSL_FLAG(int64_t, name, packsched::planner::PlanOptions{}.member, help);
 #define PACKSCHED_PLAN_FLAG_Cap PACKSCHED_PLAN_FLAG_INT
 #define PACKSCHED_PLAN_FLAG_Unlimited PACKSCHED_PLAN_FLAG_INT
 #define PACKSCHED_PLAN_FLAG_Count PACKSCHED_PLAN_FLAG_INT
 #define PACKSCHED_PLAN_FLAG_Align PACKSCHED_PLAN_FLAG_INT
 #define PACKSCHED_PLAN_FLAG_Ceiling PACKSCHED_PLAN_FLAG_INT
-#define PACKSCHED_PLAN_FLAG_FixedK(name, member, help)                                             \
+#define PACKSCHED_PLAN_FLAG_FixedK(name, member, help) \
   ABSL_FLAG(bool, name, packsched::planner::PlanOptions{}.member, help);
-#define PACKSCHED_PLAN_FLAG_Enum(name, member, help)                                               \
-  ABSL_FLAG(std::string, name,                                                                     \
-            std::string(packsched::planner::Name(packsched::planner::PlanOptions{}.member)), help);
+#define PACKSCHED_PLAN_FLAG_Enum(name, member, help)                                         \
+  ABSL_FLAG(std::string, name,                                                               \
+            std::string(packsched::planner::Name(packsched::planner::PlanOptions{}.member)), \
+            help);
 #define PACKSCHED_PLAN_FLAG_Weight PACKSCHED_SCHEMA_NOTHING
-#define PACKSCHED_PLAN_FLAG(name, number, Rule, Type, member, json, help)                          \
+#define PACKSCHED_PLAN_FLAG(name, number, Rule, Type, member, json, help) \
   PACKSCHED_PLAN_FLAG_##Rule(name, member, help)
 PACKSCHED_PLAN_OPTIONS(PACKSCHED_PLAN_FLAG)
 
 // The Weight options together: "A,B" in table order.
-#define PACKSCHED_PAIR_FLAG(pair)                                                                  \
-  ABSL_FLAG(std::string, pair, "",                                                                 \
+#define PACKSCHED_PAIR_FLAG(pair)  \
+  ABSL_FLAG(std::string, pair, "", \
             "A,B: integer weights of --cost=attention, cost = A*L + B*L^2 (default 24576,1)");
 #define PACKSCHED_EXPAND_PAIR_FLAG(pair) PACKSCHED_PAIR_FLAG(pair)
 PACKSCHED_EXPAND_PAIR_FLAG(PACKSCHED_WEIGHT_PAIR)
@@ -85,10 +94,9 @@ absl::Status ParsePair(const std::string& value, planner::PlanOptions& o) {
   planner::PlanOptions parsed = o;
   size_t next = 0;
   bool ok = true;
-#define PACKSCHED_PAIR_Weight(member)                                                              \
+#define PACKSCHED_PAIR_Weight(member) \
   ok = ok && next < fields.size() && absl::SimpleAtoi(fields[next++], &parsed.member);
-#define PACKSCHED_PAIR(name, number, Rule, Type, member, json, help)                               \
-  PACKSCHED_PAIR_##Rule(member)
+#define PACKSCHED_PAIR(name, number, Rule, Type, member, json, help) PACKSCHED_PAIR_##Rule(member)
 #define PACKSCHED_PAIR_Cap(member)
 #define PACKSCHED_PAIR_Enum(member)
 #define PACKSCHED_PAIR_Unlimited(member)
@@ -117,14 +125,14 @@ absl::Status ParsePair(const std::string& value, planner::PlanOptions& o) {
 #define PACKSCHED_FROM_FLAG_Ceiling PACKSCHED_FROM_FLAG_INT
 #define PACKSCHED_FROM_FLAG_FixedK PACKSCHED_FROM_FLAG_INT
 #define PACKSCHED_FROM_FLAG_Weight PACKSCHED_SCHEMA_NOTHING
-#define PACKSCHED_FROM_FLAG_Enum(name, Type, member)                                               \
-  {                                                                                                \
-    ASSIGN_OR_RETURN(o.member,                                                                     \
-                     ParseFlag(#name, absl::GetFlag(FLAGS_##name), planner::Parse##Type));         \
+#define PACKSCHED_FROM_FLAG_Enum(name, Type, member)                                       \
+  {                                                                                        \
+    ASSIGN_OR_RETURN(o.member,                                                             \
+                     ParseFlag(#name, absl::GetFlag(FLAGS_##name), planner::Parse##Type)); \
   }
-#define PACKSCHED_FROM_FLAG(name, number, Rule, Type, member, json, help)                          \
-  if (position == json) {                                                                          \
-    PACKSCHED_FROM_FLAG_##Rule(name, Type, member)                                                 \
+#define PACKSCHED_FROM_FLAG(name, number, Rule, Type, member, json, help) \
+  if (position == json) {                                                 \
+    PACKSCHED_FROM_FLAG_##Rule(name, Type, member)                        \
   }
 #define PACKSCHED_COUNT_FLAG(name, number, Rule, Type, member, json, help) +1
 #define PACKSCHED_PAIR_FLAG_VALUE(pair) absl::GetFlag(FLAGS_##pair)
@@ -167,6 +175,20 @@ absl::StatusOr<OutputFormat> FormatFromFlags() {
 
 std::string LengthsPathFromFlags() { return absl::GetFlag(FLAGS_lengths); }
 
+absl::StatusOr<std::optional<JsonlField>> JsonlFieldFromFlags() {
+  const std::string length = absl::GetFlag(FLAGS_length_field);
+  const std::string tokens = absl::GetFlag(FLAGS_token_field);
+  if (!length.empty() && !tokens.empty()) {
+    return absl::InvalidArgumentError(
+        "--length_field and --token_field name the same thing two ways: give one");
+  }
+  if (!length.empty()) return JsonlField{JsonlField::Kind::kLength, length};
+  if (!tokens.empty()) return JsonlField{JsonlField::Kind::kTokens, tokens};
+  return std::nullopt;
+}
+
+bool ProgressFromFlags() { return absl::GetFlag(FLAGS_progress); }
+
 std::string HelpText() {
   const absl::string_view cap = planner::schema::OptionNamed("Cap");
   std::string out = absl::StrCat(
@@ -176,7 +198,8 @@ std::string HelpText() {
       cap,
       "=TOKENS | --num_parts=K) [flags]\n"
       "\n"
-      "Reads lengths (one integer per line, or a JSON array) from --lengths or stdin and\n"
+      "Reads lengths (one integer per line, a JSON array, or JSON Lines records with\n"
+      "--length_field or --token_field) from --lengths or stdin and\n"
       "prints the plan on stdout as a table or as JSON. Errors go to stderr with a\n"
       "non-zero exit status (2 for a usage error such as a missing cap).\n"
       "\n"
@@ -188,6 +211,9 @@ std::string HelpText() {
       "  packsched plan --lengths=lengths.txt --algorithm=bfd --",
       cap,
       "=10240\n"
+      "  packsched plan --lengths=data.jsonl --token_field=input_ids --",
+      cap,
+      "=16384\n"
       "\n"
       "flags:\n");
   std::vector<std::pair<std::string, const absl::CommandLineFlag*>> flags;
