@@ -161,7 +161,8 @@ class Plan:
 
     @classmethod
     def from_raw(cls, raw, *, local_k=None, cap=0, global_counts=None):
-        """Builds a Plan from the dict packsched._planner returns (taking over its lists and dicts)."""
+        """Builds a Plan from the dict packsched._planner returns (taking over its lists and
+        dicts)."""
         scales = raw.get("loss_scales")
         if scales is not None:
             for part, scale in zip(raw["parts"], scales):
