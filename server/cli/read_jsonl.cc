@@ -24,28 +24,29 @@ class RecordHandler {
   explicit RecordHandler(const JsonlField& field) : field_(field) {}
 
   bool null() { return Scalar("null"); }
-  bool boolean(bool) { return Scalar("a boolean"); }
+  bool boolean(bool /*value*/) { return Scalar("a boolean"); }
   bool number_integer(Json::number_integer_t v) { return Integer(v); }
   bool number_unsigned(Json::number_unsigned_t v) {
     return Integer(v > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())
                        ? std::numeric_limits<int64_t>::max()
                        : static_cast<int64_t>(v));
   }
-  bool number_float(Json::number_float_t, const Json::string_t& text) {
+  bool number_float(Json::number_float_t /*value*/, const Json::string_t& text) {
     return Scalar(absl::StrCat("the number ", text));
   }
-  bool string(Json::string_t&) { return Scalar("a string"); }
-  bool binary(Json::binary_t&) { return Scalar("binary data"); }
-  bool start_object(std::size_t) { return Open(/*array=*/false); }
+  bool string(Json::string_t& /*value*/) { return Scalar("a string"); }
+  bool binary(Json::binary_t& /*value*/) { return Scalar("binary data"); }
+  bool start_object(std::size_t /*elements*/) { return Open(/*array=*/false); }
   bool end_object() { return Close(); }
-  bool start_array(std::size_t) { return Open(/*array=*/true); }
+  bool start_array(std::size_t /*elements*/) { return Open(/*array=*/true); }
   bool end_array() { return Close(); }
   bool key(Json::string_t& key) {
     at_field_ = depth_ == 1 && key == field_.name;
     if (at_field_ && seen_) return Fail(absl::StrCat("field '", field_.name, "' appears twice"));
     return true;
   }
-  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception& e) {
+  bool parse_error(std::size_t /*position*/, const std::string& /*last_token*/,
+                   const nlohmann::detail::exception& e) {
     absl::string_view what = e.what();
     // "[json.exception.parse_error.101] parse error at line 1, column 7: ..." -> from "column".
     const size_t column = what.find("column ");

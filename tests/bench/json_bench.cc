@@ -54,7 +54,7 @@ void operator delete(void* p) noexcept {
   Count(-static_cast<int64_t>(*static_cast<std::size_t*>(base)));
   std::free(base);
 }
-void operator delete(void* p, std::size_t) noexcept { operator delete(p); }
+void operator delete(void* p, std::size_t /*size*/) noexcept { operator delete(p); }
 
 namespace packsched::cli {
 namespace {
@@ -83,7 +83,7 @@ void Measure(const char* name, Fn fn) {
 struct IntsOnly : nlohmann::json_sax<Json> {
   std::vector<int64_t> values;
   bool null() override { return false; }
-  bool boolean(bool) override { return false; }
+  bool boolean(bool /*value*/) override { return false; }
   bool number_integer(number_integer_t v) override {
     values.push_back(v);
     return true;
@@ -92,15 +92,16 @@ struct IntsOnly : nlohmann::json_sax<Json> {
     values.push_back(static_cast<int64_t>(v));
     return true;
   }
-  bool number_float(number_float_t, const string_t&) override { return false; }
-  bool string(string_t&) override { return false; }
-  bool binary(binary_t&) override { return false; }
-  bool start_object(std::size_t) override { return false; }
-  bool key(string_t&) override { return false; }
+  bool number_float(number_float_t /*value*/, const string_t& /*text*/) override { return false; }
+  bool string(string_t& /*value*/) override { return false; }
+  bool binary(binary_t& /*value*/) override { return false; }
+  bool start_object(std::size_t /*elements*/) override { return false; }
+  bool key(string_t& /*key*/) override { return false; }
   bool end_object() override { return false; }
-  bool start_array(std::size_t) override { return true; }
+  bool start_array(std::size_t /*elements*/) override { return true; }
   bool end_array() override { return true; }
-  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception&) override {
+  bool parse_error(std::size_t /*position*/, const std::string& /*last_token*/,
+                   const nlohmann::detail::exception& /*error*/) override {
     return false;
   }
 };
