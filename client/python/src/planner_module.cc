@@ -4,7 +4,6 @@
 // and returns plain dicts and lists that packsched.plan.Plan wraps. Errors raise ValueError with
 // the planner's message (the text the sidecar would send as INVALID_ARGUMENT).
 
-#include <malloc.h>
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
@@ -16,6 +15,10 @@
 #include <type_traits>
 #include <utility>
 #include <vector>
+
+#if defined(__GLIBC__)
+#include <malloc.h>  // malloc_trim
+#endif
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
@@ -155,14 +158,16 @@ py::dict ToDict(const MicroBatchPlan& plan, IntCache& ints) {
 }
 
 // Runs `fn` with the GIL released: planning a large batch takes milliseconds to seconds. Then
-// gives the planner's freed scratch memory back to the system: the Python objects of the answer
+// (with glibc) gives the planner's freed scratch memory back to the system: the Python objects of the answer
 // come from Python's own allocator, which cannot reuse it (on 10^6 sequences the process's peak
 // memory drops by about a third).
 template <typename Fn>
 auto WithoutGil(Fn&& fn) {
   py::gil_scoped_release release;
   auto result = fn();
+#if defined(__GLIBC__)
   malloc_trim(0);
+#endif
   return result;
 }
 
