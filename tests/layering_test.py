@@ -47,6 +47,7 @@ LIBRARIES = {
     "gtest": (("gtest/", "gmock/"), ()),
     "benchmark": (("benchmark/",), ()),
     "prometheus": (("prometheus/",), ()),
+    "nlohmann": (("nlohmann/",), ()),
     "numpy": ((), ("numpy",)),
     "torch": ((), ("torch",)),
 }
@@ -65,7 +66,7 @@ LAYERS = {
     "base": Layer(("server/base",), (), ("absl", "spdlog")),
     # Pure algorithms: no logging, no RPC, no device.
     "planner": Layer(("server/planner",), ("base",), ("absl",)),
-    "cli": Layer(("server/cli",), ("planner",), ("absl", "spdlog")),
+    "cli": Layer(("server/cli",), ("planner",), ("absl", "spdlog", "nlohmann")),
     # The Collective interface and its local/Gloo/NCCL backends.
     "collective": Layer(
         ("server/collective",), ("base",), ("absl", "spdlog", "gloo", "nccl", "cuda")
@@ -132,8 +133,12 @@ LAYERS = {
     "py/plan": Layer(("packsched.plan",), ("py/options",), ("numpy", "torch")),
     "py/ext": Layer(("packsched._planner", "packsched._kernels"), ("client/python",)),
     "py/model_cost": Layer(("packsched.model_cost",), ("py/ext",)),
+    # The checks of request data and the progress lines, shared by the planner and the client.
+    "py/inputs": Layer(("packsched._inputs", "packsched._progress"), (), ("numpy",)),
     "py/planner": Layer(
-        ("packsched.planner",), ("py/options", "py/plan", "py/ext", "py/model_cost"), ("numpy",)
+        ("packsched.planner",),
+        ("py/options", "py/plan", "py/ext", "py/model_cost", "py/inputs"),
+        ("numpy",),
     ),
     "py/kernels": Layer(
         (
@@ -150,7 +155,9 @@ LAYERS = {
     ),
     "py/stubs": Layer(("packsched.v1",), ("proto",), ("grpc", "protobuf")),
     "py/client": Layer(
-        ("packsched.client",), ("py/planner", "py/model_cost", "py/stubs"), ("grpc", "protobuf")
+        ("packsched.client",),
+        ("py/planner", "py/model_cost", "py/stubs", "py/inputs"),
+        ("grpc", "protobuf"),
     ),
     "py/compat": Layer(
         ("packsched.compat",), ("py/planner", "py/kernels", "py/client"), ("numpy", "torch")
@@ -180,8 +187,17 @@ TESTS = {
     # The GPU kit's own probe (tests/gpu/nccl_probe.cc): a round over the NCCL backend.
     "tests/gpu": (("collective", "group"), ("cuda", "nccl")),
     "tests/bench": (
-        ("client/cpp", "kernels", "collective", "group", "planner", "tests/e2e", "tests/kernels"),
-        ("benchmark",),
+        (
+            "client/cpp",
+            "kernels",
+            "collective",
+            "group",
+            "planner",
+            "cli",
+            "tests/e2e",
+            "tests/kernels",
+        ),
+        ("benchmark", "nlohmann"),
     ),
 }
 

@@ -21,7 +21,15 @@
 #include "server/planner/schema.h"
 
 ABSL_FLAG(std::string, lengths, "",
-          "file of sequence lengths: one integer per line, or a JSON array (default: stdin)");
+          "file of sequence lengths: one integer per line, a JSON array, or JSON Lines with "
+          "--length_field or --token_field (default: stdin)");
+ABSL_FLAG(std::string, length_field, "",
+          "JSON Lines input (one object per line): the integer field that holds each length");
+ABSL_FLAG(std::string, token_field, "",
+          "JSON Lines input (one object per line): the array field (token ids) whose number of "
+          "elements is each length");
+ABSL_FLAG(bool, progress, true,
+          "report on stderr while a run that passes 3 s goes on (every 10 s, and at the end)");
 ABSL_FLAG(int64_t, num_parts, 0,
           "split into exactly this many micro-batches (kk or lpt; no cap needed); 0 = the fewest "
           "that meet the cap");
@@ -188,6 +196,20 @@ absl::StatusOr<OutputFormat> FormatFromFlags() {
 
 std::string LengthsPathFromFlags() { return absl::GetFlag(FLAGS_lengths); }
 
+absl::StatusOr<std::optional<JsonlField>> JsonlFieldFromFlags() {
+  const std::string length = absl::GetFlag(FLAGS_length_field);
+  const std::string tokens = absl::GetFlag(FLAGS_token_field);
+  if (!length.empty() && !tokens.empty()) {
+    return absl::InvalidArgumentError(
+        "--length_field and --token_field name the same thing two ways: give one");
+  }
+  if (!length.empty()) return JsonlField{JsonlField::Kind::kLength, length};
+  if (!tokens.empty()) return JsonlField{JsonlField::Kind::kTokens, tokens};
+  return std::nullopt;
+}
+
+bool ProgressFromFlags() { return absl::GetFlag(FLAGS_progress); }
+
 std::string HelpText() {
   const absl::string_view cap = planner::schema::OptionNamed("Cap");
   std::string out = absl::StrCat(
@@ -197,7 +219,8 @@ std::string HelpText() {
       cap,
       "=TOKENS | --num_parts=K) [flags]\n"
       "\n"
-      "Reads lengths (one integer per line, or a JSON array) from --lengths or stdin and\n"
+      "Reads lengths (one integer per line, a JSON array, or JSON Lines records with\n"
+      "--length_field or --token_field) from --lengths or stdin and\n"
       "prints the plan on stdout as a table or as JSON. Errors go to stderr with a\n"
       "non-zero exit status (2 for a usage error such as a missing cap).\n"
       "\n"
@@ -209,6 +232,9 @@ std::string HelpText() {
       "  packsched plan --lengths=lengths.txt --algorithm=bfd --",
       cap,
       "=10240\n"
+      "  packsched plan --lengths=data.jsonl --token_field=input_ids --",
+      cap,
+      "=16384\n"
       "\n"
       "flags:\n");
   std::vector<std::pair<std::string, const absl::CommandLineFlag*>> flags;

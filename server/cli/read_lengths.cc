@@ -174,6 +174,12 @@ absl::StatusOr<std::vector<int64_t>> ParseLengths(absl::string_view text,
                                                   absl::string_view source) {
   size_t first = 0;
   while (first < text.size() && IsBlank(text[first])) ++first;
+  if (first < text.size() && text[first] == '{') {
+    return absl::InvalidArgumentError(
+        absl::StrCat(source,
+                     ": JSON Lines input: name the field that gives each length with "
+                     "--length_field=NAME (an integer) or --token_field=NAME (an array)"));
+  }
   absl::StatusOr<std::vector<int64_t>> lengths = first < text.size() && text[first] == '['
                                                      ? ParseJsonArray(text, source)
                                                      : ParseLines(text, source);

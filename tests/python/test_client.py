@@ -168,7 +168,6 @@ def test_the_same_round_with_other_content_is_failed_precondition(client):
     [
         ([5, -3], 100, {}, "INVALID_ARGUMENT", "lengths[1]"),
         ([5, 3], 0, {}, "INVALID_ARGUMENT", "max_token_len"),
-        ([], 100, {}, "INVALID_ARGUMENT", "lengths"),
         ([5, 300], 100, {}, "INVALID_ARGUMENT", "300"),
         ([5, 3], 100, {"loss_tokens": [1]}, "INVALID_ARGUMENT", "loss_tokens"),
         ([5, 3], 100, {"min_micro_batches": 10**12}, "INVALID_ARGUMENT", "min_micro_batches"),

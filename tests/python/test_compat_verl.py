@@ -110,9 +110,10 @@ def free_port():
         return s.getsockname()[1]
 
 
-def run_dp_ranks(per_rank, cap, timeout=60):
+def run_dp_ranks(per_rank, cap, timeout=60, dp_group="world"):
     """Runs helpers/verl_dp_rank.py once per rank (a gloo group on loopback); returns each rank's
-    JSON line and exit status. A rank still running after ``timeout`` s fails the test (a hang)."""
+    JSON line and exit status. A rank still running after ``timeout`` s fails the test (a hang).
+    ``dp_group``: "world" or "none" (what each rank passes as dp_group)."""
     port = free_port()
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
     procs = [
@@ -125,6 +126,7 @@ def run_dp_ranks(per_rank, cap, timeout=60):
                 str(port),
                 str(cap),
                 ",".join(map(str, lengths)),
+                dp_group,
             ],
             stdout=subprocess.PIPE,
             text=True,
@@ -151,6 +153,14 @@ def test_ranks_of_a_dp_group_agree_on_the_count():
     assert [r["num_micro_batches"] for r in results] == [heavy_k, heavy_k]
     assert all(t <= 2000 for r in results for t in r["tokens"])
     assert sum(results[0]["tokens"]) == 400 and results[0]["tokens"].count(0) == heavy_k - 4
+
+
+def test_dp_group_none_synchronises_nothing_as_verl_does():
+    # verl all-reduces the count only over a given dp_group: with None each rank keeps its own
+    # count (here 1 and 6) and none waits on a collective.
+    results, codes = run_dp_ranks([[100] * 4, [900] * 12], 2000, timeout=30, dp_group="none")
+    assert codes == [0, 0], results
+    assert [r["num_micro_batches"] for r in results] == [1, math.ceil(12 * 900 / 2000)]
 
 
 def test_a_rank_with_an_empty_batch_joins_the_count_and_gets_empty_micro_batches():

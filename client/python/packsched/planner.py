@@ -5,19 +5,27 @@ all-reduces the bounds (MAX) and the loss counts (SUM) itself, then each rank ca
 with the agreed k. ``plan_local`` is the one-rank shortcut, ``balance`` the coordinator mode (the
 whole global batch over W data-parallel ranks in one call).
 
+A call that runs longer than a few seconds (10^7 sequences) reports on stderr while it plans, as
+``packsched plan`` does: ``progress=False`` silences it, a callable gets the lines instead
+(packsched._progress).
+
 Every function takes the keyword options of ``SchedulerClient.plan`` with the same defaults
 (see packsched._options), and gives the plan the sidecar and ``packsched plan`` give for the same
 input. ``seq_lens``: per-sequence token counts, a list, numpy array or torch tensor of integers.
-Invalid input raises ValueError with the planner's message (option values are checked first by
-packsched._options, with the messages ``SchedulerClient`` gives).
+The arrays are checked by packsched._inputs and the option values by packsched._options, with the
+messages ``SchedulerClient`` gives (TypeError for data that is not integers, ValueError for a bad
+shape, an empty ``seq_lens`` or a bad option value); values the planner refuses raise ValueError
+with the planner's message. An empty ``seq_lens`` is nothing to plan for ``plan_local`` and
+``balance`` (as for the sidecar and ``packsched plan``); ``local_bound`` and ``partition`` take it:
+a data-parallel rank with no sequences joins the agreed count and gets k empty micro-batches.
 """
 
 from dataclasses import dataclass
 
-import numpy as np
-
 from . import _planner
+from ._inputs import int_array
 from ._options import check_world_size, split_options
+from ._progress import Progress
 from .model_cost import model_fields
 from .plan import Plan
 
@@ -86,25 +94,14 @@ class Balanced:
     step: StepStats = None
 
 
-def _lengths(seq_lens):
-    if type(seq_lens).__module__.startswith("torch"):
-        seq_lens = seq_lens.detach().cpu().numpy()
-    array = np.asarray(seq_lens)
-    if array.size == 0:
-        array = array.astype(np.int64)
-    if array.ndim != 1:
-        raise ValueError(f"seq_lens must be one-dimensional, got shape {array.shape}")
-    if array.dtype.kind not in "iu":
-        raise TypeError(f"seq_lens must hold integers, got dtype {array.dtype}")
-    if array.dtype.kind == "u" and array.size and array.max() > np.iinfo(np.int64).max:
-        raise ValueError("seq_lens: a value does not fit in int64")
-    return np.ascontiguousarray(array, dtype=np.int64)
+def _progress(where, lengths, report):
+    return Progress(f"{where}: {len(lengths)} sequences", report)
 
 
 def _loss(loss, n, global_counts, world_size):
     if loss["loss_tokens"] is None:
         return None
-    tokens = _lengths(loss["loss_tokens"])
+    tokens = int_array(loss["loss_tokens"], "loss_tokens", allow_empty=True)
     if len(tokens) != n:
         raise ValueError(f"loss_tokens has {len(tokens)} entries for {n} sequences")
     return dict(
@@ -112,31 +109,37 @@ def _loss(loss, n, global_counts, world_size):
     )
 
 
-def plan_local(seq_lens, max_token_len, **options):
+def plan_local(seq_lens, max_token_len, *, progress=True, **options):
     """Plans one rank's micro-batches on its own: the smallest micro-batch count that keeps every
     micro-batch within ``max_token_len`` (kk/lpt), or dataset packing (ffd/bfd/sequential).
     Loss weights (with ``loss_tokens``) use this rank's own counts, world size 1. -> Plan"""
-    lengths = _lengths(seq_lens)
+    lengths = int_array(seq_lens, "seq_lens")
     plan_options, loss = split_options(
         max_token_len, options, where="plan_local", cap_required=True
     )
-    raw = _planner.plan(lengths, plan_options, 0, _loss(loss, len(lengths), None, 1))
+    with _progress("plan_local", lengths, progress):
+        raw = _planner.plan(lengths, plan_options, 0, _loss(loss, len(lengths), None, 1))
     return Plan.from_raw(raw, cap=max_token_len)
 
 
-def local_bound(seq_lens, max_token_len, **options):
+def local_bound(seq_lens, max_token_len, *, progress=True, **options):
     """This rank's bound k_r (and its loss counts, with ``loss_tokens``) before agreement.
     -> Bound"""
-    lengths = _lengths(seq_lens)
+    lengths = int_array(seq_lens, "seq_lens", allow_empty=True)
     plan_options, loss = split_options(
         max_token_len, options, where="local_bound", cap_required=True
     )
-    tokens = None if loss["loss_tokens"] is None else _lengths(loss["loss_tokens"]).tolist()
-    raw = _planner.local_bound(lengths, plan_options, tokens)
+    tokens = None
+    if loss["loss_tokens"] is not None:
+        tokens = int_array(loss["loss_tokens"], "loss_tokens", allow_empty=True).tolist()
+    with _progress("local_bound", lengths, progress):
+        raw = _planner.local_bound(lengths, plan_options, tokens)
     return Bound(**{**raw, "loss_counts": raw.get("loss_counts")})
 
 
-def partition(seq_lens, k, max_token_len=None, *, global_counts=None, world_size=1, **options):
+def partition(
+    seq_lens, k, max_token_len=None, *, global_counts=None, world_size=1, progress=True, **options
+):
     """Splits into exactly ``k`` micro-batches (an agreed k >= every rank's bound: cannot fail for
     valid input). ``global_counts``: the round's summed (loss tokens, sequences with loss) for the
     loss weights (default: this rank's own, world size 1); ``world_size``: the DP ranks those
@@ -144,14 +147,15 @@ def partition(seq_lens, k, max_token_len=None, *, global_counts=None, world_size
     ``global_counts`` raises ValueError, as ``SchedulerClient.partition`` does: weights for W ranks
     need the counts of all W. ``Plan.global_counts`` is set only with ``loss_tokens`` (no weights,
     no counts). -> Plan"""
-    lengths = _lengths(seq_lens)
+    lengths = int_array(seq_lens, "seq_lens", allow_empty=True)
     plan_options, loss = split_options(max_token_len, options, where="partition")
     check_world_size("partition", global_counts, world_size)
     if k < 1:
         raise ValueError(f"k = {k}: must be >= 1")
-    raw = _planner.plan(
-        lengths, plan_options, int(k), _loss(loss, len(lengths), global_counts, world_size)
-    )
+    with _progress("partition", lengths, progress):
+        raw = _planner.plan(
+            lengths, plan_options, int(k), _loss(loss, len(lengths), global_counts, world_size)
+        )
     counts = None
     if global_counts is not None and loss["loss_tokens"] is not None:
         counts = tuple(global_counts)
@@ -167,6 +171,7 @@ def balance(
     sync="step",
     micro_batch_cost=0,
     model_config=None,
+    progress=True,
     **options,
 ):
     """Coordinator mode: balances the whole global batch over ``world_size`` DP ranks (members of
@@ -181,15 +186,25 @@ def balance(
     -> Balanced"""
     if sync not in SYNCS:
         raise ValueError(f"sync = {sync!r}: must be one of {', '.join(SYNCS)}")
-    lengths = _lengths(seq_lens)
+    lengths = int_array(seq_lens, "seq_lens")
     ints, strings = (None, {}) if model_config is None else model_fields(model_config)
     plan_options, loss = split_options(max_token_len, options, where="balance", cap_required=True)
     if loss["loss_tokens"] is not None:
         raise ValueError("balance: loss weights are computed per rank (plan each rank's share)")
-    groups = [] if group_ids is None else _lengths(group_ids).tolist()
-    raw = _planner.balance(
-        lengths, int(world_size), plan_options, groups, sync, int(micro_batch_cost), ints, strings
+    groups = (
+        [] if group_ids is None else int_array(group_ids, "group_ids", allow_empty=True).tolist()
     )
+    with _progress("balance", lengths, progress):
+        raw = _planner.balance(
+            lengths,
+            int(world_size),
+            plan_options,
+            groups,
+            sync,
+            int(micro_batch_cost),
+            ints,
+            strings,
+        )
     ranks = [
         RankPlan(r["indices"], r["cost"], Plan.from_raw(r["plan"], cap=max_token_len))
         for r in raw["ranks"]

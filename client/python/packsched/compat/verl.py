@@ -142,8 +142,9 @@ def rearrange_micro_batches(
     batch: a TensorDict or a mapping of tensors indexed on dim 0, with "attention_mask"
         [B, S] (nonzero = token); the sequence lengths are its row sums.
     dp_group: the torch.distributed group whose ranks must agree on the micro-batch count
-        (when ``same_micro_num_in_dp`` and torch.distributed is initialised); with a sidecar
-        configured (``use_sidecar``) the sidecars agree instead.
+        (when ``same_micro_num_in_dp`` and torch.distributed is initialised); None, as in verl,
+        agrees with no one (each rank keeps its own count: pass ``dist.group.WORLD`` for the
+        default group); with a sidecar configured (``use_sidecar``) the sidecars agree instead.
     num_batches_divided_by: the count is a multiple of this (virtual pipeline stages).
     min_num_micro_batch: at least this many micro-batches.
     use_dynamic_bsz_balance: True orders micro-batches as current verl does: small ones at both
@@ -195,7 +196,7 @@ def rearrange_micro_batches(
             seq_lens = _unit_lens(batch, force_group_size)
             return planner.local_bound(seq_lens, max_token_len, **options).k
 
-        if same_micro_num_in_dp:
+        if same_micro_num_in_dp and dp_group is not None:
             k = agree_max(local_count, dp_group, "rearrange_micro_batches")
         else:
             k = local_count()
