@@ -1,5 +1,5 @@
 """`packsched-server --status=HOST:PORT` against a real rank group of 2 (Gloo on loopback): the
-JSON (--status_json) carries what GetStatus says, the table shows the group and the stream, and
+JSON (--status_json) carries what GetStatus says (snake_case keys, numbers as numbers), the table shows the group and the stream, and
 a sidecar that is not there is exit 1."""
 
 import contextlib
@@ -39,14 +39,19 @@ def test_status_table_and_json(tmp_path):
         assert done.returncode == 0, done.stderr
         got = json.loads(done.stdout)
         expected = clients[1].status()
-        assert int(got["rank"]) == int(expected["rank"]) == 1
-        assert int(got["worldSize"]) == 2
-        assert got["backend"] == "gloo" and got["groupReady"] is True
+        # The proto's own field names; integers are JSON numbers, not strings.
+        assert got["rank"] == int(expected["rank"]) == 1
+        assert got["world_size"] == 2 and isinstance(got["world_size"], int)
+        assert got["backend"] == "gloo" and got["group_ready"] is True
         [stream] = got["streams"]
         assert stream["name"] == "default"
-        assert int(stream["lastRound"]) == 4
-        assert int(stream["roundsCompleted"]) == 2
-        assert int(stream["lastRoundDurationUs"]) > 0
+        assert stream["last_round"] == 4
+        assert stream["rounds_completed"] == 2
+        assert isinstance(stream["last_round_duration_us"], int)
+        assert stream["last_round_duration_us"] > 0
+        assert got["counters"]["rounds"] == 2 and got["counters"]["errors_by_code"] == {}
+        assert isinstance(got["uptime_us"], int)
+        assert not any(key != key.lower() for key in got), got.keys()
 
         table = status(group[0].target)
         assert table.returncode == 0, table.stderr
