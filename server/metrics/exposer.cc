@@ -155,6 +155,7 @@ class MetricsEndpoint::Loop {
         return;
       }
       c.written += static_cast<size_t>(n);
+      transferred_bytes_ += static_cast<uint64_t>(n);
     }
   }
 
@@ -177,9 +178,17 @@ class MetricsEndpoint::Loop {
       return;
     }
     if (exposition_ == nullptr || now - built_ >= options_.cache_interval) {
-      exposition_ = std::make_shared<const std::string>(metrics_.Serialize());
+      exposition_ = std::make_shared<const std::string>(absl::StrCat(
+          metrics_.Serialize(),
+          "# HELP exposer_scrapes_total Scrapes of /metrics answered (before this one)\n"
+          "# TYPE exposer_scrapes_total counter\nexposer_scrapes_total ",
+          scrapes_,
+          "\n# HELP exposer_transferred_bytes_total Bytes of /metrics answers sent (before this "
+          "one)\n# TYPE exposer_transferred_bytes_total counter\nexposer_transferred_bytes_total ",
+          transferred_bytes_, "\n"));
       built_ = now;
     }
+    ++scrapes_;
     c.head = absl::StrCat(
         "HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4; charset=utf-8\r\n"
         "Content-Length: ",
@@ -194,6 +203,8 @@ class MetricsEndpoint::Loop {
   std::vector<Connection> connections_;  // in accept order
   std::shared_ptr<const std::string> exposition_;
   absl::Time built_;
+  uint64_t scrapes_ = 0;            // GET and HEAD /metrics answered
+  uint64_t transferred_bytes_ = 0;  // every answer's bytes sent
 };
 
 MetricsEndpoint::MetricsEndpoint(std::unique_ptr<Loop> loop, int port, std::string address)
