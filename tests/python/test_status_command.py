@@ -1,6 +1,6 @@
 """`packsched-server --status=HOST:PORT` against a real rank group of 2 (Gloo on loopback): the
-JSON (--status_json) carries what GetStatus says (snake_case keys, numbers as numbers), the table shows the group and the stream, and
-a sidecar that is not there is exit 1."""
+JSON (--status_json) carries what GetStatus says (snake_case keys, numbers as numbers), the
+table shows the group and the stream, and a sidecar that is not there is exit 1."""
 
 import contextlib
 import json
