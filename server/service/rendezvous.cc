@@ -463,7 +463,8 @@ absl::StatusOr<std::string> LocalAddressTowards(absl::string_view address) {
   hints.ai_socktype = SOCK_DGRAM;
   addrinfo* found = nullptr;
   if (int rc = getaddrinfo(host.c_str(), port.c_str(), &hints, &found); rc != 0) {
-    return absl::UnavailableError(absl::StrCat("cannot resolve '", host, "': ", gai_strerror(rc)));
+    return absl::UnavailableError(
+        absl::StrCat("cannot resolve '", host, "' (DNS lookup): ", gai_strerror(rc)));
   }
   absl::Status error = absl::UnavailableError(absl::StrCat("no route to '", address, "'"));
   std::string local;

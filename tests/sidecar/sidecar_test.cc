@@ -161,6 +161,23 @@ TEST(RankGroup, TheTokenIsNotSentToTheRendezvousInPlaintextOffLoopback) {
   EXPECT_THAT(Message(status), HasSubstr("--rendezvous = 10.9.9.9:29400"));
 }
 
+// A rendezvous host that does not resolve stops the start with an error naming DNS, with
+// --gloo_iface too (Gloo's address then does not come from the rendezvous connection).
+TEST(RankGroup, AnUnresolvableRendezvousHostIsADnsErrorAtStart) {
+  for (const std::string iface : {"", "lo"}) {
+    RankGroupFlags f;
+    f.rank = 1;
+    f.world_size = 2;
+    f.rendezvous = "no-such-host.invalid:29400";
+    f.backend = "gloo";
+    f.gloo_iface = iface;
+    const absl::Status status = StartError(f);
+    EXPECT_EQ(status.code(), absl::StatusCode::kUnavailable) << iface << ": " << status;
+    EXPECT_THAT(Message(status), HasSubstr("--rendezvous = 'no-such-host.invalid:29400'"));
+    EXPECT_THAT(Message(status), HasSubstr("DNS"));
+  }
+}
+
 TEST(Probe, TlsNeedsACertificateAuthority) {
   ProbeFlags f;
   f.target = "127.0.0.1:1";
