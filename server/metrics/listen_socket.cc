@@ -8,7 +8,7 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <cstring>
+#include <system_error>
 
 #include "absl/status/status.h"
 #include "absl/strings/ascii.h"
@@ -102,8 +102,8 @@ absl::StatusOr<ListenSocket> BindListenSocket(absl::string_view flag, const std:
   const int fd = socket(found->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   if (fd < 0) {
     freeaddrinfo(found);
-    return absl::UnavailableError(
-        absl::StrCat("--", flag, " = '", listen, "': socket: ", std::strerror(errno)));
+    return absl::UnavailableError(absl::StrCat(
+        "--", flag, " = '", listen, "': socket: ", std::generic_category().message(errno)));
   }
   const int one = 1;
   setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
@@ -115,8 +115,8 @@ absl::StatusOr<ListenSocket> BindListenSocket(absl::string_view flag, const std:
   socklen_t length = sizeof(local);
   if (!bound || getsockname(fd, reinterpret_cast<sockaddr*>(&local), &length) != 0) {
     close(fd);
-    return absl::UnavailableError(
-        absl::StrCat("--", flag, " = '", listen, "': cannot bind: ", std::strerror(bind_errno)));
+    return absl::UnavailableError(absl::StrCat("--", flag, " = '", listen, "': cannot bind: ",
+                                               std::generic_category().message(bind_errno)));
   }
   ListenSocket s;
   s.fd = fd;
