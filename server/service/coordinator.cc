@@ -544,7 +544,7 @@ RoundCoordinator::Stats RoundCoordinator::GetStats() const {
   // Every rank has joined, and no stream is between generations: the readiness the health
   // service reports too.
   stats.group_ready = options_.agreements->serving();
-  stats.backend = "local";
+  stats.backend = options_.backend;
   {
     absl::MutexLock lock(&mu_);
     for (const auto& [name, stream] : streams_) {

@@ -25,6 +25,11 @@ def test_status_table_and_json(tmp_path):
         clients = [SchedulerClient(s.target, timeout=30) for s in group]
         for client in clients:
             stack.callback(client.close)
+        # Before any round the configured backend is reported, not "local".
+        before = status(group[1].target, "--status_json")
+        assert before.returncode == 0, before.stderr
+        assert json.loads(before.stdout)["backend"] == "gloo"
+        assert "backend gloo" in status(group[0].target).stdout
         for rnd in (3, 4):
             threads = [
                 threading.Thread(target=c.plan, args=(rnd, [100, 200, 300 + r], 1024))

@@ -29,6 +29,7 @@ ABSL_DECLARE_FLAG(int64_t, max_threads);
 ABSL_DECLARE_FLAG(std::string, auth_token_file);
 ABSL_DECLARE_FLAG(std::string, rendezvous);
 ABSL_DECLARE_FLAG(int64_t, world_size);
+ABSL_DECLARE_FLAG(std::string, backend);
 ABSL_DECLARE_FLAG(absl::Duration, stream_idle_timeout);
 
 namespace packsched::sidecar {
@@ -87,6 +88,19 @@ TEST(Flags, StreamIdleTimeoutIsZeroOrMore) {
   EXPECT_EQ(Message(ServerOptionsFromFlags().status()),
             "--stream_idle_timeout must not be negative");
   absl::SetFlag(&FLAGS_stream_idle_timeout, absl::Minutes(30));
+}
+
+// The backend GetStatus and the metrics report before a stream has formed its collective: the
+// configured one (it was "local" for a Gloo group until its first Plan).
+TEST(Flags, TheConfiguredBackendIsReportedFromTheStart) {
+  EXPECT_EQ(ServerOptionsFromFlags()->backend, "local");  // a group of one
+  absl::SetFlag(&FLAGS_world_size, 4);
+  absl::SetFlag(&FLAGS_backend, "gloo");
+  EXPECT_EQ(ServerOptionsFromFlags()->backend, "gloo");
+  absl::SetFlag(&FLAGS_backend, "auto");
+  EXPECT_EQ(ServerOptionsFromFlags()->backend, "auto");
+  absl::SetFlag(&FLAGS_world_size, 1);
+  EXPECT_EQ(ServerOptionsFromFlags()->backend, "local");
 }
 
 TEST(Flags, GroupFlagsAreReadAsGiven) {
