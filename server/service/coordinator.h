@@ -114,6 +114,8 @@ class RoundCoordinator {
     int64_t cache_hits = 0;
     int64_t joined_in_flight = 0;
     int64_t over_cap_parts = 0;
+    // Of over_cap_parts: parts isolating one overlong sequence; the rest held several.
+    int64_t over_cap_unavoidable_parts = 0;
     int64_t cached_bytes = 0;  // estimated, every stream's cached results
     // From the agreement port (round_agreement.h).
     int64_t world_size = 1;   // RoundAgreements::world_size()
@@ -192,6 +194,7 @@ class RoundCoordinator {
   int64_t cache_hits_ ABSL_GUARDED_BY(counters_mu_) = 0;
   int64_t joined_ ABSL_GUARDED_BY(counters_mu_) = 0;
   int64_t over_cap_parts_ ABSL_GUARDED_BY(counters_mu_) = 0;
+  int64_t over_cap_unavoidable_ ABSL_GUARDED_BY(counters_mu_) = 0;  // of over_cap_parts_
 };
 
 }  // namespace packsched::service

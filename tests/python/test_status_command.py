@@ -1,6 +1,8 @@
 """`packsched-server --status=HOST:PORT` against a real rank group of 2 (Gloo on loopback): the
 JSON (--status_json) carries what GetStatus says (snake_case keys, numbers as numbers), the
-table shows the group and the stream, and a sidecar that is not there is exit 1."""
+table shows the group, the stream and the micro-batches over the cap (unavoidable apart from
+avoidable), the configured backend is reported before any round, and a sidecar that is not there
+is exit 1."""
 
 import contextlib
 import json
@@ -30,9 +32,15 @@ def test_status_table_and_json(tmp_path):
         assert before.returncode == 0, before.stderr
         assert json.loads(before.stdout)["backend"] == "gloo"
         assert "backend gloo" in status(group[0].target).stdout
-        for rnd in (3, 4):
+        # Round 4 holds a sequence longer than the cap on each rank (overlong="isolate"): one
+        # micro-batch isolates it, over the cap but unavoidable.
+        for rnd, last in ((3, 300), (4, 3000)):
             threads = [
-                threading.Thread(target=c.plan, args=(rnd, [100, 200, 300 + r], 1024))
+                threading.Thread(
+                    target=c.plan,
+                    args=(rnd, [100, 200, last + r], 1024),
+                    kwargs={"overlong": "isolate"},
+                )
                 for r, c in enumerate(clients)
             ]
             for t in threads:
@@ -55,12 +63,18 @@ def test_status_table_and_json(tmp_path):
         assert isinstance(stream["last_round_duration_us"], int)
         assert stream["last_round_duration_us"] > 0
         assert got["counters"]["rounds"] == 2 and got["counters"]["errors_by_code"] == {}
+        assert got["counters"]["over_cap_parts"] == 1
+        assert got["counters"]["over_cap_unavoidable_parts"] == 1
+        assert got["counters"]["over_cap_avoidable_parts"] == 0
         assert isinstance(got["uptime_us"], int)
         assert not any(key != key.lower() for key in got), got.keys()
 
         table = status(group[0].target)
         assert table.returncode == 0, table.stderr
         assert "rank 0 of 2, backend gloo" in table.stdout
+        assert "1 micro-batches: 1 unavoidable (one overlong sequence each), 0 avoidable\n" in (
+            table.stdout
+        )
         assert any(
             line.split()[:4] == ["default", "4", "2", "0"] for line in table.stdout.splitlines()
         ), table.stdout

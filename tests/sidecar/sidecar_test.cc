@@ -230,7 +230,12 @@ TEST(StatusTable, ShowsTheGroupAndEveryStream) {
   stream->set_rounds_failed(2);
   stream->set_last_round_duration_us(2500);
   (*status.mutable_counters()->mutable_errors_by_code())["ABORTED"] = 2;
+  status.mutable_counters()->set_over_cap_parts(5);
+  status.mutable_counters()->set_over_cap_unavoidable_parts(5);
   const std::string table = StatusTable(status);
+  // Over the cap, unavoidable (one overlong sequence each) apart from avoidable.
+  EXPECT_THAT(table, HasSubstr("5 micro-batches: 5 unavoidable (one overlong sequence each), 0 "
+                               "avoidable\n"));
   EXPECT_THAT(table, HasSubstr("rank 1 of 4, backend gloo, generation 3, NOT READY"));
   EXPECT_THAT(table, HasSubstr("ABORTED 2"));
   EXPECT_THAT(table, ::testing::ContainsRegex("actor_update +41 +40 +2 +0 +0 +2.50"));
