@@ -201,7 +201,7 @@ TEST(ValidationFuzz, PartitionAndBalanceBatchRequests) {
     const absl::Status partition = RunPartition(random.Partition(), limits, &plan);
     ASSERT_TRUE(Expected(partition)) << partition;
     v1::BalanceBatchResponse balanced;
-    const absl::Status balance = RunBalanceBatch(random.Balance(), limits, &balanced);
+    const absl::Status balance = RunBalanceBatch(random.Balance(), limits, /*stop=*/{}, &balanced);
     ASSERT_TRUE(Expected(balance)) << balance;
     ok += partition.ok() + balance.ok();
   }
