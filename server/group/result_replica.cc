@@ -204,8 +204,7 @@ absl::StatusOr<std::optional<std::string>> ResultReplica::Lookup(const std::stri
   ASSIGN_OR_RETURN(std::optional<std::string> found, store.TryGet(key, deadline));
   while (!found.has_value() && !AllMarked(store, epoch, deadline)) {
     if (absl::Now() >= deadline) return std::nullopt;  // the round fails on its own deadline
-    absl::StatusOr<std::string> late =
-        store.Get(key, std::min(deadline, absl::Now() + kMarkPoll));
+    absl::StatusOr<std::string> late = store.Get(key, std::min(deadline, absl::Now() + kMarkPoll));
     if (late.ok()) return std::optional<std::string>(*std::move(late));
     if (!absl::IsDeadlineExceeded(late.status())) return late.status();
   }

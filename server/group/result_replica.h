@@ -109,7 +109,7 @@ class ResultReplica {
   bool AllMarked(collective::KeyValueStore& store, const std::string& epoch, absl::Time deadline);
 
   absl::Mutex marks_mu_;
-  std::string marks_epoch_ ABSL_GUARDED_BY(marks_mu_);  // the epoch `marked_` is about
+  std::string marks_epoch_ ABSL_GUARDED_BY(marks_mu_);   // the epoch `marked_` is about
   std::vector<bool> marked_ ABSL_GUARDED_BY(marks_mu_);  // per rank: seen to have replicated
 
   std::thread thread_;  // last: started once everything above is constructed

@@ -337,7 +337,20 @@ absl::StatusOr<AgreedRound> StreamGroup::AgreeOnce(const RoundRecord& record, ab
     }
   }
   const std::string what = absl::StrCat("stream '", stream_, "' round ", record.round);
+  // Ranks that finished the round (a link to this rank failed mid-round) neither arrive again nor
+  // keep an arrival key: the agreed result they wrote tells them from ranks that never came.
+  absl::StatusOr<std::optional<std::string>> finished(std::nullopt);
   if (absl::IsDeadlineExceeded(status) && !recorded) {
+    finished = cleanup.TryGet(keys::Result(stream_root_, record.round));
+  }
+  if (absl::IsDeadlineExceeded(status) && !recorded && finished.ok() && finished->has_value()) {
+    status = absl::DeadlineExceededError(absl::StrCat(
+        what, ": its peers finished it, but this rank's collective did not complete within ",
+        absl::FormatDuration(options.collective_timeout),
+        " (a link to this rank failed mid-round; no rank is missing): send it again, and this "
+        "rank takes the plan they agreed (",
+        status.message(), ")"));
+  } else if (absl::IsDeadlineExceeded(status) && !recorded) {
     const std::optional<std::string> missing =
         MissingRanks(cleanup, options.world_size,
                      [&](int64_t rank) { return keys::Arrival(formation, record.round, rank); });

@@ -257,9 +257,8 @@ absl::StatusOr<BalancedBatch> BalanceBatch(absl::Span<const int64_t> lengths, in
       if (grid && work > (int64_t{1} << 23)) break;
       ++tries;
       work += n * (k + world_size);
-      std::optional<Grid> filled =
-          internal::FillSlots(items, order, v.capacity, world_size, k, balance.micro_batch_cost,
-                              &stop);
+      std::optional<Grid> filled = internal::FillSlots(items, order, v.capacity, world_size, k,
+                                                       balance.micro_batch_cost, &stop);
       RETURN_IF_ERROR(stop.status());
       if (filled) consider(*std::move(filled));
     }

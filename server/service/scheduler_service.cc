@@ -69,33 +69,34 @@ void SchedulerService::RunOnWorker(
     metrics::Method method, grpc::CallbackServerContext* context, ServiceCall* call,
     absl::AnyInvocable<absl::Status(const std::function<absl::Status()>& stop) &&> work,
     int64_t* done) {
-  absl::Status submitted = planning_.Submit([this, method, context, call, done,
-                                             work = std::move(work)](
-                                                const std::atomic<bool>& stopping) mutable {
-    const std::chrono::system_clock::time_point deadline = context->deadline();
-    const std::function<absl::Status()> stop = [&stopping, context, deadline]() -> absl::Status {
-      if (stopping.load(std::memory_order_acquire)) {
-        return absl::UnavailableError("the sidecar is shutting down: planning stopped");
-      }
-      if (context->IsCancelled()) return absl::CancelledError("the caller cancelled the call");
-      if (std::chrono::system_clock::now() >= deadline) {
-        return absl::DeadlineExceededError("the caller's deadline passed: planning stopped");
-      }
-      return absl::OkStatus();
-    };
-    absl::Status status = stop();
-    if (status.ok()) status = std::move(work)(stop);
-    if (!status.ok() && stopping.load(std::memory_order_acquire)) {
-      // As a call refused at shutdown: not marked as served, so the caller may send it again.
-      call->Finish(grpc::Status(grpc::StatusCode::UNAVAILABLE, std::string(status.message())));
-      return;
-    }
-    if (status.ok()) {
-      absl::MutexLock lock(&mu_);
-      ++*done;
-    }
-    Finish(method, context, call, status);
-  });
+  absl::Status submitted =
+      planning_.Submit([this, method, context, call, done,
+                        work = std::move(work)](const std::atomic<bool>& stopping) mutable {
+        const std::chrono::system_clock::time_point deadline = context->deadline();
+        const std::function<absl::Status()> stop = [&stopping, context,
+                                                    deadline]() -> absl::Status {
+          if (stopping.load(std::memory_order_acquire)) {
+            return absl::UnavailableError("the sidecar is shutting down: planning stopped");
+          }
+          if (context->IsCancelled()) return absl::CancelledError("the caller cancelled the call");
+          if (std::chrono::system_clock::now() >= deadline) {
+            return absl::DeadlineExceededError("the caller's deadline passed: planning stopped");
+          }
+          return absl::OkStatus();
+        };
+        absl::Status status = stop();
+        if (status.ok()) status = std::move(work)(stop);
+        if (!status.ok() && stopping.load(std::memory_order_acquire)) {
+          // As a call refused at shutdown: not marked as served, so the caller may send it again.
+          call->Finish(grpc::Status(grpc::StatusCode::UNAVAILABLE, std::string(status.message())));
+          return;
+        }
+        if (status.ok()) {
+          absl::MutexLock lock(&mu_);
+          ++*done;
+        }
+        Finish(method, context, call, status);
+      });
   if (!submitted.ok()) Finish(method, context, call, submitted);
 }
 
@@ -189,8 +190,8 @@ grpc::ServerUnaryReactor* SchedulerService::Partition(grpc::CallbackServerContex
   HoldUntilFreed(response, &reservation);
   RunOnWorker(
       metrics::Method::kPartition, context, call,
-      [this, request, response, held = std::move(reservation)](
-          const std::function<absl::Status()>&) {
+      [this, request, response,
+       held = std::move(reservation)](const std::function<absl::Status()>&) {
         return RunPartition(*request, options_.limits, response);
       },
       &partitions_);
@@ -216,8 +217,8 @@ grpc::ServerUnaryReactor* SchedulerService::BalanceBatch(grpc::CallbackServerCon
   HoldUntilFreed(response, &reservation);
   RunOnWorker(
       metrics::Method::kBalanceBatch, context, call,
-      [this, request, response, held = std::move(reservation)](
-          const std::function<absl::Status()>& stop) {
+      [this, request, response,
+       held = std::move(reservation)](const std::function<absl::Status()>& stop) {
         return RunBalanceBatch(*request, options_.limits, stop, response);
       },
       &balance_batches_);

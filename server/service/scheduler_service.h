@@ -105,11 +105,10 @@ class SchedulerService final
   // Runs `work` (the request's planning; `stop` is BalanceOptions::stop's answer for this call)
   // on a planning worker and finishes `call` with its status, counting a success in `*done`;
   // refuses it at once when the workers are busy and the queue is full.
-  void RunOnWorker(metrics::Method method, grpc::CallbackServerContext* context,
-                   ServiceCall* call,
-                   absl::AnyInvocable<absl::Status(const std::function<absl::Status()>& stop) &&>
-                       work,
-                   int64_t* done);
+  void RunOnWorker(
+      metrics::Method method, grpc::CallbackServerContext* context, ServiceCall* call,
+      absl::AnyInvocable<absl::Status(const std::function<absl::Status()>& stop) &&> work,
+      int64_t* done);
 
   RoundCoordinator* const coordinator_;
   const Options options_;

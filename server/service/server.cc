@@ -71,9 +71,8 @@ absl::StatusOr<std::unique_ptr<SchedulerServer>> SchedulerServer::Start(
   service_options.rank = options.rank;
   service_options.build_version = options.build_version;
   service_options.metrics = options.metrics;
-  service_options.planning_threads = options.planning_threads > 0
-                                         ? options.planning_threads
-                                         : WorkPool::DefaultThreads();
+  service_options.planning_threads =
+      options.planning_threads > 0 ? options.planning_threads : WorkPool::DefaultThreads();
   service_options.planning_queue = options.planning_queue;
   state->service =
       std::make_unique<SchedulerService>(state->coordinator.get(), std::move(service_options));

@@ -62,9 +62,8 @@ void WorkPool::Work() {
     {
       absl::MutexLock lock(&mu_);
       ++idle_;
-      auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-        return !queue_.empty() || exiting_;
-      };
+      auto ready = [this]()
+                       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return !queue_.empty() || exiting_; };
       mu_.Await(absl::Condition(&ready));
       --idle_;
       if (queue_.empty()) return;  // exiting, nothing left

@@ -36,8 +36,11 @@ def one_per_rank(world_size, sync):
 @pytest.fixture(scope="module")
 def estimator(tmp_path_factory):
     """A sidecar whose budget admits nothing: its refusal names each request's estimate."""
-    with Sidecar(tmp_path_factory.mktemp("estimator"), "--max_inflight_bytes=1",
-                 f"--max_sequences_per_request={REQUEST_LIMIT}") as s, channel_of(s) as channel:
+    with Sidecar(
+        tmp_path_factory.mktemp("estimator"),
+        "--max_inflight_bytes=1",
+        f"--max_sequences_per_request={REQUEST_LIMIT}",
+    ) as s, channel_of(s) as channel:
         stub = scheduler_pb2_grpc.SchedulerStub(channel)
 
         def estimate(request):

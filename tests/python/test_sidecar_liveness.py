@@ -79,9 +79,7 @@ def test_health_and_plan_answer_while_heavy_balance_batches_run(tmp_path, record
         health = channel.unary_unary(HEALTH)
         assert health(b"", timeout=5) == SERVING
         stub.Plan(small_plan(), timeout=5)  # the stream exists before the clock starts
-        heavy = [
-            stub.BalanceBatch.future(heavy_request(LIVENESS_W), timeout=60) for _ in range(4)
-        ]
+        heavy = [stub.BalanceBatch.future(heavy_request(LIVENESS_W), timeout=60) for _ in range(4)]
         try:
             assert busy_cpu(sidecar) > 0.1, "the heavy requests are not running"
             latencies = []
