@@ -2,8 +2,7 @@
 and Plan keep answering), and planning stops at the caller's deadline, at its cancellation and at
 SIGTERM. Real packsched-server processes on loopback."""
 
-import signal
-import threading
+import random
 import time
 
 import grpc
@@ -12,12 +11,13 @@ import pytest
 from packsched.v1 import scheduler_pb2, scheduler_pb2_grpc
 from sidecar import Sidecar
 
-# The heaviest BalanceBatch of which four fit the default memory budget together (about 78 MiB
-# each): W = n = 38,000 one-sequence ranks balanced slot by slot.
-LIVENESS_W = 38_000
-# A BalanceBatch far longer than any deadline below (seconds even with near-linear slot
-# balancing), admitted on its own under the defaults: W = n = 150,000 slot by slot.
-STOP_W = 150_000
+# BalanceBatch requests slot by slot (sync "micro_batch") over n = 100,000 sequences of 50 to
+# 4,000 tokens: over W = 10 ranks (about 6 s of planning on the 2-core VM, an estimate of 54 MiB:
+# four fit the default memory budget together), and over W = 4 (about 36 s, far longer than any
+# deadline below). Each test checks that they are still running when it measures: should the
+# planner get much faster, they fail rather than pass without measuring.
+LIVENESS_SHAPE = (100_000, 10)
+STOP_SHAPE = (100_000, 4)
 # Health and a small Plan must answer within this while heavy requests run (p99).
 LIVENESS_BUDGET_S = 0.100
 # Planning must stop within this of its deadline / cancellation: the CPU the process burns in a
@@ -28,9 +28,11 @@ HEALTH = "/grpc.health.v1.Health/Check"
 SERVING = b"\x08\x01"  # HealthCheckResponse{status: SERVING}
 
 
-def heavy_request(world_size=STOP_W):
+def heavy_request(shape=STOP_SHAPE):
+    n, world_size = shape
+    rng = random.Random(1)
     return scheduler_pb2.BalanceBatchRequest(
-        lengths=[1000] * world_size,
+        lengths=[rng.randint(50, 4000) for _ in range(n)],
         world_size=world_size,
         sync=scheduler_pb2.SYNC_MICRO_BATCH,
         options=scheduler_pb2.PlanOptions(max_token_len=4096),
@@ -79,7 +81,9 @@ def test_health_and_plan_answer_while_heavy_balance_batches_run(tmp_path, record
         health = channel.unary_unary(HEALTH)
         assert health(b"", timeout=5) == SERVING
         stub.Plan(small_plan(), timeout=5)  # the stream exists before the clock starts
-        heavy = [stub.BalanceBatch.future(heavy_request(LIVENESS_W), timeout=60) for _ in range(4)]
+        heavy = [
+            stub.BalanceBatch.future(heavy_request(LIVENESS_SHAPE), timeout=60) for _ in range(4)
+        ]
         try:
             assert busy_cpu(sidecar) > 0.1, "the heavy requests are not running"
             latencies = []
@@ -108,8 +112,8 @@ def test_health_and_plan_answer_while_heavy_balance_batches_run(tmp_path, record
 
 
 def test_full_queue_is_refused_with_a_message(tmp_path):
-    # No memory budget: the queue alone refuses the third request.
-    flags = ("--planning_threads=1", "--planning_queue=1", "--max_inflight_bytes=0")
+    # Three fit the default memory budget: the queue alone refuses the third.
+    flags = ("--planning_threads=1", "--planning_queue=1")
     with Sidecar(tmp_path, *flags) as sidecar, channel_of(sidecar) as channel:
         stub = scheduler_pb2_grpc.SchedulerStub(channel)
         running = stub.BalanceBatch.future(heavy_request(), timeout=10)
@@ -159,9 +163,8 @@ def test_planning_stops_at_sigterm_within_the_grace(tmp_path):
             stub = scheduler_pb2_grpc.SchedulerStub(channel)
             call = stub.BalanceBatch.future(heavy_request(), timeout=60)
             assert busy_cpu(sidecar) > 0.1
-            sidecar._proc.send_signal(signal.SIGTERM)
             start = time.monotonic()
-            assert sidecar.wait(timeout=10) == 0
+            assert sidecar.terminate(timeout=10) == 0  # SIGTERM
             took = time.monotonic() - start
             with pytest.raises(grpc.RpcError) as stopped:
                 call.result(timeout=5)
