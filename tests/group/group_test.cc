@@ -267,6 +267,29 @@ TEST(Group, ARankThatFinishedTheRoundIsNotNamedMissing) {
   }
 }
 
+// The same when the generation must form first: a rank whose stream was made again (a restart)
+// runs a round its peers finished without it; they do not come to form, and are not named.
+TEST(Group, PeersThatFinishedTheRoundAreNotNamedWhenTheGroupCannotForm) {
+  InMemoryStore store;
+  auto ranks = MakeRanks(store, 3);
+  ExpectAgreed(OnRanks(3, All(3), [&](int64_t r) { return ranks[r]->stream->Agree(Record(r, 1)); }),
+               3, 1);
+  absl::StatusOr<std::optional<std::string>> epoch =
+      store.TryGet(keys::Epoch("packsched/"), absl::Now() + absl::Seconds(1));
+  ASSERT_TRUE(epoch.ok() && epoch->has_value());
+  ASSERT_TRUE(
+      store
+          .Set(keys::Result(keys::StreamRoot(keys::EpochRoot("packsched/", **epoch), "actor"), 2),
+               "v1 5 1 33 600 33 77 1", absl::Now() + absl::Seconds(1))
+          .ok());
+  ranks[0]->stream.reset();
+  ranks[0]->stream = ranks[0]->group->ForStream("actor");
+  Result alone = ranks[0]->stream->Agree(Record(0, 2));
+  EXPECT_EQ(alone.status().code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_THAT(std::string(alone.status().message()), HasSubstr("round 2: its peers finished it"));
+  EXPECT_THAT(std::string(alone.status().message()), Not(HasSubstr("[1, 2]")));
+}
+
 // Regression: the rank that arrives first times out first and closes its connections; a rank
 // that arrived later, still waiting, used to see that as a reset (ABORTED) instead of the
 // timeout naming the missing rank.
