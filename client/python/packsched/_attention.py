@@ -58,6 +58,30 @@ class _AttentionLayout:
         )
 
 
+_LAYOUT_PARAMETERS = (
+    "cu_seqlens_q",
+    "cu_seqlens_k",
+    "max_seqlen_q",
+    "max_seqlen_k",
+    "softmax_scale",
+    "causal",
+    "window_size",
+    "softcap",
+    "seqused_q",
+    "seqused_k",
+    "cu_seqlens_q_host",
+    "cu_seqlens_k_host",
+    "total_q",
+    "total_k",
+)
+
+
+def _layout_of(params):
+    """(lib, q, layout) of a public call; params: its locals(), q and the _LAYOUT_PARAMETERS."""
+    lib, q = _lib_of(params["q"])
+    return lib, q, _AttentionLayout(lib, q, *(params[name] for name in _LAYOUT_PARAMETERS))
+
+
 def _forward(lib, q, k, v, layout):
     q = lib.contiguous(q)
     k = _same_lib(lib, k)
@@ -122,25 +146,7 @@ def varlen_attention_forward(
     of each row's softmax denominator, scale included). A row that sees no key (and every pad
     slot) gets out = 0 and lse = +inf.
     """
-    lib, q = _lib_of(q)
-    layout = _AttentionLayout(
-        lib,
-        q,
-        cu_seqlens_q,
-        cu_seqlens_k,
-        max_seqlen_q,
-        max_seqlen_k,
-        softmax_scale,
-        causal,
-        window_size,
-        softcap,
-        seqused_q,
-        seqused_k,
-        cu_seqlens_q_host,
-        cu_seqlens_k_host,
-        total_q,
-        total_k,
-    )
+    lib, q, layout = _layout_of(locals())
     return _forward(lib, q, k, v, layout)
 
 
@@ -170,25 +176,7 @@ def varlen_attention_backward(
     """Gradients (dq, dk, dv) of sum(dout * out) for the (out, lse) that varlen_attention_forward
     returned with the same arguments. dk and dv are summed over each GQA group; pad-slot rows are
     0. Deterministic (bitwise reproducible)."""
-    lib, q = _lib_of(q)
-    layout = _AttentionLayout(
-        lib,
-        q,
-        cu_seqlens_q,
-        cu_seqlens_k,
-        max_seqlen_q,
-        max_seqlen_k,
-        softmax_scale,
-        causal,
-        window_size,
-        softcap,
-        seqused_q,
-        seqused_k,
-        cu_seqlens_q_host,
-        cu_seqlens_k_host,
-        total_q,
-        total_k,
-    )
+    lib, q, layout = _layout_of(locals())
     return _backward(lib, dout, q, k, v, out, lse, layout)
 
 
@@ -281,25 +269,7 @@ def varlen_attention(
             "varlen_attention: block_table must be None (a paged KV cache " "is not implemented)"
         )
     del deterministic  # the backward is always deterministic
-    lib, q = _lib_of(q)
-    layout = _AttentionLayout(
-        lib,
-        q,
-        cu_seqlens_q,
-        cu_seqlens_k,
-        max_seqlen_q,
-        max_seqlen_k,
-        softmax_scale,
-        causal,
-        window_size,
-        softcap,
-        seqused_q,
-        seqused_k,
-        cu_seqlens_q_host,
-        cu_seqlens_k_host,
-        total_q,
-        total_k,
-    )
+    lib, q, layout = _layout_of(locals())
     if isinstance(lib, _Torch):
         k = _same_lib(lib, k) if not isinstance(k, lib.torch.Tensor) else k
         v = _same_lib(lib, v) if not isinstance(v, lib.torch.Tensor) else v

@@ -20,8 +20,8 @@ one target per distinct next token of its children.
 import numpy as np
 
 from . import _kernels
-from ._arrays import _LIBS, _Torch, _host, _lib_of, _rows, _same_lib
-from ._attention import _AttentionLayout
+from ._arrays import _LIBS, _Torch, _host, _is_float64, _lib_of, _rows, _same_lib
+from ._attention import _AttentionLayout, _autograd_function, _forward
 
 __all__ = [
     "tree_attention",
@@ -37,96 +37,35 @@ __all__ = [
 class _TreeLayout(_AttentionLayout):
     """An attention layout (self-attention, causal) with its tree arrays."""
 
-    def __init__(
-        self,
-        lib,
-        like,
-        cu_seqlens,
-        max_seqlen,
-        subtree_end,
-        positions,
-        softmax_scale,
-        window_left,
-        softcap,
-        seqused,
-        cu_seqlens_host,
-        total,
-    ):
+    def __init__(self, lib, like, params):
+        """params: tree_attention's arguments by name."""
+        cu, host, seqused, total = (
+            params[name] for name in ("cu_seqlens", "cu_seqlens_host", "seqused", "total")
+        )
         super().__init__(
             lib,
             like,
-            cu_seqlens,
-            cu_seqlens,
-            max_seqlen,
-            max_seqlen,
-            softmax_scale,
+            cu,
+            cu,
+            params["max_seqlen"],
+            params["max_seqlen"],
+            params["softmax_scale"],
             True,
-            (window_left, -1),
-            softcap,
+            (params["window_left"], -1),
+            params["softcap"],
             seqused,
             seqused,
-            cu_seqlens_host,
-            cu_seqlens_host,
+            host,
+            host,
             total,
             total,
         )
-        self.subtree_end = _same_lib(lib, subtree_end)
+        self.subtree_end = _same_lib(lib, params["subtree_end"])
+        positions = params["positions"]
         self.positions = None if positions is None else _same_lib(lib, positions)
 
     def args(self):
         return dict(super().args(), subtree_end=self.subtree_end, positions=self.positions)
-
-
-def _forward(lib, q, k, v, layout):
-    q = lib.contiguous(q)
-    k = _same_lib(lib, k)
-    v = _same_lib(lib, v)
-    out = lib.empty(tuple(q.shape), None, q)
-    float64 = q.dtype == (lib.torch.float64 if isinstance(lib, _Torch) else lib.np.float64)
-    lse = lib.empty((q.shape[1], q.shape[0]), "float64" if float64 else "float32", q)
-    _kernels.varlen_attention_forward(
-        q, k, v, out=out, lse=lse, stream=lib.stream(q), **layout.args()
-    )
-    return out, lse
-
-
-def _backward(lib, dout, q, k, v, out, lse, layout):
-    q = lib.contiguous(q)
-    dout, k, v, out, lse = (_same_lib(lib, x) for x in (dout, k, v, out, lse))
-    dq = lib.empty(tuple(q.shape), None, q)
-    dk = lib.empty(tuple(k.shape), None, k)
-    dv = lib.empty(tuple(v.shape), None, v)
-    _kernels.varlen_attention_backward(
-        dout, q, k, v, out, lse, dq=dq, dk=dk, dv=dv, stream=lib.stream(q), **layout.args()
-    )
-    return dq, dk, dv
-
-
-_ATTENTION = None
-
-
-def _attention_function():
-    global _ATTENTION
-    if _ATTENTION is None:
-        import torch
-
-        class TreeAttention(torch.autograd.Function):
-            @staticmethod
-            def forward(ctx, q, k, v, layout):
-                out, lse = _forward(_LIBS["torch"], q, k, v, layout)
-                ctx.save_for_backward(q, k, v, out, lse)
-                ctx.layout = layout
-                ctx.mark_non_differentiable(lse)
-                return out, lse
-
-            @staticmethod
-            def backward(ctx, dout, _dlse):
-                q, k, v, out, lse = ctx.saved_tensors
-                dq, dk, dv = _backward(_LIBS["torch"], dout, q, k, v, out, lse, ctx.layout)
-                return dq, dk, dv, None
-
-        _ATTENTION = TreeAttention
-    return _ATTENTION
 
 
 def tree_attention(
@@ -160,22 +99,9 @@ def tree_attention(
     arguments raise ValueError naming the argument.
     """
     lib, q = _lib_of(q)
-    layout = _TreeLayout(
-        lib,
-        q,
-        cu_seqlens,
-        max_seqlen,
-        subtree_end,
-        positions,
-        softmax_scale,
-        window_left,
-        softcap,
-        seqused,
-        cu_seqlens_host,
-        total,
-    )
+    layout = _TreeLayout(lib, q, locals())
     if isinstance(lib, _Torch):
-        out, lse = _attention_function().apply(q, k, v, layout)
+        out, lse = _autograd_function().apply(q, k, v, layout)
     else:
         out, lse = _forward(lib, q, k, v, layout)
     return (out, lse) if return_lse else out
@@ -195,8 +121,7 @@ def tree_position_ids(cu_seqlens, subtree_end, total=None, cu_seqlens_host=None)
 
 def _ce_forward(lib, logits, rows, labels):
     logits = lib.contiguous(logits)
-    float64 = logits.dtype == (lib.torch.float64 if isinstance(lib, _Torch) else lib.np.float64)
-    acc = "float64" if float64 else "float32"
+    acc = "float64" if _is_float64(lib, logits) else "float32"
     loss = lib.empty((rows.shape[0],), acc, logits)
     row_lse = lib.empty((logits.shape[0],), acc, logits)
     _kernels.multi_target_cross_entropy(logits, rows, labels, loss, row_lse, lib.stream(logits))
