@@ -10,21 +10,11 @@
 #include "kernels/cuda/launch.h"
 #include "kernels/cuda/launch_result.cuh"
 #include "kernels/cuda/row_copy.cuh"
+#include "kernels/cuda/warp_lse.cuh"
 #include "kernels/internal/args.h"
 
 namespace packsched::kernels::internal::cuda {
 namespace {
-
-template <typename AccT>
-__device__ LogSumExp<AccT> WarpCombine(LogSumExp<AccT> s) {
-  for (int offset = 16; offset > 0; offset /= 2) {
-    LogSumExp<AccT> other;
-    other.max = __shfl_xor_sync(0xffffffffu, s.max, offset);
-    other.sum = __shfl_xor_sync(0xffffffffu, s.sum, offset);
-    s = LseCombine(s, other);
-  }
-  return s;
-}
 
 // One block per row (grid-stride): each thread folds a strided slice of the row into a running
 // log-sum-exp (16-byte loads when the row is aligned), then warps and the block combine.
@@ -62,7 +52,7 @@ __global__ void CrossEntropyRows(const T* __restrict__ logits, int64_t vocab,
     } else {
       for (int64_t v = threadIdx.x; v < vocab; v += blockDim.x) LseAdd(s, ToAcc(row[v]));
     }
-    s = WarpCombine(s);
+    s = WarpLseCombine(s);
     if (lane == 0) {
       warp_max[warp] = s.max;
       warp_sum[warp] = s.sum;

@@ -2,7 +2,7 @@
 #define PACKSCHED_KERNELS_CUDA_ROW_COPY_CUH_
 
 // What the CUDA backend's packing kernels share (unpad_pad.cu, aligned.cu, positions_labels.cu,
-// cross_entropy.cu, context_parallel.cu): the block size, the grid size, the launch status, and
+// cross_entropy.cu, context_parallel.cu, tree_kernels.cu): the block size, the grid size, the launch status, and
 // the row gather that unpad, the aligned layouts and the CP shard are made of.
 //
 // Copy kernels treat rows as arrays of vectors of W bytes (W = 16, 8, 4, 2 or 1, the widest that

@@ -15,18 +15,12 @@
 #include "kernels/common/half.h"
 #include "kernels/common/tree.h"
 #include "kernels/cuda/launch_result.cuh"
+#include "kernels/cuda/row_copy.cuh"
 #include "kernels/cuda/tree_launch.h"
+#include "kernels/cuda/warp_lse.cuh"
 
 namespace packsched::kernels::internal::cuda {
 namespace {
-
-constexpr int kTreeThreads = 256;
-constexpr int64_t kTreeMaxBlocks = 1 << 16;
-
-int64_t TreeBlocks(int64_t work, int64_t per_block) {
-  const int64_t b = (work + per_block - 1) / per_block;
-  return b < 1 ? 1 : (b > kTreeMaxBlocks ? kTreeMaxBlocks : b);
-}
 
 __global__ void TreePositionsKernel(const int32_t* __restrict__ cu,
                                     const int32_t* __restrict__ subtree_end, int64_t batch,
@@ -44,27 +38,16 @@ __global__ void TreePositionsKernel(const int32_t* __restrict__ cu,
   }
 }
 
-template <typename AccT>
-__device__ LogSumExp<AccT> TreeWarpCombine(LogSumExp<AccT> s) {
-  for (int offset = 16; offset > 0; offset /= 2) {
-    LogSumExp<AccT> other;
-    other.max = __shfl_xor_sync(0xffffffffu, s.max, offset);
-    other.sum = __shfl_xor_sync(0xffffffffu, s.sum, offset);
-    s = LseCombine(s, other);
-  }
-  return s;
-}
-
 // The log-sum-exp of one row over the block (every thread gets it).
 template <typename T>
 __device__ Acc<T> RowLse(const T* row, int64_t vocab) {
   using AccT = Acc<T>;
-  __shared__ AccT warp_max[kTreeThreads / 32];
-  __shared__ AccT warp_sum[kTreeThreads / 32];
+  __shared__ AccT warp_max[kThreads / 32];
+  __shared__ AccT warp_sum[kThreads / 32];
   __shared__ AccT result;
   LogSumExp<AccT> s = LseEmpty<AccT>();
   for (int64_t v = threadIdx.x; v < vocab; v += blockDim.x) LseAdd(s, ToAcc(row[v]));
-  s = TreeWarpCombine(s);
+  s = WarpLseCombine(s);
   if (threadIdx.x % 32 == 0) {
     warp_max[threadIdx.x / 32] = s.max;
     warp_sum[threadIdx.x / 32] = s.sum;
@@ -72,7 +55,7 @@ __device__ Acc<T> RowLse(const T* row, int64_t vocab) {
   __syncthreads();
   if (threadIdx.x == 0) {
     LogSumExp<AccT> all = LseEmpty<AccT>();
-    for (int w = 0; w < kTreeThreads / 32; ++w) {
+    for (int w = 0; w < kThreads / 32; ++w) {
       all = LseCombine(all, LogSumExp<AccT>{warp_max[w], warp_sum[w]});
     }
     result = LseValue(all);
@@ -135,20 +118,19 @@ void LaunchTyped(const MultiTargetArgs& a, bool backward, cudaStream_t stream) {
   const Index* labels = static_cast<const Index*>(a.labels);
   if (backward) {
     if (a.num_rows == 0) return;
-    MultiTargetGradKernel<T, Index><<<TreeBlocks(a.num_rows, 1), kTreeThreads, 0, stream>>>(
+    MultiTargetGradKernel<T, Index><<<Blocks(a.num_rows, 1), kThreads, 0, stream>>>(
         logits, a.num_rows, a.vocab, rows, labels, a.targets, static_cast<const AccT*>(a.row_lse),
         static_cast<const AccT*>(a.d_loss), static_cast<T*>(a.d_logits));
     return;
   }
   if (a.num_rows > 0) {
-    MultiTargetLseKernel<T><<<TreeBlocks(a.num_rows, 1), kTreeThreads, 0, stream>>>(
+    MultiTargetLseKernel<T><<<Blocks(a.num_rows, 1), kThreads, 0, stream>>>(
         logits, a.num_rows, a.vocab, static_cast<AccT*>(a.row_lse));
   }
   if (a.targets > 0) {
-    MultiTargetLossKernel<T, Index>
-        <<<TreeBlocks(a.targets, kTreeThreads), kTreeThreads, 0, stream>>>(
-            logits, a.vocab, rows, labels, a.targets, static_cast<const AccT*>(a.row_lse),
-            static_cast<AccT*>(a.loss));
+    MultiTargetLossKernel<T, Index><<<Blocks(a.targets, kThreads), kThreads, 0, stream>>>(
+        logits, a.vocab, rows, labels, a.targets, static_cast<const AccT*>(a.row_lse),
+        static_cast<AccT*>(a.loss));
   }
 }
 
@@ -184,9 +166,8 @@ LaunchResult LaunchMultiTarget(const MultiTargetArgs& a, bool backward, void* st
 
 LaunchResult LaunchTreePositionIds(const TreePositionsArgs& a, void* stream) {
   if (a.rows == 0) return ResultOf(cudaSuccess);
-  TreePositionsKernel<<<TreeBlocks(a.rows, kTreeThreads), kTreeThreads, 0,
-                        static_cast<cudaStream_t>(stream)>>>(a.cu, a.subtree_end, a.batch, a.rows,
-                                                             a.position_ids);
+  TreePositionsKernel<<<Blocks(a.rows, kThreads), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
+      a.cu, a.subtree_end, a.batch, a.rows, a.position_ids);
   return ResultOf(cudaGetLastError());
 }
 
