@@ -18,6 +18,7 @@
 #include "kernels/cuda/attention_device.cuh"
 #include "kernels/cuda/attention_traits.h"
 #include "tests/kernels/attention_reference.h"
+#include "tests/kernels/emulated_attention_args.h"
 #include "tests/kernels/tree_forest.h"
 
 namespace packsched::kernels::internal::cuda {
@@ -100,63 +101,10 @@ void ForwardAndBackward(const AttentionArgs& a) {
 }
 
 template <typename T>
-FloatType TypeOf();
-template <>
-FloatType TypeOf<Fp16>() {
-  return FloatType::kF16;
-}
-template <>
-FloatType TypeOf<Bf16>() {
-  return FloatType::kBf16;
-}
-template <>
-FloatType TypeOf<float>() {
-  return FloatType::kF32;
-}
-
-template <typename T>
 void CheckEmulated(const Problem& p, uint32_t seed = 1) {
   const Inputs in = RandomInputs<T>(p, seed);
   AttentionTensors<T> t(p, in);
-  AttentionArgs a{};
-  a.dtype = TypeOf<T>();
-  a.q = t.q.view().data;
-  a.k = t.k.view().data;
-  a.v = t.v.view().data;
-  a.cu_q = a.cu_q_host = t.cu_q_values.data();
-  a.cu_k = a.cu_k_host = t.cu_k_values.data();
-  a.seqused_q = p.padded() ? t.seqused_q.template data<int32_t>() : nullptr;
-  a.seqused_k = p.padded() ? t.seqused_k.template data<int32_t>() : nullptr;
-  a.batch = p.batch();
-  a.total_q = p.RowsQ();
-  a.total_k = p.RowsK();
-  a.heads = p.heads;
-  a.kv_heads = p.kv_heads;
-  a.head_dim = p.head_dim;
-  a.max_seqlen_q = t.seqlens.max_seqlen_q;
-  // The launch grid covers the longest key segment (p.max_seqlen_k only moves the window rule).
-  for (size_t b = 0; b + 1 < t.cu_k_values.size(); ++b) {
-    a.max_seqlen_k = std::max<int64_t>(a.max_seqlen_k, t.cu_k_values[b + 1] - t.cu_k_values[b]);
-  }
-  a.scale = p.Scale();
-  a.softcap = p.options.softcap;
-  a.causal = p.options.causal;
-  // As the front end passes them: a side >= max_seqlen_k already made unbounded.
-  a.window_left = p.WindowLeft();
-  a.window_right = p.WindowRight();
-  if (p.tree()) {  // as the front end passes a tree: the left window moves onto the positions
-    a.subtree_end = p.subtree_end.data();
-    a.positions = p.positions.data();
-    a.tree_window_left = a.window_left;
-    a.window_left = -1;
-  }
-  a.num_threads = 1;
-  a.out = t.out.view().data;
-  a.lse = t.lse.view().data;
-  a.dout = t.dout.view().data;
-  a.dq = t.dq.view().data;
-  a.dk = t.dk.view().data;
-  a.dv = t.dv.view().data;
+  const AttentionArgs a = testing::EmulatedArgs(p, t);
   if (p.head_dim <= 64) {
     ForwardAndBackward<T, 64>(a);
   } else if (p.head_dim <= 128) {
