@@ -374,6 +374,17 @@ struct AttentionTensors {
   AttentionSeqlens seqlens;
 };
 
+// Runs the public forward and backward (the backend of the tensors' device, the CPU for host
+// tensors) on random inputs in dtype T and applies ExpectMatchesReference.
+template <typename T>
+void CheckAgainstReference(const Problem& p, uint32_t seed = 1) {
+  const Inputs in = RandomInputs<T>(p, seed);
+  AttentionTensors<T> t(p, in);
+  ASSERT_TRUE(t.Forward(p.options).ok()) << t.Forward(p.options);
+  ASSERT_TRUE(t.Backward(p.options).ok()) << t.Backward(p.options);
+  ExpectMatchesReference<T>(p, in, t.Results());
+}
+
 }  // namespace packsched::kernels::testing
 
 #endif  // PACKSCHED_TESTS_KERNELS_ATTENTION_REFERENCE_H_

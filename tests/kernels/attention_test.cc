@@ -20,7 +20,7 @@ namespace packsched::kernels {
 namespace {
 
 using testing::AttentionTensors;
-using testing::ExpectMatchesReference;
+using testing::CheckAgainstReference;
 using testing::HostTensor;
 using testing::Inputs;
 using testing::MakeProblem;
@@ -29,15 +29,6 @@ using testing::Outputs;
 using testing::Problem;
 using testing::RandomInputs;
 using testing::TailProblem;
-
-template <typename T>
-void CheckAgainstReference(const Problem& p, uint32_t seed = 1) {
-  const Inputs in = RandomInputs<T>(p, seed);
-  AttentionTensors<T> t(p, in);
-  ASSERT_TRUE(t.Forward(p.options).ok()) << t.Forward(p.options);
-  ASSERT_TRUE(t.Backward(p.options).ok()) << t.Backward(p.options);
-  ExpectMatchesReference<T>(p, in, t.Results());
-}
 
 // Batch 1, every pair of distinct lengths from {0, 1, 97, 128, 1025} that keeps the test fast
 // (1025 x 1025 is left to the all-lengths batch's 1025 x 128).

@@ -20,7 +20,7 @@ namespace packsched::kernels {
 namespace {
 
 using testing::AttentionTensors;
-using testing::ExpectMatchesReference;
+using testing::CheckAgainstReference;
 using testing::Inputs;
 using testing::MakeProblem;
 using testing::Outputs;
@@ -29,15 +29,6 @@ using testing::Problem;
 using testing::RandomForest;
 using testing::RandomInputs;
 using testing::TreeProblem;
-
-template <typename T>
-void CheckAgainstReference(const Problem& p, uint32_t seed = 1) {
-  const Inputs in = RandomInputs<T>(p, seed);
-  AttentionTensors<T> t(p, in);
-  ASSERT_TRUE(t.Forward(p.options).ok()) << t.Forward(p.options);
-  ASSERT_TRUE(t.Backward(p.options).ok()) << t.Backward(p.options);
-  ExpectMatchesReference<T>(p, in, t.Results());
-}
 
 TEST(AttentionTreeTest, RandomForestsMatchTheReferenceInEveryDtype) {
   for (uint32_t seed = 1; seed <= 3; ++seed) {
