@@ -142,14 +142,7 @@ __global__ void __launch_bounds__(128) AttentionTcBackwardDqKernel(const TcAttnP
   const KeyRange keys = TileKeys<Tr>(mask.rule, first, rows);
   const int64_t tiles = keys.hi > keys.lo ? (keys.hi - keys.lo + kBc - 1) / kBc : 0;
   auto load_keys = [&](int64_t n) {
-    const int buf = static_cast<int>(n & 1);
-    const int64_t key0 = keys.lo + n * kBc;
-    const int64_t cols = Clamp0(mask.rule.sk - key0, kBc);
-    LoadRowsAsync<T, kD, kBc, Tr::kThreads>(ks + buf * kBc * kD, a.k, seq.k0 + key0, cols,
-                                            a.kv_heads, hk);
-    LoadRowsAsync<T, kD, kBc, Tr::kThreads>(vs + buf * kBc * kD, a.v, seq.k0 + key0, cols,
-                                            a.kv_heads, hk);
-    LoadKeyVectors<kBc, Tr::kThreads>(mask, key0, cols, key_end + buf * kV, key_pos + buf * kV);
+    LoadKeyTile<T, Tr>(a, seq, mask, keys.lo, hk, n, ks, vs, key_end, key_pos);
   };
 
   LoadRowsAsync<T, kD, kBr, Tr::kThreads>(qs, a.q, seq.q0 + first, rows, a.heads, h);
@@ -172,17 +165,9 @@ __global__ void __launch_bounds__(128) AttentionTcBackwardDqKernel(const TcAttnP
     d_row[rr] = QuadSum(real ? DotOutPart<T, kD>(a, dos, r, q_row, h, t) : 0.f);
   }
   const int64_t warp_rows = Clamp0(rows - wrow, 16);
-  // warp_keys: the keys some row of the warp sees; warp_all: the keys every row sees (both ends
-  // of a row's range are non-decreasing in the row). Without a tree, a key tile inside warp_all
-  // needs no per-element mask.
-  KeyRange warp_keys{0, 0};
-  KeyRange warp_all{0, 0};
-  if (warp_rows > 0) {
-    const KeyRange top = VisibleKeys(mask.rule, first + wrow);
-    const KeyRange bottom = VisibleKeys(mask.rule, first + wrow + warp_rows - 1);
-    warp_keys = KeyRange{top.lo, bottom.hi};
-    if (warp_rows == 16 && mask.subtree_end == nullptr) warp_all = KeyRange{bottom.lo, top.hi};
-  }
+  // The keys some row of the warp sees, and those every row sees (WarpKeysOf).
+  const WarpKeys wk = WarpKeysOf(mask, first + wrow, warp_rows, 16);
+  const KeyRange warp_keys = wk.some, warp_all = wk.all;
 
   float dq[kD / 8][4];
   ZeroAcc(dq);

@@ -123,6 +123,45 @@ __device__ void LoadKeyVectors(const TcMask& m, int64_t key0, int64_t cols, int3
     if (m.positions != nullptr) pos[c] = real ? m.positions[m.k0 + key0 + c] : 0;
   }
 }
+// Issues the cp.async loads of key tile n (keys from keys_lo + n kBc; the rows past the segment
+// zero-filled) into buffer n & 1 of `ks` and `vs` ([2][kBc][kD] each) and of the tile's tree
+// vectors `key_end` and `key_pos` ([2][kVectorLen] each). The caller commits and waits.
+template <typename T, typename Tr>
+__device__ void LoadKeyTile(const AttentionArgs& a, const AttnSeq& seq, const TcMask& mask,
+                            int64_t keys_lo, int64_t hk, int64_t n, T* ks, T* vs, int32_t* key_end,
+                            int32_t* key_pos) {
+  constexpr int kD = Tr::kHeadDim;
+  constexpr int kBc = Tr::kBc;
+  constexpr int kV = Tr::kVectorLen;
+  const int buf = static_cast<int>(n & 1);
+  const int64_t key0 = keys_lo + n * kBc;
+  const int64_t cols = Clamp0(mask.rule.sk - key0, kBc);
+  LoadRowsAsync<T, kD, kBc, Tr::kThreads>(ks + buf * kBc * kD, a.k, seq.k0 + key0, cols, a.kv_heads,
+                                          hk);
+  LoadRowsAsync<T, kD, kBc, Tr::kThreads>(vs + buf * kBc * kD, a.v, seq.k0 + key0, cols, a.kv_heads,
+                                          hk);
+  LoadKeyVectors<kBc, Tr::kThreads>(mask, key0, cols, key_end + buf * kV, key_pos + buf * kV);
+}
+
+// The keys of a warp's query rows [i0, i0 + n) (0 <= n <= full): `some`, the keys some row sees;
+// `all`, the keys every row sees (both ends of a row's range are non-decreasing in the row),
+// empty with a tree or a partial warp (n < full). Without a tree a key tile inside `all` needs
+// no per-element mask.
+struct WarpKeys {
+  KeyRange some{0, 0};
+  KeyRange all{0, 0};
+};
+
+__device__ inline WarpKeys WarpKeysOf(const TcMask& mask, int64_t i0, int64_t n, int64_t full) {
+  WarpKeys w;
+  if (n > 0) {
+    const KeyRange top = VisibleKeys(mask.rule, i0);
+    const KeyRange bottom = VisibleKeys(mask.rule, i0 + n - 1);
+    w.some = KeyRange{top.lo, bottom.hi};
+    if (n == full && mask.subtree_end == nullptr) w.all = KeyRange{bottom.lo, top.hi};
+  }
+  return w;
+}
 
 // Reductions over the 4 lanes of a quad (the lanes that share rows g and g + 8).
 __device__ inline float QuadMax(float x) {
