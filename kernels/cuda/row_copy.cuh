@@ -2,8 +2,8 @@
 #define PACKSCHED_KERNELS_CUDA_ROW_COPY_CUH_
 
 // What the CUDA backend's packing kernels share (unpad_pad.cu, aligned.cu, positions_labels.cu,
-// cross_entropy.cu, context_parallel.cu, tree_kernels.cu): the block size, the grid size, the launch status, and
-// the row gather that unpad, the aligned layouts and the CP shard are made of.
+// cross_entropy.cu, context_parallel.cu, tree_kernels.cu): the block size, the grid size, the
+// launch status, and the row gather that unpad, the aligned layouts and the CP shard are made of.
 //
 // Copy kernels treat rows as arrays of vectors of W bytes (W = 16, 8, 4, 2 or 1, the widest that
 // divides the row size and the base pointers), so a warp moves 512 contiguous bytes per step.
