@@ -104,7 +104,8 @@ int64_t RoundUpTo(int64_t value, int64_t multiple) { return CeilDiv(value, multi
 absl::StatusOr<BalancedBatch> BalanceBatch(absl::Span<const int64_t> lengths, int64_t world_size,
                                            const PlanOptions& options,
                                            absl::Span<const int64_t> group_ids,
-                                           const BalanceOptions& balance) {
+                                           const BalanceOptions& balance,
+                                           absl::Span<const int64_t> costs) {
   if (world_size < 1 || world_size > kMaxWorldSize) {
     return absl::InvalidArgumentError(
         absl::StrCat("world_size = ", world_size, ": must be in [1, ", kMaxWorldSize, "]"));
@@ -118,8 +119,9 @@ absl::StatusOr<BalancedBatch> BalanceBatch(absl::Span<const int64_t> lengths, in
     return absl::InvalidArgumentError(absl::StrCat("micro_batch_cost = ", balance.micro_batch_cost,
                                                    ": must be in [0, ", kMaxMicroBatchCost, "]"));
   }
-  ASSIGN_OR_RETURN(internal::Validated v,
-                   internal::Validate(lengths, options, /*cap_required=*/true, /*balancing=*/true));
+  ASSIGN_OR_RETURN(
+      internal::Validated v,
+      internal::Validate(lengths, options, /*cap_required=*/true, /*balancing=*/true, costs));
   // Every rank gets k micro-batches, empty ones included: bound the total before any of them is
   // allocated (one group of many short sequences on a large world makes k large on one rank and
   // W x k micro-batches in all). First with the least k can be, before W problems are made.
@@ -225,9 +227,14 @@ absl::StatusOr<BalancedBatch> BalanceBatch(absl::Span<const int64_t> lengths, in
       }
       std::sort(rank.indices.begin(), rank.indices.end());
       std::vector<int64_t> local_lengths;
+      std::vector<int64_t> local_costs;
       local_lengths.reserve(rank.indices.size());
       for (int64_t index : rank.indices) local_lengths.push_back(lengths[index]);
-      ASSIGN_OR_RETURN(Problem problem, Problem::Create(local_lengths, options));
+      if (!costs.empty()) {
+        for (int64_t index : rank.indices) local_costs.push_back(costs[index]);
+      }
+      ASSIGN_OR_RETURN(Problem problem, Problem::Create(local_lengths, options,
+                                                        /*cap_optional=*/false, local_costs));
       out.num_micro_batches = std::max(out.num_micro_batches, problem.local_k());
       problems.push_back(std::move(problem));
     }
@@ -282,7 +289,7 @@ absl::StatusOr<BalancedBatch> BalanceBatch(absl::Span<const int64_t> lengths, in
   }
   if (grid) {
     out.num_micro_batches = grid->k;
-    ASSIGN_OR_RETURN(out.ranks, internal::RanksOfGrid(*grid, items, lengths, options));
+    ASSIGN_OR_RETURN(out.ranks, internal::RanksOfGrid(*grid, items, lengths, options, costs));
   }
   out.step = internal::StepOf(out, v, world_size, balance);
   return out;
