@@ -7,7 +7,9 @@ whole global batch over W data-parallel ranks in one call).
 
 Every function takes the keyword options of ``SchedulerClient.plan`` with the same defaults
 (see packsched._options), and gives the plan the sidecar and ``packsched plan`` give for the same
-input. ``seq_lens``: per-sequence token counts, a list, numpy array or torch tensor of integers.
+input. ``seq_lens``: per-sequence token counts, a list, numpy array or torch tensor of integers,
+or a ``packsched.tree.Forest`` of rollouts: then the plan is a ``packsched.tree.TreePlan`` (tree
+packing: each shared token forwarded once; loss_tokens and the loss weights are per rollout).
 Invalid input raises ValueError with the planner's message (option values are checked first by
 packsched._options, with the messages ``SchedulerClient`` gives).
 """
@@ -20,6 +22,7 @@ from . import _planner
 from ._options import check_world_size, split_options
 from .model_cost import model_fields
 from .plan import Plan
+from .tree import Forest, TreePlan
 
 __all__ = [
     "plan_local",
@@ -101,6 +104,10 @@ def _lengths(seq_lens):
     return np.ascontiguousarray(array, dtype=np.int64)
 
 
+def _forest_arrays(forest):
+    return (forest.node_len, forest.node_parent, forest.rollout_leaf, None)
+
+
 def _loss(loss, n, global_counts, world_size):
     if loss["loss_tokens"] is None:
         return None
@@ -116,10 +123,15 @@ def plan_local(seq_lens, max_token_len, **options):
     """Plans one rank's micro-batches on its own: the smallest micro-batch count that keeps every
     micro-batch within ``max_token_len`` (kk/lpt), or dataset packing (ffd/bfd/sequential).
     Loss weights (with ``loss_tokens``) use this rank's own counts, world size 1. -> Plan"""
-    lengths = _lengths(seq_lens)
     plan_options, loss = split_options(
         max_token_len, options, where="plan_local", cap_required=True
     )
+    if isinstance(seq_lens, Forest):
+        raw = _planner.forest_plan(
+            *_forest_arrays(seq_lens), plan_options, 0, _loss(loss, seq_lens.num_rollouts, None, 1)
+        )
+        return TreePlan.from_raw(raw, cap=max_token_len)
+    lengths = _lengths(seq_lens)
     raw = _planner.plan(lengths, plan_options, 0, _loss(loss, len(lengths), None, 1))
     return Plan.from_raw(raw, cap=max_token_len)
 
@@ -127,12 +139,14 @@ def plan_local(seq_lens, max_token_len, **options):
 def local_bound(seq_lens, max_token_len, **options):
     """This rank's bound k_r (and its loss counts, with ``loss_tokens``) before agreement.
     -> Bound"""
-    lengths = _lengths(seq_lens)
     plan_options, loss = split_options(
         max_token_len, options, where="local_bound", cap_required=True
     )
     tokens = None if loss["loss_tokens"] is None else _lengths(loss["loss_tokens"]).tolist()
-    raw = _planner.local_bound(lengths, plan_options, tokens)
+    if isinstance(seq_lens, Forest):
+        raw = _planner.forest_local_bound(*_forest_arrays(seq_lens), plan_options, tokens)
+    else:
+        raw = _planner.local_bound(_lengths(seq_lens), plan_options, tokens)
     return Bound(**{**raw, "loss_counts": raw.get("loss_counts")})
 
 
@@ -144,17 +158,21 @@ def partition(seq_lens, k, max_token_len=None, *, global_counts=None, world_size
     ``global_counts`` raises ValueError, as ``SchedulerClient.partition`` does: weights for W ranks
     need the counts of all W. ``Plan.global_counts`` is set only with ``loss_tokens`` (no weights,
     no counts). -> Plan"""
-    lengths = _lengths(seq_lens)
     plan_options, loss = split_options(max_token_len, options, where="partition")
     check_world_size("partition", global_counts, world_size)
     if k < 1:
         raise ValueError(f"k = {k}: must be >= 1")
-    raw = _planner.plan(
-        lengths, plan_options, int(k), _loss(loss, len(lengths), global_counts, world_size)
-    )
     counts = None
     if global_counts is not None and loss["loss_tokens"] is not None:
         counts = tuple(global_counts)
+    if isinstance(seq_lens, Forest):
+        weights = _loss(loss, seq_lens.num_rollouts, global_counts, world_size)
+        raw = _planner.forest_plan(*_forest_arrays(seq_lens), plan_options, int(k), weights)
+        return TreePlan.from_raw(raw, cap=max_token_len, global_counts=counts)
+    lengths = _lengths(seq_lens)
+    raw = _planner.plan(
+        lengths, plan_options, int(k), _loss(loss, len(lengths), global_counts, world_size)
+    )
     return Plan.from_raw(raw, cap=max_token_len, global_counts=counts)
 
 
@@ -178,9 +196,16 @@ def balance(
     fixed cost per non-empty micro-batch. ``model_config``: a Hugging Face style config (a dict
     or the path of a config.json): the cost becomes the model's FLOPs (attention weights and
     ``micro_batch_cost``, see ``packsched.model_cost``), whatever the cost options say.
+    A Forest instead of ``seq_lens``: its pieces balanced (no ``group_ids`` or ``model_config``:
+    a tree is one item); each rank's plan is a TreePlan with global rollout ids.
     -> Balanced"""
     if sync not in SYNCS:
         raise ValueError(f"sync = {sync!r}: must be one of {', '.join(SYNCS)}")
+    if isinstance(seq_lens, Forest):
+        return _balance_forest(
+            seq_lens, world_size, max_token_len, group_ids, sync, micro_batch_cost, model_config,
+            options,
+        )
     lengths = _lengths(seq_lens)
     ints, strings = (None, {}) if model_config is None else model_fields(model_config)
     plan_options, loss = split_options(max_token_len, options, where="balance", cap_required=True)
@@ -194,4 +219,23 @@ def balance(
         RankPlan(r["indices"], r["cost"], Plan.from_raw(r["plan"], cap=max_token_len))
         for r in raw["ranks"]
     ]
+    return Balanced(ranks, raw["num_micro_batches"], raw["dropped"], StepStats(**raw["step"]))
+
+
+def _balance_forest(
+    forest, world_size, max_token_len, group_ids, sync, micro_batch_cost, model_config, options
+):
+    if group_ids is not None or model_config is not None:
+        raise ValueError("balance: a forest takes no group_ids or model_config (a tree is one item)")
+    plan_options, loss = split_options(max_token_len, options, where="balance", cap_required=True)
+    if loss["loss_tokens"] is not None:
+        raise ValueError("balance: loss weights are computed per rank (plan each rank's share)")
+    raw = _planner.forest_balance(
+        *_forest_arrays(forest), int(world_size), plan_options, sync, int(micro_batch_cost)
+    )
+    ranks = []
+    for r in raw["ranks"]:
+        plan = TreePlan.from_raw(r, cap=max_token_len)
+        indices = np.flatnonzero(plan.rollout_part >= 0).tolist()
+        ranks.append(RankPlan(indices, sum(m.meta.cost for m in plan.micro_batches), plan))
     return Balanced(ranks, raw["num_micro_batches"], raw["dropped"], StepStats(**raw["step"]))
