@@ -19,7 +19,9 @@
 #include "server/cli/plan_command.h"
 #include "server/cli/plan_flags.h"
 #include "server/cli/read_lengths.h"
+#include "server/cli/read_tree.h"
 #include "server/cli/table_output.h"
+#include "server/cli/tree_command.h"
 
 namespace packsched::cli {
 namespace {
@@ -45,12 +47,40 @@ bool WantsHelp(int argc, char** argv) {
   return false;
 }
 
+// Writes the plan to stdout; the exit status.
+int Write(const absl::StatusOr<std::string>& out) {
+  if (!out.ok()) return Fail(out.status(), kError);
+  if (std::fwrite(out->data(), 1, out->size(), stdout) != out->size() || std::fflush(stdout) != 0) {
+    return Fail(absl::UnavailableError("cannot write the plan to stdout"), kError);
+  }
+  return 0;
+}
+
+// `--tree=FILE`: the forest's plan as a table or JSON.
+absl::StatusOr<std::string> PlanTree(const std::string& path, const PlanRequest& request,
+                                     OutputFormat format) {
+  absl::StatusOr<std::string> text = ReadInput(path);
+  if (!text.ok()) return text.status();
+  absl::StatusOr<planner::Forest> forest = ParseForest(*text, path == "-" ? "stdin" : path);
+  if (!forest.ok()) return forest.status();
+  absl::StatusOr<TreePlanRun> run = RunTreePlan(*forest, request);
+  if (!run.ok()) return run.status();
+  return format == OutputFormat::kJson ? TreePlanJson(*run) : TreePlanTable(*run);
+}
+
 int Plan() {
   absl::StatusOr<PlanRequest> request = RequestFromFlags();
   if (!request.ok()) return Fail(request.status(), kUsage);
   absl::StatusOr<OutputFormat> format = FormatFromFlags();
   if (!format.ok()) return Fail(format.status(), kUsage);
   if (absl::Status status = CheckRequest(*request); !status.ok()) return Fail(status, kUsage);
+  const std::string tree = TreePathFromFlags();
+  if (!tree.empty()) {
+    if (!LengthsPathFromFlags().empty()) {
+      return Fail(absl::InvalidArgumentError("--tree and --lengths: give one input"), kUsage);
+    }
+    return Write(PlanTree(tree, *request, *format));
+  }
 
   const std::string path = LengthsPathFromFlags();
   absl::StatusOr<std::string> text = ReadInput(path);
@@ -61,11 +91,7 @@ int Plan() {
 
   absl::StatusOr<PlanRun> run = RunPlan(*lengths, *request);
   if (!run.ok()) return Fail(run.status(), kError);
-  const std::string out = *format == OutputFormat::kJson ? PlanJson(*run) : PlanTable(*run);
-  if (std::fwrite(out.data(), 1, out.size(), stdout) != out.size() || std::fflush(stdout) != 0) {
-    return Fail(absl::UnavailableError("cannot write the plan to stdout"), kError);
-  }
-  return 0;
+  return Write(*format == OutputFormat::kJson ? PlanJson(*run) : PlanTable(*run));
 }
 
 int Main(int argc, char** argv) {

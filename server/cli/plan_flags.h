@@ -24,6 +24,9 @@ absl::StatusOr<OutputFormat> FormatFromFlags();
 // --lengths: a file path, or empty for stdin.
 std::string LengthsPathFromFlags();
 
+// --tree: the file of a forest of rollouts (read_tree.h), or empty for a plan of lengths.
+std::string TreePathFromFlags();
+
 // The usage text: synopsis, examples and every flag of `packsched plan` with its default.
 std::string HelpText();
 
