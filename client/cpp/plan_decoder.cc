@@ -322,6 +322,7 @@ GlobalCounts GlobalCountsFromProto(const v1::GlobalCounts& g) {
 #define PACKSCHED_FROM_RESPONSE_Parts(name)
 #define PACKSCHED_FROM_RESPONSE_Global(name)
 #define PACKSCHED_FROM_RESPONSE_Stats(name)
+#define PACKSCHED_FROM_RESPONSE_Tree(name)
 #define PACKSCHED_FROM_RESPONSE(name, number, Kind) PACKSCHED_FROM_RESPONSE_##Kind(name)
 #define PACKSCHED_FROM_STATS_Int(name) plan.stats.name = s.name();
 #define PACKSCHED_FROM_STATS_Double(name) plan.stats.name = s.name();
@@ -337,6 +338,7 @@ GlobalCounts GlobalCountsFromProto(const v1::GlobalCounts& g) {
 #define PACKSCHED_PARTS_NAME_Weights(name)
 #define PACKSCHED_PARTS_NAME_Global(name)
 #define PACKSCHED_PARTS_NAME_Stats(name)
+#define PACKSCHED_PARTS_NAME_Tree(name)
 #define PACKSCHED_PARTS_NAME(name, number, Kind) PACKSCHED_PARTS_NAME_##Kind(name)
 
 PlanResult PlanResultFromProto(const v1::PlanResponse& r) {
@@ -400,6 +402,8 @@ PlanResult PlanResultFromProto(const v1::PlanResponse& r) {
   case number:                                                                                     \
     if (wire_type != kLengthDelimited) return std::nullopt;                                        \
     return in.Sub(&sub) && DecodeStats(sub, &stats);
+// A tree plan's layout answers a forest request; this decoder skips it as an unknown field.
+#define PACKSCHED_DECODE_RESPONSE_Tree(name, number)
 #define PACKSCHED_DECODE_RESPONSE(name, number, Kind) PACKSCHED_DECODE_RESPONSE_##Kind(name, number)
 
 absl::StatusOr<PlanResult> DecodePlanResponse(absl::string_view bytes) {
@@ -436,6 +440,7 @@ absl::StatusOr<PlanResult> DecodePlanResponse(absl::string_view bytes) {
 #define PACKSCHED_BOUND_Weights(name)
 #define PACKSCHED_BOUND_Global(name)
 #define PACKSCHED_BOUND_Stats(name)
+#define PACKSCHED_BOUND_Tree(name)
 #define PACKSCHED_BOUND(name, number, Kind) PACKSCHED_BOUND_##Kind(name)
   PACKSCHED_PLAN_RESPONSE(PACKSCHED_BOUND)
   TakeWireStats(stats, &out);

@@ -5,6 +5,7 @@
 
 #include <string>
 
+#include "absl/strings/string_view.h"
 #include "server/cli/json_writer.h"
 #include "server/cli/plan_command.h"
 
@@ -29,6 +30,8 @@ void WriteMicroBatchFields(const planner::MicroBatch& part, JsonWriter& w);
 void WriteStats(const planner::PlanStats& s, JsonWriter& w);
 void WriteStep(const planner::StepStats& s, JsonWriter& w);
 void WriteOptions(const PlanRun& run, JsonWriter& w);
+// The plan's micro-batch list's key ("micro_batches", from the schema table).
+absl::string_view MicroBatchesKey();
 
 }  // namespace packsched::cli
 

@@ -23,7 +23,7 @@ bool IsPacker(Algorithm a) {
 void WriteTreePlanFields(const planner::TreePlan& plan, JsonWriter& w) {
   w.Key("num_micro_batches");
   w.Int(static_cast<int64_t>(plan.parts.size()));
-  w.Key("micro_batches");
+  w.Key(MicroBatchesKey());
   w.BeginArray();
   for (const planner::TreeMicroBatch& part : plan.parts) {
     const planner::TreeLayout& l = part.layout;

@@ -132,4 +132,26 @@ MicroBatchPlan RolloutView(const TreePlan& plan, const ForestIndex& index) {
   return view;
 }
 
+MicroBatchPlan ResponseView(const TreePlan& plan, const ForestIndex& index) {
+  MicroBatchPlan view = RolloutView(plan, index);
+  for (size_t p = 0; p < plan.parts.size(); ++p) view.parts[p] = plan.parts[p].batch;
+  return view;
+}
+
+absl::StatusOr<LossCounts> CountLoss(const TreeProblem& problem,
+                                     absl::Span<const int64_t> loss_tokens) {
+  const int64_t r = static_cast<int64_t>(problem.forest().rollout_leaf.size());
+  MicroBatchPlan kept;  // CountLoss reads reorder (the kept rollouts) and revert's size
+  kept.revert.assign(r, 0);
+  const std::vector<int64_t>& dropped = problem.dropped();
+  for (int64_t j = 0, next = 0; j < r; ++j) {
+    if (next < static_cast<int64_t>(dropped.size()) && dropped[next] == j) {
+      ++next;
+    } else {
+      kept.reorder.push_back(j);
+    }
+  }
+  return CountLoss(kept, loss_tokens);
+}
+
 }  // namespace packsched::planner

@@ -222,6 +222,13 @@ absl::StatusOr<TreeProblem> TreeProblem::Create(const Forest& forest, const Plan
 
 int64_t TreeProblem::local_k() const { return state_->problem->local_k(); }
 int64_t TreeProblem::lower_bound_k() const { return state_->problem->lower_bound_k(); }
+int64_t TreeProblem::num_sequences() const {
+  return static_cast<int64_t>(state_->forest.rollout_leaf.size());
+}
+int64_t TreeProblem::num_kept() const {
+  return num_sequences() - static_cast<int64_t>(state_->dropped.size());
+}
+int64_t TreeProblem::total_tokens() const { return state_->problem->total_tokens(); }
 const std::vector<TreePiece>& TreeProblem::pieces() const { return state_->pieces; }
 const std::vector<int64_t>& TreeProblem::dropped() const { return state_->dropped; }
 const Forest& TreeProblem::forest() const { return state_->forest; }

@@ -27,6 +27,7 @@
 
 #include "absl/status/statusor.h"
 #include "server/planner/forest.h"
+#include "server/planner/loss_weights.h"
 #include "server/planner/options.h"
 #include "server/planner/plan.h"
 #include "server/planner/planner.h"
@@ -96,6 +97,9 @@ class TreeProblem {
 
   int64_t local_k() const;
   int64_t lower_bound_k() const;
+  int64_t num_sequences() const;  // rollouts given
+  int64_t num_kept() const;       // rollouts planned (not dropped)
+  int64_t total_tokens() const;   // tokens of the pieces (what the plan forwards)
   const std::vector<TreePiece>& pieces() const;
   const std::vector<int64_t>& dropped() const;  // rollouts
   const Forest& forest() const;
@@ -152,6 +156,16 @@ std::vector<int64_t> RolloutRows(const TreeMicroBatch& part, const Forest& fores
 // and max_seqlen are the rollouts' (no offsets: the rows are the layout's). Loss weights are
 // per rollout as for sequences.
 MicroBatchPlan RolloutView(const TreePlan& plan, const ForestIndex& index);
+
+// RolloutView with the micro-batches over pieces (TreeMicroBatch::batch): what the sidecar
+// answers a forest request with (reorder, revert and dropped over rollouts; micro_batches'
+// indices are piece ids and their offsets delimit the pieces).
+MicroBatchPlan ResponseView(const TreePlan& plan, const ForestIndex& index);
+
+// CountLoss over the rollouts `problem` keeps, before any plan exists (what a rank sends into
+// the round). `loss_tokens`: one per rollout; InvalidArgument as CountLoss.
+absl::StatusOr<LossCounts> CountLoss(const TreeProblem& problem,
+                                     absl::Span<const int64_t> loss_tokens);
 
 }  // namespace packsched::planner
 

@@ -17,6 +17,8 @@
 #include "server/base/status_macros.h"
 #include "server/planner/model_cost.h"
 #include "server/planner/schema.h"
+#include "server/planner/tree_plan.h"
+#include "server/service/forest_convert.h"
 
 namespace packsched::service {
 namespace {
@@ -128,23 +130,38 @@ void ReadRoundOptions(const v1::PlanOptions& p, PlanInput* out) {
 #undef PACKSCHED_READ_ROUND
 }
 
+// `forest`: the request's forest when it has one (tree packing), else null.
 absl::StatusOr<PlanInput> MakePlanInput(const google::protobuf::RepeatedField<int64_t>& lengths,
                                         const v1::PlanOptions& options,
                                         const google::protobuf::RepeatedField<int64_t>& loss_tokens,
                                         const v1::LossOptions& loss, const ServiceLimits& limits,
-                                        bool planner_picks_k) {
+                                        bool planner_picks_k, const v1::Forest* forest) {
   PlanInput input;
   // Options first: they are small, and bound everything sized by them.
   ASSIGN_OR_RETURN(input.options, ToPlanOptions(options, limits, planner_picks_k));
   ASSIGN_OR_RETURN(input.loss, ToLossOptions(loss));
   ReadRoundOptions(options, &input);
-  ASSIGN_OR_RETURN(input.lengths, ToLengths(lengths, limits));
-  ASSIGN_OR_RETURN(input.loss_tokens, ToLossTokens(loss_tokens, input.lengths));
+  std::vector<int64_t> rollout_len;  // the forest's, for loss_tokens
+  if (forest != nullptr) {
+    if (!lengths.empty()) {
+      return absl::InvalidArgumentError("lengths and forest are both set: give one of them");
+    }
+    ASSIGN_OR_RETURN(input.forest, ToForest(*forest, limits));
+    ASSIGN_OR_RETURN(const planner::ForestIndex index, planner::IndexForest(*input.forest));
+    rollout_len = index.rollout_len;
+  } else {
+    ASSIGN_OR_RETURN(input.lengths, ToLengths(lengths, limits));
+  }
+  ASSIGN_OR_RETURN(input.loss_tokens,
+                   ToLossTokens(loss_tokens, forest != nullptr ? rollout_len : input.lengths));
   input.options_hash = OptionsHash(input.options, input, input.loss_tokens.has_value(), input.loss);
+  const planner::Forest none;
+  const planner::Forest& f = input.forest ? *input.forest : none;
   input.content_hash = absl::HashOf(
       input.options_hash, absl::MakeConstSpan(input.lengths),
       input.loss_tokens ? absl::MakeConstSpan(*input.loss_tokens) : absl::Span<const int64_t>(),
-      input.loss_tokens.has_value());
+      input.loss_tokens.has_value(), input.forest.has_value(), absl::MakeConstSpan(f.node_len),
+      absl::MakeConstSpan(f.node_parent), absl::MakeConstSpan(f.rollout_leaf));
   return input;
 }
 
@@ -197,6 +214,12 @@ int64_t CountBound(const planner::PlanOptions& o, int64_t items) {
   return std::min(o.max_micro_batches, SatMul(CeilDiv(k, o.divisible_by), o.divisible_by));
 }
 
+// A forest's items for the estimate: its nodes and its rollouts (each costs about a sequence).
+int64_t ForestItems(const v1::Forest& forest) {
+  return SatAdd(std::max(forest.node_len_size(), forest.node_parent_size()),
+                std::max(forest.rollout_leaf_size(), forest.rollout_len_size()));
+}
+
 RequestMemory MemoryOf(int64_t sequences, int64_t micro_batches, int64_t wire_bytes) {
   return {sequences, micro_batches, wire_bytes, PeakBytes(sequences, micro_batches, wire_bytes)};
 }
@@ -214,6 +237,11 @@ int64_t PeakBytes(int64_t sequences, int64_t micro_batches, int64_t wire_bytes) 
 RequestMemory EstimatePlanMemory(const v1::PlanRequest& request, const ServiceLimits& limits) {
   const absl::StatusOr<planner::PlanOptions> o =
       ToPlanOptions(request.options(), limits, /*planner_picks_k=*/true);
+  if (request.has_forest()) {  // at most one piece per rollout
+    const int64_t rollouts = request.forest().rollout_leaf_size();
+    return MemoryOf(ForestItems(request.forest()), o.ok() ? CountBound(*o, rollouts) : 0,
+                    static_cast<int64_t>(request.ByteSizeLong()));
+  }
   const int64_t k = o.ok() ? CountBound(*o, ItemPartsBound(request.lengths(), *o)) : 0;
   return MemoryOf(request.lengths().size(), k, static_cast<int64_t>(request.ByteSizeLong()));
 }
@@ -223,18 +251,24 @@ RequestMemory EstimatePartitionMemory(const v1::PartitionRequest& request,
   const absl::StatusOr<planner::PlanOptions> o =
       ToPlanOptions(request.options(), limits, /*planner_picks_k=*/false);
   const int64_t k = request.num_micro_batches();
-  return MemoryOf(request.lengths().size(), o.ok() && k >= 1 && k <= o->max_micro_batches ? k : 0,
+  const int64_t n =
+      request.has_forest() ? ForestItems(request.forest()) : request.lengths().size();
+  return MemoryOf(n, o.ok() && k >= 1 && k <= o->max_micro_batches ? k : 0,
                   static_cast<int64_t>(request.ByteSizeLong()));
 }
 
 RequestMemory EstimateBalanceBatchMemory(const v1::BalanceBatchRequest& request,
                                          const ServiceLimits& limits) {
-  const int64_t n = request.lengths().size();
+  const int64_t n =
+      request.has_forest() ? ForestItems(request.forest()) : request.lengths().size();
   const int64_t world_size = request.world_size();
   const absl::StatusOr<planner::PlanOptions> o =
       ToPlanOptions(request.options(), limits, /*planner_picks_k=*/true);
   int64_t parts = 0;
-  if (o.ok() && world_size >= 1 && world_size <= planner::kMaxWorldSize) {
+  if (o.ok() && world_size >= 1 && world_size <= planner::kMaxWorldSize && request.has_forest()) {
+    // Every rank may hold every piece (at most one a rollout).
+    parts = SatMul(world_size, CountBound(*o, request.forest().rollout_leaf_size()));
+  } else if (o.ok() && world_size >= 1 && world_size <= planner::kMaxWorldSize) {
     // The largest rank's share: ceil(n / W), or all of them with groups (a group stays whole).
     const int64_t share = request.group_ids().empty() ? CeilDiv(n, world_size) : n;
     parts =
@@ -422,7 +456,8 @@ absl::StatusOr<planner::LossOptions> ToLossOptions(const v1::LossOptions& p) {
 
 absl::StatusOr<PlanInput> ToPlanInput(const v1::PlanRequest& request, const ServiceLimits& limits) {
   return MakePlanInput(request.lengths(), request.options(), request.loss_tokens(), request.loss(),
-                       limits, /*planner_picks_k=*/true);
+                       limits, /*planner_picks_k=*/true,
+                       request.has_forest() ? &request.forest() : nullptr);
 }
 
 absl::StatusOr<RoundInput> ToRoundInput(const v1::PlanRequest& request,
@@ -464,6 +499,7 @@ absl::StatusOr<RoundInput> ToRoundInput(const v1::PlanRequest& request,
 #define PACKSCHED_HEAD_Weights PACKSCHED_SCHEMA_NOTHING
 #define PACKSCHED_HEAD_Global PACKSCHED_SCHEMA_NOTHING
 #define PACKSCHED_HEAD_Stats PACKSCHED_SCHEMA_NOTHING
+#define PACKSCHED_HEAD_Tree PACKSCHED_SCHEMA_NOTHING
 #define PACKSCHED_HEAD(name, number, Kind) PACKSCHED_HEAD_##Kind(name)
 
 void PlanResponseHead(int64_t k, const planner::MicroBatchPlan& plan,
@@ -473,7 +509,8 @@ absl::Status RunPartition(const v1::PartitionRequest& request, const ServiceLimi
                           v1::PlanResponse* response) {
   ASSIGN_OR_RETURN(PlanInput input,
                    MakePlanInput(request.lengths(), request.options(), request.loss_tokens(),
-                                 request.loss(), limits, /*planner_picks_k=*/false));
+                                 request.loss(), limits, /*planner_picks_k=*/false,
+                                 request.has_forest() ? &request.forest() : nullptr));
   const int64_t k = request.num_micro_batches();
   if (k < 1 || k > input.options.max_micro_batches) {
     return absl::InvalidArgumentError(absl::StrCat("num_micro_batches = ", k, ": must be in [1, ",
@@ -495,8 +532,20 @@ absl::Status RunPartition(const v1::PartitionRequest& request, const ServiceLimi
   ranks = g.name() == 0 ? 1 : g.name();
 #define PACKSCHED_CHECK(name, number, Kind) PACKSCHED_CHECK_##Kind(name)
   PACKSCHED_GLOBAL_COUNTS(PACKSCHED_CHECK)
-  ASSIGN_OR_RETURN(planner::MicroBatchPlan plan,
-                   planner::PartitionFixedK(input.lengths, k, input.options));
+  // `plan` answers; `loss_plan` is what the loss weights read (the plan over rollouts, for a
+  // forest, whose micro-batches hold pieces).
+  planner::MicroBatchPlan plan;
+  planner::MicroBatchPlan loss_plan;
+  std::optional<planner::TreePlan> tree;
+  if (input.forest) {
+    ASSIGN_OR_RETURN(tree, planner::PartitionForestFixedK(*input.forest, k, input.options));
+    ASSIGN_OR_RETURN(const planner::ForestIndex index, planner::IndexForest(*input.forest));
+    plan = planner::ResponseView(*tree, index);
+    loss_plan = planner::RolloutView(*tree, index);
+  } else {
+    ASSIGN_OR_RETURN(plan, planner::PartitionFixedK(input.lengths, k, input.options));
+  }
+  const planner::MicroBatchPlan& weighed = input.forest ? loss_plan : plan;
   std::optional<planner::LossWeights> weights;
   // Global counts sum every rank's, this one's included: one below this request's own is a
   // caller's mistake (e.g. `global` set for the world size alone) that would silently scale or
@@ -520,7 +569,7 @@ absl::Status RunPartition(const v1::PartitionRequest& request, const ServiceLimi
 #define PACKSCHED_OWN_KEPT(name, number, Kind) PACKSCHED_KEPT_##Kind(name)
   PACKSCHED_GLOBAL_COUNTS(PACKSCHED_OWN_KEPT)
   if (input.loss_tokens) {
-    ASSIGN_OR_RETURN(planner::LossCounts counts, planner::CountLoss(plan, *input.loss_tokens));
+    ASSIGN_OR_RETURN(planner::LossCounts counts, planner::CountLoss(weighed, *input.loss_tokens));
     if (request.has_global()) {
 #define PACKSCHED_OWN_Loss(name) \
   RETURN_IF_ERROR(at_least_own("global." #name, g.name(), counts.name));
@@ -534,7 +583,7 @@ absl::Status RunPartition(const v1::PartitionRequest& request, const ServiceLimi
 #define PACKSCHED_TAKE(name, number, Kind) PACKSCHED_TAKE_##Kind(name)
       PACKSCHED_GLOBAL_COUNTS(PACKSCHED_TAKE)
     }
-    ASSIGN_OR_RETURN(weights, WeightsFor(plan, *input.loss_tokens, input.loss, counts, ranks));
+    ASSIGN_OR_RETURN(weights, WeightsFor(weighed, *input.loss_tokens, input.loss, counts, ranks));
 #define PACKSCHED_SET_Loss(name) out->set_##name(counts.name);
 #define PACKSCHED_SET_Kept(name)
 #define PACKSCHED_SET_World(name)
@@ -543,14 +592,88 @@ absl::Status RunPartition(const v1::PartitionRequest& request, const ServiceLimi
   }
   PlanResponseHead(k, plan, response);
   PlanToProto(plan, weights ? &*weights : nullptr, input.options.max_token_len, response);
+  if (tree) TreePlanToProto(*tree, response->mutable_tree());
   return absl::OkStatus();
 }
+
+namespace {
+
+void StepToProto(const planner::StepStats& s, v1::StepStats* step) {
+  step->set_step_sync_cost(s.step_sync_cost);
+  step->set_micro_batch_sync_cost(s.micro_batch_sync_cost);
+  step->set_ideal(s.ideal);
+  step->set_efficiency(s.efficiency);
+  step->set_lower_bound(s.lower_bound);
+  step->set_lower_bound_efficiency(s.lower_bound_efficiency);
+}
+
+// BalanceBatch over a forest: every rank's plan over pieces, with global rollout ids in its
+// index lists and `indices` (the rank's rollouts, ascending), its loss weights per rollout.
+absl::Status RunBalanceForest(const PlanInput& input, int64_t world_size,
+                              const planner::BalanceOptions& balance,
+                              const v1::BalanceBatchRequest& request,
+                              v1::BalanceBatchResponse* response) {
+  ASSIGN_OR_RETURN(planner::BalancedForest batch,
+                   planner::BalanceForest(*input.forest, world_size, input.options, balance));
+  ASSIGN_OR_RETURN(const planner::ForestIndex index, planner::IndexForest(*input.forest));
+  response->set_num_micro_batches(batch.num_micro_batches);
+  StepToProto(batch.step, response->mutable_step());
+  response->mutable_dropped()->Assign(batch.dropped.begin(), batch.dropped.end());
+  v1::GlobalCounts* global = response->mutable_global();
+  const int64_t kept =
+      static_cast<int64_t>(input.forest->rollout_leaf.size() - batch.dropped.size());
+  std::vector<planner::MicroBatchPlan> views;
+  planner::LossCounts total;
+  for (const planner::TreePlan& rank : batch.ranks) {
+    views.push_back(planner::RolloutView(rank, index));
+    if (input.loss_tokens) {
+      ASSIGN_OR_RETURN(const planner::LossCounts counts,
+                       planner::CountLoss(views.back(), *input.loss_tokens));
+#define PACKSCHED_FOREST_SUM_Loss(name) total.name += counts.name;
+#define PACKSCHED_FOREST_SUM_Kept(name)
+#define PACKSCHED_FOREST_SUM_World(name)
+#define PACKSCHED_FOREST_SUM(name, number, Kind) PACKSCHED_FOREST_SUM_##Kind(name)
+      PACKSCHED_GLOBAL_COUNTS(PACKSCHED_FOREST_SUM)
+    }
+  }
+  // Kept rollouts and the world; the loss counts summed over the ranks, with loss_tokens.
+#define PACKSCHED_FOREST_GLOBAL_Kept(name) global->set_##name(kept);
+#define PACKSCHED_FOREST_GLOBAL_Loss(name) \
+  if (input.loss_tokens) global->set_##name(total.name);
+#define PACKSCHED_FOREST_GLOBAL_World(name) global->set_##name(world_size);
+#define PACKSCHED_FOREST_GLOBAL(name, number, Kind) PACKSCHED_FOREST_GLOBAL_##Kind(name)
+  PACKSCHED_GLOBAL_COUNTS(PACKSCHED_FOREST_GLOBAL)
+  for (size_t r = 0; r < batch.ranks.size(); ++r) {
+    const planner::TreePlan& rank = batch.ranks[r];
+    v1::RankPlan* out = response->add_ranks();
+    int64_t cost = 0;
+    for (const planner::TreeMicroBatch& part : rank.parts) cost += part.batch.cost;
+    for (int64_t rollout : views[r].reorder) out->add_indices(rollout);
+    std::sort(out->mutable_indices()->begin(), out->mutable_indices()->end());
+    out->set_cost(cost);
+    v1::PlanResponse* plan = out->mutable_plan();
+    const planner::MicroBatchPlan answer = planner::ResponseView(rank, index);
+    PlanResponseHead(batch.num_micro_batches, answer, plan);
+    *plan->mutable_global() = *global;
+    std::optional<planner::LossWeights> weights;
+    if (input.loss_tokens) {
+      ASSIGN_OR_RETURN(weights,
+                       WeightsFor(views[r], *input.loss_tokens, input.loss, total, world_size));
+    }
+    PlanToProto(answer, weights ? &*weights : nullptr, input.options.max_token_len, plan);
+    TreePlanToProto(rank, plan->mutable_tree());
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
 
 absl::Status RunBalanceBatch(const v1::BalanceBatchRequest& request, const ServiceLimits& limits,
                              v1::BalanceBatchResponse* response) {
   ASSIGN_OR_RETURN(PlanInput input,
                    MakePlanInput(request.lengths(), request.options(), request.loss_tokens(),
-                                 request.loss(), limits, /*planner_picks_k=*/true));
+                                 request.loss(), limits, /*planner_picks_k=*/true,
+                                 request.has_forest() ? &request.forest() : nullptr));
   const int64_t world_size = request.world_size();
   if (world_size < 1 || world_size > planner::kMaxWorldSize) {
     return absl::InvalidArgumentError(absl::StrCat("world_size = ", world_size, ": must be in [1, ",
@@ -560,6 +683,11 @@ absl::Status RunBalanceBatch(const v1::BalanceBatchRequest& request, const Servi
     return absl::ResourceExhaustedError(absl::StrCat(
         "world_size = ", world_size, " exceeds the server limit --max_sequences_per_request = ",
         limits.max_sequences_per_request));
+  }
+  if (input.forest && (request.has_model_config() || !request.group_ids().empty())) {
+    return absl::InvalidArgumentError(
+        "forest: group_ids and model_config must be unset (a tree is one item; its rollouts "
+        "stay together)");
   }
   if (!request.group_ids().empty() &&
       static_cast<size_t>(request.group_ids().size()) != input.lengths.size()) {
@@ -605,17 +733,12 @@ absl::Status RunBalanceBatch(const v1::BalanceBatchRequest& request, const Servi
     }
     balance.micro_batch_cost = *micro_batch_cost;
   }
+  if (input.forest) return RunBalanceForest(input, world_size, balance, request, response);
   ASSIGN_OR_RETURN(
       planner::BalancedBatch batch,
       planner::BalanceBatch(input.lengths, world_size, input.options, group_ids, balance));
   response->set_num_micro_batches(batch.num_micro_batches);
-  v1::StepStats* step = response->mutable_step();
-  step->set_step_sync_cost(batch.step.step_sync_cost);
-  step->set_micro_batch_sync_cost(batch.step.micro_batch_sync_cost);
-  step->set_ideal(batch.step.ideal);
-  step->set_efficiency(batch.step.efficiency);
-  step->set_lower_bound(batch.step.lower_bound);
-  step->set_lower_bound_efficiency(batch.step.lower_bound_efficiency);
+  StepToProto(batch.step, response->mutable_step());
   response->mutable_dropped()->Assign(batch.dropped.begin(), batch.dropped.end());
   v1::GlobalCounts* global = response->mutable_global();
 #define PACKSCHED_BATCH_Kept(name) \
@@ -688,6 +811,7 @@ absl::Status RunBalanceBatch(const v1::BalanceBatchRequest& request, const Servi
   }
 #define PACKSCHED_LISTS_Global PACKSCHED_SCHEMA_NOTHING
 #define PACKSCHED_LISTS_Stats PACKSCHED_SCHEMA_NOTHING
+#define PACKSCHED_LISTS_Tree PACKSCHED_SCHEMA_NOTHING  // TreePlanToProto (forest_convert.h)
 #define PACKSCHED_LISTS(name, number, Kind) PACKSCHED_LISTS_##Kind(name)
 #define PACKSCHED_STATS_Int(name, alias) stats->set_##name(plan.stats.name);
 #define PACKSCHED_STATS_Double(name, alias) stats->set_##name(plan.stats.name);
@@ -710,6 +834,7 @@ void PlanToProto(const planner::MicroBatchPlan& plan, const planner::LossWeights
 #define PACKSCHED_RESULT_Weights PACKSCHED_SCHEMA_NOTHING
 #define PACKSCHED_RESULT_Global PACKSCHED_SCHEMA_NOTHING
 #define PACKSCHED_RESULT_Stats PACKSCHED_SCHEMA_NOTHING
+#define PACKSCHED_RESULT_Tree PACKSCHED_SCHEMA_NOTHING
 #define PACKSCHED_RESULT(name, number, Kind) PACKSCHED_RESULT_##Kind(name)
 #define PACKSCHED_GLOBAL(name, number, Kind) global->set_##name(result.global.name);
 #define PACKSCHED_TIMES_Micros(name, alias) \
@@ -723,6 +848,7 @@ void PlanToProto(const planner::MicroBatchPlan& plan, const planner::LossWeights
 void RoundResultToProto(const RoundResult& result, v1::PlanResponse* response) {
   PACKSCHED_PLAN_RESPONSE(PACKSCHED_RESULT)
   PlanToProto(result.plan, result.loss ? &*result.loss : nullptr, result.max_token_len, response);
+  if (result.tree) TreePlanToProto(*result.tree, response->mutable_tree());
   v1::GlobalCounts* global = response->mutable_global();
   PACKSCHED_GLOBAL_COUNTS(PACKSCHED_GLOBAL)
   v1::PlanStats* stats = response->mutable_stats();

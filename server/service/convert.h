@@ -36,7 +36,9 @@ absl::StatusOr<planner::PlanOptions> ToPlanOptions(const v1::PlanOptions& p,
 absl::StatusOr<planner::LossOptions> ToLossOptions(const v1::LossOptions& p);
 
 // Validates lengths (count within the limit, each >= 1) and loss_tokens (empty, or one per
-// sequence, each in [0, its length]) and assembles the planner input with its hashes.
+// sequence, each in [0, its length]) and assembles the planner input with its hashes. With a
+// forest (tree packing; lengths must then be empty): the forest as ToForest (forest_convert.h)
+// checks it, loss_tokens one per rollout.
 absl::StatusOr<PlanInput> ToPlanInput(const v1::PlanRequest& request, const ServiceLimits& limits);
 
 // A Plan request as submitted to its round: fails only when the round cannot be identified (bad
@@ -83,6 +85,7 @@ int64_t PeakBytes(int64_t sequences, int64_t micro_batches, int64_t wire_bytes);
 //    round whose peers raise k above this is not reserved again (docs/design.md §3).
 //  - Partition: num_micro_batches.
 //  - BalanceBatch: world_size x the per-rank count of Plan over the largest rank's share.
+// With a forest, n is its nodes + rollouts, and b its rollouts (at most one piece each).
 RequestMemory EstimatePlanMemory(const v1::PlanRequest& request, const ServiceLimits& limits);
 RequestMemory EstimatePartitionMemory(const v1::PartitionRequest& request,
                                       const ServiceLimits& limits);

@@ -12,6 +12,7 @@
 #include "server/group/collective_agreement.h"
 #include "server/group/round.h"
 #include "server/planner/planner.h"
+#include "server/planner/tree_plan.h"
 #include "server/service/round_metrics.h"
 #include "spdlog/spdlog.h"
 
@@ -395,9 +396,20 @@ Result RoundCoordinator::RunRound(Stream& stream, const RoundInput& in) {
 
   // The local half — the bound and the counts, no plan yet (the plan waits for the agreed k):
   // its errors do not return early, they join the round.
+  // A forest (tree packing) is planned as pieces: `tree` holds them, `problem` is over them.
   std::optional<planner::Problem> problem;
+  std::optional<planner::TreeProblem> tree;
   const PlanInput& input = in.input;
-  if (record.error.ok()) {
+  if (record.error.ok() && input.forest) {
+    absl::StatusOr<planner::TreeProblem> created =
+        planner::TreeProblem::Create(*input.forest, input.options);
+    if (created.ok()) {
+      tree = *std::move(created);
+      problem = tree->problem();
+    } else {
+      record.error = created.status();
+    }
+  } else if (record.error.ok()) {
     absl::StatusOr<planner::Problem> created =
         planner::Problem::Create(input.lengths, input.options);
     if (created.ok()) {
@@ -408,7 +420,9 @@ Result RoundCoordinator::RunRound(Stream& stream, const RoundInput& in) {
   }
   planner::LossCounts local_counts;
   if (record.error.ok() && input.loss_tokens) {
-    absl::StatusOr<planner::LossCounts> counts = planner::CountLoss(*problem, *input.loss_tokens);
+    absl::StatusOr<planner::LossCounts> counts =
+        tree ? planner::CountLoss(*tree, *input.loss_tokens)
+             : planner::CountLoss(*problem, *input.loss_tokens);
     if (counts.ok()) {
       local_counts = *counts;
     } else {
@@ -417,7 +431,10 @@ Result RoundCoordinator::RunRound(Stream& stream, const RoundInput& in) {
   }
   if (record.error.ok()) {
     record.local_k = problem->local_k();
-    record.num_sequences = problem->num_kept();
+    // Kept sequences, or kept rollouts of a forest.
+    record.num_sequences =
+        tree ? static_cast<int64_t>(input.forest->rollout_leaf.size() - tree->dropped().size())
+             : problem->num_kept();
     record.loss_tokens = local_counts.loss_tokens;
     record.sequences_with_loss = local_counts.sequences_with_loss;
   }
@@ -448,15 +465,28 @@ Result RoundCoordinator::RunRound(Stream& stream, const RoundInput& in) {
         in.round, ")"));
   }
   k = *rounded;
-  absl::StatusOr<planner::MicroBatchPlan> plan = problem->Partition(k);
-  if (!plan.ok()) {
-    return absl::InternalError(
-        absl::StrCat("partition into the agreed k = ", k, " failed: ", plan.status().ToString()));
+  // The loss weights read the plan over sequences, or over rollouts for a forest.
+  planner::MicroBatchPlan rollouts;
+  if (tree) {
+    absl::StatusOr<planner::TreePlan> plan = tree->Partition(k);
+    if (!plan.ok()) {
+      return absl::InternalError(absl::StrCat("partition of the forest into the agreed k = ", k,
+                                              " failed: ", plan.status().ToString()));
+    }
+    result->plan = planner::ResponseView(*plan, tree->index());
+    rollouts = planner::RolloutView(*plan, tree->index());
+    result->tree = *std::move(plan);
+  } else {
+    absl::StatusOr<planner::MicroBatchPlan> plan = problem->Partition(k);
+    if (!plan.ok()) {
+      return absl::InternalError(
+          absl::StrCat("partition into the agreed k = ", k, " failed: ", plan.status().ToString()));
+    }
+    result->plan = *std::move(plan);
   }
-  result->plan = *std::move(plan);
   if (input.loss_tokens) {
     absl::StatusOr<planner::LossWeights> weights = planner::ComputeLossWeights(
-        result->plan, *input.loss_tokens, input.loss,
+        tree ? rollouts : result->plan, *input.loss_tokens, input.loss,
         planner::LossCounts{agreed->loss_tokens, agreed->sequences_with_loss}, world_size);
     if (!weights.ok()) {
       return absl::InternalError(

@@ -32,6 +32,7 @@ from ._options import CHOICES, PLAN_DEFAULTS, SCHEMA, WEIGHT_PAIR, check_world_s
 from .model_cost import model_fields
 from .plan import Plan, PlanStats, meta_of
 from .planner import SYNCS, Balanced, RankPlan, StepStats
+from .tree import Forest, TreePlan
 from .v1 import scheduler_pb2, scheduler_pb2_grpc
 
 __all__ = ["SchedulerClient", "SchedulerError"]
@@ -99,16 +100,16 @@ class SchedulerClient:
 
     def plan(self, round, seq_lens, max_token_len, *, stream="default", **options):
         """One rank's plan for (stream, round). Keyword options and defaults as
-        packsched.planner.plan_local (see packsched._options). -> Plan"""
+        packsched.planner.plan_local (see packsched._options). ``seq_lens`` may be a
+        packsched.tree.Forest: tree packing, a TreePlan back (loss_tokens per rollout). -> Plan"""
         plan_options, loss = split_options(
             max_token_len, options, where="plan", cap_required=True, sidecar=True
         )
-        request = scheduler_pb2.PlanRequest(
-            stream=stream, round=int(round), lengths=_ints(seq_lens)
-        )
+        request = scheduler_pb2.PlanRequest(stream=stream, round=int(round))
+        _fill_input(request, seq_lens)
         _fill_options(request.options, plan_options)
         _fill_loss(request, loss)
-        return _to_plan(self._call(self._stub.Plan, request))
+        return _answer(self._call(self._stub.Plan, request), seq_lens)
 
     def partition(
         self,
@@ -127,9 +128,8 @@ class SchedulerClient:
         packsched.planner.partition does). -> Plan"""
         plan_options, loss = split_options(max_token_len, options, where="partition", sidecar=True)
         world_size = check_world_size("partition", global_counts, world_size)
-        request = scheduler_pb2.PartitionRequest(
-            lengths=_ints(seq_lens), num_micro_batches=int(num_micro_batches)
-        )
+        request = scheduler_pb2.PartitionRequest(num_micro_batches=int(num_micro_batches))
+        _fill_input(request, seq_lens)
         _fill_options(request.options, plan_options)
         _fill_loss(request, loss)
         if global_counts is not None:
@@ -137,7 +137,7 @@ class SchedulerClient:
             getattr(request, "global").CopyFrom(
                 scheduler_pb2.GlobalCounts(**counts, world_size=int(world_size))
             )
-        return _to_plan(self._call(self._stub.Partition, request))
+        return _answer(self._call(self._stub.Partition, request), seq_lens)
 
     def balance_batch(
         self,
@@ -161,11 +161,11 @@ class SchedulerClient:
             max_token_len, options, where="balance_batch", cap_required=True, sidecar=True
         )
         request = scheduler_pb2.BalanceBatchRequest(
-            lengths=_ints(seq_lens),
             world_size=int(world_size),
             sync=SYNCS.index(sync) + 1,
             micro_batch_cost=int(micro_batch_cost),
         )
+        _fill_input(request, seq_lens)
         if group_ids is not None:
             request.group_ids.extend(_ints(group_ids))
         if model_config is not None:
@@ -175,7 +175,9 @@ class SchedulerClient:
         _fill_options(request.options, plan_options)
         _fill_loss(request, loss)
         response = self._call(self._stub.BalanceBatch, request)
-        ranks = [RankPlan(list(r.indices), r.cost, _to_plan(r.plan)) for r in response.ranks]
+        ranks = [
+            RankPlan(list(r.indices), r.cost, _answer(r.plan, seq_lens)) for r in response.ranks
+        ]
         step = StepStats(
             **{f.name: getattr(response.step, f.name) for f in dataclass_fields(StepStats)}
         )
@@ -335,6 +337,36 @@ def _fill_loss(request, loss):
     for name, rule, key in _LOSS_FIELDS:
         value = _enum(key, loss[key]) if rule == "Enum" else float(loss[key])
         setattr(request.loss, name, value)
+
+
+def _fill_input(request, seq_lens):
+    """The request's lengths, or its forest (tree packing) for a packsched.tree.Forest."""
+    if isinstance(seq_lens, Forest):
+        request.forest.node_len.extend(seq_lens.node_len.tolist())
+        request.forest.node_parent.extend(seq_lens.node_parent.tolist())
+        request.forest.rollout_leaf.extend(seq_lens.rollout_leaf.tolist())
+    else:
+        request.lengths.extend(_ints(seq_lens))
+
+
+def _answer(response, seq_lens):
+    return _to_tree_plan(response) if isinstance(seq_lens, Forest) else _to_plan(response)
+
+
+def _to_tree_plan(response):
+    """TreePlan of a packsched.v1.PlanResponse to a forest request."""
+    tree = response.tree
+    layouts = [
+        {f.name: list(getattr(layout, f.name)) for f in layout.DESCRIPTOR.fields}
+        for layout in tree.layouts
+    ]
+    return TreePlan.from_plan(
+        _to_plan(response),
+        layouts,
+        list(tree.rollout_part),
+        tree.forwarded_tokens,
+        tree.rollout_tokens,
+    )
 
 
 def _part(mb):

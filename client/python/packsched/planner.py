@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import _planner
-from ._options import check_world_size, split_options
+from ._options import CAP, check_world_size, split_options
 from .model_cost import model_fields
 from .plan import Plan
 from .tree import Forest, TreePlan
@@ -127,13 +127,15 @@ def plan_local(seq_lens, max_token_len, **options):
         max_token_len, options, where="plan_local", cap_required=True
     )
     if isinstance(seq_lens, Forest):
+        kind = TreePlan
         raw = _planner.forest_plan(
             *_forest_arrays(seq_lens), plan_options, 0, _loss(loss, seq_lens.num_rollouts, None, 1)
         )
-        return TreePlan.from_raw(raw, cap=max_token_len)
-    lengths = _lengths(seq_lens)
-    raw = _planner.plan(lengths, plan_options, 0, _loss(loss, len(lengths), None, 1))
-    return Plan.from_raw(raw, cap=max_token_len)
+    else:
+        kind = Plan
+        lengths = _lengths(seq_lens)
+        raw = _planner.plan(lengths, plan_options, 0, _loss(loss, len(lengths), None, 1))
+    return kind.from_raw(raw, cap=max_token_len)
 
 
 def local_bound(seq_lens, max_token_len, **options):
@@ -166,14 +168,16 @@ def partition(seq_lens, k, max_token_len=None, *, global_counts=None, world_size
     if global_counts is not None and loss["loss_tokens"] is not None:
         counts = tuple(global_counts)
     if isinstance(seq_lens, Forest):
+        kind = TreePlan
         weights = _loss(loss, seq_lens.num_rollouts, global_counts, world_size)
         raw = _planner.forest_plan(*_forest_arrays(seq_lens), plan_options, int(k), weights)
-        return TreePlan.from_raw(raw, cap=max_token_len, global_counts=counts)
-    lengths = _lengths(seq_lens)
-    raw = _planner.plan(
-        lengths, plan_options, int(k), _loss(loss, len(lengths), global_counts, world_size)
-    )
-    return Plan.from_raw(raw, cap=max_token_len, global_counts=counts)
+    else:
+        kind = Plan
+        lengths = _lengths(seq_lens)
+        raw = _planner.plan(
+            lengths, plan_options, int(k), _loss(loss, len(lengths), global_counts, world_size)
+        )
+    return kind.from_raw(raw, cap=max_token_len, global_counts=counts)
 
 
 def balance(
@@ -201,16 +205,18 @@ def balance(
     -> Balanced"""
     if sync not in SYNCS:
         raise ValueError(f"sync = {sync!r}: must be one of {', '.join(SYNCS)}")
-    if isinstance(seq_lens, Forest):
-        return _balance_forest(
-            seq_lens, world_size, max_token_len, group_ids, sync, micro_batch_cost, model_config,
-            options,
-        )
-    lengths = _lengths(seq_lens)
+    forest = seq_lens if isinstance(seq_lens, Forest) else None
+    lengths = None if forest is not None else _lengths(seq_lens)
     ints, strings = (None, {}) if model_config is None else model_fields(model_config)
     plan_options, loss = split_options(max_token_len, options, where="balance", cap_required=True)
     if loss["loss_tokens"] is not None:
         raise ValueError("balance: loss weights are computed per rank (plan each rank's share)")
+    if forest is not None:
+        if group_ids is not None or model_config is not None:
+            raise ValueError(
+                "balance: a forest takes no group_ids or model_config (a tree is one item)"
+            )
+        return _balance_forest(forest, world_size, plan_options, sync, micro_batch_cost)
     groups = [] if group_ids is None else _lengths(group_ids).tolist()
     raw = _planner.balance(
         lengths, int(world_size), plan_options, groups, sync, int(micro_batch_cost), ints, strings
@@ -222,20 +228,13 @@ def balance(
     return Balanced(ranks, raw["num_micro_batches"], raw["dropped"], StepStats(**raw["step"]))
 
 
-def _balance_forest(
-    forest, world_size, max_token_len, group_ids, sync, micro_batch_cost, model_config, options
-):
-    if group_ids is not None or model_config is not None:
-        raise ValueError("balance: a forest takes no group_ids or model_config (a tree is one item)")
-    plan_options, loss = split_options(max_token_len, options, where="balance", cap_required=True)
-    if loss["loss_tokens"] is not None:
-        raise ValueError("balance: loss weights are computed per rank (plan each rank's share)")
+def _balance_forest(forest, world_size, plan_options, sync, micro_batch_cost):
     raw = _planner.forest_balance(
         *_forest_arrays(forest), int(world_size), plan_options, sync, int(micro_batch_cost)
     )
     ranks = []
     for r in raw["ranks"]:
-        plan = TreePlan.from_raw(r, cap=max_token_len)
+        plan = TreePlan.from_raw(r, cap=plan_options[CAP])
         indices = np.flatnonzero(plan.rollout_part >= 0).tolist()
-        ranks.append(RankPlan(indices, sum(m.meta.cost for m in plan.micro_batches), plan))
+        ranks.append(RankPlan(indices, r["cost"], plan))
     return Balanced(ranks, raw["num_micro_batches"], raw["dropped"], StepStats(**raw["step"]))

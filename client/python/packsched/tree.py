@@ -419,6 +419,29 @@ class TreePlan:
             global_counts=global_counts or raw.get("loss_counts"),
         )
 
+    @classmethod
+    def from_plan(cls, plan, layouts, rollout_part, forwarded_tokens, rollout_tokens):
+        """A TreePlan from the sidecar's answer: ``plan`` (a packsched.plan.Plan over pieces and
+        rollouts), one dict of lists per micro-batch (the TreeLayout fields) and the tree's
+        figures."""
+        parts = [
+            TreeMicroBatch(meta, **{k: np.asarray(v, dtype=np.int64) for k, v in layout.items()})
+            for meta, layout in zip(plan.metadata, layouts)
+        ]
+        return cls(
+            num_micro_batches=plan.num_micro_batches,
+            local_num_micro_batches=plan.local_num_micro_batches,
+            micro_batches=parts,
+            rollout_part=np.asarray(rollout_part, dtype=np.int64),
+            dropped=list(plan.dropped),
+            forwarded_tokens=forwarded_tokens,
+            rollout_tokens=rollout_tokens,
+            stats=plan.stats,
+            loss_weights=plan.loss_weights,
+            loss_scales=plan.loss_scales,
+            global_counts=plan.global_counts,
+        )
+
     def restore(self, forest, outputs, fill=None):
         """Per-rollout outputs from per-micro-batch packed outputs: ``outputs[i]`` has
         ``micro_batches[i].meta.total`` rows (numpy arrays or torch tensors, rows on dim 0);

@@ -107,6 +107,7 @@ py::dict ToDict(const PlanStats& s) {
 #define PACKSCHED_PY_PLAN_Parts PACKSCHED_SCHEMA_NOTHING
 #define PACKSCHED_PY_PLAN_Weights PACKSCHED_SCHEMA_NOTHING
 #define PACKSCHED_PY_PLAN_Global PACKSCHED_SCHEMA_NOTHING
+#define PACKSCHED_PY_PLAN_Tree PACKSCHED_SCHEMA_NOTHING  // forest_plan adds its layout
 #define PACKSCHED_PY_PLAN(name, number, Kind) PACKSCHED_PY_PLAN_##Kind(name)
 
 py::dict ToDict(const MicroBatchPlan& plan) {
@@ -196,10 +197,30 @@ void AddLossWeights(const MicroBatchPlan& plan, const py::dict& loss, py::dict& 
 #define PACKSCHED_PY_WEIGHTS_Indices(name)
 #define PACKSCHED_PY_WEIGHTS_Global(name)
 #define PACKSCHED_PY_WEIGHTS_Stats(name)
+#define PACKSCHED_PY_WEIGHTS_Tree(name)
 #define PACKSCHED_PY_WEIGHTS(name, number, Kind) PACKSCHED_PY_WEIGHTS_##Kind(name)
   PACKSCHED_PLAN_RESPONSE(PACKSCHED_PY_WEIGHTS)
   out["loss_scales"] = w.loss_scales;
   out["loss_counts"] = ToTuple(local);
+}
+
+// This rank's bound before agreement (packsched.planner.Bound's fields) of a Problem or a
+// TreeProblem, with its loss counts when `loss_tokens` (one per sequence or rollout) are given.
+template <typename P>
+py::dict BoundDict(const P& problem, const py::object& loss_tokens) {
+  py::dict d;
+  d["k"] = problem.local_k();
+  d["lower_bound_k"] = problem.lower_bound_k();
+  d["num_sequences"] = problem.num_sequences();
+  d["num_kept"] = problem.num_kept();
+  d["total_tokens"] = problem.total_tokens();
+  d["dropped"] = problem.dropped();
+  if (!loss_tokens.is_none()) {
+    const LossCounts c = LocalCounts(problem.num_sequences(), problem.dropped(),
+                                     loss_tokens.cast<std::vector<int64_t>>());
+    d["loss_counts"] = ToTuple(c);
+  }
+  return d;
 }
 
 // The plan for one rank: kk/lpt balance into the smallest feasible k (or exactly `k` when given);
@@ -402,19 +423,7 @@ PYBIND11_MODULE(_planner, m) {
       [](const Lengths& lengths, const py::dict& options, const py::object& loss_tokens) {
         const PlanOptions o = ToPlanOptions(options);
         Problem problem = WithoutGil([&] { return Value(Problem::Create(Span(lengths), o)); });
-        py::dict d;
-        d["k"] = problem.local_k();
-        d["lower_bound_k"] = problem.lower_bound_k();
-        d["num_sequences"] = problem.num_sequences();
-        d["num_kept"] = problem.num_kept();
-        d["total_tokens"] = problem.total_tokens();
-        d["dropped"] = problem.dropped();
-        if (!loss_tokens.is_none()) {
-          const LossCounts c = LocalCounts(problem.num_sequences(), problem.dropped(),
-                                           loss_tokens.cast<std::vector<int64_t>>());
-          d["loss_counts"] = ToTuple(c);
-        }
-        return d;
+        return BoundDict(problem, loss_tokens);
       },
       py::arg("lengths"), py::arg("options"), py::arg("loss_tokens") = py::none());
 
@@ -490,22 +499,10 @@ PYBIND11_MODULE(_planner, m) {
         const Forest forest = ToForest(node_len, node_parent, rollout_leaf, rollout_len);
         const PlanOptions o = ToPlanOptions(options);
         TreeProblem problem = WithoutGil([&] { return Value(TreeProblem::Create(forest, o)); });
-        const int64_t r = static_cast<int64_t>(forest.rollout_leaf.size());
-        py::dict d;
-        d["k"] = problem.local_k();
-        d["lower_bound_k"] = problem.lower_bound_k();
-        d["num_sequences"] = r;
-        d["num_kept"] = r - static_cast<int64_t>(problem.dropped().size());
-        d["total_tokens"] = problem.problem().total_tokens();
-        d["dropped"] = problem.dropped();
-        if (!loss_tokens.is_none()) {
-          d["loss_counts"] =
-              ToTuple(LocalCounts(r, problem.dropped(), loss_tokens.cast<std::vector<int64_t>>()));
-        }
-        return d;
+        return BoundDict(problem, loss_tokens);
       },
-      py::arg("node_len"), py::arg("node_parent"), py::arg("rollout_leaf"), py::arg("rollout_len"),
-      py::arg("options"), py::arg("loss_tokens") = py::none());
+      py::arg("node_len"), py::arg("node_parent"), py::arg("rollout_leaf"),
+      py::arg("rollout_len"), py::arg("options"), py::arg("loss_tokens") = py::none());
 
   m.def(
       "forest_balance",
@@ -519,7 +516,13 @@ PYBIND11_MODULE(_planner, m) {
             WithoutGil([&] { return Value(BalanceForest(forest, world_size, o, balance)); });
         const ForestIndex index = Value(IndexForest(forest));
         py::list ranks;
-        for (const TreePlan& rank : b.ranks) ranks.append(ToDict(rank, index, py::none()));
+        for (const TreePlan& rank : b.ranks) {
+          py::dict r = ToDict(rank, index, py::none());
+          int64_t cost = 0;
+          for (const TreeMicroBatch& part : rank.parts) cost += part.batch.cost;
+          r["cost"] = cost;  // of its pieces, as RankBatch::cost of its sequences
+          ranks.append(r);
+        }
         py::dict d;
         d["ranks"] = ranks;
         d["num_micro_batches"] = b.num_micro_batches;
