@@ -251,16 +251,14 @@ RequestMemory EstimatePartitionMemory(const v1::PartitionRequest& request,
   const absl::StatusOr<planner::PlanOptions> o =
       ToPlanOptions(request.options(), limits, /*planner_picks_k=*/false);
   const int64_t k = request.num_micro_batches();
-  const int64_t n =
-      request.has_forest() ? ForestItems(request.forest()) : request.lengths().size();
+  const int64_t n = request.has_forest() ? ForestItems(request.forest()) : request.lengths().size();
   return MemoryOf(n, o.ok() && k >= 1 && k <= o->max_micro_batches ? k : 0,
                   static_cast<int64_t>(request.ByteSizeLong()));
 }
 
 RequestMemory EstimateBalanceBatchMemory(const v1::BalanceBatchRequest& request,
                                          const ServiceLimits& limits) {
-  const int64_t n =
-      request.has_forest() ? ForestItems(request.forest()) : request.lengths().size();
+  const int64_t n = request.has_forest() ? ForestItems(request.forest()) : request.lengths().size();
   const int64_t world_size = request.world_size();
   const absl::StatusOr<planner::PlanOptions> o =
       ToPlanOptions(request.options(), limits, /*planner_picks_k=*/true);

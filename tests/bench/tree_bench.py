@@ -13,9 +13,10 @@ time of a forest.
 
 Flat packing plans each rollout as its own sequence (packsched.planner.plan_local on the rollout
 lengths); tree packing plans the forest (plan_local on a packsched.tree.Forest); both kk, the
-tokens cost model, the same cap, overlong="isolate" (a rollout over the cap runs alone in both). "attention" counts causal score pairs: a query row at position
-p attends to p + 1 keys (flat: L (L + 1) / 2 per rollout; tree: over the packed rows of every
-piece), which the attention FLOPs are proportional to. Python's Mersenne Twister, seed fixed.
+tokens cost model, the same cap, overlong="isolate" (a rollout over the cap runs alone in both).
+"attention" counts causal score pairs: a query row at position p attends to p + 1 keys (flat:
+L (L + 1) / 2 per rollout; tree: over the packed rows of every piece), which the attention FLOPs
+are proportional to. Python's Mersenne Twister, seed fixed.
 
     PYTHONPATH=build/python /usr/bin/python3 tests/bench/tree_bench.py [--rollouts 4096] \
         [--cap 65536] [--seed 1] [--repeat 5]
@@ -136,9 +137,12 @@ def main():
     print("|---|---|---|---|---|")
     for name, forest in forests.items():
         flat_ms = timed(
-            lambda: planner.plan_local(forest.rollout_len, args.cap, overlong="isolate"), args.repeat
+            lambda: planner.plan_local(forest.rollout_len, args.cap, overlong="isolate"),
+            args.repeat,
         )
-        tree_ms = timed(lambda: planner.plan_local(forest, args.cap, overlong="isolate"), args.repeat)
+        tree_ms = timed(
+            lambda: planner.plan_local(forest, args.cap, overlong="isolate"), args.repeat
+        )
         print(
             f"| {name} | {forest.num_rollouts} | {forest.num_nodes} | {flat_ms:.2f} | "
             f"{tree_ms:.2f} |"

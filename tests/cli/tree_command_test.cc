@@ -1,12 +1,13 @@
 // `packsched plan --tree`: the tree JSON read back into a forest, bad input named, and the run
 // going to the tree planner's entry points.
 
+#include "server/cli/tree_command.h"
+
 #include <string>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "server/cli/read_tree.h"
-#include "server/cli/tree_command.h"
 
 namespace packsched::cli {
 namespace {

@@ -34,7 +34,9 @@ def test_build_forest_is_the_trie_of_each_group():
         assert forest.unique_tokens == len(prefixes)
         assert forest.rollout_tokens == sum(len(r) for r in rollouts)
         # Maximal runs: a node with one child is some rollout's end.
-        children = np.bincount(forest.node_parent[forest.node_parent >= 0], minlength=forest.num_nodes)
+        children = np.bincount(
+            forest.node_parent[forest.node_parent >= 0], minlength=forest.num_nodes
+        )
         ends = set(forest.rollout_leaf.tolist())
         for n in np.flatnonzero(children == 1):
             assert n in ends
@@ -155,12 +157,19 @@ def test_agreement_and_balance_over_forests():
     for _ in range(2):
         rollouts, gids = random_rollouts(rng, groups=5)
         forests.append(build_forest(rollouts, gids))
-    bounds = [planner.local_bound(f, 24, overlong="isolate", loss_tokens=f.rollout_len) for f in forests]
+    bounds = [
+        planner.local_bound(f, 24, overlong="isolate", loss_tokens=f.rollout_len) for f in forests
+    ]
     k = max(b.k for b in bounds)
     counts = tuple(sum(b.loss_counts[i] for b in bounds) for i in range(2))
     for f in forests:
         plan = planner.partition(
-            f, k, 24, overlong="isolate", loss_tokens=f.rollout_len, global_counts=counts,
+            f,
+            k,
+            24,
+            overlong="isolate",
+            loss_tokens=f.rollout_len,
+            global_counts=counts,
             world_size=2,
         )
         assert plan.num_micro_batches == k

@@ -56,6 +56,7 @@ def test_two_ranks_planning_forests_agree_on_k(tmp_path):
     forests = [grpo(2, 24), build_forest([[1, 2, 3], [1, 2, 4]])]
     group = start_group(tmp_path, 2, "--collective_timeout=30s")
     try:
+
         def plan(rank):
             with SchedulerClient(group[rank].target, timeout=60) as client:
                 return client.plan(7, forests[rank], 4096, stream="trees")

@@ -306,7 +306,7 @@ class TreeMicroBatch:
 
         nodes, row, position, subtree_end, parent   per entry (int64 arrays)
         piece_begin                                  [P + 1] piece b's entries
-        rollouts, rollout_entry                      held rollouts (ascending), each one's last entry
+        rollouts, rollout_entry                      held rollouts (ascending), their last entries
 
     Row t of entry e has position ``position[e] + t - row[e]`` and subtree_end
     ``subtree_end[e]``; ``rows()`` expands them over the ``meta.total`` packed rows."""
@@ -363,7 +363,7 @@ class TreeMicroBatch:
         )
 
     def input_ids(self, forest, pad=0):
-        """The packed token ids [total] (needs ``forest.node_tokens``); padding rows hold ``pad``."""
+        """The packed token ids [total] (needs ``forest.node_tokens``); padding holds ``pad``."""
         if forest.node_tokens is None:
             raise ValueError("forest: no node_tokens (build the forest with build_forest)")
         out = np.full(self.meta.total, pad, dtype=np.int64)
@@ -454,7 +454,9 @@ class TreePlan:
         out = [fill] * forest.num_rollouts
         for part, packed in zip(self.micro_batches, outputs):
             if len(packed) != part.meta.total:
-                raise ValueError(f"restore: an output has {len(packed)} rows, expected {part.meta.total}")
+                raise ValueError(
+                    f"restore: an output has {len(packed)} rows, expected {part.meta.total}"
+                )
             for i, r in enumerate(part.rollouts.tolist()):
                 rows = part.rollout_rows(forest, i)
                 if type(packed).__module__.startswith("torch"):

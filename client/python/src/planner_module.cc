@@ -501,8 +501,8 @@ PYBIND11_MODULE(_planner, m) {
         TreeProblem problem = WithoutGil([&] { return Value(TreeProblem::Create(forest, o)); });
         return BoundDict(problem, loss_tokens);
       },
-      py::arg("node_len"), py::arg("node_parent"), py::arg("rollout_leaf"),
-      py::arg("rollout_len"), py::arg("options"), py::arg("loss_tokens") = py::none());
+      py::arg("node_len"), py::arg("node_parent"), py::arg("rollout_leaf"), py::arg("rollout_len"),
+      py::arg("options"), py::arg("loss_tokens") = py::none());
 
   m.def(
       "forest_balance",

@@ -125,7 +125,9 @@ def tree_unpack(outputs, packing, fill=0):
     import torch
 
     if len(outputs) != len(packing.rows):
-        raise ValueError(f"tree_unpack: {len(outputs)} outputs for {len(packing.rows)} micro-batches")
+        raise ValueError(
+            f"tree_unpack: {len(outputs)} outputs for {len(packing.rows)} micro-batches"
+        )
     first = outputs[0]
     out = torch.full(
         (packing.batch_size, packing.response_len) + tuple(first.shape[1:]),
