@@ -341,6 +341,35 @@ GlobalCounts GlobalCountsFromProto(const v1::GlobalCounts& g) {
 #define PACKSCHED_PARTS_NAME_Tree(name)
 #define PACKSCHED_PARTS_NAME(name, number, Kind) PACKSCHED_PARTS_NAME_##Kind(name)
 
+namespace {
+
+std::vector<int64_t> Ints(const google::protobuf::RepeatedField<int64_t>& field) {
+  return std::vector<int64_t>(field.begin(), field.end());
+}
+
+// A forest request's tree plan: the layouts beside the plan's micro-batches (over pieces).
+planner::TreePlan TreePlanFromProto(const v1::TreePlan& tree, const planner::MicroBatchPlan& plan) {
+  planner::TreePlan out;
+  for (int i = 0; i < tree.layouts_size(); ++i) {
+    const v1::TreeLayout& l = tree.layouts(i);
+    planner::TreeMicroBatch part;
+    if (static_cast<size_t>(i) < plan.parts.size()) part.batch = plan.parts[i];
+    part.layout = planner::TreeLayout{Ints(l.nodes()),    Ints(l.piece_begin()),  Ints(l.row()),
+                                      Ints(l.position()), Ints(l.subtree_end()),  Ints(l.parent()),
+                                      Ints(l.rollouts()), Ints(l.rollout_entry())};
+    out.parts.push_back(std::move(part));
+  }
+  out.dropped = plan.dropped;
+  out.rollout_part = Ints(tree.rollout_part());
+  out.stats = plan.stats;
+  out.num_rollouts = static_cast<int64_t>(out.rollout_part.size());
+  out.rollout_tokens = tree.rollout_tokens();
+  out.forwarded_tokens = tree.forwarded_tokens();
+  return out;
+}
+
+}  // namespace
+
 PlanResult PlanResultFromProto(const v1::PlanResponse& r) {
   PlanResult out;
   planner::MicroBatchPlan& plan = out.plan;
@@ -368,6 +397,7 @@ PlanResult PlanResultFromProto(const v1::PlanResponse& r) {
 #define PACKSCHED_FROM_WIRE_LocalK(name, alias)
 #define PACKSCHED_FROM_WIRE(name, number, Kind, alias) PACKSCHED_FROM_WIRE_##Kind(name, alias)
   PACKSCHED_PLAN_STATS(PACKSCHED_FROM_WIRE)
+  if (r.has_tree()) out.tree = TreePlanFromProto(r.tree(), out.plan);
   return out;
 }
 

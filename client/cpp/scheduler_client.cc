@@ -85,6 +85,13 @@ absl::Status FillOptions(const planner::PlanOptions& o, v1::PlanOptions* out) {
 #define PACKSCHED_FILL_LOSS(name, number, Rule, Type, member, key)                                 \
   PACKSCHED_FILL_LOSS_##Rule(name, Type, member)
 
+void FillForest(const planner::Forest& forest, v1::Forest* out) {
+  out->mutable_node_len()->Assign(forest.node_len.begin(), forest.node_len.end());
+  out->mutable_node_parent()->Assign(forest.node_parent.begin(), forest.node_parent.end());
+  out->mutable_rollout_leaf()->Assign(forest.rollout_leaf.begin(), forest.rollout_leaf.end());
+  out->mutable_rollout_len()->Assign(forest.rollout_len.begin(), forest.rollout_len.end());
+}
+
 void FillLoss(const planner::LossOptions& loss, v1::LossOptions* out) {
   PACKSCHED_LOSS_OPTIONS(PACKSCHED_FILL_LOSS)
 }
@@ -120,10 +127,22 @@ struct SchedulerClient::Impl {
     });
   }
 
-  // Runs a call whose response is a PlanResponse and decodes it (DecodePlanResponse).
+  // Runs a call whose response is a PlanResponse and decodes it (DecodePlanResponse; a forest
+  // request's answer, which carries the tree layout, is parsed as a message instead).
   template <typename Request>
   absl::StatusOr<PlanResult> CallForPlan(const grpc::internal::RpcMethod& method,
                                          const Request& request, absl::Duration timeout) {
+    if (request.has_forest()) {
+      v1::PlanResponse response;
+      RETURN_IF_ERROR(Retried(timeout, [&](grpc::ClientContext* context) {
+        response.Clear();
+        return grpc::internal::BlockingUnaryCall<Request, v1::PlanResponse,
+                                                 google::protobuf::MessageLite,
+                                                 google::protobuf::MessageLite>(
+            channel.get(), method, context, request, &response);
+      }));
+      return internal::PlanResultFromProto(response);
+    }
     grpc::ByteBuffer response;
     RETURN_IF_ERROR(Retried(timeout, [&](grpc::ClientContext* context) {
       response.Clear();
@@ -232,6 +251,7 @@ absl::StatusOr<PlanResult> SchedulerClient::Plan(const PlanRequest& request,
   wire.set_stream(request.stream);
   wire.set_round(request.round);
   wire.mutable_lengths()->Assign(request.lengths.begin(), request.lengths.end());
+  if (request.forest) FillForest(*request.forest, wire.mutable_forest());
   RETURN_IF_ERROR(FillOptions(request.options, wire.mutable_options()));
   FillRoundOptions(request, wire.mutable_options());
   wire.mutable_loss_tokens()->Assign(request.loss_tokens.begin(), request.loss_tokens.end());
@@ -244,6 +264,7 @@ absl::StatusOr<PlanResult> SchedulerClient::Partition(const PartitionRequest& re
   google::protobuf::Arena arena(CallArenaOptions());
   auto& wire = *google::protobuf::Arena::CreateMessage<v1::PartitionRequest>(&arena);
   wire.mutable_lengths()->Assign(request.lengths.begin(), request.lengths.end());
+  if (request.forest) FillForest(*request.forest, wire.mutable_forest());
   wire.set_num_micro_batches(request.num_micro_batches);
   RETURN_IF_ERROR(FillOptions(request.options, wire.mutable_options()));
   wire.mutable_loss_tokens()->Assign(request.loss_tokens.begin(), request.loss_tokens.end());
@@ -261,6 +282,7 @@ absl::StatusOr<BalancedPlan> SchedulerClient::BalanceBatch(const BalanceBatchReq
                                                            absl::Duration timeout) {
   v1::BalanceBatchRequest wire;
   wire.mutable_lengths()->Assign(request.lengths.begin(), request.lengths.end());
+  if (request.forest) FillForest(*request.forest, wire.mutable_forest());
   wire.set_world_size(request.world_size);
   RETURN_IF_ERROR(FillOptions(request.options, wire.mutable_options()));
   wire.mutable_group_ids()->Assign(request.group_ids.begin(), request.group_ids.end());
