@@ -197,22 +197,22 @@ bool IsRepeatedNumeric(int wire_type, int element_wire_type) {
 // per field, reading it into the member of the same name, by the field's kind.
 
 // packsched.v1.MicroBatch (PACKSCHED_MICRO_BATCH).
-#define PACKSCHED_DECODE_PART_Int(name, number)                                                    \
-  case number:                                                                                     \
+#define PACKSCHED_DECODE_PART_Int(name, number) \
+  case number:                                  \
     return Int64(wire_type, in, &part->name);
-#define PACKSCHED_DECODE_PART_Bool(name, number)                                                   \
-  case number:                                                                                     \
+#define PACKSCHED_DECODE_PART_Bool(name, number) \
+  case number:                                   \
     return Bool(wire_type, in, &part->name);
-#define PACKSCHED_DECODE_PART_Ints(name, number)                                                   \
-  case number:                                                                                     \
-    if (!IsRepeatedNumeric(wire_type, kVarint)) return std::nullopt;                               \
+#define PACKSCHED_DECODE_PART_Ints(name, number)                     \
+  case number:                                                       \
+    if (!IsRepeatedNumeric(wire_type, kVarint)) return std::nullopt; \
     return in.RepeatedVarint(wire_type, &part->name);
-#define PACKSCHED_DECODE_PART_LossScale(name, number)                                              \
-  case number: {                                                                                   \
-    double value;                                                                                  \
-    const std::optional<bool> read = Double(wire_type, in, &value);                                \
-    if (read == true) *loss_scale = value;                                                         \
-    return read;                                                                                   \
+#define PACKSCHED_DECODE_PART_LossScale(name, number)               \
+  case number: {                                                    \
+    double value;                                                   \
+    const std::optional<bool> read = Double(wire_type, in, &value); \
+    if (read == true) *loss_scale = value;                          \
+    return read;                                                    \
   }
 #define PACKSCHED_DECODE_PART(name, number, Kind) PACKSCHED_DECODE_PART_##Kind(name, number)
 
@@ -227,8 +227,8 @@ bool DecodeMicroBatch(Reader& r, planner::MicroBatch* part, std::optional<double
 }
 
 // packsched.v1.GlobalCounts (PACKSCHED_GLOBAL_COUNTS), merged into `g`.
-#define PACKSCHED_DECODE_GLOBAL(name, number, Kind)                                                \
-  case number:                                                                                     \
+#define PACKSCHED_DECODE_GLOBAL(name, number, Kind) \
+  case number:                                      \
     return Int64(wire_type, in, &g->name);
 
 bool DecodeGlobal(Reader& r, GlobalCounts* g) {
@@ -256,20 +256,20 @@ struct WireStats {
 };
 
 // packsched.v1.PlanStats (PACKSCHED_PLAN_STATS), merged into `s`.
-#define PACKSCHED_DECODE_STATS_Int(name, number)                                                   \
-  case number:                                                                                     \
+#define PACKSCHED_DECODE_STATS_Int(name, number) \
+  case number:                                   \
     return Int64(wire_type, in, &s->plan.name);
-#define PACKSCHED_DECODE_STATS_Double(name, number)                                                \
-  case number:                                                                                     \
+#define PACKSCHED_DECODE_STATS_Double(name, number) \
+  case number:                                      \
     return Double(wire_type, in, &s->plan.name);
-#define PACKSCHED_DECODE_STATS_Cap(name, number)                                                   \
-  case number:                                                                                     \
+#define PACKSCHED_DECODE_STATS_Cap(name, number) \
+  case number:                                   \
     return Int64(wire_type, in, &s->name);
-#define PACKSCHED_DECODE_STATS_Micros(name, number)                                                \
-  case number:                                                                                     \
+#define PACKSCHED_DECODE_STATS_Micros(name, number) \
+  case number:                                      \
     return Int64(wire_type, in, &s->name);
 #define PACKSCHED_DECODE_STATS_LocalK(name, number)
-#define PACKSCHED_DECODE_STATS(name, number, Kind, alias)                                          \
+#define PACKSCHED_DECODE_STATS(name, number, Kind, alias) \
   PACKSCHED_DECODE_STATS_##Kind(name, number)
 
 bool DecodeStats(Reader& r, WireStats* s) {
@@ -314,8 +314,8 @@ GlobalCounts GlobalCountsFromProto(const v1::GlobalCounts& g) {
 #define PACKSCHED_SCALE_Ints(name)
 #define PACKSCHED_SCALE(name, number, Kind) PACKSCHED_SCALE_##Kind(name)
 #define PACKSCHED_FROM_RESPONSE_Count(name) out.name = r.name();
-#define PACKSCHED_FROM_RESPONSE_LocalK(name)                                                       \
-  out.name = r.name();                                                                             \
+#define PACKSCHED_FROM_RESPONSE_LocalK(name) \
+  out.name = r.name();                       \
   plan.stats.local_k = r.name();
 #define PACKSCHED_FROM_RESPONSE_Indices(name) plan.name.assign(r.name().begin(), r.name().end());
 #define PACKSCHED_FROM_RESPONSE_Weights(name) out.name.assign(r.name().begin(), r.name().end());
@@ -402,35 +402,35 @@ PlanResult PlanResultFromProto(const v1::PlanResponse& r) {
 }
 
 // packsched.v1.PlanResponse (PACKSCHED_PLAN_RESPONSE).
-#define PACKSCHED_DECODE_RESPONSE_Count(name, number)                                              \
-  case number:                                                                                     \
+#define PACKSCHED_DECODE_RESPONSE_Count(name, number) \
+  case number:                                        \
     return Int64(wire_type, in, &out.name);
-#define PACKSCHED_DECODE_RESPONSE_LocalK(name, number)                                             \
-  case number:                                                                                     \
+#define PACKSCHED_DECODE_RESPONSE_LocalK(name, number) \
+  case number:                                         \
     return Int64(wire_type, in, &out.name);
-#define PACKSCHED_DECODE_RESPONSE_Parts(name, number)                                              \
-  case number: {                                                                                   \
-    if (wire_type != kLengthDelimited) return std::nullopt;                                        \
-    if (!in.Sub(&sub)) return false;                                                               \
-    planner::MicroBatch& part = plan.parts.emplace_back();                                         \
-    part.empty = false; /* the message's default */                                                \
-    return DecodeMicroBatch(sub, &part, &scales.emplace_back());                                   \
+#define PACKSCHED_DECODE_RESPONSE_Parts(name, number)            \
+  case number: {                                                 \
+    if (wire_type != kLengthDelimited) return std::nullopt;      \
+    if (!in.Sub(&sub)) return false;                             \
+    planner::MicroBatch& part = plan.parts.emplace_back();       \
+    part.empty = false; /* the message's default */              \
+    return DecodeMicroBatch(sub, &part, &scales.emplace_back()); \
   }
-#define PACKSCHED_DECODE_RESPONSE_Indices(name, number)                                            \
-  case number:                                                                                     \
-    if (!IsRepeatedNumeric(wire_type, kVarint)) return std::nullopt;                               \
+#define PACKSCHED_DECODE_RESPONSE_Indices(name, number)              \
+  case number:                                                       \
+    if (!IsRepeatedNumeric(wire_type, kVarint)) return std::nullopt; \
     return in.RepeatedVarint(wire_type, &plan.name);
-#define PACKSCHED_DECODE_RESPONSE_Weights(name, number)                                            \
-  case number:                                                                                     \
-    if (!IsRepeatedNumeric(wire_type, kFixed64)) return std::nullopt;                              \
+#define PACKSCHED_DECODE_RESPONSE_Weights(name, number)               \
+  case number:                                                        \
+    if (!IsRepeatedNumeric(wire_type, kFixed64)) return std::nullopt; \
     return in.RepeatedDouble(wire_type, &out.name);
-#define PACKSCHED_DECODE_RESPONSE_Global(name, number)                                             \
-  case number:                                                                                     \
-    if (wire_type != kLengthDelimited) return std::nullopt;                                        \
+#define PACKSCHED_DECODE_RESPONSE_Global(name, number)      \
+  case number:                                              \
+    if (wire_type != kLengthDelimited) return std::nullopt; \
     return in.Sub(&sub) && DecodeGlobal(sub, &out.global);
-#define PACKSCHED_DECODE_RESPONSE_Stats(name, number)                                              \
-  case number:                                                                                     \
-    if (wire_type != kLengthDelimited) return std::nullopt;                                        \
+#define PACKSCHED_DECODE_RESPONSE_Stats(name, number)       \
+  case number:                                              \
+    if (wire_type != kLengthDelimited) return std::nullopt; \
     return in.Sub(&sub) && DecodeStats(sub, &stats);
 // A tree plan's layout answers a forest request; this decoder skips it as an unknown field.
 #define PACKSCHED_DECODE_RESPONSE_Tree(name, number)
@@ -453,8 +453,8 @@ absl::StatusOr<PlanResult> DecodePlanResponse(absl::string_view bytes) {
         }
       });
   if (!ok) {
-    return absl::InternalError(absl::StrCat(
-        "malformed PlanResponse from the sidecar near byte ", r.offset(), " of ", bytes.size()));
+    return absl::InternalError(absl::StrCat("malformed PlanResponse from the sidecar near byte ",
+                                            r.offset(), " of ", bytes.size()));
   }
   bool has_scales = false;
   for (const std::optional<double>& scale : scales) has_scales |= scale.has_value();

@@ -55,11 +55,11 @@ absl::StatusOr<Proto> ToProto(absl::string_view field, Enum value, bool (*is_val
 // PACKSCHED_PLAN_OPTIONS into the proto. The Ceiling's planner default means "no limit of the
 // caller's own": 0 lets the sidecar apply its --max_micro_batches (the default itself would
 // exceed a lower server limit).
-#define PACKSCHED_FILL_Enum(name, Type, member)                                                    \
-  {                                                                                                \
-    ASSIGN_OR_RETURN(const v1::Type value,                                                         \
-                     ToProto<v1::Type>(#name, o.member, v1::Type##_IsValid));                      \
-    out->set_##name(value);                                                                        \
+#define PACKSCHED_FILL_Enum(name, Type, member)                               \
+  {                                                                           \
+    ASSIGN_OR_RETURN(const v1::Type value,                                    \
+                     ToProto<v1::Type>(#name, o.member, v1::Type##_IsValid)); \
+    out->set_##name(value);                                                   \
   }
 #define PACKSCHED_FILL_Cap(name, Type, member) out->set_##name(o.member);
 #define PACKSCHED_FILL_Unlimited(name, Type, member) out->set_##name(o.member);
@@ -67,9 +67,9 @@ absl::StatusOr<Proto> ToProto(absl::string_view field, Enum value, bool (*is_val
 #define PACKSCHED_FILL_Align(name, Type, member) out->set_##name(o.member);
 #define PACKSCHED_FILL_Weight(name, Type, member) out->set_##name(o.member);
 #define PACKSCHED_FILL_FixedK(name, Type, member) out->set_##name(o.member);
-#define PACKSCHED_FILL_Ceiling(name, Type, member)                                                 \
+#define PACKSCHED_FILL_Ceiling(name, Type, member) \
   out->set_##name(o.member == planner::PlanOptions{}.member ? 0 : o.member);
-#define PACKSCHED_FILL(name, number, Rule, Type, member, json, help)                               \
+#define PACKSCHED_FILL(name, number, Rule, Type, member, json, help) \
   PACKSCHED_FILL_##Rule(name, Type, member)
 
 absl::Status FillOptions(const planner::PlanOptions& o, v1::PlanOptions* out) {
@@ -79,10 +79,10 @@ absl::Status FillOptions(const planner::PlanOptions& o, v1::PlanOptions* out) {
 
 // PACKSCHED_LOSS_OPTIONS into the proto (an enum value outside the planner's is sent as it is,
 // for the sidecar to refuse).
-#define PACKSCHED_FILL_LOSS_Enum(name, Type, member)                                               \
+#define PACKSCHED_FILL_LOSS_Enum(name, Type, member) \
   out->set_##name(static_cast<v1::Type>(static_cast<int>(loss.member) + 1));
 #define PACKSCHED_FILL_LOSS_SumNorm(name, Type, member) out->set_##name(loss.member);
-#define PACKSCHED_FILL_LOSS(name, number, Rule, Type, member, key)                                 \
+#define PACKSCHED_FILL_LOSS(name, number, Rule, Type, member, key) \
   PACKSCHED_FILL_LOSS_##Rule(name, Type, member)
 
 void FillForest(const planner::Forest& forest, v1::Forest* out) {

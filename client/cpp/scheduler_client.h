@@ -76,15 +76,15 @@ struct PlanRequest {
 struct PartitionRequest {
   std::vector<int64_t> lengths;
   std::optional<planner::Forest> forest;  // as in PlanRequest
-  int64_t num_micro_batches = 0;  // the k the caller agreed
-  planner::PlanOptions options;   // max_token_len may be 0 (no cap)
+  int64_t num_micro_batches = 0;          // the k the caller agreed
+  planner::PlanOptions options;           // max_token_len may be 0 (no cap)
   std::vector<int64_t> loss_tokens;
   planner::LossOptions loss;
   std::optional<GlobalCounts> global;  // agreed counts; unset = this request's own
 };
 
 struct BalanceBatchRequest {
-  std::vector<int64_t> lengths;  // the whole global batch
+  std::vector<int64_t> lengths;           // the whole global batch
   std::optional<planner::Forest> forest;  // as in PlanRequest (no group_ids then)
   int64_t world_size = 1;
   planner::PlanOptions options;

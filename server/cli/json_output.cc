@@ -20,8 +20,8 @@ void Write(JsonWriter& w, const std::vector<T>& v) {
   w.IntArray(v);
 }
 
-#define PACKSCHED_JSON_PART_Int(name)                                                              \
-  w.Key(#name);                                                                                    \
+#define PACKSCHED_JSON_PART_Int(name) \
+  w.Key(#name);                       \
   Write(w, part.name);
 #define PACKSCHED_JSON_PART_Ints PACKSCHED_JSON_PART_Int
 #define PACKSCHED_JSON_PART_Bool PACKSCHED_JSON_PART_Int
@@ -43,8 +43,8 @@ void WritePart(const planner::MicroBatch& part, JsonWriter& w) {
 }
 
 // The planner's stats (not the wire-only ones).
-#define PACKSCHED_JSON_STATS_Int(name)                                                             \
-  w.Key(#name);                                                                                    \
+#define PACKSCHED_JSON_STATS_Int(name) \
+  w.Key(#name);                        \
   Write(w, s.name);
 #define PACKSCHED_JSON_STATS_Double PACKSCHED_JSON_STATS_Int
 #define PACKSCHED_JSON_STATS_LocalK PACKSCHED_JSON_STATS_Int
@@ -64,29 +64,29 @@ namespace {
 
 // The options by flag name, at their `json` positions; --num_parts right after the cap, the
 // Weight options as one pair.
-#define PACKSCHED_JSON_OPTION_INT(name, member)                                                    \
-  w.Key(#name);                                                                                    \
+#define PACKSCHED_JSON_OPTION_INT(name, member) \
+  w.Key(#name);                                 \
   w.Int(o.member);
-#define PACKSCHED_JSON_OPTION_Cap(name, member)                                                    \
-  PACKSCHED_JSON_OPTION_INT(name, member)                                                          \
-  w.Key("num_parts");                                                                              \
+#define PACKSCHED_JSON_OPTION_Cap(name, member) \
+  PACKSCHED_JSON_OPTION_INT(name, member)       \
+  w.Key("num_parts");                           \
   w.Int(run.request.num_parts);
 #define PACKSCHED_JSON_OPTION_Unlimited PACKSCHED_JSON_OPTION_INT
 #define PACKSCHED_JSON_OPTION_Count PACKSCHED_JSON_OPTION_INT
 #define PACKSCHED_JSON_OPTION_Align PACKSCHED_JSON_OPTION_INT
 #define PACKSCHED_JSON_OPTION_Ceiling PACKSCHED_JSON_OPTION_INT
-#define PACKSCHED_JSON_OPTION_FixedK(name, member)                                                 \
-  w.Key(#name);                                                                                    \
+#define PACKSCHED_JSON_OPTION_FixedK(name, member) \
+  w.Key(#name);                                    \
   w.Bool(o.member);
-#define PACKSCHED_JSON_OPTION_Enum(name, member)                                                   \
-  w.Key(#name);                                                                                    \
+#define PACKSCHED_JSON_OPTION_Enum(name, member) \
+  w.Key(#name);                                  \
   w.String(planner::Name(o.member));
-#define PACKSCHED_JSON_OPTION_Weight(name, member)                                                 \
-  if (!pair_written) {                                                                             \
-    pair_written = true;                                                                           \
-    WritePair(o, w);                                                                               \
+#define PACKSCHED_JSON_OPTION_Weight(name, member) \
+  if (!pair_written) {                             \
+    pair_written = true;                           \
+    WritePair(o, w);                               \
   }
-#define PACKSCHED_JSON_PAIR_ELEMENT(name, number, Rule, Type, member, json, help)                  \
+#define PACKSCHED_JSON_PAIR_ELEMENT(name, number, Rule, Type, member, json, help) \
   PACKSCHED_JSON_PAIR_ELEMENT_##Rule(member)
 #define PACKSCHED_JSON_PAIR_ELEMENT_Weight(member) w.Int(o.member);
 #define PACKSCHED_JSON_PAIR_ELEMENT_Cap(member)
@@ -103,9 +103,9 @@ void WritePair(const planner::PlanOptions& o, JsonWriter& w) {
   w.EndArray();
 }
 
-#define PACKSCHED_JSON_OPTION(name, number, Rule, Type, member, json, help)                        \
-  if (position == json) {                                                                          \
-    PACKSCHED_JSON_OPTION_##Rule(name, member)                                                     \
+#define PACKSCHED_JSON_OPTION(name, number, Rule, Type, member, json, help) \
+  if (position == json) {                                                   \
+    PACKSCHED_JSON_OPTION_##Rule(name, member)                              \
   }
 #define PACKSCHED_JSON_COUNT(name, number, Rule, Type, member, json, help) +1
 
@@ -133,19 +133,19 @@ void WriteOptions(const PlanRun& run, JsonWriter& w) {
 
 // The plan's fields in table order (the sidecar's own — this rank's bound, loss weights and
 // global counts — are not the CLI's).
-#define PACKSCHED_JSON_PLAN_Count(name)                                                            \
-  w.Key(#name);                                                                                    \
+#define PACKSCHED_JSON_PLAN_Count(name) \
+  w.Key(#name);                         \
   w.Int(static_cast<int64_t>(plan.parts.size()));
-#define PACKSCHED_JSON_PLAN_Parts(name)                                                            \
-  w.Key(#name);                                                                                    \
-  w.BeginArray();                                                                                  \
-  for (const planner::MicroBatch& part : plan.parts) WritePart(part, w);                           \
+#define PACKSCHED_JSON_PLAN_Parts(name)                                  \
+  w.Key(#name);                                                          \
+  w.BeginArray();                                                        \
+  for (const planner::MicroBatch& part : plan.parts) WritePart(part, w); \
   w.EndArray();
-#define PACKSCHED_JSON_PLAN_Indices(name)                                                          \
-  w.Key(#name);                                                                                    \
+#define PACKSCHED_JSON_PLAN_Indices(name) \
+  w.Key(#name);                           \
   w.IntArray(plan.name);
-#define PACKSCHED_JSON_PLAN_Stats(name)                                                            \
-  w.Key(#name);                                                                                    \
+#define PACKSCHED_JSON_PLAN_Stats(name) \
+  w.Key(#name);                         \
   WriteStats(plan.name, w);
 #define PACKSCHED_JSON_PLAN_LocalK PACKSCHED_SCHEMA_NOTHING
 #define PACKSCHED_JSON_PLAN_Weights PACKSCHED_SCHEMA_NOTHING

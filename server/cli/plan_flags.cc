@@ -30,27 +30,27 @@ ABSL_FLAG(int64_t, num_parts, 0,
 
 // One flag per option of the schema table (server/planner/schema.h), named as the option, with
 // the table's help text and the planner's default.
-#define PACKSCHED_PLAN_FLAG_INT(name, member, help)                                                \
+#define PACKSCHED_PLAN_FLAG_INT(name, member, help) \
   ABSL_FLAG(int64_t, name, packsched::planner::PlanOptions{}.member, help);
 #define PACKSCHED_PLAN_FLAG_Cap PACKSCHED_PLAN_FLAG_INT
 #define PACKSCHED_PLAN_FLAG_Unlimited PACKSCHED_PLAN_FLAG_INT
 #define PACKSCHED_PLAN_FLAG_Count PACKSCHED_PLAN_FLAG_INT
 #define PACKSCHED_PLAN_FLAG_Align PACKSCHED_PLAN_FLAG_INT
 #define PACKSCHED_PLAN_FLAG_Ceiling PACKSCHED_PLAN_FLAG_INT
-#define PACKSCHED_PLAN_FLAG_FixedK(name, member, help)                                             \
+#define PACKSCHED_PLAN_FLAG_FixedK(name, member, help) \
   ABSL_FLAG(bool, name, packsched::planner::PlanOptions{}.member, help);
-#define PACKSCHED_PLAN_FLAG_Enum(name, member, help)                                               \
-  ABSL_FLAG(std::string, name,                                                                     \
+#define PACKSCHED_PLAN_FLAG_Enum(name, member, help)                                         \
+  ABSL_FLAG(std::string, name,                                                               \
             std::string(packsched::planner::Name(packsched::planner::PlanOptions{}.member)), \
             help);
 #define PACKSCHED_PLAN_FLAG_Weight PACKSCHED_SCHEMA_NOTHING
-#define PACKSCHED_PLAN_FLAG(name, number, Rule, Type, member, json, help)                          \
+#define PACKSCHED_PLAN_FLAG(name, number, Rule, Type, member, json, help) \
   PACKSCHED_PLAN_FLAG_##Rule(name, member, help)
 PACKSCHED_PLAN_OPTIONS(PACKSCHED_PLAN_FLAG)
 
 // The Weight options together: "A,B" in table order.
-#define PACKSCHED_PAIR_FLAG(pair)                                                                  \
-  ABSL_FLAG(std::string, pair, "",                                                                 \
+#define PACKSCHED_PAIR_FLAG(pair)  \
+  ABSL_FLAG(std::string, pair, "", \
             "A,B: integer weights of --cost=attention, cost = A*L + B*L^2 (default 24576,1)");
 #define PACKSCHED_EXPAND_PAIR_FLAG(pair) PACKSCHED_PAIR_FLAG(pair)
 PACKSCHED_EXPAND_PAIR_FLAG(PACKSCHED_WEIGHT_PAIR)
@@ -89,7 +89,7 @@ absl::Status ParsePair(const std::string& value, planner::PlanOptions& o) {
   planner::PlanOptions parsed = o;
   size_t next = 0;
   bool ok = true;
-#define PACKSCHED_PAIR_Weight(member)                                                              \
+#define PACKSCHED_PAIR_Weight(member) \
   ok = ok && next < fields.size() && absl::SimpleAtoi(fields[next++], &parsed.member);
 #define PACKSCHED_PAIR(name, number, Rule, Type, member, json, help) PACKSCHED_PAIR_##Rule(member)
 #define PACKSCHED_PAIR_Cap(member)
@@ -120,14 +120,14 @@ absl::Status ParsePair(const std::string& value, planner::PlanOptions& o) {
 #define PACKSCHED_FROM_FLAG_Ceiling PACKSCHED_FROM_FLAG_INT
 #define PACKSCHED_FROM_FLAG_FixedK PACKSCHED_FROM_FLAG_INT
 #define PACKSCHED_FROM_FLAG_Weight PACKSCHED_SCHEMA_NOTHING
-#define PACKSCHED_FROM_FLAG_Enum(name, Type, member)                                               \
-  {                                                                                                \
-    ASSIGN_OR_RETURN(o.member,                                                                     \
-                     ParseFlag(#name, absl::GetFlag(FLAGS_##name), planner::Parse##Type));         \
+#define PACKSCHED_FROM_FLAG_Enum(name, Type, member)                                       \
+  {                                                                                        \
+    ASSIGN_OR_RETURN(o.member,                                                             \
+                     ParseFlag(#name, absl::GetFlag(FLAGS_##name), planner::Parse##Type)); \
   }
-#define PACKSCHED_FROM_FLAG(name, number, Rule, Type, member, json, help)                          \
-  if (position == json) {                                                                          \
-    PACKSCHED_FROM_FLAG_##Rule(name, Type, member)                                                 \
+#define PACKSCHED_FROM_FLAG(name, number, Rule, Type, member, json, help) \
+  if (position == json) {                                                 \
+    PACKSCHED_FROM_FLAG_##Rule(name, Type, member)                        \
   }
 #define PACKSCHED_COUNT_FLAG(name, number, Rule, Type, member, json, help) +1
 #define PACKSCHED_PAIR_FLAG_VALUE(pair) absl::GetFlag(FLAGS_##pair)

@@ -45,40 +45,40 @@
 //             its first release; a new option takes the next number). The Weight fields share
 //             one (their pair); the CLI's own --num_parts follows the Cap field.
 //   help      the `packsched plan` flag's help text ("" = no flag of its own: Weight)
-#define PACKSCHED_PLAN_OPTIONS(X)                                                                  \
-  X(max_token_len, 1, Cap, int64, max_token_len, 1,                                                \
-    "cap per micro-batch in tokens (see --cap_mode); required unless --num_parts is set")          \
-  X(cap_mode, 2, Enum, CapMode, cap_mode, 3,                                                       \
-    "tokens (sum of aligned lengths) | padded (sequences x longest aligned length)")               \
-  X(max_seqs_per_micro_batch, 3, Unlimited, int64, max_seqs_per_micro_batch, 4,                    \
-    "most sequences in one micro-batch; 0 = no limit")                                             \
-  X(min_micro_batches, 4, Count, int64, min_micro_batches, 5,                                      \
-    "the plan has at least this many micro-batches")                                               \
-  X(divisible_by, 5, Count, int64, divisible_by, 6,                                                \
-    "the micro-batch count is a multiple of this (pipeline parallelism)")                          \
-  X(align_to, 6, Align, int64, align_to, 7,                                                        \
-    "each sequence is padded to a multiple of this (e.g. 2*tp*cp)")                                \
-  X(align_total_to, 7, Align, int64, align_total_to, 8,                                            \
-    "each micro-batch's total is padded to a multiple of this (e.g. Ulysses SP)")                  \
-  X(algorithm, 8, Enum, Algorithm, algorithm, 0,                                                   \
-    "kk | lpt (balanced micro-batches), ffd | bfd | sequential (dataset packing: as many "         \
-    "bins as needed)")                                                                             \
-  X(cost, 9, Enum, CostModel, cost, 9,                                                             \
-    "what balancing equalises: tokens | attention (a*L + b*L^2, see --attention_cost)")            \
-  X(attention_linear, 10, Weight, int64, attention.linear, 10, "")                                 \
-  X(attention_quadratic, 11, Weight, int64, attention.quadratic, 10, "")                           \
-  X(overlong, 12, Enum, OverlongPolicy, overlong, 11,                                              \
-    "a sequence longer than the cap: reject (error) | isolate (own micro-batch) | drop")           \
-  X(order, 13, Enum, PartOrder, order, 12,                                                         \
-    "micro-batch order: cost_desc | index | interleave (large in the middle)")                     \
-  X(max_micro_batches, 14, Ceiling, int64, max_micro_batches, 13,                                  \
-    "fail if the plan needs more micro-batches than this")                                         \
-  X(equal_size, 15, FixedK, bool, equal_size, 2,                                                   \
-    "with --num_parts: every micro-batch gets n / K sequences (the cap is not guaranteed)")        \
-  X(context_parallel, 18, Align, int64, context_parallel, 14,                                      \
-    "context-parallel ranks per micro-batch (the cap stays per CP group); align_to defaults to "   \
-    "2*cp*tp and the attention cost is divided over the CP ranks")                                 \
-  X(tensor_parallel, 19, Align, int64, tensor_parallel, 15,                                        \
+#define PACKSCHED_PLAN_OPTIONS(X)                                                                \
+  X(max_token_len, 1, Cap, int64, max_token_len, 1,                                              \
+    "cap per micro-batch in tokens (see --cap_mode); required unless --num_parts is set")        \
+  X(cap_mode, 2, Enum, CapMode, cap_mode, 3,                                                     \
+    "tokens (sum of aligned lengths) | padded (sequences x longest aligned length)")             \
+  X(max_seqs_per_micro_batch, 3, Unlimited, int64, max_seqs_per_micro_batch, 4,                  \
+    "most sequences in one micro-batch; 0 = no limit")                                           \
+  X(min_micro_batches, 4, Count, int64, min_micro_batches, 5,                                    \
+    "the plan has at least this many micro-batches")                                             \
+  X(divisible_by, 5, Count, int64, divisible_by, 6,                                              \
+    "the micro-batch count is a multiple of this (pipeline parallelism)")                        \
+  X(align_to, 6, Align, int64, align_to, 7,                                                      \
+    "each sequence is padded to a multiple of this (e.g. 2*tp*cp)")                              \
+  X(align_total_to, 7, Align, int64, align_total_to, 8,                                          \
+    "each micro-batch's total is padded to a multiple of this (e.g. Ulysses SP)")                \
+  X(algorithm, 8, Enum, Algorithm, algorithm, 0,                                                 \
+    "kk | lpt (balanced micro-batches), ffd | bfd | sequential (dataset packing: as many "       \
+    "bins as needed)")                                                                           \
+  X(cost, 9, Enum, CostModel, cost, 9,                                                           \
+    "what balancing equalises: tokens | attention (a*L + b*L^2, see --attention_cost)")          \
+  X(attention_linear, 10, Weight, int64, attention.linear, 10, "")                               \
+  X(attention_quadratic, 11, Weight, int64, attention.quadratic, 10, "")                         \
+  X(overlong, 12, Enum, OverlongPolicy, overlong, 11,                                            \
+    "a sequence longer than the cap: reject (error) | isolate (own micro-batch) | drop")         \
+  X(order, 13, Enum, PartOrder, order, 12,                                                       \
+    "micro-batch order: cost_desc | index | interleave (large in the middle)")                   \
+  X(max_micro_batches, 14, Ceiling, int64, max_micro_batches, 13,                                \
+    "fail if the plan needs more micro-batches than this")                                       \
+  X(equal_size, 15, FixedK, bool, equal_size, 2,                                                 \
+    "with --num_parts: every micro-batch gets n / K sequences (the cap is not guaranteed)")      \
+  X(context_parallel, 18, Align, int64, context_parallel, 14,                                    \
+    "context-parallel ranks per micro-batch (the cap stays per CP group); align_to defaults to " \
+    "2*cp*tp and the attention cost is divided over the CP ranks")                               \
+  X(tensor_parallel, 19, Align, int64, tensor_parallel, 15,                                      \
     "tensor-parallel ranks (sequence parallelism): align_to defaults to tp, or 2*cp*tp with CP")
 
 // packsched.v1.PlanOptions, the round's part (not planner options: the sidecar's round and the
@@ -97,9 +97,9 @@
 //   X(name, number, Rule, Type, member, key)
 //   Rule  Enum (as above) | SumNorm (a double, finite and > 0 when the mode is sum_norm)
 //   key   the Python keyword (loss_mode: `mode` alone would be ambiguous among the options)
-#define PACKSCHED_LOSS_OPTIONS(X)                                                                  \
-  X(mode, 1, Enum, LossMode, mode, loss_mode)                                                      \
-  X(dp_reduction, 2, Enum, DpReduction, dp_reduction, dp_reduction)                                \
+#define PACKSCHED_LOSS_OPTIONS(X)                                   \
+  X(mode, 1, Enum, LossMode, mode, loss_mode)                       \
+  X(dp_reduction, 2, Enum, DpReduction, dp_reduction, dp_reduction) \
   X(sum_norm_constant, 3, SumNorm, double, sum_norm_constant, sum_norm_constant)
 
 // packsched.v1.MicroBatch (planner::MicroBatch; the JSON and pybind dicts list them in this
@@ -107,19 +107,19 @@
 //   X(name, number, Kind)
 //   Kind  Int (int64) | Ints (repeated int64 / int32, a std::vector) | Bool |
 //         LossScale (optional double, not a planner field: the loss weights' per-part scale)
-#define PACKSCHED_MICRO_BATCH(X)                                                                   \
-  X(indices, 1, Ints)                                                                              \
-  X(tokens, 2, Int)                                                                                \
-  X(aligned_tokens, 3, Int)                                                                        \
-  X(total, 4, Int)                                                                                 \
-  X(padded_tokens, 5, Int)                                                                         \
-  X(cost, 6, Int)                                                                                  \
-  X(max_seqlen, 7, Int)                                                                            \
-  X(max_seqlen_aligned, 8, Int)                                                                    \
-  X(cu_seqlens, 9, Ints)                                                                           \
-  X(cu_seqlens_aligned, 10, Ints)                                                                  \
-  X(empty, 11, Bool)                                                                               \
-  X(overlong, 12, Bool)                                                                            \
+#define PACKSCHED_MICRO_BATCH(X)  \
+  X(indices, 1, Ints)             \
+  X(tokens, 2, Int)               \
+  X(aligned_tokens, 3, Int)       \
+  X(total, 4, Int)                \
+  X(padded_tokens, 5, Int)        \
+  X(cost, 6, Int)                 \
+  X(max_seqlen, 7, Int)           \
+  X(max_seqlen_aligned, 8, Int)   \
+  X(cu_seqlens, 9, Ints)          \
+  X(cu_seqlens_aligned, 10, Ints) \
+  X(empty, 11, Bool)              \
+  X(overlong, 12, Bool)           \
   X(loss_scale, 13, LossScale)
 
 // packsched.v1.PlanStats and planner::PlanStats (their union, in proto order).
@@ -131,22 +131,22 @@
 //          Micros: wire only, a duration in microseconds; `alias` is the stem of the C++
 //                  absl::Duration member (alias_time) and of the Python milliseconds (alias_ms)
 //   Python's PlanStats lists the planner's fields first, then the wire-only ones.
-#define PACKSCHED_PLAN_STATS(X)                                                                    \
-  X(num_sequences, 1, Int, _)                                                                      \
-  X(num_kept, 2, Int, _)                                                                           \
-  X(total_tokens, 3, Int, _)                                                                       \
-  X(total_cost, 4, Int, _)                                                                         \
-  X(max_part_cost, 5, Int, _)                                                                      \
-  X(min_part_cost, 6, Int, _)                                                                      \
-  X(imbalance, 7, Double, _)                                                                       \
-  X(lower_bound_k, 8, Int, _)                                                                      \
-  X(local_k, 0, LocalK, _)                                                                         \
-  X(max_token_len, 9, Cap, cap)                                                                    \
-  X(over_cap_parts, 10, Int, _)                                                                    \
-  X(naive_padded_tokens, 11, Int, _)                                                               \
-  X(packed_tokens, 12, Int, _)                                                                     \
-  X(local_us, 13, Micros, local)                                                                   \
-  X(wait_us, 14, Micros, wait)                                                                     \
+#define PACKSCHED_PLAN_STATS(X)      \
+  X(num_sequences, 1, Int, _)        \
+  X(num_kept, 2, Int, _)             \
+  X(total_tokens, 3, Int, _)         \
+  X(total_cost, 4, Int, _)           \
+  X(max_part_cost, 5, Int, _)        \
+  X(min_part_cost, 6, Int, _)        \
+  X(imbalance, 7, Double, _)         \
+  X(lower_bound_k, 8, Int, _)        \
+  X(local_k, 0, LocalK, _)           \
+  X(max_token_len, 9, Cap, cap)      \
+  X(over_cap_parts, 10, Int, _)      \
+  X(naive_padded_tokens, 11, Int, _) \
+  X(packed_tokens, 12, Int, _)       \
+  X(local_us, 13, Micros, local)     \
+  X(wait_us, 14, Micros, wait)       \
   X(partition_us, 15, Micros, partition)
 
 // packsched.v1.GlobalCounts (the sidecar's and the C++ client's GlobalCounts value types have
@@ -155,10 +155,10 @@
 //   Kind  Kept: kept sequences over the ranks (Partition: 0 = this request's own)
 //         Loss: a planner::LossCounts member, summed over the ranks (>= this rank's own)
 //         World: DP ranks in the round (Partition: [0, kMaxWorldSize], 0 = 1)
-#define PACKSCHED_GLOBAL_COUNTS(X)                                                                 \
-  X(num_sequences, 1, Kept)                                                                        \
-  X(loss_tokens, 2, Loss)                                                                          \
-  X(sequences_with_loss, 3, Loss)                                                                  \
+#define PACKSCHED_GLOBAL_COUNTS(X) \
+  X(num_sequences, 1, Kept)        \
+  X(loss_tokens, 2, Loss)          \
+  X(sequences_with_loss, 3, Loss)  \
   X(world_size, 4, World)
 
 // packsched.v1.PlanResponse.
@@ -167,16 +167,16 @@
 //         Parts: repeated MicroBatch | Indices: a planner::MicroBatchPlan index list |
 //         Weights: repeated double, per sequence | Global: GlobalCounts | Stats: PlanStats |
 //         Tree: TreePlan, a forest request's layout (tree_plan.h)
-#define PACKSCHED_PLAN_RESPONSE(X)                                                                 \
-  X(num_micro_batches, 1, Count)                                                                   \
-  X(local_num_micro_batches, 2, LocalK)                                                            \
-  X(micro_batches, 3, Parts)                                                                       \
-  X(reorder, 4, Indices)                                                                           \
-  X(revert, 5, Indices)                                                                            \
-  X(dropped, 6, Indices)                                                                           \
-  X(loss_weights, 7, Weights)                                                                      \
-  X(global, 8, Global)                                                                             \
-  X(stats, 9, Stats)                                                                               \
+#define PACKSCHED_PLAN_RESPONSE(X)      \
+  X(num_micro_batches, 1, Count)        \
+  X(local_num_micro_batches, 2, LocalK) \
+  X(micro_batches, 3, Parts)            \
+  X(reorder, 4, Indices)                \
+  X(revert, 5, Indices)                 \
+  X(dropped, 6, Indices)                \
+  X(loss_weights, 7, Weights)           \
+  X(global, 8, Global)                  \
+  X(stats, 9, Stats)                    \
   X(tree, 10, Tree)
 
 // Expands to nothing: the rule macros of a consumer that ignores a rule.
@@ -191,7 +191,7 @@ struct OptionField {
   absl::string_view rule;
 };
 
-#define PACKSCHED_SCHEMA_OPTION_FIELD(name, number, Rule, Type, member, json, help)                \
+#define PACKSCHED_SCHEMA_OPTION_FIELD(name, number, Rule, Type, member, json, help) \
   OptionField{#name, #Rule},
 inline constexpr OptionField kPlanOptions[] = {
     PACKSCHED_PLAN_OPTIONS(PACKSCHED_SCHEMA_OPTION_FIELD)};
