@@ -54,40 +54,40 @@ void WriteTreePlanFields(const planner::TreePlan& plan, JsonWriter& w) {
 
 }  // namespace
 
-absl::StatusOr<TreePlanRun> RunTreePlan(const planner::Forest& forest, const PlanRequest& given) {
-  RETURN_IF_ERROR(CheckRequest(given));
+absl::StatusOr<TreePlanRun> RunTreePlan(const planner::Forest& forest, const PlanRequest& request) {
+  RETURN_IF_ERROR(CheckRequest(request));
   ASSIGN_OR_RETURN(const planner::ForestIndex index, planner::IndexForest(forest));
-  PlanRequest request = given;
-  if (request.model) {
+  PlanRequest costed = request;  // with the model's cost, when given one
+  if (costed.model) {
     ASSIGN_OR_RETURN(const int64_t micro_batch_cost,
-                     planner::UseModelCost(request.model->ints, request.model->strings,
-                                           index.rollout_len, request.options));
-    if (request.world_size > 0) request.balance.micro_batch_cost = micro_batch_cost;
+                     planner::UseModelCost(costed.model->ints, costed.model->strings,
+                                           index.rollout_len, costed.options));
+    if (costed.world_size > 0) costed.balance.micro_batch_cost = micro_batch_cost;
   }
   TreePlanRun out;
   out.unique_tokens = index.unique_tokens;
-  out.run.request = request;
+  out.run.request = costed;
   const auto start = std::chrono::steady_clock::now();
   absl::StatusOr<planner::TreePlan> plan;
-  if (request.world_size > 0) {
+  if (costed.world_size > 0) {
     out.run.mode = "coordinator";
     absl::StatusOr<planner::BalancedForest> batch =
-        planner::BalanceForest(forest, request.world_size, request.options, request.balance);
+        planner::BalanceForest(forest, costed.world_size, costed.options, costed.balance);
     out.run.plan_seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     if (!batch.ok()) return batch.status();
     out.batch = *std::move(batch);
     return out;
   }
-  if (request.num_parts > 0) {
+  if (costed.num_parts > 0) {
     out.run.mode = "fixed_k";
-    plan = planner::PartitionForestFixedK(forest, request.num_parts, request.options);
-  } else if (IsPacker(request.options.algorithm)) {
+    plan = planner::PartitionForestFixedK(forest, costed.num_parts, costed.options);
+  } else if (IsPacker(costed.options.algorithm)) {
     out.run.mode = "pack";
-    plan = planner::PackForest(forest, request.options);
+    plan = planner::PackForest(forest, costed.options);
   } else {
     out.run.mode = "balance";
-    plan = planner::PlanForest(forest, request.options);
+    plan = planner::PlanForest(forest, costed.options);
   }
   out.run.plan_seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
