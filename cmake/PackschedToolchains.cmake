@@ -42,7 +42,7 @@ if(PACKSCHED_WITH_NCCL)
 endif()
 
 if(PACKSCHED_WITH_PYTHON)
-  set(Python_EXECUTABLE /usr/bin/python3 CACHE FILEPATH "Debian's interpreter (sees python3-* packages)")
+  set(Python_EXECUTABLE ${PACKSCHED_PYTHON})  # FindPython takes this interpreter, no other
   find_package(Python COMPONENTS Interpreter Development.Module)
   find_package(pybind11 CONFIG)
   if(NOT Python_FOUND OR NOT pybind11_FOUND)

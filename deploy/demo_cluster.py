@@ -3,18 +3,23 @@
 
 Starts W packsched-server sidecars on loopback (rank 0 last: ranks may start in any order) that
 form one rank group over Gloo through rank 0's rendezvous store, then simulates a trainer with one
-client per data-parallel rank: every round, each rank plans its own batch (a realistic RL mix,
-a different size per rank) on two streams, and the sidecars agree the micro-batch count. Prints a
-table per round and closes with the plain-Python Karmarkar-Karp (verl's formulation: k =
-ceil(total / cap)) on the same batches: its time and the micro-batches it leaves over the cap,
-separating single sequences longer than the cap (unavoidable) from avoidable ones, then each
-sidecar's metrics address (--metrics_listen) with one line of its headline metrics. Stops every
-sidecar with SIGTERM and exits 0 only if each one exited 0.
+client process per data-parallel rank (as in a real job, so no rank waits on another's Python):
+every round, each rank plans its own batch (a realistic RL mix, a different size per rank) on two
+streams, and the sidecars agree the micro-batch count. Prints a table per round, then where a
+rank-round's time goes, apart for the formation rounds (a stream's first round forms its
+collective) and the steady ones: the end-to-end call, the sidecar's own phases from its PlanStats
+(local plan, agreement, partition), the time a rank waited for its peers (the ranks' skew), and
+the rest (gRPC and the Python client). Closes with the plain-Python Karmarkar-Karp (verl's
+formulation: k = ceil(total / cap)) on the same batches: its time and the micro-batches it leaves
+over the cap, separating single sequences longer than the cap (unavoidable) from avoidable ones,
+then each sidecar's metrics address (--metrics_listen) with one line of its headline metrics.
+Stops every sidecar with SIGTERM and exits 0 only if each one exited 0.
 
     deploy/demo_cluster.py [--world_size 4] [--rounds 3] [--n 1024] [--max_token_len 16384]
 """
 
 import argparse
+import json
 import math
 import os
 import pathlib
@@ -26,17 +31,16 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import urllib.request
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 # The package built into build/python (PACKSCHED_PYTHON_DIR: another build's, as ctest passes).
 sys.path.insert(0, os.environ.get("PACKSCHED_PYTHON_DIR", str(ROOT / "build" / "python")))
-sys.path.insert(0, str(ROOT / "tests" / "bench"))
+sys.path.insert(0, str(ROOT / "deploy"))
 
-from compare_verl import python_kk  # noqa: E402  (the plain-Python baseline, written here)
 from gen_lengths import realistic_rl_lengths  # noqa: E402
+from verl_kk import python_kk  # noqa: E402  (the plain-Python baseline)
 
 import packsched.client  # noqa: E402
 
@@ -164,14 +168,23 @@ def rank_batch(round_, rank, stream, world_size, n):
     return lengths, [max(0, length - 600) for length in lengths]  # response tokens carry the loss
 
 
-def run_round(clients, round_, stream, args):
-    """All ranks plan (stream, round) at once; returns per-rank (plan, latency_ms, lengths)."""
-    results = [None] * len(clients)
-
-    def call(rank):
-        lengths, loss_tokens = rank_batch(round_, rank, stream, len(clients), args.n)
+def worker(args):
+    """One rank's trainer process: makes its batches, says "ready", waits for "go" on stdin (every
+    rank starts together), then plans every (round, stream) through its sidecar in order and
+    prints one JSON list: per call, the latency, the plan's count, stats and micro-batches."""
+    client = packsched.client.SchedulerClient(f"127.0.0.1:{args.worker_port}", timeout=60)
+    rank = args.worker_rank
+    calls = [
+        (round_, stream, *rank_batch(round_, rank, stream, args.world_size, args.n))
+        for round_ in range(1, args.rounds + 1)
+        for stream in STREAMS
+    ]
+    print("ready", flush=True)
+    sys.stdin.readline()
+    records = []
+    for round_, stream, lengths, loss_tokens in calls:
         start = time.perf_counter()
-        plan = clients[rank].plan(
+        plan = client.plan(
             round_,
             lengths,
             args.max_token_len,
@@ -179,14 +192,128 @@ def run_round(clients, round_, stream, args):
             loss_tokens=loss_tokens,
             overlong="isolate",
         )
-        results[rank] = (plan, 1000 * (time.perf_counter() - start), lengths)
+        ms = 1000 * (time.perf_counter() - start)
+        stats = plan.stats
+        records.append(
+            {
+                "round": round_,
+                "stream": stream,
+                "ms": ms,
+                "k": plan.num_micro_batches,
+                "local_k": plan.local_num_micro_batches,
+                "local_ms": stats.local_ms,
+                "wait_ms": stats.wait_ms,
+                "partition_ms": stats.partition_ms,
+                "naive": stats.naive_padded_tokens,
+                "packed": stats.packed_tokens,
+                "tokens": [m.tokens for m in plan.metadata if not m.empty],
+                "parts": [list(m.indices) for m in plan.metadata],
+            }
+        )
+    client.close()
+    json.dump(records, sys.stdout)
 
-    threads = [threading.Thread(target=call, args=(r,)) for r in range(len(clients))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    return results
+
+def run_trainer(ports, args):
+    """Starts one trainer process per rank, starts them together and returns, per (round,
+    stream) in order, the ranks' records (rank order)."""
+    procs = []
+    for rank, port in enumerate(ports):
+        procs.append(
+            subprocess.Popen(
+                [
+                    sys.executable,
+                    __file__,
+                    f"--world_size={args.world_size}",
+                    f"--rounds={args.rounds}",
+                    f"--n={args.n}",
+                    f"--max_token_len={args.max_token_len}",
+                    f"--worker_rank={rank}",
+                    f"--worker_port={port}",
+                ],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                text=True,
+            )
+        )
+    try:
+        for rank, proc in enumerate(procs):
+            if proc.stdout.readline().strip() != "ready":
+                raise RuntimeError(f"demo: the trainer process of rank {rank} did not start")
+        for proc in procs:
+            proc.stdin.write("go\n")
+            proc.stdin.flush()
+        per_rank = []
+        for rank, proc in enumerate(procs):
+            out, _ = proc.communicate(timeout=600)
+            if proc.returncode != 0:
+                raise RuntimeError(f"demo: the trainer process of rank {rank} failed")
+            per_rank.append(json.loads(out))
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    return [list(calls) for calls in zip(*per_rank)]
+
+
+def phases(rounds):
+    """Per rank-round of ``rounds`` (lists of the ranks' records): the end-to-end call and its
+    parts. The sidecar's wait is the agreement plus the time this rank's sidecar waited for the
+    last peer to arrive; the last to arrive waits for nobody, so the round's smallest wait is the
+    agreement itself and the rest of each rank's wait is its wait for peers (the ranks' skew)."""
+    out = {"call": [], "local": [], "agreement": [], "peers": [], "partition": [], "rest": []}
+    for ranks in rounds:
+        agreement = min(r["wait_ms"] for r in ranks)
+        for r in ranks:
+            sidecar = r["local_ms"] + r["wait_ms"] + r["partition_ms"]
+            out["call"].append(r["ms"])
+            out["local"].append(r["local_ms"])
+            out["agreement"].append(agreement)
+            out["peers"].append(r["wait_ms"] - agreement)
+            out["partition"].append(r["partition_ms"])
+            out["rest"].append(max(0.0, r["ms"] - sidecar))
+    return out
+
+
+def print_phases(results):
+    """Where a rank-round's time goes: formation rounds (each stream's first) and steady ones."""
+    first = {}
+    for ranks in results:
+        first.setdefault(ranks[0]["stream"], ranks[0]["round"])
+    formation = [ranks for ranks in results if first[ranks[0]["stream"]] == ranks[0]["round"]]
+    steady = [ranks for ranks in results if first[ranks[0]["stream"]] != ranks[0]["round"]]
+    print(
+        "\nwhere a rank-round's time goes, ms (median over rank-rounds; the sidecar's PlanStats):"
+    )
+    names = [
+        ("call", "end-to-end Plan call"),
+        ("local", "sidecar: local plan"),
+        ("agreement", "sidecar: agreement"),
+        ("peers", "sidecar: waiting for peers"),
+        ("partition", "sidecar: partition"),
+        ("rest", "gRPC + Python client"),
+    ]
+    columns = [("formation", formation), ("steady", steady)]
+    print(
+        f"{'':<28}"
+        + "".join(f"{f'{name} ({len(r) * len(r[0]) if r else 0})':>20}" for name, r in columns)
+    )
+    figures = {name: phases(rounds) for name, rounds in columns}
+    for key, label in names:
+        row = f"{label:<28}"
+        for name, rounds in columns:
+            values = figures[name][key]
+            row += f"{statistics.median(values):>20.2f}" if values else f"{'-':>20}"
+        print(row)
+    print(
+        "(formation: each stream's first round, which forms its collective; agreement: the"
+        " round's smallest wait, that of the last rank to arrive; waiting for peers: the rest of"
+        " a rank's wait)"
+    )
+    if figures["steady"]["call"]:
+        return "steady", figures["steady"]["call"]
+    return "formation", figures["formation"]["call"]  # --rounds 1: no steady round
 
 
 def main():
@@ -202,47 +329,53 @@ def main():
         help="keep the sidecars' logs after a clean run (always kept otherwise)",
     )
     parser.add_argument("--server", default=str(ROOT / "build" / "bin" / "packsched-server"))
+    parser.add_argument("--worker_rank", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--worker_port", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.worker_rank is not None:
+        worker(args)
+        return
 
     workdir = pathlib.Path(tempfile.mkdtemp(prefix="packsched-demo-"))
     procs, ports = start_group(args.server, args.world_size, workdir, args.backend)
     clean_plans = False
-    clients = [packsched.client.SchedulerClient(f"127.0.0.1:{p}", timeout=60) for p in ports]
     print(
         f"packsched demo: {args.world_size} sidecars on loopback ({args.backend}), "
-        f"max_token_len {args.max_token_len}, ~{args.n} sequences per rank and round\n"
+        f"max_token_len {args.max_token_len}, ~{args.n} sequences per rank and round, "
+        f"one trainer process per rank\n"
     )
-    header = (
-        f"{'stream':<14}{'round':>5}{'k':>5}  {'local k per rank':<22}"
-        f"{'max tok':>8}{'min tok':>8}{'padding saved':>15}{'p50 ms':>8}{'max ms':>8}"
-    )
-    print(header)
-    print("-" * len(header))
-    batches = []
-    plans_seen = []
-    round_ms = []
     try:
-        for round_ in range(1, args.rounds + 1):
-            for stream in STREAMS:
-                results = run_round(clients, round_, stream, args)
-                plans = [p for p, _, _ in results]
-                k = plans[0].num_micro_batches
-                assert all(p.num_micro_batches == k for p in plans), "ranks disagree on k"
-                tokens = [m.tokens for p in plans for m in p.metadata if not m.empty]
-                naive = sum(p.stats.naive_padded_tokens for p in plans)
-                packed = sum(p.stats.packed_tokens for p in plans)
-                latencies = [ms for _, ms, _ in results]
-                print(
-                    f"{stream:<14}{round_:>5}{k:>5}  "
-                    f"{','.join(str(p.local_num_micro_batches) for p in plans):<22}"
-                    f"{max(tokens):>8}{min(tokens):>8}"
-                    f"{100 * (1 - packed / naive):>14.1f}%"
-                    f"{statistics.median(latencies):>8.2f}{max(latencies):>8.2f}"
-                )
-                batches.append([lengths for _, _, lengths in results])
-                plans_seen.append(plans)
-                round_ms.extend(latencies)
-        if not compare(batches, plans_seen, args.max_token_len, round_ms):
+        results = run_trainer(ports, args)
+        header = (
+            f"{'stream':<14}{'round':>5}{'k':>5}  {'local k per rank':<22}"
+            f"{'max tok':>8}{'min tok':>8}{'padding saved':>15}{'p50 ms':>8}{'max ms':>8}"
+        )
+        print(header)
+        print("-" * len(header))
+        batches = []
+        for ranks in results:
+            k = ranks[0]["k"]
+            assert all(r["k"] == k for r in ranks), "ranks disagree on k"
+            tokens = [t for r in ranks for t in r["tokens"]]
+            naive = sum(r["naive"] for r in ranks)
+            packed = sum(r["packed"] for r in ranks)
+            latencies = [r["ms"] for r in ranks]
+            print(
+                f"{ranks[0]['stream']:<14}{ranks[0]['round']:>5}{k:>5}  "
+                f"{','.join(str(r['local_k']) for r in ranks):<22}"
+                f"{max(tokens):>8}{min(tokens):>8}"
+                f"{100 * (1 - packed / naive):>14.1f}%"
+                f"{statistics.median(latencies):>8.2f}{max(latencies):>8.2f}"
+            )
+            batches.append(
+                [
+                    rank_batch(r["round"], rank, r["stream"], args.world_size, args.n)[0]
+                    for rank, r in enumerate(ranks)
+                ]
+            )
+        kind, headline_ms = print_phases(results)
+        plans = [[r["parts"] for r in ranks] for ranks in results]
+        if not compare(batches, plans, args.max_token_len, headline_ms, kind):
             print("demo: packsched left an avoidable micro-batch over the cap", file=sys.stderr)
             clean_plans = False
         else:
@@ -251,8 +384,6 @@ def main():
         for line in metrics_headlines(workdir, args.world_size):
             print(line)
     finally:
-        for client in clients:
-            client.close()
         clean = stop_group(procs, workdir)
     if not clean or not clean_plans:
         sys.exit(1)
@@ -277,13 +408,12 @@ def over_cap(lengths, parts, cap):
     return unavoidable, avoidable
 
 
-def compare(batches, plans, cap, sidecar_ms):
+def compare(batches, plans, cap, sidecar_ms, kind):
     """packsched's plans against the plain-Python Karmarkar-Karp at verl's k on the same batches."""
     ours = [0, 0]
     parts_ours = 0
     for ranks, rank_plans in zip(batches, plans):
-        for lengths, plan in zip(ranks, rank_plans):
-            parts = [list(m.indices) for m in plan.metadata]
+        for lengths, parts in zip(ranks, rank_plans):
             parts_ours += len(parts)
             u, a = over_cap(lengths, parts, cap)
             ours[0] += u
@@ -304,20 +434,21 @@ def compare(batches, plans, cap, sidecar_ms):
     print(f"\nthe same {rounds} rounds x {len(batches[0])} ranks, cap {cap} tokens:")
     per_call = elapsed / (rounds * len(batches[0]))
     print(
-        f"{'':<40}{'ms per rank-round':>18}{'micro-batches':>15}{'over cap: unavoidable':>23}"
+        f"{'':<46}{'ms per rank-round':>18}{'micro-batches':>15}{'over cap: unavoidable':>23}"
         f"{'avoidable':>11}"
     )
     print(
-        f"{'packsched sidecars (p50 Plan call)':<40}"
+        f"{f'packsched sidecars (p50 {kind} Plan call)':<46}"
         f"{statistics.median(sidecar_ms):>18.2f}{parts_ours:>15}{ours[0]:>23}{ours[1]:>11}"
     )
     print(
-        f"{'plain-Python KK, k = ceil(total / cap)':<40}"
+        f"{'plain-Python KK, k = ceil(total / cap)':<46}"
         f"{per_call:>18.2f}{parts_theirs:>15}{theirs[0]:>23}{theirs[1]:>11}"
     )
     print(
-        "(packsched: the whole sidecar round - local plan, agreement with the peers, partition - "
-        "as the trainer sees it;\n Python KK: one rank's partition alone, with no agreement.)"
+        f"(packsched: a {kind} round's whole Plan call as the trainer sees it - local plan,"
+        " agreement, waiting for peers, partition, gRPC;\n Python KK: one rank's partition alone,"
+        " with no agreement.)"
     )
     print(
         "unavoidable: a micro-batch that is one sequence longer than the cap (isolated);"

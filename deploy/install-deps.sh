@@ -9,9 +9,9 @@ packages=(
   build-essential cmake ninja-build pkg-config ccache git
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev libspdlog-dev libgtest-dev libgmock-dev libbenchmark-dev
-  libgloo-dev libdlpack-dev pybind11-dev python3-dev
+  libgloo-dev libdlpack-dev pybind11-dev python3-dev nlohmann-json3-dev
   python3-grpcio python3-protobuf python3-numpy python3-pytest python3-torch
-  python3-yaml
+  python3-yaml python3-venv python3-pip python3-setuptools python3-wheel
   black flake8 clang-tidy
   libgoogle-perftools-dev
   prometheus-cpp-dev prometheus

@@ -1,6 +1,7 @@
 // The front end of varlen attention: validates every argument on the host (attention.h lists
 // them), fills internal::AttentionArgs and dispatches on the device type.
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -95,6 +96,53 @@ absl::StatusOr<const int32_t*> CheckSeqused(absl::string_view op, absl::string_v
   RETURN_IF_ERROR(internal::CheckDType(op, name, *t, kDLInt, 32));
   RETURN_IF_ERROR(CheckShape(op, name, *t, {batch}, "[B]"));
   return static_cast<const int32_t*>(Data(*t));
+}
+
+// The tree arguments (attention.h): shapes, dtypes and the layout they need; the value ranges are
+// the CPU backend's (cpu::AttentionForward). Sets a.subtree_end, a.positions and moves the left
+// window onto the positions (a.tree_window_left; a.window_left = -1).
+absl::Status CheckTree(absl::string_view op, const AttentionSeqlens& seqlens,
+                       const AttentionOptions& options, const CheckedSeqlens& cu_q,
+                       const CheckedSeqlens& cu_k, const CallDevice& call, AttentionArgs& a) {
+  a.subtree_end = nullptr;
+  a.positions = nullptr;
+  a.tree_window_left = -1;
+  if (seqlens.subtree_end == nullptr) {
+    if (seqlens.positions != nullptr) {
+      return Invalid(op, "positions is given without subtree_end (it is read only with a tree)");
+    }
+    return absl::OkStatus();
+  }
+  if (!options.causal) return Invalid(op, "a tree (subtree_end) needs causal = true");
+  const bool same_layout =
+      cu_q.batch == cu_k.batch && cu_q.rows == cu_k.rows &&
+      std::equal(cu_q.host, cu_q.host + cu_q.batch + 1, cu_k.host, cu_k.host + cu_k.batch + 1);
+  if (!same_layout) {
+    return Invalid(op,
+                   "a tree (subtree_end) needs the self-attention layout: cu_seqlens_q and "
+                   "cu_seqlens_k (and their rows) must be equal");
+  }
+  if ((seqlens.seqused_q == nullptr) != (seqlens.seqused_k == nullptr)) {
+    return Invalid(op, "a tree (subtree_end) needs seqused_q and seqused_k both or neither");
+  }
+  RETURN_IF_ERROR(CheckTensor(op, "subtree_end", seqlens.subtree_end, call));
+  RETURN_IF_ERROR(internal::CheckDType(op, "subtree_end", *seqlens.subtree_end, kDLInt, 32));
+  RETURN_IF_ERROR(CheckShape(op, "subtree_end", *seqlens.subtree_end, {a.total_k}, "[tk]"));
+  const int64_t window = NormalizedWindow(options.window_left, seqlens.max_seqlen_k);
+  if (seqlens.positions != nullptr) {
+    RETURN_IF_ERROR(CheckTensor(op, "positions", seqlens.positions, call));
+    RETURN_IF_ERROR(internal::CheckDType(op, "positions", *seqlens.positions, kDLInt, 32));
+    RETURN_IF_ERROR(CheckShape(op, "positions", *seqlens.positions, {a.total_q}, "[tq]"));
+    a.positions = static_cast<const int32_t*>(Data(*seqlens.positions));
+  } else if (window >= 0) {
+    return Invalid(op, absl::StrCat("positions is required with a tree (subtree_end) and a left "
+                                    "window (window_left = ",
+                                    window, ")"));
+  }
+  a.subtree_end = static_cast<const int32_t*>(Data(*seqlens.subtree_end));
+  a.tree_window_left = window;
+  a.window_left = -1;
+  return absl::OkStatus();
 }
 
 // Checks q, k, v, the layout and the options: everything the forward and backward share.
@@ -192,6 +240,7 @@ absl::StatusOr<Checked> CheckCommon(absl::string_view op, const DLTensor& q, con
   a.causal = options.causal;
   a.window_left = NormalizedWindow(options.window_left, seqlens.max_seqlen_k);
   a.window_right = NormalizedWindow(options.window_right, seqlens.max_seqlen_k);
+  RETURN_IF_ERROR(CheckTree(op, seqlens, options, cu_q, cu_k, c.call, a));
   a.num_threads = options.num_threads > 0
                       ? options.num_threads
                       : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));

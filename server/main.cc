@@ -2,7 +2,8 @@
 // for SIGTERM/SIGINT -> graceful shutdown. With no group flags the server is a group of one.
 //
 //   server/sidecar/flags.*        every flag, and the options they turn into
-//   server/sidecar/rank_group.*   the rendezvous store (served by rank 0), its client, the Group
+//   server/sidecar/rank_group.*   the rendezvous store (served by rank 0), its client, the Group,
+//                                 the agreements the server is handed, the readiness watch
 //   server/sidecar/probe.*        --probe: one health check, for exec probes
 //   server/sidecar/status.*       --status: GetStatus as a table or JSON
 //   server/sidecar/metrics.*      --metrics_listen: Prometheus metrics at /metrics

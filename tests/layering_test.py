@@ -47,6 +47,7 @@ LIBRARIES = {
     "gtest": (("gtest/", "gmock/"), ()),
     "benchmark": (("benchmark/",), ()),
     "prometheus": (("prometheus/",), ()),
+    "nlohmann": (("nlohmann/",), ()),
     "numpy": ((), ("numpy",)),
     "torch": ((), ("torch",)),
 }
@@ -65,20 +66,26 @@ LAYERS = {
     "base": Layer(("server/base",), (), ("absl", "spdlog")),
     # Pure algorithms: no logging, no RPC, no device.
     "planner": Layer(("server/planner",), ("base",), ("absl",)),
-    "cli": Layer(("server/cli",), ("planner",), ("absl", "spdlog")),
+    "cli": Layer(("server/cli",), ("planner",), ("absl", "spdlog", "nlohmann")),
     # The Collective interface and its local/Gloo/NCCL backends.
     "collective": Layer(
         ("server/collective",), ("base",), ("absl", "spdlog", "gloo", "nccl", "cuda")
     ),
-    # Rank groups (Group, StreamGroup, arrival, readiness, keys, store, round agreement).
-    "group": Layer(("server/group",), ("collective",), ("absl", "spdlog")),
+    # The agreement port: what the service agrees its rounds through (the records a round takes
+    # and gives, and the RoundAgreements interface). The only part of group the service sees.
+    "group/port": Layer(
+        ("server/group/round_agreement.h", "server/group/round_record.h"), (), ("absl",)
+    ),
+    # Rank groups behind the port (Group, StreamGroup, arrival, readiness, keys, the round over a
+    # Collective, the port's implementations), wired by the sidecar (server/sidecar/).
+    "group": Layer(("server/group",), ("group/port", "collective"), ("absl", "spdlog")),
     # What the service layer records metrics through (no Prometheus), and the metrics: the
     # Prometheus series, the process collector and the /metrics endpoint (prometheus-cpp).
     "metrics/sink": Layer(("server/metrics/sink.h",), (), ("absl",)),
     "metrics": Layer(("server/metrics",), ("metrics/sink",), ("absl", "prometheus")),
     "service": Layer(
         ("server/service",),
-        ("planner", "collective", "group", "credentials", "proto", "metrics/sink"),
+        ("planner", "collective", "group/port", "credentials", "proto", "metrics/sink"),
         ("absl", "spdlog", "grpc", "protobuf"),
     ),
     # TLS credentials and bearer-token rules (one library, used by every gRPC endpoint).
@@ -99,7 +106,12 @@ LAYERS = {
     "kernels/cuda": Layer(("kernels/cuda",), ("kernels/internal",), ("absl", "cuda")),
     # The dispatching entry points.
     "kernels": Layer(
-        ("kernels/kernels.cc", "kernels/attention_api.cc", "kernels/context_parallel_api.cc"),
+        (
+            "kernels/kernels.cc",
+            "kernels/attention_api.cc",
+            "kernels/context_parallel_api.cc",
+            "kernels/tree_api.cc",
+        ),
         ("kernels/cpu", "kernels/cuda"),
         ("absl", "dlpack"),
     ),
@@ -121,22 +133,32 @@ LAYERS = {
     "py/plan": Layer(("packsched.plan",), ("py/options",), ("numpy", "torch")),
     "py/ext": Layer(("packsched._planner", "packsched._kernels"), ("client/python",)),
     # Forests of rollouts and the tree plan's value types (tree packing).
-    "py/tree": Layer(("packsched.tree",), ("py/plan",), ("numpy", "torch")),
+    "py/tree": Layer(("packsched.tree",), ("py/plan", "py/inputs"), ("numpy", "torch")),
     "py/model_cost": Layer(("packsched.model_cost",), ("py/ext",)),
+    # The checks of request data and the progress lines, shared by the planner and the client.
+    "py/inputs": Layer(("packsched._inputs", "packsched._progress"), (), ("numpy",)),
     "py/planner": Layer(
         ("packsched.planner",),
-        ("py/options", "py/plan", "py/ext", "py/model_cost", "py/tree"),
+        ("py/options", "py/plan", "py/ext", "py/model_cost", "py/inputs", "py/tree"),
         ("numpy",),
     ),
     "py/kernels": Layer(
-        ("packsched.kernels", "packsched._context_parallel"),
+        (
+            "packsched.kernels",
+            "packsched._arrays",
+            "packsched._packing",
+            "packsched._cross_entropy",
+            "packsched._attention",
+            "packsched._context_parallel",
+            "packsched.tree_kernels",
+        ),
         ("py/ext", "py/cp_layout"),
         ("numpy", "torch", "cuda"),
     ),
     "py/stubs": Layer(("packsched.v1",), ("proto",), ("grpc", "protobuf")),
     "py/client": Layer(
         ("packsched.client",),
-        ("py/planner", "py/model_cost", "py/stubs", "py/tree"),
+        ("py/planner", "py/model_cost", "py/stubs", "py/inputs", "py/tree"),
         ("grpc", "protobuf"),
     ),
     "py/compat": Layer(
@@ -159,7 +181,8 @@ TESTS = {
     "tests/collective": (("collective",), ()),
     "tests/group": (("group", "tests/collective"), ("gloo",)),  # Gloo groups on loopback
     "tests/security": (("credentials",), ()),
-    "tests/service": (("service", "tests/collective"), ()),  # the in-process collective
+    # The in-process collective, and the port's implementations the sidecar would choose.
+    "tests/service": (("service", "group", "tests/collective"), ()),
     "tests/sidecar": (("main",), ()),
     "tests/metrics": (("metrics",), ()),
     "tests/kernels": (("kernels", "planner"), ("cuda",)),  # device tests include the runtime
@@ -168,8 +191,17 @@ TESTS = {
     # The GPU kit's own probe (tests/gpu/nccl_probe.cc): a round over the NCCL backend.
     "tests/gpu": (("collective", "group"), ("cuda", "nccl")),
     "tests/bench": (
-        ("client/cpp", "kernels", "collective", "group", "planner", "tests/e2e", "tests/kernels"),
-        ("benchmark",),
+        (
+            "client/cpp",
+            "kernels",
+            "collective",
+            "group",
+            "planner",
+            "cli",
+            "tests/e2e",
+            "tests/kernels",
+        ),
+        ("benchmark", "nlohmann"),
     ),
 }
 

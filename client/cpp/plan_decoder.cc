@@ -194,27 +194,34 @@ bool IsRepeatedNumeric(int wire_type, int element_wire_type) {
 }
 
 // The decoders' cases come from the schema tables (server/planner/schema.h): one `case number:`
-// per field, reading it into the member of the same name, by the field's kind.
+// per field, reading it into the member of the same name, by the field's kind. Each rule macro
+// takes what it touches as arguments: the reader `in` and the field's `wire_type`, the object
+// it fills, and the row's columns; the table's X macro binds them.
 
-// packsched.v1.MicroBatch (PACKSCHED_MICRO_BATCH).
-#define PACKSCHED_DECODE_PART_Int(name, number) \
-  case number:                                  \
-    return Int64(wire_type, in, &part->name);
-#define PACKSCHED_DECODE_PART_Bool(name, number) \
-  case number:                                   \
-    return Bool(wire_type, in, &part->name);
-#define PACKSCHED_DECODE_PART_Ints(name, number)                     \
-  case number:                                                       \
-    if (!IsRepeatedNumeric(wire_type, kVarint)) return std::nullopt; \
-    return in.RepeatedVarint(wire_type, &part->name);
-#define PACKSCHED_DECODE_PART_LossScale(name, number)               \
-  case number: {                                                    \
-    double value;                                                   \
-    const std::optional<bool> read = Double(wire_type, in, &value); \
-    if (read == true) *loss_scale = value;                          \
-    return read;                                                    \
+// packsched.v1.MicroBatch (PACKSCHED_MICRO_BATCH) into `part` (and `loss_scale`). The row
+//   X(tokens, 2, Int)
+// expands, through PACKSCHED_DECODE_PART, to
+//   case 2:
+//     return Int64(wire_type, in, &part->tokens);
+#define PACKSCHED_DECODE_PART_Int(in, wire_type, part, loss_scale, name, number) \
+  case number:                                                                   \
+    return Int64(wire_type, in, &(part)->name);
+#define PACKSCHED_DECODE_PART_Bool(in, wire_type, part, loss_scale, name, number) \
+  case number:                                                                    \
+    return Bool(wire_type, in, &(part)->name);
+#define PACKSCHED_DECODE_PART_Ints(in, wire_type, part, loss_scale, name, number) \
+  case number:                                                                    \
+    if (!IsRepeatedNumeric(wire_type, kVarint)) return std::nullopt;              \
+    return (in).RepeatedVarint(wire_type, &(part)->name);
+#define PACKSCHED_DECODE_PART_LossScale(in, wire_type, part, loss_scale, name, number) \
+  case number: {                                                                       \
+    double value;                                                                      \
+    const std::optional<bool> read = Double(wire_type, in, &value);                    \
+    if (read == true) *(loss_scale) = value;                                           \
+    return read;                                                                       \
   }
-#define PACKSCHED_DECODE_PART(name, number, Kind) PACKSCHED_DECODE_PART_##Kind(name, number)
+#define PACKSCHED_DECODE_PART(name, number, Kind) \
+  PACKSCHED_DECODE_PART_##Kind(in, wire_type, part, loss_scale, name, number)
 
 bool DecodeMicroBatch(Reader& r, planner::MicroBatch* part, std::optional<double>* loss_scale) {
   return ForEachField(r, [&](uint32_t number, int wire_type, Reader& in) -> std::optional<bool> {
@@ -226,10 +233,16 @@ bool DecodeMicroBatch(Reader& r, planner::MicroBatch* part, std::optional<double
   });
 }
 
-// packsched.v1.GlobalCounts (PACKSCHED_GLOBAL_COUNTS), merged into `g`.
+// packsched.v1.GlobalCounts (PACKSCHED_GLOBAL_COUNTS), merged into `g`. The row
+//   X(loss_tokens, 2, Loss)
+// expands, through PACKSCHED_DECODE_GLOBAL, to
+//   case 2:
+//     return Int64(wire_type, in, &g->loss_tokens);
+#define PACKSCHED_DECODE_GLOBAL_Count(in, wire_type, g, name, number) \
+  case number:                                                        \
+    return Int64(wire_type, in, &(g)->name);
 #define PACKSCHED_DECODE_GLOBAL(name, number, Kind) \
-  case number:                                      \
-    return Int64(wire_type, in, &g->name);
+  PACKSCHED_DECODE_GLOBAL_Count(in, wire_type, g, name, number)
 
 bool DecodeGlobal(Reader& r, GlobalCounts* g) {
   return ForEachField(r, [&](uint32_t number, int wire_type, Reader& in) -> std::optional<bool> {
@@ -243,34 +256,41 @@ bool DecodeGlobal(Reader& r, GlobalCounts* g) {
 
 // The PlanStats message as the proto has it: the planner's stats, and the wire-only fields of
 // PACKSCHED_PLAN_STATS (Cap: the client's PlanResult member of the same name; Micros: in
-// microseconds).
+// microseconds). The planner's own kinds are in `plan`: nothing to declare. The row
+//   X(wait_us, 14, Micros, wait)
+// expands, through PACKSCHED_WIRE_STATS, to
+//   int64_t wait_us = 0;
 struct WireStats {
   planner::PlanStats plan;
 #define PACKSCHED_WIRE_STATS_Cap(name) int64_t name = 0;
 #define PACKSCHED_WIRE_STATS_Micros(name) int64_t name = 0;
-#define PACKSCHED_WIRE_STATS_Int(name)
-#define PACKSCHED_WIRE_STATS_Double(name)
-#define PACKSCHED_WIRE_STATS_LocalK(name)
+#define PACKSCHED_WIRE_STATS_Int PACKSCHED_SCHEMA_NOTHING
+#define PACKSCHED_WIRE_STATS_Double PACKSCHED_SCHEMA_NOTHING
+#define PACKSCHED_WIRE_STATS_LocalK PACKSCHED_SCHEMA_NOTHING
 #define PACKSCHED_WIRE_STATS(name, number, Kind, alias) PACKSCHED_WIRE_STATS_##Kind(name)
   PACKSCHED_PLAN_STATS(PACKSCHED_WIRE_STATS)
 };
 
-// packsched.v1.PlanStats (PACKSCHED_PLAN_STATS), merged into `s`.
-#define PACKSCHED_DECODE_STATS_Int(name, number) \
-  case number:                                   \
-    return Int64(wire_type, in, &s->plan.name);
-#define PACKSCHED_DECODE_STATS_Double(name, number) \
-  case number:                                      \
-    return Double(wire_type, in, &s->plan.name);
-#define PACKSCHED_DECODE_STATS_Cap(name, number) \
-  case number:                                   \
-    return Int64(wire_type, in, &s->name);
-#define PACKSCHED_DECODE_STATS_Micros(name, number) \
-  case number:                                      \
-    return Int64(wire_type, in, &s->name);
-#define PACKSCHED_DECODE_STATS_LocalK(name, number)
+// packsched.v1.PlanStats (PACKSCHED_PLAN_STATS), merged into `s` (LocalK is not on the wire in
+// PlanStats: the response's local_num_micro_batches carries it). The row
+//   X(imbalance, 7, Double, _)
+// expands, through PACKSCHED_DECODE_STATS, to
+//   case 7:
+//     return Double(wire_type, in, &s->plan.imbalance);
+#define PACKSCHED_DECODE_STATS_Int(in, wire_type, s, name, number) \
+  case number:                                                     \
+    return Int64(wire_type, in, &(s)->plan.name);
+#define PACKSCHED_DECODE_STATS_Double(in, wire_type, s, name, number) \
+  case number:                                                        \
+    return Double(wire_type, in, &(s)->plan.name);
+#define PACKSCHED_DECODE_STATS_WIRE(in, wire_type, s, name, number) \
+  case number:                                                      \
+    return Int64(wire_type, in, &(s)->name);
+#define PACKSCHED_DECODE_STATS_Cap PACKSCHED_DECODE_STATS_WIRE
+#define PACKSCHED_DECODE_STATS_Micros PACKSCHED_DECODE_STATS_WIRE
+#define PACKSCHED_DECODE_STATS_LocalK PACKSCHED_SCHEMA_NOTHING
 #define PACKSCHED_DECODE_STATS(name, number, Kind, alias) \
-  PACKSCHED_DECODE_STATS_##Kind(name, number)
+  PACKSCHED_DECODE_STATS_##Kind(in, wire_type, s, name, number)
 
 bool DecodeStats(Reader& r, WireStats* s) {
   return ForEachField(r, [&](uint32_t number, int wire_type, Reader& in) -> std::optional<bool> {
@@ -282,66 +302,80 @@ bool DecodeStats(Reader& r, WireStats* s) {
   });
 }
 
-// The wire-only stats into `out` (Cap: the member of the same name; Micros: alias_time).
-#define PACKSCHED_TAKE_STATS_Cap(name, alias) out->name = s.name;
-#define PACKSCHED_TAKE_STATS_Micros(name, alias) out->alias##_time = absl::Microseconds(s.name);
-#define PACKSCHED_TAKE_STATS_Int(name, alias)
-#define PACKSCHED_TAKE_STATS_Double(name, alias)
-#define PACKSCHED_TAKE_STATS_LocalK(name, alias)
-#define PACKSCHED_TAKE_STATS(name, number, Kind, alias) PACKSCHED_TAKE_STATS_##Kind(name, alias)
+// The stats into `out`: the planner's (keeping out's local_k, which the response carries) and
+// the wire-only ones (Cap: the member of the same name; Micros: alias_time). The row
+//   X(wait_us, 14, Micros, wait)
+// expands, through PACKSCHED_TAKE_STATS, to
+//   out->wait_time = absl::Microseconds(s.wait_us);
+#define PACKSCHED_TAKE_STATS_Cap(out, s, name, alias) (out)->name = (s).name;
+#define PACKSCHED_TAKE_STATS_Micros(out, s, name, alias) \
+  (out)->alias##_time = absl::Microseconds((s).name);
+#define PACKSCHED_TAKE_STATS_Int PACKSCHED_SCHEMA_NOTHING
+#define PACKSCHED_TAKE_STATS_Double PACKSCHED_SCHEMA_NOTHING
+#define PACKSCHED_TAKE_STATS_LocalK PACKSCHED_SCHEMA_NOTHING
+#define PACKSCHED_TAKE_STATS(name, number, Kind, alias) \
+  PACKSCHED_TAKE_STATS_##Kind(out, s, name, alias)
 
 void TakeWireStats(const WireStats& s, PlanResult* out) {
+  const int64_t local_k = out->plan.stats.local_k;
+  out->plan.stats = s.plan;
+  out->plan.stats.local_k = local_k;
   PACKSCHED_PLAN_STATS(PACKSCHED_TAKE_STATS)
 }
 
-}  // namespace
+// From parsed messages (BalanceBatch's ranks): the same rules over the proto's accessors.
 
-GlobalCounts GlobalCountsFromProto(const v1::GlobalCounts& g) {
-  GlobalCounts out;
-#define PACKSCHED_FROM_GLOBAL(name, number, Kind) out.name = g.name();
-  PACKSCHED_GLOBAL_COUNTS(PACKSCHED_FROM_GLOBAL)
-  return out;
+// The micro-batches `parts` into `out` (PACKSCHED_MICRO_BATCH): the loss scales only when some
+// micro-batch has one. The row
+//   X(cu_seqlens, 9, Ints)
+// expands, through PACKSCHED_FROM_PART, to
+//   part.cu_seqlens.assign(m.cu_seqlens().begin(), m.cu_seqlens().end());
+#define PACKSCHED_FROM_PART_Int(part, m, has_scales, name) (part).name = (m).name();
+#define PACKSCHED_FROM_PART_Bool(part, m, has_scales, name) (part).name = (m).name();
+#define PACKSCHED_FROM_PART_Ints(part, m, has_scales, name) \
+  (part).name.assign((m).name().begin(), (m).name().end());
+#define PACKSCHED_FROM_PART_LossScale(part, m, has_scales, name) (has_scales) |= (m).has_##name();
+#define PACKSCHED_FROM_PART(name, number, Kind) \
+  PACKSCHED_FROM_PART_##Kind(part, m, has_scales, name)
+// Only the LossScale kind is a loss scale: the others have nothing to do here.
+#define PACKSCHED_SCALE_LossScale(out, m, name) (out)->loss_scales.push_back((m).name());
+#define PACKSCHED_SCALE_Int PACKSCHED_SCHEMA_NOTHING
+#define PACKSCHED_SCALE_Bool PACKSCHED_SCHEMA_NOTHING
+#define PACKSCHED_SCALE_Ints PACKSCHED_SCHEMA_NOTHING
+#define PACKSCHED_SCALE(name, number, Kind) PACKSCHED_SCALE_##Kind(out, m, name)
+
+void PartsFromProto(const google::protobuf::RepeatedPtrField<v1::MicroBatch>& parts,
+                    PlanResult* out) {
+  planner::MicroBatchPlan& plan = out->plan;
+  bool has_scales = false;
+  plan.parts.reserve(parts.size());
+  for (const v1::MicroBatch& m : parts) {
+    planner::MicroBatch part;
+    PACKSCHED_MICRO_BATCH(PACKSCHED_FROM_PART)
+    plan.parts.push_back(std::move(part));
+  }
+  if (!has_scales) return;
+  for (const v1::MicroBatch& m : parts) {
+    PACKSCHED_MICRO_BATCH(PACKSCHED_SCALE)
+  }
 }
 
-#define PACKSCHED_FROM_PART_Int(name) part.name = m.name();
-#define PACKSCHED_FROM_PART_Bool(name) part.name = m.name();
-#define PACKSCHED_FROM_PART_Ints(name) part.name.assign(m.name().begin(), m.name().end());
-#define PACKSCHED_FROM_PART_LossScale(name) has_scales |= m.has_##name();
-#define PACKSCHED_FROM_PART(name, number, Kind) PACKSCHED_FROM_PART_##Kind(name)
-#define PACKSCHED_SCALE_LossScale(name) out.loss_scales.push_back(m.name());
-#define PACKSCHED_SCALE_Int(name)
-#define PACKSCHED_SCALE_Bool(name)
-#define PACKSCHED_SCALE_Ints(name)
-#define PACKSCHED_SCALE(name, number, Kind) PACKSCHED_SCALE_##Kind(name)
-#define PACKSCHED_FROM_RESPONSE_Count(name) out.name = r.name();
-#define PACKSCHED_FROM_RESPONSE_LocalK(name) \
-  out.name = r.name();                       \
-  plan.stats.local_k = r.name();
-#define PACKSCHED_FROM_RESPONSE_Indices(name) plan.name.assign(r.name().begin(), r.name().end());
-#define PACKSCHED_FROM_RESPONSE_Weights(name) out.name.assign(r.name().begin(), r.name().end());
-#define PACKSCHED_FROM_RESPONSE_Parts(name)
-#define PACKSCHED_FROM_RESPONSE_Global(name)
-#define PACKSCHED_FROM_RESPONSE_Stats(name)
-#define PACKSCHED_FROM_RESPONSE_Tree(name)
-#define PACKSCHED_FROM_RESPONSE(name, number, Kind) PACKSCHED_FROM_RESPONSE_##Kind(name)
-#define PACKSCHED_FROM_STATS_Int(name) plan.stats.name = s.name();
-#define PACKSCHED_FROM_STATS_Double(name) plan.stats.name = s.name();
-#define PACKSCHED_FROM_STATS_Cap(name)
-#define PACKSCHED_FROM_STATS_Micros(name)
-#define PACKSCHED_FROM_STATS_LocalK(name)
-#define PACKSCHED_FROM_STATS(name, number, Kind, alias) PACKSCHED_FROM_STATS_##Kind(name)
+// The stats `s` into `out` (PACKSCHED_PLAN_STATS): the planner's into its plan, the wire-only
+// ones as TakeWireStats does (LocalK is the response's, read with it). The row
+//   X(max_token_len, 9, Cap, cap)
+// expands, through PACKSCHED_FROM_STATS, to
+//   out->max_token_len = s.max_token_len();
+#define PACKSCHED_FROM_STATS_Int(out, s, name, alias) (out)->plan.stats.name = (s).name();
+#define PACKSCHED_FROM_STATS_Double PACKSCHED_FROM_STATS_Int
+#define PACKSCHED_FROM_STATS_Cap(out, s, name, alias) (out)->name = (s).name();
+#define PACKSCHED_FROM_STATS_Micros(out, s, name, alias) \
+  (out)->alias##_time = absl::Microseconds((s).name());
+#define PACKSCHED_FROM_STATS_LocalK PACKSCHED_SCHEMA_NOTHING
+#define PACKSCHED_FROM_STATS(name, number, Kind, alias) \
+  PACKSCHED_FROM_STATS_##Kind(out, s, name, alias)
 
-#define PACKSCHED_PARTS_NAME_Parts(name) name
-#define PACKSCHED_PARTS_NAME_Count(name)
-#define PACKSCHED_PARTS_NAME_LocalK(name)
-#define PACKSCHED_PARTS_NAME_Indices(name)
-#define PACKSCHED_PARTS_NAME_Weights(name)
-#define PACKSCHED_PARTS_NAME_Global(name)
-#define PACKSCHED_PARTS_NAME_Stats(name)
-#define PACKSCHED_PARTS_NAME_Tree(name)
-#define PACKSCHED_PARTS_NAME(name, number, Kind) PACKSCHED_PARTS_NAME_##Kind(name)
-
-namespace {
+void StatsFromProto(const v1::PlanStats& s,
+                    PlanResult* out){PACKSCHED_PLAN_STATS(PACKSCHED_FROM_STATS)}
 
 std::vector<int64_t> Ints(const google::protobuf::RepeatedField<int64_t>& field) {
   return std::vector<int64_t>(field.begin(), field.end());
@@ -370,71 +404,92 @@ planner::TreePlan TreePlanFromProto(const v1::TreePlan& tree, const planner::Mic
 
 }  // namespace
 
-PlanResult PlanResultFromProto(const v1::PlanResponse& r) {
-  PlanResult out;
-  planner::MicroBatchPlan& plan = out.plan;
-  bool has_scales = false;
-  const auto& parts = r.PACKSCHED_PLAN_RESPONSE(PACKSCHED_PARTS_NAME)();
-  plan.parts.reserve(parts.size());
-  for (const v1::MicroBatch& m : parts) {
-    planner::MicroBatch part;
-    PACKSCHED_MICRO_BATCH(PACKSCHED_FROM_PART)
-    plan.parts.push_back(std::move(part));
-  }
-  if (has_scales) {
-    for (const v1::MicroBatch& m : parts) {
-      PACKSCHED_MICRO_BATCH(PACKSCHED_SCALE)
-    }
-  }
-  const v1::PlanStats& s = r.stats();
-  PACKSCHED_PLAN_STATS(PACKSCHED_FROM_STATS)
-  PACKSCHED_PLAN_RESPONSE(PACKSCHED_FROM_RESPONSE)
-  out.global = GlobalCountsFromProto(r.global());
-#define PACKSCHED_FROM_WIRE_Cap(name, alias) out.name = s.name();
-#define PACKSCHED_FROM_WIRE_Micros(name, alias) out.alias##_time = absl::Microseconds(s.name());
-#define PACKSCHED_FROM_WIRE_Int(name, alias)
-#define PACKSCHED_FROM_WIRE_Double(name, alias)
-#define PACKSCHED_FROM_WIRE_LocalK(name, alias)
-#define PACKSCHED_FROM_WIRE(name, number, Kind, alias) PACKSCHED_FROM_WIRE_##Kind(name, alias)
-  PACKSCHED_PLAN_STATS(PACKSCHED_FROM_WIRE)
-  if (r.has_tree()) out.tree = TreePlanFromProto(r.tree(), out.plan);
+// packsched.v1.GlobalCounts, member by member. The row
+//   X(loss_tokens, 2, Loss)
+// expands, through PACKSCHED_FROM_GLOBAL, to
+//   out.loss_tokens = g.loss_tokens();
+#define PACKSCHED_FROM_GLOBAL_Count(out, g, name) (out).name = (g).name();
+#define PACKSCHED_FROM_GLOBAL(name, number, Kind) PACKSCHED_FROM_GLOBAL_Count(out, g, name)
+
+GlobalCounts GlobalCountsFromProto(const v1::GlobalCounts& g) {
+  GlobalCounts out;
+  PACKSCHED_GLOBAL_COUNTS(PACKSCHED_FROM_GLOBAL)
   return out;
 }
 
-// packsched.v1.PlanResponse (PACKSCHED_PLAN_RESPONSE).
-#define PACKSCHED_DECODE_RESPONSE_Count(name, number) \
-  case number:                                        \
-    return Int64(wire_type, in, &out.name);
-#define PACKSCHED_DECODE_RESPONSE_LocalK(name, number) \
-  case number:                                         \
-    return Int64(wire_type, in, &out.name);
-#define PACKSCHED_DECODE_RESPONSE_Parts(name, number)            \
-  case number: {                                                 \
-    if (wire_type != kLengthDelimited) return std::nullopt;      \
-    if (!in.Sub(&sub)) return false;                             \
-    planner::MicroBatch& part = plan.parts.emplace_back();       \
-    part.empty = false; /* the message's default */              \
-    return DecodeMicroBatch(sub, &part, &scales.emplace_back()); \
+// packsched.v1.PlanResponse (PACKSCHED_PLAN_RESPONSE) into `out`, every kind. The row
+//   X(reorder, 4, Indices)
+// expands, through PACKSCHED_FROM_RESPONSE, to
+//   out.plan.reorder.assign(r.reorder().begin(), r.reorder().end());
+#define PACKSCHED_FROM_RESPONSE_Count(out, r, name) (out).name = (r).name();
+#define PACKSCHED_FROM_RESPONSE_LocalK(out, r, name) \
+  (out).name = (r).name();                           \
+  (out).plan.stats.local_k = (r).name();
+#define PACKSCHED_FROM_RESPONSE_Parts(out, r, name) PartsFromProto((r).name(), &(out));
+#define PACKSCHED_FROM_RESPONSE_Indices(out, r, name) \
+  (out).plan.name.assign((r).name().begin(), (r).name().end());
+#define PACKSCHED_FROM_RESPONSE_Weights(out, r, name) \
+  (out).name.assign((r).name().begin(), (r).name().end());
+#define PACKSCHED_FROM_RESPONSE_Global(out, r, name) (out).name = GlobalCountsFromProto((r).name());
+#define PACKSCHED_FROM_RESPONSE_Stats(out, r, name) StatsFromProto((r).name(), &(out));
+// A forest request's tree plan, last in the table: its micro-batches are the plan's, read above.
+#define PACKSCHED_FROM_RESPONSE_Tree(out, r, name) \
+  if ((r).has_##name()) (out).name = TreePlanFromProto((r).name(), (out).plan);
+#define PACKSCHED_FROM_RESPONSE(name, number, Kind) PACKSCHED_FROM_RESPONSE_##Kind(out, r, name)
+
+PlanResult PlanResultFromProto(const v1::PlanResponse& r) {
+  PlanResult out;
+  PACKSCHED_PLAN_RESPONSE(PACKSCHED_FROM_RESPONSE)
+  return out;
+}
+
+// packsched.v1.PlanResponse (PACKSCHED_PLAN_RESPONSE), from its bytes, into `out`: micro-batches
+// into its plan (their loss scales into `scales`), the stats into `stats` (TakeWireStats after).
+// The row
+//   X(local_num_micro_batches, 2, LocalK)
+// expands, through PACKSCHED_DECODE_RESPONSE, to
+//   case 2: {
+//     const std::optional<bool> read = Int64(wire_type, in, &out.local_num_micro_batches);
+//     out.plan.stats.local_k = out.local_num_micro_batches;
+//     return read;
+//   }
+#define PACKSCHED_DECODE_RESPONSE_Count(in, sub, wire_type, out, scales, stats, name, number) \
+  case number:                                                                                \
+    return Int64(wire_type, in, &(out).name);
+#define PACKSCHED_DECODE_RESPONSE_LocalK(in, sub, wire_type, out, scales, stats, name, number) \
+  case number: {                                                                               \
+    const std::optional<bool> read = Int64(wire_type, in, &(out).name);                        \
+    (out).plan.stats.local_k = (out).name;                                                     \
+    return read;                                                                               \
   }
-#define PACKSCHED_DECODE_RESPONSE_Indices(name, number)              \
-  case number:                                                       \
-    if (!IsRepeatedNumeric(wire_type, kVarint)) return std::nullopt; \
-    return in.RepeatedVarint(wire_type, &plan.name);
-#define PACKSCHED_DECODE_RESPONSE_Weights(name, number)               \
-  case number:                                                        \
-    if (!IsRepeatedNumeric(wire_type, kFixed64)) return std::nullopt; \
-    return in.RepeatedDouble(wire_type, &out.name);
-#define PACKSCHED_DECODE_RESPONSE_Global(name, number)      \
-  case number:                                              \
-    if (wire_type != kLengthDelimited) return std::nullopt; \
-    return in.Sub(&sub) && DecodeGlobal(sub, &out.global);
-#define PACKSCHED_DECODE_RESPONSE_Stats(name, number)       \
-  case number:                                              \
-    if (wire_type != kLengthDelimited) return std::nullopt; \
-    return in.Sub(&sub) && DecodeStats(sub, &stats);
+#define PACKSCHED_DECODE_RESPONSE_Parts(in, sub, wire_type, out, scales, stats, name, number) \
+  case number: {                                                                              \
+    if ((wire_type) != kLengthDelimited) return std::nullopt;                                 \
+    if (!(in).Sub(&(sub))) return false;                                                      \
+    planner::MicroBatch& part = (out).plan.parts.emplace_back();                              \
+    part.empty = false; /* the message's default */                                           \
+    return DecodeMicroBatch(sub, &part, &(scales).emplace_back());                            \
+  }
+#define PACKSCHED_DECODE_RESPONSE_Indices(in, sub, wire_type, out, scales, stats, name, number) \
+  case number:                                                                                  \
+    if (!IsRepeatedNumeric(wire_type, kVarint)) return std::nullopt;                            \
+    return (in).RepeatedVarint(wire_type, &(out).plan.name);
+#define PACKSCHED_DECODE_RESPONSE_Weights(in, sub, wire_type, out, scales, stats, name, number) \
+  case number:                                                                                  \
+    if (!IsRepeatedNumeric(wire_type, kFixed64)) return std::nullopt;                           \
+    return (in).RepeatedDouble(wire_type, &(out).name);
+#define PACKSCHED_DECODE_RESPONSE_Global(in, sub, wire_type, out, scales, stats, name, number) \
+  case number:                                                                                 \
+    if ((wire_type) != kLengthDelimited) return std::nullopt;                                  \
+    return (in).Sub(&(sub)) && DecodeGlobal(sub, &(out).name);
+#define PACKSCHED_DECODE_RESPONSE_Stats(in, sub, wire_type, out, scales, stats, name, number) \
+  case number:                                                                                \
+    if ((wire_type) != kLengthDelimited) return std::nullopt;                                 \
+    return (in).Sub(&(sub)) && DecodeStats(sub, &(stats));
 // A tree plan's layout answers a forest request; this decoder skips it as an unknown field.
-#define PACKSCHED_DECODE_RESPONSE_Tree(name, number)
-#define PACKSCHED_DECODE_RESPONSE(name, number, Kind) PACKSCHED_DECODE_RESPONSE_##Kind(name, number)
+#define PACKSCHED_DECODE_RESPONSE_Tree PACKSCHED_SCHEMA_NOTHING
+#define PACKSCHED_DECODE_RESPONSE(name, number, Kind) \
+  PACKSCHED_DECODE_RESPONSE_##Kind(in, sub, wire_type, out, scales, stats, name, number)
 
 absl::StatusOr<PlanResult> DecodePlanResponse(absl::string_view bytes) {
   PlanResult out;
@@ -442,7 +497,6 @@ absl::StatusOr<PlanResult> DecodePlanResponse(absl::string_view bytes) {
   std::vector<std::optional<double>> scales;
   WireStats stats;
   Reader r(bytes.data(), bytes.data(), bytes.data() + bytes.size());
-  planner::MicroBatchPlan& plan = out.plan;
   const bool ok =
       ForEachField(r, [&](uint32_t number, int wire_type, Reader& in) -> std::optional<bool> {
         Reader sub = in;
@@ -462,17 +516,6 @@ absl::StatusOr<PlanResult> DecodePlanResponse(absl::string_view bytes) {
     out.loss_scales.reserve(scales.size());
     for (const std::optional<double>& scale : scales) out.loss_scales.push_back(scale.value_or(0));
   }
-  plan.stats = stats.plan;
-#define PACKSCHED_BOUND_LocalK(name) plan.stats.local_k = out.name;
-#define PACKSCHED_BOUND_Count(name)
-#define PACKSCHED_BOUND_Parts(name)
-#define PACKSCHED_BOUND_Indices(name)
-#define PACKSCHED_BOUND_Weights(name)
-#define PACKSCHED_BOUND_Global(name)
-#define PACKSCHED_BOUND_Stats(name)
-#define PACKSCHED_BOUND_Tree(name)
-#define PACKSCHED_BOUND(name, number, Kind) PACKSCHED_BOUND_##Kind(name)
-  PACKSCHED_PLAN_RESPONSE(PACKSCHED_BOUND)
   TakeWireStats(stats, &out);
   return out;
 }

@@ -52,56 +52,85 @@ absl::StatusOr<Proto> ToProto(absl::string_view field, Enum value, bool (*is_val
                                                  accepted));
 }
 
-// PACKSCHED_PLAN_OPTIONS into the proto. The Ceiling's planner default means "no limit of the
-// caller's own": 0 lets the sidecar apply its --max_micro_batches (the default itself would
-// exceed a lower server limit).
-#define PACKSCHED_FILL_Enum(name, Type, member)                               \
-  {                                                                           \
-    ASSIGN_OR_RETURN(const v1::Type value,                                    \
-                     ToProto<v1::Type>(#name, o.member, v1::Type##_IsValid)); \
-    out->set_##name(value);                                                   \
+// FillOptions writes PACKSCHED_PLAN_OPTIONS into the proto, one macro per rule taking what it
+// touches: `o` (the planner::PlanOptions), `out` (the v1::PlanOptions) and the row's columns. The
+// Ceiling's planner default means "no limit of the caller's own": 0 lets the sidecar apply its
+// --max_micro_batches (the default itself would exceed a lower server limit). The row
+//   X(cap_mode, 2, Enum, CapMode, cap_mode, 3, "tokens ... | padded ...")
+// expands, through PACKSCHED_FILL, to
+//   {
+//     ASSIGN_OR_RETURN(const v1::CapMode value,
+//                      ToProto<v1::CapMode>("cap_mode", o.cap_mode, v1::CapMode_IsValid));
+//     out->set_cap_mode(value);
+//   }
+#define PACKSCHED_FILL_Enum(out, o, name, Type, member)                         \
+  {                                                                             \
+    ASSIGN_OR_RETURN(const v1::Type value,                                      \
+                     ToProto<v1::Type>(#name, (o).member, v1::Type##_IsValid)); \
+    (out)->set_##name(value);                                                   \
   }
-#define PACKSCHED_FILL_Cap(name, Type, member) out->set_##name(o.member);
-#define PACKSCHED_FILL_Unlimited(name, Type, member) out->set_##name(o.member);
-#define PACKSCHED_FILL_Count(name, Type, member) out->set_##name(o.member);
-#define PACKSCHED_FILL_Align(name, Type, member) out->set_##name(o.member);
-#define PACKSCHED_FILL_Weight(name, Type, member) out->set_##name(o.member);
-#define PACKSCHED_FILL_FixedK(name, Type, member) out->set_##name(o.member);
-#define PACKSCHED_FILL_Ceiling(name, Type, member) \
-  out->set_##name(o.member == planner::PlanOptions{}.member ? 0 : o.member);
+#define PACKSCHED_FILL_VALUE(out, o, name, Type, member) (out)->set_##name((o).member);
+#define PACKSCHED_FILL_Cap PACKSCHED_FILL_VALUE
+#define PACKSCHED_FILL_Unlimited PACKSCHED_FILL_VALUE
+#define PACKSCHED_FILL_Count PACKSCHED_FILL_VALUE
+#define PACKSCHED_FILL_Align PACKSCHED_FILL_VALUE
+#define PACKSCHED_FILL_Weight PACKSCHED_FILL_VALUE
+#define PACKSCHED_FILL_FixedK PACKSCHED_FILL_VALUE
+#define PACKSCHED_FILL_Ceiling(out, o, name, Type, member) \
+  (out)->set_##name((o).member == planner::PlanOptions{}.member ? 0 : (o).member);
 #define PACKSCHED_FILL(name, number, Rule, Type, member, json, help) \
-  PACKSCHED_FILL_##Rule(name, Type, member)
+  PACKSCHED_FILL_##Rule(out, o, name, Type, member)
 
 absl::Status FillOptions(const planner::PlanOptions& o, v1::PlanOptions* out) {
   PACKSCHED_PLAN_OPTIONS(PACKSCHED_FILL)
   return absl::OkStatus();
 }
 
-// PACKSCHED_LOSS_OPTIONS into the proto (an enum value outside the planner's is sent as it is,
-// for the sidecar to refuse).
-#define PACKSCHED_FILL_LOSS_Enum(name, Type, member) \
-  out->set_##name(static_cast<v1::Type>(static_cast<int>(loss.member) + 1));
-#define PACKSCHED_FILL_LOSS_SumNorm(name, Type, member) out->set_##name(loss.member);
+// FillLoss writes PACKSCHED_LOSS_OPTIONS the same way, from `loss` (an enum value outside the
+// planner's is sent as it is, for the sidecar to refuse). The row
+//   X(mode, 1, Enum, LossMode, mode, loss_mode)
+// expands, through PACKSCHED_FILL_LOSS, to
+//   out->set_mode(static_cast<v1::LossMode>(static_cast<int>(loss.mode) + 1));
+#define PACKSCHED_FILL_LOSS_Enum(out, loss, name, Type, member) \
+  (out)->set_##name(static_cast<v1::Type>(static_cast<int>((loss).member) + 1));
+#define PACKSCHED_FILL_LOSS_SumNorm(out, loss, name, Type, member) (out)->set_##name((loss).member);
 #define PACKSCHED_FILL_LOSS(name, number, Rule, Type, member, key) \
-  PACKSCHED_FILL_LOSS_##Rule(name, Type, member)
+  PACKSCHED_FILL_LOSS_##Rule(out, loss, name, Type, member)
+
+void FillLoss(const planner::LossOptions& loss, v1::LossOptions* out) {
+  PACKSCHED_LOSS_OPTIONS(PACKSCHED_FILL_LOSS)
+}
+
+// FillRoundOptions writes the request's PACKSCHED_ROUND_OPTIONS (members of the same name). The
+// row
+//   X(same_micro_num_in_dp, 16, true)
+// expands, through PACKSCHED_FILL_ROUND, to
+//   out->set_same_micro_num_in_dp(request.same_micro_num_in_dp);
+#define PACKSCHED_FILL_ROUND_Option(out, request, name) (out)->set_##name((request).name);
+#define PACKSCHED_FILL_ROUND(name, number, dflt) PACKSCHED_FILL_ROUND_Option(out, request, name)
+
+template <typename Request>
+void FillRoundOptions(const Request& request, v1::PlanOptions* out) {
+  PACKSCHED_ROUND_OPTIONS(PACKSCHED_FILL_ROUND)
+}
+
+// The caller's global counts (PACKSCHED_GLOBAL_COUNTS, members of the same name) into the
+// proto. The row
+//   X(loss_tokens, 2, Loss)
+// expands, through PACKSCHED_FILL_GLOBAL, to
+//   g->set_loss_tokens(global.loss_tokens);
+#define PACKSCHED_FILL_GLOBAL_Count(g, global, name) (g)->set_##name((global).name);
+#define PACKSCHED_FILL_GLOBAL(name, number, Kind) PACKSCHED_FILL_GLOBAL_Count(g, global, name)
+
+void FillGlobal(const GlobalCounts& global, v1::GlobalCounts* g) {
+  PACKSCHED_GLOBAL_COUNTS(PACKSCHED_FILL_GLOBAL)
+}
 
 void FillForest(const planner::Forest& forest, v1::Forest* out) {
   out->mutable_node_len()->Assign(forest.node_len.begin(), forest.node_len.end());
   out->mutable_node_parent()->Assign(forest.node_parent.begin(), forest.node_parent.end());
   out->mutable_rollout_leaf()->Assign(forest.rollout_leaf.begin(), forest.rollout_leaf.end());
   out->mutable_rollout_len()->Assign(forest.rollout_len.begin(), forest.rollout_len.end());
-}
-
-void FillLoss(const planner::LossOptions& loss, v1::LossOptions* out) {
-  PACKSCHED_LOSS_OPTIONS(PACKSCHED_FILL_LOSS)
-}
-
-// The request's PACKSCHED_ROUND_OPTIONS (members of the same name) into the proto.
-template <typename Request>
-void FillRoundOptions(const Request& request, v1::PlanOptions* out) {
-#define PACKSCHED_FILL_ROUND(name, number, dflt) out->set_##name(request.name);
-  PACKSCHED_ROUND_OPTIONS(PACKSCHED_FILL_ROUND)
-#undef PACKSCHED_FILL_ROUND
 }
 
 }  // namespace
@@ -180,7 +209,7 @@ struct SchedulerClient::Impl {
       security::AddBearerToken(context, options.auth_token);
       const grpc::Status status = invoke(&context);
       if (status.ok()) return absl::OkStatus();
-      const bool served = context.GetServerTrailingMetadata().count("packsched-served") > 0;
+      const bool served = context.GetServerTrailingMetadata().contains("packsched-served");
       const bool unreached = status.error_code() == grpc::StatusCode::UNAVAILABLE && !served;
       if (!unreached || attempt >= options.max_attempts || absl::Now() + backoff >= deadline) {
         return FromGrpc(status);
@@ -234,7 +263,7 @@ absl::StatusOr<std::unique_ptr<SchedulerClient>> SchedulerClient::Create(ClientO
   // not keep a copy of every request for a retry it would never make.
   args.SetInt(GRPC_ARG_ENABLE_RETRIES, 0);
   auto impl = std::make_unique<Impl>();
-  ASSIGN_OR_RETURN(impl->channel, security::MakeChannel(options.target, tls, std::move(args)));
+  ASSIGN_OR_RETURN(impl->channel, security::MakeChannel(options.target, tls, args));
   impl->stub = v1::Scheduler::NewStub(impl->channel);
   impl->plan_method = std::make_unique<grpc::internal::RpcMethod>(
       impl->plan_name.c_str(), grpc::internal::RpcMethod::NORMAL_RPC, impl->channel);
@@ -251,11 +280,11 @@ absl::StatusOr<PlanResult> SchedulerClient::Plan(const PlanRequest& request,
   wire.set_stream(request.stream);
   wire.set_round(request.round);
   wire.mutable_lengths()->Assign(request.lengths.begin(), request.lengths.end());
-  if (request.forest) FillForest(*request.forest, wire.mutable_forest());
   RETURN_IF_ERROR(FillOptions(request.options, wire.mutable_options()));
   FillRoundOptions(request, wire.mutable_options());
   wire.mutable_loss_tokens()->Assign(request.loss_tokens.begin(), request.loss_tokens.end());
   FillLoss(request.loss, wire.mutable_loss());
+  if (request.forest) FillForest(*request.forest, wire.mutable_forest());
   return impl_->CallForPlan(*impl_->plan_method, wire, timeout);
 }
 
@@ -264,17 +293,12 @@ absl::StatusOr<PlanResult> SchedulerClient::Partition(const PartitionRequest& re
   google::protobuf::Arena arena(CallArenaOptions());
   auto& wire = *google::protobuf::Arena::CreateMessage<v1::PartitionRequest>(&arena);
   wire.mutable_lengths()->Assign(request.lengths.begin(), request.lengths.end());
-  if (request.forest) FillForest(*request.forest, wire.mutable_forest());
   wire.set_num_micro_batches(request.num_micro_batches);
   RETURN_IF_ERROR(FillOptions(request.options, wire.mutable_options()));
   wire.mutable_loss_tokens()->Assign(request.loss_tokens.begin(), request.loss_tokens.end());
   FillLoss(request.loss, wire.mutable_loss());
-  if (request.global) {
-    v1::GlobalCounts* g = wire.mutable_global();
-#define PACKSCHED_FILL_GLOBAL(name, number, Kind) g->set_##name(request.global->name);
-    PACKSCHED_GLOBAL_COUNTS(PACKSCHED_FILL_GLOBAL)
-#undef PACKSCHED_FILL_GLOBAL
-  }
+  if (request.forest) FillForest(*request.forest, wire.mutable_forest());
+  if (request.global) FillGlobal(*request.global, wire.mutable_global());
   return impl_->CallForPlan(*impl_->partition_method, wire, timeout);
 }
 
@@ -282,12 +306,12 @@ absl::StatusOr<BalancedPlan> SchedulerClient::BalanceBatch(const BalanceBatchReq
                                                            absl::Duration timeout) {
   v1::BalanceBatchRequest wire;
   wire.mutable_lengths()->Assign(request.lengths.begin(), request.lengths.end());
-  if (request.forest) FillForest(*request.forest, wire.mutable_forest());
   wire.set_world_size(request.world_size);
   RETURN_IF_ERROR(FillOptions(request.options, wire.mutable_options()));
   wire.mutable_group_ids()->Assign(request.group_ids.begin(), request.group_ids.end());
   wire.mutable_loss_tokens()->Assign(request.loss_tokens.begin(), request.loss_tokens.end());
   FillLoss(request.loss, wire.mutable_loss());
+  if (request.forest) FillForest(*request.forest, wire.mutable_forest());
   wire.set_sync(static_cast<v1::Sync>(static_cast<int>(request.balance.sync) + 1));
   wire.set_micro_batch_cost(request.balance.micro_batch_cost);
   v1::BalanceBatchResponse response;

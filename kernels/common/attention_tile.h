@@ -17,13 +17,24 @@
 
 namespace packsched::kernels {
 
-// Which keys the queries of one sequence see (see attention.h).
+// The tree mask of a self-attention sequence (attention.h, "Tree packing" in docs/design.md):
+// packed-row arrays of the whole call, indexed by row0 + the in-sequence index.
+struct AttnTree {
+  const int32_t* subtree_end = nullptr;  // nullptr: no tree
+  const int32_t* positions = nullptr;    // read only when window_left >= 0
+  int64_t window_left = -1;              // on positions (depths); -1 = unbounded
+  int64_t row0 = 0;                      // the sequence's first packed row
+};
+
+// Which keys the queries of one sequence see (see attention.h). With a tree, the range rule
+// below is causal without a left window, and TreeVisible narrows it per element.
 struct AttnMask {
   int64_t sq;  // real query rows
   int64_t sk;  // real key rows
   bool causal;
   int64_t window_left;   // -1 = unbounded
   int64_t window_right;  // -1 = unbounded
+  AttnTree tree;
 };
 
 // The keys query i sees are the contiguous range [lo, hi) (empty when lo >= hi; always empty
@@ -49,6 +60,23 @@ PACKSCHED_HD_INLINE KeyRange VisibleKeys(const AttnMask& m, int64_t i) {
   if (right >= 0 && right < m.sq - 1 - i) r.hi = diag + right + 1;
   if (r.hi < r.lo) r.hi = r.lo;
   return r;
+}
+
+// The tree rule for query i and key j of one sequence (in-sequence indices, j already in i's
+// causal range): key j is visible while i is inside the subtree of j's node, and, with a left
+// window, when the depth difference is within it. Always true without a tree.
+PACKSCHED_HD_INLINE bool TreeVisible(const AttnTree& t, int64_t i, int64_t j) {
+  if (t.subtree_end == nullptr) return true;
+  const int64_t qi = t.row0 + i;
+  const int64_t kj = t.row0 + j;
+  if (qi >= t.subtree_end[kj]) return false;
+  return t.window_left < 0 ||
+         static_cast<int64_t>(t.positions[qi]) - t.positions[kj] <= t.window_left;
+}
+
+// Whether query i sees key j: inside VisibleKeys(m, i) and, with a tree, TreeVisible.
+PACKSCHED_HD_INLINE bool KeyVisible(const AttnMask& m, const KeyRange& keys, int64_t i, int64_t j) {
+  return j >= keys.lo && j < keys.hi && TreeVisible(m.tree, i, j);
 }
 
 PACKSCHED_HD_INLINE float Tanh(float x) { return tanhf(x); }

@@ -58,6 +58,24 @@ absl::Status Sequences(const AttentionArgs& a, std::vector<Sequence>& out) {
                                                      "] (the segment length of cu_seqlens_k)"));
     }
   }
+  if (a.subtree_end != nullptr) {
+    for (const Sequence& s : out) {
+      for (int64_t i = 0; i < s.sq; ++i) {
+        const int64_t t = s.q0 + i;
+        if (a.subtree_end[t] <= t || a.subtree_end[t] > s.q0 + s.sq) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "VarlenAttention: subtree_end[", t, "] = ", a.subtree_end[t], " is outside [", t + 1,
+              ", ", s.q0 + s.sq, "] (past the row, within its sequence)"));
+        }
+        if (a.positions != nullptr && a.tree_window_left >= 0 &&
+            (a.positions[t] < 0 || a.positions[t] > i)) {
+          return absl::InvalidArgumentError(absl::StrCat("VarlenAttention: positions[", t,
+                                                         "] = ", a.positions[t], " is outside [0, ",
+                                                         i, "] (a depth within its sequence)"));
+        }
+      }
+    }
+  }
   // The tail (rows past cu[B], kernels.h) as one more sequence without real rows: every tail row
   // is then written like a pad slot (out 0, lse +inf, gradients 0) and is never a key.
   const int64_t tail_q = a.total_q - a.cu_q_host[a.batch];
@@ -69,7 +87,8 @@ absl::Status Sequences(const AttentionArgs& a, std::vector<Sequence>& out) {
 }
 
 AttnMask MaskOf(const AttentionArgs& a, const Sequence& s) {
-  return AttnMask{s.sq, s.sk, a.causal, a.window_left, a.window_right};
+  const AttnTree tree{a.subtree_end, a.positions, a.tree_window_left, s.q0};
+  return AttnMask{s.sq, s.sk, a.causal, a.window_left, a.window_right, tree};
 }
 
 // A tile of `n` rows starting at row `first` of a sequence.
@@ -225,6 +244,16 @@ class Attention {
     return KeyRange{lo.lo / kBc * kBc, hi.hi};
   }
 
+  // With a tree: whether no query at or after row `first` sees a key of [key0, key0 + cols),
+  // because every key's subtree ends at or before `first` (a sibling branch already closed).
+  static bool TreeSkips(const AttnMask& m, int64_t first, int64_t key0, int64_t cols) {
+    if (m.tree.subtree_end == nullptr) return false;
+    for (int64_t c = 0; c < cols; ++c) {
+      if (m.tree.subtree_end[m.tree.row0 + key0 + c] > m.tree.row0 + first) return false;
+    }
+    return true;
+  }
+
   // Scores of one (query tile, key tile) pair: s[r][c] = AttnScore(q_r . k_c), -inf where masked.
   void Scores(const AttnMask& m, int64_t first, int64_t rows, int64_t key0, int64_t cols,
               std::vector<AccT>& s) const {
@@ -233,7 +262,8 @@ class Attention {
       for (int64_t c = 0; c < kBc; ++c) {
         const int64_t j = key0 + c;
         AccT& x = s[r * kBc + c];
-        x = c < cols && j >= keys.lo && j < keys.hi ? AttnScore(x, scale_, softcap_) : -Inf<AccT>();
+        x = c < cols && KeyVisible(m, keys, first + r, j) ? AttnScore(x, scale_, softcap_)
+                                                          : -Inf<AccT>();
       }
     }
   }
@@ -251,6 +281,7 @@ class Attention {
       const KeyRange keys = TileKeys(mask, t.first, rows);
       for (int64_t key0 = keys.lo; key0 < keys.hi; key0 += kBc) {
         const int64_t cols = std::min(kBc, seq.sk - key0);
+        if (TreeSkips(mask, t.first, key0, cols)) continue;
         LoadTransposed(a_.k, a_.kv_heads, hk, seq.k0 + key0, cols, w.kt);
         LoadRows(a_.v, a_.kv_heads, hk, seq.k0 + key0, cols, w.v);
         MatMulT(w.q, w.kt, rows, w.s);  // S = Q·Kᵀ
@@ -324,6 +355,7 @@ class Attention {
       const KeyRange keys = TileKeys(mask, t.first, rows);
       for (int64_t key0 = keys.lo; key0 < keys.hi; key0 += kBc) {
         const int64_t cols = std::min(kBc, seq.sk - key0);
+        if (TreeSkips(mask, t.first, key0, cols)) continue;
         LoadTransposed(a_.k, a_.kv_heads, hk, seq.k0 + key0, cols, w.kt);
         LoadTransposed(a_.v, a_.kv_heads, hk, seq.k0 + key0, cols, w.vt);
         LoadRows(a_.k, a_.kv_heads, hk, seq.k0 + key0, cols, w.k);
@@ -354,6 +386,7 @@ class Attention {
           const int64_t rows = std::min(kBr, seq.sq - first);
           const KeyRange keys = TileKeys(mask, first, rows);
           if (keys.hi <= key0 || keys.lo >= key0 + cols) continue;  // this tile sees none of ours
+          if (TreeSkips(mask, first, key0, cols)) break;            // nor does any later tile
           LoadRows(a_.q, a_.heads, h, seq.q0 + first, rows, w.q);
           LoadRows(a_.dout, a_.heads, h, seq.q0 + first, rows, w.dout);
           ScoreGradients(mask, seq, h, first, rows, key0, cols, d_rows, w, /*keep_p=*/true);

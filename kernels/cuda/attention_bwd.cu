@@ -6,6 +6,7 @@
 
 #include "kernels/cuda/attention_device.cuh"
 #include "kernels/cuda/attention_launch.cuh"
+#include "kernels/cuda/attention_tc_launch.h"
 #include "kernels/cuda/attention_traits.h"
 #include "kernels/cuda/launch.h"
 
@@ -34,6 +35,7 @@ struct Backward {
 
 LaunchResult LaunchAttentionBackward(const AttentionArgs& a, void* stream) {
   if (a.total_q == 0 && a.total_k == 0) return ResultOf(cudaSuccess);  // B = 0: maybe a tail
+  if (AttentionTcApplies(a)) return LaunchAttentionTcBackward(TcAttnParams{a, a.subtree_end, a.positions}, stream);
   return ResultOf(DispatchAttention<Backward>(a, static_cast<cudaStream_t>(stream)));
 }
 

@@ -35,7 +35,7 @@ __device__ inline AttnSeq LoadSeq(const AttentionArgs& a, int64_t b) {
     s.k0 = a.cu_k[b];
     s.seg_q = a.total_q - s.q0;
     s.seg_k = a.total_k - s.k0;
-    s.mask = AttnMask{0, 0, a.causal, a.window_left, a.window_right};
+    s.mask = AttnMask{0, 0, a.causal, a.window_left, a.window_right, AttnTree{}};
     return s;
   }
   s.q0 = a.cu_q[b];
@@ -47,7 +47,8 @@ __device__ inline AttnSeq LoadSeq(const AttentionArgs& a, int64_t b) {
   int64_t sk = a.seqused_k != nullptr ? a.seqused_k[b] : s.seg_k;
   sq = sq < 0 ? 0 : (sq > s.seg_q ? s.seg_q : sq);
   sk = sk < 0 ? 0 : (sk > s.seg_k ? s.seg_k : sk);
-  s.mask = AttnMask{sq, sk, a.causal, a.window_left, a.window_right};
+  const AttnTree tree{a.subtree_end, a.positions, a.tree_window_left, s.q0};
+  s.mask = AttnMask{sq, sk, a.causal, a.window_left, a.window_right, tree};
   return s;
 }
 
@@ -130,8 +131,7 @@ __device__ float RowDot(const float* x, const float* y) {
 // The masked, capped score of query row `first + r` and key `key0 + c`, or -inf.
 __device__ inline float MaskedScore(const AttnMask& m, int64_t i, int64_t j, float dot, float scale,
                                     float softcap) {
-  const KeyRange keys = VisibleKeys(m, i);
-  return j >= keys.lo && j < keys.hi ? AttnScore(dot, scale, softcap) : -Inf<float>();
+  return KeyVisible(m, VisibleKeys(m, i), i, j) ? AttnScore(dot, scale, softcap) : -Inf<float>();
 }
 
 template <typename T, typename Tr>
@@ -144,13 +144,14 @@ __global__ void __launch_bounds__(Tr::kThreads) AttentionForwardKernel(const Att
   const float softcap = static_cast<float>(a.softcap);
 
   extern __shared__ float smem[];
-  float* qs = smem;                       // [kBr][kPitch]
-  float* ks = qs + Tr::kBr * Tr::kPitch;  // [kBc][kPitch]
-  float* vs = ks + Tr::kBc * Tr::kPitch;  // [kBc][kPitch]
-  float* ss = vs + Tr::kBc * Tr::kPitch;  // [kBr][kSPitch]: S, then P
-  float* row_max = ss + Tr::kBr * Tr::kSPitch;
-  float* row_sum = row_max + Tr::kBr;
-  float* row_factor = row_sum + Tr::kBr;
+  using Smem = typename Tr::Smem;
+  float* qs = smem + Smem::kQ;
+  float* ks = smem + Smem::kK;
+  float* vs = smem + Smem::kV;
+  float* ss = smem + Smem::kScores;  // S, then P
+  float* row_max = smem + Smem::RowScalar(0);
+  float* row_sum = smem + Smem::RowScalar(1);
+  float* row_factor = smem + Smem::RowScalar(2);
 
   LoadTile<T, Tr>(qs, Tr::kBr, a.q, seq.q0 + first, rows, a.heads, h, a.head_dim);
   if (threadIdx.x < Tr::kBr) {
@@ -279,13 +280,14 @@ __global__ void __launch_bounds__(Tr::kThreads) AttentionBackwardDqKernel(const 
   const float softcap = static_cast<float>(a.softcap);
 
   extern __shared__ float smem[];
-  float* qs = smem;
-  float* dos = qs + Tr::kBr * Tr::kPitch;
-  float* ks = dos + Tr::kBr * Tr::kPitch;
-  float* vs = ks + Tr::kBc * Tr::kPitch;
-  float* dss = vs + Tr::kBc * Tr::kPitch;  // [kBr][kSPitch]
-  float* row_lse = dss + Tr::kBr * Tr::kSPitch;
-  float* row_d = row_lse + Tr::kBr;
+  using Smem = typename Tr::Smem;
+  float* qs = smem + Smem::kQ;
+  float* dos = smem + Smem::kDout;
+  float* ks = smem + Smem::kK;
+  float* vs = smem + Smem::kV;
+  float* dss = smem + Smem::kScores;
+  float* row_lse = smem + Smem::RowScalar(0);
+  float* row_d = smem + Smem::RowScalar(1);
 
   LoadQuerySide<T, Tr>(a, seq, h, first, rows, qs, dos, row_lse, row_d);
   const int my_row = threadIdx.x / Tr::kThreadsPerRow;
@@ -341,14 +343,15 @@ __global__ void __launch_bounds__(Tr::kThreads) AttentionBackwardDkDvKernel(cons
   const float softcap = static_cast<float>(a.softcap);
 
   extern __shared__ float smem[];
-  float* qs = smem;
-  float* dos = qs + Tr::kBr * Tr::kPitch;
-  float* ks = dos + Tr::kBr * Tr::kPitch;
-  float* vs = ks + Tr::kBc * Tr::kPitch;
-  float* ps = vs + Tr::kBc * Tr::kPitch;    // [kBr][kSPitch]
-  float* dss = ps + Tr::kBr * Tr::kSPitch;  // [kBr][kSPitch]
-  float* row_lse = dss + Tr::kBr * Tr::kSPitch;
-  float* row_d = row_lse + Tr::kBr;
+  using Smem = typename Tr::Smem;
+  float* qs = smem + Smem::kQ;
+  float* dos = smem + Smem::kDout;
+  float* ks = smem + Smem::kK;
+  float* vs = smem + Smem::kV;
+  float* ps = smem + Smem::kP;
+  float* dss = smem + Smem::kScores;
+  float* row_lse = smem + Smem::RowScalar(0);
+  float* row_d = smem + Smem::RowScalar(1);
 
   LoadKeySide<T, Tr>(a, seq, hk, key0, cols, ks, vs);
   const int my_key = threadIdx.x / Tr::kThreadsPerRow;

@@ -5,6 +5,7 @@
 
 #include "kernels/cuda/attention_device.cuh"
 #include "kernels/cuda/attention_launch.cuh"
+#include "kernels/cuda/attention_tc_launch.h"
 #include "kernels/cuda/attention_traits.h"
 #include "kernels/cuda/launch.h"
 
@@ -25,6 +26,7 @@ struct Forward {
 
 LaunchResult LaunchAttentionForward(const AttentionArgs& a, void* stream) {
   if (a.total_q == 0) return ResultOf(cudaSuccess);  // B = 0 may still have tail rows
+  if (AttentionTcApplies(a)) return LaunchAttentionTcForward(TcAttnParams{a, a.subtree_end, a.positions}, stream);
   return ResultOf(DispatchAttention<Forward>(a, static_cast<cudaStream_t>(stream)));
 }
 

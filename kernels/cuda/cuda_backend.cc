@@ -8,6 +8,7 @@
 #include "absl/strings/string_view.h"
 #include "kernels/cuda/launch.h"
 #include "kernels/cuda/launch_result.cuh"
+#include "kernels/cuda/tree_launch.h"
 #include "kernels/internal/backend.h"
 
 namespace packsched::kernels::internal::cuda {
@@ -101,6 +102,23 @@ absl::Status AttentionForward(const AttentionArgs& a, int device, void* stream) 
 absl::Status AttentionBackward(const AttentionArgs& a, int device, void* stream) {
   return OnDevice("VarlenAttentionBackward", device,
                   [&] { return LaunchAttentionBackward(a, stream); });
+}
+
+}  // namespace packsched::kernels::internal::cuda
+
+// Tree packing (tree.h).
+namespace packsched::kernels::internal::cuda {
+
+absl::Status TreePositionIds(const TreePositionsArgs& a, int device, void* stream) {
+  return OnDevice("TreePositionIds", device, [&] { return LaunchTreePositionIds(a, stream); });
+}
+absl::Status MultiTargetCrossEntropy(const MultiTargetArgs& a, int device, void* stream) {
+  return OnDevice("MultiTargetCrossEntropy", device,
+                  [&] { return LaunchMultiTargetCrossEntropy(a, stream); });
+}
+absl::Status MultiTargetCrossEntropyBackward(const MultiTargetArgs& a, int device, void* stream) {
+  return OnDevice("MultiTargetCrossEntropyBackward", device,
+                  [&] { return LaunchMultiTargetCrossEntropyBackward(a, stream); });
 }
 
 }  // namespace packsched::kernels::internal::cuda

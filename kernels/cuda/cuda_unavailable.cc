@@ -31,14 +31,27 @@ absl::Status PackedCrossEntropy(const CrossEntropyArgs&, int, void*) {
 }
 absl::Status CpShard(const CpShardArgs&, int, void*) { return NotBuilt("CpShard"); }
 absl::Status CpUnshard(const CpShardArgs&, int, void*) { return NotBuilt("CpUnshard"); }
-absl::Status MropePositionIds(const MropeArgs&, int, void*) {
-  return NotBuilt("MropePositionIds");
-}
+absl::Status MropePositionIds(const MropeArgs&, int, void*) { return NotBuilt("MropePositionIds"); }
 absl::Status AttentionForward(const AttentionArgs&, int, void*) {
   return NotBuilt("VarlenAttentionForward");
 }
 absl::Status AttentionBackward(const AttentionArgs&, int, void*) {
   return NotBuilt("VarlenAttentionBackward");
+}
+
+}  // namespace packsched::kernels::internal::cuda
+
+// Tree packing (tree.h).
+namespace packsched::kernels::internal::cuda {
+
+absl::Status TreePositionIds(const TreePositionsArgs&, int, void*) {
+  return NotBuilt("TreePositionIds");
+}
+absl::Status MultiTargetCrossEntropy(const MultiTargetArgs&, int, void*) {
+  return NotBuilt("MultiTargetCrossEntropy");
+}
+absl::Status MultiTargetCrossEntropyBackward(const MultiTargetArgs&, int, void*) {
+  return NotBuilt("MultiTargetCrossEntropyBackward");
 }
 
 }  // namespace packsched::kernels::internal::cuda

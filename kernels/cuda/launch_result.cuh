@@ -1,8 +1,8 @@
 #ifndef PACKSCHED_KERNELS_CUDA_LAUNCH_RESULT_CUH_
 #define PACKSCHED_KERNELS_CUDA_LAUNCH_RESULT_CUH_
 
-// cudaError_t -> LaunchResult, for the .cu translation units (cuda_kernels.cu and the attention
-// launchers) and cuda_backend.cc's device guard; launch.h itself stays free of CUDA headers.
+// cudaError_t -> LaunchResult, for the .cu translation units (the kernel families and the
+// attention launchers) and cuda_backend.cc's device guard; launch.h stays free of CUDA headers.
 
 #include <cuda_runtime.h>
 

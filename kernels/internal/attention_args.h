@@ -21,6 +21,12 @@ struct AttentionArgs {
   const int32_t* cu_k_host;
   const int32_t* seqused_q;  // [batch] real lengths, or nullptr (= segment lengths)
   const int32_t* seqused_k;
+  // Tree packing (attention.h), or nullptr: subtree_end [total_k] and positions [total_q] (read
+  // only when tree_window_left >= 0). With a tree, window_left is -1 and the left window applies
+  // to positions: tree_window_left.
+  const int32_t* subtree_end;
+  const int32_t* positions;
+  int64_t tree_window_left;
   int64_t batch, total_q, total_k, heads, kv_heads, head_dim, max_seqlen_q, max_seqlen_k;
   double scale;    // multiplies q . k
   double softcap;  // 0 = off

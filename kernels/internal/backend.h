@@ -11,6 +11,7 @@
 #include "absl/status/status.h"
 #include "kernels/internal/args.h"
 #include "kernels/internal/attention_args.h"
+#include "kernels/internal/tree_args.h"
 
 namespace packsched::kernels::internal {
 
@@ -27,7 +28,8 @@ absl::Status CpShard(const CpShardArgs& a);
 absl::Status CpUnshard(const CpShardArgs& a);
 // Returns InvalidArgument when token types and grids disagree (context_parallel.h).
 absl::Status MropePositionIds(const MropeArgs& a);
-// Return InvalidArgument only for seqused values outside [0, segment length].
+// Return InvalidArgument only for seqused values outside [0, segment length] and tree values
+// out of range (attention.h).
 absl::Status AttentionForward(const AttentionArgs& a);
 absl::Status AttentionBackward(const AttentionArgs& a);
 }  // namespace cpu
@@ -49,6 +51,19 @@ absl::Status CpUnshard(const CpShardArgs& a, int device, void* stream);
 absl::Status MropePositionIds(const MropeArgs& a, int device, void* stream);
 absl::Status AttentionForward(const AttentionArgs& a, int device, void* stream);
 absl::Status AttentionBackward(const AttentionArgs& a, int device, void* stream);
+}  // namespace cuda
+
+// Tree packing (tree.h), with the same contracts as above: the CPU functions return
+// InvalidArgument only for the value checks tree.h names.
+namespace cpu {
+absl::Status TreePositionIds(const TreePositionsArgs& a);
+absl::Status MultiTargetCrossEntropy(const MultiTargetArgs& a);
+absl::Status MultiTargetCrossEntropyBackward(const MultiTargetArgs& a);
+}  // namespace cpu
+namespace cuda {
+absl::Status TreePositionIds(const TreePositionsArgs& a, int device, void* stream);
+absl::Status MultiTargetCrossEntropy(const MultiTargetArgs& a, int device, void* stream);
+absl::Status MultiTargetCrossEntropyBackward(const MultiTargetArgs& a, int device, void* stream);
 }  // namespace cuda
 
 }  // namespace packsched::kernels::internal

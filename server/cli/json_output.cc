@@ -1,6 +1,7 @@
 #include "server/cli/json_output.h"
 
 #include <cstdint>
+#include <iterator>
 #include <vector>
 
 #include "server/cli/json_writer.h"
@@ -20,13 +21,18 @@ void Write(JsonWriter& w, const std::vector<T>& v) {
   w.IntArray(v);
 }
 
-#define PACKSCHED_JSON_PART_Int(name) \
-  w.Key(#name);                       \
-  Write(w, part.name);
+// A micro-batch (PACKSCHED_MICRO_BATCH): its planner fields. The row
+//   X(tokens, 2, Int)
+// expands, through PACKSCHED_JSON_PART, to
+//   w.Key("tokens");
+//   Write(w, part.tokens);
+#define PACKSCHED_JSON_PART_Int(w, part, name) \
+  (w).Key(#name);                              \
+  Write(w, (part).name);
 #define PACKSCHED_JSON_PART_Ints PACKSCHED_JSON_PART_Int
 #define PACKSCHED_JSON_PART_Bool PACKSCHED_JSON_PART_Int
 #define PACKSCHED_JSON_PART_LossScale PACKSCHED_SCHEMA_NOTHING  // not a planner field
-#define PACKSCHED_JSON_PART(name, number, Kind) PACKSCHED_JSON_PART_##Kind(name)
+#define PACKSCHED_JSON_PART(name, number, Kind) PACKSCHED_JSON_PART_##Kind(w, part, name)
 
 }  // namespace
 
@@ -42,15 +48,20 @@ void WritePart(const planner::MicroBatch& part, JsonWriter& w) {
   w.EndObject();
 }
 
-// The planner's stats (not the wire-only ones).
-#define PACKSCHED_JSON_STATS_Int(name) \
-  w.Key(#name);                        \
-  Write(w, s.name);
+// The planner's stats (PACKSCHED_PLAN_STATS; the wire-only ones, Cap and Micros, are not the
+// planner's: nothing to write). The row
+//   X(imbalance, 7, Double, _)
+// expands, through PACKSCHED_JSON_STATS, to
+//   w.Key("imbalance");
+//   Write(w, s.imbalance);
+#define PACKSCHED_JSON_STATS_Int(w, s, name) \
+  (w).Key(#name);                            \
+  Write(w, (s).name);
 #define PACKSCHED_JSON_STATS_Double PACKSCHED_JSON_STATS_Int
 #define PACKSCHED_JSON_STATS_LocalK PACKSCHED_JSON_STATS_Int
 #define PACKSCHED_JSON_STATS_Cap PACKSCHED_SCHEMA_NOTHING
 #define PACKSCHED_JSON_STATS_Micros PACKSCHED_SCHEMA_NOTHING
-#define PACKSCHED_JSON_STATS(name, number, Kind, alias) PACKSCHED_JSON_STATS_##Kind(name)
+#define PACKSCHED_JSON_STATS(name, number, Kind, alias) PACKSCHED_JSON_STATS_##Kind(w, s, name)
 
 }  // namespace
 
@@ -62,40 +73,22 @@ void WriteStats(const planner::PlanStats& s, JsonWriter& w) {
 
 namespace {
 
-// The options by flag name, at their `json` positions; --num_parts right after the cap, the
-// Weight options as one pair.
-#define PACKSCHED_JSON_OPTION_INT(name, member) \
-  w.Key(#name);                                 \
-  w.Int(o.member);
-#define PACKSCHED_JSON_OPTION_Cap(name, member) \
-  PACKSCHED_JSON_OPTION_INT(name, member)       \
-  w.Key("num_parts");                           \
-  w.Int(run.request.num_parts);
-#define PACKSCHED_JSON_OPTION_Unlimited PACKSCHED_JSON_OPTION_INT
-#define PACKSCHED_JSON_OPTION_Count PACKSCHED_JSON_OPTION_INT
-#define PACKSCHED_JSON_OPTION_Align PACKSCHED_JSON_OPTION_INT
-#define PACKSCHED_JSON_OPTION_Ceiling PACKSCHED_JSON_OPTION_INT
-#define PACKSCHED_JSON_OPTION_FixedK(name, member) \
-  w.Key(#name);                                    \
-  w.Bool(o.member);
-#define PACKSCHED_JSON_OPTION_Enum(name, member) \
-  w.Key(#name);                                  \
-  w.String(planner::Name(o.member));
-#define PACKSCHED_JSON_OPTION_Weight(name, member) \
-  if (!pair_written) {                             \
-    pair_written = true;                           \
-    WritePair(o, w);                               \
-  }
+// The Weight options as one pair, [A, B] in table order (PACKSCHED_PLAN_OPTIONS' Weight rows; the
+// other rules are not part of it: nothing to write). The row
+//   X(attention_linear, 10, Weight, int64, attention.linear, 10, "")
+// expands, through PACKSCHED_JSON_PAIR_ELEMENT, to
+//   w.Int(o.attention.linear);
+#define PACKSCHED_JSON_PAIR_ELEMENT_Weight(w, o, member) (w).Int((o).member);
+#define PACKSCHED_JSON_PAIR_ELEMENT_Cap PACKSCHED_SCHEMA_NOTHING
+#define PACKSCHED_JSON_PAIR_ELEMENT_Enum PACKSCHED_SCHEMA_NOTHING
+#define PACKSCHED_JSON_PAIR_ELEMENT_Unlimited PACKSCHED_SCHEMA_NOTHING
+#define PACKSCHED_JSON_PAIR_ELEMENT_Count PACKSCHED_SCHEMA_NOTHING
+#define PACKSCHED_JSON_PAIR_ELEMENT_Align PACKSCHED_SCHEMA_NOTHING
+#define PACKSCHED_JSON_PAIR_ELEMENT_Ceiling PACKSCHED_SCHEMA_NOTHING
+#define PACKSCHED_JSON_PAIR_ELEMENT_FixedK PACKSCHED_SCHEMA_NOTHING
 #define PACKSCHED_JSON_PAIR_ELEMENT(name, number, Rule, Type, member, json, help) \
-  PACKSCHED_JSON_PAIR_ELEMENT_##Rule(member)
-#define PACKSCHED_JSON_PAIR_ELEMENT_Weight(member) w.Int(o.member);
-#define PACKSCHED_JSON_PAIR_ELEMENT_Cap(member)
-#define PACKSCHED_JSON_PAIR_ELEMENT_Enum(member)
-#define PACKSCHED_JSON_PAIR_ELEMENT_Unlimited(member)
-#define PACKSCHED_JSON_PAIR_ELEMENT_Count(member)
-#define PACKSCHED_JSON_PAIR_ELEMENT_Align(member)
-#define PACKSCHED_JSON_PAIR_ELEMENT_Ceiling(member)
-#define PACKSCHED_JSON_PAIR_ELEMENT_FixedK(member)
+  PACKSCHED_JSON_PAIR_ELEMENT_##Rule(w, o, member)
+
 void WritePair(const planner::PlanOptions& o, JsonWriter& w) {
   w.Key(PACKSCHED_WEIGHT_PAIR_KEY);
   w.BeginArray();
@@ -103,11 +96,41 @@ void WritePair(const planner::PlanOptions& o, JsonWriter& w) {
   w.EndArray();
 }
 
-#define PACKSCHED_JSON_OPTION(name, number, Rule, Type, member, json, help) \
-  if (position == json) {                                                   \
-    PACKSCHED_JSON_OPTION_##Rule(name, member)                              \
+// The options by flag name, at their `json` positions (the row whose `json` column is
+// `position`, on each turn): --num_parts right after the cap, the Weight options as one pair
+// (both rows share a position; the first writes the pair). The row
+//   X(cap_mode, 2, Enum, CapMode, cap_mode, 3, "tokens ... | padded ...")
+// expands, through PACKSCHED_JSON_OPTION, to
+//   if (position == 3) {
+//     w.Key("cap_mode");
+//     w.String(planner::Name(o.cap_mode));
+//   }
+#define PACKSCHED_JSON_OPTION_INT(w, o, run, pair_written, name, member) \
+  (w).Key(#name);                                                        \
+  (w).Int((o).member);
+#define PACKSCHED_JSON_OPTION_Cap(w, o, run, pair_written, name, member) \
+  PACKSCHED_JSON_OPTION_INT(w, o, run, pair_written, name, member)       \
+  (w).Key("num_parts");                                                  \
+  (w).Int((run).request.num_parts);
+#define PACKSCHED_JSON_OPTION_Unlimited PACKSCHED_JSON_OPTION_INT
+#define PACKSCHED_JSON_OPTION_Count PACKSCHED_JSON_OPTION_INT
+#define PACKSCHED_JSON_OPTION_Align PACKSCHED_JSON_OPTION_INT
+#define PACKSCHED_JSON_OPTION_Ceiling PACKSCHED_JSON_OPTION_INT
+#define PACKSCHED_JSON_OPTION_FixedK(w, o, run, pair_written, name, member) \
+  (w).Key(#name);                                                           \
+  (w).Bool((o).member);
+#define PACKSCHED_JSON_OPTION_Enum(w, o, run, pair_written, name, member) \
+  (w).Key(#name);                                                         \
+  (w).String(planner::Name((o).member));
+#define PACKSCHED_JSON_OPTION_Weight(w, o, run, pair_written, name, member) \
+  if (!(pair_written)) {                                                    \
+    (pair_written) = true;                                                  \
+    WritePair(o, w);                                                        \
   }
-#define PACKSCHED_JSON_COUNT(name, number, Rule, Type, member, json, help) +1
+#define PACKSCHED_JSON_OPTION(name, number, Rule, Type, member, json, help) \
+  if (position == (json)) {                                                 \
+    PACKSCHED_JSON_OPTION_##Rule(w, o, run, pair_written, name, member)     \
+  }
 
 }  // namespace
 
@@ -117,7 +140,7 @@ void WriteOptions(const PlanRun& run, JsonWriter& w) {
   w.Key("mode");
   w.String(run.mode);
   bool pair_written = false;
-  for (int position = 0; position < 0 PACKSCHED_PLAN_OPTIONS(PACKSCHED_JSON_COUNT); ++position) {
+  for (int position = 0; position < std::ssize(planner::schema::kPlanOptions); ++position) {
     PACKSCHED_PLAN_OPTIONS(PACKSCHED_JSON_OPTION)
   }
   if (run.batch) {
@@ -131,27 +154,32 @@ void WriteOptions(const PlanRun& run, JsonWriter& w) {
   w.EndObject();
 }
 
-// The plan's fields in table order (the sidecar's own — this rank's bound, loss weights and
-// global counts — are not the CLI's).
-#define PACKSCHED_JSON_PLAN_Count(name) \
-  w.Key(#name);                         \
-  w.Int(static_cast<int64_t>(plan.parts.size()));
-#define PACKSCHED_JSON_PLAN_Parts(name)                                  \
-  w.Key(#name);                                                          \
-  w.BeginArray();                                                        \
-  for (const planner::MicroBatch& part : plan.parts) WritePart(part, w); \
-  w.EndArray();
-#define PACKSCHED_JSON_PLAN_Indices(name) \
-  w.Key(#name);                           \
-  w.IntArray(plan.name);
-#define PACKSCHED_JSON_PLAN_Stats(name) \
-  w.Key(#name);                         \
-  WriteStats(plan.name, w);
+// The plan's fields in table order (PACKSCHED_PLAN_RESPONSE; the sidecar's own — this rank's
+// bound, loss weights and global counts — are not the CLI's: nothing to write; the tree's
+// entries are written by the tree command). The row
+//   X(reorder, 4, Indices)
+// expands, through PACKSCHED_JSON_PLAN, to
+//   w.Key("reorder");
+//   w.IntArray(plan.reorder);
+#define PACKSCHED_JSON_PLAN_Count(w, plan, name) \
+  (w).Key(#name);                                \
+  (w).Int(static_cast<int64_t>((plan).parts.size()));
+#define PACKSCHED_JSON_PLAN_Parts(w, plan, name)                           \
+  (w).Key(#name);                                                          \
+  (w).BeginArray();                                                        \
+  for (const planner::MicroBatch& part : (plan).parts) WritePart(part, w); \
+  (w).EndArray();
+#define PACKSCHED_JSON_PLAN_Indices(w, plan, name) \
+  (w).Key(#name);                                  \
+  (w).IntArray((plan).name);
+#define PACKSCHED_JSON_PLAN_Stats(w, plan, name) \
+  (w).Key(#name);                                \
+  WriteStats((plan).name, w);
 #define PACKSCHED_JSON_PLAN_LocalK PACKSCHED_SCHEMA_NOTHING
 #define PACKSCHED_JSON_PLAN_Weights PACKSCHED_SCHEMA_NOTHING
 #define PACKSCHED_JSON_PLAN_Global PACKSCHED_SCHEMA_NOTHING
-#define PACKSCHED_JSON_PLAN_Tree PACKSCHED_SCHEMA_NOTHING  // the tree command writes its own
-#define PACKSCHED_JSON_PLAN(name, number, Kind) PACKSCHED_JSON_PLAN_##Kind(name)
+#define PACKSCHED_JSON_PLAN_Tree PACKSCHED_SCHEMA_NOTHING
+#define PACKSCHED_JSON_PLAN(name, number, Kind) PACKSCHED_JSON_PLAN_##Kind(w, plan, name)
 
 namespace {
 
@@ -206,13 +234,13 @@ void WriteStep(const planner::StepStats& s, JsonWriter& w) {
 
 // The plan's micro-batch list's name (the Parts row of PACKSCHED_PLAN_RESPONSE).
 #define PACKSCHED_JSON_PARTS_KEY_Parts(name) #name
-#define PACKSCHED_JSON_PARTS_KEY_Count(name)
-#define PACKSCHED_JSON_PARTS_KEY_LocalK(name)
-#define PACKSCHED_JSON_PARTS_KEY_Indices(name)
-#define PACKSCHED_JSON_PARTS_KEY_Weights(name)
-#define PACKSCHED_JSON_PARTS_KEY_Global(name)
-#define PACKSCHED_JSON_PARTS_KEY_Stats(name)
-#define PACKSCHED_JSON_PARTS_KEY_Tree(name)
+#define PACKSCHED_JSON_PARTS_KEY_Count PACKSCHED_SCHEMA_NOTHING
+#define PACKSCHED_JSON_PARTS_KEY_LocalK PACKSCHED_SCHEMA_NOTHING
+#define PACKSCHED_JSON_PARTS_KEY_Indices PACKSCHED_SCHEMA_NOTHING
+#define PACKSCHED_JSON_PARTS_KEY_Weights PACKSCHED_SCHEMA_NOTHING
+#define PACKSCHED_JSON_PARTS_KEY_Global PACKSCHED_SCHEMA_NOTHING
+#define PACKSCHED_JSON_PARTS_KEY_Stats PACKSCHED_SCHEMA_NOTHING
+#define PACKSCHED_JSON_PARTS_KEY_Tree PACKSCHED_SCHEMA_NOTHING
 #define PACKSCHED_JSON_PARTS_KEY(name, number, Kind) PACKSCHED_JSON_PARTS_KEY_##Kind(name)
 
 absl::string_view MicroBatchesKey() { return PACKSCHED_PLAN_RESPONSE(PACKSCHED_JSON_PARTS_KEY); }

@@ -8,16 +8,21 @@
 // itself exits with 1 on an unknown flag).
 
 #include <cstdio>
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/flags/parse.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "absl/time/time.h"
 #include "server/cli/json_output.h"
 #include "server/cli/plan_command.h"
 #include "server/cli/plan_flags.h"
+#include "server/cli/progress.h"
+#include "server/cli/read_jsonl.h"
 #include "server/cli/read_lengths.h"
 #include "server/cli/read_tree.h"
 #include "server/cli/table_output.h"
@@ -28,6 +33,9 @@ namespace {
 
 constexpr int kError = 1;
 constexpr int kUsage = 2;
+// A run that passes kProgressFirst reports on stderr every kProgressEvery (--progress).
+constexpr absl::Duration kProgressFirst = absl::Seconds(3);
+constexpr absl::Duration kProgressEvery = absl::Seconds(10);
 
 int Fail(const absl::Status& status, int code) {
   std::fprintf(stderr, "packsched: %s\n", std::string(status.message()).c_str());
@@ -74,24 +82,48 @@ int Plan() {
   absl::StatusOr<OutputFormat> format = FormatFromFlags();
   if (!format.ok()) return Fail(format.status(), kUsage);
   if (absl::Status status = CheckRequest(*request); !status.ok()) return Fail(status, kUsage);
+  absl::StatusOr<std::optional<JsonlField>> field = JsonlFieldFromFlags();
+  if (!field.ok()) return Fail(field.status(), kUsage);
   const std::string tree = TreePathFromFlags();
   if (!tree.empty()) {
     if (!LengthsPathFromFlags().empty()) {
       return Fail(absl::InvalidArgumentError("--tree and --lengths: give one input"), kUsage);
     }
+    if (*field) {
+      return Fail(absl::InvalidArgumentError(
+                      "--length_field and --token_field read --lengths, not a --tree forest"),
+                  kUsage);
+    }
     return Write(PlanTree(tree, *request, *format));
   }
 
+  std::optional<Progress> progress;
+  if (ProgressFromFlags()) {
+    progress.emplace(stderr, kProgressFirst, kProgressEvery, "reading the lengths");
+  }
+  const auto phase = [&](std::string name) {
+    if (progress) progress->Phase(std::move(name));
+  };
   const std::string path = LengthsPathFromFlags();
   absl::StatusOr<std::string> text = ReadInput(path);
   if (!text.ok()) return Fail(text.status(), kError);
+  const std::string source = path.empty() || path == "-" ? "stdin" : path;
   absl::StatusOr<std::vector<int64_t>> lengths =
-      ParseLengths(*text, path.empty() || path == "-" ? "stdin" : path);
+      *field ? ParseJsonlLengths(*text, source, **field) : ParseLengths(*text, source);
   if (!lengths.ok()) return Fail(lengths.status(), kError);
+  text->clear();
+  text->shrink_to_fit();
 
+  phase(absl::StrCat("planning ", lengths->size(), " sequences"));
   absl::StatusOr<PlanRun> run = RunPlan(*lengths, *request);
   if (!run.ok()) return Fail(run.status(), kError);
-  return Write(*format == OutputFormat::kJson ? PlanJson(*run) : PlanTable(*run));
+  phase("writing the plan");
+  const std::string out = *format == OutputFormat::kJson ? PlanJson(*run) : PlanTable(*run);
+  progress.reset();  // its closing line before the plan
+  if (std::fwrite(out.data(), 1, out.size(), stdout) != out.size() || std::fflush(stdout) != 0) {
+    return Fail(absl::UnavailableError("cannot write the plan to stdout"), kError);
+  }
+  return 0;
 }
 
 int Main(int argc, char** argv) {

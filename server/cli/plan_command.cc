@@ -60,9 +60,10 @@ absl::Status CheckRequest(const PlanRequest& r) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<PlanRun> RunPlan(absl::Span<const int64_t> lengths, const PlanRequest& given) {
-  if (absl::Status status = CheckRequest(given); !status.ok()) return status;
-  PlanRequest request = given;
+namespace {
+
+// RunPlan after CheckRequest; `request` is a copy the model's cost weights may change.
+absl::StatusOr<PlanRun> RunChecked(absl::Span<const int64_t> lengths, PlanRequest request) {
   if (request.model) {
     ASSIGN_OR_RETURN(const int64_t micro_batch_cost,
                      planner::UseModelCost(request.model->ints, request.model->strings, lengths,
@@ -98,6 +99,13 @@ absl::StatusOr<PlanRun> RunPlan(absl::Span<const int64_t> lengths, const PlanReq
   if (!plan.ok()) return plan.status();
   run.plan = *std::move(plan);
   return run;
+}
+
+}  // namespace
+
+absl::StatusOr<PlanRun> RunPlan(absl::Span<const int64_t> lengths, const PlanRequest& request) {
+  if (absl::Status status = CheckRequest(request); !status.ok()) return status;
+  return RunChecked(lengths, request);
 }
 
 }  // namespace packsched::cli

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <iterator>
 #include <string>
 #include <utility>
 #include <vector>
@@ -23,13 +24,26 @@ ABSL_FLAG(std::string, tree, "",
           "file of a forest of rollouts as JSON ({\"node_len\": [...], \"node_parent\": [...], "
           "\"rollout_leaf\": [...]}): tree packing, each shared token once (instead of --lengths)");
 ABSL_FLAG(std::string, lengths, "",
-          "file of sequence lengths: one integer per line, or a JSON array (default: stdin)");
+          "file of sequence lengths: one integer per line, a JSON array, or JSON Lines with "
+          "--length_field or --token_field (default: stdin)");
+ABSL_FLAG(std::string, length_field, "",
+          "JSON Lines input (one object per line): the integer field that holds each length");
+ABSL_FLAG(std::string, token_field, "",
+          "JSON Lines input (one object per line): the array field (token ids) whose number of "
+          "elements is each length");
+ABSL_FLAG(bool, progress, true,
+          "report on stderr while a run that passes 3 s goes on (every 10 s, and at the end)");
 ABSL_FLAG(int64_t, num_parts, 0,
           "split into exactly this many micro-batches (kk or lpt; no cap needed); 0 = the fewest "
           "that meet the cap");
 
 // One flag per option of the schema table (server/planner/schema.h), named as the option, with
-// the table's help text and the planner's default.
+// the table's help text and the planner's default. The row
+//   X(min_micro_batches, 4, Count, int64, min_micro_batches, 5, "the plan has at least ...")
+// expands, through PACKSCHED_PLAN_FLAG, to
+//   ABSL_FLAG(int64_t, min_micro_batches, packsched::planner::PlanOptions{}.min_micro_batches,
+//             "the plan has at least ...");
+// The Weight fields have no flag of their own: they are one pair flag, below.
 #define PACKSCHED_PLAN_FLAG_INT(name, member, help) \
   ABSL_FLAG(int64_t, name, packsched::planner::PlanOptions{}.member, help);
 #define PACKSCHED_PLAN_FLAG_Cap PACKSCHED_PLAN_FLAG_INT
@@ -48,7 +62,8 @@ ABSL_FLAG(int64_t, num_parts, 0,
   PACKSCHED_PLAN_FLAG_##Rule(name, member, help)
 PACKSCHED_PLAN_OPTIONS(PACKSCHED_PLAN_FLAG)
 
-// The Weight options together: "A,B" in table order.
+// The Weight options together: "A,B" in table order. PACKSCHED_WEIGHT_PAIR expands to
+//   ABSL_FLAG(std::string, attention_cost, "", "A,B: integer weights of --cost=attention, ...");
 #define PACKSCHED_PAIR_FLAG(pair)  \
   ABSL_FLAG(std::string, pair, "", \
             "A,B: integer weights of --cost=attention, cost = A*L + B*L^2 (default 24576,1)");
@@ -83,22 +98,29 @@ absl::StatusOr<Enum> ParseFlag(absl::string_view flag, const std::string& value,
   return parsed;
 }
 
+// ParsePair reads the Weight rows of PACKSCHED_PLAN_OPTIONS, one field of "A,B" each, in table
+// order (the other rules are not part of the pair: nothing to do). The row
+//   X(attention_linear, 10, Weight, int64, attention.linear, 10, "")
+// expands, through PACKSCHED_PAIR, to
+//   ok = ok && next < fields.size() && absl::SimpleAtoi(fields[next++], &parsed.attention.linear);
+#define PACKSCHED_PAIR_Weight(fields, next, parsed, ok, member) \
+  (ok) = (ok) && (next) < (fields).size() && absl::SimpleAtoi((fields)[(next)++], &(parsed).member);
+#define PACKSCHED_PAIR_Cap PACKSCHED_SCHEMA_NOTHING
+#define PACKSCHED_PAIR_Enum PACKSCHED_SCHEMA_NOTHING
+#define PACKSCHED_PAIR_Unlimited PACKSCHED_SCHEMA_NOTHING
+#define PACKSCHED_PAIR_Count PACKSCHED_SCHEMA_NOTHING
+#define PACKSCHED_PAIR_Align PACKSCHED_SCHEMA_NOTHING
+#define PACKSCHED_PAIR_Ceiling PACKSCHED_SCHEMA_NOTHING
+#define PACKSCHED_PAIR_FixedK PACKSCHED_SCHEMA_NOTHING
+#define PACKSCHED_PAIR(name, number, Rule, Type, member, json, help) \
+  PACKSCHED_PAIR_##Rule(fields, next, parsed, ok, member)
+
 // "A,B" into the Weight options of `o`, in table order.
 absl::Status ParsePair(const std::string& value, planner::PlanOptions& o) {
   const std::vector<absl::string_view> fields = absl::StrSplit(value, ',');
   planner::PlanOptions parsed = o;
   size_t next = 0;
   bool ok = true;
-#define PACKSCHED_PAIR_Weight(member) \
-  ok = ok && next < fields.size() && absl::SimpleAtoi(fields[next++], &parsed.member);
-#define PACKSCHED_PAIR(name, number, Rule, Type, member, json, help) PACKSCHED_PAIR_##Rule(member)
-#define PACKSCHED_PAIR_Cap(member)
-#define PACKSCHED_PAIR_Enum(member)
-#define PACKSCHED_PAIR_Unlimited(member)
-#define PACKSCHED_PAIR_Count(member)
-#define PACKSCHED_PAIR_Align(member)
-#define PACKSCHED_PAIR_Ceiling(member)
-#define PACKSCHED_PAIR_FixedK(member)
   PACKSCHED_PLAN_OPTIONS(PACKSCHED_PAIR)
   if (!ok || next != fields.size()) {
     return absl::InvalidArgumentError(absl::StrCat("--", PACKSCHED_WEIGHT_PAIR_KEY, "=", value,
@@ -110,9 +132,17 @@ absl::Status ParsePair(const std::string& value, planner::PlanOptions& o) {
 
 }  // namespace
 
-// The flags into the options, by rule (server/planner/schema.h); names are checked by the
-// planner's parsers.
-#define PACKSCHED_FROM_FLAG_INT(name, Type, member) o.member = absl::GetFlag(FLAGS_##name);
+// RequestFromFlags reads the flags into the options `o`, by rule (server/planner/schema.h), in
+// the CLI's order: the row whose `json` column is `position` on each turn (so the first bad enum
+// name is the one reported; names are checked by the planner's parsers). The Weight fields are
+// the pair flag's, read after. The row
+//   X(cap_mode, 2, Enum, CapMode, cap_mode, 3, "tokens ... | padded ...")
+// expands, through PACKSCHED_FROM_FLAG, to
+//   if (position == 3) {
+//     ASSIGN_OR_RETURN(o.cap_mode, ParseFlag("cap_mode", absl::GetFlag(FLAGS_cap_mode),
+//                                            planner::ParseCapMode));
+//   }
+#define PACKSCHED_FROM_FLAG_INT(o, name, Type, member) (o).member = absl::GetFlag(FLAGS_##name);
 #define PACKSCHED_FROM_FLAG_Cap PACKSCHED_FROM_FLAG_INT
 #define PACKSCHED_FROM_FLAG_Unlimited PACKSCHED_FROM_FLAG_INT
 #define PACKSCHED_FROM_FLAG_Count PACKSCHED_FROM_FLAG_INT
@@ -120,16 +150,15 @@ absl::Status ParsePair(const std::string& value, planner::PlanOptions& o) {
 #define PACKSCHED_FROM_FLAG_Ceiling PACKSCHED_FROM_FLAG_INT
 #define PACKSCHED_FROM_FLAG_FixedK PACKSCHED_FROM_FLAG_INT
 #define PACKSCHED_FROM_FLAG_Weight PACKSCHED_SCHEMA_NOTHING
-#define PACKSCHED_FROM_FLAG_Enum(name, Type, member)                                       \
+#define PACKSCHED_FROM_FLAG_Enum(o, name, Type, member)                                    \
   {                                                                                        \
-    ASSIGN_OR_RETURN(o.member,                                                             \
+    ASSIGN_OR_RETURN((o).member,                                                           \
                      ParseFlag(#name, absl::GetFlag(FLAGS_##name), planner::Parse##Type)); \
   }
 #define PACKSCHED_FROM_FLAG(name, number, Rule, Type, member, json, help) \
-  if (position == json) {                                                 \
-    PACKSCHED_FROM_FLAG_##Rule(name, Type, member)                        \
+  if (position == (json)) {                                               \
+    PACKSCHED_FROM_FLAG_##Rule(o, name, Type, member)                     \
   }
-#define PACKSCHED_COUNT_FLAG(name, number, Rule, Type, member, json, help) +1
 #define PACKSCHED_PAIR_FLAG_VALUE(pair) absl::GetFlag(FLAGS_##pair)
 #define PACKSCHED_EXPAND_PAIR_FLAG_VALUE(pair) PACKSCHED_PAIR_FLAG_VALUE(pair)
 
@@ -146,7 +175,7 @@ absl::StatusOr<PlanRequest> RequestFromFlags() {
     ASSIGN_OR_RETURN(r.model, ParseModelConfig(text, path));
   }
   // In the CLI's order (the table's `json` column): the first bad name is the one reported.
-  for (int position = 0; position < 0 PACKSCHED_PLAN_OPTIONS(PACKSCHED_COUNT_FLAG); ++position) {
+  for (int position = 0; position < std::ssize(planner::schema::kPlanOptions); ++position) {
     PACKSCHED_PLAN_OPTIONS(PACKSCHED_FROM_FLAG)
   }
   const std::string pair = PACKSCHED_EXPAND_PAIR_FLAG_VALUE(PACKSCHED_WEIGHT_PAIR);
@@ -172,6 +201,20 @@ std::string LengthsPathFromFlags() { return absl::GetFlag(FLAGS_lengths); }
 
 std::string TreePathFromFlags() { return absl::GetFlag(FLAGS_tree); }
 
+absl::StatusOr<std::optional<JsonlField>> JsonlFieldFromFlags() {
+  const std::string length = absl::GetFlag(FLAGS_length_field);
+  const std::string tokens = absl::GetFlag(FLAGS_token_field);
+  if (!length.empty() && !tokens.empty()) {
+    return absl::InvalidArgumentError(
+        "--length_field and --token_field name the same thing two ways: give one");
+  }
+  if (!length.empty()) return JsonlField{JsonlField::Kind::kLength, length};
+  if (!tokens.empty()) return JsonlField{JsonlField::Kind::kTokens, tokens};
+  return std::nullopt;
+}
+
+bool ProgressFromFlags() { return absl::GetFlag(FLAGS_progress); }
+
 std::string HelpText() {
   const absl::string_view cap = planner::schema::OptionNamed("Cap");
   std::string out = absl::StrCat(
@@ -181,7 +224,8 @@ std::string HelpText() {
       cap,
       "=TOKENS | --num_parts=K) [flags]\n"
       "\n"
-      "Reads lengths (one integer per line, or a JSON array) from --lengths or stdin and\n"
+      "Reads lengths (one integer per line, a JSON array, or JSON Lines records with\n"
+      "--length_field or --token_field) from --lengths or stdin and\n"
       "prints the plan on stdout as a table or as JSON. Errors go to stderr with a\n"
       "non-zero exit status (2 for a usage error such as a missing cap).\n"
       "\n"
@@ -196,6 +240,9 @@ std::string HelpText() {
       "  packsched plan --tree=forest.json --",
       cap,
       "=16384 --format=json\n"
+      "  packsched plan --lengths=data.jsonl --token_field=input_ids --",
+      cap,
+      "=16384\n"
       "\n"
       "flags:\n");
   std::vector<std::pair<std::string, const absl::CommandLineFlag*>> flags;

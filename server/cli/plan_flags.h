@@ -3,10 +3,12 @@
 
 // The flags of `packsched plan` (absl flags) and their translation into a PlanRequest.
 
+#include <optional>
 #include <string>
 
 #include "absl/status/statusor.h"
 #include "server/cli/plan_command.h"
+#include "server/cli/read_jsonl.h"
 
 namespace packsched::cli {
 
@@ -26,6 +28,13 @@ std::string LengthsPathFromFlags();
 
 // --tree: the file of a forest of rollouts (read_tree.h), or empty for a plan of lengths.
 std::string TreePathFromFlags();
+
+// --length_field or --token_field (JSON Lines input), or nullopt for neither. InvalidArgument
+// when both are set.
+absl::StatusOr<std::optional<JsonlField>> JsonlFieldFromFlags();
+
+// --progress: whether a long run reports on stderr.
+bool ProgressFromFlags();
 
 // The usage text: synopsis, examples and every flag of `packsched plan` with its default.
 std::string HelpText();

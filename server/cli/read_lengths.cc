@@ -165,12 +165,21 @@ absl::StatusOr<std::vector<int64_t>> ParseJsonArray(absl::string_view text,
   return lengths;
 }
 
+// strerror's text for `error`; thread-safe, unlike strerror.
+std::string ErrnoText(int error) { return std::generic_category().message(error); }
+
 }  // namespace
 
 absl::StatusOr<std::vector<int64_t>> ParseLengths(absl::string_view text,
                                                   absl::string_view source) {
   size_t first = 0;
   while (first < text.size() && IsBlank(text[first])) ++first;
+  if (first < text.size() && text[first] == '{') {
+    return absl::InvalidArgumentError(
+        absl::StrCat(source,
+                     ": JSON Lines input: name the field that gives each length with "
+                     "--length_field=NAME (an integer) or --token_field=NAME (an array)"));
+  }
   absl::StatusOr<std::vector<int64_t>> lengths = first < text.size() && text[first] == '['
                                                      ? ParseJsonArray(text, source)
                                                      : ParseLines(text, source);
@@ -192,7 +201,7 @@ absl::StatusOr<std::string> ReadInput(absl::string_view path) {
     owned.reset(fopen(std::string(path).c_str(), "rb"));
     if (owned == nullptr) {
       const int error = errno;
-      const std::string message = absl::StrCat("cannot open ", path, ": ", strerror(error));
+      const std::string message = absl::StrCat("cannot open ", path, ": ", ErrnoText(error));
       if (error == ENOENT) return absl::NotFoundError(message);
       if (error == EACCES) return absl::PermissionDeniedError(message);
       return absl::UnavailableError(message);
@@ -205,7 +214,7 @@ absl::StatusOr<std::string> ReadInput(absl::string_view path) {
   while ((got = fread(buffer, 1, sizeof(buffer), file)) > 0) content.append(buffer, got);
   if (ferror(file)) {
     return absl::UnavailableError(
-        absl::StrCat("cannot read ", from_stdin ? "stdin" : path, ": ", strerror(errno)));
+        absl::StrCat("cannot read ", from_stdin ? "stdin" : path, ": ", ErrnoText(errno)));
   }
   return content;
 }

@@ -16,7 +16,9 @@ namespace packsched::cli {
 // Parses `text` into lengths. The format is chosen by the first non-blank character: `[` means
 // one JSON array of integers (whitespace and newlines anywhere between tokens); anything else
 // means one integer per line (blank lines are skipped; spaces, tabs and a trailing '\r' around
-// a number are allowed). Every length must be an integer in [1, planner::kMaxLength].
+// a number are allowed). Every length must be an integer in [1, planner::kMaxLength]. Text that
+// starts with `{` (JSON Lines) is refused with a message naming --length_field and
+// --token_field (read_jsonl.h reads it).
 // `source` names the input in error messages ("lengths.txt", "stdin").
 //
 // Returns InvalidArgument naming the source, the line (and, for JSON, the column and the

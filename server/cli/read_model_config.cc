@@ -1,8 +1,11 @@
 #include "server/cli/read_model_config.h"
 
 #include <cctype>
+#include <cmath>
 #include <cstdint>
+#include <optional>
 #include <string>
+#include <utility>
 
 #include "absl/status/status.h"
 #include "absl/strings/numbers.h"
@@ -12,6 +15,18 @@ namespace packsched::cli {
 namespace {
 
 constexpr int kMaxDepth = 64;
+
+// A JSON number's value when it is a whole number in int64 (4096, 4096.0, 4.096e3).
+std::optional<int64_t> WholeNumber(absl::string_view number) {
+  int64_t value = 0;
+  if (absl::SimpleAtoi(number, &value)) return value;
+  double real = 0;
+  if (!absl::SimpleAtod(number, &real) || !std::isfinite(real) || real != std::floor(real) ||
+      real < -0x1p63 || real >= 0x1p63) {
+    return std::nullopt;
+  }
+  return static_cast<int64_t>(real);
+}
 
 // A recursive-descent reader over `text`; every method returns false on malformed input with
 // `pos` at the offending byte.
@@ -25,8 +40,12 @@ class Reader {
     return pos_ == text_.size();
   }
 
-  // The top-level object, keeping its integer and string members in `out`.
-  bool TopObject(ModelFields& out) {
+  // An object's members into `out`: integers (whole numbers written with a fraction or an
+  // exponent too) and strings; other numbers and arrays as their JSON text among the strings
+  // (the model cost refuses a non-integer where it reads an integer, and reads mlp_only_layers as
+  // a list); other values checked and dropped. With `nested`, a text_config object member is
+  // read the same way into it.
+  bool Object(ModelFields& out, ModelFields* nested) {
     SkipSpace();
     if (!Eat('{')) return false;
     SkipSpace();
@@ -45,8 +64,17 @@ class Reader {
       } else if (Peek() == '-' || std::isdigit(static_cast<unsigned char>(Peek()))) {
         absl::string_view number;
         if (!Number(&number)) return false;
-        int64_t value;
-        if (absl::SimpleAtoi(number, &value)) out.ints[key] = value;
+        if (std::optional<int64_t> value = WholeNumber(number)) {
+          out.ints[key] = *value;
+        } else {
+          out.strings[key] = std::string(number);
+        }
+      } else if (Peek() == '[') {
+        const size_t start = pos_;
+        if (!Value(1)) return false;
+        out.strings[key] = std::string(text_.substr(start, pos_ - start));
+      } else if (Peek() == '{' && nested != nullptr && key == "text_config") {
+        if (!Object(*nested, nullptr)) return false;
       } else if (!Value(1)) {
         return false;
       }
@@ -196,11 +224,20 @@ class Reader {
 }  // namespace
 
 absl::StatusOr<ModelFields> ParseModelConfig(absl::string_view text, absl::string_view source) {
-  ModelFields fields;
+  ModelFields fields, language;
   Reader reader(text);
-  if (!reader.TopObject(fields) || !reader.AtEnd()) {
+  if (!reader.Object(fields, &language) || !reader.AtEnd()) {
     return absl::InvalidArgumentError(absl::StrCat(
         source, ": not a JSON object (a Hugging Face config.json) at byte ", reader.pos()));
+  }
+  // A vision-language model's text_config describes its language model: its fields win.
+  for (auto& [key, value] : language.ints) {
+    fields.strings.erase(key);
+    fields.ints[key] = value;
+  }
+  for (auto& [key, value] : language.strings) {
+    fields.ints.erase(key);
+    fields.strings[key] = std::move(value);
   }
   return fields;
 }

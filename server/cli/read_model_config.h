@@ -14,13 +14,18 @@
 namespace packsched::cli {
 
 struct ModelFields {
-  absl::flat_hash_map<std::string, int64_t> ints;         // integer members (not 1.0, not true)
-  absl::flat_hash_map<std::string, std::string> strings;  // string members, unescaped
+  // Integer members, whole numbers written as reals included (4096.0; not true).
+  absl::flat_hash_map<std::string, int64_t> ints;
+  // String members, unescaped; and the JSON text of the other numbers (0.5, 1e30) and of arrays
+  // (the model cost refuses a non-integer where it reads an integer; mlp_only_layers is a list).
+  absl::flat_hash_map<std::string, std::string> strings;
 };
 
-// Parses `text` (RFC 8259 JSON whose top level is an object) and keeps its top-level integers
-// and strings; nested values are checked and skipped. InvalidArgument naming `source` and the
-// byte offset for malformed JSON, a top level that is not an object, or nesting deeper than 64.
+// Parses `text` (RFC 8259 JSON whose top level is an object) and keeps its top-level members as
+// ModelFields says, with those of a `text_config` object (a vision-language model's language
+// model) in place of the top level's of the same names; other nested values are checked and
+// skipped. InvalidArgument naming `source` and the byte offset for malformed JSON, a top level
+// that is not an object, or nesting deeper than 64.
 absl::StatusOr<ModelFields> ParseModelConfig(absl::string_view text, absl::string_view source);
 
 }  // namespace packsched::cli

@@ -125,7 +125,8 @@ std::string PlanTable(const PlanRun& run) {
     // cap with a single sequence: no plan could bring those within it.
     int64_t overlong = 0;
     for (const planner::MicroBatch& part : plan.parts) {
-      overlong += part.overlong || (part.indices.size() == 1 && CapMeasure(part, o.cap_mode) > cap) ? 1 : 0;
+      overlong +=
+          part.overlong || (part.indices.size() == 1 && CapMeasure(part, o.cap_mode) > cap) ? 1 : 0;
     }
     line("over the cap", absl::StrCat(s.over_cap_parts, " micro-batches (", overlong,
                                       " holding one sequence longer than the cap)"));

@@ -7,6 +7,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "server/collective/local_collective.h"
+#include "server/group/round.h"
 
 namespace packsched::group {
 

@@ -4,7 +4,8 @@
 // The rank group's lifecycle (docs/design.md §3): one Group per sidecar process, one StreamGroup
 // (stream_group.h) per stream, each with its own collective and called from that stream's
 // worker thread. The service reaches it through the agreement port (round_agreement.h,
-// group_agreement.h); main.cc makes the Group.
+// group_agreement.h); the sidecar makes the Group, its agreements and its readiness watch
+// (server/sidecar/rank_group.h).
 //
 // Group (here): the run epoch, the backend (auto agreed once per epoch), and readiness — every
 // rank has joined the run, and no stream is between generations (serving()).

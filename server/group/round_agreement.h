@@ -12,6 +12,10 @@
 //  - CollectiveAgreements (collective_agreement.h): over collectives made by a factory, without a
 //    store. By default a group of one (LocalCollective): the sidecar without group flags. Tests
 //    give it collectives of their own.
+//
+// The port is this header and round_record.h (the records a round takes and gives): the service
+// includes nothing else of server/group/ (tests/layering_test.py). The sidecar's composition
+// root (server/sidecar/rank_group.h) chooses the implementation.
 
 #include <cstdint>
 #include <functional>
@@ -21,7 +25,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "server/group/round.h"
+#include "server/group/round_record.h"
 
 namespace packsched::group {
 

@@ -19,6 +19,7 @@
 #include "server/planner/lpt.h"
 #include "server/planner/planner.h"
 #include "server/planner/prepared.h"
+#include "server/planner/rank_search.h"
 #include "server/planner/slot_grid.h"
 
 namespace packsched::planner {
@@ -99,6 +100,61 @@ Parts AssignUnits(const Units& units, int64_t world_size, int64_t num_sequences,
 // `value` (>= 0) rounded up to a multiple of `multiple` (>= 1).
 int64_t RoundUpTo(int64_t value, int64_t multiple) { return CeilDiv(value, multiple) * multiple; }
 
+// `grid` without its trailing empty slots, down to the least k >= least_k that is a multiple of
+// divisible_by.
+Grid Trimmed(Grid grid, int64_t least_k, int64_t divisible_by) {
+  int64_t used = 0;
+  for (int64_t i = 0; i < grid.k; ++i) {
+    for (int64_t r = 0; r < grid.world_size; ++r) {
+      if (!grid.cell(r, i).empty()) used = i + 1;
+    }
+  }
+  const int64_t k = RoundUpTo(std::max(used, least_k), divisible_by);
+  if (k >= grid.k) return grid;
+  Grid out{grid.world_size, k, std::vector<std::vector<int32_t>>(grid.world_size * k)};
+  for (int64_t r = 0; r < grid.world_size; ++r) {
+    for (int64_t i = 0; i < k; ++i) out.cell(r, i) = std::move(grid.cell(r, i));
+  }
+  return out;
+}
+
+// The per-rank plans of `out` as a grid over `items` (slot i of rank r: its i-th micro-batch, or
+// with `by_cost` its micro-batches by cost descending).
+Grid GridOfPlans(const BalancedBatch& out, absl::Span<const SlotItem> items, int64_t num_sequences,
+                 bool by_cost) {
+  const int64_t w = static_cast<int64_t>(out.ranks.size());
+  const int64_t k = out.num_micro_batches;
+  std::vector<int32_t> position_of(num_sequences, -1);
+  for (size_t p = 0; p < items.size(); ++p) {
+    position_of[items[p].item.index] = static_cast<int32_t>(p);
+  }
+  Grid grid{w, k, std::vector<std::vector<int32_t>>(w * k)};
+  for (int64_t r = 0; r < w; ++r) {
+    const RankBatch& rank = out.ranks[r];
+    std::vector<int32_t> order(k);
+    for (int64_t i = 0; i < k; ++i) order[i] = static_cast<int32_t>(i);
+    if (by_cost) {
+      std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) {
+        return rank.plan.parts[a].cost > rank.plan.parts[b].cost;
+      });
+    }
+    for (int64_t i = 0; i < k; ++i) {
+      for (int64_t local : rank.plan.parts[order[i]].indices) {
+        grid.cell(r, i).push_back(position_of[rank.indices[local]]);
+      }
+    }
+  }
+  return grid;
+}
+
+// Rounds of ImproveRankTotals for n sequences over W ranks x k: up to 4 W, and about 2^24 steps
+// in all (a round: the largest rank's items against every cell of a few ranks, a binary search in
+// every rank for each, and the ranks sorted).
+int64_t RankRounds(int64_t n, int64_t world_size, int64_t k) {
+  const int64_t per_round = (n / world_size + 1) * (k + 1) * 4 + 4 * n + 20 * world_size;
+  return std::clamp<int64_t>((int64_t{1} << 24) / per_round, 1, 4 * world_size);
+}
+
 }  // namespace
 
 absl::StatusOr<BalancedBatch> BalanceBatch(absl::Span<const int64_t> lengths, int64_t world_size,
@@ -177,7 +233,7 @@ absl::StatusOr<BalancedBatch> BalanceBatch(absl::Span<const int64_t> lengths, in
   std::optional<Grid> grid;  // the plan as a grid; nullopt: the per-rank problems below
 
   // Sync::kMicroBatch without groups: the greedy at each k from the cap's bound up to the k bound
-  // (at most three; past about 2^23 cell visits, only until one fits) and the FFD
+  // (at most three; past about 2^23 cell visits, only until one fits), the row greedy and the FFD
   // bins dealt slot by slot; the shortest step wins (ties: the fewer micro-batches, then the
   // earlier), then moves shorten it.
   if (!grouped && balance.sync == Sync::kMicroBatch) {
@@ -205,6 +261,10 @@ absl::StatusOr<BalancedBatch> BalanceBatch(absl::Span<const int64_t> lengths, in
           internal::FillSlots(items, order, v.capacity, world_size, k, balance.micro_batch_cost);
       if (filled) consider(*std::move(filled));
     }
+    // The slots filled one after the other (better on some heavy-tailed batches).
+    std::optional<Grid> rows =
+        internal::FillRows(items, order, v.capacity, world_size, k_bound, balance.micro_batch_cost);
+    if (rows) consider(Trimmed(*std::move(rows), least_k, options.divisible_by));
     consider(internal::GridFromBins(bins, items, world_size, k_bound, /*by_rank_total=*/false));
     // Swaps search every cell's members for each member of a slot's costliest cell: about
     // n^2 / W a pass, affordable below 2^24.
@@ -239,38 +299,44 @@ absl::StatusOr<BalancedBatch> BalanceBatch(absl::Span<const int64_t> lengths, in
       problems.push_back(std::move(problem));
     }
     if (!grouped && out.num_micro_batches > k_bound) {
-      // Equal counts would need more micro-batches than the bound: whole FFD bins instead.
+      // Equal counts would need more micro-batches than the bound: whole FFD bins instead, then
+      // moves and trades of sequences between ranks.
       RETURN_IF_ERROR(bounded(k_bound));
       RETURN_IF_ERROR(fits(k_bound));
       grid = internal::GridFromBins(bins, items, world_size, k_bound, /*by_rank_total=*/true);
+      internal::ImproveRankTotals(*grid, items, v.capacity, balance.micro_batch_cost,
+                                  RankRounds(kept, world_size, k_bound), /*keep_counts=*/false);
     } else {
       RETURN_IF_ERROR(bounded(out.num_micro_batches));
       RETURN_IF_ERROR(fits(out.num_micro_batches));
       for (int64_t r = 0; r < world_size; ++r) {
         ASSIGN_OR_RETURN(out.ranks[r].plan, problems[r].Partition(out.num_micro_batches));
       }
+      if (!grouped && balance.sync == Sync::kStep && kept > world_size) {
+        // Trades of sequences between ranks (counts stay equal) when they shorten the step; with
+        // at most one sequence a rank none can.
+        const int64_t alpha = balance.micro_batch_cost;
+        int64_t step = 0;
+        for (const RankBatch& rank : out.ranks) {
+          int64_t total = 0;
+          for (const MicroBatch& part : rank.plan.parts)
+            total += part.empty ? 0 : alpha + part.cost;
+          step = std::max(step, total);
+        }
+        Grid traded = GridOfPlans(out, items, v.num_sequences, /*by_cost=*/false);
+        internal::ImproveRankTotals(traded, items, v.capacity, alpha,
+                                    RankRounds(kept, world_size, traded.k), /*keep_counts=*/true);
+        if (internal::CostsOf(traded, items, alpha).step_sync < step) grid = std::move(traded);
+      }
       if (grouped && balance.sync == Sync::kMicroBatch) {
         // The ranks stay; their sequences are placed slot by slot, or each rank's partition
         // with its micro-batches by cost descending, whichever step is shorter.
         const int64_t k = out.num_micro_batches;
-        std::vector<int32_t> position_of(v.num_sequences, -1);
-        for (size_t p = 0; p < items.size(); ++p) {
-          position_of[items[p].item.index] = static_cast<int32_t>(p);
-        }
-        Grid today{world_size, k, std::vector<std::vector<int32_t>>(world_size * k)};
+        Grid today = GridOfPlans(out, items, v.num_sequences, /*by_cost=*/true);
         for (int64_t r = 0; r < world_size; ++r) {
-          const RankBatch& rank = out.ranks[r];
-          std::vector<int32_t> by_cost(k);
-          for (int64_t i = 0; i < k; ++i) by_cost[i] = static_cast<int32_t>(i);
-          std::stable_sort(by_cost.begin(), by_cost.end(), [&](int32_t a, int32_t b) {
-            return rank.plan.parts[a].cost > rank.plan.parts[b].cost;
-          });
           for (int64_t i = 0; i < k; ++i) {
-            for (int64_t local : rank.plan.parts[by_cost[i]].indices) {
-              const int32_t position = position_of[rank.indices[local]];
+            for (int32_t position : today.cell(r, i))
               items[position].rank = static_cast<int32_t>(r);
-              today.cell(r, i).push_back(position);
-            }
           }
         }
         const int64_t alpha = balance.micro_batch_cost;

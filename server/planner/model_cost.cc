@@ -3,8 +3,14 @@
 #include <algorithm>
 #include <initializer_list>
 #include <utility>
+#include <vector>
 
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/string_view.h"
+#include "absl/strings/strip.h"
 #include "server/base/status_macros.h"
 #include "server/planner/options.h"
 #include "server/planner/planner.h"
@@ -39,11 +45,85 @@ U128 Scaled(U128 x, int shift) {
   return out == 0 && x > 0 ? 1 : out;
 }
 
+// A list of layers (mlp_only_layers, moe_layers) as its JSON text: "[]" or "[i, j, ...]", each in
+// [0, layers), sorted and without repeats.
+absl::StatusOr<std::vector<int64_t>> LayerList(absl::string_view field, absl::string_view text,
+                                               int64_t layers) {
+  auto invalid = [&] {
+    return absl::InvalidArgumentError(
+        absl::StrCat("model config: ", field, " = ", text.substr(0, 40),
+                     ": must be a list of layer indices in [0, num_hidden_layers = ", layers, ")"));
+  };
+  text = absl::StripAsciiWhitespace(text);
+  if (!absl::ConsumePrefix(&text, "[") || !absl::ConsumeSuffix(&text, "]")) return invalid();
+  std::vector<int64_t> out;
+  if (absl::StripAsciiWhitespace(text).empty()) return out;
+  for (absl::string_view part : absl::StrSplit(text, ',')) {
+    int64_t layer = 0;
+    if (!absl::SimpleAtoi(absl::StripAsciiWhitespace(part), &layer) || layer < 0 ||
+        layer >= layers) {
+      return invalid();
+    }
+    out.push_back(layer);
+  }
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  return out;
+}
+
+// The layers that use the experts (ModelConfig's rules). REQUIRES: moe_layer_freq and
+// moe_layer_step >= 1, mlp_only_layers and moe_layers sorted.
+int64_t MoeLayers(const ModelConfig& m) {
+  int64_t out = 0;
+  for (int64_t i = std::max<int64_t>(m.first_dense_layers, 0); i < m.num_layers; ++i) {
+    if (i % m.moe_layer_freq == 0 && (i + 1) % m.moe_layer_step == 0 &&
+        !std::binary_search(m.mlp_only_layers.begin(), m.mlp_only_layers.end(), i) &&
+        (!m.moe_layers_listed || std::binary_search(m.moe_layers.begin(), m.moe_layers.end(), i))) {
+      ++out;
+    }
+  }
+  return out;
+}
+
 }  // namespace
 
 absl::StatusOr<ModelConfig> ModelConfigFromFields(
     const absl::flat_hash_map<std::string, int64_t>& ints,
     const absl::flat_hash_map<std::string, std::string>& strings) {
+  // Every integer field read: none may come as a string, or be negative.
+  for (const char* key : {"hidden_size",
+                          "num_hidden_layers",
+                          "num_attention_heads",
+                          "num_key_value_heads",
+                          "head_dim",
+                          "intermediate_size",
+                          "vocab_size",
+                          "num_experts_per_tok",
+                          "moe_intermediate_size",
+                          "n_shared_experts",
+                          "shared_expert_intermediate_size",
+                          "n_routed_experts",
+                          "num_experts",
+                          "num_local_experts",
+                          "first_k_dense_replace",
+                          "moe_layer_freq",
+                          "decoder_sparse_step",
+                          "interleave_moe_layer_step",
+                          "intermediate_size_mlp",
+                          "q_lora_rank",
+                          "kv_lora_rank",
+                          "qk_nope_head_dim",
+                          "qk_rope_head_dim",
+                          "v_head_dim"}) {
+    if (auto it = strings.find(key); it != strings.end()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "model config: ", key, " = ", it->second.substr(0, 40), ": must be an integer (int64)"));
+    }
+    if (auto it = ints.find(key); it != ints.end() && it->second < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("model config: ", key, " = ", it->second, ": must be >= 0"));
+    }
+  }
   ModelConfig m;
   for (const auto& [key, member] : {std::pair<const char*, int64_t*>{"hidden_size", &m.hidden_size},
                                     {"num_hidden_layers", &m.num_layers},
@@ -66,9 +146,18 @@ absl::StatusOr<ModelConfig> ModelConfigFromFields(
       shared > 0 && m.moe_intermediate_size > 0) {
     m.shared_experts = std::max<int64_t>(1, shared / m.moe_intermediate_size);
   }
-  m.num_experts =
-      Get(ints, "n_routed_experts", Get(ints, "num_experts", Get(ints, "num_local_experts")));
+  const char* width = "n_routed_experts";
+  for (const char* key : {"n_routed_experts", "num_experts", "num_local_experts"}) {
+    if (ints.contains(key)) {
+      width = key;
+      break;
+    }
+  }
+  m.num_experts = Get(ints, width);
   m.first_dense_layers = Get(ints, "first_k_dense_replace");
+  m.moe_layer_freq = Get(ints, "moe_layer_freq", 1);
+  m.moe_layer_step = Get(ints, "decoder_sparse_step", Get(ints, "interleave_moe_layer_step", 1));
+  m.dense_intermediate_size = Get(ints, "intermediate_size_mlp");
   m.q_lora_rank = Get(ints, "q_lora_rank");
   m.kv_lora_rank = Get(ints, "kv_lora_rank");
   m.qk_nope_head_dim = Get(ints, "qk_nope_head_dim");
@@ -79,6 +168,48 @@ absl::StatusOr<ModelConfig> ModelConfigFromFields(
          {"gpt2", "gpt_neox", "opt", "bloom", "falcon", "phi", "starcoder2"}) {
       if (it->second == ungated) m.gated_mlp = false;
     }
+  }
+  if (auto it = strings.find("mlp_only_layers"); it != strings.end()) {
+    ASSIGN_OR_RETURN(m.mlp_only_layers, LayerList("mlp_only_layers", it->second, m.num_layers));
+  }
+  if (auto it = strings.find("moe_layers"); it != strings.end()) {
+    ASSIGN_OR_RETURN(m.moe_layers, LayerList("moe_layers", it->second, m.num_layers));
+    m.moe_layers_listed = true;
+  }
+
+  // The model holds together.
+  auto invalid = [](auto&&... parts) {
+    return absl::InvalidArgumentError(absl::StrCat("model config: ", parts...));
+  };
+  if (m.experts_per_token > 0 && m.experts_per_token > m.num_experts) {
+    return invalid("num_experts_per_tok = ", m.experts_per_token, " is more than ", width,
+                   ints.contains(width) ? absl::StrCat(" = ", m.num_experts) : " (missing)",
+                   ": a token cannot use more experts than the router has");
+  }
+  if (m.num_kv_heads > 0 && (m.num_kv_heads > m.num_heads || m.num_heads % m.num_kv_heads != 0)) {
+    return invalid("num_key_value_heads = ", m.num_kv_heads,
+                   " must divide num_attention_heads = ", m.num_heads);
+  }
+  if (m.head_dim == 0 && m.kv_lora_rank == 0 && m.hidden_size % m.num_heads != 0) {
+    return invalid("hidden_size = ", m.hidden_size,
+                   " is not a multiple of num_attention_heads = ", m.num_heads,
+                   " and head_dim is missing");
+  }
+  if (m.first_dense_layers > m.num_layers) {
+    return invalid("first_k_dense_replace = ", m.first_dense_layers,
+                   " is more than num_hidden_layers = ", m.num_layers);
+  }
+  if (m.moe_layer_freq < 1 || m.moe_layer_step < 1) {
+    return invalid(m.moe_layer_freq < 1                   ? "moe_layer_freq = "
+                   : ints.contains("decoder_sparse_step") ? "decoder_sparse_step = "
+                                                          : "interleave_moe_layer_step = ",
+                   std::min(m.moe_layer_freq, m.moe_layer_step), ": must be >= 1");
+  }
+  if (m.kv_lora_rank > 0 && (m.qk_nope_head_dim + m.qk_rope_head_dim < 1 || m.v_head_dim < 1)) {
+    return invalid("kv_lora_rank = ", m.kv_lora_rank,
+                   " (multi-head latent attention) needs qk_nope_head_dim + qk_rope_head_dim "
+                   ">= 1 and v_head_dim >= 1; got ",
+                   m.qk_nope_head_dim, " + ", m.qk_rope_head_dim, " and ", m.v_head_dim);
   }
   return m;
 }
@@ -95,6 +226,7 @@ absl::StatusOr<ModelCost> CostOfModel(const ModelConfig& config, int64_t max_bat
                                     {"vocab_size", m.vocab_size},
                                     {"experts_per_token", m.experts_per_token},
                                     {"moe_intermediate_size", m.moe_intermediate_size},
+                                    {"dense_intermediate_size", m.dense_intermediate_size},
                                     {"shared_experts", m.shared_experts},
                                     {"num_experts", m.num_experts},
                                     {"first_dense_layers", m.first_dense_layers},
@@ -107,6 +239,13 @@ absl::StatusOr<ModelCost> CostOfModel(const ModelConfig& config, int64_t max_bat
       return absl::InvalidArgumentError(
           absl::StrCat("model config: ", name, " = ", value, ": must be in [0, ", kMaxField, "]"));
     }
+  }
+  if (m.moe_layer_freq < 1 || m.moe_layer_step < 1 ||
+      !std::is_sorted(m.mlp_only_layers.begin(), m.mlp_only_layers.end()) ||
+      !std::is_sorted(m.moe_layers.begin(), m.moe_layers.end())) {
+    return absl::InvalidArgumentError(
+        "model config: moe_layer_freq and moe_layer_step must be >= 1, mlp_only_layers and "
+        "moe_layers sorted");
   }
   if (m.hidden_size < 1 || m.num_layers < 1 || m.num_heads < 1) {
     return absl::InvalidArgumentError(
@@ -139,13 +278,15 @@ absl::StatusOr<ModelCost> CostOfModel(const ModelConfig& config, int64_t max_bat
     attention = Add(Mul({U128(2), h, heads, d}), Mul({U128(2), h, kv, d}));
   }
   const U128 mats = m.gated_mlp ? 3 : 2;
-  const U128 dense_mlp = Mul({mats, h, U128(m.intermediate_size)});
+  const U128 dense_mlp =
+      Mul({mats, h,
+           U128(m.dense_intermediate_size > 0 ? m.dense_intermediate_size : m.intermediate_size)});
   const bool moe = m.experts_per_token > 0;
   const U128 moe_mlp = Add(Mul({mats, h, U128(m.moe_intermediate_size),
                                 U128(m.experts_per_token) + U128(m.shared_experts)}),
                            Mul(h, m.num_experts));
-  const int64_t dense_layers = moe ? std::min(m.first_dense_layers, m.num_layers) : m.num_layers;
-  const int64_t moe_layers = m.num_layers - dense_layers;
+  const int64_t moe_layers = moe ? MoeLayers(m) : 0;
+  const int64_t dense_layers = m.num_layers - moe_layers;
   U128 params = Mul(h, m.vocab_size);
   params = Add(params, Mul(Add(attention, dense_mlp), dense_layers));
   params = Add(params, Mul(Add(attention, moe_mlp), moe_layers));

@@ -1,7 +1,7 @@
 #ifndef PACKSCHED_SERVER_PLANNER_MODEL_COST_H_
 #define PACKSCHED_SERVER_PLANNER_MODEL_COST_H_
 
-// The attention cost model's weights from a model description (issue 20; docs/design.md §2,
+// The attention cost model's weights from a model description (docs/design.md §2,
 // "Cost from the model"): forward + backward FLOPs of one sequence of L tokens are
 //   linear * L + quadratic * L^2, plus micro_batch per micro-batch,
 // with (2 FLOPs a multiply-add, backward = 2 x forward, so 3 x the forward in all)
@@ -17,6 +17,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
@@ -40,7 +41,19 @@ struct ModelConfig {
   int64_t moe_intermediate_size = 0;
   int64_t shared_experts = 0;
   int64_t num_experts = 0;  // the router's width
+  // Which layers use the experts, by Hugging Face's rules together: layer i (from 0) does when
+  // i >= first_dense_layers (DeepSeek's first_k_dense_replace), i % moe_layer_freq == 0
+  // (DeepSeek's moe_layer_freq), (i + 1) % moe_layer_step == 0 (Qwen-MoE's
+  // decoder_sparse_step, Llama 4's interleave_moe_layer_step), i is not in mlp_only_layers
+  // (Qwen-MoE's) and, when moe_layers_listed, i is in moe_layers (Llama 4's); the others are
+  // dense, of dense_intermediate_size (Llama 4's intermediate_size_mlp; 0 = intermediate_size).
   int64_t first_dense_layers = 0;
+  int64_t moe_layer_freq = 1;
+  int64_t moe_layer_step = 1;
+  std::vector<int64_t> mlp_only_layers;
+  std::vector<int64_t> moe_layers;
+  bool moe_layers_listed = false;
+  int64_t dense_intermediate_size = 0;
   // Multi-head latent attention (kv_lora_rank > 0): ranks and head dims.
   int64_t q_lora_rank = 0;
   int64_t kv_lora_rank = 0;
@@ -60,17 +73,28 @@ struct ModelCost {
 // (hidden_size, num_hidden_layers, num_attention_heads, num_key_value_heads, head_dim,
 // intermediate_size, vocab_size, num_experts_per_tok, moe_intermediate_size, n_shared_experts /
 // shared_expert_intermediate_size, n_routed_experts / num_experts / num_local_experts,
-// first_k_dense_replace, q_lora_rank, kv_lora_rank, qk_nope_head_dim, qk_rope_head_dim,
+// first_k_dense_replace, moe_layer_freq, decoder_sparse_step / interleave_moe_layer_step,
+// intermediate_size_mlp, q_lora_rank, kv_lora_rank, qk_nope_head_dim, qk_rope_head_dim,
 // v_head_dim) and its strings (model_type: gpt2, gpt_neox, opt, bloom, falcon, phi and
-// starcoder2 have an ungated MLP). InvalidArgument naming a missing or non-positive required
-// field (hidden_size, num_hidden_layers, num_attention_heads, intermediate_size, vocab_size).
+// starcoder2 have an ungated MLP; mlp_only_layers and moe_layers: JSON lists of layer indices,
+// as their text). InvalidArgument naming the field for: a missing or non-positive
+// required field (hidden_size, num_hidden_layers, num_attention_heads, intermediate_size,
+// vocab_size); an integer field that came as a string (a non-whole or too large number, which
+// the readers, `packsched plan --model_config` and the Python client, pass on as its text); a
+// negative one; and a model that does
+// not hold together: num_experts_per_tok above the router's width (or with none),
+// num_key_value_heads above num_attention_heads or not dividing it, hidden_size not a multiple
+// of num_attention_heads without head_dim, first_k_dense_replace above num_hidden_layers,
+// moe_layer_freq or decoder_sparse_step below 1, mlp_only_layers or moe_layers not a list of
+// layer indices, or kv_lora_rank > 0 (MLA) with qk_nope_head_dim + qk_rope_head_dim or
+// v_head_dim 0.
 absl::StatusOr<ModelConfig> ModelConfigFromFields(
     const absl::flat_hash_map<std::string, int64_t>& ints,
     const absl::flat_hash_map<std::string, std::string>& strings);
 
 // The weights for `config` (see the top of this file). InvalidArgument for a field out of range
-// (negative, or sizes whose FLOPs pass 2^100), max_batch_tokens < 1, longest < 1 or
-// overhead_tokens < 0.
+// (negative, or sizes whose FLOPs pass 2^100; moe_layer_freq or moe_layer_step below 1;
+// mlp_only_layers unsorted), max_batch_tokens < 1, longest < 1 or overhead_tokens < 0.
 absl::StatusOr<ModelCost> CostOfModel(const ModelConfig& config, int64_t max_batch_tokens,
                                       int64_t longest, int64_t overhead_tokens = 2048);
 

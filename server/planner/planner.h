@@ -114,7 +114,7 @@ struct StepStats {
   int64_t step_sync_cost = 0;         // max over ranks of the sum over slots (Sync::kStep)
   int64_t micro_batch_sync_cost = 0;  // sum over slots of the max over ranks (Sync::kMicroBatch)
   // (total cost + micro_batch_cost x k_min x W) / W with k_min = ceil(aligned tokens / (W x cap)):
-  // every rank equally busy with the fewest micro-batches the cap allows (issue 20's measure).
+  // every rank equally busy with the fewest micro-batches the cap allows.
   double ideal = 0.0;
   double efficiency = 0.0;  // ideal / the cost under the request's sync (1.0 when both are 0)
   // No plan, under either sync, has a step below this: max(ceil((total cost + micro_batch_cost
@@ -136,8 +136,11 @@ struct BalancedBatch {
 // balance.sync == kStep (the default): equal counts per rank (differing by at most one when
 // n % world_size != 0) and balanced rank costs; each rank's micro-batches follow `options`
 // exactly as Problem::Create + Partition(k) would, with k the largest of the ranks' local
-// bounds — unless that k is above the k bound below (no group_ids): then the ranks take whole
-// first-fit-decreasing bins of the global batch, balanced by cost, and counts may differ.
+// bounds, or, where trades of sequences between those micro-batches of different ranks (counts
+// unchanged, each within the cap) shorten the step, the traded ones. Unless that k is above the
+// k bound below (no group_ids): then the ranks take whole first-fit-decreasing bins of the
+// global batch, balanced by cost, then moves and trades of sequences between ranks, and counts
+// may differ.
 //
 // balance.sync == kMicroBatch: every rank's micro-batch in slot i costs nearly the same, so a
 // step whose ranks meet at every micro-batch is short; ranks may hold different numbers of

@@ -3,10 +3,11 @@
 
 #include "absl/strings/string_view.h"
 
-// The one declaration of the plan / options schema (issue 17): every field of the planner's
-// options and of a plan that crosses a boundary — the `packsched plan` flags and JSON, the
-// sidecar's proto conversion (server/service/convert.cc), the C++ client's request building and
-// wire decoder (client/cpp), and the Python package (the pybind dicts of client/python/src and,
+// The one declaration of the plan / options schema: every field of the planner's options and of
+// a plan that crosses a boundary — the `packsched plan` flags and JSON, the sidecar's proto
+// conversion (server/service/convert.cc, with options_hash.cc, partition.cc and
+// balance_batch.cc beside it), the C++ client's request building and wire decoder
+// (client/cpp), and the Python package (the pybind dicts of client/python/src and,
 // through packsched._planner.schema(), packsched/_options.py, client.py and plan.py).
 //
 // Each table is an X-macro: PACKSCHED_<TABLE>(X) calls X once per field, in proto field order.
@@ -15,7 +16,13 @@
 // `o.member`; `#name` gives the JSON key, the Python keyword and the error messages), so the
 // compiled code is what a hand-written conversion would be: no maps, no loops over names.
 // The Rule / Kind column says how a field is converted; each consumer has one macro per rule
-// (PACKSCHED_<CONSUMER>_<Rule>), so a field of an existing rule needs no consumer change.
+// (PACKSCHED_<CONSUMER>_<Rule>), so a field of an existing rule needs no consumer change. A rule
+// macro takes what it touches as arguments (the message, the value type, ...); the X macro a
+// consumer hands the table binds them, and each consumer's block opens with one row written out
+// as its expansion produces it (leaving out the parentheses a rule puts around its arguments,
+// `(o).member`, for clang-tidy's bugprone-macro-parentheses). A single field named in a message
+// or a key uses the constexpr lookups at the end (OptionNamed, ResponseNamed) rather than an
+// expansion of the whole table.
 //
 // Adding a field: the proto message, the planner (value type and its default), and a row here.
 // tests/python/test_schema.py fails when a table and the proto disagree (a field missing on
@@ -182,13 +189,14 @@
 // Expands to nothing: the rule macros of a consumer that ignores a rule.
 #define PACKSCHED_SCHEMA_NOTHING(...)
 
-// The plan options' names and rules as constants, for code that names an option in a message
-// (e.g. "--equal_size needs --num_parts=K"): schema::OptionNamed("FixedK").
+// The plan options' and the response's names and rules / kinds as constants, for code that names
+// one field (e.g. "--equal_size needs --num_parts=K"): schema::OptionNamed("FixedK"),
+// schema::ResponseNamed("Weights").
 namespace packsched::planner::schema {
 
 struct OptionField {
   absl::string_view name;
-  absl::string_view rule;
+  absl::string_view rule;  // the Rule column (the response's Kind)
 };
 
 #define PACKSCHED_SCHEMA_OPTION_FIELD(name, number, Rule, Type, member, json, help) \
@@ -201,6 +209,20 @@ inline constexpr OptionField kPlanOptions[] = {
 constexpr absl::string_view OptionNamed(absl::string_view rule) {
   for (const OptionField& field : kPlanOptions) {
     if (field.rule == rule) return field.name;
+  }
+  return "";
+}
+
+#define PACKSCHED_SCHEMA_RESPONSE_FIELD(name, number, Kind) OptionField{#name, #Kind},
+inline constexpr OptionField kPlanResponse[] = {
+    PACKSCHED_PLAN_RESPONSE(PACKSCHED_SCHEMA_RESPONSE_FIELD)};
+#undef PACKSCHED_SCHEMA_RESPONSE_FIELD
+
+// The name of the first PlanResponse field of `kind` ("" if none): Count, LocalK, Parts,
+// Weights, Global and Stats have one.
+constexpr absl::string_view ResponseNamed(absl::string_view kind) {
+  for (const OptionField& field : kPlanResponse) {
+    if (field.rule == kind) return field.name;
   }
   return "";
 }

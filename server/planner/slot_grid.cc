@@ -1,9 +1,12 @@
 #include "server/planner/slot_grid.h"
 
 #include <algorithm>
+#include <functional>
 #include <limits>
 #include <numeric>
+#include <set>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "server/planner/lpt.h"
@@ -97,92 +100,237 @@ std::optional<Grid> FillSlots(absl::Span<const SlotItem> items, absl::Span<const
   std::vector<std::vector<int32_t>> members(w * k);
   Cells cells(items, w, k, alpha);
   std::vector<int64_t> slot_max(k, 0);
-  std::vector<int64_t> slot_min(k, 0);    // least cost of an open cell (kNone: none open)
   std::vector<int64_t> slot_empty(k, w);  // empty open cells
   std::vector<int64_t> tried(k, -1);      // the placement that found no cell in the slot
+  // Each slot's open cells as a min-heap of (cost, cell), kept lazily: an entry counts while its
+  // cell is open at that cost. All empty at the start: ascending, so already a heap.
+  using Entry = std::pair<int64_t, int64_t>;
+  std::vector<std::vector<Entry>> heaps(k);
+  for (int64_t i = 0; i < k; ++i) {
+    heaps[i].reserve(w);
+    for (int64_t r = 0; r < w; ++r) heaps[i].emplace_back(0, i * w + r);
+  }
+  // The same, less the cells that no item still to come fits (shortest[step]: the least aligned
+  // length of a normal item from `step` on): the cells a search for one visits. A slot without
+  // one is never chosen, as it would be rejected.
+  std::vector<std::vector<Entry>> open = heaps;
+  std::vector<int64_t> shortest(order.size() + 1, kNone);
+  for (size_t step = order.size(); step-- > 0;) {
+    const SlotItem& item = items[order[step]];
+    shortest[step] =
+        item.isolated ? shortest[step + 1] : std::min(shortest[step + 1], item.item.aligned);
+  }
+  // In tokens mode with a cap, each slot's open cells by room under the cap, largest first (lazily
+  // too): a slot whose roomiest cell is too small for an item is rejected without a search.
+  const bool by_room = capacity.has_cap() && capacity.mode() == CapMode::kTokens;
+  std::vector<std::vector<Entry>> roomy(by_room ? k : 0);
+  for (int64_t i = 0; i < static_cast<int64_t>(roomy.size()); ++i) {
+    for (int64_t r = w - 1; r >= 0; --r) roomy[i].emplace_back(capacity.cap(), i * w + r);
+  }
+  auto room_under_cap = [&](int64_t cell) { return capacity.cap() - cells.load(cell).aligned; };
+  auto dead = [&](int64_t cell, size_t step) {
+    return !cells.empty(cell) &&
+           (shortest[step] == kNone || !capacity.Fits(cells.load(cell), shortest[step]));
+  };
+  const auto later = std::greater<Entry>();
+  auto current = [&](const Entry& e) {
+    return !cells.closed(e.second) && cells.cost(e.second) == e.first;
+  };
+  // The least cost of an open cell of slot i (kNone: none open).
+  auto slot_min = [&](int64_t i) {
+    std::vector<Entry>& heap = heaps[i];
+    while (!heap.empty() && !current(heap.front())) {
+      std::pop_heap(heap.begin(), heap.end(), later);
+      heap.pop_back();
+    }
+    return heap.empty() ? kNone : heap.front().first;
+  };
+  // The slots by room: the largest cell's cost less the cost of the slot's cheapest open cell as
+  // a new member sees it (alpha for an empty cell), as (room, slot); `with_empty` holds only the
+  // slots with an empty open cell (an isolated item's choice). room_of[i]: slot i's key, if in.
+  std::set<Entry> rooms, with_empty;
+  std::vector<int64_t> room_of(k, kNone);
+  auto unlist = [&](int64_t i) {
+    if (room_of[i] == kNone) return;
+    rooms.erase({room_of[i], i});
+    with_empty.erase({room_of[i], i});
+    room_of[i] = kNone;
+  };
+  auto list = [&](int64_t i) {
+    unlist(i);
+    const int64_t base = slot_empty[i] > 0 ? alpha : slot_min(i);
+    if (base == kNone || open[i].empty()) return;
+    room_of[i] = slot_max[i] - base;
+    rooms.emplace(room_of[i], i);
+    if (slot_empty[i] > 0) with_empty.emplace(room_of[i], i);
+  };
+  for (int64_t i = 0; i < k; ++i) list(i);
+  // The slot whose largest cell grows least when a cost-c member joins its cheapest open cell;
+  // ties: the least room left under that cell, then the lowest slot. -1 when none is listed.
+  auto pick = [](const std::set<Entry>& listed, int64_t c) -> int64_t {
+    if (listed.empty()) return -1;
+    auto it = listed.lower_bound({c, -1});  // the least room that fits c
+    if (it == listed.end()) it = listed.lower_bound({std::prev(listed.end())->first, -1});
+    return it->second;
+  };
+  std::vector<int64_t> skipped;  // slots unlisted for the item being placed
+  std::vector<Entry> passed;     // a slot's open cells that could not take it
   for (size_t step = 0; step < order.size(); ++step) {
     const int32_t position = order[step];
     const SlotItem& item = items[position];
+    const int64_t stamp = static_cast<int64_t>(step);
+    skipped.clear();
     while (true) {
-      // The slot whose largest cell grows least; ties: least room left under it, lowest slot.
-      // As one key: the growth when positive, else the room below -2^62 (every fit first).
-      auto key_of = [&](int64_t i, int64_t with) {
-        const int64_t d = with - slot_max[i];
-        return d > 0 ? d : -(int64_t{1} << 62) - d;
-      };
-      int64_t best = -1, best_key = kNone;
-      const int64_t stamp = static_cast<int64_t>(step);
+      // The slot: as one key, the growth when positive, else the room below -2^62 (every fit
+      // first).
+      int64_t best = -1;
       if (item.rank >= 0) {
+        int64_t best_key = kNone;
         for (int64_t i = 0; i < k; ++i) {
           const int64_t cell = i * w + item.rank;
           if (tried[i] == stamp || cells.closed(cell) || (item.isolated && !cells.empty(cell))) {
             continue;
           }
-          const int64_t key = key_of(i, cells.CostWith(cell, item));
+          const int64_t d = cells.CostWith(cell, item) - slot_max[i];
+          const int64_t key = d > 0 ? d : -(int64_t{1} << 62) - d;
           if (key < best_key) {
             best = i;
             best_key = key;
           }
         }
       } else {
-        // slot_base: the cost of the slot's cheapest open cell as a new member sees it (alpha
-        // for an empty cell; kNone when none is open).
-        for (int64_t i = 0; i < k; ++i) {
-          const int64_t base = slot_empty[i] > 0 ? alpha : slot_min[i];
-          if (base == kNone || tried[i] == stamp || (item.isolated && slot_empty[i] == 0)) {
-            continue;
-          }
-          const int64_t key = key_of(i, base + item.item.cost);
-          if (key < best_key) {
-            best = i;
-            best_key = key;
-          }
-        }
+        best = pick(item.isolated ? with_empty : rooms, item.item.cost);
       }
-      if (best < 0) return std::nullopt;
-      // The cell; and the slot's two least open costs, to update its least without a rescan.
-      int64_t chosen = -1, least = -1, second = kNone;
-      const int64_t first_cell = best * w;
+      if (best < 0) {
+        for (int64_t i : skipped) list(i);
+        return std::nullopt;
+      }
+      // The cell: the slot's cheapest that takes the item (ties: the lowest rank).
+      int64_t chosen = -1;
       if (item.rank >= 0) {
-        const int64_t cell = first_cell + item.rank;
+        const int64_t cell = best * w + item.rank;
         if (cells.Accepts(cell, item, capacity)) chosen = cell;
       } else {
-        for (int64_t cell = first_cell; cell < first_cell + w; ++cell) {
-          if (cells.closed(cell)) continue;
-          if (least < 0 || cells.cost(cell) < cells.cost(least)) {
-            if (least >= 0) second = cells.cost(least);
-            least = cell;
-          } else {
-            second = std::min(second, cells.cost(cell));
+        bool may_fit = true;
+        if (by_room && !item.isolated) {
+          std::vector<Entry>& room = roomy[best];
+          while (!room.empty() && (cells.closed(room.front().second) ||
+                                   room_under_cap(room.front().second) != room.front().first)) {
+            std::pop_heap(room.begin(), room.end());
+            room.pop_back();
           }
-          if (!cells.Accepts(cell, item, capacity)) continue;
-          if (chosen < 0 || cells.cost(cell) < cells.cost(chosen)) chosen = cell;
+          may_fit = !room.empty() && room.front().first >= item.item.aligned;
+        }
+        std::vector<Entry>& heap = open[best];
+        passed.clear();
+        while (may_fit && !heap.empty()) {
+          const Entry top = heap.front();
+          std::pop_heap(heap.begin(), heap.end(), later);
+          heap.pop_back();
+          if (!current(top) || dead(top.second, step)) continue;
+          if (cells.Accepts(top.second, item, capacity)) {
+            chosen = top.second;
+            break;
+          }
+          passed.push_back(top);
+        }
+        for (const Entry& e : passed) {
+          heap.push_back(e);
+          std::push_heap(heap.begin(), heap.end(), later);
         }
       }
       if (chosen < 0) {
-        tried[best] = static_cast<int64_t>(step);
+        tried[best] = stamp;
+        unlist(best);
+        skipped.push_back(best);
         continue;
       }
-      const int64_t before = cells.cost(chosen);
       if (cells.empty(chosen)) --slot_empty[best];
       cells.Add(chosen, item);
       members[chosen].push_back(position);
       slot_max[best] = std::max(slot_max[best], cells.cost(chosen));
-      const int64_t after = cells.closed(chosen) ? kNone : cells.cost(chosen);
-      if (item.rank < 0) {
-        slot_min[best] = chosen == least ? std::min(second, after) : cells.cost(least);
-      } else if (before == slot_min[best]) {
-        slot_min[best] = kNone;
-        for (int64_t cell = first_cell; cell < first_cell + w; ++cell) {
-          if (!cells.closed(cell)) slot_min[best] = std::min(slot_min[best], cells.cost(cell));
+      if (!cells.closed(chosen)) {
+        heaps[best].emplace_back(cells.cost(chosen), chosen);
+        std::push_heap(heaps[best].begin(), heaps[best].end(), later);
+        if (!dead(chosen, step + 1)) {
+          open[best].emplace_back(cells.cost(chosen), chosen);
+          std::push_heap(open[best].begin(), open[best].end(), later);
+        }
+        if (by_room) {
+          roomy[best].emplace_back(room_under_cap(chosen), chosen);
+          std::push_heap(roomy[best].begin(), roomy[best].end());
         }
       }
+      list(best);
       break;
     }
+    for (int64_t i : skipped) list(i);
   }
   Grid grid{w, k, std::vector<std::vector<int32_t>>(w * k)};
   for (int64_t i = 0; i < k; ++i) {
     for (int64_t r = 0; r < w; ++r) grid.cell(r, i) = std::move(members[i * w + r]);
+  }
+  return grid;
+}
+
+std::optional<Grid> FillRows(absl::Span<const SlotItem> items, absl::Span<const int32_t> order,
+                             const Capacity& capacity, int64_t world_size, int64_t k,
+                             int64_t alpha) {
+  const int64_t w = world_size;
+  Grid grid{w, k, std::vector<std::vector<int32_t>>(w * k)};
+  if (order.empty()) return grid;
+  // The least aligned length of a normal item from each step on.
+  std::vector<int64_t> shortest(order.size() + 1, kNone);
+  for (size_t step = order.size(); step-- > 0;) {
+    const SlotItem& item = items[order[step]];
+    shortest[step] =
+        item.isolated ? shortest[step + 1] : std::min(shortest[step + 1], item.item.aligned);
+  }
+  using Entry = std::pair<int64_t, int64_t>;  // (cost, rank): the slot's cells, cheapest first
+  const auto later = std::greater<Entry>();
+  std::vector<Entry> heap, passed;
+  std::optional<Cells> cells;
+  int64_t slot = -1;
+  for (size_t step = 0; step < order.size(); ++step) {
+    const SlotItem& item = items[order[step]];
+    int64_t chosen = -1;
+    while (chosen < 0) {
+      if (!cells) {
+        if (++slot == k) return std::nullopt;
+        cells.emplace(items, w, 1, alpha);
+        heap.clear();
+        for (int64_t r = 0; r < w; ++r) heap.emplace_back(0, r);
+      }
+      passed.clear();
+      while (!heap.empty()) {
+        const Entry top = heap.front();
+        std::pop_heap(heap.begin(), heap.end(), later);
+        heap.pop_back();
+        // Closed, or no item from here on fits: out of the search for good.
+        if (cells->closed(top.second) ||
+            (!cells->empty(top.second) &&
+             (shortest[step] == kNone ||
+              !capacity.Fits(cells->load(top.second), shortest[step])))) {
+          continue;
+        }
+        if (cells->Accepts(top.second, item, capacity)) {
+          chosen = top.second;
+          break;
+        }
+        passed.push_back(top);
+      }
+      for (const Entry& e : passed) {
+        heap.push_back(e);
+        std::push_heap(heap.begin(), heap.end(), later);
+      }
+      if (chosen < 0) cells.reset();  // the next slot
+    }
+    cells->Add(chosen, item);
+    grid.cell(chosen, slot).push_back(order[step]);
+    if (!cells->closed(chosen)) {
+      heap.emplace_back(cells->cost(chosen), chosen);
+      std::push_heap(heap.begin(), heap.end(), later);
+    }
   }
   return grid;
 }

@@ -48,11 +48,20 @@ std::vector<int32_t> PlacementOrder(absl::Span<const SlotItem> items);
 // Greedy slot balancing: items in `order` (PlacementOrder(items)), each to the slot whose largest
 // cell grows least when the item joins that slot's cheapest open cell (ties: the slot left with the
 // least room under its largest cell, then the lowest slot), in the cheapest cell of that slot that
-// fits `capacity` (an item with a rank: that rank's cell). nullopt when some item fits no cell. O(n
-// (k + W)).
+// fits `capacity` (an item with a rank: that rank's cell). nullopt when some item fits no cell.
+// O(W k + n (log k + log W)) when the first cell tried fits; an item with a rank scans its k
+// cells.
 std::optional<Grid> FillSlots(absl::Span<const SlotItem> items, absl::Span<const int32_t> order,
                               const Capacity& capacity, int64_t world_size, int64_t k,
                               int64_t alpha);
+
+// Row greedy: the slots filled one after the other, the items in `order` (PlacementOrder(items))
+// each to the current slot's cheapest cell that takes it (ties: the lowest rank), or, when none
+// does, to the next slot. nullopt when k slots do not hold every item. REQUIRES: no item has a
+// rank. O(n log W) when the first cell tried fits, O(W log W) for an item that opens a slot.
+std::optional<Grid> FillRows(absl::Span<const SlotItem> items, absl::Span<const int32_t> order,
+                             const Capacity& capacity, int64_t world_size, int64_t k,
+                             int64_t alpha);
 
 // Moves that shorten the micro-batch-sync step: an item leaves the costliest cell of a slot for
 // another cell, or (with `swaps`, tokens cap mode) trades places with a cheaper item of another

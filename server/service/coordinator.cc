@@ -9,8 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "server/base/checked_math.h"
 #include "server/base/thread_name.h"
-#include "server/group/collective_agreement.h"
-#include "server/group/round.h"
+#include "server/group/round_record.h"
 #include "server/planner/planner.h"
 #include "server/planner/tree_plan.h"
 #include "server/service/round_metrics.h"
@@ -60,6 +59,14 @@ struct RoundCoordinator::Stream {
 
 namespace {
 
+// Appended to the refusals a trainer resumed from a checkpoint meets when it replays its rounds
+// against sidecars that served them (docs/operating.md#restarts).
+constexpr absl::string_view kRestartHint =
+    ". If a trainer restarted from a checkpoint and replays this round with other data (or after "
+    "the round left the cache), the round cannot be run again: start a new epoch of the stream, "
+    "a new stream name that every rank uses (e.g. the stream with the trainer's restart count "
+    "appended, as in 'actor_update@1'), or restart the sidecars";
+
 // A round at or below the tombstone of a stream that was reclaimed while idle.
 absl::Status ReclaimedRound(absl::string_view stream, int64_t round, int64_t released,
                             const ServiceLimits& limits) {
@@ -69,14 +76,16 @@ absl::Status ReclaimedRound(absl::string_view stream, int64_t round, int64_t rel
       " already served before the stream was reclaimed (idle for --stream_idle_timeout = ",
       absl::FormatDuration(limits.stream_idle_timeout),
       "): a served round is not run again (its peers would not join it); every caller of a "
-      "round must arrive while it is cached"));
+      "round must arrive while it is cached",
+      kRestartHint));
 }
 
 absl::Status ContentMismatch(absl::string_view stream, int64_t round, absl::string_view where) {
   return absl::FailedPreconditionError(
       absl::StrCat("stream '", stream, "' round ", round, " is ", where,
                    " with different content (lengths, loss tokens or options): every caller of "
-                   "a round must send the same request"));
+                   "a round must send the same request",
+                   kRestartHint));
 }
 
 // A round that is neither cached nor in flight, at or below the highest round the cache has let
@@ -91,13 +100,15 @@ absl::Status ReleasedRound(absl::string_view stream, int64_t round, int64_t rele
         "stream '", stream, "' round ", round,
         " was already served and has been evicted from the result cache (", bounds,
         "): a served round is not run again (its peers would not join it); every caller of a "
-        "round must arrive while it is cached"));
+        "round must arrive while it is cached",
+        kRestartHint));
   }
   return absl::FailedPreconditionError(absl::StrCat(
       "stream '", stream, "' round ", round, " is not cached and is below round ", released,
       ", which was already served and has been evicted from the result cache (", bounds,
       "): a round this old is not run (it may have been served already, and its peers would not "
-      "join it again); every caller of a round must arrive while it is cached"));
+      "join it again); every caller of a round must arrive while it is cached",
+      kRestartHint));
 }
 
 // A round whose ranks brought different round numbers fails on every rank with the same
@@ -112,19 +123,10 @@ absl::Status WithRoundContext(absl::Status status, absl::string_view stream, int
       "reach two sidecars in different orders meet different rounds and fail on both"));
 }
 
-RoundCoordinator::Options WithDefaultAgreements(RoundCoordinator::Options options) {
-  if (options.agreements == nullptr) {
-    // A group of one.
-    options.agreements =
-        std::make_shared<group::CollectiveAgreements>(options.limits.collective_timeout);
-  }
-  return options;
-}
-
 }  // namespace
 
 RoundCoordinator::RoundCoordinator(Options options)
-    : options_(WithDefaultAgreements(std::move(options))),
+    : options_(std::move(options)),
       cache_(options_.limits.max_cached_rounds, options_.limits.max_cached_bytes) {}
 
 RoundCoordinator::~RoundCoordinator() { Shutdown(); }

@@ -70,18 +70,19 @@ class RoundCoordinator {
 
   struct Options {
     ServiceLimits limits;
-    // How each stream agrees its rounds with the peers: the rank group (GroupAgreements over
-    // the sidecar's Group: --rank/--world_size/--rendezvous), or collectives of a test's own
-    // (CollectiveAgreements); what it refers to (a Group) must outlive the coordinator. Default:
-    // a group of one (CollectiveAgreements over a LocalCollective per stream, with
-    // limits.collective_timeout).
+    // How each stream agrees its rounds with the peers (the agreement port). Required (not
+    // null). The sidecar's composition root chooses it (server/sidecar/rank_group.h): the rank
+    // group (GroupAgreements over the sidecar's Group: --rank/--world_size/--rendezvous) or a
+    // group of one (CollectiveAgreements over a LocalCollective per stream); tests give
+    // collectives of their own. What it refers to (a Group) must outlive the coordinator.
     std::shared_ptr<group::RoundAgreements> agreements;
     // Protocol/build version every rank of a round must share.
     int64_t version = kProtocolVersion;
     // Called once by Shutdown(), after the streams' agreements are aborted: must end every
     // blocking wait a stream worker may be in outside its collective — forming the group waits
     // on the rendezvous store (stream_group.h), up to --collective_timeout — so that the workers
-    // exit promptly. main.cc cancels the rendezvous store's calls. Optional; must not block.
+    // exit promptly. The sidecar cancels the rendezvous store's calls
+    // (server/sidecar/rank_group.h: AttachRankGroup). Optional; must not block.
     std::function<void()> cancel_waits;
     // Where each round run and each stream reclaimed are recorded (server/metrics/sink.h); not
     // owned, outlives the coordinator. Null: metrics off, nothing recorded.
@@ -118,6 +119,7 @@ class RoundCoordinator {
     int64_t generation = 0;   // the highest generation of the streams (0 before any)
   };
 
+  // REQUIRES: options.agreements is not null.
   explicit RoundCoordinator(Options options);
   // Shutdown(), then joins the workers.
   ~RoundCoordinator();

@@ -31,7 +31,7 @@ struct ServiceLimits {
   // Counted apart from max_inflight_bytes: a sidecar's memory is about its baseline (~25 MiB)
   // + max_cached_bytes + max_inflight_bytes (docs/operating.md, sizing).
   int64_t max_cached_bytes = int64_t{128} << 20;
-  // Estimated peak bytes of the requests being served at once (convert.h, RequestMemory;
+  // Estimated peak bytes of the requests being served at once (request_memory.h, RequestMemory;
   // memory_budget.h): a request that would exceed it is refused with RESOURCE_EXHAUSTED before
   // anything sized by it is allocated. 0 = no budget.
   int64_t max_inflight_bytes = int64_t{320} << 20;

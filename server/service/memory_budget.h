@@ -2,9 +2,9 @@
 #define PACKSCHED_SERVER_SERVICE_MEMORY_BUDGET_H_
 
 // The sidecar's in-flight memory budget (--max_inflight_bytes; docs/design.md §3, memory per
-// request): every request reserves its estimated peak (convert.h, RequestMemory) before anything
-// sized by it is allocated, and gives it back when its call's messages are freed (after the
-// response is written). A request that does not fit is refused at once with ResourceExhausted;
+// request): every request reserves its estimated peak (request_memory.h, RequestMemory) before
+// anything sized by it is allocated, and gives it back when its call's messages are freed (after
+// the response is written). A request that does not fit is refused at once with ResourceExhausted;
 // nothing ever waits for room. No gRPC here.
 
 #include <cstdint>

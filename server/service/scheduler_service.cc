@@ -10,7 +10,9 @@
 #include "google/protobuf/arena.h"
 #include "server/base/status_macros.h"
 #include "server/security/credentials.h"
+#include "server/service/balance_batch.h"
 #include "server/service/convert.h"
+#include "server/service/partition.h"
 #include "server/service/service_call.h"
 
 namespace packsched::service {

@@ -3,11 +3,13 @@
 
 // packsched.v1.Scheduler over gRPC's callback API: a thin adapter. Its methods are gRPC's raw
 // ones: each call parses its own request (service_call.h: a body that does not parse is
-// INVALID_ARGUMENT naming the message), converts it (convert.h), hands rounds to the coordinator
+// INVALID_ARGUMENT naming the message), reserves its memory estimate (request_memory.h),
+// converts it (convert.h), hands rounds to the coordinator
 // (which finishes the reactor from the stream's worker thread, or — with inline rounds enabled, a
 // small round of a group of one on an idle stream — runs it and finishes it inline, before Plan
-// returns), and turns absl::Status into grpc::Status — the only place that happens. Nothing here
-// blocks a gRPC thread: Partition, BalanceBatch and inline rounds are bounded CPU work.
+// returns) or runs Partition and BalanceBatch in place (partition.h, balance_batch.h), and turns
+// absl::Status into grpc::Status — the only place that happens. Nothing here blocks a gRPC
+// thread: Partition, BalanceBatch and inline rounds are bounded CPU work.
 
 #include <atomic>
 #include <cstdint>
@@ -21,10 +23,10 @@
 #include "grpcpp/grpcpp.h"
 #include "packsched/v1/scheduler.grpc.pb.h"
 #include "server/metrics/sink.h"
-#include "server/service/convert.h"
 #include "server/service/coordinator.h"
 #include "server/service/limits.h"
 #include "server/service/memory_budget.h"
+#include "server/service/request_memory.h"
 #include "server/service/service_call.h"
 
 namespace packsched::service {

@@ -10,9 +10,6 @@
 #include "grpcpp/health_check_service_interface.h"
 #include "grpcpp/resource_quota.h"
 #include "server/base/status_macros.h"
-#include "server/group/collective_agreement.h"
-#include "server/group/group_agreement.h"
-#include "server/group/readiness.h"
 #include "server/security/credentials.h"
 #include "server/service/scheduler_service.h"
 
@@ -28,15 +25,12 @@ constexpr absl::Duration kCallPoll = absl::Milliseconds(5);
 }  // namespace
 
 struct SchedulerServer::State {
-  // The agreement port (server/group/round_agreement.h): the rank group's, or a group of one.
-  // Its serving listener sets the Scheduler's health while serving.
+  // The agreement port (server/group/round_agreement.h), as the sidecar chose it. Its serving
+  // listener sets the Scheduler's health while serving.
   std::shared_ptr<group::RoundAgreements> agreements;
   std::unique_ptr<RoundCoordinator> coordinator;
   std::unique_ptr<SchedulerService> service;  // outlives `server` (declared before it)
   std::unique_ptr<grpc::Server> server;
-  // With a rank group of several: waits for every rank to join (the serving listener then sets
-  // the Scheduler's health). Declared last: stopped before anything it calls is destroyed.
-  std::unique_ptr<group::ReadinessWatch> readiness;
   int port = 0;
   bool shut_down = false;
 };
@@ -58,14 +52,12 @@ absl::StatusOr<std::unique_ptr<SchedulerServer>> SchedulerServer::Start(
       security::MakeServerCredentials({options.tls_cert, options.tls_key, options.tls_client_ca}));
   RETURN_IF_ERROR(security::CheckTokenMayBeAccepted(options.auth_token, !options.tls_cert.empty(),
                                                     options.listen, "--listen ="));
+  if (options.agreements == nullptr) {
+    return absl::InvalidArgumentError("the server needs its agreements (ServerOptions)");
+  }
 
   auto state = std::make_unique<State>();
-  if (options.group != nullptr) {
-    state->agreements = std::make_shared<group::GroupAgreements>(*options.group);
-  } else {
-    state->agreements =  // a group of one
-        std::make_shared<group::CollectiveAgreements>(options.limits.collective_timeout);
-  }
+  state->agreements = options.agreements;
   RoundCoordinator::Options coordinator_options;
   coordinator_options.limits = options.limits;
   coordinator_options.agreements = state->agreements;
@@ -104,14 +96,12 @@ absl::StatusOr<std::unique_ptr<SchedulerServer>> SchedulerServer::Start(
   if (health != nullptr) {
     // Liveness is the server's own status (""); readiness is the Scheduler service's: SERVING
     // while the agreement port is serving — with a rank group, Group::serving(): every rank of
-    // the group has joined the run, and no stream is between generations; a group of one at
-    // once — exactly what GetStatus reports as group_ready.
+    // the group has joined the run (the sidecar's readiness watch finds out), and no stream is
+    // between generations; a group of one at once — exactly what GetStatus reports as
+    // group_ready.
     const std::string service = v1::Scheduler::service_full_name();
     state->agreements->SetServingListener(
         [health, service](bool serving) { health->SetServingStatus(service, serving); });
-  }
-  if (health != nullptr && options.group != nullptr && options.group->options().world_size > 1) {
-    state->readiness = std::make_unique<group::ReadinessWatch>(*options.group, nullptr);
   }
   return std::unique_ptr<SchedulerServer>(new SchedulerServer(std::move(state)));
 }
@@ -121,7 +111,6 @@ void SchedulerServer::Shutdown(absl::Duration grace) {
   state_->shut_down = true;
   // Before the health status they would set.
   state_->agreements->SetServingListener(nullptr);
-  state_->readiness.reset();
   if (grpc::HealthCheckServiceInterface* health = state_->server->GetHealthCheckService()) {
     health->SetServingStatus(false);
   }

@@ -4,7 +4,8 @@
 // The sidecar's gRPC server: the Scheduler service with its round coordinator, the standard
 // grpc.health.v1 service and server reflection, TLS and the bearer token (server/security/
 // credentials.h), and the gRPC-level limits (message size, concurrent streams, resource quota).
-// server/sidecar/flags.cc fills the options from flags; tests can run it in process.
+// server/sidecar/flags.cc fills the options from flags and server/sidecar/rank_group.h gives it
+// the agreement port; tests can run it in process.
 
 #include <cstdint>
 #include <functional>
@@ -13,7 +14,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "server/group/group.h"
+#include "server/group/round_agreement.h"
 #include "server/metrics/sink.h"
 #include "server/service/coordinator.h"
 #include "server/service/limits.h"
@@ -38,8 +39,10 @@ struct ServerOptions {
   int64_t max_threads = 64;  // gRPC threads (resource quota)
   int64_t rank = 0;
   std::string build_version;
-  // The rank group (not owned; outlives the server), or null for a group of one.
-  group::Group* group = nullptr;
+  // How the rounds are agreed with the peers (RoundCoordinator::Options::agreements): the rank
+  // group's or a group of one's. Required. Its serving listener sets the Scheduler's health
+  // status (readiness) while the server runs.
+  std::shared_ptr<group::RoundAgreements> agreements;
   // Ends the rank group's blocking store waits at shutdown (RoundCoordinator::Options).
   std::function<void()> cancel_group_waits;
   // Where calls and rounds are recorded (server/metrics/sink.h): not owned, outlives the
@@ -49,8 +52,9 @@ struct ServerOptions {
 
 class SchedulerServer {
  public:
-  // Builds and starts the server. Returns InvalidArgument for unreadable TLS files or a token
-  // without TLS on a non-loopback address (FailedPrecondition), Unavailable if it cannot bind.
+  // Builds and starts the server. Returns InvalidArgument for unreadable TLS files or without
+  // agreements, FailedPrecondition for a token without TLS on a non-loopback address,
+  // Unavailable if it cannot bind.
   static absl::StatusOr<std::unique_ptr<SchedulerServer>> Start(const ServerOptions& options);
 
   ~SchedulerServer();  // Shutdown(absl::ZeroDuration()) if not done.

@@ -15,7 +15,7 @@ namespace {
 
 int g_signal_pipe[2] = {-1, -1};
 
-void OnSignal(int) {
+void OnSignal(int /*signal*/) {
   const char byte = 1;
   const int saved = errno;
   [[maybe_unused]] ssize_t written = write(g_signal_pipe[1], &byte, 1);  // async-signal-safe

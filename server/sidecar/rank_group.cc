@@ -9,6 +9,8 @@
 #include "server/base/address.h"
 #include "server/base/status_macros.h"
 #include "server/collective/backend.h"
+#include "server/group/collective_agreement.h"
+#include "server/group/group_agreement.h"
 #include "spdlog/spdlog.h"
 
 namespace packsched::sidecar {
@@ -50,7 +52,10 @@ absl::StatusOr<RankGroup> StartRankGroup(const RankGroupFlags& flags,
       return absl::InvalidArgumentError(absl::StrCat(
           "--backend = ", collective::BackendName(backend), " needs --rendezvous=HOST:PORT"));
     }
-    return g;  // a group of one: the local backend, nothing stored
+    // A group of one: the local backend, nothing stored.
+    g.agreements =
+        std::make_shared<group::CollectiveAgreements>(server.limits.collective_timeout);
+    return g;
   }
   service::RendezvousTls tls;
   if (flags.rendezvous_tls) {
@@ -96,7 +101,7 @@ absl::StatusOr<RankGroup> StartRankGroup(const RankGroupFlags& flags,
   }
   int64_t gpu = flags.local_gpu;
   if (gpu < 0) {
-    const char* local_rank = std::getenv("LOCAL_RANK");
+    const char* local_rank = std::getenv("LOCAL_RANK");  // NOLINT(concurrency-mt-unsafe)
     gpu = 0;
     if (local_rank != nullptr && !absl::SimpleAtoi(local_rank, &gpu)) {
       return absl::InvalidArgumentError(absl::StrCat("LOCAL_RANK = '", local_rank, "'"));
@@ -104,11 +109,13 @@ absl::StatusOr<RankGroup> StartRankGroup(const RankGroupFlags& flags,
   }
   options.nccl.device = static_cast<int>(gpu);
   ASSIGN_OR_RETURN(g.group, group::Group::Create(g.store.get(), std::move(options)));
+  g.agreements = std::make_shared<group::GroupAgreements>(*g.group);
+  if (world_size > 1) g.readiness = std::make_unique<group::ReadinessWatch>(*g.group, nullptr);
   return g;
 }
 
 void AttachRankGroup(RankGroup& group, service::ServerOptions& options) {
-  options.group = group.group.get();
+  options.agreements = group.agreements;
   if (service::RendezvousStore* store = group.store.get(); store != nullptr) {
     // Shutdown must not wait out --collective_timeout in a group formation (a stream worker
     // blocked on the store for a rank that never comes).
@@ -119,6 +126,8 @@ void AttachRankGroup(RankGroup& group, service::ServerOptions& options) {
 void StopRankGroup(RankGroup& group) {
   // The group outlives the server and its coordinator (which holds the streams' groups); rank 0's
   // store goes last.
+  group.readiness.reset();
+  group.agreements.reset();
   group.group.reset();
   group.store.reset();
   if (group.server != nullptr) group.server->Shutdown();

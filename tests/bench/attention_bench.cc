@@ -4,7 +4,8 @@
 //   build/bin/attention_bench --benchmark_filter=Cpu    CPU, wall-clock rates (slow: seconds per
 //                                                       iteration)
 //   build/bin/attention_bench --benchmark_filter=Cuda   the GPU path (needs a device; timed with
-//                                                       CUDA events)
+//                                                       CUDA events); CudaScalar: the scalar
+//                                                       kernels, for comparison
 //
 // Arguments: sequences, tokens per sequence, H, Hk, D. FLOPs count only visible (query, key)
 // pairs: forward 4·D per pair (Q·Kᵀ and P·V), backward 2.5x the forward (FlashAttention's
@@ -13,6 +14,7 @@
 #include <benchmark/benchmark.h>
 
 #include <cstdint>
+#include <cstdlib>
 #include <functional>
 #include <random>
 #include <string>
@@ -90,14 +92,36 @@ void Run(benchmark::State& state, bool cuda, int64_t tokens, double flops,
       flops / 1e12, benchmark::Counter::kIsRate | benchmark::Counter::kIsIterationInvariant);
 }
 
-void BM_AttentionForward(benchmark::State& state, bool cuda) {
+// Where a case runs: the CPU backend, the CUDA backend's default path (the tensor-core kernels for
+// these bf16, D = 128 shapes on sm_80+), or its scalar kernels (PACKSCHED_ATTENTION_SCALAR=1, set
+// for the case's duration).
+enum class Path { kCpu, kCuda, kCudaScalar };
+
+class ScalarKernels {
+ public:
+  explicit ScalarKernels(Path path) : on_(path == Path::kCudaScalar) {
+    if (on_) setenv("PACKSCHED_ATTENTION_SCALAR", "1", 1);
+  }
+  ~ScalarKernels() {
+    if (on_) unsetenv("PACKSCHED_ATTENTION_SCALAR");
+  }
+
+ private:
+  bool on_;
+};
+
+void BM_AttentionForward(benchmark::State& state, Path path) {
+  const bool cuda = path != Path::kCpu;
   if (SkipWithoutDevice(state, cuda)) return;
+  const ScalarKernels scalar(path);
   Problem p(state, cuda);
   Run(state, cuda, p.Tokens(), p.ForwardFlops(), [&] { return p.Forward(); });
 }
 
-void BM_AttentionBackward(benchmark::State& state, bool cuda) {
+void BM_AttentionBackward(benchmark::State& state, Path path) {
+  const bool cuda = path != Path::kCpu;
   if (SkipWithoutDevice(state, cuda)) return;
+  const ScalarKernels scalar(path);
   Problem p(state, cuda);
   if (!p.Forward().ok()) {
     state.SkipWithError("forward failed");
@@ -112,20 +136,26 @@ void BM_AttentionBackward(benchmark::State& state, bool cuda) {
       ->Args({8, 1024, 16, 4, 128})   \
       ->ArgNames({"seqs", "len", "H", "Hk", "D"})
 
-PACKSCHED_ATTENTION_SHAPES(BENCHMARK_CAPTURE(BM_AttentionForward, Cpu, false))
+PACKSCHED_ATTENTION_SHAPES(BENCHMARK_CAPTURE(BM_AttentionForward, Cpu, Path::kCpu))
     ->UseRealTime()
     ->Unit(benchmark::kMillisecond)
     ->Iterations(2);
-PACKSCHED_ATTENTION_SHAPES(BENCHMARK_CAPTURE(BM_AttentionBackward, Cpu, false))
+PACKSCHED_ATTENTION_SHAPES(BENCHMARK_CAPTURE(BM_AttentionBackward, Cpu, Path::kCpu))
     ->UseRealTime()
     ->Unit(benchmark::kMillisecond)
     ->Iterations(1);
-PACKSCHED_ATTENTION_SHAPES(BENCHMARK_CAPTURE(BM_AttentionForward, Cuda, true))
+PACKSCHED_ATTENTION_SHAPES(BENCHMARK_CAPTURE(BM_AttentionForward, Cuda, Path::kCuda))
     ->Args({16, 4096, 32, 8, 128})
     ->UseManualTime()
     ->Unit(benchmark::kMillisecond);
-PACKSCHED_ATTENTION_SHAPES(BENCHMARK_CAPTURE(BM_AttentionBackward, Cuda, true))
+PACKSCHED_ATTENTION_SHAPES(BENCHMARK_CAPTURE(BM_AttentionBackward, Cuda, Path::kCuda))
     ->Args({16, 4096, 32, 8, 128})
+    ->UseManualTime()
+    ->Unit(benchmark::kMillisecond);
+PACKSCHED_ATTENTION_SHAPES(BENCHMARK_CAPTURE(BM_AttentionForward, CudaScalar, Path::kCudaScalar))
+    ->UseManualTime()
+    ->Unit(benchmark::kMillisecond);
+PACKSCHED_ATTENTION_SHAPES(BENCHMARK_CAPTURE(BM_AttentionBackward, CudaScalar, Path::kCudaScalar))
     ->UseManualTime()
     ->Unit(benchmark::kMillisecond);
 

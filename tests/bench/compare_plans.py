@@ -27,7 +27,7 @@ import tempfile
 from concurrent.futures import ThreadPoolExecutor
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(HERE, "..", "..", "deploy"))
 from gen_lengths import realistic_rl_lengths  # noqa: E402
 
 SIZES = (1, 7, 64, 1024, 4096)

@@ -2,13 +2,10 @@
 """packsched's planner (through the `packsched plan` CLI) beside a plain-Python k-way
 Karmarkar-Karp in verl's formulation, on the same generated realistic RL mixes.
 
-The baseline is written here (not verl's code) after verl's seqlen balancing
-(get_seqlen_balanced_partitions / rearrange_micro_batches): k = ceil(total / cap), every
-sequence starts as its own state of k sums (the sequence in one, zeros elsewhere), and the
-largest differencing method repeatedly pops the two states with the largest spread (ties: the
-larger largest sum) and merges them -- sum i of one with sum k-1-i of the other -- until one
-state is left. That is n states of k sums each, O(n k log k) time and O(n k) memory, and
-nothing checks the cap afterwards.
+The baseline is deploy/verl_kk.py (written there, not verl's code): verl's seqlen balancing
+(get_seqlen_balanced_partitions / rearrange_micro_batches) at k = ceil(total / cap), the largest
+differencing method over n states of k sums, O(n k log k) time and O(n k) memory; nothing
+checks the cap afterwards.
 
 For each input it prints wall time, k, max/mean (largest micro-batch over the mean) and the
 micro-batches over the cap, for:
@@ -28,7 +25,6 @@ Also times `packsched plan --num_parts=256` on 4,096 lengths end to end (a loop 
     compare_verl.py --packsched build/bin/packsched
 """
 import argparse
-import heapq
 import json
 import math
 import os
@@ -37,42 +33,12 @@ import subprocess
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "deploy"))
 from gen_lengths import realistic_rl_lengths  # noqa: E402
+from verl_kk import python_kk  # noqa: E402
 
 CASES = [(4096, 16384), (16384, 65536), (65536, 16384)]
 SEED = 1
-
-
-def python_kk(lengths, k):
-    """k parts (lists of indices) by the largest differencing method over n states of k sums."""
-    heap = []
-    for index, length in enumerate(lengths):
-        # A state: sums in descending order, and each sum's member list (None while empty).
-        sums = [length] + [0] * (k - 1)
-        members = [[index]] + [None] * (k - 1)
-        # Largest spread first; ties: the larger largest sum; then creation order.
-        heapq.heappush(heap, (-(sums[0] - sums[-1]), -sums[0], index, sums, members))
-    while len(heap) > 1:
-        _, _, tag, sums_a, members_a = heapq.heappop(heap)
-        _, _, _, sums_b, members_b = heapq.heappop(heap)
-        merged = []
-        for i in range(k):
-            j = k - 1 - i
-            ma, mb = members_a[i], members_b[j]
-            if ma is None:
-                m = mb
-            elif mb is None:
-                m = ma
-            else:
-                m = ma + mb
-            merged.append((sums_a[i] + sums_b[j], len(m) if m else 0, m))
-        merged.sort(key=lambda s: (s[0], s[1]), reverse=True)
-        sums = [s[0] for s in merged]
-        members = [s[2] for s in merged]
-        heapq.heappush(heap, (-(sums[0] - sums[-1]), -sums[0], tag, sums, members))
-    members = heap[0][4]
-    return [sorted(m) if m else [] for m in members]
 
 
 def describe(lengths, parts, cap):

@@ -14,7 +14,7 @@ import pathlib
 import random
 import sys
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "deploy"))
 
 from gen_lengths import realistic_rl_lengths  # noqa: E402
 

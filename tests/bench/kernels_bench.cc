@@ -208,9 +208,9 @@ void CpShards(benchmark::State& state, bool cuda, bool unshard) {
   Run(state, cuda, 2 * x.nbytes(), [&] {
     for (int64_t r = 0; r < kCp; ++r) {
       const Seqlens seqlens{&cu.view(), w.cu_padded};
-      const absl::Status s =
-          unshard ? CpUnshard(shards[r]->view(), seqlens, kCp, r, x.view(), nullptr)
-                  : CpShard(x.view(), seqlens, kCp, r, shards[r]->view(), nullptr);
+      const absl::Status s = unshard
+                                 ? CpUnshard(shards[r]->view(), seqlens, kCp, r, x.view(), nullptr)
+                                 : CpShard(x.view(), seqlens, kCp, r, shards[r]->view(), nullptr);
       if (!s.ok()) return s;
     }
     return absl::OkStatus();

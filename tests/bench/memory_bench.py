@@ -4,7 +4,7 @@
 Each case starts a fresh sidecar (a group of one, default limits unless --server_arg adds some),
 sends its requests (concurrently when a case has several), and reads the server's VmHWM (peak
 RSS) and VmRSS from /proc/PID/status before and after; it prints one table row per case and
-the status each request got. Nothing is timed. The cases: the 20-byte amplifiers of issue 19
+the status each request got. Nothing is timed. The cases: the 20-byte amplifiers
 (a Plan with n = 2 and min_micro_batches = 1,000,000; a Partition with n = 2 and k = 1,000,000),
 both at once, and realistic RL batches up to the default --max_sequences_per_request
 (n = 1,048,576) with k up to 1,000,000.
@@ -14,7 +14,6 @@ both at once, and realistic RL batches up to the default --max_sequences_per_req
 """
 import argparse
 import os
-import subprocess
 import sys
 import tempfile
 import threading
@@ -22,8 +21,10 @@ import time
 
 import grpc
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path[:0] = [os.path.join(HERE, "..", "..", "deploy"), os.path.join(HERE, "..", "python")]
 from gen_lengths import realistic_rl_lengths  # noqa: E402
+from sidecar import Sidecar  # noqa: E402  (tests/python: the server-start helper)
 from packsched.v1 import scheduler_pb2 as pb  # noqa: E402
 from packsched.v1 import scheduler_pb2_grpc as pb_grpc  # noqa: E402
 
@@ -46,19 +47,10 @@ class Server:
 
     def __init__(self, binary, extra_args):
         self.dir = tempfile.TemporaryDirectory()
-        port_file = os.path.join(self.dir.name, "port")
-        self.proc = subprocess.Popen(
-            [binary, "--listen=127.0.0.1:0", f"--port_file={port_file}", "--log_level=warn"]
-            + extra_args,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
+        self.sidecar = Sidecar(
+            self.dir.name, *extra_args, server=binary, log=os.devnull, start_timeout=30
         )
-        deadline = time.monotonic() + 30
-        while not (os.path.exists(port_file) and open(port_file).read().strip()):
-            if time.monotonic() > deadline or self.proc.poll() is not None:
-                raise RuntimeError(f"{binary} did not start")
-            time.sleep(0.02)
-        port = int(open(port_file).read().strip())
+        port = self.sidecar.port
         options = [("grpc.max_receive_message_length", 1 << 30)]
         self.channel = grpc.insecure_channel(f"127.0.0.1:{port}", options=options)
         grpc.channel_ready_future(self.channel).result(timeout=30)
@@ -66,8 +58,7 @@ class Server:
 
     def close(self):
         self.channel.close()
-        self.proc.terminate()
-        self.proc.wait(timeout=30)
+        self.sidecar.terminate(timeout=30)
         self.dir.cleanup()
 
 
@@ -128,7 +119,7 @@ def run_case(binary, extra_args, requests):
     server = Server(binary, extra_args)
     try:
         time.sleep(0.2)
-        hwm0, rss0 = proc_status(server.proc.pid)
+        hwm0, rss0 = proc_status(server.sidecar.pid)
         outcomes = [None] * len(requests)
         barrier = threading.Barrier(len(requests))
 
@@ -149,7 +140,7 @@ def run_case(binary, extra_args, requests):
         for t in threads:
             t.join()
         time.sleep(0.5)
-        hwm, rss = proc_status(server.proc.pid)
+        hwm, rss = proc_status(server.sidecar.pid)
         return hwm0, rss0, hwm, rss, outcomes
     finally:
         server.close()

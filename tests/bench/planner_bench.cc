@@ -5,8 +5,8 @@
 //   build/bin/planner_bench --benchmark_filter='Kk/65536'     one case (peak_rss_mib is then
 //                                                             that case's own peak)
 //
-// Targets (issue 2): Kk/4096/16384 under 5 ms, Kk/65536/16384 under 300 ms. SidecarPlan/1024/*
-// is the planner part of the sidecar's load benchmark (issue 3).
+// Targets: Kk/4096/16384 under 5 ms, Kk/65536/16384 under 300 ms. SidecarPlan/1024/*
+// is the planner part of the sidecar's load benchmark.
 // Counters: k (micro-batches), max_over_mean (largest part cost / mean part cost),
 // over_cap (parts over the cap), peak_rss_mib (the process's peak resident set so far).
 
@@ -153,13 +153,39 @@ void BM_BalanceBatch(benchmark::State& state) {
   state.counters["peak_rss_mib"] = PeakRssMib();
 }
 
+// Args: n, world size; cap 16,384, `sync` under the attention cost (24,576 L + L^2) with 2,048
+// tokens' worth per micro-batch (schedule_bench.py's model). Counters: the common k and the
+// step's efficiency (ideal / the step under that sync).
+void BalanceBatchSync(benchmark::State& state, Sync sync) {
+  const std::vector<int64_t> lengths = testing::RealisticRlLengths(state.range(0), kSeed);
+  PlanOptions options = Options(16384, Algorithm::kKarmarkarKarp);
+  options.cost = CostModel::kAttention;
+  options.attention = AttentionCost{24576, 1};
+  BalanceOptions balance;
+  balance.sync = sync;
+  balance.micro_batch_cost = int64_t{2048} * 24576;
+  BalancedBatch batch;
+  for (auto _ : state) {
+    batch = *BalanceBatch(lengths, state.range(1), options, {}, balance);
+    benchmark::DoNotOptimize(batch.ranks.data());
+  }
+  state.counters["k"] = static_cast<double>(batch.num_micro_batches);
+  state.counters["efficiency"] = batch.step.efficiency;
+  state.counters["peak_rss_mib"] = PeakRssMib();
+}
+
+void BM_BalanceBatchMicroBatch(benchmark::State& state) {
+  BalanceBatchSync(state, Sync::kMicroBatch);
+}
+void BM_BalanceBatchStep(benchmark::State& state) { BalanceBatchSync(state, Sync::kStep); }
+
 void BalanceCases(benchmark::internal::Benchmark* b) {
   b->Args({4096, 16384})->Args({16384, 65536})->Args({65536, 16384});
   b->Unit(benchmark::kMillisecond);
 }
 
 BENCHMARK(BM_Kk)->Apply(BalanceCases);
-// The sidecar's request size (issue 3's load benchmark): one rank's n = 1,024.
+// The sidecar's request size (its load benchmark's): one rank's n = 1,024.
 BENCHMARK(BM_Kk)->Args({1024, 16384})->Args({1024, 65536})->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_SidecarPlan)->Args({1024, 16384})->Args({1024, 65536})->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_GroupRank)->Args({1024, 16384})->Args({1024, 65536})->Unit(benchmark::kMicrosecond);
@@ -167,6 +193,13 @@ BENCHMARK(BM_Lpt)->Apply(BalanceCases);
 BENCHMARK(BM_Bfd)->Apply(BalanceCases);
 BENCHMARK(BM_FixedK)->Args({4096, 256})->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_BalanceBatch)->Args({4096, 8})->Args({65536, 64})->Unit(benchmark::kMillisecond);
+// W = n (one sequence per rank) and a large batch over few ranks; one iteration each.
+void SyncCases(benchmark::internal::Benchmark* b) {
+  b->Args({1000, 1000})->Args({10000, 10000})->Args({100000, 100000})->Args({524288, 128});
+  b->Iterations(1)->Unit(benchmark::kMillisecond);
+}
+BENCHMARK(BM_BalanceBatchMicroBatch)->Apply(SyncCases);
+BENCHMARK(BM_BalanceBatchStep)->Apply(SyncCases);
 
 }  // namespace
 }  // namespace packsched::planner

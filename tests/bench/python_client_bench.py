@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Latency of one Plan from Python against a local sidecar (issue target: p50 under 5 ms for
+"""Latency of one Plan from Python against a local sidecar (target: p50 under 5 ms for
 1,024 sequences), beside the in-process planner on the same input.
 
     PYTHONPATH=build/python /usr/bin/python3 tests/bench/python_client_bench.py \
@@ -15,7 +15,7 @@ import time
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests" / "python"))
-sys.path.insert(0, str(ROOT / "tests" / "bench"))
+sys.path.insert(0, str(ROOT / "deploy"))
 
 from gen_lengths import realistic_rl_lengths  # noqa: E402
 from sidecar import Sidecar  # noqa: E402

@@ -1,4 +1,4 @@
-"""Coordinator-mode schedules compared by step efficiency (issue 20).
+"""Coordinator-mode schedules compared by step efficiency.
 
 A step lasts sum over slots i of max over ranks r of cost(r, i) when ranks meet at every
 micro-batch (FSDP/ZeRO-3, pipeline, context parallelism) and max over ranks of their totals when
@@ -6,19 +6,22 @@ they meet once (DDP). Sequence cost c(L) = 24,576 L + L^2; a micro-batch costs a
 sequences' costs (alpha = 2,048 x 24,576), an empty one 0. ideal = (sum c + alpha k_min W) / W
 with k_min = ceil(sum L / (W cap)); efficiency = ideal / step.
 
-The peers are this file's own implementations of their published algorithms (no code copied):
-  verl        KK with equal counts over the ranks, then k = max over ranks of ceil(tokens / cap),
-              KK on cost into k micro-batches per rank (the cap can break);
-  verl-retry  the same, k raised until every micro-batch of every rank fits;
-  slime       first fit under the cap over the global batch, bins padded to a multiple of W by
-              halving the largest bin, KK of bin costs over the ranks (equal bin counts);
-  nemo-rl     first fit decreasing under the cap over the global batch into at least W bins
-              (W open at the start), the bins dealt to the ranks by cost, round robin (our
-              reading of NeMo-RL's modified first fit decreasing packer with a minimum bin count).
-Each peer's micro-batches are put in cost-descending order on every rank (their best slot
-alignment). packsched is BalanceBatch through the in-process planner.
+The peers are this file's own implementations of the real schedulers' rules (read from their
+sources; no code copied), each run as the real one runs, micro-batches in its own order (no
+peer is re-sorted: the slot a micro-batch lands in is the peer's):
+  verl        KK with equal counts over the ranks, then k = max over ranks of
+              min(n_r, ceil(tokens / cap)), KK on work into k micro-batches per rank (the cap
+              can break), verl's use_dynamic_bsz_balance order;
+  verl-retry  our variant: the same, k raised until every micro-batch of every rank fits;
+  slime       build_dp_schedule, dynamic batch size with balance_data: first fit in input
+              order, bins split to a multiple of W, KK of bin work over the ranks (equal counts);
+  nemo-rl     sequence packing with first fit decreasing, bin count raised to a multiple of W,
+              bin b to rank b mod W (equal counts).
+Their rules are tested in tests/python/test_bench_peers.py. packsched is BalanceBatch through
+the in-process planner.
 
 Run: PYTHONPATH=build/python python3 tests/bench/schedule_bench.py [--seeds 10] [--quick]
+     [--grid | --timing | --checks]
 """
 
 import argparse
@@ -62,84 +65,140 @@ def bimodal_mix(rng, n, cap):
     ]
 
 
+class _Set:
+    """One partition of a KK state: its items (position, value) in insertion order and their sum.
+    Ordered by (sum, item count, items), as verl's and slime's KK order them."""
+
+    __slots__ = ("items", "sum")
+
+    def __init__(self, items=()):
+        self.items = list(items)
+        self.sum = sum(v for _, v in self.items)
+
+    def key(self):
+        return (self.sum, len(self.items), self.items)
+
+
+class _State:
+    """A KK state: k sets, largest first. The heap pops the largest spread first, then the state
+    whose largest set is larger."""
+
+    __slots__ = ("sets",)
+
+    def __init__(self, sets):
+        self.sets = sorted(sets, key=_Set.key, reverse=True)
+
+    def spread(self):
+        return self.sets[0].sum - self.sets[-1].sum
+
+    def __lt__(self, other):
+        if self.spread() != other.spread():
+            return self.spread() > other.spread()
+        return self.sets[0].key() > other.sets[0].key()
+
+
 def karmarkar_karp(costs, k, equal_size):
-    """k-way largest differencing: returns k lists of positions."""
-    order = sorted(range(len(costs)), key=lambda i: (costs[i], i))
+    """k-way largest differencing with verl's (and slime's) rules: items by (value, position);
+    with ``equal_size`` each initial state holds k consecutive items, one a set; two states
+    merge largest set with smallest. Returns k lists of positions, each ascending, in the final
+    state's order (largest sum first), as their get_seqlen_balanced_partitions does."""
+    order = sorted((c, i) for i, c in enumerate(costs))
     heap = []
     if equal_size:
         assert len(costs) % k == 0
-        chunks = [order[s : s + k] for s in range(0, len(order), k)]
-        for c, chunk in enumerate(chunks):
-            sets = [([i], costs[i]) for i in chunk]
-            heapq.heappush(heap, (-(sets[-1][1] - sets[0][1]), c, sets))
+        for s in range(0, len(order), k):
+            heapq.heappush(heap, _State([_Set([(i, c)]) for c, i in order[s : s + k]]))
     else:
-        for c, i in enumerate(order):
-            sets = [([i], costs[i])] + [([], 0) for _ in range(k - 1)]
-            heapq.heappush(heap, (-costs[i], c, sets))
-    tick = len(heap)
+        for c, i in order:
+            heapq.heappush(heap, _State([_Set([(i, c)])] + [_Set() for _ in range(k - 1)]))
     while len(heap) > 1:
-        _, _, a = heapq.heappop(heap)
-        _, _, b = heapq.heappop(heap)
-        a = sorted(a, key=lambda s: -s[1])
-        b = sorted(b, key=lambda s: s[1])
-        merged = sorted([(x[0] + y[0], x[1] + y[1]) for x, y in zip(a, b)], key=lambda s: s[1])
-        heapq.heappush(heap, (-(merged[-1][1] - merged[0][1]), tick, merged))
-        tick += 1
-    return [s[0] for s in heap[0][2]] if heap else [[] for _ in range(k)]
+        a, b = heapq.heappop(heap), heapq.heappop(heap)
+        merged = [_Set(a.sets[j].items + b.sets[k - 1 - j].items) for j in range(k)]
+        heapq.heappush(heap, _State(merged))
+    return [sorted(i for i, _ in s.items) for s in heap[0].sets]
 
 
 def verl(lengths, world, cap, retry):
+    """verl: ranks by KK with equal counts on the sequences' work; every rank then runs
+    k = max over ranks of min(its sequences, ceil(its tokens / cap)) micro-batches, KK on work
+    (the cap can break), ordered as use_dynamic_bsz_balance does: by work (then first index)
+    descending, then the even positions reversed followed by the odd ones. ``retry`` (our
+    variant, not verl's) raises k until every micro-batch of every rank fits."""
     costs = [cost(x) for x in lengths]
     ranks = karmarkar_karp(costs, world, equal_size=True)
-    k = max(math.ceil(sum(lengths[i] for i in r) / cap) for r in ranks)
+    k = max(min(len(r), math.ceil(sum(lengths[i] for i in r) / cap)) for r in ranks)
     while True:
         grid = []
         for r in ranks:
-            parts = karmarkar_karp([costs[i] for i in r], k, equal_size=False)
-            grid.append([[r[j] for j in p] for p in parts])
+            parts = [[r[j] for j in p] for p in karmarkar_karp([costs[i] for i in r], k, False)]
+            parts.sort(key=lambda p: (sum(costs[i] for i in p), p[0] if p else 0), reverse=True)
+            grid.append(parts[::2][::-1] + parts[1::2])
         fits = all(sum(lengths[i] for i in p) <= cap for row in grid for p in row)
-        if fits or not retry:
+        if fits or not retry or k >= min(len(r) for r in ranks):
             return grid
         k += 1
 
 
 def slime(lengths, world, cap):
-    bins = []  # [positions, tokens]
+    """slime's build_dp_schedule for one step (dynamic batch size, balance_data): first fit in
+    input order (a sequence over the cap opens its own bin); the bin count raised to a multiple
+    of W (at least W) by splitting the bin with the most tokens (the later one on a tie) into
+    two halves, longest sequence first into the lighter half (the first on a tie), the first
+    half in place and the second appended; bins to ranks by KK with equal counts on their work;
+    each rank runs its bins in ascending bin order."""
+    bins, sums = [], []
     for i, length in enumerate(lengths):
-        for b in bins:
-            if b[1] + length <= cap:
-                b[0].append(i)
-                b[1] += length
+        for b in range(len(bins)):
+            if sums[b] + length <= cap:
+                bins[b].append(i)
+                sums[b] += length
                 break
         else:
-            bins.append([[i], length])
-    while len(bins) % world:
-        bins.sort(key=lambda b: (-b[1], b[0][0] if b[0] else len(lengths)))
-        big = bins.pop(0)[0]
-        if len(big) < 2:
-            bins.append([big, sum(lengths[i] for i in big)])
-            bins.append([[], 0])
-            continue
-        half = len(big) // 2
-        for part in (big[:half], big[half:]):
-            bins.append([part, sum(lengths[i] for i in part)])
-    costs = [sum(cost(lengths[i]) for i in b[0]) for b in bins]
-    ranks = karmarkar_karp(costs, world, equal_size=True)
-    return [[bins[j][0] for j in r] for r in ranks]
+            bins.append([i])
+            sums.append(length)
+    target = max(-(-len(bins) // world) * world, world)
+    while len(bins) < target:
+        candidates = [(sum(lengths[i] for i in b), j) for j, b in enumerate(bins) if len(b) > 1]
+        if not candidates:
+            raise ValueError("slime: every bin holds one sample; cannot reach the count")
+        _, j = max(candidates)
+        halves, half_sums = [[], []], [0, 0]
+        for i in sorted(bins[j], key=lambda i: -lengths[i]):
+            h = 0 if half_sums[0] <= half_sums[1] else 1
+            halves[h].append(i)
+            half_sums[h] += lengths[i]
+        bins[j] = halves[0]
+        bins.append(halves[1])
+    work = [sum(cost(lengths[i]) for i in b) for b in bins]
+    ranks = karmarkar_karp(work, world, equal_size=True)
+    return [[bins[j] for j in r] for r in ranks]
 
 
 def nemo_rl(lengths, world, cap):
-    bins = [[[], 0] for _ in range(world)]  # [positions, tokens]; at least W bins
+    """NeMo-RL's sequence packing (shard_by_batch_size with first fit decreasing): longest first
+    (the earlier on a tie) into the first bin with room; the bin count raised to a multiple of W
+    (at least W) by opening empty bins and giving each the last sequence of the bin with the
+    most sequences (the later bin on a tie) that still holds two or more; bin b goes to rank
+    b mod W, each rank running its bins in bin order. Every rank gets the same count."""
+    bins, room = [], []
     for i in sorted(range(len(lengths)), key=lambda i: (-lengths[i], i)):
-        for b in bins:
-            if b[1] + lengths[i] <= cap:
-                b[0].append(i)
-                b[1] += lengths[i]
+        for b in range(len(bins)):
+            if room[b] >= lengths[i]:
+                bins[b].append(i)
+                room[b] -= lengths[i]
                 break
         else:
-            bins.append([[i], lengths[i]])
-    bins.sort(key=lambda b: -sum(cost(lengths[i]) for i in b[0]))
-    return [[b[0] for b in bins[r::world]] for r in range(world)]
+            bins.append([i])
+            room.append(cap - lengths[i])
+    target = max(len(bins), world)
+    target += -target % world
+    sources = sorted(((len(b), j) for j, b in enumerate(bins)), reverse=True)
+    source = 0
+    for _ in range(len(bins), target):
+        while len(bins[sources[source][1]]) < 2:
+            source += 1
+        bins.append([bins[sources[source][1]].pop()])
+    return [[bins[b] for b in range(r, len(bins), world)] for r in range(world)]
 
 
 def ours(lengths, world, cap, sync):
@@ -158,11 +217,12 @@ def ours(lengths, world, cap, sync):
     return grid, batch.step
 
 
-def measure(lengths, world, cap, grid, sort_slots):
+def measure(lengths, world, cap, grid):
+    """k, micro-batches over the cap and both efficiencies of ``grid`` (rank -> micro-batches in
+    the order the rank runs them: slot i is every rank's i-th)."""
     cells = []
     for row in grid:
-        c = [(ALPHA + sum(cost(lengths[i]) for i in p)) if p else 0 for p in row]
-        cells.append(sorted(c, reverse=True) if sort_slots else c)
+        cells.append([(ALPHA + sum(cost(lengths[i]) for i in p)) if p else 0 for p in row])
     k = max(len(c) for c in cells)
     cells = [c + [0] * (k - len(c)) for c in cells]
     over = sum(1 for row in grid for p in row if sum(lengths[i] for i in p) > cap)
@@ -183,7 +243,7 @@ INPUTS = [
 ]
 
 
-# --grid: every mix at every W of issue 20 (sequences per rank as in INPUTS).
+# --grid: every mix at W = 8, 32 and 128 (sequences per rank as in INPUTS).
 GRID = [
     (name, mix, world, per_rank, cap)
     for name, mix, per_rank, cap in (
@@ -221,13 +281,93 @@ def timing():
         )
 
 
+def pareto_mix(rng, n, cap, shape):
+    return [int(min(cap, 1024 * rng.paretovariate(shape))) for _ in range(n)]
+
+
+def row_greedy(lengths, world, cap):
+    """Slot rows filled one after the other, longest first, each sequence to the row's cheapest
+    micro-batch within the cap (a new row when none takes it): a grid as the peers give one."""
+    rows = []
+    for i in sorted(range(len(lengths)), key=lambda i: -lengths[i]):
+        row = rows[-1] if rows else None
+        fits = [r for r in range(world) if row and row[r][1] + lengths[i] <= cap]
+        if not fits:
+            row = [[0, 0, []] for _ in range(world)]  # [cost, tokens, indices] per micro-batch
+            rows.append(row)
+            fits = list(range(world))
+        r = min(fits, key=lambda r: (row[r][0], r))
+        row[r][0] += cost(lengths[i]) + (ALPHA if not row[r][2] else 0)
+        row[r][1] += lengths[i]
+        row[r][2].append(i)
+    return [[row[r][2] for row in rows] for r in range(world)]
+
+
+def checks(seeds):
+    """packsched against the best capped peer under sync step, and against the row greedy under
+    sync micro_batch on Pareto lengths: how many inputs trail by more than 0.002, and by how much
+    at most."""
+    behind, worst, count = 0, 0.0, 0
+    for name, mix, per_rank, cap in (
+        ("long-context", long_mix, 16, 65536),
+        ("bimodal", bimodal_mix, 64, 32768),
+        ("long-context", long_mix, 32, 131072),
+        ("RL", rl_mix, 64, 16384),
+    ):
+        for world in (8, 32):
+            for seed in range(seeds):
+                lengths = mix(random.Random(seed), world * per_rank, cap)
+                ours = measure(lengths, world, cap, *ours_grid(lengths, world, cap, "step"))
+                peers = (
+                    verl(lengths, world, cap, retry=True),
+                    slime(lengths, world, cap),
+                    nemo_rl(lengths, world, cap),
+                )
+                best = max(measure(lengths, world, cap, g, True)["eff_step"] for g in peers)
+                gap = best - ours["eff_step"]
+                behind += gap > 0.002
+                worst = max(worst, gap)
+                count += 1
+    print(
+        f"sync=step: {behind} of {count} inputs more than 0.002 behind the best capped peer "
+        f"(at most {worst:+.4f})"
+    )
+    behind, worst, count = 0, 0.0, 0
+    for shape in (1.1, 1.3, 1.5, 2.0, 2.5):
+        for per_rank in (32, 64, 128, 256):
+            for seed in range(seeds // 2 or 1):
+                rng = random.Random(seed * 7919 + per_rank)
+                lengths = pareto_mix(rng, 8 * per_rank, 131072, shape)
+                ours = measure(lengths, 8, 131072, *ours_grid(lengths, 8, 131072, "micro_batch"))
+                rows = measure(lengths, 8, 131072, row_greedy(lengths, 8, 131072), False)
+                gap = rows["eff_mb"] - ours["eff_mb"]
+                behind += gap > 0.002
+                worst = max(worst, gap)
+                count += 1
+    print(
+        f"sync=micro_batch, Pareto lengths, W = 8, cap 131072: {behind} of {count} inputs more "
+        f"than 0.002 behind the row greedy (at most {worst:+.4f})"
+    )
+
+
+def ours_grid(lengths, world, cap, sync):
+    grid, _ = ours(lengths, world, cap, sync)
+    return grid, False
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--seeds", type=int, default=10)
     parser.add_argument("--quick", action="store_true", help="the first three inputs only")
     parser.add_argument("--timing", action="store_true", help="the n = 65,536 timing only")
     parser.add_argument("--grid", action="store_true", help="every mix at W = 8, 32 and 128")
+    parser.add_argument(
+        "--checks", action="store_true", help="sync=step against the peers, and the row greedy"
+    )
     args = parser.parse_args()
+    if args.checks:
+        checks(args.seeds)
+        return
     if args.timing:
         timing()
         return
@@ -252,14 +392,12 @@ def main():
                 start = time.process_time()
                 grid = fn()
                 ms = (time.process_time() - start) * 1e3
-                rows.setdefault(label, []).append(
-                    dict(measure(lengths, world, cap, grid, True), ms=ms)
-                )
+                rows.setdefault(label, []).append(dict(measure(lengths, world, cap, grid), ms=ms))
             for sync in ("step", "micro_batch"):
                 start = time.process_time()
                 grid, step = ours(lengths, world, cap, sync)
                 ms = (time.process_time() - start) * 1e3
-                m = dict(measure(lengths, world, cap, grid, False), ms=ms)
+                m = dict(measure(lengths, world, cap, grid), ms=ms)
                 rows.setdefault(f"packsched sync={sync}", []).append(m)
                 if sync == "micro_batch":
                     bounds.append(step.lower_bound_efficiency)

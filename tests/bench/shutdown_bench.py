@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""How long a sidecar takes to exit on SIGTERM, against its --shutdown_grace (issue 19).
+"""How long a sidecar takes to exit on SIGTERM, against its --shutdown_grace.
 
 For each case a fresh packsched-server (a group of one, --shutdown_grace=2s) plans one round for
 a connected client, which stays connected; SIGTERM follows the answer after a delay; the time
@@ -13,48 +13,35 @@ Run: PYTHONPATH=build/python /usr/bin/python3 tests/bench/shutdown_bench.py \
 import argparse
 import os
 import random
-import signal
 import statistics
-import subprocess
+import sys
 import tempfile
 import time
 
 from packsched import SchedulerClient
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
+from sidecar import Sidecar  # noqa: E402  (tests/python: the server-start helper)
+
 
 def one(server, workdir, n, delay):
-    port_file = os.path.join(workdir, f"port-{time.monotonic_ns()}")
-    proc = subprocess.Popen(
-        [
-            server,
-            "--listen=127.0.0.1:0",
-            f"--port_file={port_file}",
-            "--shutdown_grace=2s",
-            "--log_level=warn",
-            f"--max_sequences_per_request={max(n, 1 << 20)}",
-        ]
+    sidecar = Sidecar(
+        workdir,
+        "--shutdown_grace=2s",
+        f"--max_sequences_per_request={max(n, 1 << 20)}",
+        server=server,
     )
     try:
-        give_up = time.monotonic() + 20
-        while not os.path.exists(port_file):
-            if proc.poll() is not None or time.monotonic() > give_up:
-                raise RuntimeError("packsched-server did not start")
-            time.sleep(0.01)
-        with open(port_file) as f:
-            target = f"127.0.0.1:{f.read().strip()}"
         rng = random.Random(1)
         lengths = [rng.randint(1, 4000) for _ in range(n)]
-        with SchedulerClient(target, timeout=120) as client:
+        with SchedulerClient(sidecar.target, timeout=120) as client:
             client.plan(1, lengths, 16384, stream="s")
             time.sleep(delay)
             start = time.monotonic()
-            proc.send_signal(signal.SIGTERM)
-            proc.wait(timeout=60)
+            sidecar.terminate(timeout=60)
             return time.monotonic() - start
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        sidecar.kill()  # only if it is still running
 
 
 def main():

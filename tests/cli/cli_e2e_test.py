@@ -157,6 +157,35 @@ class RealisticBatches(PlanChecks):
         self.assertEqual(from_lines, from_array)
         self.assertEqual(from_lines, from_file)
 
+    def test_jsonl_length_and_token_fields_give_the_plan_of_the_same_lengths(self):
+        args = ["--max_token_len=16384", "--overlong=isolate"]
+        lengths = [int(x) for x in self.text.split()][:500]
+        records = "\n".join(
+            json.dumps({"id": i, "meta": {"len": 1}, "len": n, "input_ids": list(range(n))})
+            for i, n in enumerate(lengths)
+        )
+        expected = plan_json(args, "\n".join(map(str, lengths)))
+        by_length = plan_json(args + ["--length_field=len"], records)
+        by_tokens = plan_json(args + ["--token_field=input_ids"], records)
+        for plan in (expected, by_length, by_tokens):
+            del plan["timing"]
+        self.assertEqual(by_length, expected)
+        self.assertEqual(by_tokens, expected)
+
+    def test_jsonl_errors_name_the_line_and_without_a_field_name_the_flags(self):
+        code, _, err = run(["plan", "--num_parts=1", "--length_field=len"], '{"len": 3}\n{"n": 1}')
+        self.assertEqual(code, 1)
+        self.assertIn("stdin:2: no field 'len'", err)
+        code, _, err = run(["plan", "--num_parts=1"], '{"len": 3}')
+        self.assertEqual(code, 1)
+        self.assertIn("--length_field=NAME", err)
+        code, _, err = run(["plan", "--num_parts=1", "--length_field=a", "--token_field=b"], "")
+        self.assertEqual(code, 2)
+
+    def test_a_short_run_prints_no_progress(self):
+        code, _, err = run(["plan", "--max_token_len=16384", "--overlong=isolate"], self.text)
+        self.assertEqual((code, err), (0, ""))
+
     def test_equal_size_gives_every_part_n_over_k(self):
         plan = plan_json(["--num_parts=8", "--equal_size"], self.text)
         self.check_plan(plan, self.lengths)
@@ -270,10 +299,45 @@ class Errors(unittest.TestCase):
             ["plan", "--lengths=/nonexistent", "--max_token_len=10"], "", "/nonexistent"
         )
 
+    def test_model_config_reals(self):
+        # Whole numbers written as reals are integers (4096.0 is no missing hidden_size); another
+        # real where an integer is read is refused, naming the field.
+        config = {
+            "hidden_size": 4096.0,
+            "num_hidden_layers": 32,
+            "num_attention_heads": 32,
+            "num_key_value_heads": 8.0,
+            "intermediate_size": 14336,
+            "vocab_size": 128256,
+            "rms_norm_eps": 1e-05,
+        }
+        with tempfile.TemporaryDirectory() as tmp:
+            path = os.path.join(tmp, "config.json")
+            with open(path, "w") as f:
+                json.dump(config, f)
+            args = ["plan", "--max_token_len=100", "--world_size=2", f"--model_config={path}"]
+            code, out, err = run(args, "5\n7\n9\n")
+            self.assertEqual(code, 0, err)
+            with open(path, "w") as f:
+                json.dump(dict(config, num_key_value_heads=7.5), f)
+            self.assert_fails(args, "5\n7\n9\n", "num_key_value_heads = 7.5")
+            with open(path, "w") as f:
+                json.dump(dict(config, num_key_value_heads=64), f)
+            self.assert_fails(args, "5\n7\n9\n", "num_key_value_heads = 64")
+
     def test_help_goes_to_stdout_and_succeeds(self):
         code, out, err = run(["plan", "--help"])
         self.assertEqual(code, 0)
-        for flag in ("--max_token_len", "--num_parts", "--algorithm", "--format", "--lengths"):
+        for flag in (
+            "--max_token_len",
+            "--num_parts",
+            "--algorithm",
+            "--format",
+            "--lengths",
+            "--length_field",
+            "--token_field",
+            "--progress",
+        ):
             self.assertIn(flag, out)
 
 

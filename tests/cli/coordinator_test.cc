@@ -12,6 +12,7 @@
 #include "server/cli/plan_command.h"
 #include "server/cli/read_model_config.h"
 #include "server/cli/table_output.h"
+#include "server/planner/model_cost.h"
 #include "server/planner/planner.h"
 
 namespace packsched::cli {
@@ -89,6 +90,62 @@ TEST(CoordinatorTest, ModelConfigSetsTheCost) {
       EXPECT_THAT(f.status().message(), HasSubstr("bad.json"));
     }
   }
+}
+
+// Whole numbers written as reals are integers; other numbers and lists reach the model cost as
+// their text, which refuses them where it reads an integer, naming the field.
+TEST(CoordinatorTest, ModelConfigNumbersAndLists) {
+  absl::StatusOr<ModelFields> fields = ParseModelConfig(
+      R"({"hidden_size": 4096.0, "num_key_value_heads": 8.0, "num_attention_heads": 3.2e1,
+      "num_hidden_layers": 32, "intermediate_size": 11008, "vocab_size": 32000,
+      "rms_norm_eps": 1e-05, "big": 1e30, "mlp_only_layers": [0, 31]})",
+      "config.json");
+  ASSERT_TRUE(fields.ok()) << fields.status();
+  EXPECT_EQ(fields->ints.at("hidden_size"), 4096);
+  EXPECT_EQ(fields->ints.at("num_key_value_heads"), 8);
+  EXPECT_EQ(fields->ints.at("num_attention_heads"), 32);
+  EXPECT_EQ(fields->strings.at("rms_norm_eps"), "1e-05");
+  EXPECT_EQ(fields->strings.at("big"), "1e30");
+  EXPECT_EQ(fields->strings.at("mlp_only_layers"), "[0, 31]");
+  absl::StatusOr<planner::ModelConfig> model =
+      planner::ModelConfigFromFields(fields->ints, fields->strings);
+  ASSERT_TRUE(model.ok()) << model.status();
+  EXPECT_EQ(model->num_kv_heads, 8);  // GQA, not MHA
+  EXPECT_EQ(model->mlp_only_layers, (std::vector<int64_t>{0, 31}));
+
+  fields = ParseModelConfig(
+      R"({"hidden_size": 4096, "num_key_value_heads": 7.5, "num_attention_heads": 32,
+      "num_hidden_layers": 32, "intermediate_size": 11008, "vocab_size": 32000})",
+      "config.json");
+  ASSERT_TRUE(fields.ok()) << fields.status();
+  absl::Status status = planner::ModelConfigFromFields(fields->ints, fields->strings).status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(status.message(), HasSubstr("num_key_value_heads = 7.5"));
+}
+
+// A vision-language config: the language model's fields come from text_config, whose values win
+// over the top level's; other nested objects are skipped.
+TEST(CoordinatorTest, ModelConfigTextConfig) {
+  absl::StatusOr<ModelFields> fields = ParseModelConfig(
+      R"({"model_type": "llava", "hidden_size": 1024, "vision_config": {"hidden_size": 1152,
+      "num_hidden_layers": 27}, "text_config": {"model_type": "llama", "hidden_size": 4096.0,
+      "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8,
+      "intermediate_size": 14336, "vocab_size": 128256, "rope_scaling": {"factor": 8.0}}})",
+      "config.json");
+  ASSERT_TRUE(fields.ok()) << fields.status();
+  EXPECT_EQ(fields->ints.at("hidden_size"), 4096);
+  EXPECT_EQ(fields->ints.at("num_hidden_layers"), 32);
+  EXPECT_EQ(fields->strings.at("model_type"), "llama");
+  EXPECT_FALSE(fields->ints.contains("factor"));
+  absl::StatusOr<planner::ModelConfig> model =
+      planner::ModelConfigFromFields(fields->ints, fields->strings);
+  ASSERT_TRUE(model.ok()) << model.status();
+  EXPECT_EQ(model->num_kv_heads, 8);
+  EXPECT_EQ(model->vocab_size, 128256);
+  // A text_config nested deeper is not the language model's.
+  fields = ParseModelConfig(R"({"a": {"text_config": {"hidden_size": 1}}})", "config.json");
+  ASSERT_TRUE(fields.ok()) << fields.status();
+  EXPECT_FALSE(fields->ints.contains("hidden_size"));
 }
 
 }  // namespace

@@ -9,16 +9,17 @@ call (families appear with their first series), reads /metrics, stops the sideca
 import json
 import pathlib
 import re
-import signal
-import subprocess
 import sys
 import tempfile
 import time
 import urllib.request
 
-from packsched.client import SchedulerClient
-
 ROOT = pathlib.Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "tests" / "python"))
+
+from packsched.client import SchedulerClient  # noqa: E402
+from sidecar import Sidecar  # noqa: E402  (the tests' server-start helper)
+
 # A metric name inside a PromQL expression: a name of ours, not a label, function or keyword.
 METRIC = re.compile(r"\b((?:packsched|process|exposer)_[a-zA-Z0-9_]*)\b")
 SUFFIXES = ("_bucket", "_sum", "_count")
@@ -27,37 +28,27 @@ SUFFIXES = ("_bucket", "_sum", "_count")
 def exported_families(binary):
     """{family name: type} from the exposition of a sidecar that has served one round."""
     with tempfile.TemporaryDirectory() as tmp:
-        port_file, metrics_file = pathlib.Path(tmp, "port"), pathlib.Path(tmp, "metrics")
-        proc = subprocess.Popen(
-            [
-                binary,
-                "--listen=127.0.0.1:0",
-                f"--port_file={port_file}",
-                "--metrics_listen=127.0.0.1:0",
-                f"--metrics_port_file={metrics_file}",
-                "--log_level=warn",
-                "--shutdown_grace=1s",
-            ]
+        metrics_file = pathlib.Path(tmp, "metrics")
+        sidecar = Sidecar(
+            tmp,
+            "--metrics_listen=127.0.0.1:0",
+            f"--metrics_port_file={metrics_file}",
+            server=binary,
         )
         try:
             deadline = time.monotonic() + 20
             while not metrics_file.exists():
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    sys.exit(f"packsched-server did not serve metrics (exit {proc.poll()})")
+                if sidecar.poll() is not None or time.monotonic() > deadline:
+                    sys.exit(f"packsched-server did not serve metrics (exit {sidecar.poll()})")
                 time.sleep(0.01)
-            with SchedulerClient(f"127.0.0.1:{int(port_file.read_text())}", timeout=20) as c:
+            with SchedulerClient(sidecar.target, timeout=20) as c:
                 c.plan(0, [100, 200, 300], 1024, stream="check")
                 c.status()
             url = f"http://127.0.0.1:{int(metrics_file.read_text())}/metrics"
             with urllib.request.urlopen(url, timeout=10) as response:
                 text = response.read().decode()
         finally:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+            sidecar.stop()
     return dict(re.findall(r"^# TYPE (\S+) (\S+)$", text, re.M))
 
 

@@ -201,7 +201,7 @@ TEST(ServerE2E, ErrorsNameTheFieldAndAreNotRetried) {
   EXPECT_EQ(status->errors_by_code.at("RESOURCE_EXHAUSTED"), 1);  // the other is gRPC's own
 }
 
-// Issue 19: invalid requests used to create streams that were never reclaimed, so two of them
+// Regression: invalid requests used to create streams that were never reclaimed, so two of them
 // locked out every new stream under --max_streams=2. They create nothing now, and idle streams
 // are reclaimed (GetStatus lists live streams only).
 TEST(ServerE2E, InvalidRequestsTakeNoStreamSlotAndIdleStreamsAreReclaimed) {

@@ -42,6 +42,9 @@ import sys
 import threading
 import time
 
+# tests/python: sidecar.py, the server-start helper.
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
+
 SKIP = 77
 CAP = 16384
 STREAM = "actor"
@@ -179,40 +182,32 @@ class Sidecars:
         return f"{self.net.ip(rank)}:50051"
 
     def start(self, rank):
-        port_file = os.path.join(self.workdir, f"port{rank}")
-        if os.path.exists(port_file):
-            os.unlink(port_file)
-        flags = [
-            f"--rank={rank}",
-            f"--world_size={self.world_size}",
-            f"--rendezvous={self.net.ip(0)}:50052",
-            f"--listen={self.target(rank)}",
-            f"--collective_timeout={self.timeout_s}s",
-            "--backend=gloo",
-            "--log_level=info",
-            "--shutdown_grace=1s",
-            f"--port_file={port_file}",
-        ]
-        log = open(self.logs[rank], "a")
-        self.procs[rank] = subprocess.Popen(
-            ["ip", "netns", "exec", self.net.ns[rank], self.server, *flags], stdout=log, stderr=log
-        )
-        log.close()
-        give_up = time.monotonic() + 20
-        while not os.path.exists(port_file):
-            rc = self.procs[rank].poll()
-            if rc is not None or time.monotonic() > give_up:
-                raise RuntimeError(
-                    f"rank {rank}'s sidecar did not start (exit status {rc}): {self.tail(rank)}"
-                )
-            time.sleep(0.01)
+        from sidecar import Sidecar  # the tests' one server-start helper (needs packsched)
+
+        try:
+            self.procs[rank] = Sidecar(
+                self.workdir,
+                f"--rank={rank}",
+                f"--world_size={self.world_size}",
+                f"--rendezvous={self.net.ip(0)}:50052",
+                f"--collective_timeout={self.timeout_s}s",
+                "--backend=gloo",
+                "--log_level=info",
+                listen=self.target(rank),
+                server=self.server,
+                prefix=("ip", "netns", "exec", self.net.ns[rank]),
+                log=self.logs[rank],
+            )
+        except RuntimeError as error:
+            raise RuntimeError(
+                f"rank {rank}'s sidecar did not start ({error}): {self.tail(rank)}"
+            ) from None
 
     def pid(self, rank):
         return self.procs[rank].pid
 
     def kill(self, rank):
-        os.kill(self.pid(rank), signal.SIGKILL)
-        self.procs[rank].wait(timeout=10)
+        self.procs[rank].kill()
 
     def rss_mib(self, rank):
         try:
@@ -233,10 +228,8 @@ class Sidecars:
 
     def close(self):
         for proc in self.procs:
-            if proc is not None and proc.poll() is None:
-                os.kill(proc.pid, signal.SIGCONT)
-                os.kill(proc.pid, signal.SIGKILL)
-                proc.wait(timeout=10)
+            if proc is not None:
+                proc.kill()
 
 
 def lengths_for(round_, rank, n):

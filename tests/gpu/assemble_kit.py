@@ -51,6 +51,18 @@ HOST_LIBRARIES = re.compile(
 # Needed but never carried: the driver's libraries and NCCL (from the GPU machine).
 EXTERNAL_LIBRARIES = re.compile(r"^(libcuda\.so|libnvidia-|libnccl\.so)")
 
+# The Python modules of packsched.kernels: its face and the modules it imports.
+KERNELS_MODULES = [
+    "kernels",
+    "_arrays",
+    "_packing",
+    "_cross_entropy",
+    "_attention",
+    "_context_parallel",
+    "tree_kernels",
+    "_cp_layout",
+]
+
 # Scripts copied to the kit: (source relative to the repository, destination relative to KIT).
 SCRIPTS = [
     ("tests/gpu/run.sh", "run.sh"),
@@ -59,13 +71,13 @@ SCRIPTS = [
     ("tests/gpu/attention_vs_torch.py", "scripts/attention_vs_torch.py"),
     ("tests/gpu/build_module.sh", "scripts/build_module.sh"),
     ("tests/gpu/preflight.sh", "scripts/preflight.sh"),
-    ("tests/bench/gen_lengths.py", "scripts/gen_lengths.py"),
+    ("deploy/gen_lengths.py", "scripts/gen_lengths.py"),
     ("tests/gpu/kit/CMakeLists.txt", "module/CMakeLists.txt"),
     ("client/python/src/kernels_module.cc", "module/src/kernels_module.cc"),
-    ("client/python/packsched/kernels.py", "module/packsched/kernels.py"),
-    # kernels.py imports these (context parallelism): packsched.kernels needs them too.
-    ("client/python/packsched/_context_parallel.py", "module/packsched/_context_parallel.py"),
-    ("client/python/packsched/_cp_layout.py", "module/packsched/_cp_layout.py"),
+] + [
+    # packsched.kernels and the modules it re-exports (build_module.sh imports it).
+    (f"client/python/packsched/{name}.py", f"module/packsched/{name}.py")
+    for name in KERNELS_MODULES
 ]
 
 PACKAGE_INIT = '''"""packsched, as the GPU kit carries it: the kernels only (packsched.kernels)."""

@@ -18,7 +18,10 @@ H = 16, Hk = 4, D = 128, causal (q and k share cu_seqlens). For each batch:
     is at most 2x torch's (report.py applies the rule);
   - time and TFLOP/s of forward and backward for packsched, varlen_attn and SDPA per sequence
     (flash backend, enable_gqa), medians of CUDA-event timings after a warm-up; FLOPs count visible
-    (query, key) pairs: forward 4*D per pair and head, backward 2.5x the forward.
+    (query, key) pairs: forward 4*D per pair and head, backward 2.5x the forward. "packsched" is
+    the path the CUDA backend picks (the tensor-core kernels for this bf16, D = 128 case);
+    "packsched_scalar" the scalar kernels forced by PACKSCHED_ATTENTION_SCALAR=1, timed last
+    with what is left of the budget.
 """
 
 import argparse
@@ -30,7 +33,7 @@ import time
 import traceback
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path[:0] = [HERE, os.path.join(HERE, "..", "bench")]  # gen_lengths.py: kit, or source tree
+sys.path[:0] = [HERE, os.path.join(HERE, "..", "..", "deploy")]  # gen_lengths.py: kit, or tree
 
 HEADS, KV_HEADS, HEAD_DIM = 16, 4, 128
 TARGETS = (32768, 65536)
@@ -265,6 +268,17 @@ def run_batch(torch, kernels, impl, lengths, seed, budget, device):
     if device != "cuda":
         return result
     timed = [("fwd", "packsched", ours_fwd), ("bwd", "packsched", ours_bwd)]
+
+    def forced_scalar(fn):
+        def call():
+            os.environ["PACKSCHED_ATTENTION_SCALAR"] = "1"
+            try:
+                return fn()
+            finally:
+                os.environ.pop("PACKSCHED_ATTENTION_SCALAR", None)
+
+        return call
+
     for name, (call, o, leaves) in graphs.items():
         with_grad = (o, leaves)
 
@@ -276,6 +290,10 @@ def run_batch(torch, kernels, impl, lengths, seed, budget, device):
             return torch.autograd.grad(with_grad[0], with_grad[1], dout, retain_graph=True)
 
         timed += [("fwd", name, fwd), ("bwd", name, bwd)]
+    timed += [
+        ("fwd", "packsched_scalar", forced_scalar(ours_fwd)),
+        ("bwd", "packsched_scalar", forced_scalar(ours_bwd)),
+    ]
     for i, (direction, name, fn) in enumerate(timed):
         try:
             ms = time_ms(torch, fn, budget, share=1.0 / (len(timed) - i + 1))

@@ -5,8 +5,8 @@
 #   build_module.sh --kit KIT --build DIR [--python PY] [--configure-only] [--jobs N]
 #
 # Contract: configures DIR from KIT/module with PY (default: python3) and its pybind11, then
-# builds; on success DIR/packsched/ is an importable package (kernels.py, a kernels-only
-# __init__.py and _kernels.<abi>.so): `PYTHONPATH=DIR PY -c 'import packsched.kernels'`, and the
+# builds; on success DIR/packsched/ is an importable package (kernels.py and its modules, a
+# kernels-only __init__.py and _kernels.<abi>.so): `PYTHONPATH=DIR PY -c 'import packsched.kernels'`, and the
 # last line printed is `module: DIR/packsched`. --configure-only stops after the configure step.
 # Needs CMake, a C++ compiler, the Python headers, pybind11 and (for a CUDA kit) the CUDA
 # runtime; nothing else. Exit status: 0 on success, 1 on a failed step, 2 on bad arguments.

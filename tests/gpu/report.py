@@ -43,6 +43,7 @@ CHECKS = [
     ("racecheck_attention", "compute-sanitizer racecheck: one attention case"),
     ("attention_error", "attention error vs torch bf16 (FlashAttention's 2x rule)"),
     ("attention_throughput", "attention speed vs varlen_attn (reported, not a target)"),
+    ("attention_speed_targets", "tensor-core attention: fwd >= 50%, bwd >= 40% of varlen_attn"),
     ("packing_bandwidth", "unpad/pad/pack bandwidth as a fraction of a device copy"),
     ("collective_nccl_test", "NCCL backend test (one rank)"),
     ("nccl_round", "NCCL: a planning round on the GPU and its latency"),
@@ -52,6 +53,8 @@ CHECKS = [
 ]
 PACKING_TARGET = 0.70  # unpad and pad, at hidden 4096: at least this fraction of the copy
 ERROR_FACTOR = 2.0  # FlashAttention's rule: at most 2x torch's own bf16 error
+# The tensor-core attention's throughput as a fraction of varlen_attn's, at least.
+SPEED_TARGETS = {"fwd": 0.50, "bwd": 0.40}
 LOG_TAIL_BYTES = 200_000
 
 
@@ -127,6 +130,8 @@ def not_run(inputs, name):
         return check("unavailable", f"step {name}: its binary is not in the kit")
     if step["status"] == "skipped":
         return check("unavailable", f"step {name} skipped: out of the time budget")
+    if step["status"] == "not_selected":
+        return check("unavailable", f"step {name} not selected (PACKSCHED_GPU_KIT_STEPS)")
     if step["status"] == "timeout":
         return check("fail", f"step {name} timed out after {step['seconds']} s")
     return None
@@ -202,7 +207,7 @@ def judge_sanitizer(inputs, name, sanitizer):
     if not sanitizer:
         return check("unavailable", "compute-sanitizer not found")
     step = inputs.step(name)
-    if step is None or step["status"] in ("missing", "skipped"):
+    if step is None or step["status"] in ("missing", "skipped", "not_selected"):
         return not_run(inputs, name)
     text = inputs.log(name)
     if step["status"] == "timeout":
@@ -277,13 +282,40 @@ def judge_attention_throughput(inputs):
             "speed_vs_varlen_attn": speed,
         }
         if speed:
+            scalar = batch["tflops"]
             parts.append(
                 f"{batch['tokens']} tokens: fwd {speed.get('fwd', float('nan')):.3f}x, "
-                f"bwd {speed.get('bwd', float('nan')):.3f}x"
+                f"bwd {speed.get('bwd', float('nan')):.3f}x (scalar kernels: "
+                f"{scalar['fwd'].get('packsched_scalar', float('nan')):.3g} / "
+                f"{scalar['bwd'].get('packsched_scalar', float('nan')):.3g} TFLOP/s)"
             )
     if not parts:
         return check("unavailable", "varlen_attn not timed", **metrics)
     return check("pass", "speed vs varlen_attn: " + "; ".join(parts), **metrics)
+
+
+def judge_attention_speed_targets(inputs):
+    """Every timed batch: packsched's throughput (its default path: the tensor-core kernels for
+    bf16, D = 128) at least SPEED_TARGETS of varlen_attn's, forward and backward."""
+    data, early = attention_data(inputs)
+    if early:
+        return early
+    bad, metrics = [], {}
+    for batch in data["batches"]:
+        speed = batch.get("speed_vs_varlen_attn", {})
+        for direction, target in SPEED_TARGETS.items():
+            if direction not in speed:
+                continue
+            metrics[f"{batch['tokens']}/{direction}"] = speed[direction]
+            if not speed[direction] >= target:
+                bad.append(
+                    f"{direction} @ {batch['tokens']} tokens: {speed[direction]:.3f}x < {target}x"
+                )
+    if not metrics:
+        return check("unavailable", "varlen_attn or packsched not timed")
+    if bad:
+        return check("fail", "; ".join(bad), **metrics)
+    return check("pass", "every timed batch meets fwd >= 0.5x, bwd >= 0.4x", **metrics)
 
 
 def judge_packing(inputs):
@@ -451,6 +483,7 @@ def judge_all(inputs, sanitizer):
         "racecheck_attention": lambda: judge_sanitizer(inputs, "racecheck_attention", sanitizer),
         "attention_error": lambda: judge_attention_error(inputs),
         "attention_throughput": lambda: judge_attention_throughput(inputs),
+        "attention_speed_targets": lambda: judge_attention_speed_targets(inputs),
         "packing_bandwidth": lambda: judge_packing(inputs),
         "collective_nccl_test": lambda: judge_gtest(inputs, "collective_nccl_test"),
         "nccl_round": lambda: judge_nccl_round(inputs),

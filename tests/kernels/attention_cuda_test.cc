@@ -13,6 +13,7 @@
 #include "tests/kernels/attention_reference.h"
 #include "tests/kernels/device_tensor.h"
 #include "tests/kernels/host_tensor.h"
+#include "tests/kernels/tree_forest.h"
 
 namespace packsched::kernels {
 namespace {
@@ -34,7 +35,7 @@ template <typename T>
 void RunOnDevice(const Problem& p, const AttentionTensors<T>& in, AttentionTensors<T>& into) {
   DeviceTensor q(in.q), k(in.k), v(in.v), dout(in.dout), out(in.out), lse(in.lse), dq(in.dq),
       dk(in.dk), dv(in.dv), cu_q(in.cu_q), cu_k(in.cu_k), used_q(in.seqused_q),
-      used_k(in.seqused_k);
+      used_k(in.seqused_k), subtree_end(in.subtree_end), positions(in.positions);
   AttentionSeqlens s = in.seqlens;
   s.q = {&cu_q.view(), in.cu_q_values, in.seqlens.q.rows};
   s.k = {&cu_k.view(), in.cu_k_values, in.seqlens.k.rows};
@@ -42,6 +43,8 @@ void RunOnDevice(const Problem& p, const AttentionTensors<T>& in, AttentionTenso
     s.seqused_q = &used_q.view();
     s.seqused_k = &used_k.view();
   }
+  if (p.tree()) s.subtree_end = &subtree_end.view();
+  if (!p.positions.empty()) s.positions = &positions.view();
   const absl::Status f = VarlenAttentionForward(q.view(), k.view(), v.view(), s, p.options,
                                                 out.view(), lse.view(), nullptr);
   ASSERT_TRUE(f.ok()) << f;
@@ -112,6 +115,45 @@ TEST_F(AttentionCudaTest, GqaWindowsSoftcapAndPaddedLayout) {
 TEST_F(AttentionCudaTest, TailRowsAreDefinedAndNeverKeys) {
   CheckCuda<Bf16>(TailProblem(/*tail_q=*/200));
   CheckCuda<float>(OnlyTailProblem());
+}
+
+// Tree packing: random forests (nodes across tile boundaries) with GQA, a left window on the depths
+// and softcap, against the reference with the tree rule.
+TEST_F(AttentionCudaTest, TreeMaskOnRandomForests) {
+  for (uint32_t seed = 1; seed <= 2; ++seed) {
+    const testing::PackedForest f = testing::RandomForest(seed, 3, 12, 60);
+    Problem p = testing::TreeProblem(f.cu, f.subtree_end, f.positions);
+    p.heads = 8;
+    p.kv_heads = 2;
+    CheckCuda<Bf16>(p);
+    p.options.window_left = 50;
+    p.options.softcap = 2.0;
+    CheckCuda<float>(p);
+  }
+}
+
+// bf16 and fp16 at head dims 64 and 128 take the tensor-core kernels on sm_80 and newer
+// (kernels/cuda/attention_tc_launch.h): every mask mode, GQA, seqused and the tail, over several
+// tiles.
+TEST_F(AttentionCudaTest, TensorCoreKernelsInEveryMode) {
+  for (int64_t d : {64, 128}) {
+    SCOPED_TRACE(d);
+    Problem p = MakeProblem({300, 0, 129, 1}, {300, 7, 200, 1}, true);
+    p.heads = 8;
+    p.kv_heads = 2;
+    p.head_dim = d;
+    CheckCuda<Bf16>(p);
+    p.pad_q = {5, 3, 0, 2};
+    p.pad_k = {0, 9, 64, 3};
+    p.tail_q = 33;
+    p.tail_k = 4;
+    p.options.window_left = 50;
+    p.options.softcap = 5.0;
+    CheckCuda<Fp16>(p);
+    p.options.causal = false;
+    p.options.window_right = 17;
+    CheckCuda<Bf16>(p);
+  }
 }
 
 TEST_F(AttentionCudaTest, BackwardIsDeterministic) {

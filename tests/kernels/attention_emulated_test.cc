@@ -7,6 +7,8 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
+#include <iterator>
 #include <limits>
 #include <thread>
 #include <vector>
@@ -16,6 +18,7 @@
 #include "kernels/cuda/attention_device.cuh"
 #include "kernels/cuda/attention_traits.h"
 #include "tests/kernels/attention_reference.h"
+#include "tests/kernels/tree_forest.h"
 
 namespace packsched::kernels::internal::cuda {
 
@@ -32,11 +35,34 @@ using testing::MakeProblem;
 using testing::Problem;
 using testing::RandomInputs;
 
+// A NaN bit pattern for the shared memory past a kernel's layout (Tr::Smem): a kernel that read
+// there would spoil its results, one that wrote there would change the pattern.
+constexpr uint32_t kPastLayout = 0x7fc0deadu;
+
+// Fills smem[floats, end) with kPastLayout (check = false), or counts the floats there that no
+// longer hold it (check = true).
+int64_t PastLayout(size_t floats, bool check) {
+  int64_t changed = 0;
+  for (size_t i = floats; i < std::size(smem); ++i) {
+    uint32_t bits;
+    std::memcpy(&bits, &smem[i], sizeof(bits));
+    if (!check) {
+      std::memcpy(&smem[i], &kPastLayout, sizeof(bits));
+    } else if (bits != kPastLayout) {
+      ++changed;
+    }
+  }
+  return changed;
+}
+
 // Runs `kernel` over the grid the launcher would use: (tiles over the span's longest segment,
-// heads, the span's sequences: B, plus one for a tail).
+// heads, the span's sequences: B, plus one for a tail). Fails the test if the kernel wrote past
+// its shared-memory layout.
 template <typename Tr>
 void Launch(void (*kernel)(AttentionArgs), const AttentionArgs& a, int64_t longest, int tile,
             int64_t heads, bool keys) {
+  static_assert(Tr::kSharedBytes == Tr::Smem::kFloats * sizeof(float));
+  PastLayout(Tr::Smem::kFloats, /*check=*/false);
   const AttnLaunchSpan span = LaunchSpan(a, longest, keys);
   const int64_t tiles = std::max<int64_t>(1, (span.longest + tile - 1) / tile);
   for (int64_t z = 0; z < span.sequences; ++z) {
@@ -46,6 +72,7 @@ void Launch(void (*kernel)(AttentionArgs), const AttentionArgs& a, int64_t longe
         std::barrier<> barrier(Tr::kThreads);
         packsched_cuda_emulation::block_barrier = &barrier;
         std::vector<std::thread> threads;
+        threads.reserve(Tr::kThreads);
         for (int t = 0; t < Tr::kThreads; ++t) {
           threads.emplace_back([&, t] {
             packsched_cuda_emulation::thread_idx = dim3(t);
@@ -57,6 +84,8 @@ void Launch(void (*kernel)(AttentionArgs), const AttentionArgs& a, int64_t longe
       }
     }
   }
+  EXPECT_EQ(PastLayout(Tr::Smem::kFloats, /*check=*/true), 0)
+      << "floats written past the shared-memory layout";
 }
 
 template <typename T, int kD>
@@ -115,6 +144,12 @@ void CheckEmulated(const Problem& p, uint32_t seed = 1) {
   // As the front end passes them: a side >= max_seqlen_k already made unbounded.
   a.window_left = p.WindowLeft();
   a.window_right = p.WindowRight();
+  if (p.tree()) {  // as the front end passes a tree: the left window moves onto the positions
+    a.subtree_end = p.subtree_end.data();
+    a.positions = p.positions.data();
+    a.tree_window_left = a.window_left;
+    a.window_left = -1;
+  }
   a.num_threads = 1;
   a.out = t.out.view().data;
   a.lse = t.lse.view().data;
@@ -185,6 +220,21 @@ TEST(AttentionEmulatedTest, TailRowsAfterThePaddedLayout) {
   only_tail.tail_q = 5;
   only_tail.tail_k = 5;
   CheckEmulated<float>(only_tail);
+}
+
+// Tree packing: the device code's mask predicate on random forests (nodes longer than a tile, so
+// shared prefixes, sibling branches and their tiles cross tile boundaries), with GQA, a left
+// window on the depths and softcap.
+TEST(AttentionEmulatedTest, TreeMaskOnRandomForests) {
+  const testing::PackedForest f = testing::RandomForest(4, 2, 8, 50);
+  Problem p = testing::TreeProblem(f.cu, f.subtree_end, f.positions);
+  p.heads = 4;
+  p.kv_heads = 2;
+  p.head_dim = 16;
+  CheckEmulated<float>(p);
+  p.options.window_left = 40;
+  p.options.softcap = 2.0;
+  CheckEmulated<Bf16>(p);
 }
 
 TEST(AttentionEmulatedTest, LongQueriesFewKeys) {

@@ -34,6 +34,10 @@ struct Problem {
   AttentionOptions options;
   // The max_seqlen_k passed to the kernels; -1: the longest key segment.
   int64_t max_seqlen_k = -1;
+  // Tree packing (attention.h): per row of the self-attention layout, or empty: no tree.
+  std::vector<int32_t> subtree_end, positions;
+
+  bool tree() const { return !subtree_end.empty(); }
 
   int64_t batch() const { return static_cast<int64_t>(len_q.size()); }
   bool padded() const { return !pad_q.empty(); }
@@ -133,6 +137,13 @@ Outputs NaiveAttention(const Problem& p, const Inputs& in,
         std::vector<int64_t> keys;
         for (int64_t j = 0; j < sk; ++j) {
           if (o.causal && j > diag) continue;
+          if (p.tree()) {
+            const int64_t qi_row = cu_q[b] + i, kj_row = cu_k[b] + j;
+            if (qi_row >= p.subtree_end[kj_row]) continue;
+            if (left >= 0 && p.positions[qi_row] - p.positions[kj_row] > left) continue;
+            keys.push_back(j);
+            continue;
+          }
           if (left >= 0 && j < diag - left) continue;
           if (right >= 0 && j > diag + right) continue;
           keys.push_back(j);
@@ -252,6 +263,17 @@ inline Problem TailProblem(int64_t tail_q) {
   p.tail_k = 5;
   return p;
 }
+// A problem over a packed forest (tree_forest.h): one causal self-attention sequence per piece.
+inline Problem TreeProblem(const std::vector<int32_t>& cu, const std::vector<int32_t>& subtree_end,
+                           const std::vector<int32_t>& positions) {
+  std::vector<int32_t> len;
+  for (size_t b = 0; b + 1 < cu.size(); ++b) len.push_back(cu[b + 1] - cu[b]);
+  Problem p = MakeProblem(len, len, true);
+  p.subtree_end = subtree_end;
+  p.positions = positions;
+  return p;
+}
+
 inline Problem OnlyTailProblem() {
   Problem p = MakeProblem({}, {});
   p.tail_q = 3;
@@ -293,7 +315,13 @@ struct AttentionTensors {
         cu_q(CuTensor(cu_q_values)),
         cu_k(CuTensor(cu_k_values)),
         seqused_q(HostTensor::Of<int32_t>({p.batch()}, p.len_q)),
-        seqused_k(HostTensor::Of<int32_t>({p.batch()}, p.len_k)) {
+        seqused_k(HostTensor::Of<int32_t>({p.batch()}, p.len_k)),
+        subtree_end(
+            HostTensor::Of<int32_t>({static_cast<int64_t>(p.subtree_end.size())}, p.subtree_end)),
+        positions(
+            HostTensor::Of<int32_t>({static_cast<int64_t>(p.positions.size())}, p.positions)) {
+    if (p.tree()) seqlens.subtree_end = &subtree_end.view();
+    if (!p.positions.empty()) seqlens.positions = &positions.view();
     seqlens.q = {&cu_q.view(), {}, p.tail_q > 0 ? p.RowsQ() : -1};
     seqlens.k = {&cu_k.view(), {}, p.tail_k > 0 ? p.RowsK() : -1};
     for (size_t b = 0; b + 1 < cu_q_values.size(); ++b) {
@@ -341,7 +369,8 @@ struct AttentionTensors {
   }
 
   std::vector<int32_t> cu_q_values, cu_k_values;
-  HostTensor q, k, v, dout, out, lse, dq, dk, dv, cu_q, cu_k, seqused_q, seqused_k;
+  HostTensor q, k, v, dout, out, lse, dq, dk, dv, cu_q, cu_k, seqused_q, seqused_k, subtree_end,
+      positions;
   AttentionSeqlens seqlens;
 };
 

@@ -29,7 +29,7 @@ TEST(VisibleKeysTest, MatchesTheDefinitionForWindowsUpToInt64Max) {
       for (bool causal : {false, true}) {
         for (int64_t left : windows) {
           for (int64_t right : windows) {
-            const AttnMask m{sq, sk, causal, left, right};
+            const AttnMask m{sq, sk, causal, left, right, AttnTree{}};
             for (int64_t i = 0; i <= sq; ++i) {  // i == sq is a pad slot
               SCOPED_TRACE(::testing::Message()
                            << "sq=" << sq << " sk=" << sk << " causal=" << causal << " window=("

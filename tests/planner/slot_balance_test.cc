@@ -1,4 +1,4 @@
-// Coordinator mode's sync objective (issue 20): sync = micro_batch balances every slot over the
+// Coordinator mode's sync objective: sync = micro_batch balances every slot over the
 // ranks; both syncs keep k within the FFD bound and report their step. Expected values are
 // recomputed here from the plans and the lengths alone (a first-fit-decreasing of our own, a
 // brute-force optimum on tiny inputs).
@@ -239,6 +239,68 @@ TEST(SlotBalance, StepSyncStaysWithinTheKBound) {
     ASSERT_TRUE(b.ok()) << b.status();
     ExpectValid(lengths, o, *b, 8);
     EXPECT_LE(b->num_micro_batches, KBound(lengths, o, 8)) << "seed " << seed;
+  }
+}
+
+// Many short sequences and a few (5%) near the cap.
+std::vector<int64_t> Bimodal(int64_t n, int64_t cap, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<double> unit(0.0, 1.0);
+  std::uniform_int_distribution<int64_t> shorter(64, 2048);
+  std::vector<int64_t> out(n);
+  for (int64_t& l : out) {
+    l = unit(rng) < 0.05 ? static_cast<int64_t>((0.8 + 0.2 * unit(rng)) * double(cap))
+                         : shorter(rng);
+  }
+  return out;
+}
+
+// Under sync = step no single sequence of the largest rank can move to a micro-batch of another
+// rank that has room for it and shorten the step (the rank totals include alpha per non-empty
+// micro-batch): the ranks are balanced as far as one move can tell.
+TEST(SlotBalance, StepSyncNoMoveFromTheLargestRankHelps) {
+  for (uint64_t seed = 0; seed < 12; ++seed) {
+    PlanOptions o;
+    o.max_token_len = 32768;
+    o.cost = CostModel::kAttention;
+    o.attention = AttentionCost{24576, 1};
+    BalanceOptions balance;
+    balance.sync = Sync::kStep;
+    balance.micro_batch_cost = int64_t{2048} * 24576;
+    const int64_t w = seed % 2 == 0 ? 8 : 32;
+    const std::vector<int64_t> lengths = Bimodal(64 * w, o.max_token_len, seed);
+    const absl::StatusOr<BalancedBatch> b = BalanceBatch(lengths, w, o, {}, balance);
+    ASSERT_TRUE(b.ok()) << b.status();
+    ExpectValid(lengths, o, *b, w);
+    std::vector<int64_t> totals;
+    for (const RankBatch& rank : b->ranks) {
+      int64_t total = 0;
+      for (const MicroBatch& part : rank.plan.parts) {
+        if (!part.indices.empty()) total += balance.micro_batch_cost;
+        for (int64_t local : part.indices) total += CostOf(lengths[rank.indices[local]], o);
+      }
+      totals.push_back(total);
+    }
+    const int64_t top = std::max_element(totals.begin(), totals.end()) - totals.begin();
+    EXPECT_EQ(totals[top], b->step.step_sync_cost);
+    for (const MicroBatch& from : b->ranks[top].plan.parts) {
+      for (int64_t local : from.indices) {
+        const int64_t length = lengths[b->ranks[top].indices[local]];
+        const int64_t c = CostOf(length, o);
+        const int64_t left =
+            totals[top] - c - (from.indices.size() == 1 ? balance.micro_batch_cost : 0);
+        for (int64_t r = 0; r < w; ++r) {
+          if (r == top) continue;
+          for (const MicroBatch& to : b->ranks[r].plan.parts) {
+            if (to.tokens + length > o.max_token_len) continue;
+            const int64_t grown =
+                totals[r] + c + (to.indices.empty() ? balance.micro_batch_cost : 0);
+            EXPECT_GE(std::max(left, grown), totals[top])
+                << "seed " << seed << ": length " << length << " from rank " << top << " to " << r;
+          }
+        }
+      }
+    }
   }
 }
 

@@ -98,7 +98,7 @@ def test_partition_and_balance_equal_the_in_process_planner(client):
     for r, l in zip(remote.ranks, local.ranks):
         assert r.indices == l.indices
         same_plan(r.plan, l.plan)
-    # sync="micro_batch" (issue 20): the same plan and step as in-process.
+    # sync="micro_batch": the same plan and step as in-process.
     remote = client.balance_batch(lengths, 4, 20000, sync="micro_batch", micro_batch_cost=1000)
     local = planner.balance(lengths, 4, 20000, sync="micro_batch", micro_batch_cost=1000)
     assert remote.step == local.step
@@ -114,7 +114,7 @@ def test_partition_and_balance_equal_the_in_process_planner(client):
         "num_key_value_heads": 2,
         "intermediate_size": 8960,
         "vocab_size": 151936,
-        "rope_theta": 1000000.0,  # neither an integer nor a string: not sent
+        "rope_theta": 1000000.0,  # a whole real: sent as an integer, not read
     }
     remote = client.balance_batch(lengths, 4, 20000, sync="micro_batch", model_config=qwen_like)
     local = planner.balance(lengths, 4, 20000, sync="micro_batch", model_config=qwen_like)
@@ -125,6 +125,24 @@ def test_partition_and_balance_equal_the_in_process_planner(client):
         same_plan(r.plan, l.plan)
     with pytest.raises(SchedulerError, match="model_config: .*hidden_size"):
         client.balance_batch(lengths, 4, 20000, model_config={"num_hidden_layers": 2})
+    # Whole reals are integers (8.0 KV heads: GQA, as in-process); other reals are refused by the
+    # sidecar, naming the field; a VLM's text_config is its language model.
+    reals = dict(qwen_like, hidden_size=1536.0, num_key_value_heads=2.0)
+    assert client.balance_batch(lengths, 4, 20000, sync="micro_batch", model_config=reals).step == (
+        remote.step
+    )
+    vlm = {"model_type": "qwen2_vl", "hidden_size": 64, "text_config": qwen_like}
+    assert client.balance_batch(lengths, 4, 20000, sync="micro_batch", model_config=vlm).step == (
+        remote.step
+    )
+    with pytest.raises(SchedulerError, match="model_config: .*num_key_value_heads = 1.5"):
+        client.balance_batch(
+            lengths, 4, 20000, model_config=dict(qwen_like, num_key_value_heads=1.5)
+        )
+    with pytest.raises(SchedulerError, match="model_config: .*num_key_value_heads = 24"):
+        client.balance_batch(
+            lengths, 4, 20000, model_config=dict(qwen_like, num_key_value_heads=24)
+        )
 
 
 def test_callers_of_one_round_get_one_plan_and_a_cache_hit(client, sidecar):
@@ -150,7 +168,6 @@ def test_the_same_round_with_other_content_is_failed_precondition(client):
     [
         ([5, -3], 100, {}, "INVALID_ARGUMENT", "lengths[1]"),
         ([5, 3], 0, {}, "INVALID_ARGUMENT", "max_token_len"),
-        ([], 100, {}, "INVALID_ARGUMENT", "lengths"),
         ([5, 300], 100, {}, "INVALID_ARGUMENT", "300"),
         ([5, 3], 100, {"loss_tokens": [1]}, "INVALID_ARGUMENT", "loss_tokens"),
         ([5, 3], 100, {"min_micro_batches": 10**12}, "INVALID_ARGUMENT", "min_micro_batches"),

@@ -89,6 +89,7 @@ def test_micro_batch_sync_shortens_the_slot_step_against_step_sync():
     assert slot_step(lengths, micro) < slot_step(lengths, step)
 
 
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")  # slime removed the function
 def test_minimum_count_is_never_above_first_fit():
     for seed in range(5):
         lengths = long_context(seed, 200, 32768)

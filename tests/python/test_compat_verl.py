@@ -110,9 +110,10 @@ def free_port():
         return s.getsockname()[1]
 
 
-def run_dp_ranks(per_rank, cap, timeout=60):
+def run_dp_ranks(per_rank, cap, timeout=60, dp_group="world"):
     """Runs helpers/verl_dp_rank.py once per rank (a gloo group on loopback); returns each rank's
-    JSON line and exit status. A rank still running after ``timeout`` s fails the test (a hang)."""
+    JSON line and exit status. A rank still running after ``timeout`` s fails the test (a hang).
+    ``dp_group``: "world" or "none" (what each rank passes as dp_group)."""
     port = free_port()
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
     procs = [
@@ -125,6 +126,7 @@ def run_dp_ranks(per_rank, cap, timeout=60):
                 str(port),
                 str(cap),
                 ",".join(map(str, lengths)),
+                dp_group,
             ],
             stdout=subprocess.PIPE,
             text=True,
@@ -153,6 +155,14 @@ def test_ranks_of_a_dp_group_agree_on_the_count():
     assert sum(results[0]["tokens"]) == 400 and results[0]["tokens"].count(0) == heavy_k - 4
 
 
+def test_dp_group_none_synchronises_nothing_as_verl_does():
+    # verl all-reduces the count only over a given dp_group: with None each rank keeps its own
+    # count (here 1 and 6) and none waits on a collective.
+    results, codes = run_dp_ranks([[100] * 4, [900] * 12], 2000, timeout=30, dp_group="none")
+    assert codes == [0, 0], results
+    assert [r["num_micro_batches"] for r in results] == [1, math.ceil(12 * 900 / 2000)]
+
+
 def test_a_rank_with_an_empty_batch_joins_the_count_and_gets_empty_micro_batches():
     results, codes = run_dp_ranks([[], [900] * 12], 2000, timeout=30)
     assert codes == [0, 0], results
@@ -175,12 +185,11 @@ def test_a_rank_that_cannot_plan_makes_every_rank_fail_instead_of_hanging():
 def test_a_realistic_rl_batch_where_verls_partition_breaks_the_cap():
     # Input: gen_lengths.py's realistic RL mix, n = 512, seed 3, cap 16,384 (verl's default
     # ppo_max_token_len_per_gpu). verl's formulation — Karmarkar-Karp into k = ceil(total / cap)
-    # parts (the plain-Python baseline of tests/bench/compare_verl.py) — leaves micro-batches of
+    # parts (the plain-Python baseline of deploy/verl_kk.py) — leaves micro-batches of
     # several sequences over the cap; the drop-in leaves none.
-    bench = pathlib.Path(__file__).resolve().parents[1] / "bench"
-    sys.path.insert(0, str(bench))
-    from compare_verl import python_kk
+    sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "deploy"))
     from gen_lengths import realistic_rl_lengths
+    from verl_kk import python_kk
 
     lengths = [min(x, 16384) for x in realistic_rl_lengths(512, 3)]
     k = math.ceil(sum(lengths) / 16384)
@@ -346,3 +355,27 @@ def test_prepare_dynamic_batch_splits_tensors_non_tensors_and_copies_meta_info()
         assert list(proto.non_tensor_batch["uid"]) == [f"uid{i}" for i in rows]
         assert proto.meta_info == data.meta_info and proto.meta_info is not data.meta_info
         assert proto.meta_info["nested"] is not data.meta_info["nested"]  # a deep copy
+
+
+def test_through_a_sidecar_set_global_step_numbers_rounds_from_the_step(tmp_path):
+    from packsched.client import SchedulerClient
+    from sidecar import Sidecar
+
+    with Sidecar(tmp_path) as s, SchedulerClient(s.target) as client:
+        verl.use_sidecar(client, stream="actor", calls_per_step=2)
+        try:
+            verl.set_global_step(7)
+            for _ in range(2):
+                rearrange_micro_batches(make_batch([300, 900]), 2048)
+            with pytest.raises(ValueError, match="more than calls_per_step = 2"):
+                rearrange_micro_batches(make_batch([300, 900]), 2048)
+            assert int(client.status()["streams"][0]["last_round"]) == 15  # 7 * 2 + 1
+            verl.set_global_step(9)
+            rearrange_micro_batches(make_batch([300, 900]), 2048)
+        finally:
+            verl.use_sidecar(None)
+        streams = {st["name"]: st for st in client.status()["streams"]}
+    assert int(streams["actor"]["last_round"]) == 18
+    verl.set_global_step(3)  # without a sidecar: nothing to number
+    with pytest.raises(ValueError, match="calls_per_step is 0"):
+        verl.use_sidecar(object(), calls_per_step=0)

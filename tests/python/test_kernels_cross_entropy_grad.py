@@ -7,7 +7,7 @@ import sys
 import pytest
 import torch
 
-from packsched import kernels
+from packsched import _cross_entropy, kernels
 
 
 def packed_case(seed, dtype):
@@ -66,7 +66,7 @@ def test_gradient_computed_in_row_blocks_equals_one_block(monkeypatch):
     for dtype in (torch.float32, torch.bfloat16, torch.float64):
         grads = []
         for block_elements in (1 << 22, 3 * 7, 1):  # one block; 3 rows per block; 1 row
-            monkeypatch.setattr(kernels, "_CE_GRAD_BLOCK_ELEMENTS", block_elements)
+            monkeypatch.setattr(_cross_entropy, "_CE_GRAD_BLOCK_ELEMENTS", block_elements)
             logits, labels, cu = packed_case(3, dtype)
             weights = torch.linspace(0.5, 2.0, len(cu) - 1, dtype=dtype)
             loss, sums, _ = kernels.packed_cross_entropy(logits, labels, cu)

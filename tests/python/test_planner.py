@@ -101,7 +101,7 @@ def test_invalid_input_raises_value_error_naming_the_value():
         planner.plan_local([1500, 2], 1000)  # overlong under the default "reject"
     with pytest.raises(TypeError, match="max_tokens"):
         planner.plan_local([1, 2], 10, max_tokens=5)
-    with pytest.raises(TypeError, match="integers"):
+    with pytest.raises(TypeError, match="must be an integer, not float"):
         planner.plan_local([1.5, 2.0], 10)
     with pytest.raises(ValueError, match="one-dimensional"):
         planner.plan_local([[1, 2]], 10)

@@ -12,6 +12,8 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "server/planner/planner.h"
+#include "server/service/balance_batch.h"
+#include "server/service/partition.h"
 
 namespace packsched::service {
 namespace {

@@ -35,6 +35,7 @@ using ::packsched::service::testing::Call;
 using ::packsched::service::testing::Gate;
 using ::packsched::service::testing::GatedCollective;
 using ::packsched::service::testing::Input;
+using ::packsched::service::testing::OfOne;
 using ::packsched::service::testing::Request;
 using ::packsched::service::testing::Result;
 using ::packsched::service::testing::SubmitAndWait;
@@ -74,7 +75,7 @@ std::vector<int64_t> Batch(uint64_t seed, int64_t n = 256) {
 }
 
 TEST(Coordinator, PlansLikeThePlannerAlone) {
-  RoundCoordinator coordinator({});
+  RoundCoordinator coordinator(OfOne());
   const std::vector<int64_t> lengths = Batch(1);
   const Result result = SubmitAndWait(coordinator, Input(Request("s", 7, lengths, kCap)));
   ASSERT_TRUE(result.ok()) << result.status();
@@ -120,7 +121,7 @@ TEST(Coordinator, ConcurrentCallersOfOneRoundShareOneComputation) {
 }
 
 TEST(Coordinator, LateCallersAreServedFromTheCache) {
-  RoundCoordinator coordinator({});
+  RoundCoordinator coordinator(OfOne());
   const v1::PlanRequest request = Request("s", 1, Batch(3), kCap);
   const Result first = SubmitAndWait(coordinator, Input(request));
   const Result late = SubmitAndWait(coordinator, Input(request));
@@ -149,7 +150,7 @@ TEST(Coordinator, DifferentContentForTheSameRoundIsFailedPrecondition) {
 }
 
 TEST(Coordinator, FailuresAreNotCached) {
-  RoundCoordinator coordinator({});
+  RoundCoordinator coordinator(OfOne());
   // One sequence longer than the cap under the default reject policy.
   const v1::PlanRequest bad = Request("s", 9, {100, 50000}, kCap);
   const Result first = SubmitAndWait(coordinator, Input(bad));
@@ -165,7 +166,7 @@ TEST(Coordinator, FailuresAreNotCached) {
 }
 
 TEST(Coordinator, AnyStartValueGapsAndNoWaitingForLowerRounds) {
-  RoundCoordinator coordinator({});
+  RoundCoordinator coordinator(OfOne());
   for (int64_t round : {int64_t{-40}, int64_t{1000}, int64_t{1000000007}, int64_t{1} << 62}) {
     EXPECT_TRUE(SubmitAndWait(coordinator, Input(Request("s", round, Batch(6), kCap))).ok())
         << round;
@@ -223,7 +224,7 @@ TEST(Coordinator, StreamsAreIndependent) {
 
 // A coordinator whose streams each cache `rounds` finished rounds.
 RoundCoordinator::Options CachingRounds(int64_t rounds) {
-  RoundCoordinator::Options options;
+  RoundCoordinator::Options options = OfOne();
   options.limits.max_cached_rounds = rounds;
   return options;
 }
@@ -272,7 +273,7 @@ TEST(Coordinator, CacheIsBoundedByBytesOverEveryStream) {
   v1::PlanRequest big = Request("a", 1, {1}, 1);
   big.mutable_options()->set_min_micro_batches(20000);  // ~20,000 parts: over a megabyte
   const Result probe = [&] {
-    RoundCoordinator unbounded({});
+    RoundCoordinator unbounded(OfOne());
     return SubmitAndWait(unbounded, Input(big));
   }();
   ASSERT_TRUE(probe.ok()) << probe.status();
@@ -281,7 +282,7 @@ TEST(Coordinator, CacheIsBoundedByBytesOverEveryStream) {
 
   ServiceLimits limits;
   limits.max_cached_bytes = 2 * one + one / 2;  // room for two such results
-  RoundCoordinator::Options options;
+  RoundCoordinator::Options options = OfOne();
   options.limits = limits;
   RoundCoordinator coordinator(std::move(options));
   ASSERT_TRUE(SubmitAndWait(coordinator, Input(big)).ok());  // a:1
@@ -337,9 +338,9 @@ TEST(Coordinator, LimitsOnStreamsAndOutstandingRounds) {
 }
 
 // Only a valid request creates a stream: invalid requests on any number of new names take no
-// slot and no thread (issue 19: two of them used to lock out every stream until a restart).
+// slot and no thread (regression: two of them used to lock out every stream until a restart).
 TEST(Coordinator, InvalidRequestsOnNewStreamsLeaveEverySlotFree) {
-  RoundCoordinator::Options options;
+  RoundCoordinator::Options options = OfOne();
   options.limits.max_streams = 2;
   RoundCoordinator coordinator(std::move(options));
   const int64_t threads = ThreadCount();
@@ -379,7 +380,7 @@ bool WaitForStats(RoundCoordinator& coordinator, Predicate done,
 }
 
 TEST(Coordinator, IdleStreamsAreReclaimedWithTheirThreads) {
-  RoundCoordinator::Options options;
+  RoundCoordinator::Options options = OfOne();
   options.limits.max_streams = 1;
   // Well above a stall of a loaded machine, so a stream is not reclaimed between two calls.
   options.limits.stream_idle_timeout = absl::Seconds(1);
@@ -434,7 +435,7 @@ TEST(Coordinator, IdleStreamsAreReclaimedWithTheirThreads) {
 // Tombstones are bounded: past kMaxTombstones the oldest is dropped, and a late caller of that
 // stream's served round runs it again (documented; in a group of one it simply plans).
 TEST(Coordinator, TombstonesAreBoundedOldestDroppedFirst) {
-  RoundCoordinator::Options options;
+  RoundCoordinator::Options options = OfOne();
   options.limits.max_streams = 2 * RoundCoordinator::kMaxTombstones;
   options.limits.stream_idle_timeout = absl::Milliseconds(1);
   RoundCoordinator coordinator(std::move(options));
@@ -483,7 +484,7 @@ TEST(Coordinator, BusyStreamsAreNotReclaimed) {
 // Shutdown() joins every worker, live and reclaimed, and a stream reclaimed while shutting down
 // is not lost.
 TEST(Coordinator, ShutdownJoinsReclaimedWorkers) {
-  RoundCoordinator::Options options;
+  RoundCoordinator::Options options = OfOne();
   options.limits.stream_idle_timeout = absl::Milliseconds(1);
   RoundCoordinator coordinator(std::move(options));
   const int64_t threads = ThreadCount();
@@ -702,7 +703,7 @@ TEST(CoordinatorGroup, RoundsInOppositeOrdersFailBothNamingEachRanksOwnRound) {
 // Through the rank group's lifecycle (group/group.h), as the sidecar runs with --world_size:
 // a group of one (the default: no store), and two ranks over Gloo on loopback.
 TEST(CoordinatorRankGroup, AGroupOfOne) {
-  RoundCoordinator coordinator({});
+  RoundCoordinator coordinator(OfOne());
   EXPECT_TRUE(SubmitAndWait(coordinator, Input(Request("s", 1, Batch(21), kCap))).ok());
   const RoundCoordinator::Stats stats = coordinator.GetStats();
   EXPECT_EQ(stats.world_size, 1);

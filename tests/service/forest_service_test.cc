@@ -11,8 +11,11 @@
 #include "gtest/gtest.h"
 #include "server/group/collective_agreement.h"
 #include "server/planner/tree_plan.h"
+#include "server/service/balance_batch.h"
 #include "server/service/convert.h"
 #include "server/service/coordinator.h"
+#include "server/service/partition.h"
+#include "server/service/request_memory.h"
 #include "tests/collective/in_process_collective.h"
 #include "tests/service/service_test_util.h"
 
@@ -21,6 +24,7 @@ namespace {
 
 using ::packsched::service::testing::Call;
 using ::packsched::service::testing::Input;
+using ::packsched::service::testing::OfOne;
 using ::packsched::service::testing::Result;
 using ::packsched::service::testing::SubmitAndWait;
 using ::testing::HasSubstr;
@@ -93,7 +97,7 @@ TEST(ForestRequest, ConvertsAndNamesBadInput) {
 
   v1::PlanRequest cp = ok;
   cp.mutable_options()->set_context_parallel(2);
-  RoundCoordinator coordinator({});
+  RoundCoordinator coordinator(OfOne());
   const Result refused = SubmitAndWait(coordinator, Input(cp));
   EXPECT_THAT(Message(refused.status()), HasSubstr("context_parallel = 2"));
 }
@@ -107,7 +111,7 @@ TEST(ForestRequest, MemoryEstimateCountsNodesAndRollouts) {
 }
 
 TEST(ForestRound, PlansAndAnswersWithTheLayout) {
-  RoundCoordinator coordinator({});
+  RoundCoordinator coordinator(OfOne());
   v1::PlanRequest request = ForestRequest("s", 3, {300, 500, 200}, 1000);
   for (int r = 0; r < request.forest().rollout_leaf_size(); ++r) request.add_loss_tokens(10);
   const Result result = SubmitAndWait(coordinator, Input(request));

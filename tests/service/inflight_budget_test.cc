@@ -1,4 +1,4 @@
-// The in-flight memory budget through the gRPC service (issue 19, part 3): a request whose
+// The in-flight memory budget through the gRPC service: a request whose
 // estimate does not fit is refused with RESOURCE_EXHAUSTED before it allocates; reservations
 // end with their calls, so sequential requests, rounds joined by several callers and cache hits
 // leave the whole budget free again.
@@ -14,7 +14,9 @@
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "packsched/v1/scheduler.grpc.pb.h"
+#include "server/group/collective_agreement.h"
 #include "server/service/convert.h"
+#include "server/service/request_memory.h"
 #include "server/service/server.h"
 
 namespace packsched::service {
@@ -39,6 +41,8 @@ class InflightBudget : public ::testing::Test {
     ServerOptions options;
     options.listen = "127.0.0.1:0";
     options.limits.max_inflight_bytes = one_ + one_ / 2;
+    options.agreements =
+        std::make_shared<group::CollectiveAgreements>(options.limits.collective_timeout);
     absl::StatusOr<std::unique_ptr<SchedulerServer>> server = SchedulerServer::Start(options);
     ASSERT_TRUE(server.ok()) << server.status();
     server_ = *std::move(server);

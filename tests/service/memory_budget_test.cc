@@ -14,6 +14,7 @@
 #include "gtest/gtest.h"
 #include "server/planner/planner.h"
 #include "server/service/convert.h"
+#include "server/service/request_memory.h"
 
 namespace packsched::service {
 namespace {
@@ -54,7 +55,7 @@ TEST(MemoryBudget, ZeroMeansNoBudget) {
   EXPECT_TRUE(r.ok()) << r.status();
 }
 
-TEST(RequestMemory, TheAmplifiersOfIssue19AreEstimatedAtTheirMicroBatches) {
+TEST(RequestMemory, TwentyByteAmplifiersAreEstimatedAtTheirMicroBatches) {
   const ServiceLimits limits;
   v1::PlanRequest plan;
   plan.set_stream("s");

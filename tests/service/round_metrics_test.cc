@@ -62,7 +62,7 @@ class RecordingSink final : public metrics::Sink {
 
 TEST(RoundMetrics, OneSamplePerRoundRunAndTheStreamRemovedWhenReclaimed) {
   RecordingSink sink;
-  RoundCoordinator::Options options;
+  RoundCoordinator::Options options = testing::OfOne();
   options.metrics = &sink;
   options.limits.stream_idle_timeout = absl::Milliseconds(200);
   RoundCoordinator coordinator(std::move(options));

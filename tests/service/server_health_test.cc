@@ -10,7 +10,9 @@
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
 #include "server/collective/store.h"
+#include "server/group/collective_agreement.h"
 #include "server/group/group.h"
+#include "server/group/group_agreement.h"
 #include "server/service/health_probe.h"
 #include "server/service/server.h"
 
@@ -24,9 +26,12 @@ absl::StatusOr<Serving> Health(const SchedulerServer& server, const std::string&
                      absl::Now() + absl::Seconds(10));
 }
 
+// A group of one (no group flags): the agreements the sidecar makes then.
 ServerOptions OnAFreePort() {
   ServerOptions options;
   options.listen = "127.0.0.1:0";
+  options.agreements =
+      std::make_shared<group::CollectiveAgreements>(options.limits.collective_timeout);
   return options;
 }
 
@@ -48,13 +53,21 @@ TEST(ServerHealth, ARankGroupOfOneIsReadyAtOnce) {
       group::Group::Create(&store, group::GroupOptions{});
   ASSERT_TRUE(group.ok()) << group.status();
   ServerOptions options = OnAFreePort();
-  options.group = group->get();
+  options.agreements = std::make_shared<group::GroupAgreements>(**group);
   absl::StatusOr<std::unique_ptr<SchedulerServer>> server = SchedulerServer::Start(options);
   ASSERT_TRUE(server.ok()) << server.status();
   absl::StatusOr<Serving> ready = Health(**server, kScheduler);
   ASSERT_TRUE(ready.ok()) << ready.status();
   EXPECT_EQ(*ready, Serving::kServing);
   (*server)->Shutdown(absl::ZeroDuration());
+}
+
+// The agreement port is the sidecar's to choose: a server is not started without it.
+TEST(ServerHealth, AServerWithoutAgreementsIsNotStarted) {
+  ServerOptions options = OnAFreePort();
+  options.agreements = nullptr;
+  EXPECT_EQ(SchedulerServer::Start(options).status().code(),
+            absl::StatusCode::kInvalidArgument);
 }
 
 }  // namespace

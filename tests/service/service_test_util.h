@@ -14,6 +14,7 @@
 #include "absl/synchronization/notification.h"
 #include "packsched/v1/scheduler.pb.h"
 #include "server/collective/local_collective.h"
+#include "server/group/collective_agreement.h"
 #include "server/service/convert.h"
 #include "server/service/coordinator.h"
 
@@ -34,6 +35,15 @@ inline v1::PlanRequest Request(const std::string& stream, int64_t round,
 inline RoundInput Input(const v1::PlanRequest& request, const ServiceLimits& limits = {}) {
   absl::StatusOr<RoundInput> input = ToRoundInput(request, limits);
   return input.ok() ? *std::move(input) : RoundInput{};
+}
+
+// Options for a coordinator of a group of one (a LocalCollective per stream), the agreements
+// the sidecar makes without group flags.
+inline RoundCoordinator::Options OfOne() {
+  RoundCoordinator::Options options;
+  options.agreements =
+      std::make_shared<group::CollectiveAgreements>(options.limits.collective_timeout);
+  return options;
 }
 
 // A submitted call whose outcome can be awaited.

@@ -13,7 +13,9 @@
 #include "gtest/gtest.h"
 #include "server/planner/planner.h"
 #include "server/planner/tree_plan.h"
+#include "server/service/balance_batch.h"
 #include "server/service/convert.h"
+#include "server/service/partition.h"
 #include "tests/testing/soak.h"
 
 namespace packsched::service {

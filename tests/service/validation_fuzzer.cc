@@ -12,7 +12,9 @@
 #include <cstdlib>
 
 #include "server/planner/planner.h"
+#include "server/service/balance_batch.h"
 #include "server/service/convert.h"
+#include "server/service/partition.h"
 
 namespace {
 

@@ -110,9 +110,14 @@ TEST(RankGroup, AGroupOfOneHasNothingToStart) {
   EXPECT_EQ(group->group, nullptr);
   EXPECT_EQ(group->store, nullptr);
   EXPECT_EQ(group->server, nullptr);
+  EXPECT_EQ(group->readiness, nullptr);
   service::ServerOptions options;
   AttachRankGroup(*group, options);
-  EXPECT_EQ(options.group, nullptr);
+  // The server is handed the agreements of a group of one: one rank, serving at once.
+  ASSERT_NE(options.agreements, nullptr);
+  EXPECT_EQ(options.agreements, group->agreements);
+  EXPECT_EQ(options.agreements->world_size(), 1);
+  EXPECT_TRUE(options.agreements->serving());
   EXPECT_FALSE(options.cancel_group_waits);
   StopRankGroup(*group);
 }

@@ -16,9 +16,15 @@ and broadcasts it; each process runs its head-tail shard of every micro-batch
 all-reduced over all W * CP processes. (The padded baseline then runs on every process of a group,
 each weighted 1 / CP through the all-reduced token count.)
 
+With --tree the batch is GRPO-shaped (prompts with --group_size completions each) and each step
+runs twice on the same batch: flat packing (every rollout its own sequence, the prompt forwarded
+once per rollout) and tree packing (examples/tree_packing.py: each group one tree, its prompt
+forwarded once; tree attention and the multi-target cross entropy), both with the plan's loss
+weights. Rank 0 prints both step times and the tokens each forwards.
+
     PYTHONPATH=build/python /usr/bin/python3 client/python/examples/train_tiny_lm.py \\
         [--world_size 2] [--context_parallel 1] [--steps 3] [--sequences 48] [--max_len 512] \\
-        [--max_token_len 4096]
+        [--max_token_len 4096] [--tree [--group_size 8]]
 
 Needs build/bin/packsched-server (the README's build).
 """
@@ -41,6 +47,7 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(ROOT / "tests" / "python"))
 
 import tiny_lm  # noqa: E402
+import tree_packing  # noqa: E402
 from packsched.client import SchedulerClient  # noqa: E402
 
 
@@ -95,7 +102,90 @@ def all_reduce_grads(model):
         dist.all_reduce(p.grad)
 
 
+def tree_main(args):
+    """--tree: flat packing against tree packing on the same GRPO batches (see the docstring)."""
+    dist.init_process_group(
+        "gloo",
+        init_method=f"tcp://127.0.0.1:{args.dist_port}",
+        rank=args.rank,
+        world_size=args.world_size,
+    )
+    flat_model, tree_model = model_of(args), model_of(args)
+    optimizers = [torch.optim.SGD(m.parameters(), lr=0.1) for m in (flat_model, tree_model)]
+    client = SchedulerClient(args.sidecar)
+    if args.rank == 0:
+        print(
+            f"{'step':>4} {'k flat':>6} {'k tree':>6} {'flat s':>7} {'tree s':>7} {'speed-up':>8}"
+            f" {'tokens flat':>11} {'tokens tree':>11}"
+        )
+    n = args.group_size
+    for step in range(args.steps):
+        ids, masks, groups, prompt_lens = tree_packing.make_groups(
+            args.sequences // n,
+            n,
+            seed=1000 * step + args.rank,
+            vocab=args.vocab,
+            prompt_len=(args.max_len // 8, args.max_len // 2),
+            completion_len=(args.max_len // 32, args.max_len // 4),
+        )
+        for model, opt in zip((flat_model, tree_model), optimizers):
+            opt.zero_grad(set_to_none=False)
+            for p in model.parameters():
+                p.grad = torch.zeros_like(p)
+
+        dist.barrier()
+        start = time.perf_counter()
+        plan = client.plan(
+            2 * step,
+            [len(x) for x in ids],
+            args.max_token_len,
+            stream="flat",
+            loss_tokens=tiny_lm.loss_tokens(masks),
+            loss_mode="token_mean",
+        )
+        tiny_lm.packed_backward(flat_model, plan, ids, masks)
+        all_reduce_grads(flat_model)
+        optimizers[0].step()
+        flat_s = time.perf_counter() - start
+
+        dist.barrier()
+        start = time.perf_counter()
+        # The loss weights of the rollouts (the sidecar agrees the global counts); the trees are
+        # packed in process (tree_packing.pack_groups).
+        weights = client.plan(
+            2 * step + 1,
+            [len(x) for x in ids],
+            args.max_token_len,
+            stream="tree",
+            loss_tokens=tiny_lm.loss_tokens(masks),
+            loss_mode="token_mean",
+        ).loss_weights
+        k_tree, rows = tree_packing.tree_backward(
+            tree_model, ids, masks, groups, prompt_lens, weights, args.max_token_len
+        )
+        all_reduce_grads(tree_model)
+        optimizers[1].step()
+        tree_s = time.perf_counter() - start
+
+        totals = torch.tensor(
+            [sum(len(x) for x in ids), rows, flat_s, tree_s, plan.num_micro_batches, k_tree],
+            dtype=torch.float64,
+        )
+        dist.all_reduce(totals[:2])
+        dist.all_reduce(totals[2:], op=dist.ReduceOp.MAX)
+        if args.rank == 0:
+            flat_tokens, tree_tokens, flat_max, tree_max, k_flat, k_max = totals.tolist()
+            print(
+                f"{step:>4} {k_flat:>6.0f} {k_max:>6.0f} {flat_max:>7.2f} {tree_max:>7.2f}"
+                f" {flat_max / tree_max:>7.2f}x {flat_tokens:>11.0f} {tree_tokens:>11.0f}"
+            )
+    client.close()
+    dist.destroy_process_group()
+
+
 def rank_main(args):
+    if args.tree:
+        return tree_main(args)
     cp = args.context_parallel
     dist.init_process_group(
         "gloo",
@@ -221,6 +311,12 @@ def main():
     parser.add_argument("--vocab", type=int, default=512)
     parser.add_argument("--max_token_len", type=int, default=4096)
     parser.add_argument("--padded_micro_batch_size", type=int, default=8)
+    parser.add_argument(
+        "--tree",
+        action="store_true",
+        help="GRPO batches: flat packing against tree packing (each prompt forwarded once)",
+    )
+    parser.add_argument("--group_size", type=int, default=8, help="completions per prompt (--tree)")
     parser.add_argument("--rank", type=int, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--sidecar", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--dist_port", type=int, default=None, help=argparse.SUPPRESS)

@@ -13,17 +13,10 @@ from . import _kernels
 from ._cp_layout import check_cp as _check_cp
 from ._cp_layout import chunk_lengths as _chunks
 from ._cp_layout import cp_layout  # noqa: F401 (re-exported by packsched.kernels)
-from .kernels import (
-    _Torch,
-    _host,
-    _lib_of,
-    _rows,
-    _same_lib,
-    packed_cross_entropy,
-    position_ids,
-    shift_labels,
-    varlen_attention,
-)
+from ._arrays import _Torch, _host, _lib_of, _rows, _same_lib
+from ._attention import varlen_attention
+from ._cross_entropy import packed_cross_entropy
+from ._packing import position_ids, shift_labels
 
 
 def _host_list(lib, cu_seqlens, cu_seqlens_host):

@@ -9,9 +9,10 @@ agree the micro-batch count and the global loss counts, and each rank gets its o
 (packsched.plan). The model-parallel ranks of one DP rank may all call their sidecar for the
 same round: the round is computed once and served to each of them.
 
-Option values are checked before anything is sent, with the in-process planner's vocabulary and
-messages (packsched._options): a bad name or value raises ValueError on the calling rank (every
-rank passes the same options, so every rank raises). The request data (lengths, loss tokens) and
+Option values and the arrays' types and shapes are checked before anything is sent, with the
+in-process planner's vocabulary and messages (packsched._options, packsched._inputs): a bad name
+or value raises ValueError, data that is not integers TypeError, on the calling rank (every rank
+passes the same options, so every rank raises). The request data (lengths, loss tokens) and
 the planner's limits are judged by the server, so one rank's bad request fails the round on every
 rank with the same message. The client retries only failures to reach its own sidecar
 (UNAVAILABLE before the server answered), within ``timeout`` seconds, never a round that failed.
@@ -25,13 +26,22 @@ from dataclasses import fields as dataclass_fields
 import ipaddress
 import time
 
-import grpc
-from google.protobuf import json_format
+try:
+    import grpc
+    from google.protobuf import json_format
+except ImportError as _e:
+    raise ImportError(
+        f"packsched.client (SchedulerClient) needs grpcio and protobuf, and {_e.name!r} is "
+        "missing: install them with `pip install 'packsched[client]'` (or `pip install grpcio "
+        "protobuf`; on Debian `apt-get install python3-grpcio python3-protobuf`). The in-process "
+        "planner (packsched.planner), the kernels and packsched.compat work without them."
+    ) from _e
 
+from ._inputs import int_array
 from ._options import CHOICES, PLAN_DEFAULTS, SCHEMA, WEIGHT_PAIR, check_world_size, split_options
 from .model_cost import model_fields
 from .plan import Plan, PlanStats, meta_of
-from .planner import SYNCS, Balanced, RankPlan, StepStats
+from .planner import SYNCS, Balanced, RankPlan, StepStats, partition
 from .tree import Forest, TreePlan
 from .v1 import scheduler_pb2, scheduler_pb2_grpc
 
@@ -125,11 +135,23 @@ class SchedulerClient:
         collective). ``global_counts``: (loss tokens, sequences with loss) summed by the caller
         over ``world_size`` DP ranks; without them the weights use this rank's own counts and
         world size 1, so ``world_size`` != 1 without ``global_counts`` raises ValueError (as
-        packsched.planner.partition does). -> Plan"""
+        packsched.planner.partition does). A rank with no sequences (empty ``seq_lens``) gets
+        ``num_micro_batches`` empty micro-batches from the in-process planner, as
+        packsched.planner.partition gives them (the sidecar refuses an empty request; a
+        partition involves no other rank). -> Plan"""
         plan_options, loss = split_options(max_token_len, options, where="partition", sidecar=True)
         world_size = check_world_size("partition", global_counts, world_size)
         request = scheduler_pb2.PartitionRequest(num_micro_batches=int(num_micro_batches))
-        _fill_input(request, seq_lens)
+        lengths = _fill_input(request, seq_lens, allow_empty=True)
+        if lengths is not None and not lengths:
+            return partition(
+                lengths,
+                num_micro_batches,
+                max_token_len,
+                global_counts=global_counts,
+                world_size=world_size,
+                **options,
+            )
         _fill_options(request.options, plan_options)
         _fill_loss(request, loss)
         if global_counts is not None:
@@ -167,7 +189,7 @@ class SchedulerClient:
         )
         _fill_input(request, seq_lens)
         if group_ids is not None:
-            request.group_ids.extend(_ints(group_ids))
+            request.group_ids.extend(_ints(group_ids, "group_ids", allow_empty=True))
         if model_config is not None:
             ints, strings = model_fields(model_config)
             request.model_config.ints.update(ints)
@@ -239,10 +261,9 @@ def _pem(value):
         return f.read()
 
 
-def _ints(values):
-    if hasattr(values, "tolist"):  # numpy arrays, torch tensors
-        values = values.tolist()
-    return list(values)
+def _ints(values, name, allow_empty=False):
+    # The in-process planner's check and messages (packsched._inputs).
+    return int_array(values, name, allow_empty=allow_empty).tolist()
 
 
 def _enum(key, value):
@@ -333,20 +354,24 @@ def _fill_options(msg, o):
 
 def _fill_loss(request, loss):
     if loss["loss_tokens"] is not None:
-        request.loss_tokens.extend(_ints(loss["loss_tokens"]))
+        request.loss_tokens.extend(_ints(loss["loss_tokens"], "loss_tokens", allow_empty=True))
     for name, rule, key in _LOSS_FIELDS:
         value = _enum(key, loss[key]) if rule == "Enum" else float(loss[key])
         setattr(request.loss, name, value)
 
 
-def _fill_input(request, seq_lens):
-    """The request's lengths, or its forest (tree packing) for a packsched.tree.Forest."""
+def _fill_input(request, seq_lens, allow_empty=False):
+    """The request's lengths (checked by packsched._inputs; returned as a list), or its forest
+    (tree packing; None returned) for a packsched.tree.Forest, whose arrays its constructor
+    checked."""
     if isinstance(seq_lens, Forest):
         request.forest.node_len.extend(seq_lens.node_len.tolist())
         request.forest.node_parent.extend(seq_lens.node_parent.tolist())
         request.forest.rollout_leaf.extend(seq_lens.rollout_leaf.tolist())
-    else:
-        request.lengths.extend(_ints(seq_lens))
+        return None
+    lengths = _ints(seq_lens, "seq_lens", allow_empty=allow_empty)
+    request.lengths.extend(lengths)
+    return lengths
 
 
 def _answer(response, seq_lens):

@@ -1,4 +1,4 @@
-"""The attention cost's weights from a model (issue 20; docs/design.md §2, "Cost from the model").
+"""The attention cost's weights from a model (docs/design.md §2, "Cost from the model").
 
 ``model_cost(config, max_batch_tokens, longest)`` reads a Hugging Face style ``config.json`` (a
 dict, or the path of the file) and returns ``(linear, quadratic, micro_batch)``: integer
@@ -9,6 +9,7 @@ so ``packsched plan --model_config`` gives the same weights.
 """
 
 import json
+import math
 import os
 
 from . import _planner
@@ -16,15 +17,44 @@ from . import _planner
 __all__ = ["model_cost", "model_fields"]
 
 
+def _fields_of(config, ints, strings):
+    for key, value in config.items():
+        if isinstance(value, bool) or value is None:
+            continue
+        if isinstance(value, int) and -(2**63) <= value < 2**63:
+            ints[key] = value
+            strings.pop(key, None)
+        elif isinstance(value, float) and math.isfinite(value) and value.is_integer():
+            ints[key] = int(value)  # 4096.0: a whole number written as a real
+            strings.pop(key, None)
+        elif isinstance(value, (str, int, float)):
+            # A string; or a real or an integer past int64, as its text: the planner refuses it
+            # where it reads an integer.
+            strings[key] = value if isinstance(value, str) else repr(value)
+            ints.pop(key, None)
+        elif isinstance(value, list) and all(
+            isinstance(v, int) and not isinstance(v, bool) for v in value
+        ):
+            strings[key] = json.dumps(value)  # mlp_only_layers: read as a list of layers
+            ints.pop(key, None)
+
+
 def model_fields(config):
-    """(integer fields, string fields) of a config: a dict, or the path of a config.json."""
+    """(integer fields, string fields) of a config: a dict, or the path of a config.json.
+
+    Whole numbers written as reals (``4096.0``) are integers; other reals and lists of integers
+    go as their text (the planner refuses a non-integer where it reads an integer, naming the
+    field, and reads ``mlp_only_layers`` as a list). A vision-language model's ``text_config``
+    describes its language model: its fields win over the top level's."""
     if isinstance(config, (str, os.PathLike)):
         with open(config, encoding="utf-8") as f:
             config = json.load(f)
     if not isinstance(config, dict):
         raise TypeError(f"model_config must be a dict or a path, got {type(config).__name__}")
-    ints = {k: v for k, v in config.items() if isinstance(v, int) and not isinstance(v, bool)}
-    strings = {k: v for k, v in config.items() if isinstance(v, str)}
+    ints, strings = {}, {}
+    _fields_of(config, ints, strings)
+    if isinstance(config.get("text_config"), dict):
+        _fields_of(config["text_config"], ints, strings)
     return ints, strings
 
 

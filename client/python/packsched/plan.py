@@ -96,18 +96,23 @@ class MicroBatchMeta:
 _META_FIELDS = frozenset(f.name for f in fields(MicroBatchMeta))
 
 
-def meta_of(values):
+def meta_of(values, *, adopt=False):
     """MicroBatchMeta of a dict holding every one of its fields (KeyError naming the first
     missing one, TypeError for one it does not have). A plan has thousands of micro-batches: this
     sets the frozen instance's fields at once instead of one object.__setattr__ each (the
-    dataclass's __init__), about 8x faster; the instance is the same, and stays frozen."""
+    dataclass's __init__), about 8x faster; the instance is the same, and stays frozen. With
+    ``adopt`` the dict itself becomes the instance's attributes (no copy): the caller must not
+    keep using it."""
     if values.keys() != _META_FIELDS:
         missing = sorted(_META_FIELDS - values.keys())
         if missing:
             raise KeyError(f"MicroBatchMeta: no value for {missing[0]}")
         raise TypeError(f"MicroBatchMeta has no field {sorted(values.keys() - _META_FIELDS)[0]}")
     meta = object.__new__(MicroBatchMeta)
-    meta.__dict__.update(values)
+    if adopt:
+        object.__setattr__(meta, "__dict__", values)
+    else:
+        meta.__dict__.update(values)
     return meta
 
 
@@ -156,19 +161,21 @@ class Plan:
 
     @classmethod
     def from_raw(cls, raw, *, local_k=None, cap=0, global_counts=None):
-        """Builds a Plan from the dict packsched._planner returns."""
+        """Builds a Plan from the dict packsched._planner returns (taking over its lists and
+        dicts)."""
         scales = raw.get("loss_scales")
-        metadata = [
-            meta_of({**part, _LOSS_SCALE: None if scales is None else scales[i]})
-            for i, part in enumerate(raw["parts"])
-        ]
+        if scales is not None:
+            for part, scale in zip(raw["parts"], scales):
+                part[_LOSS_SCALE] = scale
+        # The parts are dicts of every field, made for this plan alone: adopted, not copied.
+        metadata = [meta_of(part, adopt=True) for part in raw["parts"]]
         stats = PlanStats(**raw["stats"], cap=cap or 0)
         return cls(
             num_micro_batches=len(metadata),
             local_num_micro_batches=getattr(stats, _LOCAL_K) if local_k is None else local_k,
             micro_batches=[m.indices for m in metadata],
             metadata=metadata,
-            **{name: list(raw[name]) for name in _INDEX_LISTS},
+            **{name: raw[name] for name in _INDEX_LISTS},
             loss_weights=raw.get(_WEIGHTS),
             loss_scales=scales,
             empty=[m.empty for m in metadata],

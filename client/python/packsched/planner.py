@@ -5,13 +5,21 @@ all-reduces the bounds (MAX) and the loss counts (SUM) itself, then each rank ca
 with the agreed k. ``plan_local`` is the one-rank shortcut, ``balance`` the coordinator mode (the
 whole global batch over W data-parallel ranks in one call).
 
+A call that runs longer than a few seconds (10^7 sequences) reports on stderr while it plans, as
+``packsched plan`` does: ``progress=False`` silences it, a callable gets the lines instead
+(packsched._progress).
+
 Every function takes the keyword options of ``SchedulerClient.plan`` with the same defaults
 (see packsched._options), and gives the plan the sidecar and ``packsched plan`` give for the same
 input. ``seq_lens``: per-sequence token counts, a list, numpy array or torch tensor of integers,
 or a ``packsched.tree.Forest`` of rollouts: then the plan is a ``packsched.tree.TreePlan`` (tree
 packing: each shared token forwarded once; loss_tokens and the loss weights are per rollout).
-Invalid input raises ValueError with the planner's message (option values are checked first by
-packsched._options, with the messages ``SchedulerClient`` gives).
+The arrays are checked by packsched._inputs and the option values by packsched._options, with the
+messages ``SchedulerClient`` gives (TypeError for data that is not integers, ValueError for a bad
+shape, an empty ``seq_lens`` or a bad option value); values the planner refuses raise ValueError
+with the planner's message. An empty ``seq_lens`` is nothing to plan for ``plan_local`` and
+``balance`` (as for the sidecar and ``packsched plan``); ``local_bound`` and ``partition`` take it:
+a data-parallel rank with no sequences joins the agreed count and gets k empty micro-batches.
 """
 
 from dataclasses import dataclass
@@ -19,7 +27,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import _planner
+from ._inputs import int_array
 from ._options import CAP, check_world_size, split_options
+from ._progress import Progress
 from .model_cost import model_fields
 from .plan import Plan
 from .tree import Forest, TreePlan
@@ -89,19 +99,12 @@ class Balanced:
     step: StepStats = None
 
 
-def _lengths(seq_lens):
-    if type(seq_lens).__module__.startswith("torch"):
-        seq_lens = seq_lens.detach().cpu().numpy()
-    array = np.asarray(seq_lens)
-    if array.size == 0:
-        array = array.astype(np.int64)
-    if array.ndim != 1:
-        raise ValueError(f"seq_lens must be one-dimensional, got shape {array.shape}")
-    if array.dtype.kind not in "iu":
-        raise TypeError(f"seq_lens must hold integers, got dtype {array.dtype}")
-    if array.dtype.kind == "u" and array.size and array.max() > np.iinfo(np.int64).max:
-        raise ValueError("seq_lens: a value does not fit in int64")
-    return np.ascontiguousarray(array, dtype=np.int64)
+def _progress(where, lengths, report):
+    return Progress(f"{where}: {len(lengths)} sequences", report)
+
+
+def _forest_progress(where, forest, report):
+    return Progress(f"{where}: a forest of {forest.num_rollouts} rollouts", report)
 
 
 def _forest_arrays(forest):
@@ -111,7 +114,7 @@ def _forest_arrays(forest):
 def _loss(loss, n, global_counts, world_size):
     if loss["loss_tokens"] is None:
         return None
-    tokens = _lengths(loss["loss_tokens"])
+    tokens = int_array(loss["loss_tokens"], "loss_tokens", allow_empty=True)
     if len(tokens) != n:
         raise ValueError(f"loss_tokens has {len(tokens)} entries for {n} sequences")
     return dict(
@@ -119,40 +122,48 @@ def _loss(loss, n, global_counts, world_size):
     )
 
 
-def plan_local(seq_lens, max_token_len, **options):
+def plan_local(seq_lens, max_token_len, *, progress=True, **options):
     """Plans one rank's micro-batches on its own: the smallest micro-batch count that keeps every
     micro-batch within ``max_token_len`` (kk/lpt), or dataset packing (ffd/bfd/sequential).
     Loss weights (with ``loss_tokens``) use this rank's own counts, world size 1. -> Plan"""
+    forest = seq_lens if isinstance(seq_lens, Forest) else None
+    lengths = None if forest is not None else int_array(seq_lens, "seq_lens")
     plan_options, loss = split_options(
         max_token_len, options, where="plan_local", cap_required=True
     )
-    if isinstance(seq_lens, Forest):
-        kind = TreePlan
-        raw = _planner.forest_plan(
-            *_forest_arrays(seq_lens), plan_options, 0, _loss(loss, seq_lens.num_rollouts, None, 1)
-        )
-    else:
-        kind = Plan
-        lengths = _lengths(seq_lens)
+    if forest is not None:
+        weights = _loss(loss, forest.num_rollouts, None, 1)
+        with _forest_progress("plan_local", forest, progress):
+            raw = _planner.forest_plan(*_forest_arrays(forest), plan_options, 0, weights)
+        return TreePlan.from_raw(raw, cap=max_token_len)
+    with _progress("plan_local", lengths, progress):
         raw = _planner.plan(lengths, plan_options, 0, _loss(loss, len(lengths), None, 1))
-    return kind.from_raw(raw, cap=max_token_len)
+    return Plan.from_raw(raw, cap=max_token_len)
 
 
-def local_bound(seq_lens, max_token_len, **options):
+def local_bound(seq_lens, max_token_len, *, progress=True, **options):
     """This rank's bound k_r (and its loss counts, with ``loss_tokens``) before agreement.
     -> Bound"""
+    forest = seq_lens if isinstance(seq_lens, Forest) else None
+    lengths = None if forest is not None else int_array(seq_lens, "seq_lens", allow_empty=True)
     plan_options, loss = split_options(
         max_token_len, options, where="local_bound", cap_required=True
     )
-    tokens = None if loss["loss_tokens"] is None else _lengths(loss["loss_tokens"]).tolist()
-    if isinstance(seq_lens, Forest):
-        raw = _planner.forest_local_bound(*_forest_arrays(seq_lens), plan_options, tokens)
+    tokens = None
+    if loss["loss_tokens"] is not None:
+        tokens = int_array(loss["loss_tokens"], "loss_tokens", allow_empty=True).tolist()
+    if forest is not None:
+        with _forest_progress("local_bound", forest, progress):
+            raw = _planner.forest_local_bound(*_forest_arrays(forest), plan_options, tokens)
     else:
-        raw = _planner.local_bound(_lengths(seq_lens), plan_options, tokens)
+        with _progress("local_bound", lengths, progress):
+            raw = _planner.local_bound(lengths, plan_options, tokens)
     return Bound(**{**raw, "loss_counts": raw.get("loss_counts")})
 
 
-def partition(seq_lens, k, max_token_len=None, *, global_counts=None, world_size=1, **options):
+def partition(
+    seq_lens, k, max_token_len=None, *, global_counts=None, world_size=1, progress=True, **options
+):
     """Splits into exactly ``k`` micro-batches (an agreed k >= every rank's bound: cannot fail for
     valid input). ``global_counts``: the round's summed (loss tokens, sequences with loss) for the
     loss weights (default: this rank's own, world size 1); ``world_size``: the DP ranks those
@@ -160,6 +171,8 @@ def partition(seq_lens, k, max_token_len=None, *, global_counts=None, world_size
     ``global_counts`` raises ValueError, as ``SchedulerClient.partition`` does: weights for W ranks
     need the counts of all W. ``Plan.global_counts`` is set only with ``loss_tokens`` (no weights,
     no counts). -> Plan"""
+    forest = seq_lens if isinstance(seq_lens, Forest) else None
+    lengths = None if forest is not None else int_array(seq_lens, "seq_lens", allow_empty=True)
     plan_options, loss = split_options(max_token_len, options, where="partition")
     check_world_size("partition", global_counts, world_size)
     if k < 1:
@@ -167,17 +180,16 @@ def partition(seq_lens, k, max_token_len=None, *, global_counts=None, world_size
     counts = None
     if global_counts is not None and loss["loss_tokens"] is not None:
         counts = tuple(global_counts)
-    if isinstance(seq_lens, Forest):
-        kind = TreePlan
-        weights = _loss(loss, seq_lens.num_rollouts, global_counts, world_size)
-        raw = _planner.forest_plan(*_forest_arrays(seq_lens), plan_options, int(k), weights)
-    else:
-        kind = Plan
-        lengths = _lengths(seq_lens)
+    if forest is not None:
+        weights = _loss(loss, forest.num_rollouts, global_counts, world_size)
+        with _forest_progress("partition", forest, progress):
+            raw = _planner.forest_plan(*_forest_arrays(forest), plan_options, int(k), weights)
+        return TreePlan.from_raw(raw, cap=max_token_len, global_counts=counts)
+    with _progress("partition", lengths, progress):
         raw = _planner.plan(
             lengths, plan_options, int(k), _loss(loss, len(lengths), global_counts, world_size)
         )
-    return kind.from_raw(raw, cap=max_token_len, global_counts=counts)
+    return Plan.from_raw(raw, cap=max_token_len, global_counts=counts)
 
 
 def balance(
@@ -189,6 +201,7 @@ def balance(
     sync="step",
     micro_batch_cost=0,
     model_config=None,
+    progress=True,
     **options,
 ):
     """Coordinator mode: balances the whole global batch over ``world_size`` DP ranks (members of
@@ -206,7 +219,7 @@ def balance(
     if sync not in SYNCS:
         raise ValueError(f"sync = {sync!r}: must be one of {', '.join(SYNCS)}")
     forest = seq_lens if isinstance(seq_lens, Forest) else None
-    lengths = None if forest is not None else _lengths(seq_lens)
+    lengths = None if forest is not None else int_array(seq_lens, "seq_lens")
     ints, strings = (None, {}) if model_config is None else model_fields(model_config)
     plan_options, loss = split_options(max_token_len, options, where="balance", cap_required=True)
     if loss["loss_tokens"] is not None:
@@ -216,11 +229,22 @@ def balance(
             raise ValueError(
                 "balance: a forest takes no group_ids or model_config (a tree is one item)"
             )
-        return _balance_forest(forest, world_size, plan_options, sync, micro_batch_cost)
-    groups = [] if group_ids is None else _lengths(group_ids).tolist()
-    raw = _planner.balance(
-        lengths, int(world_size), plan_options, groups, sync, int(micro_batch_cost), ints, strings
+        with _forest_progress("balance", forest, progress):
+            return _balance_forest(forest, world_size, plan_options, sync, micro_batch_cost)
+    groups = (
+        [] if group_ids is None else int_array(group_ids, "group_ids", allow_empty=True).tolist()
     )
+    with _progress("balance", lengths, progress):
+        raw = _planner.balance(
+            lengths,
+            int(world_size),
+            plan_options,
+            groups,
+            sync,
+            int(micro_batch_cost),
+            ints,
+            strings,
+        )
     ranks = [
         RankPlan(r["indices"], r["cost"], Plan.from_raw(r["plan"], cap=max_token_len))
         for r in raw["ranks"]

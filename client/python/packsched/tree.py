@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ._inputs import int_array
+
 __all__ = [
     "Forest",
     "build_forest",
@@ -30,16 +32,8 @@ _MAX_LENGTH = (1 << 31) - 1
 
 
 def _int64(values, what):
-    if type(values).__module__.startswith("torch"):
-        values = values.detach().cpu().numpy()
-    array = np.asarray(values)
-    if array.size == 0:
-        array = array.astype(np.int64)
-    if array.ndim != 1:
-        raise ValueError(f"{what} must be one-dimensional, got shape {array.shape}")
-    if array.dtype.kind not in "iu":
-        raise TypeError(f"{what} must hold integers, got dtype {array.dtype}")
-    return np.ascontiguousarray(array, dtype=np.int64)
+    # The client's and the planner's one check and messages (packsched._inputs).
+    return int_array(values, what, allow_empty=True)
 
 
 @dataclass(frozen=True, eq=False)

@@ -17,6 +17,7 @@
 #include "packsched/kernels/attention.h"
 #include "packsched/kernels/context_parallel.h"
 #include "packsched/kernels/kernels.h"
+#include "packsched/kernels/tree.h"
 
 namespace py = pybind11;
 
@@ -84,10 +85,15 @@ struct AttentionCall {
                 int64_t rows_q, int64_t rows_k, int64_t max_q, int64_t max_k,
                 const py::object& seqused_q, const py::object& seqused_k,
                 std::optional<double> scale, bool causal, int64_t window_left, int64_t window_right,
-                double softcap, uintptr_t stream)
+                double softcap, const py::object& subtree_end, const py::object& positions,
+                uintptr_t stream)
       : bq(cu_q, stream), bk(cu_k, stream), host_q(cu_q_host), host_k(cu_k_host) {
     if (!seqused_q.is_none()) bsq.emplace(seqused_q, stream);
     if (!seqused_k.is_none()) bsk.emplace(seqused_k, stream);
+    if (!subtree_end.is_none()) bse.emplace(subtree_end, stream);
+    if (!positions.is_none()) bpos.emplace(positions, stream);
+    seqlens.subtree_end = bse ? bse->get() : nullptr;
+    seqlens.positions = bpos ? bpos->get() : nullptr;
     seqlens.q = {bq.get(), HostSpan(host_q), rows_q};
     seqlens.k = {bk.get(), HostSpan(host_k), rows_k};
     seqlens.max_seqlen_q = max_q;
@@ -101,8 +107,8 @@ struct AttentionCall {
     options.softcap = softcap;
   }
   Borrowed bq, bk;
-  std::optional<Borrowed> bsq, bsk;
-  std::optional<std::vector<int32_t>> host_q, host_k;
+  std::optional<Borrowed> bsq, bsk, bse, bpos;
+  const std::optional<std::vector<int32_t>>&host_q, host_k;
   AttentionSeqlens seqlens;
   AttentionOptions options;
 };
@@ -122,8 +128,9 @@ PYBIND11_MODULE(_kernels, m) {
 
   m.def(
       "unpad",
-      [](py::object x, py::object mask, py::object cu, std::optional<std::vector<int32_t>> cu_host,
-         py::object x_packed, py::object indices, uintptr_t stream) {
+      [](const py::object& x, const py::object& mask, const py::object& cu,
+         const std::optional<std::vector<int32_t>>& cu_host, const py::object& x_packed,
+         const py::object& indices, uintptr_t stream) {
         Borrowed bx(x, stream), bm(mask, stream), bc(cu, stream), bp(x_packed, stream),
             bi(indices, stream);
         CheckWithoutGil([&] {
@@ -135,7 +142,8 @@ PYBIND11_MODULE(_kernels, m) {
 
   m.def(
       "pad",
-      [](py::object x_packed, py::object indices, py::object x, uintptr_t stream) {
+      [](const py::object& x_packed, const py::object& indices, const py::object& x,
+         uintptr_t stream) {
         Borrowed bp(x_packed, stream), bi(indices, stream), bx(x, stream);
         CheckWithoutGil([&] { return Pad(*bp, *bi, *bx, AsStream(stream)); });
       },
@@ -143,9 +151,10 @@ PYBIND11_MODULE(_kernels, m) {
 
   m.def(
       "pack_aligned",
-      [](py::object x_packed, py::object cu, std::optional<std::vector<int32_t>> cu_host,
-         int64_t align, int64_t rows, double pad_value, py::object x_aligned, py::object cu_padded,
-         py::object seqused, uintptr_t stream) {
+      [](const py::object& x_packed, const py::object& cu,
+         const std::optional<std::vector<int32_t>>& cu_host, int64_t align, int64_t rows,
+         double pad_value, const py::object& x_aligned, const py::object& cu_padded,
+         const py::object& seqused, uintptr_t stream) {
         Borrowed bp(x_packed, stream), bc(cu, stream), ba(x_aligned, stream),
             bcp(cu_padded, stream), bs(seqused, stream);
         CheckWithoutGil([&] {
@@ -159,9 +168,10 @@ PYBIND11_MODULE(_kernels, m) {
 
   m.def(
       "unpack_aligned",
-      [](py::object x_aligned, py::object cu, std::optional<std::vector<int32_t>> cu_host,
-         py::object cu_padded, std::optional<std::vector<int32_t>> cu_padded_host, int64_t rows,
-         py::object x_packed, uintptr_t stream) {
+      [](const py::object& x_aligned, const py::object& cu,
+         const std::optional<std::vector<int32_t>>& cu_host, const py::object& cu_padded,
+         const std::optional<std::vector<int32_t>>& cu_padded_host, int64_t rows,
+         const py::object& x_packed, uintptr_t stream) {
         Borrowed ba(x_aligned, stream), bc(cu, stream), bcp(cu_padded, stream),
             bp(x_packed, stream);
         CheckWithoutGil([&] {
@@ -175,8 +185,8 @@ PYBIND11_MODULE(_kernels, m) {
 
   m.def(
       "position_ids",
-      [](py::object cu, std::optional<std::vector<int32_t>> cu_host, int64_t rows, py::object out,
-         uintptr_t stream) {
+      [](const py::object& cu, const std::optional<std::vector<int32_t>>& cu_host, int64_t rows,
+         const py::object& out, uintptr_t stream) {
         Borrowed bc(cu, stream), bo(out, stream);
         CheckWithoutGil([&] {
           return PositionIds({bc.get(), HostSpan(cu_host), rows}, *bo, AsStream(stream));
@@ -187,8 +197,9 @@ PYBIND11_MODULE(_kernels, m) {
 
   m.def(
       "cp_shard",
-      [](py::object x, py::object cu, std::optional<std::vector<int32_t>> cu_host, int64_t cp,
-         int64_t rank, py::object shard, uintptr_t stream) {
+      [](const py::object& x, const py::object& cu,
+         const std::optional<std::vector<int32_t>>& cu_host, int64_t cp, int64_t rank,
+         const py::object& shard, uintptr_t stream) {
         Borrowed bx(x, stream), bc(cu, stream), bs(shard, stream);
         CheckWithoutGil([&] {
           return CpShard(*bx, {bc.get(), HostSpan(cu_host)}, cp, rank, *bs, AsStream(stream));
@@ -199,8 +210,9 @@ PYBIND11_MODULE(_kernels, m) {
 
   m.def(
       "cp_unshard",
-      [](py::object shard, py::object cu, std::optional<std::vector<int32_t>> cu_host, int64_t cp,
-         int64_t rank, py::object x, uintptr_t stream) {
+      [](const py::object& shard, const py::object& cu,
+         const std::optional<std::vector<int32_t>>& cu_host, int64_t cp, int64_t rank,
+         const py::object& x, uintptr_t stream) {
         Borrowed bs(shard, stream), bc(cu, stream), bx(x, stream);
         CheckWithoutGil([&] {
           return CpUnshard(*bs, {bc.get(), HostSpan(cu_host)}, cp, rank, *bx, AsStream(stream));
@@ -211,9 +223,10 @@ PYBIND11_MODULE(_kernels, m) {
 
   m.def(
       "mrope_position_ids",
-      [](py::object types, py::object cu, std::optional<std::vector<int32_t>> cu_host, int64_t rows,
-         py::object grids, py::object grid_cu, std::optional<std::vector<int32_t>> grid_cu_host,
-         int64_t merge, py::object out, uintptr_t stream) {
+      [](const py::object& types, const py::object& cu,
+         const std::optional<std::vector<int32_t>>& cu_host, int64_t rows, const py::object& grids,
+         const py::object& grid_cu, const std::optional<std::vector<int32_t>>& grid_cu_host,
+         int64_t merge, const py::object& out, uintptr_t stream) {
         Borrowed bt(types, stream), bc(cu, stream), bg(grids, stream), bgc(grid_cu, stream),
             bo(out, stream);
         CheckWithoutGil([&] {
@@ -228,9 +241,10 @@ PYBIND11_MODULE(_kernels, m) {
 
   m.def(
       "shift_labels",
-      [](py::object ids, py::object cu, std::optional<std::vector<int32_t>> cu_host,
-         py::object cu_padded, std::optional<std::vector<int32_t>> cu_padded_host, int64_t rows,
-         int64_t ignore_index, py::object labels, uintptr_t stream) {
+      [](const py::object& ids, const py::object& cu,
+         const std::optional<std::vector<int32_t>>& cu_host, const py::object& cu_padded,
+         const std::optional<std::vector<int32_t>>& cu_padded_host, int64_t rows,
+         int64_t ignore_index, const py::object& labels, uintptr_t stream) {
         Borrowed bi(ids, stream), bc(cu, stream), bl(labels, stream);
         std::optional<Borrowed> bcp;
         Seqlens padded;
@@ -251,9 +265,10 @@ PYBIND11_MODULE(_kernels, m) {
 
   m.def(
       "packed_cross_entropy",
-      [](py::object logits, py::object labels, py::object cu,
-         std::optional<std::vector<int32_t>> cu_host, int64_t rows, int64_t ignore_index,
-         py::object loss, py::object sums, py::object counts, uintptr_t stream) {
+      [](const py::object& logits, const py::object& labels, const py::object& cu,
+         const std::optional<std::vector<int32_t>>& cu_host, int64_t rows, int64_t ignore_index,
+         const py::object& loss, const py::object& sums, const py::object& counts,
+         uintptr_t stream) {
         Borrowed bl(logits, stream), bt(labels, stream), bc(cu, stream), bo(loss, stream),
             bs(sums, stream), bn(counts, stream);
         CheckWithoutGil([&] {
@@ -267,15 +282,17 @@ PYBIND11_MODULE(_kernels, m) {
 
   m.def(
       "varlen_attention_forward",
-      [](py::object q, py::object k, py::object v, py::object cu_q,
-         std::optional<std::vector<int32_t>> cu_q_host, py::object cu_k,
-         std::optional<std::vector<int32_t>> cu_k_host, int64_t rows_q, int64_t rows_k,
-         int64_t max_q, int64_t max_k, py::object seqused_q, py::object seqused_k,
+      [](const py::object& q, const py::object& k, const py::object& v, const py::object& cu_q,
+         const std::optional<std::vector<int32_t>>& cu_q_host, const py::object& cu_k,
+         const std::optional<std::vector<int32_t>>& cu_k_host, int64_t rows_q, int64_t rows_k,
+         int64_t max_q, int64_t max_k, const py::object& seqused_q, const py::object& seqused_k,
          std::optional<double> scale, bool causal, int64_t window_left, int64_t window_right,
-         double softcap, py::object out, py::object lse, uintptr_t stream) {
+         double softcap, const py::object& out, const py::object& lse, uintptr_t stream,
+         const py::object& subtree_end, const py::object& positions) {
         Borrowed bq(q, stream), bk(k, stream), bv(v, stream), bo(out, stream), bl(lse, stream);
         AttentionCall c(cu_q, cu_q_host, cu_k, cu_k_host, rows_q, rows_k, max_q, max_k, seqused_q,
-                        seqused_k, scale, causal, window_left, window_right, softcap, stream);
+                        seqused_k, scale, causal, window_left, window_right, softcap, subtree_end,
+                        positions, stream);
         CheckWithoutGil([&] {
           return VarlenAttentionForward(*bq, *bk, *bv, c.seqlens, c.options, *bo, *bl,
                                         AsStream(stream));
@@ -286,20 +303,24 @@ PYBIND11_MODULE(_kernels, m) {
       py::arg("rows_q"), py::arg("rows_k"), py::arg("max_seqlen_q"), py::arg("max_seqlen_k"),
       py::arg("seqused_q"), py::arg("seqused_k"), py::arg("softmax_scale"), py::arg("causal"),
       py::arg("window_left"), py::arg("window_right"), py::arg("softcap"), py::arg("out"),
-      py::arg("lse"), py::arg("stream"));
+      py::arg("lse"), py::arg("stream"), py::arg("subtree_end") = py::none(),
+      py::arg("positions") = py::none());
 
   m.def(
       "varlen_attention_backward",
-      [](py::object dout, py::object q, py::object k, py::object v, py::object out, py::object lse,
-         py::object cu_q, std::optional<std::vector<int32_t>> cu_q_host, py::object cu_k,
-         std::optional<std::vector<int32_t>> cu_k_host, int64_t rows_q, int64_t rows_k,
-         int64_t max_q, int64_t max_k, py::object seqused_q, py::object seqused_k,
+      [](const py::object& dout, const py::object& q, const py::object& k, const py::object& v,
+         const py::object& out, const py::object& lse, const py::object& cu_q,
+         const std::optional<std::vector<int32_t>>& cu_q_host, const py::object& cu_k,
+         const std::optional<std::vector<int32_t>>& cu_k_host, int64_t rows_q, int64_t rows_k,
+         int64_t max_q, int64_t max_k, const py::object& seqused_q, const py::object& seqused_k,
          std::optional<double> scale, bool causal, int64_t window_left, int64_t window_right,
-         double softcap, py::object dq, py::object dk, py::object dv, uintptr_t stream) {
+         double softcap, const py::object& dq, const py::object& dk, const py::object& dv,
+         uintptr_t stream, const py::object& subtree_end, const py::object& positions) {
         Borrowed bdo(dout, stream), bq(q, stream), bk(k, stream), bv(v, stream), bo(out, stream),
             bl(lse, stream), bdq(dq, stream), bdk(dk, stream), bdv(dv, stream);
         AttentionCall c(cu_q, cu_q_host, cu_k, cu_k_host, rows_q, rows_k, max_q, max_k, seqused_q,
-                        seqused_k, scale, causal, window_left, window_right, softcap, stream);
+                        seqused_k, scale, causal, window_left, window_right, softcap, subtree_end,
+                        positions, stream);
         CheckWithoutGil([&] {
           return VarlenAttentionBackward(*bdo, *bq, *bk, *bv, *bo, *bl, c.seqlens, c.options, *bdq,
                                          *bdk, *bdv, AsStream(stream));
@@ -310,7 +331,46 @@ PYBIND11_MODULE(_kernels, m) {
       py::arg("cu_seqlens_k_host"), py::arg("rows_q"), py::arg("rows_k"), py::arg("max_seqlen_q"),
       py::arg("max_seqlen_k"), py::arg("seqused_q"), py::arg("seqused_k"), py::arg("softmax_scale"),
       py::arg("causal"), py::arg("window_left"), py::arg("window_right"), py::arg("softcap"),
-      py::arg("dq"), py::arg("dk"), py::arg("dv"), py::arg("stream"));
+      py::arg("dq"), py::arg("dk"), py::arg("dv"), py::arg("stream"),
+      py::arg("subtree_end") = py::none(), py::arg("positions") = py::none());
+
+  m.def(
+      "tree_position_ids",
+      [](const py::object& cu, const std::optional<std::vector<int32_t>>& cu_host, int64_t rows,
+         const py::object& subtree_end, const py::object& out, uintptr_t stream) {
+        Borrowed bc(cu, stream), bs(subtree_end, stream), bo(out, stream);
+        CheckWithoutGil([&] {
+          return TreePositionIds({bc.get(), HostSpan(cu_host), rows}, *bs, *bo, AsStream(stream));
+        });
+      },
+      py::arg("cu_seqlens"), py::arg("cu_seqlens_host"), py::arg("rows"), py::arg("subtree_end"),
+      py::arg("position_ids"), py::arg("stream"));
+
+  m.def(
+      "multi_target_cross_entropy",
+      [](const py::object& logits, const py::object& rows, const py::object& labels,
+         const py::object& loss, const py::object& row_lse, uintptr_t stream) {
+        Borrowed bl(logits, stream), br(rows, stream), bt(labels, stream), bo(loss, stream),
+            bs(row_lse, stream);
+        CheckWithoutGil(
+            [&] { return MultiTargetCrossEntropy(*bl, *br, *bt, *bo, *bs, AsStream(stream)); });
+      },
+      py::arg("logits"), py::arg("rows"), py::arg("labels"), py::arg("loss"), py::arg("row_lse"),
+      py::arg("stream"));
+
+  m.def(
+      "multi_target_cross_entropy_backward",
+      [](const py::object& logits, const py::object& row_lse, const py::object& rows,
+         const py::object& labels, const py::object& d_loss, const py::object& d_logits,
+         uintptr_t stream) {
+        Borrowed bl(logits, stream), bs(row_lse, stream), br(rows, stream), bt(labels, stream),
+            bd(d_loss, stream), bo(d_logits, stream);
+        CheckWithoutGil([&] {
+          return MultiTargetCrossEntropyBackward(*bl, *bs, *br, *bt, *bd, *bo, AsStream(stream));
+        });
+      },
+      py::arg("logits"), py::arg("row_lse"), py::arg("rows"), py::arg("labels"), py::arg("d_loss"),
+      py::arg("d_logits"), py::arg("stream"));
 }
 
 }  // namespace

@@ -16,6 +16,10 @@
 #include <utility>
 #include <vector>
 
+#if defined(__GLIBC__)
+#include <malloc.h>  // malloc_trim
+#endif
+
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "server/planner/loss_weights.h"
@@ -53,19 +57,26 @@ int64_t Int(const py::dict& d, const char* key) { return d[key].cast<int64_t>();
 // table's names, so the Python side (packsched._options, packsched.plan) reads the same names
 // from schema() below.
 
-// `d` holds every key of packsched._options.PLAN_DEFAULTS (the Python side fills defaults).
-#define PACKSCHED_PY_OPTION_Cap(name, Type, member) \
-  o.member = d[#name].is_none() ? 0 : Int(d, #name);
+// The dict `d` into the options `o` (PACKSCHED_PLAN_OPTIONS): `d` holds every key of
+// packsched._options.PLAN_DEFAULTS (the Python side fills defaults); the Weight options come
+// from the pair (a, b) under PACKSCHED_WEIGHT_PAIR_KEY, `next` counting them. The row
+//   X(cap_mode, 2, Enum, CapMode, cap_mode, 3, "tokens ... | padded ...")
+// expands, through PACKSCHED_PY_OPTION, to
+//   o.cap_mode = Value(ParseCapMode(Str(d, "cap_mode")));
+#define PACKSCHED_PY_OPTION_Cap(o, d, pair, next, name, Type, member) \
+  (o).member = (d)[#name].is_none() ? 0 : Int(d, #name);
 #define PACKSCHED_PY_OPTION_Unlimited PACKSCHED_PY_OPTION_Cap
-#define PACKSCHED_PY_OPTION_Count(name, Type, member) o.member = Int(d, #name);
+#define PACKSCHED_PY_OPTION_Count(o, d, pair, next, name, Type, member) (o).member = Int(d, #name);
 #define PACKSCHED_PY_OPTION_Align PACKSCHED_PY_OPTION_Count
 #define PACKSCHED_PY_OPTION_Ceiling PACKSCHED_PY_OPTION_Count
-#define PACKSCHED_PY_OPTION_FixedK(name, Type, member) o.member = d[#name].cast<bool>();
-#define PACKSCHED_PY_OPTION_Enum(name, Type, member) o.member = Value(Parse##Type(Str(d, #name)));
-#define PACKSCHED_PY_OPTION_Weight(name, Type, member) \
-  if (!pair.is_none()) o.member = pair.cast<py::sequence>()[next++].cast<int64_t>();
+#define PACKSCHED_PY_OPTION_FixedK(o, d, pair, next, name, Type, member) \
+  (o).member = (d)[#name].cast<bool>();
+#define PACKSCHED_PY_OPTION_Enum(o, d, pair, next, name, Type, member) \
+  (o).member = Value(Parse##Type(Str(d, #name)));
+#define PACKSCHED_PY_OPTION_Weight(o, d, pair, next, name, Type, member) \
+  if (!(pair).is_none()) (o).member = (pair).cast<py::sequence>()[(next)++].cast<int64_t>();
 #define PACKSCHED_PY_OPTION(name, number, Rule, Type, member, json, help) \
-  PACKSCHED_PY_OPTION_##Rule(name, Type, member)
+  PACKSCHED_PY_OPTION_##Rule(o, d, pair, next, name, Type, member)
 
 PlanOptions ToPlanOptions(const py::dict& d) {
   PlanOptions o;
@@ -75,24 +86,69 @@ PlanOptions ToPlanOptions(const py::dict& d) {
   return o;
 }
 
-#define PACKSCHED_PY_PART_Int(name) d[#name] = part.name;
-#define PACKSCHED_PY_PART_Ints PACKSCHED_PY_PART_Int
-#define PACKSCHED_PY_PART_Bool PACKSCHED_PY_PART_Int
-#define PACKSCHED_PY_PART_LossScale PACKSCHED_SCHEMA_NOTHING  // added by AddLossWeights
-#define PACKSCHED_PY_PART(name, number, Kind) PACKSCHED_PY_PART_##Kind(name)
+// Python ints for the values 0..n (n: the batch's sequences), made on first use and shared by
+// every list of the answer: a plan of n sequences lists about 5n integers (indices, reorder,
+// revert, two prefix sums per micro-batch) whose values are mostly below n, so sharing one object
+// per value instead of one per entry roughly halves the answer's memory and its conversion time
+// on 10^6 sequences. Values outside 0..n get their own object.
+class IntCache {
+ public:
+  explicit IntCache(int64_t n) : ints_(static_cast<size_t>(n < 0 ? 0 : n) + 1) {}
 
-py::dict ToDict(const MicroBatch& part) {
+  template <typename Int>
+  py::list List(const std::vector<Int>& values) {
+    py::list out(values.size());
+    for (size_t i = 0; i < values.size(); ++i) {
+      PyList_SET_ITEM(out.ptr(), static_cast<Py_ssize_t>(i), New(values[i]));
+    }
+    return out;
+  }
+
+ private:
+  // A new reference to the int `v`.
+  PyObject* New(int64_t v) {
+    if (v < 0 || static_cast<uint64_t>(v) >= ints_.size()) {
+      PyObject* fresh = PyLong_FromLongLong(v);
+      if (fresh == nullptr) throw py::error_already_set();
+      return fresh;
+    }
+    py::object& slot = ints_[static_cast<size_t>(v)];
+    if (!slot) slot = py::int_(v);
+    return slot.inc_ref().ptr();
+  }
+
+  std::vector<py::object> ints_;
+};
+
+// A micro-batch (PACKSCHED_MICRO_BATCH) as the dict `d` of every MicroBatchMeta field
+// (packsched.plan adopts it as the instance's attributes), its lists through the IntCache `ints`;
+// loss_scale is None here, set by the caller when the plan has weights. The row
+//   X(indices, 1, Ints)
+// expands, through PACKSCHED_PY_PART, to
+//   d["indices"] = ints.List(part.indices);
+#define PACKSCHED_PY_PART_Int(d, part, ints, name) (d)[#name] = (part).name;
+#define PACKSCHED_PY_PART_Ints(d, part, ints, name) (d)[#name] = (ints).List((part).name);
+#define PACKSCHED_PY_PART_Bool PACKSCHED_PY_PART_Int
+#define PACKSCHED_PY_PART_LossScale(d, part, ints, name) (d)[#name] = py::none();
+#define PACKSCHED_PY_PART(name, number, Kind) PACKSCHED_PY_PART_##Kind(d, part, ints, name)
+
+py::dict ToDict(const MicroBatch& part, IntCache& ints) {
   py::dict d;
   PACKSCHED_MICRO_BATCH(PACKSCHED_PY_PART)
   return d;
 }
 
-#define PACKSCHED_PY_STATS_Int(name) d[#name] = s.name;
+// The planner's stats (PACKSCHED_PLAN_STATS; the wire-only Cap and Micros are not the planner's:
+// nothing to write) into the dict `d`. The row
+//   X(imbalance, 7, Double, _)
+// expands, through PACKSCHED_PY_STATS, to
+//   d["imbalance"] = s.imbalance;
+#define PACKSCHED_PY_STATS_Int(d, s, name) (d)[#name] = (s).name;
 #define PACKSCHED_PY_STATS_Double PACKSCHED_PY_STATS_Int
 #define PACKSCHED_PY_STATS_LocalK PACKSCHED_PY_STATS_Int
 #define PACKSCHED_PY_STATS_Cap PACKSCHED_SCHEMA_NOTHING
 #define PACKSCHED_PY_STATS_Micros PACKSCHED_SCHEMA_NOTHING
-#define PACKSCHED_PY_STATS(name, number, Kind, alias) PACKSCHED_PY_STATS_##Kind(name)
+#define PACKSCHED_PY_STATS(name, number, Kind, alias) PACKSCHED_PY_STATS_##Kind(d, s, name)
 
 py::dict ToDict(const PlanStats& s) {
   py::dict d;
@@ -100,37 +156,55 @@ py::dict ToDict(const PlanStats& s) {
   return d;
 }
 
-#define PACKSCHED_PY_PLAN_Indices(name) d[#name] = plan.name;
-#define PACKSCHED_PY_PLAN_Stats(name) d[#name] = ToDict(plan.name);
+// A plan's index lists and stats (PACKSCHED_PLAN_RESPONSE) into the dict `d`, the lists through
+// the IntCache `ints`; its micro-batches go under "parts", and the counts, loss weights and
+// global counts are not the plan's (nothing to write). The row
+//   X(reorder, 4, Indices)
+// expands, through PACKSCHED_PY_PLAN, to
+//   d["reorder"] = ints.List(plan.reorder);
+#define PACKSCHED_PY_PLAN_Indices(d, plan, ints, name) (d)[#name] = (ints).List((plan).name);
+#define PACKSCHED_PY_PLAN_Stats(d, plan, ints, name) (d)[#name] = ToDict((plan).name);
 #define PACKSCHED_PY_PLAN_Count PACKSCHED_SCHEMA_NOTHING
 #define PACKSCHED_PY_PLAN_LocalK PACKSCHED_SCHEMA_NOTHING
 #define PACKSCHED_PY_PLAN_Parts PACKSCHED_SCHEMA_NOTHING
 #define PACKSCHED_PY_PLAN_Weights PACKSCHED_SCHEMA_NOTHING
 #define PACKSCHED_PY_PLAN_Global PACKSCHED_SCHEMA_NOTHING
 #define PACKSCHED_PY_PLAN_Tree PACKSCHED_SCHEMA_NOTHING  // forest_plan adds its layout
-#define PACKSCHED_PY_PLAN(name, number, Kind) PACKSCHED_PY_PLAN_##Kind(name)
+#define PACKSCHED_PY_PLAN(name, number, Kind) PACKSCHED_PY_PLAN_##Kind(d, plan, ints, name)
 
-py::dict ToDict(const MicroBatchPlan& plan) {
+py::dict ToDict(const MicroBatchPlan& plan, IntCache& ints) {
   py::dict d;
-  py::list parts;
-  for (const MicroBatch& part : plan.parts) parts.append(ToDict(part));
+  py::list parts(plan.parts.size());
+  for (size_t i = 0; i < plan.parts.size(); ++i) parts[i] = ToDict(plan.parts[i], ints);
   d["parts"] = parts;
   PACKSCHED_PLAN_RESPONSE(PACKSCHED_PY_PLAN)
   return d;
 }
 
-// Runs `fn` with the GIL released: planning a large batch takes milliseconds to seconds.
+// Runs `fn` with the GIL released: planning a large batch takes milliseconds to seconds. Then
+// (with glibc) gives the planner's freed scratch memory back to the system: the Python objects of
+// the answer come from Python's own allocator, which cannot reuse it (on 10^6 sequences the
+// process's peak memory drops by about a third).
 template <typename Fn>
 auto WithoutGil(Fn&& fn) {
   py::gil_scoped_release release;
-  return fn();
+  auto result = fn();
+#if defined(__GLIBC__)
+  malloc_trim(0);
+#endif
+  return result;
 }
 
-// Keyed by each loss option's Python keyword (the table's `key`).
-#define PACKSCHED_PY_LOSS_Enum(name, Type, member, key) o.member = Value(Parse##Type(Str(d, #key)));
-#define PACKSCHED_PY_LOSS_SumNorm(name, Type, member, key) o.member = d[#key].cast<double>();
+// The dict `d` into the loss options `o` (PACKSCHED_LOSS_OPTIONS), keyed by each option's Python
+// keyword (the table's `key`). The row
+//   X(mode, 1, Enum, LossMode, mode, loss_mode)
+// expands, through PACKSCHED_PY_LOSS, to
+//   o.mode = Value(ParseLossMode(Str(d, "loss_mode")));
+#define PACKSCHED_PY_LOSS_Enum(o, d, Type, member, key) \
+  (o).member = Value(Parse##Type(Str(d, #key)));
+#define PACKSCHED_PY_LOSS_SumNorm(o, d, Type, member, key) (o).member = (d)[#key].cast<double>();
 #define PACKSCHED_PY_LOSS(name, number, Rule, Type, member, key) \
-  PACKSCHED_PY_LOSS_##Rule(name, Type, member, key)
+  PACKSCHED_PY_LOSS_##Rule(o, d, Type, member, key)
 
 LossOptions ToLossOptions(const py::dict& d) {
   LossOptions o;
@@ -139,11 +213,15 @@ LossOptions ToLossOptions(const py::dict& d) {
 }
 
 // LossCounts <-> Python's (loss tokens, sequences with loss): the Loss rows of GlobalCounts in
-// table order.
-#define PACKSCHED_PY_COUNTS_Loss(name) out.append(c.name);
-#define PACKSCHED_PY_COUNTS_Kept(name)
-#define PACKSCHED_PY_COUNTS_World(name)
-#define PACKSCHED_PY_COUNTS(name, number, Kind) PACKSCHED_PY_COUNTS_##Kind(name)
+// table order (Kept and World are not loss counts: nothing to do). The row
+//   X(loss_tokens, 2, Loss)
+// expands, through PACKSCHED_PY_COUNTS and PACKSCHED_PY_FROM_COUNTS, to
+//   out.append(c.loss_tokens);
+//   c.loss_tokens = values[next++].cast<int64_t>();
+#define PACKSCHED_PY_COUNTS_Loss(out, c, name) (out).append((c).name);
+#define PACKSCHED_PY_COUNTS_Kept PACKSCHED_SCHEMA_NOTHING
+#define PACKSCHED_PY_COUNTS_World PACKSCHED_SCHEMA_NOTHING
+#define PACKSCHED_PY_COUNTS(name, number, Kind) PACKSCHED_PY_COUNTS_##Kind(out, c, name)
 
 py::tuple ToTuple(const LossCounts& c) {
   py::list out;
@@ -151,10 +229,12 @@ py::tuple ToTuple(const LossCounts& c) {
   return py::tuple(out);
 }
 
-#define PACKSCHED_PY_FROM_COUNTS_Loss(name) c.name = values[next++].cast<int64_t>();
-#define PACKSCHED_PY_FROM_COUNTS_Kept(name)
-#define PACKSCHED_PY_FROM_COUNTS_World(name)
-#define PACKSCHED_PY_FROM_COUNTS(name, number, Kind) PACKSCHED_PY_FROM_COUNTS_##Kind(name)
+#define PACKSCHED_PY_FROM_COUNTS_Loss(c, values, next, name) \
+  (c).name = (values)[(next)++].cast<int64_t>();
+#define PACKSCHED_PY_FROM_COUNTS_Kept PACKSCHED_SCHEMA_NOTHING
+#define PACKSCHED_PY_FROM_COUNTS_World PACKSCHED_SCHEMA_NOTHING
+#define PACKSCHED_PY_FROM_COUNTS(name, number, Kind) \
+  PACKSCHED_PY_FROM_COUNTS_##Kind(c, values, next, name)
 
 LossCounts ToLossCounts(const py::sequence& values) {
   LossCounts c;
@@ -190,16 +270,7 @@ void AddLossWeights(const MicroBatchPlan& plan, const py::dict& loss, py::dict& 
   }
   const LossWeights w = Value(ComputeLossWeights(plan, loss_tokens, ToLossOptions(loss), global,
                                                  loss["world_size"].cast<int64_t>()));
-#define PACKSCHED_PY_WEIGHTS_Weights(name) out[#name] = w.weights;
-#define PACKSCHED_PY_WEIGHTS_Count(name)
-#define PACKSCHED_PY_WEIGHTS_LocalK(name)
-#define PACKSCHED_PY_WEIGHTS_Parts(name)
-#define PACKSCHED_PY_WEIGHTS_Indices(name)
-#define PACKSCHED_PY_WEIGHTS_Global(name)
-#define PACKSCHED_PY_WEIGHTS_Stats(name)
-#define PACKSCHED_PY_WEIGHTS_Tree(name)
-#define PACKSCHED_PY_WEIGHTS(name, number, Kind) PACKSCHED_PY_WEIGHTS_##Kind(name)
-  PACKSCHED_PLAN_RESPONSE(PACKSCHED_PY_WEIGHTS)
+  out[py::str(std::string(schema::ResponseNamed("Weights")))] = w.weights;
   out["loss_scales"] = w.loss_scales;
   out["loss_counts"] = ToTuple(local);
 }
@@ -268,9 +339,10 @@ py::array_t<int64_t> Array(const std::vector<int64_t>& v) {
 py::dict ToDict(const TreePlan& plan, const ForestIndex& index, const py::object& loss) {
   py::dict d;
   py::list parts;
+  IntCache ints(static_cast<int64_t>(index.rollout_len.size()));
   for (const TreeMicroBatch& part : plan.parts) {
     py::dict p;
-    p["batch"] = ToDict(part.batch);
+    p["batch"] = ToDict(part.batch, ints);
     const TreeLayout& l = part.layout;
     p["nodes"] = Array(l.nodes);
     p["piece_begin"] = Array(l.piece_begin);
@@ -334,45 +406,53 @@ py::object EnumChoices(Enum v) {
   return Choices(v);
 }
 
-py::dict Schema() {
-  py::dict d;
-  py::list plan;
+// Schema() lists every row of every table as a dict, each macro taking the list it appends to.
+// The rows
+//   X(cap_mode, 2, Enum, CapMode, cap_mode, 3, "tokens ... | padded ...")
+//   X(tokens, 2, Int)
+// expand, through PACKSCHED_PY_SCHEMA_PLAN and PACKSCHED_PY_SCHEMA_PART, to
+//   plan.append(py::dict(py::arg("name") = "cap_mode", py::arg("number") = 2,
+//                        py::arg("rule") = "Enum", py::arg("type") = "CapMode",
+//                        py::arg("default") = PyDefault(PlanOptions{}.cap_mode),
+//                        py::arg("choices") = EnumChoices(PlanOptions{}.cap_mode),
+//                        py::arg("json") = 3, py::arg("help") = "tokens ... | padded ..."));
+//   parts.append(py::dict(py::arg("name") = "tokens", py::arg("number") = 2,
+//                         py::arg("kind") = "Int",
+//                         py::arg("default") = PyDefault(MicroBatch{}.tokens)));
+#define PACKSCHED_PY_SCHEMA_PLAN_ROW(list, name, number, Rule, Type, member, json, help) \
+  (list).append(py::dict(py::arg("name") = #name, py::arg("number") = number,            \
+                         py::arg("rule") = #Rule, py::arg("type") = #Type,               \
+                         py::arg("default") = PyDefault(PlanOptions{}.member),           \
+                         py::arg("choices") = EnumChoices(PlanOptions{}.member),         \
+                         py::arg("json") = json, py::arg("help") = help));
 #define PACKSCHED_PY_SCHEMA_PLAN(name, number, Rule, Type, member, json, help) \
-  plan.append(py::dict(py::arg("name") = #name, py::arg("number") = number,    \
-                       py::arg("rule") = #Rule, py::arg("type") = #Type,       \
-                       py::arg("default") = PyDefault(PlanOptions{}.member),   \
-                       py::arg("choices") = EnumChoices(PlanOptions{}.member), \
-                       py::arg("json") = json, py::arg("help") = help));
-  PACKSCHED_PLAN_OPTIONS(PACKSCHED_PY_SCHEMA_PLAN)
-  d["plan_options"] = plan;
-  py::list round;
-#define PACKSCHED_PY_SCHEMA_ROUND(name, number, dflt)                        \
-  round.append(py::dict(py::arg("name") = #name, py::arg("number") = number, \
-                        py::arg("rule") = "Round", py::arg("default") = PyDefault(dflt)));
-  PACKSCHED_ROUND_OPTIONS(PACKSCHED_PY_SCHEMA_ROUND)
-  d["round_options"] = round;
-  d["weight_pair"] = PACKSCHED_WEIGHT_PAIR_KEY;
-  py::list loss;
-#define PACKSCHED_PY_SCHEMA_LOSS(name, number, Rule, Type, member, key)                         \
-  loss.append(py::dict(py::arg("name") = #name, py::arg("number") = number,                     \
-                       py::arg("rule") = #Rule, py::arg("type") = #Type, py::arg("key") = #key, \
-                       py::arg("default") = PyDefault(LossOptions{}.member),                    \
-                       py::arg("choices") = EnumChoices(LossOptions{}.member)));
-  PACKSCHED_LOSS_OPTIONS(PACKSCHED_PY_SCHEMA_LOSS)
-  d["loss_options"] = loss;
-  py::list parts, stats, global, response;
+  PACKSCHED_PY_SCHEMA_PLAN_ROW(plan, name, number, Rule, Type, member, json, help)
+#define PACKSCHED_PY_SCHEMA_ROUND_ROW(list, name, number, dflt)               \
+  (list).append(py::dict(py::arg("name") = #name, py::arg("number") = number, \
+                         py::arg("rule") = "Round", py::arg("default") = PyDefault(dflt)));
+#define PACKSCHED_PY_SCHEMA_ROUND(name, number, dflt) \
+  PACKSCHED_PY_SCHEMA_ROUND_ROW(round, name, number, dflt)
+#define PACKSCHED_PY_SCHEMA_LOSS_ROW(list, name, number, Rule, Type, member, key)                 \
+  (list).append(py::dict(py::arg("name") = #name, py::arg("number") = number,                     \
+                         py::arg("rule") = #Rule, py::arg("type") = #Type, py::arg("key") = #key, \
+                         py::arg("default") = PyDefault(LossOptions{}.member),                    \
+                         py::arg("choices") = EnumChoices(LossOptions{}.member)));
+#define PACKSCHED_PY_SCHEMA_LOSS(name, number, Rule, Type, member, key) \
+  PACKSCHED_PY_SCHEMA_LOSS_ROW(loss, name, number, Rule, Type, member, key)
 #define PACKSCHED_PY_SCHEMA_FIELD(list, name, number, Kind) \
-  list.append(                                              \
+  (list).append(                                            \
       py::dict(py::arg("name") = #name, py::arg("number") = number, py::arg("kind") = #Kind));
 // A micro-batch field's default: the planner's (Int, Bool), none for the others.
 #define PACKSCHED_PY_PART_DEFAULT_Int(name) PyDefault(MicroBatch{}.name)
 #define PACKSCHED_PY_PART_DEFAULT_Bool(name) PyDefault(MicroBatch{}.name)
 #define PACKSCHED_PY_PART_DEFAULT_Ints(name) py::none()
 #define PACKSCHED_PY_PART_DEFAULT_LossScale(name) py::none()
-#define PACKSCHED_PY_SCHEMA_PART(name, number, Kind)                         \
-  parts.append(py::dict(py::arg("name") = #name, py::arg("number") = number, \
-                        py::arg("kind") = #Kind,                             \
-                        py::arg("default") = PACKSCHED_PY_PART_DEFAULT_##Kind(name)));
+#define PACKSCHED_PY_SCHEMA_PART_ROW(list, name, number, Kind)                \
+  (list).append(py::dict(py::arg("name") = #name, py::arg("number") = number, \
+                         py::arg("kind") = #Kind,                             \
+                         py::arg("default") = PACKSCHED_PY_PART_DEFAULT_##Kind(name)));
+#define PACKSCHED_PY_SCHEMA_PART(name, number, Kind) \
+  PACKSCHED_PY_SCHEMA_PART_ROW(parts, name, number, Kind)
 #define PACKSCHED_PY_SCHEMA_GLOBAL(name, number, Kind) \
   PACKSCHED_PY_SCHEMA_FIELD(global, name, number, Kind)
 #define PACKSCHED_PY_SCHEMA_RESPONSE(name, number, Kind) \
@@ -383,10 +463,26 @@ py::dict Schema() {
 #define PACKSCHED_PY_STATS_DEFAULT_LocalK(name) PyDefault(PlanStats{}.name)
 #define PACKSCHED_PY_STATS_DEFAULT_Cap(name) py::int_(0)
 #define PACKSCHED_PY_STATS_DEFAULT_Micros(name) py::int_(0)
-#define PACKSCHED_PY_SCHEMA_STATS(name, number, Kind, alias)                 \
-  stats.append(py::dict(py::arg("name") = #name, py::arg("number") = number, \
-                        py::arg("kind") = #Kind, py::arg("alias") = #alias,  \
-                        py::arg("default") = PACKSCHED_PY_STATS_DEFAULT_##Kind(name)));
+#define PACKSCHED_PY_SCHEMA_STATS_ROW(list, name, number, Kind, alias)        \
+  (list).append(py::dict(py::arg("name") = #name, py::arg("number") = number, \
+                         py::arg("kind") = #Kind, py::arg("alias") = #alias,  \
+                         py::arg("default") = PACKSCHED_PY_STATS_DEFAULT_##Kind(name)));
+#define PACKSCHED_PY_SCHEMA_STATS(name, number, Kind, alias) \
+  PACKSCHED_PY_SCHEMA_STATS_ROW(stats, name, number, Kind, alias)
+
+py::dict Schema() {
+  py::dict d;
+  py::list plan;
+  PACKSCHED_PLAN_OPTIONS(PACKSCHED_PY_SCHEMA_PLAN)
+  d["plan_options"] = plan;
+  py::list round;
+  PACKSCHED_ROUND_OPTIONS(PACKSCHED_PY_SCHEMA_ROUND)
+  d["round_options"] = round;
+  d["weight_pair"] = PACKSCHED_WEIGHT_PAIR_KEY;
+  py::list loss;
+  PACKSCHED_LOSS_OPTIONS(PACKSCHED_PY_SCHEMA_LOSS)
+  d["loss_options"] = loss;
+  py::list parts, stats, global, response;
   PACKSCHED_MICRO_BATCH(PACKSCHED_PY_SCHEMA_PART)
   PACKSCHED_PLAN_STATS(PACKSCHED_PY_SCHEMA_STATS)
   PACKSCHED_GLOBAL_COUNTS(PACKSCHED_PY_SCHEMA_GLOBAL)
@@ -409,7 +505,8 @@ PYBIND11_MODULE(_planner, m) {
       "plan",
       [](const Lengths& lengths, const py::dict& options, int64_t k, const py::object& loss) {
         const MicroBatchPlan plan = PlanOne(lengths, ToPlanOptions(options), k);
-        py::dict d = ToDict(plan);
+        IntCache ints(lengths.size());
+        py::dict d = ToDict(plan, ints);
         if (!loss.is_none()) AddLossWeights(plan, loss.cast<py::dict>(), d);
         return d;
       },
@@ -460,12 +557,13 @@ PYBIND11_MODULE(_planner, m) {
         }
         BalancedBatch b = WithoutGil(
             [&] { return Value(BalanceBatch(Span(lengths), world_size, o, group_ids, balance)); });
+        IntCache ints(lengths.size());
         py::list ranks;
         for (const RankBatch& rank : b.ranks) {
           py::dict r;
-          r["indices"] = rank.indices;
+          r["indices"] = ints.List(rank.indices);
           r["cost"] = rank.cost;
-          r["plan"] = ToDict(rank.plan);
+          r["plan"] = ToDict(rank.plan, ints);
           ranks.append(r);
         }
         py::dict d;

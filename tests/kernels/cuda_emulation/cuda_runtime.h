@@ -5,7 +5,8 @@
 // (kernels/cuda/attention_device.cuh) compile as plain C++ and run on the CPU, one std::thread per
 // CUDA thread, one block at a time, with __syncthreads as a std::barrier. Only what that device
 // code uses is provided. Test-only: attention_emulated_test.cc puts this directory first on its
-// include path and defines the block's shared memory.
+// include path and defines the block's shared memory. warp_runtime.h runs a block as fibers
+// instead (warp-accurate, for the tensor-core kernels); __syncthreads then goes to its barrier.
 
 #include <barrier>
 #include <cmath>
@@ -25,11 +26,18 @@ namespace packsched_cuda_emulation {
 inline thread_local dim3 thread_idx;  // this emulated thread's threadIdx
 inline dim3 block_idx;                // the block being run (one at a time)
 inline std::barrier<>* block_barrier = nullptr;
+inline void (*fiber_sync_threads)() = nullptr;  // set while warp_runtime.h runs a block
 }  // namespace packsched_cuda_emulation
 
 #define threadIdx ::packsched_cuda_emulation::thread_idx
 #define blockIdx ::packsched_cuda_emulation::block_idx
 
-inline void __syncthreads() { packsched_cuda_emulation::block_barrier->arrive_and_wait(); }
+inline void __syncthreads() {
+  if (packsched_cuda_emulation::fiber_sync_threads != nullptr) {
+    packsched_cuda_emulation::fiber_sync_threads();
+  } else {
+    packsched_cuda_emulation::block_barrier->arrive_and_wait();
+  }
+}
 
 #endif  // PACKSCHED_TESTS_KERNELS_CUDA_EMULATION_CUDA_RUNTIME_H_

@@ -1,7 +1,8 @@
 """One data-parallel rank calling packsched.compat.verl.rearrange_micro_batches over a gloo group.
 
-Usage: verl_dp_rank.py RANK WORLD_SIZE PORT MAX_TOKEN_LEN LEN,LEN,...
-An empty LEN list is an empty batch (0 rows); a 0 is a row without tokens.
+Usage: verl_dp_rank.py RANK WORLD_SIZE PORT MAX_TOKEN_LEN LEN,LEN,... [DP_GROUP]
+An empty LEN list is an empty batch (0 rows); a 0 is a row without tokens. DP_GROUP: "world"
+(the default: dp_group=dist.group.WORLD) or "none" (dp_group=None: verl synchronises nothing).
 Prints one JSON line: {"rank", "num_micro_batches", "tokens": [per micro-batch], "rows": [...]},
 or {"rank", "error": "ExceptionType: message"} (exit status 1) when the call raised.
 """
@@ -18,6 +19,7 @@ from packsched.compat.verl import rearrange_micro_batches
 def main():
     rank, world_size, port, cap = (int(x) for x in sys.argv[1:5])
     lengths = [int(x) for x in sys.argv[5].split(",") if x]
+    group_arg = sys.argv[6] if len(sys.argv) > 6 else "world"
     dist.init_process_group(
         "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world_size
     )
@@ -26,7 +28,8 @@ def main():
         mask[i, :length] = 1
     batch = {"attention_mask": mask, "input_ids": torch.arange(mask.numel()).reshape(mask.shape)}
     try:
-        micro_batches, _ = rearrange_micro_batches(batch, max_token_len=cap)
+        group = dist.group.WORLD if group_arg == "world" else None
+        micro_batches, _ = rearrange_micro_batches(batch, max_token_len=cap, dp_group=group)
     except Exception as e:
         print(json.dumps({"rank": rank, "error": f"{type(e).__name__}: {e}"}))
         sys.exit(1)

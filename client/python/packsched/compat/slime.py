@@ -1,6 +1,10 @@
-"""A slime-style entry point: the whole global batch to per-rank micro-batches in one call.
+"""slime's scheduling entry points: the whole global batch to per-rank micro-batches in one call.
 
-    from packsched.compat.slime import get_minimum_num_micro_batch_size, split_global_batch
+    from packsched.compat.slime import build_dp_schedule  # slime.utils.dp_schedule's, swapped in
+
+``build_dp_schedule`` takes slime's arguments and returns slime's 4-tuple, so a slime user swaps
+one import; packsched decides the micro-batches (see its docstring). ``split_global_batch`` is
+packsched's own entry point:
 
 slime counts micro-batches by first fit under ``max_tokens_per_gpu`` and then deals the bins to
 the data-parallel ranks. ``split_global_batch`` plans the same thing with packsched's coordinator
@@ -11,15 +15,24 @@ mode's sync"). Every micro-batch keeps the cap, every rank gets the same count, 
 at most the first-fit-decreasing bins of the global batch over the ranks, rounded up.
 """
 
-from .. import planner
+import warnings
 
-__all__ = ["get_minimum_num_micro_batch_size", "split_global_batch"]
+from .. import planner
+from ._slime_schedule import build_dp_schedule
+
+__all__ = ["build_dp_schedule", "split_global_batch", "get_minimum_num_micro_batch_size"]
 
 
 def get_minimum_num_micro_batch_size(total_lengths, max_tokens_per_gpu):
-    """slime's count: the fewest micro-batches packsched finds that keep each within
-    ``max_tokens_per_gpu`` tokens (never more than first fit's). Raises ValueError for a sequence
-    longer than the cap."""
+    """Deprecated: slime removed this function (its count is now part of ``build_dp_schedule``).
+    The fewest micro-batches packsched finds that keep each within ``max_tokens_per_gpu`` tokens
+    (never more than first fit's). Raises ValueError for a sequence longer than the cap."""
+    warnings.warn(
+        "get_minimum_num_micro_batch_size follows a function slime removed; use "
+        "build_dp_schedule (slime's current entry point) or packsched.planner.local_bound",
+        DeprecationWarning,
+        stacklevel=2,
+    )
     return planner.local_bound(total_lengths, max_tokens_per_gpu).k
 
 

@@ -19,6 +19,11 @@ lengths, or workloads beyond 2^31) with packsched's Karmarkar–Karp / LPT; verl
 become ValueError. Nested (jagged) ``input_ids`` give the lengths where torch has the jagged
 layout (torch >= 2.2), as verl reads them; an older torch refuses them with a ValueError that
 says so.
+
+Through a sidecar (``use_sidecar``), call ``set_global_step(data.meta_info["global_steps"])`` at
+the start of each step in the worker: rounds are then numbered from the trainer's step, and a
+trainer resumed from a checkpoint replays them under the same numbers (docs/operating.md,
+Restarts).
 """
 
 import copy
@@ -45,6 +50,7 @@ __all__ = [
     "get_reverse_idx",
     "restore_dynamic_batch",
     "use_sidecar",
+    "set_global_step",
     "get_seqlen_balanced_partitions",
     "karmarkar_karp",
     "greedy_partition",
@@ -59,18 +65,69 @@ __all__ = [
     "tree_log_probs",
 ]
 
-_sidecar = None  # (SchedulerClient, stream, [next round]) once use_sidecar() was called
+_sidecar = None  # _Sidecar once use_sidecar() was called
+
+CALLS_PER_STEP = 1000  # round numbers per training step (set_global_step), unless use_sidecar says
 
 
-def use_sidecar(client, stream="verl", first_round=0):
+class _Sidecar:
+    def __init__(self, client, stream, first_round, calls_per_step):
+        self.client = client
+        self.stream = stream
+        self.next_round = first_round
+        self.calls_per_step = calls_per_step
+        self.step_end = None  # the first round of the next step, once set_global_step() was called
+
+    def take_round(self):
+        """The round of this call: the next number, whatever happens to the call."""
+        round_ = self.next_round
+        if self.step_end is not None and round_ >= self.step_end:
+            raise ValueError(
+                f"more than calls_per_step = {self.calls_per_step} rearrange_micro_batches calls "
+                "since set_global_step(): the next call would take a round of the next step; "
+                "pass a larger calls_per_step to use_sidecar() on every rank"
+            )
+        self.next_round += 1
+        return round_
+
+
+def use_sidecar(client, stream="verl", first_round=0, *, calls_per_step=CALLS_PER_STEP):
     """Plans through this rank's packsched sidecar instead of the in-process planner plus a
     torch.distributed all-reduce: the sidecars agree the count (``dp_group`` is then ignored).
     Every rank must make the same sequence of rearrange_micro_batches calls: the n-th call of each
     rank is round first_round + n of ``stream``, whatever happened to the earlier calls (a failed
-    round is not retried under its number: its peers may have finished it). ``client=None``
-    switches back."""
+    round is not retried under its number: its peers may have finished it), until
+    ``set_global_step`` numbers the calls from the trainer's step instead (at most
+    ``calls_per_step`` calls per step). ``client=None`` switches back.
+
+    A trainer resumed from a checkpoint against sidecars that served its earlier steps gets the
+    same plans for the steps it replays when its data is the same (while those rounds are cached:
+    --max_cached_rounds per stream); with other data it must start a new epoch of the stream: a
+    new ``stream`` name on every rank, e.g. ``f"verl@{restart_count}"`` (docs/operating.md,
+    Restarts)."""
     global _sidecar
-    _sidecar = None if client is None else (client, stream, [int(first_round)])
+    if client is None:
+        _sidecar = None
+        return
+    if int(calls_per_step) < 1:
+        raise ValueError(f"calls_per_step is {calls_per_step}: at least 1")
+    _sidecar = _Sidecar(client, stream, int(first_round), int(calls_per_step))
+
+
+def set_global_step(step):
+    """Numbers the following rearrange_micro_batches calls from the trainer's global step: the
+    n-th call after this one is round ``step * calls_per_step + n`` of the stream. Call it on every
+    rank at the start of each training step with the trainer's step (verl's worker:
+    ``data.meta_info["global_steps"]``), so that a trainer resumed from a checkpoint replays its
+    steps under the rounds they had, and every process numbers them alike however long it has
+    run. Does nothing without a sidecar (in-process planning has no rounds)."""
+    if _sidecar is None:
+        return
+    step = int(step)
+    if step < 0:
+        raise ValueError(f"step is {step}: at least 0")
+    _sidecar.next_round = step * _sidecar.calls_per_step
+    _sidecar.step_end = _sidecar.next_round + _sidecar.calls_per_step
 
 
 def rearrange_micro_batches(
@@ -90,8 +147,9 @@ def rearrange_micro_batches(
     batch: a TensorDict or a mapping of tensors indexed on dim 0, with "attention_mask"
         [B, S] (nonzero = token); the sequence lengths are its row sums.
     dp_group: the torch.distributed group whose ranks must agree on the micro-batch count
-        (when ``same_micro_num_in_dp`` and torch.distributed is initialised); with a sidecar
-        configured (``use_sidecar``) the sidecars agree instead.
+        (when ``same_micro_num_in_dp`` and torch.distributed is initialised); None, as in verl,
+        agrees with no one (each rank keeps its own count: pass ``dist.group.WORLD`` for the
+        default group); with a sidecar configured (``use_sidecar``) the sidecars agree instead.
     num_batches_divided_by: the count is a multiple of this (virtual pipeline stages).
     min_num_micro_batch: at least this many micro-batches.
     use_dynamic_bsz_balance: True orders micro-batches as current verl does: small ones at both
@@ -126,13 +184,12 @@ def rearrange_micro_batches(
         cost=cost,
     )
     if _sidecar is not None:
-        client, stream, next_round = _sidecar
-        round_, next_round[0] = next_round[0], next_round[0] + 1  # the n-th call, whatever happens
-        plan = client.plan(
+        round_ = _sidecar.take_round()
+        plan = _sidecar.client.plan(
             round_,
             _unit_lens(batch, force_group_size),
             max_token_len,
-            stream=stream,
+            stream=_sidecar.stream,
             same_micro_num_in_dp=same_micro_num_in_dp,
             **options,
         )
@@ -144,7 +201,7 @@ def rearrange_micro_batches(
             seq_lens = _unit_lens(batch, force_group_size)
             return planner.local_bound(seq_lens, max_token_len, **options).k
 
-        if same_micro_num_in_dp:
+        if same_micro_num_in_dp and dp_group is not None:
             k = agree_max(local_count, dp_group, "rearrange_micro_batches")
         else:
             k = local_count()

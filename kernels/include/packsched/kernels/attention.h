@@ -32,6 +32,18 @@
 //   beyond cu_seqlens_k[B] (seqlens.k.rows) belong to no sequence: they are never keys, and as
 //   queries they see no key (out = 0, lse = +inf); the backward writes 0 to their dq, dk, dv.
 //
+//   Tree packing (docs/design.md, "Tree packing"): with seqlens.subtree_end, each sequence is a
+//   piece of a forest (nodes in depth-first preorder, rows of the same rollout prefix shared),
+//   and query row i sees key row j of the same sequence iff
+//     j <= i  &&  i < subtree_end[j]      (j's node is i's node or one of its ancestors)
+//     window_left >= 0:    positions[i] - positions[j] <= window_left
+//   (positions[t] = the depth of row t: its index within every rollout through it). This equals
+//   running each rollout on its own with causal attention; a flat sequence (subtree_end[j] = the
+//   end of the sequence for every j) is plain causal attention. A tree needs causal = true and
+//   the self-attention layout: q and k have the same rows and cu_seqlens (and seqused, when
+//   given); window_right changes nothing there (causal). Softcap, GQA, pad slots and the tail
+//   as without a tree.
+//
 //   GQA/MQA: q has H heads, k and v Hk heads, H % Hk == 0; query head h reads kv head
 //   h / (H / Hk). The backward sums dk and dv over each group of H / Hk query heads.
 //
@@ -70,6 +82,18 @@ struct AttentionSeqlens {
   // segment is real.
   const DLTensor* seqused_q = nullptr;
   const DLTensor* seqused_k = nullptr;
+  // Tree packing (see above), or nullptr: no tree.
+  //   subtree_end: int32 [tk] on the call's device: one past the last row of the subtree of the
+  //     row's node, a row index of the call (the index space of cu_seqlens). For every real row
+  //     t of sequence b: t < subtree_end[t] <= cu_seqlens[b] + (seqused[b] or the segment
+  //     length). Pad-slot and tail rows are not read.
+  //   positions: int32 [tq] on the call's device: each real row's depth, in [0, its index in the
+  //     sequence]; required with a tree and a left window (after the max_seqlen_k rule), read
+  //     only then.
+  // The value ranges are checked on the CPU backend; the CUDA backend trusts them (an
+  // out-of-range subtree_end changes which keys a row sees, never what memory it reads).
+  const DLTensor* subtree_end = nullptr;  // int32 [tk]
+  const DLTensor* positions = nullptr;    // int32 [tq], needed with a tree and a left window
 };
 
 struct AttentionOptions {
@@ -100,7 +124,9 @@ struct AttentionOptions {
 //
 // Returns InvalidArgument naming the argument for a bad dtype, shape, device, head count,
 // head dim, cu_seqlens, max_seqlen, seqused (value checks on the CPU backend only), window,
-// softcap or softmax_scale, for float64 CUDA tensors, and for CUDA calls beyond the launch grid:
+// softcap or softmax_scale, subtree_end or positions (a tree without causal, without the
+// self-attention layout, or with out-of-range values on the CPU backend; a left window without
+// positions), for float64 CUDA tensors, and for CUDA calls beyond the launch grid:
 // more than 65535 sequences (B) or query heads (H), or a max_seqlen above 2^31 - 1;
 // Unimplemented / FailedPrecondition / Internal as described in kernels.h. Nothing is written when
 // validation fails.

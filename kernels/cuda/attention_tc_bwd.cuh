@@ -1,0 +1,452 @@
+#ifndef PACKSCHED_KERNELS_CUDA_ATTENTION_TC_BWD_CUH_
+#define PACKSCHED_KERNELS_CUDA_ATTENTION_TC_BWD_CUH_
+
+// The tensor-core attention backward, deterministic like the scalar one (attention_device.cuh):
+// pass 1 computes dq per query tile, pass 2 dk and dv per key tile; no atomics, each output row
+// written by exactly one block, every sum in a fixed order. Both recompute P from the forward's
+// lse and D_i = dO_i · O_i from dO and out.
+//
+// Pass 1 (AttentionTcBackwardDqKernel): a block of 4 warps per (query tile of 64 rows, head,
+// sequence); Q and dO tiles in shared memory, K and V tiles double-buffered (cp.async). Warp w
+// owns query rows [16w, 16w + 16): S = Q Kᵀ and dP = dO Vᵀ (B fragments of K and V by ldmatrix),
+// dS = P (dP - D) ds/dz in the accumulators, then dQ += dS K with dS reused as A fragments and
+// K's B fragments by ldmatrix .trans.
+//
+// Pass 2 (AttentionTcBackwardDkDvKernel): a block per (key tile of 64 keys, kv head, sequence);
+// K and V in shared memory, Q and dO tiles of kBr rows double-buffered, walked over the group's
+// query heads and the query tiles that see the key tile, in order. Warp w owns keys
+// [16w, 16w + 16): Sᵀ = K Qᵀ and dPᵀ = V dOᵀ, then dV += Pᵀ dO and dK += dSᵀ Q with Pᵀ and dSᵀ
+// as A fragments and dO's and Q's B fragments by ldmatrix .trans.
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "kernels/common/attention_tile.h"
+#include "kernels/common/half.h"
+#include "kernels/cuda/attention_device.cuh"
+#include "kernels/cuda/attention_tc_common.cuh"
+#include "kernels/cuda/attention_tc_traits.h"
+#include "kernels/cuda/ptx.cuh"
+
+namespace packsched::kernels::internal::cuda {
+
+// acc (16 x kN) += A Bᵀ for the warp: A = rows [a_row0, a_row0 + 16) of `a_tile`, B = rows
+// [0, kN) of `b_tile`, both swizzled tiles of kD columns.
+template <typename T, int kD, int kN>
+__device__ void MmaRowsTimesRowsT(float (&acc)[kN / 8][4], const T* a_tile, int a_row0,
+                                  const T* b_tile) {
+  const int lane = threadIdx.x % 32;
+#pragma unroll
+  for (int kk = 0; kk < kD / 16; ++kk) {
+    uint32_t af[4];
+    ptx::Ldmatrix(af, a_tile + Swz<kD>(a_row0 + lane % 16, kk * 16 + 8 * (lane / 16)));
+#pragma unroll
+    for (int np = 0; np < kN / 16; ++np) {
+      uint32_t b[4];
+      ptx::Ldmatrix(
+          b, b_tile + Swz<kD>(np * 16 + lane % 8 + 8 * (lane / 16), kk * 16 + 8 * (lane / 8 % 2)));
+      const uint32_t b0[2] = {b[0], b[1]};
+      const uint32_t b1[2] = {b[2], b[3]};
+      ptx::Mma<T>(acc[2 * np], af, b0);
+      ptx::Mma<T>(acc[2 * np + 1], af, b1);
+    }
+  }
+}
+
+// acc (16 x kD) += C B for the warp: C = a 16 x kK accumulator (rounded to T, reused as A
+// fragments: the C layout of two 8-column tiles is the A layout of one 16-wide k step), B = rows
+// [0, kK) of the swizzled tile `b_tile` (kD columns).
+template <typename T, int kD, int kK>
+__device__ void MmaAccTimesRows(float (&acc)[kD / 8][4], const float (&c)[kK / 8][4],
+                                const T* b_tile) {
+  const int lane = threadIdx.x % 32;
+#pragma unroll
+  for (int kk = 0; kk < kK / 16; ++kk) {
+    const uint32_t af[4] = {ptx::PackPair<T>(c[2 * kk][0], c[2 * kk][1]),
+                            ptx::PackPair<T>(c[2 * kk][2], c[2 * kk][3]),
+                            ptx::PackPair<T>(c[2 * kk + 1][0], c[2 * kk + 1][1]),
+                            ptx::PackPair<T>(c[2 * kk + 1][2], c[2 * kk + 1][3])};
+#pragma unroll
+    for (int dp = 0; dp < kD / 16; ++dp) {
+      uint32_t b[4];
+      ptx::LdmatrixTrans(
+          b, b_tile + Swz<kD>(kk * 16 + lane % 8 + 8 * (lane / 8 % 2), dp * 16 + 8 * (lane / 16)));
+      const uint32_t b0[2] = {b[0], b[1]};
+      const uint32_t b1[2] = {b[2], b[3]};
+      ptx::Mma<T>(acc[2 * dp], af, b0);
+      ptx::Mma<T>(acc[2 * dp + 1], af, b1);
+    }
+  }
+}
+
+// Element `half` (0: the low 16 bits) of a register holding two T values, as float.
+template <typename T>
+__device__ inline float HalfOf(uint32_t reg, int half) {
+  return ToAcc(T{static_cast<uint16_t>(half == 0 ? reg & 0xffffu : reg >> 16)});
+}
+
+template <int kN, int kD>
+__device__ inline void ZeroAcc(float (&acc)[kN][kD]) {
+#pragma unroll
+  for (int n = 0; n < kN; ++n) {
+#pragma unroll
+    for (int i = 0; i < kD; ++i) acc[n][i] = 0.f;
+  }
+}
+
+// This lane's part of D = dO · O for packed query row `q_row` of head h: the column pairs
+// (8 dt + 2 t_begin .. ) it reads, `dout_tile` row `r` (swizzled) against `out` in global memory.
+template <typename T, int kD>
+__device__ float DotOutPart(const AttentionArgs& a, const T* dout_tile, int r, int64_t q_row,
+                            int64_t h, int t) {
+  const T* out = static_cast<const T*>(a.out) + (q_row * a.heads + h) * kD;
+  float acc = 0.f;
+#pragma unroll
+  for (int dt = 0; dt < kD / 8; ++dt) {
+    const int d = dt * 8 + 2 * t;
+    acc += ToAcc(dout_tile[Swz<kD>(r, d)]) * ToAcc(out[d]);
+    acc += ToAcc(dout_tile[Swz<kD>(r, d + 1)]) * ToAcc(out[d + 1]);
+  }
+  return acc;
+}
+
+template <typename T, int kD>
+__global__ void __launch_bounds__(128) AttentionTcBackwardDqKernel(const TcAttnParams p) {
+  using Tr = TcTraits<kD, TcKernel::kBackwardDq>;
+  constexpr int kBr = Tr::kBr;
+  constexpr int kBc = Tr::kBc;
+  constexpr int kV = Tr::kVectorLen;
+  const AttentionArgs& a = p.args;
+  const AttnSeq seq = LoadSeq(a, blockIdx.z);
+  const QueryTile tile = BlockQueryTile<Tr>(a, seq);
+  if (tile.first >= seq.seg_q) return;
+  const int64_t h = tile.h, hk = tile.hk, first = tile.first, rows = tile.rows;
+  const TcMask mask = MakeTcMask(p, seq);
+  const float scale = static_cast<float>(a.scale);
+  const float softcap = static_cast<float>(a.softcap);
+
+  unsigned char* smem = ptx::DynamicSmem();
+  T* qs = reinterpret_cast<T*>(smem);                                    // [kBr][kD]
+  T* dos = qs + kBr * kD;                                                // [kBr][kD]
+  T* ks = dos + kBr * kD;                                                // [2][kBc][kD]
+  T* vs = ks + 2 * kBc * kD;                                             // [2][kBc][kD]
+  int32_t* key_end = reinterpret_cast<int32_t*>(smem + Tr::kTileBytes);  // [2][kV]
+  int32_t* key_pos = key_end + 2 * kV;                                   // [2][kV]
+
+  const int warp = threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  const int g = lane / 4;
+  const int t = lane % 4;
+
+  const KeyRange keys = TileKeys<Tr>(mask.rule, first, rows);
+  const int64_t tiles = keys.hi > keys.lo ? (keys.hi - keys.lo + kBc - 1) / kBc : 0;
+  auto load_keys = [&](int64_t n) {
+    const int buf = static_cast<int>(n & 1);
+    const int64_t key0 = keys.lo + n * kBc;
+    const int64_t cols = Clamp0(mask.rule.sk - key0, kBc);
+    LoadRowsAsync<T, kD, kBc, Tr::kThreads>(ks + buf * kBc * kD, a.k, seq.k0 + key0, cols,
+                                            a.kv_heads, hk);
+    LoadRowsAsync<T, kD, kBc, Tr::kThreads>(vs + buf * kBc * kD, a.v, seq.k0 + key0, cols,
+                                            a.kv_heads, hk);
+    LoadKeyVectors<kBc, Tr::kThreads>(mask, key0, cols, key_end + buf * kV, key_pos + buf * kV);
+  };
+
+  LoadRowsAsync<T, kD, kBr, Tr::kThreads>(qs, a.q, seq.q0 + first, rows, a.heads, h);
+  LoadRowsAsync<T, kD, kBr, Tr::kThreads>(dos, a.dout, seq.q0 + first, rows, a.heads, h);
+  ptx::CpAsyncCommit();
+  if (tiles > 0) load_keys(0);
+  ptx::CpAsyncCommit();
+  ptx::CpAsyncWait<1>();  // Q and dO have landed
+  __syncthreads();
+
+  const int wrow = warp * 16;
+  const TcRow row[2] = {MakeTcRow(mask, first + wrow + g), MakeTcRow(mask, first + wrow + g + 8)};
+  float lse[2], d_row[2];
+#pragma unroll
+  for (int rr = 0; rr < 2; ++rr) {
+    const int r = wrow + g + 8 * rr;
+    const bool real = r < rows;
+    const int64_t q_row = seq.q0 + first + r;
+    lse[rr] = real ? static_cast<const float*>(a.lse)[h * a.total_q + q_row] : Inf<float>();
+    d_row[rr] = QuadSum(real ? DotOutPart<T, kD>(a, dos, r, q_row, h, t) : 0.f);
+  }
+  const int64_t warp_rows = Clamp0(rows - wrow, 16);
+  // warp_keys: the keys some row of the warp sees; warp_all: the keys every row sees (both ends
+  // of a row's range are non-decreasing in the row). Without a tree, a key tile inside warp_all
+  // needs no per-element mask.
+  KeyRange warp_keys{0, 0};
+  KeyRange warp_all{0, 0};
+  if (warp_rows > 0) {
+    const KeyRange top = VisibleKeys(mask.rule, first + wrow);
+    const KeyRange bottom = VisibleKeys(mask.rule, first + wrow + warp_rows - 1);
+    warp_keys = KeyRange{top.lo, bottom.hi};
+    if (warp_rows == 16 && mask.subtree_end == nullptr) warp_all = KeyRange{bottom.lo, top.hi};
+  }
+
+  float dq[kD / 8][4];
+  ZeroAcc(dq);
+  for (int64_t n = 0; n < tiles; ++n) {
+    const int buf = static_cast<int>(n & 1);
+    const int64_t key0 = keys.lo + n * kBc;
+    if (n + 1 < tiles) load_keys(n + 1);
+    ptx::CpAsyncCommit();
+    ptx::CpAsyncWait<1>();
+    __syncthreads();
+    const T* kt = ks + buf * kBc * kD;
+    const T* vt = vs + buf * kBc * kD;
+    const int32_t* end = key_end + buf * kV;
+    const int32_t* pos = key_pos + buf * kV;
+    bool skip = warp_keys.hi <= key0 || warp_keys.lo >= key0 + kBc;
+    if (!skip && mask.subtree_end != nullptr) {
+      const int32_t a0 = end[lane], a1 = end[lane + 32];
+      skip = seq.q0 + first + wrow >= WarpMax(a0 > a1 ? a0 : a1);
+    }
+    const bool full = warp_all.lo <= key0 && key0 + kBc <= warp_all.hi;
+    if (!skip) {
+      float s[kBc / 8][4];
+      float dp[kBc / 8][4];
+      ZeroAcc(s);
+      ZeroAcc(dp);
+      MmaRowsTimesRowsT<T, kD, kBc>(s, qs, wrow, kt);
+      MmaRowsTimesRowsT<T, kD, kBc>(dp, dos, wrow, vt);
+#pragma unroll
+      for (int nt = 0; nt < kBc / 8; ++nt) {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const int c = nt * 8 + 2 * t + (i & 1);
+          const int rr = i / 2;
+          float ds = 0.f;
+          if (full || TcVisible(mask, row[rr], key0 + c, end, pos, c)) {
+            const float sc = AttnScore(s[nt][i], scale, softcap);
+            const float pr = ProbOf(sc, lse[rr]);
+            ds = ScoreGradient(pr, dp[nt][i], d_row[rr]) * AttnScoreGrad(sc, scale, softcap);
+          }
+          s[nt][i] = ds;
+        }
+      }
+      MmaAccTimesRows<T, kD, kBc>(dq, s, kt);  // dQ += dS K
+    }
+    __syncthreads();
+  }
+  ptx::CpAsyncWait<0>();
+
+#pragma unroll
+  for (int rr = 0; rr < 2; ++rr) {
+    const int64_t r = wrow + g + 8 * rr;
+    if (r >= tile.tile_rows) continue;
+    T* out = static_cast<T*>(a.dq) + ((seq.q0 + first + r) * a.heads + h) * kD;
+#pragma unroll
+    for (int dt = 0; dt < kD / 8; ++dt) {
+      *reinterpret_cast<uint32_t*>(out + dt * 8 + 2 * t) =
+          ptx::PackPair<T>(dq[dt][2 * rr], dq[dt][2 * rr + 1]);
+    }
+  }
+}
+
+template <typename T, int kD>
+__global__ void __launch_bounds__(128) AttentionTcBackwardDkDvKernel(const TcAttnParams p) {
+  using Tr = TcTraits<kD, TcKernel::kBackwardDkDv>;
+  constexpr int kBr = Tr::kBr;
+  constexpr int kBc = Tr::kBc;
+  constexpr int kV = Tr::kVectorLen;
+  constexpr int kThreadsPerRow = Tr::kThreads / kBr;  // for D = dO · O
+  const AttentionArgs& a = p.args;
+  const AttnSeq seq = LoadSeq(a, blockIdx.z);
+  const int64_t hk = blockIdx.y;
+  const int64_t key0 = static_cast<int64_t>(blockIdx.x) * kBc;
+  if (key0 >= seq.seg_k) return;
+  const int64_t group = a.heads / a.kv_heads;
+  const int64_t tile_cols = Clamp0(seq.seg_k - key0, kBc);
+  const int64_t cols = Clamp0(seq.mask.sk - key0, tile_cols);  // real keys
+  const TcMask mask = MakeTcMask(p, seq);
+  const float scale = static_cast<float>(a.scale);
+  const float softcap = static_cast<float>(a.softcap);
+
+  unsigned char* smem = ptx::DynamicSmem();
+  T* ks = reinterpret_cast<T*>(smem);                              // [kBc][kD]
+  T* vs = ks + kBc * kD;                                           // [kBc][kD]
+  T* qs = vs + kBc * kD;                                           // [2][kBr][kD]
+  T* dos = qs + 2 * kBr * kD;                                      // [2][kBr][kD]
+  float* q_lse = reinterpret_cast<float*>(smem + Tr::kTileBytes);  // [2][kV]
+  float* q_d = q_lse + 2 * kV;                                     // [2][kV]
+  int32_t* q_pos = reinterpret_cast<int32_t*>(q_d + 2 * kV);       // [2][kV]
+
+  const int warp = threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  const int g = lane / 4;
+  const int t = lane % 4;
+  const int wrow = warp * 16;
+
+  // This lane's keys (rows g and g + 8 of the warp's 16) with their tree vectors, and the largest
+  // subtree end of the block's and of the warp's real keys (no query at or past it sees them).
+  int32_t key_end[2] = {0, 0}, key_pos[2] = {0, 0};
+  int32_t block_end = 0;
+  if (mask.subtree_end != nullptr) {
+    for (int rr = 0; rr < 2; ++rr) {
+      const int c = wrow + g + 8 * rr;
+      if (c < cols) {
+        key_end[rr] = mask.subtree_end[seq.k0 + key0 + c];
+        if (mask.positions != nullptr) key_pos[rr] = mask.positions[seq.k0 + key0 + c];
+      }
+    }
+    for (int c = 0; c < cols; ++c) {
+      const int32_t e = mask.subtree_end[seq.k0 + key0 + c];
+      block_end = e > block_end ? e : block_end;
+    }
+  }
+  const int32_t warp_end =
+      mask.subtree_end != nullptr ? WarpMax(key_end[0] > key_end[1] ? key_end[0] : key_end[1]) : 0;
+  const int64_t warp_cols = Clamp0(cols - wrow, 16);
+
+  LoadRowsAsync<T, kD, kBc, Tr::kThreads>(ks, a.k, seq.k0 + key0, cols, a.kv_heads, hk);
+  LoadRowsAsync<T, kD, kBc, Tr::kThreads>(vs, a.v, seq.k0 + key0, cols, a.kv_heads, hk);
+  ptx::CpAsyncCommit();
+
+  // Query tiles u = (head in the group) * tiles_q + tile, in order; those that see a real key of
+  // the block are processed (uniform across the block).
+  const int64_t tiles_q = (mask.rule.sq + kBr - 1) / kBr;
+  const int64_t units = cols > 0 ? group * tiles_q : 0;
+  auto sees_block = [&](int64_t u) {
+    const int64_t first = (u % tiles_q) * kBr;
+    const KeyRange kr = TileKeys<Tr>(mask.rule, first, Clamp0(mask.rule.sq - first, kBr));
+    if (kr.hi <= key0 || kr.lo >= key0 + cols) return false;
+    return mask.subtree_end == nullptr || seq.q0 + first < block_end;
+  };
+  auto next_unit = [&](int64_t u) {
+    while (u < units && !sees_block(u)) ++u;
+    return u;
+  };
+  auto load_queries = [&](int64_t u, int buf) {
+    const int64_t h = hk * group + u / tiles_q;
+    const int64_t first = (u % tiles_q) * kBr;
+    const int64_t rows = Clamp0(mask.rule.sq - first, kBr);
+    T* qt = qs + buf * kBr * kD;
+    T* dot = dos + buf * kBr * kD;
+    LoadRowsAsync<T, kD, kBr, Tr::kThreads>(qt, a.q, seq.q0 + first, rows, a.heads, h);
+    LoadRowsAsync<T, kD, kBr, Tr::kThreads>(dot, a.dout, seq.q0 + first, rows, a.heads, h);
+    // D = dO · O, lse and positions of the tile's rows, from global memory: kThreadsPerRow
+    // consecutive threads per row, each a contiguous share of the columns.
+    const int r = threadIdx.x / kThreadsPerRow;
+    const int part = threadIdx.x % kThreadsPerRow;
+    const bool real = r < rows;
+    const int64_t q_row = seq.q0 + first + r;
+    float d = 0.f;
+    if (real) {
+      constexpr int kShare = kD / kThreadsPerRow;  // a multiple of 8: 16-byte loads
+      const int64_t offset = (q_row * a.heads + h) * kD + part * kShare;
+      const T* o = static_cast<const T*>(a.out) + offset;
+      const T* dout = static_cast<const T*>(a.dout) + offset;
+#pragma unroll
+      for (int x = 0; x < kShare; x += 8) {
+        uint32_t ov[4], dv[4];
+        ptx::LoadGlobal16(ov, o + x);
+        ptx::LoadGlobal16(dv, dout + x);
+#pragma unroll
+        for (int w = 0; w < 4; ++w) {
+          d +=
+              HalfOf<T>(dv[w], 0) * HalfOf<T>(ov[w], 0) + HalfOf<T>(dv[w], 1) * HalfOf<T>(ov[w], 1);
+        }
+      }
+    }
+#pragma unroll
+    for (int m = 1; m < kThreadsPerRow; m *= 2) d += ptx::ShflXor(d, m);
+    if (part == 0) {
+      q_d[buf * kV + r] = d;
+      q_lse[buf * kV + r] =
+          real ? static_cast<const float*>(a.lse)[h * a.total_q + q_row] : Inf<float>();
+      q_pos[buf * kV + r] = real && mask.positions != nullptr ? mask.positions[q_row] : 0;
+    }
+  };
+
+  float dk[kD / 8][4];
+  float dv[kD / 8][4];
+  ZeroAcc(dk);
+  ZeroAcc(dv);
+  int64_t u = next_unit(0);
+  if (u < units) load_queries(u, 0);
+  ptx::CpAsyncCommit();
+  for (int n = 0; u < units; ++n) {
+    const int buf = n & 1;
+    const int64_t u_next = next_unit(u + 1);
+    if (u_next < units) load_queries(u_next, buf ^ 1);
+    ptx::CpAsyncCommit();
+    ptx::CpAsyncWait<1>();  // K, V and this tile have landed
+    __syncthreads();
+    const int64_t first = (u % tiles_q) * kBr;
+    const int64_t rows = Clamp0(mask.rule.sq - first, kBr);
+    const T* qt = qs + buf * kBr * kD;
+    const T* dot = dos + buf * kBr * kD;
+    const float* lse = q_lse + buf * kV;
+    const float* d_row = q_d + buf * kV;
+    const int32_t* pos = q_pos + buf * kV;
+    // Uniform across the warp: whether any of the tile's rows sees one of the warp's keys.
+    const KeyRange kr = TileKeys<Tr>(mask.rule, first, rows);
+    bool skip = warp_cols == 0 || kr.hi <= key0 + wrow || kr.lo >= key0 + wrow + warp_cols;
+    if (mask.subtree_end != nullptr && seq.q0 + first >= warp_end) skip = true;
+    // Every row of the tile sees every key of the warp: no per-element mask (no tree, all real).
+    const bool full = mask.subtree_end == nullptr && warp_cols == 16 && rows == kBr &&
+                      VisibleKeys(mask.rule, first + rows - 1).lo <= key0 + wrow &&
+                      VisibleKeys(mask.rule, first).hi >= key0 + wrow + 16;
+    if (!skip) {
+      float st[kBr / 8][4];
+      float dpt[kBr / 8][4];
+      ZeroAcc(st);
+      ZeroAcc(dpt);
+      MmaRowsTimesRowsT<T, kD, kBr>(st, ks, wrow, qt);    // Sᵀ = K Qᵀ
+      MmaRowsTimesRowsT<T, kD, kBr>(dpt, vs, wrow, dot);  // dPᵀ = V dOᵀ
+#pragma unroll
+      for (int nt = 0; nt < kBr / 8; ++nt) {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const int c = nt * 8 + 2 * t + (i & 1);  // query row of the tile
+          const int rr = i / 2;
+          const int64_t j = key0 + wrow + g + 8 * rr;
+          const int64_t qi = first + c;
+          bool visible = full;
+          if (!visible) {
+            const TcRow q{VisibleKeys(mask.rule, qi), qi, static_cast<int32_t>(seq.q0 + qi),
+                          pos[c]};
+            visible =
+                j >= q.keys.lo && j < q.keys.hi &&
+                (mask.subtree_end == nullptr || TreeVisible(mask, q, j, key_end[rr], key_pos[rr]));
+          }
+          float pr = 0.f;
+          float ds = 0.f;
+          if (visible) {
+            const float sc = AttnScore(st[nt][i], scale, softcap);
+            pr = ProbOf(sc, lse[c]);
+            ds = ScoreGradient(pr, dpt[nt][i], d_row[c]) * AttnScoreGrad(sc, scale, softcap);
+          }
+          st[nt][i] = pr;
+          dpt[nt][i] = ds;
+        }
+      }
+      MmaAccTimesRows<T, kD, kBr>(dv, st, dot);  // dV += Pᵀ dO
+      MmaAccTimesRows<T, kD, kBr>(dk, dpt, qt);  // dK += dSᵀ Q
+    }
+    __syncthreads();
+    u = u_next;
+  }
+  ptx::CpAsyncWait<0>();
+
+#pragma unroll
+  for (int rr = 0; rr < 2; ++rr) {
+    const int64_t c = wrow + g + 8 * rr;
+    if (c >= tile_cols) continue;
+    const int64_t offset = ((seq.k0 + key0 + c) * a.kv_heads + hk) * kD;
+    T* dk_out = static_cast<T*>(a.dk) + offset;
+    T* dv_out = static_cast<T*>(a.dv) + offset;
+#pragma unroll
+    for (int dt = 0; dt < kD / 8; ++dt) {
+      *reinterpret_cast<uint32_t*>(dk_out + dt * 8 + 2 * t) =
+          ptx::PackPair<T>(dk[dt][2 * rr], dk[dt][2 * rr + 1]);
+      *reinterpret_cast<uint32_t*>(dv_out + dt * 8 + 2 * t) =
+          ptx::PackPair<T>(dv[dt][2 * rr], dv[dt][2 * rr + 1]);
+    }
+  }
+}
+
+}  // namespace packsched::kernels::internal::cuda
+
+#endif  // PACKSCHED_KERNELS_CUDA_ATTENTION_TC_BWD_CUH_

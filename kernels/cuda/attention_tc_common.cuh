@@ -1,0 +1,157 @@
+#ifndef PACKSCHED_KERNELS_CUDA_ATTENTION_TC_COMMON_CUH_
+#define PACKSCHED_KERNELS_CUDA_ATTENTION_TC_COMMON_CUH_
+
+// Pieces shared by the tensor-core attention kernels (attention_tc_fwd.cuh, attention_tc_bwd.cuh):
+// their parameters, the swizzled shared tiles and their asynchronous loads, the mask predicate
+// (the varlen rule of attention.h plus the tree rule of docs/design.md "Tree packing"), and
+// quad reductions over the 4 lanes that hold one row of an mma accumulator.
+
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdint>
+
+#include "kernels/common/attention_tile.h"
+#include "kernels/common/half.h"
+#include "kernels/cuda/attention_device.cuh"
+#include "kernels/cuda/attention_tc_launch.h"
+#include "kernels/cuda/ptx.cuh"
+#include "kernels/internal/attention_args.h"
+
+namespace packsched::kernels::internal::cuda {
+
+// Host side: the grid of a tensor-core kernel, (tiles of `tile` rows over the longest segment,
+// `heads`, sequences + a tail slot) as LaunchSpan counts them; false past the grid's limits.
+inline bool TcGrid(const AttentionArgs& a, int64_t max_seqlen, int tile, int64_t heads, bool keys,
+                   dim3* grid) {
+  const AttnLaunchSpan span = LaunchSpan(a, max_seqlen, keys);
+  const int64_t tiles = (span.longest + tile - 1) / tile;
+  if (heads > 65535 || span.sequences > 65535 || tiles > 0x7fffffff) return false;
+  *grid = dim3(static_cast<unsigned>(tiles < 1 ? 1 : tiles), static_cast<unsigned>(heads),
+               static_cast<unsigned>(span.sequences));
+  return true;
+}
+
+inline constexpr float kLog2e = 1.4426950408889634f;
+
+// Element offset of (row, col) in a tile of kD 16-bit columns whose 16-byte chunks are
+// XOR-swizzled by the row (attention_tc_traits.h).
+template <int kD>
+__device__ inline int Swz(int row, int col) {
+  return row * kD + ((((col >> 3) ^ (row & 7)) << 3) | (col & 7));
+}
+
+// Issues cp.async copies of rows [row0, row0 + n) of head h of `src` ([rows, heads, kD]) into
+// tile rows [0, n) and zero fill into rows [n, kRows), spread over the block's kThreads threads.
+template <typename T, int kD, int kRows, int kThreads>
+__device__ void LoadRowsAsync(T* tile, const void* src, int64_t row0, int64_t n, int64_t heads,
+                              int64_t h) {
+  const T* base = static_cast<const T*>(src);
+  constexpr int kChunks = kD / 8;
+  for (int idx = threadIdx.x; idx < kRows * kChunks; idx += kThreads) {
+    const int r = idx / kChunks;
+    const int c = idx % kChunks;
+    const bool real = r < n;
+    const T* from = real ? base + ((row0 + r) * heads + h) * kD + c * 8 : base;
+    ptx::CpAsync16(tile + Swz<kD>(r, c * 8), from, real);
+  }
+}
+
+// Which keys the rows of a sequence see: the varlen rule, and the tree when there is one.
+struct TcMask {
+  AttnMask rule;               // the window's left side cleared with a tree
+  const int32_t* subtree_end;  // null: no tree
+  const int32_t* positions;    // with a tree and a left window
+  int64_t window;              // position window (tree only), -1: none
+  int64_t q0, k0;              // the sequence's first packed rows
+};
+
+__device__ inline TcMask MakeTcMask(const TcAttnParams& p, const AttnSeq& seq) {
+  TcMask m{seq.mask, p.subtree_end, nullptr, -1, seq.q0, seq.k0};
+  if (p.subtree_end != nullptr) {
+    // With a tree the front end has moved the left window onto the positions (AttentionArgs).
+    if (p.args.tree_window_left >= 0) {
+      m.positions = p.positions;
+      m.window = p.args.tree_window_left;
+    }
+    m.rule.window_left = -1;
+  }
+  return m;
+}
+
+// What one query row needs for the per-element predicate: its key range under the varlen rule,
+// and with a tree its packed row and position.
+struct TcRow {
+  KeyRange keys;
+  int64_t i;       // segment row
+  int32_t packed;  // packed row (tree)
+  int32_t position;
+};
+
+__device__ inline TcRow MakeTcRow(const TcMask& m, int64_t i) {
+  TcRow r{VisibleKeys(m.rule, i), i, static_cast<int32_t>(m.q0 + i), 0};
+  if (m.positions != nullptr && i < m.rule.sq) r.position = m.positions[m.q0 + i];
+  return r;
+}
+
+// The tree part of the predicate, for a row and key j that the varlen rule lets through: key j's
+// subtree end and position.
+__device__ inline bool TreeVisible(const TcMask& m, const TcRow& r, int64_t j, int32_t end,
+                                   int32_t pos) {
+  if (j > r.i || r.packed >= end) return false;
+  return m.window < 0 || static_cast<int64_t>(r.position) - pos <= m.window;
+}
+
+// Whether the row sees key j (segment index), column c of the key tile whose tree vectors are
+// `end` and `pos` (LoadKeyVectors; read only with a tree).
+__device__ inline bool TcVisible(const TcMask& m, const TcRow& r, int64_t j, const int32_t* end,
+                                 const int32_t* pos, int c) {
+  if (j < r.keys.lo || j >= r.keys.hi) return false;
+  if (m.subtree_end == nullptr) return true;
+  return TreeVisible(m, r, j, end[c], m.positions != nullptr ? pos[c] : 0);
+}
+
+// Loads the tree vectors of keys [key0, key0 + kBc) of the sequence into `end` and `pos` (0 past
+// the real keys `cols`, so no row sees them). Plain loads: visible after the next __syncthreads.
+template <int kBc, int kThreads>
+__device__ void LoadKeyVectors(const TcMask& m, int64_t key0, int64_t cols, int32_t* end,
+                               int32_t* pos) {
+  if (m.subtree_end == nullptr) return;
+  for (int c = threadIdx.x; c < kBc; c += kThreads) {
+    const bool real = c < cols;
+    end[c] = real ? m.subtree_end[m.k0 + key0 + c] : 0;
+    if (m.positions != nullptr) pos[c] = real ? m.positions[m.k0 + key0 + c] : 0;
+  }
+}
+
+// Reductions over the 4 lanes of a quad (the lanes that share rows g and g + 8).
+__device__ inline float QuadMax(float x) {
+  x = fmaxf(x, ptx::ShflXor(x, 1));
+  return fmaxf(x, ptx::ShflXor(x, 2));
+}
+__device__ inline float QuadSum(float x) {
+  x += ptx::ShflXor(x, 1);
+  return x + ptx::ShflXor(x, 2);
+}
+// Over the whole warp.
+__device__ inline int32_t WarpMax(int32_t x) {
+  for (int mask = 16; mask >= 1; mask /= 2) {
+    const int32_t y = ptx::ShflXor(x, mask);
+    x = y > x ? y : x;
+  }
+  return x;
+}
+
+// exp(s - max) through exp2; a masked score (-inf) gives 0.
+__device__ inline float ExpShifted(float s, float max) {
+  return s == -Inf<float>() ? 0.f : exp2f((s - max) * kLog2e);
+}
+
+// The backward's P = exp(s - lse): 0 for a masked score or a row that saw no key (lse = +inf).
+__device__ inline float ProbOf(float s, float lse) {
+  return s == -Inf<float>() || lse == Inf<float>() ? 0.f : exp2f((s - lse) * kLog2e);
+}
+
+}  // namespace packsched::kernels::internal::cuda
+
+#endif  // PACKSCHED_KERNELS_CUDA_ATTENTION_TC_COMMON_CUH_

@@ -1,0 +1,40 @@
+#ifndef PACKSCHED_KERNELS_CUDA_ATTENTION_TC_LAUNCH_H_
+#define PACKSCHED_KERNELS_CUDA_ATTENTION_TC_LAUNCH_H_
+
+// The tensor-core attention's entry points (attention_tc_fwd.cu, attention_tc_bwd.cu) and when
+// the CUDA backend uses them instead of the scalar kernels (attention_fwd.cu, attention_bwd.cu).
+// Plain C++ types only, like launch.h.
+
+#include <cstdint>
+
+#include "kernels/cuda/launch.h"
+#include "kernels/internal/attention_args.h"
+
+namespace packsched::kernels::internal::cuda {
+
+// The tensor-core kernels' parameters: the checked arguments, plus the tree of a tree-packed
+// micro-batch (optional, on the device; both index packed rows, self-attention only):
+//   subtree_end [total_k]: one past the last packed row of the subtree of key row j's node;
+//   positions [total_q]: each row's token depth (read only with a left window).
+// With a tree, query i sees key j iff the varlen rule allows it (causal, so j <= i) and
+// i < subtree_end[j], and with a left window w >= 0, positions[i] - positions[j] <= w (the
+// window counts tokens along the root path, not packed rows: the row window is not applied).
+struct TcAttnParams {
+  AttentionArgs args;
+  const int32_t* subtree_end = nullptr;
+  const int32_t* positions = nullptr;
+};
+
+// True when the tensor-core kernels run this call: bf16 or fp16, head dim 64 or 128, every
+// tensor 16-byte aligned, a device of compute capability 8.0 or newer, and the environment
+// variable PACKSCHED_ATTENTION_SCALAR unset or "0" (set, it forces the scalar kernels, so that
+// both can be timed and compared).
+bool AttentionTcApplies(const AttentionArgs& a);
+
+// Enqueue the forward (one kernel) or the backward (dq, then dk/dv) on `stream`.
+LaunchResult LaunchAttentionTcForward(const TcAttnParams& p, void* stream);
+LaunchResult LaunchAttentionTcBackward(const TcAttnParams& p, void* stream);
+
+}  // namespace packsched::kernels::internal::cuda
+
+#endif  // PACKSCHED_KERNELS_CUDA_ATTENTION_TC_LAUNCH_H_

@@ -1,0 +1,117 @@
+#include "server/service/request_memory.h"
+
+#include <algorithm>
+#include <limits>
+
+#include "absl/status/statusor.h"
+#include "server/base/checked_math.h"
+#include "server/planner/options.h"
+#include "server/service/convert.h"
+
+namespace packsched::service {
+namespace {
+
+// Saturating arithmetic for the estimates (an estimate that overflows is simply too large).
+int64_t SatAdd(int64_t a, int64_t b) {
+  return CheckedAdd(a, b).value_or(std::numeric_limits<int64_t>::max());
+}
+int64_t SatMul(int64_t a, int64_t b) {
+  return CheckedMul(a, b).value_or(std::numeric_limits<int64_t>::max());
+}
+
+// An upper bound on the planner's local bound over `lengths` with (validated) options `o`,
+// before the rounding to divisible_by and min_micro_batches: see EstimatePlanMemory in
+// request_memory.h.
+int64_t ItemPartsBound(const google::protobuf::RepeatedField<int64_t>& lengths,
+                       const planner::PlanOptions& o) {
+  const int64_t n = lengths.size();
+  const int64_t cap = o.max_token_len;
+  if (o.cap_mode != planner::CapMode::kTokens || o.max_seqs_per_micro_batch != 0 || cap < 1 ||
+      cap / 2 - o.align_total_to + 1 < 1) {
+    return n;
+  }
+  // Best fit: two parts at most half full each would have been one, so every part but one holds
+  // more than cap/2 - (align_total_to - 1) aligned tokens; overlong sequences get a part each.
+  const int64_t align = planner::EffectiveAlignTo(o);
+  int64_t aligned = 0;
+  int64_t overlong = 0;
+  for (const int64_t length : lengths) {
+    const int64_t a = std::clamp<int64_t>(length, 1, planner::kMaxLength);
+    const int64_t rounded = (a + align - 1) / align * align;
+    if (rounded > cap) {
+      ++overlong;
+    } else {
+      aligned += rounded;  // <= 2^26 x 2^31: no overflow
+    }
+  }
+  return std::min(n, 1 + aligned / (cap / 2 - o.align_total_to + 1) + overlong);
+}
+
+// min(K, roundup(max(m, items, 1), d)) over validated options (K = o.max_micro_batches).
+int64_t CountBound(const planner::PlanOptions& o, int64_t items) {
+  const int64_t k = std::max<int64_t>({o.min_micro_batches, items, 1});
+  return std::min(o.max_micro_batches, SatMul(CeilDiv(k, o.divisible_by), o.divisible_by));
+}
+
+// A forest's items for the estimate: its nodes and its rollouts (each costs about a sequence).
+int64_t ForestItems(const v1::Forest& forest) {
+  return SatAdd(std::max(forest.node_len_size(), forest.node_parent_size()),
+                std::max(forest.rollout_leaf_size(), forest.rollout_len_size()));
+}
+
+RequestMemory MemoryOf(int64_t sequences, int64_t micro_batches, int64_t wire_bytes) {
+  return {sequences, micro_batches, wire_bytes, PeakBytes(sequences, micro_batches, wire_bytes)};
+}
+
+}  // namespace
+
+int64_t PeakBytes(int64_t sequences, int64_t micro_batches, int64_t wire_bytes) {
+  return SatAdd(
+      SatAdd(kPeakBase, SatMul(kPeakPerSequence, sequences)),
+      SatAdd(SatMul(kPeakPerMicroBatch, micro_batches), SatMul(kPeakPerWireByte, wire_bytes)));
+}
+
+// Options that validation refuses make the request fail before it allocates anything sized by
+// them: they count no micro-batches.
+RequestMemory EstimatePlanMemory(const v1::PlanRequest& request, const ServiceLimits& limits) {
+  const absl::StatusOr<planner::PlanOptions> o =
+      ToPlanOptions(request.options(), limits, /*planner_picks_k=*/true);
+  if (request.has_forest()) {  // at most one piece per rollout
+    const int64_t rollouts = request.forest().rollout_leaf_size();
+    return MemoryOf(ForestItems(request.forest()), o.ok() ? CountBound(*o, rollouts) : 0,
+                    static_cast<int64_t>(request.ByteSizeLong()));
+  }
+  const int64_t k = o.ok() ? CountBound(*o, ItemPartsBound(request.lengths(), *o)) : 0;
+  return MemoryOf(request.lengths().size(), k, static_cast<int64_t>(request.ByteSizeLong()));
+}
+
+RequestMemory EstimatePartitionMemory(const v1::PartitionRequest& request,
+                                      const ServiceLimits& limits) {
+  const absl::StatusOr<planner::PlanOptions> o =
+      ToPlanOptions(request.options(), limits, /*planner_picks_k=*/false);
+  const int64_t k = request.num_micro_batches();
+  const int64_t n = request.has_forest() ? ForestItems(request.forest()) : request.lengths().size();
+  return MemoryOf(n, o.ok() && k >= 1 && k <= o->max_micro_batches ? k : 0,
+                  static_cast<int64_t>(request.ByteSizeLong()));
+}
+
+RequestMemory EstimateBalanceBatchMemory(const v1::BalanceBatchRequest& request,
+                                         const ServiceLimits& limits) {
+  const int64_t n = request.has_forest() ? ForestItems(request.forest()) : request.lengths().size();
+  const int64_t world_size = request.world_size();
+  const absl::StatusOr<planner::PlanOptions> o =
+      ToPlanOptions(request.options(), limits, /*planner_picks_k=*/true);
+  int64_t parts = 0;
+  if (o.ok() && world_size >= 1 && world_size <= planner::kMaxWorldSize && request.has_forest()) {
+    // Every rank may hold every piece (at most one a rollout).
+    parts = SatMul(world_size, CountBound(*o, request.forest().rollout_leaf_size()));
+  } else if (o.ok() && world_size >= 1 && world_size <= planner::kMaxWorldSize) {
+    // The largest rank's share: ceil(n / W), or all of them with groups (a group stays whole).
+    const int64_t share = request.group_ids().empty() ? CeilDiv(n, world_size) : n;
+    parts =
+        SatMul(world_size, CountBound(*o, std::min(share, ItemPartsBound(request.lengths(), *o))));
+  }
+  return MemoryOf(n, parts, static_cast<int64_t>(request.ByteSizeLong()));
+}
+
+}  // namespace packsched::service

@@ -1,0 +1,237 @@
+#ifndef PACKSCHED_TESTS_KERNELS_CUDA_EMULATION_WARP_RUNTIME_H_
+#define PACKSCHED_TESTS_KERNELS_CUDA_EMULATION_WARP_RUNTIME_H_
+
+// A warp-accurate CPU emulation of one CUDA block: every CUDA thread is a fiber (ucontext) on the
+// calling OS thread, switched only at synchronisation points, so the block's threads run
+// interleaved but never concurrently (no data races in the emulation itself). Two kinds of
+// synchronisation:
+//   - __syncthreads: every live thread of the block arrives (threads that exited no longer count);
+//   - warp collectives (WarpCollective, used by the ptx.cuh emulation for mma, ldmatrix and
+//     shuffles): the 32 threads of a warp arrive with their inputs, the last one computes every
+//     lane's output from all 32 inputs, then each lane continues with its own. The 32 lanes must
+//     call the same collective (divergence aborts with a message), as mma.sync.aligned requires.
+// A block in which no thread can progress (a warp collective that a lane never reaches, a barrier
+// that an exited warp leaves short) aborts with a description instead of hanging.
+//
+// The block's dynamic shared memory is filled with 0xff bytes (NaN as float, fp16 and bf16) when
+// the block starts, so that a read of a value never written shows up in the results.
+//
+// Test-only. cuda_runtime.h (the same folder) provides threadIdx, blockIdx and __syncthreads.
+
+#include <ucontext.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <type_traits>
+#include <vector>
+
+#include "cuda_runtime.h"
+
+namespace packsched_cuda_emulation {
+
+inline constexpr int kWarpSize = 32;
+
+// One asynchronous copy of 16 bytes (cp.async), performed at the wait that retires its group.
+struct PendingCopy {
+  void* dst;
+  const void* src;
+  bool fill;
+};
+
+struct Fiber {
+  ucontext_t context;
+  std::unique_ptr<char[]> stack;
+  bool done = false;
+  std::vector<PendingCopy> open_group;              // issued since the last commit
+  std::vector<std::vector<PendingCopy>> committed;  // oldest first
+  const char* waiting_on = "";                      // for the deadlock report
+};
+
+// The data one warp collective exchanges: each lane's input and output (up to kSlotBytes each).
+struct WarpExchange {
+  static constexpr size_t kSlotBytes = 64;
+  alignas(16) unsigned char in[kWarpSize][kSlotBytes];
+  alignas(16) unsigned char out[kWarpSize][kSlotBytes];
+  int arrived = 0;
+  uint64_t generation = 0;
+  const char* op = nullptr;
+};
+
+struct Block {
+  std::vector<Fiber> fibers;
+  std::vector<WarpExchange> warps;
+  std::vector<unsigned char> smem;
+  ucontext_t scheduler;
+  int current = 0;
+  int live = 0;
+  int sync_arrived = 0;
+  uint64_t sync_generation = 0;
+  uint64_t progress = 0;  // bumped by every arrival, completion and exit
+  const std::function<void()>* body = nullptr;
+};
+
+inline Block* current_block = nullptr;
+
+// Statistics the tests read: ldmatrix phases (one 8 x 8 matrix each) whose 8 row addresses fall
+// on conflicting shared-memory banks, ldmatrix phases in all, and mma instructions.
+inline uint64_t ldmatrix_bank_conflicts = 0;
+inline uint64_t ldmatrix_phases = 0;
+inline uint64_t mma_calls = 0;  // warp-level mma.sync instructions
+
+[[noreturn]] inline void Fail(const char* what) {
+  std::fprintf(stderr, "cuda emulation: %s (block %u,%u,%u thread %d)\n", what, block_idx.x,
+               block_idx.y, block_idx.z, current_block != nullptr ? current_block->current : -1);
+  std::abort();
+}
+
+inline Block& CurrentBlock() {
+  if (current_block == nullptr) Fail("a warp-level operation outside RunBlock");
+  return *current_block;
+}
+
+inline void Yield() {
+  Block& b = CurrentBlock();
+  swapcontext(&b.fibers[b.current].context, &b.scheduler);
+}
+
+// __syncthreads of a fiber block.
+inline void FiberSyncThreads() {
+  Block& b = CurrentBlock();
+  const uint64_t generation = b.sync_generation;
+  ++b.progress;
+  if (++b.sync_arrived == b.live) {
+    b.sync_arrived = 0;
+    ++b.sync_generation;
+    return;
+  }
+  b.fibers[b.current].waiting_on = "__syncthreads";
+  while (b.sync_generation == generation) Yield();
+  b.fibers[b.current].waiting_on = "";
+}
+
+// The calling thread's lane and warp (blocks are one-dimensional).
+inline int LaneOf(const Block& b) { return b.current % kWarpSize; }
+inline int WarpOf(const Block& b) { return b.current / kWarpSize; }
+
+// Runs `compute(ins, outs)` once for the calling warp when all its 32 lanes have called
+// WarpCollective with the same `op` (a string literal); returns this lane's output.
+template <typename In, typename Out, typename Compute>
+Out WarpCollective(const char* op, const In& in, Compute&& compute) {
+  static_assert(std::is_trivially_copyable_v<In> && std::is_trivially_copyable_v<Out>);
+  static_assert(sizeof(In) <= WarpExchange::kSlotBytes && sizeof(Out) <= WarpExchange::kSlotBytes);
+  Block& b = CurrentBlock();
+  WarpExchange& w = b.warps[WarpOf(b)];
+  const int lane = LaneOf(b);
+  if (w.arrived == 0) {
+    w.op = op;
+  } else if (std::strcmp(w.op, op) != 0) {
+    std::fprintf(stderr, "cuda emulation: lane %d calls %s while its warp is in %s\n", lane, op,
+                 w.op);
+    Fail("divergent warp collective");
+  }
+  std::memcpy(w.in[lane], &in, sizeof(In));
+  const uint64_t generation = w.generation;
+  ++b.progress;
+  if (++w.arrived == kWarpSize) {
+    In ins[kWarpSize];
+    Out outs[kWarpSize];
+    for (int l = 0; l < kWarpSize; ++l) std::memcpy(&ins[l], w.in[l], sizeof(In));
+    compute(ins, outs);
+    for (int l = 0; l < kWarpSize; ++l) std::memcpy(w.out[l], &outs[l], sizeof(Out));
+    w.arrived = 0;
+    ++w.generation;
+  } else {
+    b.fibers[b.current].waiting_on = op;
+    while (w.generation == generation) Yield();
+    b.fibers[b.current].waiting_on = "";
+  }
+  Out out;
+  std::memcpy(&out, w.out[lane], sizeof(Out));
+  return out;
+}
+
+// The calling thread's cp.async state.
+inline Fiber& CurrentFiber() {
+  Block& b = CurrentBlock();
+  return b.fibers[b.current];
+}
+
+// True when [p, p + bytes) lies inside the block's shared memory.
+inline bool InSmem(const void* p, size_t bytes) {
+  const Block& b = CurrentBlock();
+  const auto* c = static_cast<const unsigned char*>(p);
+  return c >= b.smem.data() && c + bytes <= b.smem.data() + b.smem.size();
+}
+
+inline void FiberMain() {
+  Block& b = *current_block;
+  (*b.body)();
+  b.fibers[b.current].done = true;
+  --b.live;
+  ++b.progress;
+  if (b.sync_arrived > 0 && b.sync_arrived == b.live) {  // the exit completes a barrier
+    b.sync_arrived = 0;
+    ++b.sync_generation;
+  }
+}
+
+// Runs `body` as block `block` of `threads` CUDA threads (a multiple of 32) with `smem_bytes` of
+// dynamic shared memory, to completion.
+inline void RunBlock(dim3 block, int threads, size_t smem_bytes,
+                     const std::function<void()>& body) {
+  constexpr size_t kStackBytes = 256 * 1024;
+  if (threads % kWarpSize != 0) Fail("RunBlock needs whole warps");
+  Block b;
+  b.fibers.resize(threads);
+  b.warps.resize(threads / kWarpSize);
+  b.smem.assign(smem_bytes, 0xff);
+  b.live = threads;
+  b.body = &body;
+  block_idx = block;
+  current_block = &b;
+  fiber_sync_threads = &FiberSyncThreads;
+  for (int t = 0; t < threads; ++t) {
+    Fiber& f = b.fibers[t];
+    f.stack.reset(new char[kStackBytes]);
+    getcontext(&f.context);
+    f.context.uc_stack.ss_sp = f.stack.get();
+    f.context.uc_stack.ss_size = kStackBytes;
+    f.context.uc_link = &b.scheduler;
+    makecontext(&f.context, &FiberMain, 0);
+  }
+  while (b.live > 0) {
+    const uint64_t before = b.progress;
+    for (int t = 0; t < threads; ++t) {
+      if (b.fibers[t].done) continue;
+      b.current = t;
+      thread_idx = dim3(t);
+      swapcontext(&b.scheduler, &b.fibers[t].context);
+    }
+    if (b.live > 0 && b.progress == before) {
+      for (int t = 0; t < threads; ++t) {
+        if (!b.fibers[t].done)
+          std::fprintf(stderr, "thread %d waits on %s\n", t, b.fibers[t].waiting_on);
+      }
+      Fail("deadlock: no thread of the block can progress");
+    }
+  }
+  fiber_sync_threads = nullptr;
+  current_block = nullptr;
+}
+
+// Runs every block of `grid` in order (x fastest), one at a time.
+inline void RunGrid(dim3 grid, int threads, size_t smem_bytes, const std::function<void()>& body) {
+  for (unsigned z = 0; z < grid.z; ++z) {
+    for (unsigned y = 0; y < grid.y; ++y) {
+      for (unsigned x = 0; x < grid.x; ++x) RunBlock(dim3(x, y, z), threads, smem_bytes, body);
+    }
+  }
+}
+
+}  // namespace packsched_cuda_emulation
+
+#endif  // PACKSCHED_TESTS_KERNELS_CUDA_EMULATION_WARP_RUNTIME_H_
