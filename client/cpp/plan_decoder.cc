@@ -374,8 +374,11 @@ void PartsFromProto(const google::protobuf::RepeatedPtrField<v1::MicroBatch>& pa
 #define PACKSCHED_FROM_STATS(name, number, Kind, alias) \
   PACKSCHED_FROM_STATS_##Kind(out, s, name, alias)
 
-void StatsFromProto(const v1::PlanStats& s,
-                    PlanResult* out){PACKSCHED_PLAN_STATS(PACKSCHED_FROM_STATS)}
+// A body of one macro without a semicolon, which clang-format 14 joins onto the signature.
+// clang-format off
+void StatsFromProto(const v1::PlanStats& s, PlanResult* out) {
+  PACKSCHED_PLAN_STATS(PACKSCHED_FROM_STATS)
+}  // clang-format on
 
 std::vector<int64_t> Ints(const google::protobuf::RepeatedField<int64_t>& field) {
   return std::vector<int64_t>(field.begin(), field.end());
