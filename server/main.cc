@@ -8,24 +8,22 @@
 //   server/sidecar/status.*       --status: GetStatus as a table or JSON
 //   server/sidecar/metrics.*      --metrics_listen: Prometheus metrics at /metrics
 //   server/sidecar/process.*      signals and --port_file
+//   server/sidecar/command_line.* parsing the flags: --help, --version, exit codes
 
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
-#include "absl/flags/usage.h"
-#include "absl/flags/usage_config.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "absl/strings/match.h"
-#include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "server/base/logging.h"
 #include "server/service/server.h"
+#include "server/sidecar/command_line.h"
 #include "server/sidecar/flags.h"
 #include "server/sidecar/probe.h"
 #include "server/sidecar/process.h"
@@ -49,19 +47,13 @@ int main(int argc, char** argv) {
   // taken while another is held. Off in optimised builds; debug builds keep it.
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
 #endif
-  absl::SetProgramUsageMessage("packsched scheduler sidecar: packsched-server [--listen=...]");
-  // --help lists the server's own flags (all in sidecar/flags.cc), not only main.cc's (none).
-  absl::FlagsUsageConfig usage;
-  usage.contains_help_flags = [](absl::string_view file) {
-    return absl::StrContains(file, "server/sidecar/");
-  };
-  usage.contains_helpshort_flags = usage.contains_help_flags;
-  absl::SetFlagsUsageConfig(usage);
-  absl::ParseCommandLine(argc, argv);
+  if (const std::optional<int> exit_code = sidecar::ParseCommandLine(argc, argv)) {
+    return *exit_code;
+  }
   if (absl::Status s = packsched::InitLogging("packsched-server", absl::GetFlag(FLAGS_log_level));
       !s.ok()) {
-    std::fprintf(stderr, "packsched-server: %s\n", s.ToString().c_str());
-    return 1;
+    std::fprintf(stderr, "packsched-server: --log_level: %s\n", s.ToString().c_str());
+    return sidecar::kUsageError;
   }
   if (const sidecar::ProbeFlags probe = sidecar::ProbeFlagsFromFlags(); !probe.target.empty()) {
     return sidecar::RunProbe(probe);
@@ -71,7 +63,11 @@ int main(int argc, char** argv) {
   }
   if (absl::Status s = sidecar::InstallSignalHandlers(); !s.ok()) return Fail(s);
   absl::StatusOr<packsched::service::ServerOptions> options = sidecar::ServerOptionsFromFlags();
-  if (!options.ok()) return Fail(options.status());
+  // A flag's value refused by its check is a usage error, like one that does not parse.
+  if (!options.ok()) {
+    Fail(options.status());
+    return options.status().code() == absl::StatusCode::kInvalidArgument ? sidecar::kUsageError : 1;
+  }
 
   const sidecar::RankGroupFlags group_flags = sidecar::RankGroupFlagsFromFlags();
   absl::StatusOr<sidecar::RankGroup> group = sidecar::StartRankGroup(group_flags, *options);

@@ -80,9 +80,9 @@ LAYERS = {
     # Collective, the port's implementations), wired by the sidecar (server/sidecar/).
     "group": Layer(("server/group",), ("group/port", "collective"), ("absl", "spdlog")),
     # What the service layer records metrics through (no Prometheus), and the metrics: the
-    # Prometheus series, the process collector and the /metrics endpoint (prometheus-cpp).
+    # Prometheus series and the process collector (prometheus-cpp), the /metrics endpoint.
     "metrics/sink": Layer(("server/metrics/sink.h",), (), ("absl",)),
-    "metrics": Layer(("server/metrics",), ("metrics/sink",), ("absl", "prometheus")),
+    "metrics": Layer(("server/metrics",), ("metrics/sink", "base"), ("absl", "prometheus")),
     "service": Layer(
         ("server/service",),
         ("planner", "collective", "group/port", "credentials", "proto", "metrics/sink"),

@@ -353,6 +353,8 @@ absl::StatusOr<ServerStatus> SchedulerClient::GetStatus(absl::Duration timeout) 
   out.cache_hits = c.cache_hits();
   out.joined_in_flight = c.joined_in_flight();
   out.over_cap_parts = c.over_cap_parts();
+  out.over_cap_unavoidable_parts = c.over_cap_unavoidable_parts();
+  out.over_cap_avoidable_parts = c.over_cap_avoidable_parts();
   out.partitions = c.partitions();
   out.balance_batches = c.balance_batches();
   out.errors_by_code.insert(c.errors_by_code().begin(), c.errors_by_code().end());

@@ -144,6 +144,8 @@ struct ServerStatus {
   int64_t cache_hits = 0;
   int64_t joined_in_flight = 0;
   int64_t over_cap_parts = 0;
+  int64_t over_cap_unavoidable_parts = 0;  // of over_cap_parts: one overlong sequence each
+  int64_t over_cap_avoidable_parts = 0;    // of over_cap_parts: several sequences (must be 0)
   int64_t partitions = 0;
   int64_t balance_batches = 0;
   std::map<std::string, int64_t> errors_by_code;

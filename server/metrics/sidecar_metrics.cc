@@ -35,6 +35,29 @@ constexpr const char* kMethods[kNumMethods] = {"Plan", "Partition", "BalanceBatc
 constexpr const char* kPhases[4] = {"whole", "local", "wait", "partition"};
 constexpr const char* kCauses[3] = {"deadline", "aborted", "mismatch"};
 
+// The codes a call or a round of this server can end with: their series exist from start-up at
+// 0, so that increase() and rate() see the first occurrence. Any other code gets its series
+// when it first occurs.
+constexpr absl::StatusCode kSeededCodes[] = {
+    absl::StatusCode::kOk,
+    absl::StatusCode::kCancelled,
+    absl::StatusCode::kInvalidArgument,
+    absl::StatusCode::kDeadlineExceeded,
+    absl::StatusCode::kFailedPrecondition,
+    absl::StatusCode::kAborted,
+    absl::StatusCode::kResourceExhausted,
+    absl::StatusCode::kUnauthenticated,
+    absl::StatusCode::kUnavailable,
+    absl::StatusCode::kInternal,
+};
+
+bool Seeded(int code) {
+  for (absl::StatusCode c : kSeededCodes) {
+    if (static_cast<int>(c) == code) return true;
+  }
+  return false;
+}
+
 // A histogram with fixed buckets; its owner guards it.
 class Buckets {
  public:
@@ -242,7 +265,7 @@ std::vector<MetricFamily> SidecarMetrics::RecordedCollector::Collect() const {
   for (int m = 0; m < kNumMethods; ++m) {
     for (int c = 0; c < kNumCodes; ++c) {
       const uint64_t n = owner_->requests_[m][c].load(std::memory_order_relaxed);
-      if (n == 0) continue;
+      if (n == 0 && !Seeded(c)) continue;
       requests.push_back(
           Value(static_cast<double>(n),
                 {{"code", CodeLabel(static_cast<absl::StatusCode>(c))}, {"method", kMethods[m]}}));
@@ -258,7 +281,7 @@ std::vector<MetricFamily> SidecarMetrics::RecordedCollector::Collect() const {
   absl::MutexLock lock(&mu_);
   std::vector<ClientMetric> rounds;
   for (int c = 0; c < kNumCodes; ++c) {
-    if (rounds_[c] == 0) continue;
+    if (rounds_[c] == 0 && !Seeded(c)) continue;
     rounds.push_back(Value(static_cast<double>(rounds_[c]),
                            {{"outcome", CodeLabel(static_cast<absl::StatusCode>(c))}}));
   }

@@ -75,7 +75,8 @@ class SidecarMetrics final : public Sink {
   class RecordedCollector;
   static constexpr int kNumCodes = 17;  // absl::StatusCode 0..16
 
-  // Calls by method and code: lock-free, exported when not zero.
+  // Calls by method and code: lock-free; exported from the start for the codes this server
+  // produces (sidecar_metrics.cc: kSeededCodes), for any other code once not zero.
   std::array<std::array<std::atomic<uint64_t>, kNumCodes>, kNumMethods> requests_{};
   // Everything a round records, under one lock: a round takes it once.
   std::shared_ptr<RecordedCollector> recorded_;

@@ -504,9 +504,15 @@ Result RoundCoordinator::RunRound(Stream& stream, const RoundInput& in) {
   result->local_time = local_done - start;
   result->wait_time = agreed_at - local_done;
   result->partition_time = absl::Now() - agreed_at;
+  // Over the cap, a part isolating one overlong sequence cannot be helped; any other can.
+  int64_t isolated = 0;
+  if (result->plan.stats.over_cap_parts > 0) {
+    for (const planner::MicroBatch& part : result->plan.parts) isolated += part.overlong ? 1 : 0;
+  }
   {
     absl::MutexLock counters(&counters_mu_);
     over_cap_parts_ += result->plan.stats.over_cap_parts;
+    over_cap_unavoidable_ += isolated;
   }
   return std::shared_ptr<const RoundResult>(std::move(result));
 }
@@ -574,7 +580,7 @@ RoundCoordinator::Stats RoundCoordinator::GetStats() const {
   // Every rank has joined, and no stream is between generations: the readiness the health
   // service reports too.
   stats.group_ready = options_.agreements->serving();
-  stats.backend = "local";
+  stats.backend = options_.backend;
   {
     absl::MutexLock lock(&mu_);
     for (const auto& [name, stream] : streams_) {
@@ -606,6 +612,7 @@ RoundCoordinator::Stats RoundCoordinator::GetStats() const {
   stats.cache_hits = cache_hits_;
   stats.joined_in_flight = joined_;
   stats.over_cap_parts = over_cap_parts_;
+  stats.over_cap_unavoidable_parts = over_cap_unavoidable_;
   stats.cached_bytes = cache_.bytes();
   return stats;
 }

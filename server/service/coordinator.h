@@ -87,6 +87,9 @@ class RoundCoordinator {
     // Where each round run and each stream reclaimed are recorded (server/metrics/sink.h); not
     // owned, outlives the coordinator. Null: metrics off, nothing recorded.
     metrics::Sink* metrics = nullptr;
+    // The backend as configured (ServerOptions::backend): Stats::backend until a stream has
+    // formed its collective.
+    std::string backend = "local";
   };
 
   struct StreamStats {
@@ -111,10 +114,13 @@ class RoundCoordinator {
     int64_t cache_hits = 0;
     int64_t joined_in_flight = 0;
     int64_t over_cap_parts = 0;
+    // Of over_cap_parts: parts isolating one overlong sequence; the rest held several.
+    int64_t over_cap_unavoidable_parts = 0;
     int64_t cached_bytes = 0;  // estimated, every stream's cached results
     // From the agreement port (round_agreement.h).
     int64_t world_size = 1;   // RoundAgreements::world_size()
-    std::string backend;      // of the last stream (by name) that has formed ("local" before)
+    std::string backend;      // of the last stream (by name) that has formed (Options::backend
+                              // before)
     bool group_ready = true;  // RoundAgreements::serving()
     int64_t generation = 0;   // the highest generation of the streams (0 before any)
   };
@@ -188,6 +194,7 @@ class RoundCoordinator {
   int64_t cache_hits_ ABSL_GUARDED_BY(counters_mu_) = 0;
   int64_t joined_ ABSL_GUARDED_BY(counters_mu_) = 0;
   int64_t over_cap_parts_ ABSL_GUARDED_BY(counters_mu_) = 0;
+  int64_t over_cap_unavoidable_ ABSL_GUARDED_BY(counters_mu_) = 0;  // of over_cap_parts_
 };
 
 }  // namespace packsched::service

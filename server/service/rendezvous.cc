@@ -35,71 +35,108 @@ absl::Status FromGrpc(const grpc::Status& status, absl::string_view address,
       absl::StrCat("rendezvous store ", address, ": ", what, ": ", status.error_message()));
 }
 
-// The Rendezvous service over an InMemoryStore (callback API: no call holds a thread).
-class RendezvousService final : public pb::Rendezvous::CallbackService {
+// The request's bytes parsed into `message`: InvalidArgument naming the message otherwise.
+template <typename Message>
+absl::Status ParseBody(const grpc::ByteBuffer* in, Message* message) {
+  grpc::ByteBuffer bytes(*in);  // shares the slices; Deserialize consumes its buffer
+  if (grpc::SerializationTraits<Message>::Deserialize(&bytes, message).ok()) {
+    return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("the request is not a valid ", Message::descriptor()->full_name(),
+                   " (malformed protobuf wire data, or a string field that is not valid UTF-8)"));
+}
+
+// `message` serialized into `out` (gRPC's response buffer).
+template <typename Message>
+grpc::Status WriteBody(const Message& message, grpc::ByteBuffer* out) {
+  bool own_buffer = false;
+  return grpc::SerializationTraits<Message>::Serialize(message, out, &own_buffer);
+}
+
+// The Rendezvous service over an InMemoryStore (callback API: no call holds a thread). Its
+// methods take the request's bytes and parse them here, so that a body that does not parse is
+// answered INVALID_ARGUMENT with a message naming the message type (as the Scheduler service
+// does), not gRPC's own bare refusal.
+using RawRendezvous = pb::Rendezvous::WithRawCallbackMethod_Set<
+    pb::Rendezvous::WithRawCallbackMethod_Get<pb::Rendezvous::WithRawCallbackMethod_TryGet<
+        pb::Rendezvous::WithRawCallbackMethod_CompareAndSet<
+            pb::Rendezvous::WithRawCallbackMethod_DeletePrefix<pb::Rendezvous::Service>>>>>;
+
+class RendezvousService final : public RawRendezvous {
  public:
   RendezvousService(collective::InMemoryStore* store, std::string auth_token)
       : store_(store), auth_token_(std::move(auth_token)) {}
 
-  grpc::ServerUnaryReactor* Set(grpc::CallbackServerContext* context,
-                                const pb::RendezvousSetRequest* request,
-                                pb::RendezvousSetResponse* /*response*/) override {
+  grpc::ServerUnaryReactor* Set(grpc::CallbackServerContext* context, const grpc::ByteBuffer* in,
+                                grpc::ByteBuffer* out) override {
+    pb::RendezvousSetRequest request;
     absl::Status status = Authorize(*context);
-    if (status.ok()) status = store_->Set(request->key(), request->value(), Forever());
-    return Finished(context, status);
+    if (status.ok()) status = ParseBody(in, &request);
+    if (status.ok()) status = store_->Set(request.key(), request.value(), Forever());
+    return Finished(context, status, pb::RendezvousSetResponse(), out);
   }
 
-  grpc::ServerUnaryReactor* TryGet(grpc::CallbackServerContext* context,
-                                   const pb::RendezvousGetRequest* request,
-                                   pb::RendezvousTryGetResponse* response) override {
+  grpc::ServerUnaryReactor* TryGet(grpc::CallbackServerContext* context, const grpc::ByteBuffer* in,
+                                   grpc::ByteBuffer* out) override {
+    pb::RendezvousGetRequest request;
+    pb::RendezvousTryGetResponse response;
     absl::Status status = Authorize(*context);
+    if (status.ok()) status = ParseBody(in, &request);
     if (status.ok()) {
-      absl::StatusOr<std::optional<std::string>> value = store_->TryGet(request->key(), Forever());
+      absl::StatusOr<std::optional<std::string>> value = store_->TryGet(request.key(), Forever());
       status = value.status();
       if (value.ok() && value->has_value()) {
-        response->set_found(true);
-        response->set_value(**std::move(value));
+        response.set_found(true);
+        response.set_value(**std::move(value));
       }
     }
-    return Finished(context, status);
+    return Finished(context, status, response, out);
   }
 
   grpc::ServerUnaryReactor* CompareAndSet(grpc::CallbackServerContext* context,
-                                          const pb::RendezvousCompareAndSetRequest* request,
-                                          pb::RendezvousCompareAndSetResponse* response) override {
+                                          const grpc::ByteBuffer* in,
+                                          grpc::ByteBuffer* out) override {
+    pb::RendezvousCompareAndSetRequest request;
+    pb::RendezvousCompareAndSetResponse response;
     absl::Status status = Authorize(*context);
+    if (status.ok()) status = ParseBody(in, &request);
     if (status.ok()) {
       std::optional<absl::string_view> expected;
-      if (request->has_expected()) expected = request->expected();
+      if (request.has_expected()) expected = request.expected();
       absl::StatusOr<std::string> value =
-          store_->CompareAndSet(request->key(), expected, request->desired(), Forever());
+          store_->CompareAndSet(request.key(), expected, request.desired(), Forever());
       status = value.status();
-      if (value.ok()) response->set_value(*std::move(value));
+      if (value.ok()) response.set_value(*std::move(value));
     }
-    return Finished(context, status);
+    return Finished(context, status, response, out);
   }
 
   grpc::ServerUnaryReactor* DeletePrefix(grpc::CallbackServerContext* context,
-                                         const pb::RendezvousDeletePrefixRequest* request,
-                                         pb::RendezvousDeletePrefixResponse* response) override {
+                                         const grpc::ByteBuffer* in,
+                                         grpc::ByteBuffer* out) override {
+    pb::RendezvousDeletePrefixRequest request;
+    pb::RendezvousDeletePrefixResponse response;
     absl::Status status = Authorize(*context);
+    if (status.ok()) status = ParseBody(in, &request);
     if (status.ok()) {
-      absl::StatusOr<int64_t> deleted = store_->DeletePrefix(request->prefix(), Forever());
+      absl::StatusOr<int64_t> deleted = store_->DeletePrefix(request.prefix(), Forever());
       status = deleted.status();
-      if (deleted.ok()) response->set_deleted(*deleted);
+      if (deleted.ok()) response.set_deleted(*deleted);
     }
-    return Finished(context, status);
+    return Finished(context, status, response, out);
   }
 
-  grpc::ServerUnaryReactor* Get(grpc::CallbackServerContext* context,
-                                const pb::RendezvousGetRequest* request,
-                                pb::RendezvousGetResponse* response) override {
-    if (absl::Status auth = Authorize(*context); !auth.ok()) return Finished(context, auth);
-    if (context->deadline() == std::chrono::system_clock::time_point::max()) {
-      return Finished(context, absl::InvalidArgumentError(
-                                   "Rendezvous.Get needs a deadline (it waits for the key)"));
+  grpc::ServerUnaryReactor* Get(grpc::CallbackServerContext* context, const grpc::ByteBuffer* in,
+                                grpc::ByteBuffer* out) override {
+    pb::RendezvousGetRequest request;
+    absl::Status status = Authorize(*context);
+    if (status.ok()) status = ParseBody(in, &request);
+    if (status.ok() && context->deadline() == std::chrono::system_clock::time_point::max()) {
+      status = absl::InvalidArgumentError("Rendezvous.Get needs a deadline (it waits for the key)");
     }
-    auto* reactor = new GetReactor(store_, request->key(), response);
+    if (!status.ok()) return Finished(context, status, pb::RendezvousGetResponse(), out);
+    auto* reactor = new GetReactor(store_, request.key(), out);
     reactor->Start();
     return reactor;
   }
@@ -110,16 +147,16 @@ class RendezvousService final : public pb::Rendezvous::CallbackService {
   // CancelWatch decides the race: the watch callback finishes the call unless it was cancelled.
   class GetReactor final : public grpc::ServerUnaryReactor {
    public:
-    GetReactor(collective::InMemoryStore* store, std::string key,
-               pb::RendezvousGetResponse* response)
-        : store_(store), key_(std::move(key)), response_(response) {}
+    GetReactor(collective::InMemoryStore* store, std::string key, grpc::ByteBuffer* out)
+        : store_(store), key_(std::move(key)), out_(out) {}
 
     // The watch callback may finish the call (and gRPC may then call OnDone) before Start
     // returns: the reactor is deleted by whichever of Start and OnDone ends last.
     void Start() {
       const int64_t id = store_->Watch(key_, [this](std::string value) {
-        response_->set_value(std::move(value));
-        Finish(grpc::Status::OK);
+        pb::RendezvousGetResponse response;
+        response.set_value(std::move(value));
+        Finish(WriteBody(response, out_));
       });
       {
         absl::MutexLock lock(&mu_);
@@ -153,7 +190,7 @@ class RendezvousService final : public pb::Rendezvous::CallbackService {
 
     collective::InMemoryStore* const store_;
     const std::string key_;
-    pb::RendezvousGetResponse* const response_;
+    grpc::ByteBuffer* const out_;  // gRPC's response buffer
     absl::Mutex mu_;
     int64_t watch_id_ ABSL_GUARDED_BY(mu_) = -1;
     bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
@@ -163,10 +200,13 @@ class RendezvousService final : public pb::Rendezvous::CallbackService {
 
   static absl::Time Forever() { return absl::InfiniteFuture(); }
 
+  // Answers `status`, with `response` when it is OK.
+  template <typename Response>
   static grpc::ServerUnaryReactor* Finished(grpc::CallbackServerContext* context,
-                                            const absl::Status& status) {
+                                            const absl::Status& status, const Response& response,
+                                            grpc::ByteBuffer* out) {
     grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-    reactor->Finish(ToGrpcStatus(status));
+    reactor->Finish(status.ok() ? WriteBody(response, out) : ToGrpcStatus(status));
     return reactor;
   }
 
@@ -423,7 +463,8 @@ absl::StatusOr<std::string> LocalAddressTowards(absl::string_view address) {
   hints.ai_socktype = SOCK_DGRAM;
   addrinfo* found = nullptr;
   if (int rc = getaddrinfo(host.c_str(), port.c_str(), &hints, &found); rc != 0) {
-    return absl::UnavailableError(absl::StrCat("cannot resolve '", host, "': ", gai_strerror(rc)));
+    return absl::UnavailableError(
+        absl::StrCat("cannot resolve '", host, "' (DNS lookup): ", gai_strerror(rc)));
   }
   absl::Status error = absl::UnavailableError(absl::StrCat("no route to '", address, "'"));
   std::string local;

@@ -208,6 +208,8 @@ grpc::ServerUnaryReactor* SchedulerService::GetStatus(grpc::CallbackServerContex
   counters->set_cache_hits(stats.cache_hits);
   counters->set_joined_in_flight(stats.joined_in_flight);
   counters->set_over_cap_parts(stats.over_cap_parts);
+  counters->set_over_cap_unavoidable_parts(stats.over_cap_unavoidable_parts);
+  counters->set_over_cap_avoidable_parts(stats.over_cap_parts - stats.over_cap_unavoidable_parts);
   {
     absl::MutexLock lock(&mu_);
     for (const auto& [code, count] : errors_by_code_) {

@@ -63,6 +63,7 @@ absl::StatusOr<std::unique_ptr<SchedulerServer>> SchedulerServer::Start(
   coordinator_options.agreements = state->agreements;
   coordinator_options.cancel_waits = options.cancel_group_waits;
   coordinator_options.metrics = options.metrics;
+  coordinator_options.backend = options.backend;
   state->coordinator = std::make_unique<RoundCoordinator>(std::move(coordinator_options));
   SchedulerService::Options service_options;
   service_options.limits = options.limits;

@@ -48,6 +48,10 @@ struct ServerOptions {
   // Where calls and rounds are recorded (server/metrics/sink.h): not owned, outlives the
   // server. Null: metrics off.
   metrics::Sink* metrics = nullptr;
+  // The collective backend as configured: "local" for a group of one; "gloo", "nccl" or "auto"
+  // for a rank group. GetStatus and the metrics report it until a stream has formed its
+  // collective, then the backend that stream agreed (RoundCoordinator::Options::backend).
+  std::string backend = "local";
 };
 
 class SchedulerServer {

@@ -22,8 +22,9 @@ absl::StatusOr<v1::GetStatusResponse> FetchStatus(const std::string& target, abs
                                                   const ProbeTls* tls,
                                                   const std::string& auth_token);
 
-// `status` as JSON (protobuf's mapping: lowerCamelCase field names, int64 as strings, fields
-// at their default value included).
+// `status` as JSON for programs: the proto's own (snake_case) field names, every field (those
+// at their default value included), integers as JSON numbers (int64 too), maps as objects with
+// their keys sorted, enums by name. Not protobuf's JSON mapping (camelCase, int64 as strings).
 std::string StatusJson(const v1::GetStatusResponse& status);
 
 }  // namespace packsched::service

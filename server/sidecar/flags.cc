@@ -160,6 +160,8 @@ absl::StatusOr<service::ServerOptions> ServerOptionsFromFlags() {
   RETURN_IF_ERROR(Positive("resource_quota_bytes", o.resource_quota_bytes, 1 << 20));
   RETURN_IF_ERROR(Positive("max_threads", o.max_threads, 2));
   o.build_version = PACKSCHED_VERSION;
+  // What GetStatus reports before a stream forms its collective (a group of one is local).
+  o.backend = absl::GetFlag(FLAGS_world_size) > 1 ? absl::GetFlag(FLAGS_backend) : "local";
   o.rank = absl::GetFlag(FLAGS_rank);
   return o;
 }

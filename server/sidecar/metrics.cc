@@ -2,7 +2,6 @@
 
 #include <utility>
 
-#include "absl/strings/str_cat.h"
 #include "server/base/address.h"
 #include "server/base/status_macros.h"
 #include "server/service/round_types.h"
@@ -47,10 +46,9 @@ absl::StatusOr<std::unique_ptr<metrics::MetricsEndpoint>> ServeMetrics(
   ASSIGN_OR_RETURN(std::unique_ptr<metrics::MetricsEndpoint> endpoint,
                    metrics::MetricsEndpoint::Start(flags.listen, metrics));
   if (!flags.port_file.empty()) RETURN_IF_ERROR(WritePortFile(flags.port_file, endpoint->port()));
-  // The address with the bound port (the chosen one for port 0).
-  const std::string address =
-      absl::StrCat(flags.listen.substr(0, flags.listen.rfind(':')), ":", endpoint->port());
-  if (IsLoopbackAddress(flags.listen)) {
+  // The address as bound, with the chosen port for port 0.
+  const std::string& address = endpoint->address();
+  if (IsLoopbackAddress(address)) {
     spdlog::info("serving metrics at http://{}/metrics", address);
   } else {
     spdlog::warn(

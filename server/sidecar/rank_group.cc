@@ -96,9 +96,17 @@ absl::StatusOr<RankGroup> StartRankGroup(const RankGroupFlags& flags,
   options.collective_timeout = server.limits.collective_timeout;
   options.gloo.iface = flags.gloo_iface;
   options.gloo.hostname = flags.gloo_hostname;
-  if (options.gloo.hostname.empty() && options.gloo.iface.empty()) {
-    ASSIGN_OR_RETURN(options.gloo.hostname, service::LocalAddressTowards(rendezvous));
+  // Resolved whichever way Gloo gets its address: a name that does not resolve stops the start
+  // here, naming DNS, instead of surfacing later as a store that never answers.
+  absl::StatusOr<std::string> local = service::LocalAddressTowards(rendezvous);
+  if (!local.ok()) {
+    return absl::Status(local.status().code(), absl::StrCat("--rendezvous = '", rendezvous,
+                                                            "': ", local.status().message()));
   }
+  if (options.gloo.hostname.empty() && options.gloo.iface.empty()) options.gloo.hostname = *local;
+  spdlog::info("rendezvous {} reached from local address {}; Gloo uses {}", rendezvous, *local,
+               !options.gloo.iface.empty() ? absl::StrCat("interface ", options.gloo.iface)
+                                           : absl::StrCat("address ", options.gloo.hostname));
   int64_t gpu = flags.local_gpu;
   if (gpu < 0) {
     const char* local_rank = std::getenv("LOCAL_RANK");  // NOLINT(concurrency-mt-unsafe)

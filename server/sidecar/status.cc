@@ -28,10 +28,16 @@ std::string StatusTable(const v1::GetStatusResponse& s) {
                         s.rank(), s.world_size(), s.backend().empty() ? "-" : s.backend(),
                         s.generation(), s.group_ready() ? "ready" : "NOT READY");
   const v1::Counters& c = s.counters();
+  absl::StrAppendFormat(&out, "rounds      %d run, %d cache hits, %d joined in flight\n",
+                        c.rounds(), c.cache_hits(), c.joined_in_flight());
+  // Unavoidable: a micro-batch isolating one sequence longer than the cap; avoidable: several
+  // sequences over it, a planner bug.
   absl::StrAppendFormat(&out,
-                        "rounds      %d run, %d cache hits, %d joined in flight, %d micro-batches "
-                        "over the cap\n",
-                        c.rounds(), c.cache_hits(), c.joined_in_flight(), c.over_cap_parts());
+                        "over cap    %d micro-batches: %d unavoidable (one overlong sequence "
+                        "each), %d avoidable%s\n",
+                        c.over_cap_parts(), c.over_cap_unavoidable_parts(),
+                        c.over_cap_avoidable_parts(),
+                        c.over_cap_avoidable_parts() > 0 ? " (a planner bug: report it)" : "");
   if (!c.errors_by_code().empty()) {
     std::string errors;
     // The map's order is unspecified: sort by code name for a stable table.

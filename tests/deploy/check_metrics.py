@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """The metrics' names against what a real sidecar exports: every metric an expression of the
-Grafana dashboard (deploy/grafana/*.json) names is exported, and docs/operating.md's metrics
+Grafana dashboard (deploy/grafana/*.json) names is exported and filtered by the dashboard's
+`job` variable, which takes its values from the `job` label; and docs/operating.md's metrics
 table lists exactly the exported families.
 
 Usage: check_metrics.py PACKSCHED_SERVER (with the packsched Python package on PYTHONPATH).
@@ -62,12 +63,33 @@ def family_of(name, families):
     return None
 
 
-def dashboard_expressions():
+# A metric name with its label matchers, if any.
+SELECTOR = re.compile(r"\b((?:packsched|process|exposer)_[a-zA-Z0-9_]*)\b(\{[^}]*\})?")
+JOB = 'job=~"$job"'
+
+
+def dashboards():
     for path in sorted((ROOT / "deploy" / "grafana").glob("*.json")):
-        dashboard = json.loads(path.read_text())
+        yield path.relative_to(ROOT), json.loads(path.read_text())
+
+
+def job_variable_errors():
+    """The `job` variable must list the jobs that export our metrics, not a fixed value."""
+    errors = []
+    for path, dashboard in dashboards():
+        jobs = [v for v in dashboard["templating"]["list"] if v["name"] == "job"]
+        query = jobs[0].get("query") if jobs else None
+        text = query.get("query", "") if isinstance(query, dict) else str(query or "")
+        if not jobs or jobs[0].get("type") != "query" or "label_values(" not in text:
+            errors.append(f"{path}: the job variable is not a label_values(..., job) query")
+    return errors
+
+
+def dashboard_expressions():
+    for path, dashboard in dashboards():
         for panel in dashboard["panels"]:
             for target in panel.get("targets", []):
-                yield path.relative_to(ROOT), panel["title"], target["expr"]
+                yield path, panel["title"], target["expr"]
 
 
 def documented():
@@ -93,8 +115,12 @@ def main():
         for name in names:
             if family_of(name, families) is None:
                 errors.append(f"{path}: '{title}': {name} is not exported")
+        for name, matchers in SELECTOR.findall(expr):
+            if JOB not in matchers:
+                errors.append(f"{path}: '{title}': {name} is not filtered by {JOB}")
     if count == 0:
         errors.append("no dashboard expressions found under deploy/grafana")
+    errors += job_variable_errors()
     docs = documented()
     for name in sorted(set(families) - docs):
         errors.append(f"docs/operating.md#metrics does not list {name}")

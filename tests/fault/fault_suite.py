@@ -7,7 +7,9 @@ this process) live. Rounds run one after another; into some of them a fault is i
 
   cut1   one-way cut: rank a's packets to rank b are dropped (nftables), from just before the
          round until longer than --collective_timeout after it began: splits the round (a rank
-         whose partner's messages arrived finishes; the others time out);
+         whose partner's messages arrived finishes; the others time out) when a and b exchange
+         messages in a round (recursive-doubling partners: a XOR b a power of two); between
+         other ranks no round crosses the cut, and its rounds succeed while it lasts;
   cut2   rank a cut from every peer both ways, at a random point of the round, for longer than
          the timeout;
   kill   kill -9 of a random rank (rank 0 included) at a random point of the round (before,
@@ -21,8 +23,12 @@ Checked on every round: every rank gets a plan (no round stays split after resen
 is the one the rank's lengths give at the agreed k, and k is the largest rank's own bound
 (computed here by the in-process planner, independently of the sidecars); every call ends within
 the timeout plus a margin, plus the fault's own length when it stopped or killed that call's
-sidecar. Reported: rounds that were split (some ranks answered, others failed) and healed,
-healing time (fault over -> round done on every rank), resends, and each sidecar's memory.
+sidecar. A fault is over when it is undone; it has healed when a round is done on every rank
+after that. A fault that no round crossed (no call failed while it lasted: a one-way cut between
+ranks that are not partners, a slowdown the timeout absorbed) is counted apart and gives no
+healing time. Reported: rounds that were split (some ranks answered, others failed) and healed,
+healing time (fault over -> round done on every rank) of the faults rounds crossed, resends, and
+each sidecar's memory.
 
 --short is the README's test command's form (ctest fault_suite_test); --long is the benchmark
 whose figures are in docs/benchmarks.md. Exits 77 (ctest: skipped) with a message where network
@@ -238,6 +244,13 @@ def lengths_for(round_, rank, n):
     return [min(CAP, max(16, int(rng.lognormvariate(6.8, 1.0)))) for _ in range(count)]
 
 
+def partners(a, b):
+    """Whether ranks a and b exchange messages in a round (recursive doubling: their ranks differ
+    in one bit), or are the same rank."""
+    x = a ^ b
+    return x & (x - 1) == 0
+
+
 class Suite:
     def __init__(self, args, net, sidecars, clients):
         self.args, self.net, self.sidecars, self.clients = args, net, sidecars, clients
@@ -377,7 +390,8 @@ class Suite:
         """The faults, in a random order, with clean rounds between them."""
         a = self.args
         kinds = (
-            ["cut1"] * a.one_way_cuts
+            ["cut1x"] * a.non_partner_cuts
+            + ["cut1"] * a.one_way_cuts
             + ["cut2"] * a.cuts
             + ["kill"] * a.kills
             + ["stop"] * a.stops
@@ -393,7 +407,11 @@ class Suite:
             # A random point of the round (which includes the trainers' own work); a fault that
             # lands after the sidecars answered hits the round after it instead.
             fault = {"kind": kind, "rank": rank, "offset": self.rng.uniform(0.0, 1.0)}
-            if kind == "cut1":
+            if kind == "cut1x":  # a one-way cut between ranks that are not partners
+                kind = fault["kind"] = "cut1"
+                others = [p for p in range(self.W) if not partners(rank, p)]
+                fault["peer"] = self.rng.choice(others or [p for p in range(self.W) if p != rank])
+            elif kind == "cut1":
                 fault["peer"] = self.rng.choice([p for p in range(self.W) if p != rank])
             if kind in ("cut1", "cut2", "stop"):
                 fault["length"] = self.T + self.rng.uniform(0.3, 1.0)
@@ -426,29 +444,38 @@ class Suite:
             if fault["kind"] == "cut1":
                 window["applied"].wait(10)
             first = None
-            healed = False
-            for _ in range(self.args.max_rounds_per_fault):
+            healed = crossed = False
+            after = 0  # rounds begun after the fault was over
+            while True:
+                over = "end" in window
                 round_ += 1
                 figures = self.run_round(round_, fault, window)
                 first = first or figures
+                crossed = crossed or figures["failed_calls"] > 0 or not figures["ok"]
                 healed = "end" in window and figures["done"] > window["end"] and figures["ok"]
                 if healed or window.get("broken"):
                     break  # healed: a round done on every rank after the fault is over
+                # Rounds while the fault lasts are bounded by its length; after it, by the count.
+                after += over
+                if after >= self.args.max_rounds_per_fault:
+                    break
             injector.join(60)
             if window.get("broken"):
                 break
             if not healed:
                 self.fail(
                     f"{fault['kind']} of rank {fault['rank']}: not healed within "
-                    f"{self.args.max_rounds_per_fault} rounds"
+                    f"{self.args.max_rounds_per_fault} rounds after it was over"
                 )
                 first["healed"] = False
+            first["crossed"] = crossed
             first["heal_s"] = figures["done"] - window["end"]
             first["split"] = any(f["split"] for f in self.rounds if f["round"] >= first["round"])
+            peer = f" -> {fault['peer']}" if "peer" in fault else ""
             print(
-                f"round {first['round']}: {fault['kind']} rank {fault['rank']}: "
+                f"round {first['round']}: {fault['kind']} rank {fault['rank']}{peer}: "
                 f"split={first['split']} rounds={round_ - first['round'] + 1} "
-                f"healed in {first['heal_s']:.2f} s",
+                + (f"healed in {first['heal_s']:.2f} s" if crossed else "crossed by no round"),
                 flush=True,
             )
             for _ in range(self.args.clean_between):
@@ -459,12 +486,13 @@ class Suite:
         rss_end = [self.sidecars.rss_mib(r) for r in range(W)]
         growth = [rss_end[r] - rss_base[r] for r in range(W)]
         faulty = [f for f in self.rounds if "heal_s" in f]  # each fault's first round
-        heals = [f["heal_s"] for f in faulty if f.get("healed", True)]
+        heals = [f["heal_s"] for f in faulty if f.get("healed", True) and f["crossed"]]
         by_kind = {}
         for f in faulty:
-            entry = by_kind.setdefault(f["fault"], {"faults": 0, "split": 0})
+            entry = by_kind.setdefault(f["fault"], {"faults": 0, "split": 0, "not_crossed": 0})
             entry["faults"] += 1
             entry["split"] += f["split"]
+            entry["not_crossed"] += not f["crossed"]
         recovered = 0
         for r in range(W):
             with open(self.sidecars.logs[r]) as log:
@@ -479,6 +507,7 @@ class Suite:
             "split_rounds_healed": sum(f["split"] for f in self.rounds),  # any round
             "rounds_left_split": sum(1 for f in self.rounds if not f["ok"]),
             "faults_not_healed": sum(1 for f in faulty if not f.get("healed", True)),
+            "faults_crossed_by_no_round": sum(1 for f in faulty if not f["crossed"]),
             "rounds_recovered_from_peers": recovered,
             "resends": sum(f["resends"] for f in self.rounds),
             "heal_s_median": statistics.median(heals) if heals else None,
@@ -520,6 +549,9 @@ def main():
     parser.add_argument("--timeout", type=float, default=1.5, help="--collective_timeout, s")
     parser.add_argument("--margin", type=float, default=2.0, help="allowed past the timeout, s")
     parser.add_argument("--one_way_cuts", type=int, default=2)
+    parser.add_argument(
+        "--non_partner_cuts", type=int, default=1, help="one-way cuts no round crosses"
+    )
     parser.add_argument("--cuts", type=int, default=1)
     parser.add_argument("--kills", type=int, default=3)
     parser.add_argument("--stops", type=int, default=1)
@@ -535,6 +567,7 @@ def main():
     args = parser.parse_args()
     if args.long:
         args.one_way_cuts, args.cuts, args.kills, args.stops, args.slows = 25, 25, 50, 10, 5
+        args.non_partner_cuts = 0  # among the 25 random one-way cuts
         args.max_seconds = max(args.max_seconds, 3000.0)
     why = can_run()
     if why is not None:

@@ -5,7 +5,9 @@
 #
 # Contract: from a fresh clone (it installs the build's packages with deploy/install-deps.sh and
 # builds everything it uses), configures build-gpukit/build for CUDA architectures sm_80 and
-# sm_90 (the kit's own; CI's build/ keeps its architectures), builds only the kit's targets, and
+# sm_90 (the kit's own; CI's build/ keeps its architectures) with the fatbinaries compressed for
+# size (each binary links all the kernels' device code: uncompressed the kit is over 60 MiB),
+# builds only the kit's targets, and
 # assembles the kit in build-gpukit/kit (ignored by git): the CUDA kernel tests, the benchmarks,
 # the NCCL test and probe, their shared libraries, the kernels-only CMake path of the Python
 # module, and the scripts. Fails (exit 1) if nvcc or NCCL is missing, a target does not build, or
@@ -23,7 +25,8 @@ targets=(packsched_kernels kernels_cuda_test kernels_attention_cuda_test collect
 
 ./deploy/install-deps.sh
 cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
-  -DCMAKE_CUDA_ARCHITECTURES="80-real;90-real" -DPACKSCHED_WITH_CUDA=ON \
+  -DCMAKE_CUDA_ARCHITECTURES="80-real;90-real" -DCMAKE_CUDA_FLAGS="--compress-mode=size" \
+  -DPACKSCHED_WITH_CUDA=ON \
   -DPACKSCHED_WITH_NCCL=ON -DPACKSCHED_WITH_PYTHON=OFF -DPACKSCHED_WITH_TESTS=ON \
   -DPACKSCHED_WITH_BENCHMARKS=ON
 for option in PACKSCHED_WITH_CUDA PACKSCHED_WITH_NCCL; do

@@ -18,7 +18,7 @@
 #include "kernels/cuda/attention_tc_fwd.cuh"
 #include "kernels/cuda/attention_tc_traits.h"
 #include "tests/kernels/attention_reference.h"
-#include "warp_runtime.h"
+#include "tests/kernels/cuda_emulation/warp_runtime.h"
 
 namespace packsched::kernels::internal::cuda {
 namespace {

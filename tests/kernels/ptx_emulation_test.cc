@@ -15,7 +15,7 @@
 #include "gtest/gtest.h"
 #include "kernels/common/half.h"
 #include "kernels/cuda/ptx.cuh"
-#include "warp_runtime.h"
+#include "tests/kernels/cuda_emulation/warp_runtime.h"
 
 namespace packsched::kernels::internal::cuda {
 namespace {

@@ -6,6 +6,7 @@
 #include <netinet/in.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <unistd.h>
 
 #include <cmath>
@@ -17,6 +18,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "absl/time/time.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -117,8 +119,31 @@ TEST(SidecarMetricsTest, RequestsByMethodAndCode) {
   EXPECT_EQ(Value(text, "packsched_requests_total{code=\"OK\",method=\"Plan\"}"), 5);
   EXPECT_EQ(Value(text, "packsched_requests_total{code=\"INVALID_ARGUMENT\",method=\"Plan\"}"), 1);
   EXPECT_EQ(Value(text, "packsched_requests_total{code=\"OK\",method=\"GetStatus\"}"), 1);
-  EXPECT_EQ(Value(text, "packsched_requests_total{code=\"OK\",method=\"Partition\"}"),
-            std::nullopt);
+  // Every method's series exist from the start, at 0.
+  EXPECT_EQ(Value(text, "packsched_requests_total{code=\"OK\",method=\"Partition\"}"), 0);
+}
+
+TEST(SidecarMetricsTest, OutcomeAndCodeSeriesExistAtZeroFromTheStart) {
+  SidecarMetrics m(TestOptions());
+  const std::string text = m.Serialize();
+  for (const char* method : {"Plan", "Partition", "BalanceBatch", "GetStatus"}) {
+    for (const char* code : {"OK", "INVALID_ARGUMENT", "DEADLINE_EXCEEDED", "ABORTED",
+                             "FAILED_PRECONDITION", "RESOURCE_EXHAUSTED", "UNAVAILABLE"}) {
+      EXPECT_EQ(Value(text, absl::StrCat("packsched_requests_total{code=\"", code, "\",method=\"",
+                                         method, "\"}")),
+                0)
+          << method << " " << code;
+    }
+  }
+  for (const char* outcome : {"OK", "DEADLINE_EXCEEDED", "ABORTED", "FAILED_PRECONDITION"}) {
+    EXPECT_EQ(Value(text, absl::StrCat("packsched_rounds_total{outcome=\"", outcome, "\"}")), 0)
+        << outcome;
+  }
+  // A code this server does not produce appears once it occurs.
+  EXPECT_THAT(text, Not(HasSubstr("NOT_FOUND")));
+  m.Request(Method::kPlan, absl::StatusCode::kNotFound);
+  EXPECT_EQ(Value(m.Serialize(), "packsched_requests_total{code=\"NOT_FOUND\",method=\"Plan\"}"),
+            1);
 }
 
 TEST(SidecarMetricsTest, ReclaimedStreamSeriesAreRemoved) {
@@ -204,26 +229,55 @@ TEST(ProcessCollectorTest, AgreesWithGetrusage) {
   EXPECT_THAT(text, HasSubstr("process_open_fds "));
 }
 
-// GET `path` from 127.0.0.1:`port`: the whole response, headers included.
-std::string HttpGet(int port, const std::string& path) {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in address = {};
-  address.sin_family = AF_INET;
-  address.sin_port = htons(static_cast<uint16_t>(port));
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  timeval timeout = {10, 0};
-  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
+// A TCP connection to 127.0.0.1:`port` (or [::1]:`port`), reads bounded by `timeout`; -1 when
+// it cannot connect.
+int Connect(int port, bool v6 = false, absl::Duration timeout = absl::Seconds(10)) {
+  const int fd = socket(v6 ? AF_INET6 : AF_INET, SOCK_STREAM, 0);
+  sockaddr_storage storage = {};
+  socklen_t length = 0;
+  if (v6) {
+    auto* a = reinterpret_cast<sockaddr_in6*>(&storage);
+    a->sin6_family = AF_INET6;
+    a->sin6_port = htons(static_cast<uint16_t>(port));
+    a->sin6_addr = in6addr_loopback;
+    length = sizeof(*a);
+  } else {
+    auto* a = reinterpret_cast<sockaddr_in*>(&storage);
+    a->sin_family = AF_INET;
+    a->sin_port = htons(static_cast<uint16_t>(port));
+    a->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    length = sizeof(*a);
+  }
+  const timeval tv = {static_cast<time_t>(absl::ToInt64Seconds(timeout)),
+                      static_cast<suseconds_t>(absl::ToInt64Microseconds(timeout) % 1000000)};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  if (connect(fd, reinterpret_cast<sockaddr*>(&storage), length) != 0) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+// Sends `request` on a new connection and reads the whole response (headers included); what
+// came within `timeout` when the server is slower.
+std::string HttpRequest(int port, const std::string& request, bool v6 = false,
+                        absl::Duration timeout = absl::Seconds(10)) {
+  const int fd = Connect(port, v6, timeout);
   std::string response;
-  if (connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) == 0) {
-    const std::string request = absl::StrCat("GET ", path, " HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n");
-    if (write(fd, request.data(), request.size()) == static_cast<ssize_t>(request.size())) {
-      char buffer[4096];
-      ssize_t n;
-      while ((n = read(fd, buffer, sizeof(buffer))) > 0) response.append(buffer, n);
-    }
+  if (fd < 0) return response;
+  if (write(fd, request.data(), request.size()) == static_cast<ssize_t>(request.size())) {
+    char buffer[4096];
+    ssize_t n;
+    while ((n = read(fd, buffer, sizeof(buffer))) > 0) response.append(buffer, n);
   }
   close(fd);
   return response;
+}
+
+// GET `path`: the whole response, headers included.
+std::string HttpGet(int port, const std::string& path, bool v6 = false,
+                    absl::Duration timeout = absl::Seconds(10)) {
+  return HttpRequest(port, absl::StrCat("GET ", path, " HTTP/1.0\r\nHost: x\r\n\r\n"), v6, timeout);
 }
 
 TEST(MetricsEndpointTest, ServesMetricsOnAPickedPort) {
@@ -246,10 +300,120 @@ TEST(MetricsEndpointTest, ServesMetricsOnAPickedPort) {
 
 TEST(MetricsEndpointTest, RefusesAnAddressWithoutAPort) {
   SidecarMetrics m(TestOptions());
-  for (const char* bad : {"127.0.0.1", ":x", "127.0.0.1:70000", ""}) {
+  for (const char* bad :
+       {"127.0.0.1", ":x", "127.0.0.1:70000", "", ":9464", "::1:0", "[127.0.0.1]:0",
+        "127.0.0.1:0,0.0.0.0:0", "127.0.0.1:0 ", "[::1]:", "127.0.0.1:+1", "127.0.0.1:0s"}) {
     EXPECT_EQ(MetricsEndpoint::Start(bad, m).status().code(), absl::StatusCode::kInvalidArgument)
         << bad;
   }
+}
+
+TEST(MetricsEndpointTest, ServesOnIpv6LoopbackAndReportsTheBoundAddress) {
+  SidecarMetrics m(TestOptions());
+  absl::StatusOr<std::unique_ptr<MetricsEndpoint>> v6 = MetricsEndpoint::Start("[::1]:0", m);
+  ASSERT_TRUE(v6.ok()) << v6.status();
+  EXPECT_EQ((*v6)->address(), absl::StrCat("[::1]:", (*v6)->port()));
+  EXPECT_THAT(HttpGet((*v6)->port(), "/metrics", /*v6=*/true), HasSubstr("packsched_build_info"));
+  // One address: the IPv4 loopback of the same port is not served.
+  EXPECT_EQ(Connect((*v6)->port(), /*v6=*/false), -1);
+  absl::StatusOr<std::unique_ptr<MetricsEndpoint>> v4 = MetricsEndpoint::Start("localhost:0", m);
+  ASSERT_TRUE(v4.ok()) << v4.status();
+  EXPECT_THAT((*v4)->address(), ::testing::AnyOf(::testing::StartsWith("127.0.0.1:"),
+                                                 ::testing::StartsWith("[::1]:")));
+}
+
+TEST(MetricsEndpointTest, AnswersOnlyGetMetrics) {
+  SidecarMetrics m(TestOptions());
+  absl::StatusOr<std::unique_ptr<MetricsEndpoint>> endpoint =
+      MetricsEndpoint::Start("127.0.0.1:0", m);
+  ASSERT_TRUE(endpoint.ok()) << endpoint.status();
+  const int port = (*endpoint)->port();
+  EXPECT_THAT(HttpGet(port, "/"), HasSubstr("404 Not Found"));
+  EXPECT_THAT(HttpGet(port, "/metrics?x=1"), HasSubstr("200 OK"));
+  EXPECT_THAT(HttpRequest(port, "POST /metrics HTTP/1.0\r\n\r\n"), HasSubstr("405"));
+  const std::string head = HttpRequest(port, "HEAD /metrics HTTP/1.0\r\n\r\n");
+  EXPECT_THAT(head, HasSubstr("200 OK"));
+  EXPECT_THAT(head, Not(HasSubstr("packsched_build_info")));
+  EXPECT_THAT(HttpRequest(port, std::string(9000, 'a')), HasSubstr("431"));
+}
+
+// Idle and trickling connections hold no worker: with 8 connections that never finish their
+// request held open, scrapes are still answered (within 1 s: a functional bound, the endpoint
+// answers in microseconds when free), and a connection past its request timeout is closed.
+TEST(MetricsEndpointTest, IdleConnectionsDoNotBlockScrapes) {
+  SidecarMetrics m(TestOptions());
+  MetricsEndpoint::Options options;
+  options.request_timeout = absl::Seconds(30);  // the idle ones stay open for the whole test
+  absl::StatusOr<std::unique_ptr<MetricsEndpoint>> endpoint =
+      MetricsEndpoint::Start("127.0.0.1:0", m, options);
+  ASSERT_TRUE(endpoint.ok()) << endpoint.status();
+  const int port = (*endpoint)->port();
+  std::vector<int> idle;
+  for (int i = 0; i < 8; ++i) {
+    idle.push_back(Connect(port));
+    ASSERT_GE(idle.back(), 0);
+    if (i % 2 == 1) ASSERT_EQ(write(idle.back(), "GET /met", 8), 8);  // trickling
+  }
+  for (int i = 0; i < 6; ++i) {
+    EXPECT_THAT(HttpGet(port, "/metrics", false, absl::Seconds(1)),
+                HasSubstr("packsched_build_info"))
+        << "scrape " << i;
+  }
+  for (int fd : idle) close(fd);
+}
+
+TEST(MetricsEndpointTest, ClosesAConnectionPastItsRequestTimeout) {
+  SidecarMetrics m(TestOptions());
+  MetricsEndpoint::Options options;
+  options.request_timeout = absl::Milliseconds(200);
+  absl::StatusOr<std::unique_ptr<MetricsEndpoint>> endpoint =
+      MetricsEndpoint::Start("127.0.0.1:0", m, options);
+  ASSERT_TRUE(endpoint.ok()) << endpoint.status();
+  const int fd = Connect((*endpoint)->port(), false, absl::Seconds(10));
+  ASSERT_GE(fd, 0);
+  char buffer[16];
+  // The server closes it: read sees end of file (0) well before the 10 s receive timeout.
+  EXPECT_EQ(read(fd, buffer, sizeof(buffer)), 0);
+  close(fd);
+}
+
+TEST(MetricsEndpointTest, KeepsAtMostMaxConnectionsOpen) {
+  SidecarMetrics m(TestOptions());
+  MetricsEndpoint::Options options;
+  options.max_connections = 4;
+  options.request_timeout = absl::Seconds(30);
+  absl::StatusOr<std::unique_ptr<MetricsEndpoint>> endpoint =
+      MetricsEndpoint::Start("127.0.0.1:0", m, options);
+  ASSERT_TRUE(endpoint.ok()) << endpoint.status();
+  std::vector<int> idle;
+  for (int i = 0; i < 12; ++i) idle.push_back(Connect((*endpoint)->port()));
+  EXPECT_THAT(HttpGet((*endpoint)->port(), "/metrics"), HasSubstr("200 OK"));
+  // The oldest were closed to make room.
+  char buffer[16];
+  EXPECT_EQ(read(idle.front(), buffer, sizeof(buffer)), 0);
+  for (int fd : idle) close(fd);
+}
+
+TEST(MetricsEndpointTest, ServesTheExpositionFromItsCacheWithinTheInterval) {
+  SidecarMetrics m(TestOptions());
+  MetricsEndpoint::Options cached;
+  cached.cache_interval = absl::Hours(1);
+  absl::StatusOr<std::unique_ptr<MetricsEndpoint>> endpoint =
+      MetricsEndpoint::Start("127.0.0.1:0", m, cached);
+  ASSERT_TRUE(endpoint.ok()) << endpoint.status();
+  const std::string series = "packsched_requests_total{code=\"OK\",method=\"Plan\"}";
+  EXPECT_THAT(HttpGet((*endpoint)->port(), "/metrics"), HasSubstr(series + " 0"));
+  m.Request(Method::kPlan, absl::StatusCode::kOk);
+  EXPECT_THAT(HttpGet((*endpoint)->port(), "/metrics"), HasSubstr(series + " 0"));
+  // With no interval every scrape collects afresh.
+  MetricsEndpoint::Options fresh;
+  fresh.cache_interval = absl::ZeroDuration();
+  absl::StatusOr<std::unique_ptr<MetricsEndpoint>> uncached =
+      MetricsEndpoint::Start("127.0.0.1:0", m, fresh);
+  ASSERT_TRUE(uncached.ok()) << uncached.status();
+  EXPECT_THAT(HttpGet((*uncached)->port(), "/metrics"), HasSubstr(series + " 1"));
+  m.Request(Method::kPlan, absl::StatusCode::kOk);
+  EXPECT_THAT(HttpGet((*uncached)->port(), "/metrics"), HasSubstr(series + " 2"));
 }
 
 }  // namespace

@@ -5,8 +5,11 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "gmock/gmock.h"
+#include "grpcpp/generic/generic_stub.h"
+#include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "server/collective/store.h"
 
@@ -230,6 +233,44 @@ TEST(Rendezvous, LocalAddressTowardsLoopbackIsLoopback) {
   ASSERT_TRUE(local.ok()) << local.status();
   EXPECT_EQ(*local, "127.0.0.1");
   EXPECT_FALSE(LocalAddressTowards("no-such-host.invalid:1").ok());
+}
+
+// A body that is not the method's request message: INVALID_ARGUMENT naming the message, on
+// every method (gRPC's own refusal was UNIMPLEMENTED with no message).
+TEST(Rendezvous, AnUnparseableBodyIsInvalidArgumentNamingTheMessage) {
+  auto served = Serve();
+  ASSERT_NE(served, nullptr);
+  auto channel = grpc::CreateChannel(served->address, grpc::InsecureChannelCredentials());
+  grpc::GenericStub stub(channel);
+  const std::pair<const char*, const char*> methods[] = {
+      {"Set", "RendezvousSetRequest"},
+      {"Get", "RendezvousGetRequest"},
+      {"TryGet", "RendezvousGetRequest"},
+      {"CompareAndSet", "RendezvousCompareAndSetRequest"},
+      {"DeletePrefix", "RendezvousDeletePrefixRequest"},
+  };
+  for (const auto& [method, message] : methods) {
+    grpc::ClientContext context;
+    context.set_deadline(absl::ToChronoTime(In(absl::Seconds(10))));
+    grpc::Slice garbage(std::string("\xff\xff\xff\xff", 4));  // a truncated varint tag
+    grpc::ByteBuffer request(&garbage, 1);
+    grpc::ByteBuffer response;
+    grpc::Status status;
+    absl::Notification done;
+    stub.UnaryCall(&context, absl::StrCat("/packsched.v1.Rendezvous/", method), grpc::StubOptions(),
+                   &request, &response, [&](grpc::Status s) {
+                     status = std::move(s);
+                     done.Notify();
+                   });
+    done.WaitForNotification();
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << method;
+    EXPECT_THAT(status.error_message(), HasSubstr(absl::StrCat("packsched.v1.", message)))
+        << method;
+  }
+  // The store still answers well-formed calls.
+  auto client = Connect(served->address);
+  ASSERT_NE(client, nullptr);
+  EXPECT_TRUE(client->Set("k", "v", In(absl::Seconds(5))).ok());
 }
 
 }  // namespace

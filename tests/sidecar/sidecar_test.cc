@@ -29,6 +29,7 @@ ABSL_DECLARE_FLAG(int64_t, max_threads);
 ABSL_DECLARE_FLAG(std::string, auth_token_file);
 ABSL_DECLARE_FLAG(std::string, rendezvous);
 ABSL_DECLARE_FLAG(int64_t, world_size);
+ABSL_DECLARE_FLAG(std::string, backend);
 ABSL_DECLARE_FLAG(absl::Duration, stream_idle_timeout);
 
 namespace packsched::sidecar {
@@ -87,6 +88,19 @@ TEST(Flags, StreamIdleTimeoutIsZeroOrMore) {
   EXPECT_EQ(Message(ServerOptionsFromFlags().status()),
             "--stream_idle_timeout must not be negative");
   absl::SetFlag(&FLAGS_stream_idle_timeout, absl::Minutes(30));
+}
+
+// The backend GetStatus and the metrics report before a stream has formed its collective: the
+// configured one (it was "local" for a Gloo group until its first Plan).
+TEST(Flags, TheConfiguredBackendIsReportedFromTheStart) {
+  EXPECT_EQ(ServerOptionsFromFlags()->backend, "local");  // a group of one
+  absl::SetFlag(&FLAGS_world_size, 4);
+  absl::SetFlag(&FLAGS_backend, "gloo");
+  EXPECT_EQ(ServerOptionsFromFlags()->backend, "gloo");
+  absl::SetFlag(&FLAGS_backend, "auto");
+  EXPECT_EQ(ServerOptionsFromFlags()->backend, "auto");
+  absl::SetFlag(&FLAGS_world_size, 1);
+  EXPECT_EQ(ServerOptionsFromFlags()->backend, "local");
 }
 
 TEST(Flags, GroupFlagsAreReadAsGiven) {
@@ -161,6 +175,23 @@ TEST(RankGroup, TheTokenIsNotSentToTheRendezvousInPlaintextOffLoopback) {
   EXPECT_THAT(Message(status), HasSubstr("--rendezvous = 10.9.9.9:29400"));
 }
 
+// A rendezvous host that does not resolve stops the start with an error naming DNS, with
+// --gloo_iface too (Gloo's address then does not come from the rendezvous connection).
+TEST(RankGroup, AnUnresolvableRendezvousHostIsADnsErrorAtStart) {
+  for (const std::string iface : {"", "lo"}) {
+    RankGroupFlags f;
+    f.rank = 1;
+    f.world_size = 2;
+    f.rendezvous = "no-such-host.invalid:29400";
+    f.backend = "gloo";
+    f.gloo_iface = iface;
+    const absl::Status status = StartError(f);
+    EXPECT_EQ(status.code(), absl::StatusCode::kUnavailable) << iface << ": " << status;
+    EXPECT_THAT(Message(status), HasSubstr("--rendezvous = 'no-such-host.invalid:29400'"));
+    EXPECT_THAT(Message(status), HasSubstr("DNS"));
+  }
+}
+
 TEST(Probe, TlsNeedsACertificateAuthority) {
   ProbeFlags f;
   f.target = "127.0.0.1:1";
@@ -199,7 +230,12 @@ TEST(StatusTable, ShowsTheGroupAndEveryStream) {
   stream->set_rounds_failed(2);
   stream->set_last_round_duration_us(2500);
   (*status.mutable_counters()->mutable_errors_by_code())["ABORTED"] = 2;
+  status.mutable_counters()->set_over_cap_parts(5);
+  status.mutable_counters()->set_over_cap_unavoidable_parts(5);
   const std::string table = StatusTable(status);
+  // Over the cap, unavoidable (one overlong sequence each) apart from avoidable.
+  EXPECT_THAT(table, HasSubstr("5 micro-batches: 5 unavoidable (one overlong sequence each), 0 "
+                               "avoidable\n"));
   EXPECT_THAT(table, HasSubstr("rank 1 of 4, backend gloo, generation 3, NOT READY"));
   EXPECT_THAT(table, HasSubstr("ABORTED 2"));
   EXPECT_THAT(table, ::testing::ContainsRegex("actor_update +41 +40 +2 +0 +0 +2.50"));

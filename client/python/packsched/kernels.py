@@ -26,8 +26,8 @@ it, no call needs a device-to-host copy. Without it a CUDA ``cu_seqlens`` is cop
 The implementation lives in one private module per job, re-exported here: _arrays (array
 adapters and argument checks), _packing (unpad/pad, aligned layouts, positions, labels),
 _cross_entropy (packed cross entropy and its autograd), _attention (varlen attention and its
-autograd), _context_parallel (context parallelism and 3-D positions), tree_kernels (tree packing: the
-tree mask, depths, multi-target cross entropy). None imports this module.
+autograd), _context_parallel (context parallelism and 3-D positions), tree_kernels (tree
+packing: the tree mask, depths, multi-target cross entropy). None imports this module.
 """
 
 from ._attention import varlen_attention, varlen_attention_backward, varlen_attention_forward

@@ -26,7 +26,7 @@
 #include <cstring>
 
 #include "kernels/common/half.h"
-#include "warp_runtime.h"
+#include "tests/kernels/cuda_emulation/warp_runtime.h"
 
 template <typename V>
 V __shfl_xor_sync(unsigned mask, V v, int lane_mask) {
