@@ -17,6 +17,9 @@ namespace {
 // them and write everything kept once it is back instead (kept_ is bounded; the queue would not
 // be).
 constexpr size_t kMaxPending = 1024;
+// How long a lookup waits for the result at a time while some rank has not yet written what it
+// keeps into the epoch (then the marks are read again).
+constexpr absl::Duration kMarkPoll = absl::Milliseconds(50);
 
 }  // namespace
 
@@ -160,6 +163,31 @@ void ResultReplica::Run() {
   }
 }
 
+bool ResultReplica::AllMarked(collective::KeyValueStore& store, const std::string& epoch,
+                              absl::Time deadline) {
+  const GroupOptions& options = group_.options_;
+  const std::string epoch_root = keys::EpochRoot(options.key_root, epoch);
+  absl::MutexLock lock(&marks_mu_);
+  if (marks_epoch_ != epoch) {
+    marks_epoch_ = epoch;
+    marked_.assign(options.world_size, false);
+    marked_[0] = true;  // rank 0's results are in its own store
+    marked_[options.rank] = true;
+  }
+  bool all = true;
+  for (int64_t rank = 1; rank < options.world_size; ++rank) {
+    if (marked_[rank]) continue;
+    absl::StatusOr<std::optional<std::string>> mark =
+        store.TryGet(keys::Replicated(epoch_root, rank), deadline);
+    if (mark.ok() && mark->has_value()) {
+      marked_[rank] = true;  // for the rest of this epoch
+    } else {
+      all = false;  // not back yet, or the store could not tell: asked again at the next poll
+    }
+  }
+  return all;
+}
+
 absl::StatusOr<std::optional<std::string>> ResultReplica::Lookup(const std::string& stream,
                                                                  int64_t round,
                                                                  absl::Duration settle,
@@ -168,24 +196,18 @@ absl::StatusOr<std::optional<std::string>> ResultReplica::Lookup(const std::stri
   collective::KeyValueStore& store = *group_.store_;
   ASSIGN_OR_RETURN(const std::string epoch, group_.Epoch(deadline));
   const std::string epoch_root = keys::EpochRoot(options.key_root, epoch);
-  if (options.rank == 0) {
-    // Rank 0's store may have just started empty (a restart): wait for every other rank to have
-    // written what it keeps. Once a rank has, it stays so for this epoch (rank 0's own).
-    int64_t seen;
-    {
-      absl::MutexLock lock(&marks_mu_);
-      seen = marks_seen_;
-    }
-    for (; seen < options.world_size; ++seen) {
-      absl::StatusOr<std::string> mark = store.Get(keys::Replicated(epoch_root, seen), deadline);
-      if (absl::IsDeadlineExceeded(mark.status())) break;  // that rank is not back: no wait
-      if (!mark.ok()) return mark.status();
-      absl::MutexLock lock(&marks_mu_);
-      marks_seen_ = std::max(marks_seen_, seen + 1);
-    }
-  }
   const std::string key = keys::Result(keys::StreamRoot(epoch_root, stream), round);
+  // The store may have just started empty (rank 0 restarted): until every other rank has written
+  // what it keeps into this epoch (its mark), a result not found may still come from any of
+  // them. So the result is waited for, a poll at a time, while a mark is missing: found as soon
+  // as one rank that finished the round has written it, however many ranks are still down.
   ASSIGN_OR_RETURN(std::optional<std::string> found, store.TryGet(key, deadline));
+  while (!found.has_value() && !AllMarked(store, epoch, deadline)) {
+    if (absl::Now() >= deadline) return std::nullopt;  // the round fails on its own deadline
+    absl::StatusOr<std::string> late = store.Get(key, std::min(deadline, absl::Now() + kMarkPoll));
+    if (late.ok()) return std::optional<std::string>(*std::move(late));
+    if (!absl::IsDeadlineExceeded(late.status())) return late.status();
+  }
   if (found.has_value() || settle <= absl::ZeroDuration()) return found;
   absl::StatusOr<std::string> late = store.Get(key, std::min(deadline, absl::Now() + settle));
   if (absl::IsDeadlineExceeded(late.status())) return std::nullopt;

@@ -25,11 +25,13 @@
 #include <string>
 #include <thread>
 #include <utility>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "server/collective/store.h"
 #include "server/group/group.h"
 
 namespace packsched::group {
@@ -60,12 +62,14 @@ class ResultReplica {
   void Forget(const std::string& stream);
 
   // The agreed result of `stream`'s `round` as some rank recorded it, or std::nullopt if none has.
-  // Rank 0 first waits until every other rank has written what it keeps into the current epoch
-  // (its "replicated" mark; immediate unless rank 0 has just restarted); then the store is read,
-  // and if the result is not there it is waited for up to `settle` more (a write still on its way
-  // from a rank that finished the round just before a link was cut). Never waits past
-  // `deadline`: a mark or a result not there by then is not waited for. Returns the store's error
-  // if it cannot be read. Thread-safe.
+  // Any rank: while some other rank (rank 0 aside) has not yet written what it keeps into the
+  // current epoch (its "replicated" mark; all there at once unless rank 0 has just restarted, or
+  // a rank is down), the result is waited for, and returned as soon as any rank has written it —
+  // so a restarted rank 0, or a rank restarted with it, finds a round the live ranks finished
+  // while other ranks are still down. Once every mark is there and the result is not, it is
+  // waited for up to `settle` more (a write still on its way from a rank that finished the round
+  // just before a link was cut). Never waits past `deadline`: std::nullopt then. Returns the
+  // store's error if it cannot be read. Thread-safe.
   absl::StatusOr<std::optional<std::string>> Lookup(const std::string& stream, int64_t round,
                                                     absl::Duration settle, absl::Time deadline);
 
@@ -100,9 +104,13 @@ class ResultReplica {
   // everything kept again.
   bool resync_ ABSL_GUARDED_BY(mu_) = false;
   int64_t epochs_replicated_ ABSL_GUARDED_BY(mu_) = 0;
-  // Rank 0: how many ranks (1, 2, ...) have been seen to have replicated into its epoch.
-  int64_t marks_seen_ ABSL_GUARDED_BY(marks_mu_) = 1;
+  // Whether every rank but rank 0 and this one has marked `epoch` as holding what it keeps; the
+  // marks seen stay seen for that epoch.
+  bool AllMarked(collective::KeyValueStore& store, const std::string& epoch, absl::Time deadline);
+
   absl::Mutex marks_mu_;
+  std::string marks_epoch_ ABSL_GUARDED_BY(marks_mu_);   // the epoch `marked_` is about
+  std::vector<bool> marked_ ABSL_GUARDED_BY(marks_mu_);  // per rank: seen to have replicated
 
   std::thread thread_;  // last: started once everything above is constructed
 };

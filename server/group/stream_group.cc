@@ -284,6 +284,22 @@ absl::StatusOr<AgreedRound> StreamGroup::AgreeOnce(const RoundRecord& record, ab
   stale_ = false;
   absl::Status formed = FormIfNeeded(deadline);
   if (!formed.ok()) {
+    if (absl::IsDeadlineExceeded(formed) && !stream_root_.empty()) {
+      // Peers that finished this round (a link to this rank failed mid-round, or this rank
+      // restarted) do not come to form a generation for it: they are not missing.
+      CleanupCalls cleanup(*group_.store_, absl::Now() + kCleanupMargin);
+      absl::StatusOr<std::optional<std::string>> finished =
+          cleanup.TryGet(keys::Result(stream_root_, record.round));
+      if (finished.ok() && finished->has_value()) {
+        formed = absl::DeadlineExceededError(
+            absl::StrCat("stream '", stream_, "' round ", record.round,
+                         ": its peers finished it, so they did not come to form a generation "
+                         "for it within ",
+                         absl::FormatDuration(group_.options_.collective_timeout),
+                         " (no rank is missing): send it again, and this rank takes the plan "
+                         "they agreed"));
+      }
+    }
     SetFailure(formed);
     return formed;
   }
@@ -337,7 +353,20 @@ absl::StatusOr<AgreedRound> StreamGroup::AgreeOnce(const RoundRecord& record, ab
     }
   }
   const std::string what = absl::StrCat("stream '", stream_, "' round ", record.round);
+  // Ranks that finished the round (a link to this rank failed mid-round) neither arrive again nor
+  // keep an arrival key: the agreed result they wrote tells them from ranks that never came.
+  absl::StatusOr<std::optional<std::string>> finished(std::nullopt);
   if (absl::IsDeadlineExceeded(status) && !recorded) {
+    finished = cleanup.TryGet(keys::Result(stream_root_, record.round));
+  }
+  if (absl::IsDeadlineExceeded(status) && !recorded && finished.ok() && finished->has_value()) {
+    status = absl::DeadlineExceededError(absl::StrCat(
+        what, ": its peers finished it, but this rank's collective did not complete within ",
+        absl::FormatDuration(options.collective_timeout),
+        " (a link to this rank failed mid-round; no rank is missing): send it again, and this "
+        "rank takes the plan they agreed (",
+        status.message(), ")"));
+  } else if (absl::IsDeadlineExceeded(status) && !recorded) {
     const std::optional<std::string> missing =
         MissingRanks(cleanup, options.world_size,
                      [&](int64_t rank) { return keys::Arrival(formation, record.round, rank); });

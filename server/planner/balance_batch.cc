@@ -21,6 +21,7 @@
 #include "server/planner/prepared.h"
 #include "server/planner/rank_search.h"
 #include "server/planner/slot_grid.h"
+#include "server/planner/stop_check.h"
 
 namespace packsched::planner {
 namespace {
@@ -206,6 +207,7 @@ absl::StatusOr<BalancedBatch> BalanceBatch(absl::Span<const int64_t> lengths, in
   const int64_t least_k = std::max<int64_t>({options.min_micro_batches, options.divisible_by, 1});
   RETURN_IF_ERROR(bounded(least_k));
   const bool grouped = !group_ids.empty();
+  internal::StopCheck stop(balance.stop);
 
   // The sequences as grid items: v.items, then v.isolated.
   std::vector<SlotItem> items;
@@ -257,25 +259,29 @@ absl::StatusOr<BalancedBatch> BalanceBatch(absl::Span<const int64_t> lengths, in
       if (grid && work > (int64_t{1} << 23)) break;
       ++tries;
       work += n * (k + world_size);
-      std::optional<Grid> filled =
-          internal::FillSlots(items, order, v.capacity, world_size, k, balance.micro_batch_cost);
+      std::optional<Grid> filled = internal::FillSlots(items, order, v.capacity, world_size, k,
+                                                       balance.micro_batch_cost, &stop);
+      RETURN_IF_ERROR(stop.status());
       if (filled) consider(*std::move(filled));
     }
     // The slots filled one after the other (better on some heavy-tailed batches).
-    std::optional<Grid> rows =
-        internal::FillRows(items, order, v.capacity, world_size, k_bound, balance.micro_batch_cost);
+    std::optional<Grid> rows = internal::FillRows(items, order, v.capacity, world_size, k_bound,
+                                                  balance.micro_batch_cost, &stop);
+    RETURN_IF_ERROR(stop.status());
     if (rows) consider(Trimmed(*std::move(rows), least_k, options.divisible_by));
     consider(internal::GridFromBins(bins, items, world_size, k_bound, /*by_rank_total=*/false));
     // Swaps search every cell's members for each member of a slot's costliest cell: about
     // n^2 / W a pass, affordable below 2^24.
     const bool swaps = n * n / world_size <= (int64_t{1} << 24);
     internal::ImproveSlots(*grid, items, v.capacity, balance.micro_batch_cost, swaps ? 16 : 4,
-                           swaps);
+                           swaps, &stop);
+    RETURN_IF_ERROR(stop.status());
   } else {
     // Ranks first (today's Sync::kStep), each rank's own bound, k = the largest.
     const Units units = MakeUnits(v, group_ids);
     const int64_t kept = static_cast<int64_t>(v.items.size() + v.isolated.size());
     const Parts assignment = AssignUnits(units, world_size, kept, grouped);
+    if (!stop.ContinueNow()) return stop.status();
     out.ranks.resize(world_size);
     std::vector<Problem> problems;
     problems.reserve(world_size);
@@ -293,6 +299,7 @@ absl::StatusOr<BalancedBatch> BalanceBatch(absl::Span<const int64_t> lengths, in
       if (!costs.empty()) {
         for (int64_t index : rank.indices) local_costs.push_back(costs[index]);
       }
+      if (!stop.Continue(static_cast<int64_t>(local_lengths.size()) + 64)) return stop.status();
       ASSIGN_OR_RETURN(Problem problem, Problem::Create(local_lengths, options,
                                                         /*cap_optional=*/false, local_costs));
       out.num_micro_batches = std::max(out.num_micro_batches, problem.local_k());
@@ -310,6 +317,7 @@ absl::StatusOr<BalancedBatch> BalanceBatch(absl::Span<const int64_t> lengths, in
       RETURN_IF_ERROR(bounded(out.num_micro_batches));
       RETURN_IF_ERROR(fits(out.num_micro_batches));
       for (int64_t r = 0; r < world_size; ++r) {
+        if (!stop.Continue(problems[r].num_sequences() + 64)) return stop.status();
         ASSIGN_OR_RETURN(out.ranks[r].plan, problems[r].Partition(out.num_micro_batches));
       }
       if (!grouped && balance.sync == Sync::kStep && kept > world_size) {
@@ -343,9 +351,11 @@ absl::StatusOr<BalancedBatch> BalanceBatch(absl::Span<const int64_t> lengths, in
         int64_t best_cost = internal::CostsOf(today, items, alpha).micro_batch_sync;
         grid = std::move(today);
         std::optional<Grid> filled = internal::FillSlots(items, internal::PlacementOrder(items),
-                                                         v.capacity, world_size, k, alpha);
+                                                         v.capacity, world_size, k, alpha, &stop);
+        RETURN_IF_ERROR(stop.status());
         if (filled) {
-          internal::ImproveSlots(*filled, items, v.capacity, alpha, 4, /*swaps=*/false);
+          internal::ImproveSlots(*filled, items, v.capacity, alpha, 4, /*swaps=*/false, &stop);
+          RETURN_IF_ERROR(stop.status());
           if (internal::CostsOf(*filled, items, alpha).micro_batch_sync < best_cost) {
             grid = std::move(filled);
           }
@@ -353,10 +363,12 @@ absl::StatusOr<BalancedBatch> BalanceBatch(absl::Span<const int64_t> lengths, in
       }
     }
   }
+  if (!stop.ContinueNow()) return stop.status();
   if (grid) {
     out.num_micro_batches = grid->k;
     ASSIGN_OR_RETURN(out.ranks, internal::RanksOfGrid(*grid, items, lengths, options, costs));
   }
+  if (!stop.ContinueNow()) return stop.status();
   out.step = internal::StepOf(out, v, world_size, balance);
   return out;
 }

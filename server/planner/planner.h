@@ -11,9 +11,11 @@
 // puts each overlong sequence alone in a part flagged `overlong`.
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "server/planner/options.h"
@@ -104,6 +106,11 @@ struct BalanceOptions {
   // units; >= 0 and <= kMaxMicroBatchCost. It enters the step costs below and the choice of k
   // under kMicroBatch (fewer micro-batches when the saved fixed costs outweigh the balance).
   int64_t micro_batch_cost = 0;
+  // Asked in the planner's long loops, about every 2^16 steps (well under a millisecond apart on
+  // one core), on the planning thread: a non-OK answer ends the call with that status (e.g.
+  // Cancelled when the caller has gone, DeadlineExceeded past its deadline). Empty: the call
+  // runs to its end.
+  std::function<absl::Status()> stop;
 };
 inline constexpr int64_t kMaxMicroBatchCost = int64_t{1} << 50;
 

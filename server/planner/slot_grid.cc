@@ -94,7 +94,7 @@ GridCosts CostsOf(const Grid& grid, absl::Span<const SlotItem> items, int64_t al
 
 std::optional<Grid> FillSlots(absl::Span<const SlotItem> items, absl::Span<const int32_t> order,
                               const Capacity& capacity, int64_t world_size, int64_t k,
-                              int64_t alpha) {
+                              int64_t alpha, StopCheck* stop) {
   const int64_t w = world_size;
   // Cells slot-major here (slot i's cells adjacent: i * w + r), rank-major in the grid.
   std::vector<std::vector<int32_t>> members(w * k);
@@ -181,6 +181,7 @@ std::optional<Grid> FillSlots(absl::Span<const SlotItem> items, absl::Span<const
     const int64_t stamp = static_cast<int64_t>(step);
     skipped.clear();
     while (true) {
+      if (!stop->Continue(64)) return std::nullopt;
       // The slot: as one key, the growth when positive, else the room below -2^62 (every fit
       // first).
       int64_t best = -1;
@@ -275,7 +276,7 @@ std::optional<Grid> FillSlots(absl::Span<const SlotItem> items, absl::Span<const
 
 std::optional<Grid> FillRows(absl::Span<const SlotItem> items, absl::Span<const int32_t> order,
                              const Capacity& capacity, int64_t world_size, int64_t k,
-                             int64_t alpha) {
+                             int64_t alpha, StopCheck* stop) {
   const int64_t w = world_size;
   Grid grid{w, k, std::vector<std::vector<int32_t>>(w * k)};
   if (order.empty()) return grid;
@@ -295,6 +296,7 @@ std::optional<Grid> FillRows(absl::Span<const SlotItem> items, absl::Span<const 
     const SlotItem& item = items[order[step]];
     int64_t chosen = -1;
     while (chosen < 0) {
+      if (!stop->Continue(64)) return std::nullopt;
       if (!cells) {
         if (++slot == k) return std::nullopt;
         cells.emplace(items, w, 1, alpha);
@@ -336,7 +338,7 @@ std::optional<Grid> FillRows(absl::Span<const SlotItem> items, absl::Span<const 
 }
 
 void ImproveSlots(Grid& grid, absl::Span<const SlotItem> items, const Capacity& capacity,
-                  int64_t alpha, int rounds, bool swaps) {
+                  int64_t alpha, int rounds, bool swaps, StopCheck* stop) {
   const int64_t w = grid.world_size;
   const int64_t k = grid.k;
   Cells cells(items, w, k, alpha);
@@ -352,6 +354,7 @@ void ImproveSlots(Grid& grid, absl::Span<const SlotItem> items, const Capacity& 
   for (int round = 0; round < rounds; ++round) {
     bool moved = false;
     for (int64_t i = 0; i < k; ++i) {
+      if (!stop->Continue(w)) return;
       // The slot's costliest cell, if it alone sets the slot's cost, and the next two.
       int64_t top = -1, ties = 0;
       for (int64_t r = 0; r < w; ++r) {
@@ -386,6 +389,7 @@ void ImproveSlots(Grid& grid, absl::Span<const SlotItem> items, const Capacity& 
         const int64_t left = members.size() == 1 ? 0 : top_cost - item.item.cost;
         const int64_t r_begin = item.rank >= 0 ? item.rank : 0;
         const int64_t r_end = item.rank >= 0 ? item.rank + 1 : w;
+        if (!stop->Continue((r_end - r_begin) * k)) return;
         if (top_cost - std::max(second, left) > best_gain) {
           for (int64_t r = r_begin; r < r_end; ++r) {
             for (int64_t j = 0; j < k; ++j) {

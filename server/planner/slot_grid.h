@@ -10,6 +10,7 @@
 
 #include "absl/types/span.h"
 #include "server/planner/prepared.h"
+#include "server/planner/stop_check.h"
 
 namespace packsched::planner::internal {
 
@@ -50,26 +51,27 @@ std::vector<int32_t> PlacementOrder(absl::Span<const SlotItem> items);
 // least room under its largest cell, then the lowest slot), in the cheapest cell of that slot that
 // fits `capacity` (an item with a rank: that rank's cell). nullopt when some item fits no cell.
 // O(W k + n (log k + log W)) when the first cell tried fits; an item with a rank scans its k
-// cells.
+// cells. Also nullopt once `stop` says stop (stop->status() tells which).
 std::optional<Grid> FillSlots(absl::Span<const SlotItem> items, absl::Span<const int32_t> order,
                               const Capacity& capacity, int64_t world_size, int64_t k,
-                              int64_t alpha);
+                              int64_t alpha, StopCheck* stop);
 
 // Row greedy: the slots filled one after the other, the items in `order` (PlacementOrder(items))
 // each to the current slot's cheapest cell that takes it (ties: the lowest rank), or, when none
 // does, to the next slot. nullopt when k slots do not hold every item. REQUIRES: no item has a
 // rank. O(n log W) when the first cell tried fits, O(W log W) for an item that opens a slot.
+// Also nullopt once `stop` says stop.
 std::optional<Grid> FillRows(absl::Span<const SlotItem> items, absl::Span<const int32_t> order,
                              const Capacity& capacity, int64_t world_size, int64_t k,
-                             int64_t alpha);
+                             int64_t alpha, StopCheck* stop);
 
 // Moves that shorten the micro-batch-sync step: an item leaves the costliest cell of a slot for
 // another cell, or (with `swaps`, tokens cap mode) trades places with a cheaper item of another
 // cell, whichever lowers that slot's cost most without raising the other cell's slot cost,
 // within `capacity` and every item's rank. Never makes the step longer. Up to `rounds` passes
-// over the slots, one change per slot a pass.
+// over the slots, one change per slot a pass; fewer once `stop` says stop (the grid stays valid).
 void ImproveSlots(Grid& grid, absl::Span<const SlotItem> items, const Capacity& capacity,
-                  int64_t alpha, int rounds, bool swaps);
+                  int64_t alpha, int rounds, bool swaps, StopCheck* stop);
 
 // Whole bins (each within capacity, at most world_size x k of them) as a grid. by_rank_total:
 // bins to ranks by LPT on cost with at most k per rank (balanced rank totals, Sync::kStep);

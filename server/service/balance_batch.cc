@@ -21,6 +21,12 @@
 #include "server/service/forest_convert.h"
 
 namespace packsched::service {
+namespace {
+
+// Ranks written to the response between two asks of the caller's stop check.
+constexpr size_t kRanksPerStopCheck = 1024;
+
+}  // namespace
 
 // RunBalanceBatch writes the global counts (PACKSCHED_GLOBAL_COUNTS) a macro per kind, each
 // taking what it touches as arguments: `total` (the Loss counts summed over the ranks), a rank's
@@ -81,6 +87,7 @@ absl::Status RunBalanceForest(const PlanInput& input, int64_t world_size,
       static_cast<int64_t>(input.forest->rollout_leaf.size() - batch.dropped.size());
   PACKSCHED_GLOBAL_COUNTS(PACKSCHED_BATCH_GLOBAL)
   for (size_t r = 0; r < batch.ranks.size(); ++r) {
+    if (balance.stop && r % kRanksPerStopCheck == 0) RETURN_IF_ERROR(balance.stop());
     const planner::TreePlan& rank = batch.ranks[r];
     v1::RankPlan* out = response->add_ranks();
     int64_t cost = 0;
@@ -106,6 +113,7 @@ absl::Status RunBalanceForest(const PlanInput& input, int64_t world_size,
 }  // namespace
 
 absl::Status RunBalanceBatch(const v1::BalanceBatchRequest& request, const ServiceLimits& limits,
+                             const std::function<absl::Status()>& stop,
                              v1::BalanceBatchResponse* response) {
   ASSIGN_OR_RETURN(PlanInput input,
                    MakePlanInput(request.lengths(), request.options(), request.loss_tokens(),
@@ -157,6 +165,7 @@ absl::Status RunBalanceBatch(const v1::BalanceBatchRequest& request, const Servi
     balance.sync = static_cast<planner::Sync>(request.sync() - 1);
   }
   balance.micro_batch_cost = request.micro_batch_cost();
+  balance.stop = stop;
   if (request.has_model_config()) {
     const v1::ModelConfig& model = request.model_config();
     const absl::flat_hash_map<std::string, int64_t> ints(model.ints().begin(), model.ints().end());
@@ -194,6 +203,7 @@ absl::Status RunBalanceBatch(const v1::BalanceBatchRequest& request, const Servi
   const int64_t kept = static_cast<int64_t>(input.lengths.size() - batch.dropped.size());
   PACKSCHED_GLOBAL_COUNTS(PACKSCHED_BATCH_GLOBAL)
   for (size_t r = 0; r < batch.ranks.size(); ++r) {
+    if (stop && r % kRanksPerStopCheck == 0) RETURN_IF_ERROR(stop());
     const planner::RankBatch& rank = batch.ranks[r];
     v1::RankPlan* out = response->add_ranks();
     out->mutable_indices()->Assign(rank.indices.begin(), rank.indices.end());

@@ -59,15 +59,17 @@ int64_t ForestItems(const v1::Forest& forest) {
                 std::max(forest.rollout_leaf_size(), forest.rollout_len_size()));
 }
 
-RequestMemory MemoryOf(int64_t sequences, int64_t micro_batches, int64_t wire_bytes) {
-  return {sequences, micro_batches, wire_bytes, PeakBytes(sequences, micro_batches, wire_bytes)};
+RequestMemory MemoryOf(int64_t sequences, int64_t micro_batches, int64_t wire_bytes,
+                       int64_t ranks = 0) {
+  return {sequences, micro_batches, wire_bytes, ranks,
+          PeakBytes(sequences, micro_batches, wire_bytes, ranks)};
 }
 
 }  // namespace
 
-int64_t PeakBytes(int64_t sequences, int64_t micro_batches, int64_t wire_bytes) {
+int64_t PeakBytes(int64_t sequences, int64_t micro_batches, int64_t wire_bytes, int64_t ranks) {
   return SatAdd(
-      SatAdd(kPeakBase, SatMul(kPeakPerSequence, sequences)),
+      SatAdd(SatAdd(kPeakBase, SatMul(kPeakPerSequence, sequences)), SatMul(kPeakPerRank, ranks)),
       SatAdd(SatMul(kPeakPerMicroBatch, micro_batches), SatMul(kPeakPerWireByte, wire_bytes)));
 }
 
@@ -102,16 +104,19 @@ RequestMemory EstimateBalanceBatchMemory(const v1::BalanceBatchRequest& request,
   const absl::StatusOr<planner::PlanOptions> o =
       ToPlanOptions(request.options(), limits, /*planner_picks_k=*/true);
   int64_t parts = 0;
+  int64_t ranks = 0;
   if (o.ok() && world_size >= 1 && world_size <= planner::kMaxWorldSize && request.has_forest()) {
+    ranks = world_size;
     // Every rank may hold every piece (at most one a rollout).
     parts = SatMul(world_size, CountBound(*o, request.forest().rollout_leaf_size()));
   } else if (o.ok() && world_size >= 1 && world_size <= planner::kMaxWorldSize) {
+    ranks = world_size;
     // The largest rank's share: ceil(n / W), or all of them with groups (a group stays whole).
     const int64_t share = request.group_ids().empty() ? CeilDiv(n, world_size) : n;
     parts =
         SatMul(world_size, CountBound(*o, std::min(share, ItemPartsBound(request.lengths(), *o))));
   }
-  return MemoryOf(n, parts, static_cast<int64_t>(request.ByteSizeLong()));
+  return MemoryOf(n, parts, static_cast<int64_t>(request.ByteSizeLong()), ranks);
 }
 
 }  // namespace packsched::service

@@ -1,6 +1,8 @@
 #include "server/service/scheduler_service.h"
 
 #include <atomic>
+#include <chrono>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <utility>
@@ -47,16 +49,56 @@ grpc::Status ToGrpcStatus(const absl::Status& status) {
 SchedulerService::SchedulerService(RoundCoordinator* coordinator, Options options)
     : coordinator_(coordinator),
       options_(std::move(options)),
-      budget_(options_.limits.max_inflight_bytes) {}
+      budget_(options_.limits.max_inflight_bytes),
+      planning_(options_.planning_threads, options_.planning_queue, "ps-plan") {}
 
 absl::StatusOr<MemoryBudget::Reservation> SchedulerService::Reserve(const RequestMemory& memory,
                                                                     absl::string_view what) {
-  return budget_.Reserve(memory.bytes, absl::StrCat(what, " (n = ", memory.sequences, ", k up to ",
-                                                    memory.micro_batches, ", ", memory.wire_bytes,
-                                                    " bytes on the wire)"));
+  return budget_.Reserve(
+      memory.bytes,
+      absl::StrCat(what, " (n = ", memory.sequences, ", k up to ", memory.micro_batches,
+                   memory.ranks > 0 ? absl::StrCat(", W = ", memory.ranks) : std::string(), ", ",
+                   memory.wire_bytes, " bytes on the wire)"));
 }
 
 void SchedulerService::RefuseNewCalls() { refusing_.store(true, std::memory_order_release); }
+
+void SchedulerService::StopPlanning() { planning_.Shutdown(); }
+
+void SchedulerService::RunOnWorker(
+    metrics::Method method, grpc::CallbackServerContext* context, ServiceCall* call,
+    absl::AnyInvocable<absl::Status(const std::function<absl::Status()>& stop) &&> work,
+    int64_t* done) {
+  absl::Status submitted =
+      planning_.Submit([this, method, context, call, done,
+                        work = std::move(work)](const std::atomic<bool>& stopping) mutable {
+        const std::chrono::system_clock::time_point deadline = context->deadline();
+        const std::function<absl::Status()> stop = [&stopping, context,
+                                                    deadline]() -> absl::Status {
+          if (stopping.load(std::memory_order_acquire)) {
+            return absl::UnavailableError("the sidecar is shutting down: planning stopped");
+          }
+          if (context->IsCancelled()) return absl::CancelledError("the caller cancelled the call");
+          if (std::chrono::system_clock::now() >= deadline) {
+            return absl::DeadlineExceededError("the caller's deadline passed: planning stopped");
+          }
+          return absl::OkStatus();
+        };
+        absl::Status status = stop();
+        if (status.ok()) status = std::move(work)(stop);
+        if (!status.ok() && stopping.load(std::memory_order_acquire)) {
+          // As a call refused at shutdown: not marked as served, so the caller may send it again.
+          call->Finish(grpc::Status(grpc::StatusCode::UNAVAILABLE, std::string(status.message())));
+          return;
+        }
+        if (status.ok()) {
+          absl::MutexLock lock(&mu_);
+          ++*done;
+        }
+        Finish(method, context, call, status);
+      });
+  if (!submitted.ok()) Finish(method, context, call, submitted);
+}
 
 int64_t SchedulerService::CallsInProgress() { return ServiceCall::Live(); }
 
@@ -136,22 +178,23 @@ grpc::ServerUnaryReactor* SchedulerService::Partition(grpc::CallbackServerContex
   if (!Begin(metrics::Method::kPartition, context, *in, call)) return call;
   const v1::PartitionRequest* request = call->request();
   v1::PlanResponse* response = call->response();
-  absl::Status status;
   std::optional<MemoryBudget::Reservation> reservation;
   if (absl::StatusOr<MemoryBudget::Reservation> reserved =
           Reserve(EstimatePartitionMemory(*request, options_.limits), "this Partition request");
       reserved.ok()) {
     reservation = *std::move(reserved);
   } else {
-    status = reserved.status();
+    Finish(metrics::Method::kPartition, context, call, reserved.status());
+    return call;
   }
   HoldUntilFreed(response, &reservation);
-  if (status.ok()) status = RunPartition(*request, options_.limits, response);
-  if (status.ok()) {
-    absl::MutexLock lock(&mu_);
-    ++partitions_;
-  }
-  Finish(metrics::Method::kPartition, context, call, status);
+  RunOnWorker(
+      metrics::Method::kPartition, context, call,
+      [this, request, response,
+       held = std::move(reservation)](const std::function<absl::Status()>&) {
+        return RunPartition(*request, options_.limits, response);
+      },
+      &partitions_);
   return call;
 }
 
@@ -162,22 +205,23 @@ grpc::ServerUnaryReactor* SchedulerService::BalanceBatch(grpc::CallbackServerCon
   if (!Begin(metrics::Method::kBalanceBatch, context, *in, call)) return call;
   const v1::BalanceBatchRequest* request = call->request();
   v1::BalanceBatchResponse* response = call->response();
-  absl::Status status;
   std::optional<MemoryBudget::Reservation> reservation;
   if (absl::StatusOr<MemoryBudget::Reservation> reserved = Reserve(
           EstimateBalanceBatchMemory(*request, options_.limits), "this BalanceBatch request");
       reserved.ok()) {
     reservation = *std::move(reserved);
   } else {
-    status = reserved.status();
+    Finish(metrics::Method::kBalanceBatch, context, call, reserved.status());
+    return call;
   }
   HoldUntilFreed(response, &reservation);
-  if (status.ok()) status = RunBalanceBatch(*request, options_.limits, response);
-  if (status.ok()) {
-    absl::MutexLock lock(&mu_);
-    ++balance_batches_;
-  }
-  Finish(metrics::Method::kBalanceBatch, context, call, status);
+  RunOnWorker(
+      metrics::Method::kBalanceBatch, context, call,
+      [this, request, response,
+       held = std::move(reservation)](const std::function<absl::Status()>& stop) {
+        return RunBalanceBatch(*request, options_.limits, stop, response);
+      },
+      &balance_batches_);
   return call;
 }
 

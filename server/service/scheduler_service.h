@@ -7,16 +7,21 @@
 // converts it (convert.h), hands rounds to the coordinator
 // (which finishes the reactor from the stream's worker thread, or — with inline rounds enabled, a
 // small round of a group of one on an idle stream — runs it and finishes it inline, before Plan
-// returns) or runs Partition and BalanceBatch in place (partition.h, balance_batch.h), and turns
-// absl::Status into grpc::Status — the only place that happens. Nothing here blocks a gRPC
-// thread: Partition, BalanceBatch and inline rounds are bounded CPU work.
+// returns) or hands Partition and BalanceBatch to the service's own planning workers
+// (work_pool.h; partition.h, balance_batch.h), and turns absl::Status into grpc::Status — the
+// only place that happens. Nothing here blocks a gRPC thread: inline rounds are small, and the
+// heavy requests run on the workers, so health checks and Plan keep their threads. BalanceBatch
+// stops planning at the caller's deadline (DEADLINE_EXCEEDED), when the caller cancels
+// (CANCELLED) and at StopPlanning() (UNAVAILABLE, unmarked, as a refused call).
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <string>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/functional/any_invocable.h"
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
@@ -28,6 +33,7 @@
 #include "server/service/memory_budget.h"
 #include "server/service/request_memory.h"
 #include "server/service/service_call.h"
+#include "server/service/work_pool.h"
 
 namespace packsched::service {
 
@@ -50,6 +56,9 @@ class SchedulerService final
     // Where every answered call is counted by method and code (server/metrics/sink.h); not
     // owned, outlives the service. Null: metrics off.
     metrics::Sink* metrics = nullptr;
+    // The planning workers (work_pool.h): threads >= 1; at most planning_queue requests wait.
+    int64_t planning_threads = 1;
+    int64_t planning_queue = 8;
   };
 
   // `coordinator` must outlive the service; the service must outlive the grpc::Server.
@@ -69,6 +78,10 @@ class SchedulerService final
   // trying to reach their sidecar, as when gRPC itself refuses them): the first step of a
   // shutdown (server.h). Calls already in progress are unaffected. Thread-safe.
   void RefuseNewCalls();
+  // Planning in progress stops at its next check and every queued heavy request ends at once
+  // (UNAVAILABLE, not marked as served); later ones are refused. The second step of a shutdown.
+  // Thread-safe.
+  void StopPlanning();
   // Calls of this process not yet done: from their arrival until their response has been
   // written (service_call.h). Thread-safe.
   static int64_t CallsInProgress();
@@ -89,6 +102,13 @@ class SchedulerService final
   // ResourceExhausted naming the estimate and the budget.
   absl::StatusOr<MemoryBudget::Reservation> Reserve(const RequestMemory& memory,
                                                     absl::string_view what);
+  // Runs `work` (the request's planning; `stop` is BalanceOptions::stop's answer for this call)
+  // on a planning worker and finishes `call` with its status, counting a success in `*done`;
+  // refuses it at once when the workers are busy and the queue is full.
+  void RunOnWorker(
+      metrics::Method method, grpc::CallbackServerContext* context, ServiceCall* call,
+      absl::AnyInvocable<absl::Status(const std::function<absl::Status()>& stop) &&> work,
+      int64_t* done);
 
   RoundCoordinator* const coordinator_;
   const Options options_;
@@ -99,6 +119,8 @@ class SchedulerService final
   absl::flat_hash_map<std::string, int64_t> errors_by_code_ ABSL_GUARDED_BY(mu_);
   int64_t partitions_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t balance_batches_ ABSL_GUARDED_BY(mu_) = 0;
+  // Last: its destructor joins the workers before anything they use goes.
+  WorkPool planning_;
 };
 
 }  // namespace packsched::service

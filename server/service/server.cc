@@ -71,6 +71,9 @@ absl::StatusOr<std::unique_ptr<SchedulerServer>> SchedulerServer::Start(
   service_options.rank = options.rank;
   service_options.build_version = options.build_version;
   service_options.metrics = options.metrics;
+  service_options.planning_threads =
+      options.planning_threads > 0 ? options.planning_threads : WorkPool::DefaultThreads();
+  service_options.planning_queue = options.planning_queue;
   state->service =
       std::make_unique<SchedulerService>(state->coordinator.get(), std::move(service_options));
 
@@ -127,6 +130,9 @@ void SchedulerServer::Shutdown(absl::Duration grace) {
   // and answers every outstanding round itself (final, with the marker); stopping also aborts the
   // streams' collectives and cancels the group's store waits, so no round holds the shutdown.
   state_->service->RefuseNewCalls();
+  // Planning in progress stops at its next check (a millisecond at most) and answers UNAVAILABLE
+  // unmarked, as a refused call: the caller may send it again to the restarted sidecar.
+  state_->service->StopPlanning();
   const absl::Time deadline = absl::Now() + grace;
   const absl::Time stop_rounds_at = deadline - std::min(grace / 4, kStopRoundsBeforeGraceEnds);
   auto wait_for_calls_until = [](absl::Time until) {

@@ -37,6 +37,10 @@ struct ServerOptions {
   int64_t max_concurrent_streams = 256;  // per connection
   int64_t resource_quota_bytes = int64_t{1} << 30;
   int64_t max_threads = 64;  // gRPC threads (resource quota)
+  // The service's own workers for BalanceBatch and Partition (work_pool.h); 0 =
+  // WorkPool::DefaultThreads(). At most planning_queue requests wait for one.
+  int64_t planning_threads = 0;
+  int64_t planning_queue = 8;
   int64_t rank = 0;
   std::string build_version;
   // How the rounds are agreed with the peers (RoundCoordinator::Options::agreements): the rank

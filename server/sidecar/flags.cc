@@ -75,6 +75,12 @@ ABSL_FLAG(int64_t, max_receive_message_bytes, int64_t{64} << 20, "largest reques
 ABSL_FLAG(int64_t, max_concurrent_streams, 256, "concurrent calls per client connection");
 ABSL_FLAG(int64_t, resource_quota_bytes, int64_t{1} << 30, "gRPC memory quota, bytes");
 ABSL_FLAG(int64_t, max_threads, 64, "gRPC thread quota");
+ABSL_FLAG(int64_t, planning_threads, 0,
+          "the sidecar's own workers for BalanceBatch and Partition (never gRPC's threads); 0 = "
+          "half the cores the process may use, at least 1");
+ABSL_FLAG(int64_t, planning_queue, 8,
+          "BalanceBatch and Partition requests that may wait for a planning worker; one more is "
+          "refused with RESOURCE_EXHAUSTED");
 ABSL_FLAG(std::string, probe, "",
           "probe mode, for exec probes (Kubernetes' grpc probes dial the pod IP, not the "
           "loopback the sidecar listens on): check the grpc.health.v1 status of the server at "
@@ -155,6 +161,10 @@ absl::StatusOr<service::ServerOptions> ServerOptionsFromFlags() {
   o.max_concurrent_streams = absl::GetFlag(FLAGS_max_concurrent_streams);
   o.resource_quota_bytes = absl::GetFlag(FLAGS_resource_quota_bytes);
   o.max_threads = absl::GetFlag(FLAGS_max_threads);
+  o.planning_threads = absl::GetFlag(FLAGS_planning_threads);
+  o.planning_queue = absl::GetFlag(FLAGS_planning_queue);
+  RETURN_IF_ERROR(Positive("planning_threads", o.planning_threads, 0));
+  RETURN_IF_ERROR(Positive("planning_queue", o.planning_queue, 0));
   RETURN_IF_ERROR(Positive("max_receive_message_bytes", o.max_receive_message_bytes, 1024));
   RETURN_IF_ERROR(Positive("max_concurrent_streams", o.max_concurrent_streams));
   RETURN_IF_ERROR(Positive("resource_quota_bytes", o.resource_quota_bytes, 1 << 20));

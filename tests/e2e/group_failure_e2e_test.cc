@@ -276,5 +276,60 @@ TEST(GroupFailureE2E, AKilledAndRestartedRankAloneGetsTheAgreedPlanWhicheverRank
   }
 }
 
+// Round n finished on every rank of a group of 4.
+std::vector<Outcome> FinishRound(Group& group, int64_t round) {
+  std::vector<Outcome> finished;
+  for (int attempt = 0; attempt < 3; ++attempt) {  // the first may abort on an old generation
+    finished = PlanOn(group, {0, 1, 2, 3}, round);
+    bool all = true;
+    for (const Outcome& o : finished) all &= o.result.ok();
+    if (all) break;
+  }
+  return finished;
+}
+
+// The invariant without rank 0's store: rank 2 is down (killed, not restarted) when rank 0 is
+// killed and restarted with an empty store; rank 0 asks for the finished round again and gets
+// the agreed plan from the live ranks' replicas (ranks 1 and 3), within the collective timeout.
+TEST(GroupFailureE2E, ARestartedRankZeroAnswersAFinishedRoundWhileARankIsDown) {
+  Group group(4);
+  ASSERT_TRUE(group.started()) << group.Logs();
+  const std::vector<Outcome> finished = FinishRound(group, 1);
+  for (const Outcome& o : finished) ASSERT_TRUE(o.result.ok()) << o.result.status() << group.Logs();
+  group.Kill(2);
+  group.Kill(0);
+  group.Start(0);
+  ASSERT_TRUE(group.started()) << group.Logs();
+  for (int resend = 0; resend < 2; ++resend) {  // every resend, not just the first
+    const std::vector<Outcome> again = PlanOn(group, {0}, 1);
+    ASSERT_TRUE(again[0].result.ok()) << again[0].result.status() << group.Logs();
+    ExpectSamePlan(*again[0].result, *finished[0].result);
+    EXPECT_LT(again[0].took, kTimeout + kMargin);
+  }
+}
+
+// A rank restarted together with rank 0 finds the round the live ranks finished on its first
+// resend, without running it (which would fail after a whole collective timeout, naming healthy
+// ranks): ranks 0 and 2 killed and restarted, rank 2 alone asks again.
+TEST(GroupFailureE2E, ARankRestartedWithRankZeroFindsTheResultOnItsFirstResend) {
+  Group group(4);
+  ASSERT_TRUE(group.started()) << group.Logs();
+  const std::vector<Outcome> finished = FinishRound(group, 1);
+  for (const Outcome& o : finished) ASSERT_TRUE(o.result.ok()) << o.result.status() << group.Logs();
+  group.Kill(0);
+  group.Kill(2);
+  group.Start(0);
+  group.Start(2);
+  ASSERT_TRUE(group.started()) << group.Logs();
+  const std::vector<Outcome> again = PlanOn(group, {2}, 1);
+  ASSERT_TRUE(again[2].result.ok()) << again[2].result.status() << group.Logs();
+  ExpectSamePlan(*again[2].result, *finished[2].result);
+  EXPECT_LT(again[2].took, kTimeout) << "the resend spent a collective timeout";
+  // And rank 0, restarted too, answers it from the same replicas.
+  const std::vector<Outcome> zero = PlanOn(group, {0}, 1);
+  ASSERT_TRUE(zero[0].result.ok()) << zero[0].result.status() << group.Logs();
+  ExpectSamePlan(*zero[0].result, *finished[0].result);
+}
+
 }  // namespace
 }  // namespace packsched

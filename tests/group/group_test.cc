@@ -14,6 +14,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "server/collective/store.h"
+#include "server/group/group_keys.h"
 #include "server/group/stream_group.h"
 #include "tests/group/group_testing.h"
 
@@ -239,6 +240,54 @@ TEST(Group, ARankMissingFromARoundIsNamedAndTheNextGenerationHeals) {
   ExpectAgreed(OnRanks(3, All(3), [&](int64_t r) { return ranks[r]->stream->Agree(Record(r, 3)); }),
                3, 3);
   for (const auto& rank : ranks) EXPECT_EQ(rank->stream->info().generation, 1);
+}
+
+// A rank that finished the round (its collective completed before a link to the others failed;
+// its agreed result is in the store) is not named as missing: the ranks whose collective timed
+// out say that their peers finished it, and name nobody.
+TEST(Group, ARankThatFinishedTheRoundIsNotNamedMissing) {
+  InMemoryStore store;
+  auto ranks = MakeRanks(store, 3);
+  ExpectAgreed(OnRanks(3, All(3), [&](int64_t r) { return ranks[r]->stream->Agree(Record(r, 1)); }),
+               3, 1);
+  // Rank 1 finished round 2 and wrote its result (result_replica.h) before the link failed.
+  absl::StatusOr<std::optional<std::string>> epoch =
+      store.TryGet(keys::Epoch("packsched/"), absl::Now() + absl::Seconds(1));
+  ASSERT_TRUE(epoch.ok() && epoch->has_value());
+  const std::string result_key =
+      keys::Result(keys::StreamRoot(keys::EpochRoot("packsched/", **epoch), "actor"), 2);
+  ASSERT_TRUE(store.Set(result_key, "v1 5 1 33 600 33 77 1", absl::Now() + absl::Seconds(1)).ok());
+  std::vector<Result> failed =
+      OnRanks(3, {0, 2}, [&](int64_t r) { return ranks[r]->stream->Agree(Record(r, 2)); });
+  for (int64_t r : {0, 2}) {
+    EXPECT_EQ(failed[r].status().code(), absl::StatusCode::kDeadlineExceeded);
+    EXPECT_THAT(std::string(failed[r].status().message()),
+                HasSubstr("round 2: its peers finished it"));
+    EXPECT_THAT(std::string(failed[r].status().message()), Not(HasSubstr("[1]")));
+  }
+}
+
+// The same when the generation must form first: a rank whose stream was made again (a restart)
+// runs a round its peers finished without it; they do not come to form, and are not named.
+TEST(Group, PeersThatFinishedTheRoundAreNotNamedWhenTheGroupCannotForm) {
+  InMemoryStore store;
+  auto ranks = MakeRanks(store, 3);
+  ExpectAgreed(OnRanks(3, All(3), [&](int64_t r) { return ranks[r]->stream->Agree(Record(r, 1)); }),
+               3, 1);
+  absl::StatusOr<std::optional<std::string>> epoch =
+      store.TryGet(keys::Epoch("packsched/"), absl::Now() + absl::Seconds(1));
+  ASSERT_TRUE(epoch.ok() && epoch->has_value());
+  ASSERT_TRUE(
+      store
+          .Set(keys::Result(keys::StreamRoot(keys::EpochRoot("packsched/", **epoch), "actor"), 2),
+               "v1 5 1 33 600 33 77 1", absl::Now() + absl::Seconds(1))
+          .ok());
+  ranks[0]->stream.reset();
+  ranks[0]->stream = ranks[0]->group->ForStream("actor");
+  Result alone = ranks[0]->stream->Agree(Record(0, 2));
+  EXPECT_EQ(alone.status().code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_THAT(std::string(alone.status().message()), HasSubstr("round 2: its peers finished it"));
+  EXPECT_THAT(std::string(alone.status().message()), Not(HasSubstr("[1, 2]")));
 }
 
 // Regression: the rank that arrives first times out first and closes its connections; a rank

@@ -5,11 +5,13 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <functional>
 #include <limits>
 #include <optional>
 #include <random>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "server/planner/prepared.h"
@@ -88,6 +90,8 @@ struct Case {
 };
 
 TEST(FillSlots, MatchesTheReferenceScan) {
+  const std::function<absl::Status()> never;  // no stop
+  StopCheck stop(never);
   std::mt19937_64 rng(7);
   int compared = 0, filled = 0;
   for (int trial = 0; trial < 600; ++trial) {
@@ -120,7 +124,7 @@ TEST(FillSlots, MatchesTheReferenceScan) {
     const Capacity capacity(c.cap, c.mode, c.max_seqs);
     const std::vector<int32_t> order = PlacementOrder(items);
     const std::optional<Grid> want = ReferenceFill(items, order, capacity, c.w, c.k, c.alpha);
-    const std::optional<Grid> got = FillSlots(items, order, capacity, c.w, c.k, c.alpha);
+    const std::optional<Grid> got = FillSlots(items, order, capacity, c.w, c.k, c.alpha, &stop);
     SCOPED_TRACE(absl::StrCat("trial ", trial, ": n ", c.n, " W ", c.w, " k ", c.k, " cap ", c.cap,
                               " alpha ", c.alpha, " max_seqs ", c.max_seqs));
     ASSERT_EQ(want.has_value(), got.has_value());
@@ -136,6 +140,8 @@ TEST(FillSlots, MatchesTheReferenceScan) {
 
 // One sequence per rank: every item to its own cell of the single slot, the costliest first.
 TEST(FillSlots, OneSequencePerRank) {
+  const std::function<absl::Status()> never;
+  StopCheck stop(never);
   const int64_t w = 5000;
   std::vector<SlotItem> items;
   for (int64_t p = 0; p < w; ++p) {
@@ -144,7 +150,7 @@ TEST(FillSlots, OneSequencePerRank) {
   }
   const std::vector<int32_t> order = PlacementOrder(items);
   const std::optional<Grid> got =
-      FillSlots(items, order, Capacity(4096, CapMode::kTokens, 0), w, 1, 100);
+      FillSlots(items, order, Capacity(4096, CapMode::kTokens, 0), w, 1, 100, &stop);
   ASSERT_TRUE(got.has_value());
   for (int64_t r = 0; r < w; ++r) {
     ASSERT_EQ(got->cell(r, 0).size(), 1u) << "rank " << r;

@@ -69,6 +69,18 @@ class Sidecar:
     def pid(self):
         return self._proc.pid
 
+    def cpu_seconds(self):
+        """CPU time the process has used so far (user + system), from /proc."""
+        fields = pathlib.Path(f"/proc/{self._proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+    def peak_rss_bytes(self):
+        """The process's peak resident set (VmHWM), from /proc."""
+        for line in pathlib.Path(f"/proc/{self._proc.pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+        raise RuntimeError("no VmHWM in /proc/PID/status")
+
     def poll(self):
         """The exit status, or None while it runs."""
         return self._proc.poll()

@@ -21,6 +21,12 @@ JOB_MODULES = (
     "tree_kernels",
 )
 
+# tree_kernels is also a public module of its own (its targets builder and restore belong to the
+# tree's loss, not to packsched.kernels): kernels re-exports its kernels only.
+REEXPORTED_ONLY_IN_PART = {
+    "tree_kernels": {"tree_attention", "tree_position_ids", "multi_target_cross_entropy"}
+}
+
 # The public API of packsched.kernels. Adding a name means adding it here; removing or renaming
 # one breaks callers.
 PUBLIC_API = [
@@ -79,7 +85,11 @@ def test_all_is_the_public_api():
 def test_every_public_name_comes_from_exactly_one_job_module():
     owners = {}
     for name in JOB_MODULES:
-        for attr in public_names_of(name):
+        names = public_names_of(name)
+        if name in REEXPORTED_ONLY_IN_PART:
+            assert REEXPORTED_ONLY_IN_PART[name] <= names
+            names = REEXPORTED_ONLY_IN_PART[name]
+        for attr in names:
             assert attr not in owners, f"{attr} in both {owners.get(attr)} and {name}"
             owners[attr] = name
     assert sorted(owners) == sorted(kernels.__all__)

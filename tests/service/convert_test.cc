@@ -318,7 +318,7 @@ TEST(BalanceBatch, RejectsEqualSize) {
   request.mutable_options()->set_equal_size(true);
   request.set_world_size(2);
   v1::BalanceBatchResponse response;
-  const absl::Status status = RunBalanceBatch(request, {}, &response);
+  const absl::Status status = RunBalanceBatch(request, {}, /*stop=*/{}, &response);
   EXPECT_EQ(status.code(), kInvalid);
   EXPECT_THAT(std::string(status.message()), HasSubstr("options.equal_size"));
 }
@@ -331,7 +331,7 @@ TEST(BalanceBatch, SyncAndMicroBatchCostReachThePlanner) {
   request.set_sync(v1::SYNC_MICRO_BATCH);
   request.set_micro_batch_cost(7);
   v1::BalanceBatchResponse response;
-  ASSERT_TRUE(RunBalanceBatch(request, {}, &response).ok());
+  ASSERT_TRUE(RunBalanceBatch(request, {}, /*stop=*/{}, &response).ok());
   planner::PlanOptions o;
   o.max_token_len = 100;
   const absl::StatusOr<planner::BalancedBatch> direct = planner::BalanceBatch(
@@ -342,12 +342,12 @@ TEST(BalanceBatch, SyncAndMicroBatchCostReachThePlanner) {
   EXPECT_EQ(response.step().lower_bound(), direct->step.lower_bound);
   EXPECT_DOUBLE_EQ(response.step().efficiency(), direct->step.efficiency);
   request.set_sync(static_cast<v1::Sync>(9));
-  const absl::Status bad = RunBalanceBatch(request, {}, &response);
+  const absl::Status bad = RunBalanceBatch(request, {}, /*stop=*/{}, &response);
   EXPECT_EQ(bad.code(), kInvalid);
   EXPECT_THAT(std::string(bad.message()), HasSubstr("sync"));
   request.set_sync(v1::SYNC_STEP);
   request.set_micro_batch_cost(-1);
-  EXPECT_THAT(std::string(RunBalanceBatch(request, {}, &response).message()),
+  EXPECT_THAT(std::string(RunBalanceBatch(request, {}, /*stop=*/{}, &response).message()),
               HasSubstr("micro_batch_cost = -1"));
 }
 
@@ -357,23 +357,23 @@ TEST(BalanceBatch, RejectsBadWorldSizesAndGroups) {
   request.mutable_options()->set_max_token_len(100);
   v1::BalanceBatchResponse response;
   request.set_world_size(0);
-  EXPECT_THAT(std::string(RunBalanceBatch(request, {}, &response).message()),
+  EXPECT_THAT(std::string(RunBalanceBatch(request, {}, /*stop=*/{}, &response).message()),
               HasSubstr("world_size = 0"));
   request.set_world_size(2);
   request.add_group_ids(1);
-  EXPECT_THAT(std::string(RunBalanceBatch(request, {}, &response).message()),
+  EXPECT_THAT(std::string(RunBalanceBatch(request, {}, /*stop=*/{}, &response).message()),
               HasSubstr("group_ids has 1 entries for 4 sequences"));
   request.clear_group_ids();
   ServiceLimits limits;
   limits.max_micro_batches = 100;
   request.set_world_size(64);
   request.mutable_options()->set_min_micro_batches(2);
-  const absl::Status status = RunBalanceBatch(request, limits, &response);
+  const absl::Status status = RunBalanceBatch(request, limits, /*stop=*/{}, &response);
   EXPECT_EQ(status.code(), kExhausted);
   EXPECT_THAT(std::string(status.message()), HasSubstr("world_size = 64"));
   request.set_world_size(2);
   request.mutable_options()->set_min_micro_batches(0);
-  ASSERT_TRUE(RunBalanceBatch(request, {}, &response).ok());
+  ASSERT_TRUE(RunBalanceBatch(request, {}, /*stop=*/{}, &response).ok());
   EXPECT_EQ(response.ranks_size(), 2);
 }
 

@@ -148,7 +148,7 @@ TEST(ForestPartitionAndBalance, AnswerOverPiecesAndRollouts) {
   balance.set_world_size(2);
   for (int r = 0; r < 20; ++r) balance.add_loss_tokens(r);
   v1::BalanceBatchResponse batch;
-  const absl::Status status = RunBalanceBatch(balance, {}, &batch);
+  const absl::Status status = RunBalanceBatch(balance, {}, /*stop=*/{}, &batch);
   ASSERT_TRUE(status.ok()) << status;
   ASSERT_EQ(batch.ranks_size(), 2);
   std::vector<int> seen(20, 0);
@@ -162,7 +162,7 @@ TEST(ForestPartitionAndBalance, AnswerOverPiecesAndRollouts) {
   EXPECT_EQ(batch.global().loss_tokens(), 190);
 
   balance.add_group_ids(1);
-  EXPECT_THAT(std::string(RunBalanceBatch(balance, {}, &batch).message()),
+  EXPECT_THAT(std::string(RunBalanceBatch(balance, {}, /*stop=*/{}, &batch).message()),
               HasSubstr("group_ids and model_config must be unset"));
 }
 

@@ -65,7 +65,7 @@ TEST(RequestMemory, TwentyByteAmplifiersAreEstimatedAtTheirMicroBatches) {
   plan.mutable_options()->set_min_micro_batches(1'000'000);
   const RequestMemory p = EstimatePlanMemory(plan, limits);
   EXPECT_EQ(p.micro_batches, 1'000'000);
-  EXPECT_EQ(p.bytes, PeakBytes(2, 1'000'000, static_cast<int64_t>(plan.ByteSizeLong())));
+  EXPECT_EQ(p.bytes, PeakBytes(2, 1'000'000, static_cast<int64_t>(plan.ByteSizeLong()), 0));
   EXPECT_GT(p.bytes, limits.max_inflight_bytes);  // refused by the default budget
 
   v1::PartitionRequest partition;

@@ -254,7 +254,7 @@ TEST(ValidationFuzz, ForestRequestsAreAcceptedOrRejectedCleanly) {
     random.FillOptions(balance.mutable_options());
     balance.set_world_size(random.Small(8));
     v1::BalanceBatchResponse balanced;
-    ASSERT_TRUE(Expected(RunBalanceBatch(balance, limits, &balanced)));
+    ASSERT_TRUE(Expected(RunBalanceBatch(balance, limits, /*stop=*/{}, &balanced)));
   }
   EXPECT_GT(planned, 200);
 }
@@ -268,7 +268,7 @@ TEST(ValidationFuzz, PartitionAndBalanceBatchRequests) {
     const absl::Status partition = RunPartition(random.Partition(), limits, &plan);
     ASSERT_TRUE(Expected(partition)) << partition;
     v1::BalanceBatchResponse balanced;
-    const absl::Status balance = RunBalanceBatch(random.Balance(), limits, &balanced);
+    const absl::Status balance = RunBalanceBatch(random.Balance(), limits, /*stop=*/{}, &balanced);
     ASSERT_TRUE(Expected(balance)) << balance;
     ok += partition.ok() + balance.ok();
   }

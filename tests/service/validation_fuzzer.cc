@@ -80,7 +80,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       v1::BalanceBatchRequest request;
       if (!request.ParseFromString(bytes)) return 0;
       v1::BalanceBatchResponse response;
-      Check(service::RunBalanceBatch(request, limits, &response));
+      Check(service::RunBalanceBatch(request, limits, /*stop=*/{}, &response));
       return 0;
     }
   }

@@ -347,7 +347,7 @@ def tree_mrope_position_ids(
     are 0. ValueError when two rollouts through a row disagree on it (their shared prefix is not
     the same tokens and grids).
     """
-    from .kernels import mrope_position_ids
+    from ._context_parallel import mrope_position_ids
 
     lens = [len(r) for r in rollout_rows]
     types = np.concatenate([np.asarray(t, dtype=np.int32) for t in rollout_token_types])

@@ -1,0 +1,103 @@
+"""BalanceBatch's memory estimate against the peak a fresh sidecar really reaches (VmHWM): the
+estimate covers every per-rank and per-micro-batch structure, and nothing the default budget
+admits takes a sidecar past the deploy manifest's 512 MiB. Real packsched-server processes."""
+
+import re
+
+import grpc
+import pytest
+
+from packsched.v1 import scheduler_pb2, scheduler_pb2_grpc
+from sidecar import Sidecar
+
+MANIFEST_LIMIT = 512 << 20  # deploy/: the sidecar container's memory limit
+DEFAULT_BUDGET = 320 << 20  # --max_inflight_bytes's default
+REQUEST_LIMIT = 1 << 20  # --max_sequences_per_request's default
+# The most world_size = n admits: one micro-batch per rank, W of them (--max_micro_batches).
+LARGEST_WORLD = 1_000_000
+
+
+def channel_of(sidecar):
+    return grpc.insecure_channel(
+        sidecar.target,
+        options=[("grpc.max_send_message_length", -1), ("grpc.max_receive_message_length", -1)],
+    )
+
+
+def one_per_rank(world_size, sync):
+    return scheduler_pb2.BalanceBatchRequest(
+        lengths=[1000] * world_size,
+        world_size=world_size,
+        sync=sync,
+        options=scheduler_pb2.PlanOptions(max_token_len=4096),
+    )
+
+
+@pytest.fixture(scope="module")
+def estimator(tmp_path_factory):
+    """A sidecar whose budget admits nothing: its refusal names each request's estimate."""
+    with Sidecar(
+        tmp_path_factory.mktemp("estimator"),
+        "--max_inflight_bytes=1",
+        f"--max_sequences_per_request={REQUEST_LIMIT}",
+    ) as s, channel_of(s) as channel:
+        stub = scheduler_pb2_grpc.SchedulerStub(channel)
+
+        def estimate(request):
+            with pytest.raises(grpc.RpcError) as refused:
+                stub.BalanceBatch(request, timeout=60)
+            assert refused.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+            return int(re.search(r"needs an estimated (\d+) bytes", refused.value.details())[1])
+
+        yield estimate
+
+
+def peak_of(tmp_path, request, *flags):
+    """What `request` adds to a fresh sidecar's peak resident set, and its status code."""
+    with Sidecar(tmp_path, *flags) as s, channel_of(s) as channel:
+        before = s.peak_rss_bytes()
+        code = grpc.StatusCode.OK
+        try:
+            scheduler_pb2_grpc.SchedulerStub(channel).BalanceBatch(request, timeout=120)
+        except grpc.RpcError as e:
+            code = e.code()
+        return s.peak_rss_bytes() - before, s.peak_rss_bytes(), code
+
+
+@pytest.mark.parametrize(
+    "world_size, sync",
+    [
+        (400_000, scheduler_pb2.SYNC_STEP),
+        (500_000, scheduler_pb2.SYNC_STEP),
+        (LARGEST_WORLD, scheduler_pb2.SYNC_STEP),
+        (40_000, scheduler_pb2.SYNC_MICRO_BATCH),
+    ],
+)
+def test_estimate_covers_the_measured_peak(tmp_path, estimator, world_size, sync):
+    request = one_per_rank(world_size, sync)
+    estimate = estimator(request)
+    added, _, code = peak_of(
+        tmp_path, request, "--max_inflight_bytes=0", f"--max_sequences_per_request={REQUEST_LIMIT}"
+    )
+    assert code == grpc.StatusCode.OK
+    print(f"W = n = {world_size}: estimate {estimate >> 20} MiB, measured {added >> 20} MiB")
+    assert estimate >= added
+
+
+def test_nothing_the_default_budget_admits_passes_the_manifest(tmp_path, estimator):
+    # The largest world_size = n the default budget admits (the estimate grows with it).
+    low, high = 1, LARGEST_WORLD
+    while low < high:
+        mid = (low + high + 1) // 2
+        if estimator(one_per_rank(mid, scheduler_pb2.SYNC_STEP)) <= DEFAULT_BUDGET:
+            low = mid
+        else:
+            high = mid - 1
+    assert low < LARGEST_WORLD
+    _, peak, code = peak_of(tmp_path, one_per_rank(low, scheduler_pb2.SYNC_STEP))
+    assert code == grpc.StatusCode.OK
+    print(f"largest admitted W = n = {low}: sidecar peak {peak >> 20} MiB")
+    assert peak <= MANIFEST_LIMIT
+    # One more rank is refused under the defaults.
+    _, _, refused = peak_of(tmp_path, one_per_rank(low + 1, scheduler_pb2.SYNC_STEP))
+    assert refused == grpc.StatusCode.RESOURCE_EXHAUSTED
