@@ -11,8 +11,8 @@
 #include "server/base/thread_name.h"
 #include "server/group/round_record.h"
 #include "server/planner/planner.h"
-#include "server/planner/tree_plan.h"
 #include "server/service/round_metrics.h"
+#include "server/service/round_problem.h"
 #include "spdlog/spdlog.h"
 
 namespace packsched::service {
@@ -398,22 +398,11 @@ Result RoundCoordinator::RunRound(Stream& stream, const RoundInput& in) {
 
   // The local half — the bound and the counts, no plan yet (the plan waits for the agreed k):
   // its errors do not return early, they join the round.
-  // A forest (tree packing) is planned as pieces: `tree` holds them, `problem` is over them.
-  std::optional<planner::Problem> problem;
-  std::optional<planner::TreeProblem> tree;
+  // Over the sequences, or over a forest's pieces (tree packing).
+  std::optional<RoundProblem> problem;
   const PlanInput& input = in.input;
-  if (record.error.ok() && input.forest) {
-    absl::StatusOr<planner::TreeProblem> created =
-        planner::TreeProblem::Create(*input.forest, input.options);
-    if (created.ok()) {
-      tree = *std::move(created);
-      problem = tree->problem();
-    } else {
-      record.error = created.status();
-    }
-  } else if (record.error.ok()) {
-    absl::StatusOr<planner::Problem> created =
-        planner::Problem::Create(input.lengths, input.options);
+  if (record.error.ok()) {
+    absl::StatusOr<RoundProblem> created = RoundProblem::Create(input);
     if (created.ok()) {
       problem = *std::move(created);
     } else {
@@ -422,9 +411,7 @@ Result RoundCoordinator::RunRound(Stream& stream, const RoundInput& in) {
   }
   planner::LossCounts local_counts;
   if (record.error.ok() && input.loss_tokens) {
-    absl::StatusOr<planner::LossCounts> counts =
-        tree ? planner::CountLoss(*tree, *input.loss_tokens)
-             : planner::CountLoss(*problem, *input.loss_tokens);
+    absl::StatusOr<planner::LossCounts> counts = problem->CountLoss(*input.loss_tokens);
     if (counts.ok()) {
       local_counts = *counts;
     } else {
@@ -433,10 +420,7 @@ Result RoundCoordinator::RunRound(Stream& stream, const RoundInput& in) {
   }
   if (record.error.ok()) {
     record.local_k = problem->local_k();
-    // Kept sequences, or kept rollouts of a forest.
-    record.num_sequences =
-        tree ? static_cast<int64_t>(input.forest->rollout_leaf.size() - tree->dropped().size())
-             : problem->num_kept();
+    record.num_sequences = problem->num_kept();
     record.loss_tokens = local_counts.loss_tokens;
     record.sequences_with_loss = local_counts.sequences_with_loss;
   }
@@ -469,26 +453,12 @@ Result RoundCoordinator::RunRound(Stream& stream, const RoundInput& in) {
   k = *rounded;
   // The loss weights read the plan over sequences, or over rollouts for a forest.
   planner::MicroBatchPlan rollouts;
-  if (tree) {
-    absl::StatusOr<planner::TreePlan> plan = tree->Partition(k);
-    if (!plan.ok()) {
-      return absl::InternalError(absl::StrCat("partition of the forest into the agreed k = ", k,
-                                              " failed: ", plan.status().ToString()));
-    }
-    result->plan = planner::ResponseView(*plan, tree->index());
-    rollouts = planner::RolloutView(*plan, tree->index());
-    result->tree = *std::move(plan);
-  } else {
-    absl::StatusOr<planner::MicroBatchPlan> plan = problem->Partition(k);
-    if (!plan.ok()) {
-      return absl::InternalError(
-          absl::StrCat("partition into the agreed k = ", k, " failed: ", plan.status().ToString()));
-    }
-    result->plan = *std::move(plan);
-  }
+  absl::StatusOr<const planner::MicroBatchPlan*> weighed =
+      problem->Partition(k, result.get(), &rollouts);
+  if (!weighed.ok()) return weighed.status();
   if (input.loss_tokens) {
     absl::StatusOr<planner::LossWeights> weights = planner::ComputeLossWeights(
-        tree ? rollouts : result->plan, *input.loss_tokens, input.loss,
+        **weighed, *input.loss_tokens, input.loss,
         planner::LossCounts{agreed->loss_tokens, agreed->sequences_with_loss}, world_size);
     if (!weights.ok()) {
       return absl::InternalError(
