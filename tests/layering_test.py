@@ -132,12 +132,14 @@ LAYERS = {
     "py/cp_layout": Layer(("packsched._cp_layout",)),
     "py/plan": Layer(("packsched.plan",), ("py/options",), ("numpy", "torch")),
     "py/ext": Layer(("packsched._planner", "packsched._kernels"), ("client/python",)),
+    # Forests of rollouts and the tree plan's value types (tree packing).
+    "py/tree": Layer(("packsched.tree",), ("py/plan", "py/inputs"), ("numpy", "torch")),
     "py/model_cost": Layer(("packsched.model_cost",), ("py/ext",)),
     # The checks of request data and the progress lines, shared by the planner and the client.
     "py/inputs": Layer(("packsched._inputs", "packsched._progress"), (), ("numpy",)),
     "py/planner": Layer(
         ("packsched.planner",),
-        ("py/options", "py/plan", "py/ext", "py/model_cost", "py/inputs"),
+        ("py/options", "py/plan", "py/ext", "py/model_cost", "py/inputs", "py/tree"),
         ("numpy",),
     ),
     "py/kernels": Layer(
@@ -156,11 +158,13 @@ LAYERS = {
     "py/stubs": Layer(("packsched.v1",), ("proto",), ("grpc", "protobuf")),
     "py/client": Layer(
         ("packsched.client",),
-        ("py/planner", "py/model_cost", "py/stubs", "py/inputs"),
+        ("py/planner", "py/model_cost", "py/stubs", "py/inputs", "py/tree"),
         ("grpc", "protobuf"),
     ),
     "py/compat": Layer(
-        ("packsched.compat",), ("py/planner", "py/kernels", "py/client"), ("numpy", "torch")
+        ("packsched.compat",),
+        ("py/planner", "py/kernels", "py/client", "py/tree"),
+        ("numpy", "torch"),
     ),
     # packsched/__init__.py (its own name, so that a new module is in no layer until placed).
     "py/package": Layer(("packsched.__init__",), ("py/client", "py/kernels", "py/planner")),

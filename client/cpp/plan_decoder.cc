@@ -374,8 +374,35 @@ void PartsFromProto(const google::protobuf::RepeatedPtrField<v1::MicroBatch>& pa
 #define PACKSCHED_FROM_STATS(name, number, Kind, alias) \
   PACKSCHED_FROM_STATS_##Kind(out, s, name, alias)
 
+// A body of one macro without a semicolon, which clang-format 14 joins onto the signature.
+// clang-format off
 void StatsFromProto(const v1::PlanStats& s, PlanResult* out) {
   PACKSCHED_PLAN_STATS(PACKSCHED_FROM_STATS)
+}  // clang-format on
+
+std::vector<int64_t> Ints(const google::protobuf::RepeatedField<int64_t>& field) {
+  return std::vector<int64_t>(field.begin(), field.end());
+}
+
+// A forest request's tree plan: the layouts beside the plan's micro-batches (over pieces).
+planner::TreePlan TreePlanFromProto(const v1::TreePlan& tree, const planner::MicroBatchPlan& plan) {
+  planner::TreePlan out;
+  for (int i = 0; i < tree.layouts_size(); ++i) {
+    const v1::TreeLayout& l = tree.layouts(i);
+    planner::TreeMicroBatch part;
+    if (static_cast<size_t>(i) < plan.parts.size()) part.batch = plan.parts[i];
+    part.layout = planner::TreeLayout{Ints(l.nodes()),    Ints(l.piece_begin()),  Ints(l.row()),
+                                      Ints(l.position()), Ints(l.subtree_end()),  Ints(l.parent()),
+                                      Ints(l.rollouts()), Ints(l.rollout_entry())};
+    out.parts.push_back(std::move(part));
+  }
+  out.dropped = plan.dropped;
+  out.rollout_part = Ints(tree.rollout_part());
+  out.stats = plan.stats;
+  out.num_rollouts = static_cast<int64_t>(out.rollout_part.size());
+  out.rollout_tokens = tree.rollout_tokens();
+  out.forwarded_tokens = tree.forwarded_tokens();
+  return out;
 }
 
 }  // namespace
@@ -408,6 +435,9 @@ GlobalCounts GlobalCountsFromProto(const v1::GlobalCounts& g) {
   (out).name.assign((r).name().begin(), (r).name().end());
 #define PACKSCHED_FROM_RESPONSE_Global(out, r, name) (out).name = GlobalCountsFromProto((r).name());
 #define PACKSCHED_FROM_RESPONSE_Stats(out, r, name) StatsFromProto((r).name(), &(out));
+// A forest request's tree plan, last in the table: its micro-batches are the plan's, read above.
+#define PACKSCHED_FROM_RESPONSE_Tree(out, r, name) \
+  if ((r).has_##name()) (out).name = TreePlanFromProto((r).name(), (out).plan);
 #define PACKSCHED_FROM_RESPONSE(name, number, Kind) PACKSCHED_FROM_RESPONSE_##Kind(out, r, name)
 
 PlanResult PlanResultFromProto(const v1::PlanResponse& r) {
@@ -459,6 +489,8 @@ PlanResult PlanResultFromProto(const v1::PlanResponse& r) {
   case number:                                                                                \
     if ((wire_type) != kLengthDelimited) return std::nullopt;                                 \
     return (in).Sub(&(sub)) && DecodeStats(sub, &(stats));
+// A tree plan's layout answers a forest request; this decoder skips it as an unknown field.
+#define PACKSCHED_DECODE_RESPONSE_Tree PACKSCHED_SCHEMA_NOTHING
 #define PACKSCHED_DECODE_RESPONSE(name, number, Kind) \
   PACKSCHED_DECODE_RESPONSE_##Kind(in, sub, wire_type, out, scales, stats, name, number)
 

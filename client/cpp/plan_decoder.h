@@ -20,12 +20,14 @@
 
 namespace packsched::client::internal {
 
-// The PlanResult of a parsed message (BalanceBatch's per-rank plans; the reference the decoder is
-// tested against). Never fails.
+// The PlanResult of a parsed message (BalanceBatch's per-rank plans, a forest request's answer;
+// the reference the decoder is tested against), its `tree` set when the message has one. Never
+// fails.
 PlanResult PlanResultFromProto(const v1::PlanResponse& response);
 GlobalCounts GlobalCountsFromProto(const v1::GlobalCounts& global);
 
-// The PlanResult of a serialized PlanResponse; equal to PlanResultFromProto of the parsed message.
+// The PlanResult of a serialized PlanResponse; equal to PlanResultFromProto of the parsed message
+// but for `tree`, which it skips (the client parses a forest request's answer as a message).
 // Returns Internal (the sidecar's answer is broken, not the caller's request), naming the byte
 // offset, for malformed bytes (a truncated or overlong varint, a length past the end, field
 // number 0, an unmatched group, a packed double field whose length is not a multiple of 8), all

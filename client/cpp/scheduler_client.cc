@@ -126,6 +126,13 @@ void FillGlobal(const GlobalCounts& global, v1::GlobalCounts* g) {
   PACKSCHED_GLOBAL_COUNTS(PACKSCHED_FILL_GLOBAL)
 }
 
+void FillForest(const planner::Forest& forest, v1::Forest* out) {
+  out->mutable_node_len()->Assign(forest.node_len.begin(), forest.node_len.end());
+  out->mutable_node_parent()->Assign(forest.node_parent.begin(), forest.node_parent.end());
+  out->mutable_rollout_leaf()->Assign(forest.rollout_leaf.begin(), forest.rollout_leaf.end());
+  out->mutable_rollout_len()->Assign(forest.rollout_len.begin(), forest.rollout_len.end());
+}
+
 }  // namespace
 
 struct SchedulerClient::Impl {
@@ -149,10 +156,22 @@ struct SchedulerClient::Impl {
     });
   }
 
-  // Runs a call whose response is a PlanResponse and decodes it (DecodePlanResponse).
+  // Runs a call whose response is a PlanResponse and decodes it (DecodePlanResponse; a forest
+  // request's answer, which carries the tree layout, is parsed as a message instead).
   template <typename Request>
   absl::StatusOr<PlanResult> CallForPlan(const grpc::internal::RpcMethod& method,
                                          const Request& request, absl::Duration timeout) {
+    if (request.has_forest()) {
+      v1::PlanResponse response;
+      RETURN_IF_ERROR(Retried(timeout, [&](grpc::ClientContext* context) {
+        response.Clear();
+        return grpc::internal::BlockingUnaryCall<Request, v1::PlanResponse,
+                                                 google::protobuf::MessageLite,
+                                                 google::protobuf::MessageLite>(
+            channel.get(), method, context, request, &response);
+      }));
+      return internal::PlanResultFromProto(response);
+    }
     grpc::ByteBuffer response;
     RETURN_IF_ERROR(Retried(timeout, [&](grpc::ClientContext* context) {
       response.Clear();
@@ -265,6 +284,7 @@ absl::StatusOr<PlanResult> SchedulerClient::Plan(const PlanRequest& request,
   FillRoundOptions(request, wire.mutable_options());
   wire.mutable_loss_tokens()->Assign(request.loss_tokens.begin(), request.loss_tokens.end());
   FillLoss(request.loss, wire.mutable_loss());
+  if (request.forest) FillForest(*request.forest, wire.mutable_forest());
   return impl_->CallForPlan(*impl_->plan_method, wire, timeout);
 }
 
@@ -277,6 +297,7 @@ absl::StatusOr<PlanResult> SchedulerClient::Partition(const PartitionRequest& re
   RETURN_IF_ERROR(FillOptions(request.options, wire.mutable_options()));
   wire.mutable_loss_tokens()->Assign(request.loss_tokens.begin(), request.loss_tokens.end());
   FillLoss(request.loss, wire.mutable_loss());
+  if (request.forest) FillForest(*request.forest, wire.mutable_forest());
   if (request.global) FillGlobal(*request.global, wire.mutable_global());
   return impl_->CallForPlan(*impl_->partition_method, wire, timeout);
 }
@@ -290,6 +311,7 @@ absl::StatusOr<BalancedPlan> SchedulerClient::BalanceBatch(const BalanceBatchReq
   wire.mutable_group_ids()->Assign(request.group_ids.begin(), request.group_ids.end());
   wire.mutable_loss_tokens()->Assign(request.loss_tokens.begin(), request.loss_tokens.end());
   FillLoss(request.loss, wire.mutable_loss());
+  if (request.forest) FillForest(*request.forest, wire.mutable_forest());
   wire.set_sync(static_cast<v1::Sync>(static_cast<int>(request.balance.sync) + 1));
   wire.set_micro_batch_cost(request.balance.micro_batch_cost);
   v1::BalanceBatchResponse response;

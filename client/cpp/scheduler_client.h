@@ -22,10 +22,12 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "server/planner/forest.h"
 #include "server/planner/loss_weights.h"
 #include "server/planner/options.h"
 #include "server/planner/plan.h"
 #include "server/planner/planner.h"
+#include "server/planner/tree_plan.h"
 
 namespace packsched::client {
 
@@ -61,6 +63,9 @@ struct PlanRequest {
   std::string stream;            // 1-128 printable ASCII characters
   int64_t round = 0;             // the same on every rank for the same call, increasing
   std::vector<int64_t> lengths;  // tokens per sequence
+  // Set: tree packing (docs/design.md "Tree packing"): this forest instead of `lengths` (which
+  // must be empty); loss_tokens per rollout; the result's `tree` holds the layout.
+  std::optional<planner::Forest> forest;
   // algorithm must be kKarmarkarKarp or kLpt; max_token_len >= 1.
   planner::PlanOptions options;
   bool same_micro_num_in_dp = true;
@@ -70,15 +75,17 @@ struct PlanRequest {
 
 struct PartitionRequest {
   std::vector<int64_t> lengths;
-  int64_t num_micro_batches = 0;  // the k the caller agreed
-  planner::PlanOptions options;   // max_token_len may be 0 (no cap)
+  std::optional<planner::Forest> forest;  // as in PlanRequest
+  int64_t num_micro_batches = 0;          // the k the caller agreed
+  planner::PlanOptions options;           // max_token_len may be 0 (no cap)
   std::vector<int64_t> loss_tokens;
   planner::LossOptions loss;
   std::optional<GlobalCounts> global;  // agreed counts; unset = this request's own
 };
 
 struct BalanceBatchRequest {
-  std::vector<int64_t> lengths;  // the whole global batch
+  std::vector<int64_t> lengths;           // the whole global batch
+  std::optional<planner::Forest> forest;  // as in PlanRequest (no group_ids then)
   int64_t world_size = 1;
   planner::PlanOptions options;
   std::vector<int64_t> group_ids;  // optional, one per sequence
@@ -99,6 +106,9 @@ struct PlanResult {
   absl::Duration local_time;      // sidecar: validation and local bound
   absl::Duration wait_time;       // sidecar: agreeing with the peers
   absl::Duration partition_time;  // sidecar: partition and loss weights
+  // A forest request's plan: plan.parts are its micro-batches over pieces (also in tree->parts
+  // with their layouts); reorder, revert, dropped and loss_weights are over rollouts.
+  std::optional<planner::TreePlan> tree;
 };
 
 struct RankPlan {

@@ -34,9 +34,17 @@ void Write(JsonWriter& w, const std::vector<T>& v) {
 #define PACKSCHED_JSON_PART_LossScale PACKSCHED_SCHEMA_NOTHING  // not a planner field
 #define PACKSCHED_JSON_PART(name, number, Kind) PACKSCHED_JSON_PART_##Kind(w, part, name)
 
+}  // namespace
+
+void WriteMicroBatchFields(const planner::MicroBatch& part, JsonWriter& w) {
+  PACKSCHED_MICRO_BATCH(PACKSCHED_JSON_PART)
+}
+
+namespace {
+
 void WritePart(const planner::MicroBatch& part, JsonWriter& w) {
   w.BeginObject();
-  PACKSCHED_MICRO_BATCH(PACKSCHED_JSON_PART)
+  WriteMicroBatchFields(part, w);
   w.EndObject();
 }
 
@@ -55,11 +63,15 @@ void WritePart(const planner::MicroBatch& part, JsonWriter& w) {
 #define PACKSCHED_JSON_STATS_Micros PACKSCHED_SCHEMA_NOTHING
 #define PACKSCHED_JSON_STATS(name, number, Kind, alias) PACKSCHED_JSON_STATS_##Kind(w, s, name)
 
+}  // namespace
+
 void WriteStats(const planner::PlanStats& s, JsonWriter& w) {
   w.BeginObject();
   PACKSCHED_PLAN_STATS(PACKSCHED_JSON_STATS)
   w.EndObject();
 }
+
+namespace {
 
 // The Weight options as one pair, [A, B] in table order (PACKSCHED_PLAN_OPTIONS' Weight rows; the
 // other rules are not part of it: nothing to write). The row
@@ -120,6 +132,8 @@ void WritePair(const planner::PlanOptions& o, JsonWriter& w) {
     PACKSCHED_JSON_OPTION_##Rule(w, o, run, pair_written, name, member)     \
   }
 
+}  // namespace
+
 void WriteOptions(const PlanRun& run, JsonWriter& w) {
   const planner::PlanOptions& o = run.request.options;
   w.BeginObject();
@@ -140,10 +154,9 @@ void WriteOptions(const PlanRun& run, JsonWriter& w) {
   w.EndObject();
 }
 
-}  // namespace
-
 // The plan's fields in table order (PACKSCHED_PLAN_RESPONSE; the sidecar's own — this rank's
-// bound, loss weights and global counts — are not the CLI's: nothing to write). The row
+// bound, loss weights and global counts — are not the CLI's: nothing to write; the tree's
+// entries are written by the tree command). The row
 //   X(reorder, 4, Indices)
 // expands, through PACKSCHED_JSON_PLAN, to
 //   w.Key("reorder");
@@ -165,6 +178,7 @@ void WriteOptions(const PlanRun& run, JsonWriter& w) {
 #define PACKSCHED_JSON_PLAN_LocalK PACKSCHED_SCHEMA_NOTHING
 #define PACKSCHED_JSON_PLAN_Weights PACKSCHED_SCHEMA_NOTHING
 #define PACKSCHED_JSON_PLAN_Global PACKSCHED_SCHEMA_NOTHING
+#define PACKSCHED_JSON_PLAN_Tree PACKSCHED_SCHEMA_NOTHING
 #define PACKSCHED_JSON_PLAN(name, number, Kind) PACKSCHED_JSON_PLAN_##Kind(w, plan, name)
 
 namespace {
@@ -195,8 +209,13 @@ void WriteBatchFields(const planner::BalancedBatch& batch, JsonWriter& w) {
   w.EndArray();
   w.Key("dropped");
   w.IntArray(batch.dropped);
-  const planner::StepStats& s = batch.step;
   w.Key("step");
+  WriteStep(batch.step, w);
+}
+
+}  // namespace
+
+void WriteStep(const planner::StepStats& s, JsonWriter& w) {
   w.BeginObject();
   w.Key("step_sync_cost");
   w.Int(s.step_sync_cost);
@@ -213,7 +232,18 @@ void WriteBatchFields(const planner::BalancedBatch& batch, JsonWriter& w) {
   w.EndObject();
 }
 
-}  // namespace
+// The plan's micro-batch list's name (the Parts row of PACKSCHED_PLAN_RESPONSE).
+#define PACKSCHED_JSON_PARTS_KEY_Parts(name) #name
+#define PACKSCHED_JSON_PARTS_KEY_Count PACKSCHED_SCHEMA_NOTHING
+#define PACKSCHED_JSON_PARTS_KEY_LocalK PACKSCHED_SCHEMA_NOTHING
+#define PACKSCHED_JSON_PARTS_KEY_Indices PACKSCHED_SCHEMA_NOTHING
+#define PACKSCHED_JSON_PARTS_KEY_Weights PACKSCHED_SCHEMA_NOTHING
+#define PACKSCHED_JSON_PARTS_KEY_Global PACKSCHED_SCHEMA_NOTHING
+#define PACKSCHED_JSON_PARTS_KEY_Stats PACKSCHED_SCHEMA_NOTHING
+#define PACKSCHED_JSON_PARTS_KEY_Tree PACKSCHED_SCHEMA_NOTHING
+#define PACKSCHED_JSON_PARTS_KEY(name, number, Kind) PACKSCHED_JSON_PARTS_KEY_##Kind(name)
+
+absl::string_view MicroBatchesKey() { return PACKSCHED_PLAN_RESPONSE(PACKSCHED_JSON_PARTS_KEY); }
 
 std::string PlanJson(const PlanRun& run) {
   JsonWriter w;

@@ -5,6 +5,8 @@
 
 #include <string>
 
+#include "absl/strings/string_view.h"
+#include "server/cli/json_writer.h"
 #include "server/cli/plan_command.h"
 
 namespace packsched::cli {
@@ -21,6 +23,15 @@ namespace packsched::cli {
 // Micro-batches appear in the plan's order; every number except imbalance and plan_ms is an
 // integer. Only "timing" differs between two runs on the same input.
 std::string PlanJson(const PlanRun& run);
+
+// Pieces of PlanJson, shared with the tree plan's JSON (tree_command.h): a micro-batch's fields
+// inside an open object, the stats, the step and the options block as objects.
+void WriteMicroBatchFields(const planner::MicroBatch& part, JsonWriter& w);
+void WriteStats(const planner::PlanStats& s, JsonWriter& w);
+void WriteStep(const planner::StepStats& s, JsonWriter& w);
+void WriteOptions(const PlanRun& run, JsonWriter& w);
+// The plan's micro-batch list's key ("micro_batches", from the schema table).
+absl::string_view MicroBatchesKey();
 
 }  // namespace packsched::cli
 

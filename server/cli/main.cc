@@ -24,7 +24,9 @@
 #include "server/cli/progress.h"
 #include "server/cli/read_jsonl.h"
 #include "server/cli/read_lengths.h"
+#include "server/cli/read_tree.h"
 #include "server/cli/table_output.h"
+#include "server/cli/tree_command.h"
 
 namespace packsched::cli {
 namespace {
@@ -53,15 +55,47 @@ bool WantsHelp(int argc, char** argv) {
   return false;
 }
 
+// Writes the plan to stdout; the exit status.
+int Write(const absl::StatusOr<std::string>& out) {
+  if (!out.ok()) return Fail(out.status(), kError);
+  if (std::fwrite(out->data(), 1, out->size(), stdout) != out->size() || std::fflush(stdout) != 0) {
+    return Fail(absl::UnavailableError("cannot write the plan to stdout"), kError);
+  }
+  return 0;
+}
+
+// `--tree=FILE`: the forest's plan as a table or JSON.
+absl::StatusOr<std::string> PlanTree(const std::string& path, const PlanRequest& request,
+                                     OutputFormat format) {
+  absl::StatusOr<std::string> text = ReadInput(path);
+  if (!text.ok()) return text.status();
+  absl::StatusOr<planner::Forest> forest = ParseForest(*text, path == "-" ? "stdin" : path);
+  if (!forest.ok()) return forest.status();
+  absl::StatusOr<TreePlanRun> run = RunTreePlan(*forest, request);
+  if (!run.ok()) return run.status();
+  return format == OutputFormat::kJson ? TreePlanJson(*run) : TreePlanTable(*run);
+}
+
 int Plan() {
   absl::StatusOr<PlanRequest> request = RequestFromFlags();
   if (!request.ok()) return Fail(request.status(), kUsage);
   absl::StatusOr<OutputFormat> format = FormatFromFlags();
   if (!format.ok()) return Fail(format.status(), kUsage);
   if (absl::Status status = CheckRequest(*request); !status.ok()) return Fail(status, kUsage);
-
   absl::StatusOr<std::optional<JsonlField>> field = JsonlFieldFromFlags();
   if (!field.ok()) return Fail(field.status(), kUsage);
+  const std::string tree = TreePathFromFlags();
+  if (!tree.empty()) {
+    if (!LengthsPathFromFlags().empty()) {
+      return Fail(absl::InvalidArgumentError("--tree and --lengths: give one input"), kUsage);
+    }
+    if (*field) {
+      return Fail(absl::InvalidArgumentError(
+                      "--length_field and --token_field read --lengths, not a --tree forest"),
+                  kUsage);
+    }
+    return Write(PlanTree(tree, *request, *format));
+  }
 
   std::optional<Progress> progress;
   if (ProgressFromFlags()) {

@@ -20,6 +20,9 @@
 #include "server/planner/options.h"
 #include "server/planner/schema.h"
 
+ABSL_FLAG(std::string, tree, "",
+          "file of a forest of rollouts as JSON ({\"node_len\": [...], \"node_parent\": [...], "
+          "\"rollout_leaf\": [...]}): tree packing, each shared token once (instead of --lengths)");
 ABSL_FLAG(std::string, lengths, "",
           "file of sequence lengths: one integer per line, a JSON array, or JSON Lines with "
           "--length_field or --token_field (default: stdin)");
@@ -41,7 +44,7 @@ ABSL_FLAG(int64_t, num_parts, 0,
 //   ABSL_FLAG(int64_t, min_micro_batches, packsched::planner::PlanOptions{}.min_micro_batches,
 //             "the plan has at least ...");
 // The Weight fields have no flag of their own: they are one pair flag, below.
-#define PACKSCHED_PLAN_FLAG_INT(name, member, help)                                                \
+#define PACKSCHED_PLAN_FLAG_INT(name, member, help) \
   ABSL_FLAG(int64_t, name, packsched::planner::PlanOptions{}.member, help);
 #define PACKSCHED_PLAN_FLAG_Cap PACKSCHED_PLAN_FLAG_INT
 #define PACKSCHED_PLAN_FLAG_Unlimited PACKSCHED_PLAN_FLAG_INT
@@ -61,8 +64,8 @@ PACKSCHED_PLAN_OPTIONS(PACKSCHED_PLAN_FLAG)
 
 // The Weight options together: "A,B" in table order. PACKSCHED_WEIGHT_PAIR expands to
 //   ABSL_FLAG(std::string, attention_cost, "", "A,B: integer weights of --cost=attention, ...");
-#define PACKSCHED_PAIR_FLAG(pair)                                                                  \
-  ABSL_FLAG(std::string, pair, "",                                                                 \
+#define PACKSCHED_PAIR_FLAG(pair)  \
+  ABSL_FLAG(std::string, pair, "", \
             "A,B: integer weights of --cost=attention, cost = A*L + B*L^2 (default 24576,1)");
 #define PACKSCHED_EXPAND_PAIR_FLAG(pair) PACKSCHED_PAIR_FLAG(pair)
 PACKSCHED_EXPAND_PAIR_FLAG(PACKSCHED_WEIGHT_PAIR)
@@ -196,6 +199,8 @@ absl::StatusOr<OutputFormat> FormatFromFlags() {
 
 std::string LengthsPathFromFlags() { return absl::GetFlag(FLAGS_lengths); }
 
+std::string TreePathFromFlags() { return absl::GetFlag(FLAGS_tree); }
+
 absl::StatusOr<std::optional<JsonlField>> JsonlFieldFromFlags() {
   const std::string length = absl::GetFlag(FLAGS_length_field);
   const std::string tokens = absl::GetFlag(FLAGS_token_field);
@@ -232,6 +237,9 @@ std::string HelpText() {
       "  packsched plan --lengths=lengths.txt --algorithm=bfd --",
       cap,
       "=10240\n"
+      "  packsched plan --tree=forest.json --",
+      cap,
+      "=16384 --format=json\n"
       "  packsched plan --lengths=data.jsonl --token_field=input_ids --",
       cap,
       "=16384\n"

@@ -26,6 +26,9 @@ absl::StatusOr<OutputFormat> FormatFromFlags();
 // --lengths: a file path, or empty for stdin.
 std::string LengthsPathFromFlags();
 
+// --tree: the file of a forest of rollouts (read_tree.h), or empty for a plan of lengths.
+std::string TreePathFromFlags();
+
 // --length_field or --token_field (JSON Lines input), or nullopt for neither. InvalidArgument
 // when both are set.
 absl::StatusOr<std::optional<JsonlField>> JsonlFieldFromFlags();

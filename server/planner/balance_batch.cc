@@ -161,7 +161,8 @@ int64_t RankRounds(int64_t n, int64_t world_size, int64_t k) {
 absl::StatusOr<BalancedBatch> BalanceBatch(absl::Span<const int64_t> lengths, int64_t world_size,
                                            const PlanOptions& options,
                                            absl::Span<const int64_t> group_ids,
-                                           const BalanceOptions& balance) {
+                                           const BalanceOptions& balance,
+                                           absl::Span<const int64_t> costs) {
   if (world_size < 1 || world_size > kMaxWorldSize) {
     return absl::InvalidArgumentError(
         absl::StrCat("world_size = ", world_size, ": must be in [1, ", kMaxWorldSize, "]"));
@@ -175,8 +176,9 @@ absl::StatusOr<BalancedBatch> BalanceBatch(absl::Span<const int64_t> lengths, in
     return absl::InvalidArgumentError(absl::StrCat("micro_batch_cost = ", balance.micro_batch_cost,
                                                    ": must be in [0, ", kMaxMicroBatchCost, "]"));
   }
-  ASSIGN_OR_RETURN(internal::Validated v,
-                   internal::Validate(lengths, options, /*cap_required=*/true, /*balancing=*/true));
+  ASSIGN_OR_RETURN(
+      internal::Validated v,
+      internal::Validate(lengths, options, /*cap_required=*/true, /*balancing=*/true, costs));
   // Every rank gets k micro-batches, empty ones included: bound the total before any of them is
   // allocated (one group of many short sequences on a large world makes k large on one rank and
   // W x k micro-batches in all). First with the least k can be, before W problems are made.
@@ -263,9 +265,8 @@ absl::StatusOr<BalancedBatch> BalanceBatch(absl::Span<const int64_t> lengths, in
       if (filled) consider(*std::move(filled));
     }
     // The slots filled one after the other (better on some heavy-tailed batches).
-    std::optional<Grid> rows =
-        internal::FillRows(items, order, v.capacity, world_size, k_bound, balance.micro_batch_cost,
-                           &stop);
+    std::optional<Grid> rows = internal::FillRows(items, order, v.capacity, world_size, k_bound,
+                                                  balance.micro_batch_cost, &stop);
     RETURN_IF_ERROR(stop.status());
     if (rows) consider(Trimmed(*std::move(rows), least_k, options.divisible_by));
     consider(internal::GridFromBins(bins, items, world_size, k_bound, /*by_rank_total=*/false));
@@ -292,10 +293,15 @@ absl::StatusOr<BalancedBatch> BalanceBatch(absl::Span<const int64_t> lengths, in
       }
       std::sort(rank.indices.begin(), rank.indices.end());
       std::vector<int64_t> local_lengths;
+      std::vector<int64_t> local_costs;
       local_lengths.reserve(rank.indices.size());
       for (int64_t index : rank.indices) local_lengths.push_back(lengths[index]);
+      if (!costs.empty()) {
+        for (int64_t index : rank.indices) local_costs.push_back(costs[index]);
+      }
       if (!stop.Continue(static_cast<int64_t>(local_lengths.size()) + 64)) return stop.status();
-      ASSIGN_OR_RETURN(Problem problem, Problem::Create(local_lengths, options));
+      ASSIGN_OR_RETURN(Problem problem, Problem::Create(local_lengths, options,
+                                                        /*cap_optional=*/false, local_costs));
       out.num_micro_batches = std::max(out.num_micro_batches, problem.local_k());
       problems.push_back(std::move(problem));
     }
@@ -360,7 +366,7 @@ absl::StatusOr<BalancedBatch> BalanceBatch(absl::Span<const int64_t> lengths, in
   if (!stop.ContinueNow()) return stop.status();
   if (grid) {
     out.num_micro_batches = grid->k;
-    ASSIGN_OR_RETURN(out.ranks, internal::RanksOfGrid(*grid, items, lengths, options));
+    ASSIGN_OR_RETURN(out.ranks, internal::RanksOfGrid(*grid, items, lengths, options, costs));
   }
   if (!stop.ContinueNow()) return stop.status();
   out.step = internal::StepOf(out, v, world_size, balance);

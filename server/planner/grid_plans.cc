@@ -44,7 +44,8 @@ int64_t FewestCells(const Validated& v) {
 absl::StatusOr<std::vector<RankBatch>> RanksOfGrid(const Grid& grid,
                                                    absl::Span<const SlotItem> items,
                                                    absl::Span<const int64_t> lengths,
-                                                   const PlanOptions& options) {
+                                                   const PlanOptions& options,
+                                                   absl::Span<const int64_t> costs) {
   const int64_t k = grid.k;
   std::vector<PartKey> keys(k);
   for (int64_t i = 0; i < k; ++i) {
@@ -80,8 +81,12 @@ absl::StatusOr<std::vector<RankBatch>> RanksOfGrid(const Grid& grid,
     std::vector<int64_t> local_lengths;
     local_lengths.reserve(rank.indices.size());
     for (int64_t index : rank.indices) local_lengths.push_back(lengths[index]);
+    std::vector<int64_t> local_costs;
+    if (!costs.empty()) {
+      for (int64_t index : rank.indices) local_costs.push_back(costs[index]);
+    }
     ASSIGN_OR_RETURN(Validated local, Validate(local_lengths, options, /*cap_required=*/true,
-                                               /*balancing=*/true));
+                                               /*balancing=*/true, local_costs));
     // Local index -> position in local.items (-1: isolated), and -> slot.
     std::vector<int32_t> position_of(local_lengths.size(), -1);
     for (size_t j = 0; j < local.items.size(); ++j) {

@@ -24,11 +24,13 @@ int64_t FewestCells(const Validated& v);
 // `lengths`): rank r's micro-batch in slot i is the grid's cell (r, i), each rank's plan made as
 // Problem makes one (Assemble over the rank's own validated lengths), the slots put in
 // options.order by their costliest cell, then smallest global index, on every rank alike.
-// Errors only as Validate would for the rank's lengths (never, for a grid of validated items).
+// `costs`: as Validate takes them, over the global batch. Errors only as Validate would for the
+// rank's lengths (never, for a grid of validated items).
 absl::StatusOr<std::vector<RankBatch>> RanksOfGrid(const Grid& grid,
                                                    absl::Span<const SlotItem> items,
                                                    absl::Span<const int64_t> lengths,
-                                                   const PlanOptions& options);
+                                                   const PlanOptions& options,
+                                                   absl::Span<const int64_t> costs = {});
 
 // The step of `out` (StepStats), from its parts as laid out slot by slot, `v` being the global
 // batch validated. REQUIRES: the costs of all micro-batches, alpha included, fit in int64.

@@ -232,11 +232,13 @@ using internal::Prepared;
 Problem::Problem(std::shared_ptr<const Prepared> prepared) : prepared_(std::move(prepared)) {}
 
 absl::StatusOr<Problem> Problem::Create(absl::Span<const int64_t> lengths,
-                                        const PlanOptions& options, bool cap_optional) {
+                                        const PlanOptions& options, bool cap_optional,
+                                        absl::Span<const int64_t> costs) {
   // The witness outlives it: it is kept flat, on the heap (Prepared::witness).
   internal::PlanArena arena;
   auto p = std::make_shared<Prepared>();
-  ASSIGN_OR_RETURN(p->v, internal::Validate(lengths, options, !cap_optional, /*balancing=*/true));
+  ASSIGN_OR_RETURN(p->v,
+                   internal::Validate(lengths, options, !cap_optional, /*balancing=*/true, costs));
   const internal::Validated& v = p->v;
   if (!v.capacity.has_cap() || options.equal_size) {
     RETURN_IF_ERROR(internal::CheckTotalFitsOffsets(v));
@@ -340,8 +342,10 @@ absl::StatusOr<MicroBatchPlan> PlanMicroBatches(absl::Span<const int64_t> length
 }
 
 absl::StatusOr<MicroBatchPlan> PartitionFixedK(absl::Span<const int64_t> lengths, int64_t k,
-                                               const PlanOptions& options) {
-  ASSIGN_OR_RETURN(Problem problem, Problem::Create(lengths, options, /*cap_optional=*/true));
+                                               const PlanOptions& options,
+                                               absl::Span<const int64_t> costs) {
+  ASSIGN_OR_RETURN(Problem problem,
+                   Problem::Create(lengths, options, /*cap_optional=*/true, costs));
   if (k < 1 || k < problem.local_k()) {
     return absl::InvalidArgumentError(
         absl::StrCat("k = ", k, " is below ", problem.local_k(),
@@ -351,11 +355,12 @@ absl::StatusOr<MicroBatchPlan> PartitionFixedK(absl::Span<const int64_t> lengths
 }
 
 absl::StatusOr<MicroBatchPlan> PackDataset(absl::Span<const int64_t> lengths,
-                                           const PlanOptions& options) {
+                                           const PlanOptions& options,
+                                           absl::Span<const int64_t> costs) {
   internal::PlanArena arena;
   ASSIGN_OR_RETURN(
       internal::Validated v,
-      internal::Validate(lengths, options, /*cap_required=*/true, /*balancing=*/false));
+      internal::Validate(lengths, options, /*cap_required=*/true, /*balancing=*/false, costs));
   Parts parts(internal::PlanMemory());
   switch (options.algorithm) {
     case Algorithm::kFirstFitDecreasing:

@@ -40,8 +40,11 @@ class Problem {
   // the limits in options.h, max_token_len < 1 (unless `cap_optional`), an attention cost
   // whose total would overflow int64, a required count above max_micro_batches, or an
   // overlong sequence under kReject (naming its index and length).
+  // `costs`: empty (costs from options.cost), or one balancing cost per sequence, each in
+  // [0, 2^62], used instead of the cost model (a tree piece's cost: tree_plan.h).
   static absl::StatusOr<Problem> Create(absl::Span<const int64_t> lengths,
-                                        const PlanOptions& options, bool cap_optional = false);
+                                        const PlanOptions& options, bool cap_optional = false,
+                                        absl::Span<const int64_t> costs = {});
 
   // The smallest micro-batch count the planner found that meets the cap and every other
   // constraint: at least lower_bound_k(), never more than best-fit-decreasing's bin count
@@ -76,7 +79,8 @@ absl::StatusOr<MicroBatchPlan> PlanMicroBatches(absl::Span<const int64_t> length
 // Splits into exactly `k` parts without requiring a cap (max_token_len may be 0; when set, the
 // cap guarantee holds as for Problem::Partition). `packsched plan --num_parts=K`.
 absl::StatusOr<MicroBatchPlan> PartitionFixedK(absl::Span<const int64_t> lengths, int64_t k,
-                                               const PlanOptions& options);
+                                               const PlanOptions& options,
+                                               absl::Span<const int64_t> costs = {});
 
 // Dataset packing with options.algorithm in {kFirstFitDecreasing, kBestFitDecreasing,
 // kSequential}: as many micro-batches ("bins") as needed, each within max_token_len.
@@ -84,7 +88,8 @@ absl::StatusOr<MicroBatchPlan> PartitionFixedK(absl::Span<const int64_t> lengths
 // sequences follow options.overlong. Returns InvalidArgument as Problem::Create does, or for
 // another algorithm.
 absl::StatusOr<MicroBatchPlan> PackDataset(absl::Span<const int64_t> lengths,
-                                           const PlanOptions& options);
+                                           const PlanOptions& options,
+                                           absl::Span<const int64_t> costs = {});
 
 // Coordinator mode (docs/design.md §2): the whole global batch, balanced over `world_size` DP
 // ranks, then each rank's micro-batches with one common k.
@@ -158,10 +163,12 @@ struct BalancedBatch {
 // above kMaxWorldSize, group_ids of the wrong size, micro_batch_cost out of range or making a
 // step's cost overflow int64, or world_size x k above options.max_micro_batches (checked
 // before the micro-batches are allocated: every rank gets k of them, empty ones included).
+// `costs` as for Problem::Create.
 absl::StatusOr<BalancedBatch> BalanceBatch(absl::Span<const int64_t> lengths, int64_t world_size,
                                            const PlanOptions& options,
                                            absl::Span<const int64_t> group_ids = {},
-                                           const BalanceOptions& balance = {});
+                                           const BalanceOptions& balance = {},
+                                           absl::Span<const int64_t> costs = {});
 
 }  // namespace packsched::planner
 

@@ -103,8 +103,11 @@ struct Validated {
 // Checks `lengths` and `options` against the documented rules and limits (see planner.h) and
 // splits the input by the overlong policy. `cap_required`: max_token_len must be >= 1.
 // `balancing`: options.algorithm must be kk or lpt (else it must be a packer).
+// `costs`: empty (each cost from the options' cost model), or one cost per length, each in
+// [0, 2^62], used as given (tree pieces: tree_plan.h); their total must fit int64.
 absl::StatusOr<Validated> Validate(absl::Span<const int64_t> lengths, const PlanOptions& options,
-                                   bool cap_required, bool balancing);
+                                   bool cap_required, bool balancing,
+                                   absl::Span<const int64_t> costs = {});
 
 }  // namespace packsched::planner::internal
 

@@ -172,7 +172,8 @@
 //   X(name, number, Kind)
 //   Kind  Count: the agreed k | LocalK: this rank's bound (planner: PlanStats::local_k) |
 //         Parts: repeated MicroBatch | Indices: a planner::MicroBatchPlan index list |
-//         Weights: repeated double, per sequence | Global: GlobalCounts | Stats: PlanStats
+//         Weights: repeated double, per sequence | Global: GlobalCounts | Stats: PlanStats |
+//         Tree: TreePlan, a forest request's layout (tree_plan.h)
 #define PACKSCHED_PLAN_RESPONSE(X)      \
   X(num_micro_batches, 1, Count)        \
   X(local_num_micro_batches, 2, LocalK) \
@@ -182,7 +183,8 @@
   X(dropped, 6, Indices)                \
   X(loss_weights, 7, Weights)           \
   X(global, 8, Global)                  \
-  X(stats, 9, Stats)
+  X(stats, 9, Stats)                    \
+  X(tree, 10, Tree)
 
 // Expands to nothing: the rule macros of a consumer that ignores a rule.
 #define PACKSCHED_SCHEMA_NOTHING(...)

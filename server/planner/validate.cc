@@ -13,6 +13,8 @@
 namespace packsched::planner::internal {
 namespace {
 
+constexpr int64_t kMaxGivenCost = int64_t{1} << 62;
+
 absl::Status OutOfRange(absl::string_view field, int64_t value, int64_t lo, int64_t hi) {
   return absl::InvalidArgumentError(
       absl::StrCat(field, " = ", value, ": must be in [", lo, ", ", hi, "]"));
@@ -114,9 +116,14 @@ std::optional<int64_t> CostOf(const PlanOptions& o, int64_t aligned) {
 }  // namespace
 
 absl::StatusOr<Validated> Validate(absl::Span<const int64_t> lengths, const PlanOptions& options,
-                                   bool cap_required, bool balancing) {
+                                   bool cap_required, bool balancing,
+                                   absl::Span<const int64_t> costs) {
   RETURN_IF_ERROR(CheckOptions(options, cap_required, balancing));
   const int64_t n = static_cast<int64_t>(lengths.size());
+  if (!costs.empty() && static_cast<int64_t>(costs.size()) != n) {
+    return absl::InvalidArgumentError(absl::StrCat("costs has ", costs.size(), " entries for ", n,
+                                                   " lengths; give one per sequence or none"));
+  }
   if (n > kMaxSequences) {
     return absl::InvalidArgumentError(
         absl::StrCat("lengths has ", n, " entries, more than the limit ", kMaxSequences));
@@ -146,7 +153,15 @@ absl::StatusOr<Validated> Validate(absl::Span<const int64_t> lengths, const Plan
           "lengths[", i, "] = ", length, " aligned to align_to = ", v.options.align_to,
           " and align_total_to = ", options.align_total_to, " exceeds the limit ", kMaxLength));
     }
-    const std::optional<int64_t> cost = CostOf(v.options, *aligned);
+    std::optional<int64_t> cost;
+    if (costs.empty()) {
+      cost = CostOf(v.options, *aligned);
+    } else if (costs[i] >= 0 && costs[i] <= kMaxGivenCost) {
+      cost = costs[i];
+    } else {
+      return absl::InvalidArgumentError(
+          absl::StrCat("costs[", i, "] = ", costs[i], ": must be in [0, ", kMaxGivenCost, "]"));
+    }
     const std::optional<int64_t> running = cost ? CheckedAdd(total_cost, *cost) : std::nullopt;
     if (!running) {
       return absl::InvalidArgumentError(

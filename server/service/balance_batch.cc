@@ -15,8 +15,10 @@
 #include "server/planner/model_cost.h"
 #include "server/planner/planner.h"
 #include "server/planner/schema.h"
+#include "server/planner/tree_plan.h"
 #include "server/service/convert.h"
 #include "server/service/field_errors.h"
+#include "server/service/forest_convert.h"
 
 namespace packsched::service {
 namespace {
@@ -47,12 +49,76 @@ constexpr size_t kRanksPerStopCheck = 1024;
 #define PACKSCHED_BATCH_GLOBAL(name, number, Kind) \
   PACKSCHED_BATCH_##Kind(global, total, kept, world_size, name)
 
+namespace {
+
+void StepToProto(const planner::StepStats& s, v1::StepStats* step) {
+  step->set_step_sync_cost(s.step_sync_cost);
+  step->set_micro_batch_sync_cost(s.micro_batch_sync_cost);
+  step->set_ideal(s.ideal);
+  step->set_efficiency(s.efficiency);
+  step->set_lower_bound(s.lower_bound);
+  step->set_lower_bound_efficiency(s.lower_bound_efficiency);
+}
+
+// BalanceBatch over a forest: every rank's plan over pieces, with global rollout ids in its
+// index lists and `indices` (the rank's rollouts, ascending), its loss weights per rollout.
+absl::Status RunBalanceForest(const PlanInput& input, int64_t world_size,
+                              const planner::BalanceOptions& balance,
+                              v1::BalanceBatchResponse* response) {
+  ASSIGN_OR_RETURN(planner::BalancedForest batch,
+                   planner::BalanceForest(*input.forest, world_size, input.options, balance));
+  ASSIGN_OR_RETURN(const planner::ForestIndex index, planner::IndexForest(*input.forest));
+  response->set_num_micro_batches(batch.num_micro_batches);
+  StepToProto(batch.step, response->mutable_step());
+  response->mutable_dropped()->Assign(batch.dropped.begin(), batch.dropped.end());
+  // The loss weights read each rank's plan over rollouts (global rollout ids).
+  std::vector<planner::MicroBatchPlan> views;
+  planner::LossCounts total;  // zero without loss tokens: the proto's default
+  for (const planner::TreePlan& rank : batch.ranks) {
+    views.push_back(planner::RolloutView(rank, index));
+    if (input.loss_tokens) {
+      ASSIGN_OR_RETURN(const planner::LossCounts counts,
+                       planner::CountLoss(views.back(), *input.loss_tokens));
+      PACKSCHED_GLOBAL_COUNTS(PACKSCHED_SUM_GLOBAL)
+    }
+  }
+  v1::GlobalCounts* global = response->mutable_global();
+  const int64_t kept =
+      static_cast<int64_t>(input.forest->rollout_leaf.size() - batch.dropped.size());
+  PACKSCHED_GLOBAL_COUNTS(PACKSCHED_BATCH_GLOBAL)
+  for (size_t r = 0; r < batch.ranks.size(); ++r) {
+    if (balance.stop && r % kRanksPerStopCheck == 0) RETURN_IF_ERROR(balance.stop());
+    const planner::TreePlan& rank = batch.ranks[r];
+    v1::RankPlan* out = response->add_ranks();
+    int64_t cost = 0;
+    for (const planner::TreeMicroBatch& part : rank.parts) cost += part.batch.cost;
+    for (int64_t rollout : views[r].reorder) out->add_indices(rollout);
+    std::sort(out->mutable_indices()->begin(), out->mutable_indices()->end());
+    out->set_cost(cost);
+    v1::PlanResponse* plan = out->mutable_plan();
+    const planner::MicroBatchPlan answer = planner::ResponseView(rank, index);
+    PlanResponseHead(batch.num_micro_batches, answer, plan);
+    *plan->mutable_global() = *global;
+    std::optional<planner::LossWeights> weights;
+    if (input.loss_tokens) {
+      ASSIGN_OR_RETURN(weights, planner::ComputeLossWeights(views[r], *input.loss_tokens,
+                                                            input.loss, total, world_size));
+    }
+    PlanToProto(answer, weights ? &*weights : nullptr, input.options.max_token_len, plan);
+    TreePlanToProto(rank, plan->mutable_tree());
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::Status RunBalanceBatch(const v1::BalanceBatchRequest& request, const ServiceLimits& limits,
                              const std::function<absl::Status()>& stop,
                              v1::BalanceBatchResponse* response) {
   ASSIGN_OR_RETURN(PlanInput input,
                    MakePlanInput(request.lengths(), request.options(), request.loss_tokens(),
-                                 request.loss(), limits, /*planner_picks_k=*/true));
+                                 request.loss(), limits, /*planner_picks_k=*/true,
+                                 request.has_forest() ? &request.forest() : nullptr));
   const int64_t world_size = request.world_size();
   if (world_size < 1 || world_size > planner::kMaxWorldSize) {
     return absl::InvalidArgumentError(absl::StrCat("world_size = ", world_size, ": must be in [1, ",
@@ -62,6 +128,11 @@ absl::Status RunBalanceBatch(const v1::BalanceBatchRequest& request, const Servi
     return absl::ResourceExhaustedError(absl::StrCat(
         "world_size = ", world_size, " exceeds the server limit --max_sequences_per_request = ",
         limits.max_sequences_per_request));
+  }
+  if (input.forest && (request.has_model_config() || !request.group_ids().empty())) {
+    return absl::InvalidArgumentError(
+        "forest: group_ids and model_config must be unset (a tree is one item; its rollouts "
+        "stay together)");
   }
   if (!request.group_ids().empty() &&
       static_cast<size_t>(request.group_ids().size()) != input.lengths.size()) {
@@ -108,17 +179,12 @@ absl::Status RunBalanceBatch(const v1::BalanceBatchRequest& request, const Servi
     }
     balance.micro_batch_cost = *micro_batch_cost;
   }
+  if (input.forest) return RunBalanceForest(input, world_size, balance, response);
   ASSIGN_OR_RETURN(
       planner::BalancedBatch batch,
       planner::BalanceBatch(input.lengths, world_size, input.options, group_ids, balance));
   response->set_num_micro_batches(batch.num_micro_batches);
-  v1::StepStats* step = response->mutable_step();
-  step->set_step_sync_cost(batch.step.step_sync_cost);
-  step->set_micro_batch_sync_cost(batch.step.micro_batch_sync_cost);
-  step->set_ideal(batch.step.ideal);
-  step->set_efficiency(batch.step.efficiency);
-  step->set_lower_bound(batch.step.lower_bound);
-  step->set_lower_bound_efficiency(batch.step.lower_bound_efficiency);
+  StepToProto(batch.step, response->mutable_step());
   response->mutable_dropped()->Assign(batch.dropped.begin(), batch.dropped.end());
   // Global loss counts over every rank's kept sequences, then each rank's weights.
   std::vector<std::vector<int64_t>> rank_loss(batch.ranks.size());

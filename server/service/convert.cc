@@ -10,7 +10,9 @@
 #include "server/base/fingerprint.h"
 #include "server/base/status_macros.h"
 #include "server/planner/schema.h"
+#include "server/planner/tree_plan.h"
 #include "server/service/field_errors.h"
+#include "server/service/forest_convert.h"
 #include "server/service/options_hash.h"
 
 namespace packsched::service {
@@ -107,18 +109,32 @@ absl::StatusOr<PlanInput> MakePlanInput(const google::protobuf::RepeatedField<in
                                         const v1::PlanOptions& options,
                                         const google::protobuf::RepeatedField<int64_t>& loss_tokens,
                                         const v1::LossOptions& loss, const ServiceLimits& limits,
-                                        bool planner_picks_k) {
+                                        bool planner_picks_k, const v1::Forest* forest) {
   PlanInput input = WithRoundOptions(options);
   // Options first: they are small, and bound everything sized by them.
   ASSIGN_OR_RETURN(input.options, ToPlanOptions(options, limits, planner_picks_k));
   ASSIGN_OR_RETURN(input.loss, ToLossOptions(loss));
-  ASSIGN_OR_RETURN(input.lengths, ToLengths(lengths, limits));
-  ASSIGN_OR_RETURN(input.loss_tokens, ToLossTokens(loss_tokens, input.lengths));
+  std::vector<int64_t> rollout_len;  // the forest's, for loss_tokens
+  if (forest != nullptr) {
+    if (!lengths.empty()) {
+      return absl::InvalidArgumentError("lengths and forest are both set: give one of them");
+    }
+    ASSIGN_OR_RETURN(input.forest, ToForest(*forest, limits));
+    ASSIGN_OR_RETURN(const planner::ForestIndex index, planner::IndexForest(*input.forest));
+    rollout_len = index.rollout_len;
+  } else {
+    ASSIGN_OR_RETURN(input.lengths, ToLengths(lengths, limits));
+  }
+  ASSIGN_OR_RETURN(input.loss_tokens,
+                   ToLossTokens(loss_tokens, forest != nullptr ? rollout_len : input.lengths));
   input.options_hash = OptionsHash(input.options, input, input.loss_tokens.has_value(), input.loss);
+  const planner::Forest none;
+  const planner::Forest& f = input.forest ? *input.forest : none;
   input.content_hash = absl::HashOf(
       input.options_hash, absl::MakeConstSpan(input.lengths),
       input.loss_tokens ? absl::MakeConstSpan(*input.loss_tokens) : absl::Span<const int64_t>(),
-      input.loss_tokens.has_value());
+      input.loss_tokens.has_value(), input.forest.has_value(), absl::MakeConstSpan(f.node_len),
+      absl::MakeConstSpan(f.node_parent), absl::MakeConstSpan(f.rollout_leaf));
   return input;
 }
 
@@ -315,7 +331,8 @@ absl::StatusOr<planner::LossOptions> ToLossOptions(const v1::LossOptions& p) {
 
 absl::StatusOr<PlanInput> ToPlanInput(const v1::PlanRequest& request, const ServiceLimits& limits) {
   return MakePlanInput(request.lengths(), request.options(), request.loss_tokens(), request.loss(),
-                       limits, /*planner_picks_k=*/true);
+                       limits, /*planner_picks_k=*/true,
+                       request.has_forest() ? &request.forest() : nullptr);
 }
 
 absl::StatusOr<RoundInput> ToRoundInput(const v1::PlanRequest& request,
@@ -360,6 +377,7 @@ absl::StatusOr<RoundInput> ToRoundInput(const v1::PlanRequest& request,
 #define PACKSCHED_HEAD_Weights PACKSCHED_SCHEMA_NOTHING
 #define PACKSCHED_HEAD_Global PACKSCHED_SCHEMA_NOTHING
 #define PACKSCHED_HEAD_Stats PACKSCHED_SCHEMA_NOTHING
+#define PACKSCHED_HEAD_Tree PACKSCHED_SCHEMA_NOTHING
 #define PACKSCHED_HEAD(name, number, Kind) PACKSCHED_HEAD_##Kind(response, k, plan, name)
 
 void PlanResponseHead(int64_t k, const planner::MicroBatchPlan& plan, v1::PlanResponse* response) {
@@ -400,6 +418,7 @@ void PlanResponseHead(int64_t k, const planner::MicroBatchPlan& plan, v1::PlanRe
 #define PACKSCHED_LISTS_LocalK PACKSCHED_SCHEMA_NOTHING
 #define PACKSCHED_LISTS_Global PACKSCHED_SCHEMA_NOTHING
 #define PACKSCHED_LISTS_Stats PACKSCHED_SCHEMA_NOTHING
+#define PACKSCHED_LISTS_Tree PACKSCHED_SCHEMA_NOTHING  // a tree plan's: TreePlanToProto
 #define PACKSCHED_LISTS(name, number, Kind) PACKSCHED_LISTS_##Kind(response, plan, loss, name)
 #define PACKSCHED_STATS_Int(stats, plan, max_token_len, name) \
   (stats)->set_##name((plan).stats.name);
@@ -433,6 +452,8 @@ void PlanToProto(const planner::MicroBatchPlan& plan, const planner::LossWeights
 #define PACKSCHED_RESULT_Weights PACKSCHED_SCHEMA_NOTHING
 #define PACKSCHED_RESULT_Global PACKSCHED_SCHEMA_NOTHING
 #define PACKSCHED_RESULT_Stats PACKSCHED_SCHEMA_NOTHING
+#define PACKSCHED_RESULT_Tree(response, result, name) \
+  if ((result).name) TreePlanToProto(*(result).name, (response)->mutable_##name());
 #define PACKSCHED_RESULT(name, number, Kind) PACKSCHED_RESULT_##Kind(response, result, name)
 #define PACKSCHED_GLOBAL_Count(global, result, name) (global)->set_##name((result).global.name);
 #define PACKSCHED_GLOBAL(name, number, Kind) PACKSCHED_GLOBAL_Count(global, result, name)

@@ -38,16 +38,19 @@ absl::StatusOr<planner::PlanOptions> ToPlanOptions(const v1::PlanOptions& p,
 absl::StatusOr<planner::LossOptions> ToLossOptions(const v1::LossOptions& p);
 
 // Validates lengths (count within the limit, each >= 1) and loss_tokens (empty, or one per
-// sequence, each in [0, its length]) and assembles the planner input with its hashes.
+// sequence, each in [0, its length]) and assembles the planner input with its hashes. With a
+// forest (tree packing; lengths must then be empty): the forest as ToForest (forest_convert.h)
+// checks it, loss_tokens one per rollout.
 absl::StatusOr<PlanInput> ToPlanInput(const v1::PlanRequest& request, const ServiceLimits& limits);
 
 // The same from the fields every planning request has (Plan, Partition, BalanceBatch): options
-// first (they bound everything sized by them), then the lengths and loss tokens.
+// first (they bound everything sized by them), then the lengths (or `forest`, when not null)
+// and loss tokens.
 absl::StatusOr<PlanInput> MakePlanInput(const google::protobuf::RepeatedField<int64_t>& lengths,
                                         const v1::PlanOptions& options,
                                         const google::protobuf::RepeatedField<int64_t>& loss_tokens,
                                         const v1::LossOptions& loss, const ServiceLimits& limits,
-                                        bool planner_picks_k);
+                                        bool planner_picks_k, const v1::Forest* forest);
 
 // A Plan request as submitted to its round: fails only when the round cannot be identified (bad
 // stream name); any other problem is carried in RoundInput::error to join the round.

@@ -12,6 +12,7 @@
 #include "server/group/round_record.h"
 #include "server/planner/planner.h"
 #include "server/service/round_metrics.h"
+#include "server/service/round_problem.h"
 #include "spdlog/spdlog.h"
 
 namespace packsched::service {
@@ -397,11 +398,11 @@ Result RoundCoordinator::RunRound(Stream& stream, const RoundInput& in) {
 
   // The local half — the bound and the counts, no plan yet (the plan waits for the agreed k):
   // its errors do not return early, they join the round.
-  std::optional<planner::Problem> problem;
+  // Over the sequences, or over a forest's pieces (tree packing).
+  std::optional<RoundProblem> problem;
   const PlanInput& input = in.input;
   if (record.error.ok()) {
-    absl::StatusOr<planner::Problem> created =
-        planner::Problem::Create(input.lengths, input.options);
+    absl::StatusOr<RoundProblem> created = RoundProblem::Create(input);
     if (created.ok()) {
       problem = *std::move(created);
     } else {
@@ -410,7 +411,7 @@ Result RoundCoordinator::RunRound(Stream& stream, const RoundInput& in) {
   }
   planner::LossCounts local_counts;
   if (record.error.ok() && input.loss_tokens) {
-    absl::StatusOr<planner::LossCounts> counts = planner::CountLoss(*problem, *input.loss_tokens);
+    absl::StatusOr<planner::LossCounts> counts = problem->CountLoss(*input.loss_tokens);
     if (counts.ok()) {
       local_counts = *counts;
     } else {
@@ -450,15 +451,14 @@ Result RoundCoordinator::RunRound(Stream& stream, const RoundInput& in) {
         in.round, ")"));
   }
   k = *rounded;
-  absl::StatusOr<planner::MicroBatchPlan> plan = problem->Partition(k);
-  if (!plan.ok()) {
-    return absl::InternalError(
-        absl::StrCat("partition into the agreed k = ", k, " failed: ", plan.status().ToString()));
-  }
-  result->plan = *std::move(plan);
+  // The loss weights read the plan over sequences, or over rollouts for a forest.
+  planner::MicroBatchPlan rollouts;
+  absl::StatusOr<const planner::MicroBatchPlan*> weighed =
+      problem->Partition(k, result.get(), &rollouts);
+  if (!weighed.ok()) return weighed.status();
   if (input.loss_tokens) {
     absl::StatusOr<planner::LossWeights> weights = planner::ComputeLossWeights(
-        result->plan, *input.loss_tokens, input.loss,
+        **weighed, *input.loss_tokens, input.loss,
         planner::LossCounts{agreed->loss_tokens, agreed->sequences_with_loss}, world_size);
     if (!weights.ok()) {
       return absl::InternalError(

@@ -10,8 +10,10 @@
 #include "server/planner/loss_weights.h"
 #include "server/planner/planner.h"
 #include "server/planner/schema.h"
+#include "server/planner/tree_plan.h"
 #include "server/service/convert.h"
 #include "server/service/field_errors.h"
+#include "server/service/forest_convert.h"
 
 namespace packsched::service {
 namespace {
@@ -80,7 +82,8 @@ absl::Status RunPartition(const v1::PartitionRequest& request, const ServiceLimi
                           v1::PlanResponse* response) {
   ASSIGN_OR_RETURN(PlanInput input,
                    MakePlanInput(request.lengths(), request.options(), request.loss_tokens(),
-                                 request.loss(), limits, /*planner_picks_k=*/false));
+                                 request.loss(), limits, /*planner_picks_k=*/false,
+                                 request.has_forest() ? &request.forest() : nullptr));
   const int64_t k = request.num_micro_batches();
   if (k < 1 || k > input.options.max_micro_batches) {
     return absl::InvalidArgumentError(absl::StrCat("num_micro_batches = ", k, ": must be in [1, ",
@@ -89,19 +92,32 @@ absl::Status RunPartition(const v1::PartitionRequest& request, const ServiceLimi
   const v1::GlobalCounts& g = request.global();
   int64_t ranks = 1;
   PACKSCHED_GLOBAL_COUNTS(PACKSCHED_CHECK_GLOBAL)
-  ASSIGN_OR_RETURN(planner::MicroBatchPlan plan,
-                   planner::PartitionFixedK(input.lengths, k, input.options));
+  // `plan` answers; `loss_plan` is what the loss weights read (the plan over rollouts, for a
+  // forest, whose micro-batches hold pieces).
+  planner::MicroBatchPlan plan;
+  planner::MicroBatchPlan loss_plan;
+  std::optional<planner::TreePlan> tree;
+  if (input.forest) {
+    ASSIGN_OR_RETURN(tree, planner::PartitionForestFixedK(*input.forest, k, input.options));
+    ASSIGN_OR_RETURN(const planner::ForestIndex index, planner::IndexForest(*input.forest));
+    plan = planner::ResponseView(*tree, index);
+    loss_plan = planner::RolloutView(*tree, index);
+  } else {
+    ASSIGN_OR_RETURN(plan, planner::PartitionFixedK(input.lengths, k, input.options));
+  }
+  const planner::MicroBatchPlan& weighed = input.forest ? loss_plan : plan;
   v1::GlobalCounts* out = response->mutable_global();
   PACKSCHED_GLOBAL_COUNTS(PACKSCHED_KEPT_GLOBAL)
   std::optional<planner::LossWeights> weights;
   if (input.loss_tokens) {
-    ASSIGN_OR_RETURN(planner::LossCounts counts, planner::CountLoss(plan, *input.loss_tokens));
+    ASSIGN_OR_RETURN(planner::LossCounts counts, planner::CountLoss(weighed, *input.loss_tokens));
     PACKSCHED_GLOBAL_COUNTS(PACKSCHED_LOSS_GLOBAL)
-    ASSIGN_OR_RETURN(
-        weights, planner::ComputeLossWeights(plan, *input.loss_tokens, input.loss, counts, ranks));
+    ASSIGN_OR_RETURN(weights, planner::ComputeLossWeights(weighed, *input.loss_tokens, input.loss,
+                                                          counts, ranks));
   }
   PlanResponseHead(k, plan, response);
   PlanToProto(plan, weights ? &*weights : nullptr, input.options.max_token_len, response);
+  if (tree) TreePlanToProto(*tree, response->mutable_tree());
   return absl::OkStatus();
 }
 

@@ -53,6 +53,12 @@ int64_t CountBound(const planner::PlanOptions& o, int64_t items) {
   return std::min(o.max_micro_batches, SatMul(CeilDiv(k, o.divisible_by), o.divisible_by));
 }
 
+// A forest's items for the estimate: its nodes and its rollouts (each costs about a sequence).
+int64_t ForestItems(const v1::Forest& forest) {
+  return SatAdd(std::max(forest.node_len_size(), forest.node_parent_size()),
+                std::max(forest.rollout_leaf_size(), forest.rollout_len_size()));
+}
+
 RequestMemory MemoryOf(int64_t sequences, int64_t micro_batches, int64_t wire_bytes,
                        int64_t ranks = 0) {
   return {sequences, micro_batches, wire_bytes, ranks,
@@ -72,6 +78,11 @@ int64_t PeakBytes(int64_t sequences, int64_t micro_batches, int64_t wire_bytes, 
 RequestMemory EstimatePlanMemory(const v1::PlanRequest& request, const ServiceLimits& limits) {
   const absl::StatusOr<planner::PlanOptions> o =
       ToPlanOptions(request.options(), limits, /*planner_picks_k=*/true);
+  if (request.has_forest()) {  // at most one piece per rollout
+    const int64_t rollouts = request.forest().rollout_leaf_size();
+    return MemoryOf(ForestItems(request.forest()), o.ok() ? CountBound(*o, rollouts) : 0,
+                    static_cast<int64_t>(request.ByteSizeLong()));
+  }
   const int64_t k = o.ok() ? CountBound(*o, ItemPartsBound(request.lengths(), *o)) : 0;
   return MemoryOf(request.lengths().size(), k, static_cast<int64_t>(request.ByteSizeLong()));
 }
@@ -81,19 +92,24 @@ RequestMemory EstimatePartitionMemory(const v1::PartitionRequest& request,
   const absl::StatusOr<planner::PlanOptions> o =
       ToPlanOptions(request.options(), limits, /*planner_picks_k=*/false);
   const int64_t k = request.num_micro_batches();
-  return MemoryOf(request.lengths().size(), o.ok() && k >= 1 && k <= o->max_micro_batches ? k : 0,
+  const int64_t n = request.has_forest() ? ForestItems(request.forest()) : request.lengths().size();
+  return MemoryOf(n, o.ok() && k >= 1 && k <= o->max_micro_batches ? k : 0,
                   static_cast<int64_t>(request.ByteSizeLong()));
 }
 
 RequestMemory EstimateBalanceBatchMemory(const v1::BalanceBatchRequest& request,
                                          const ServiceLimits& limits) {
-  const int64_t n = request.lengths().size();
+  const int64_t n = request.has_forest() ? ForestItems(request.forest()) : request.lengths().size();
   const int64_t world_size = request.world_size();
   const absl::StatusOr<planner::PlanOptions> o =
       ToPlanOptions(request.options(), limits, /*planner_picks_k=*/true);
   int64_t parts = 0;
   int64_t ranks = 0;
-  if (o.ok() && world_size >= 1 && world_size <= planner::kMaxWorldSize) {
+  if (o.ok() && world_size >= 1 && world_size <= planner::kMaxWorldSize && request.has_forest()) {
+    ranks = world_size;
+    // Every rank may hold every piece (at most one a rollout).
+    parts = SatMul(world_size, CountBound(*o, request.forest().rollout_leaf_size()));
+  } else if (o.ok() && world_size >= 1 && world_size <= planner::kMaxWorldSize) {
     ranks = world_size;
     // The largest rank's share: ceil(n / W), or all of them with groups (a group stays whole).
     const int64_t share = request.group_ids().empty() ? CeilDiv(n, world_size) : n;

@@ -51,6 +51,7 @@ int64_t PeakBytes(int64_t sequences, int64_t micro_batches, int64_t wire_bytes, 
 //    round whose peers raise k above this is not reserved again (docs/design.md §3).
 //  - Partition: num_micro_batches.
 //  - BalanceBatch: world_size x the per-rank count of Plan over the largest rank's share.
+// With a forest, n is its nodes + rollouts, and b its rollouts (at most one piece each).
 RequestMemory EstimatePlanMemory(const v1::PlanRequest& request, const ServiceLimits& limits);
 RequestMemory EstimatePartitionMemory(const v1::PartitionRequest& request,
                                       const ServiceLimits& limits);

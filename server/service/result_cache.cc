@@ -28,6 +28,18 @@ int64_t EstimatedBytes(const RoundResult& result) {
   }
   if (result.loss)
     bytes += VectorBytes(result.loss->weights) + VectorBytes(result.loss->loss_scales);
+  if (result.tree) {
+    bytes += VectorBytes(result.tree->parts) + VectorBytes(result.tree->rollout_part) +
+             VectorBytes(result.tree->dropped);
+    for (const planner::TreeMicroBatch& part : result.tree->parts) {
+      const planner::TreeLayout& l = part.layout;
+      bytes += VectorBytes(part.batch.indices) + VectorBytes(part.batch.cu_seqlens) +
+               VectorBytes(part.batch.cu_seqlens_aligned) + VectorBytes(l.nodes) +
+               VectorBytes(l.piece_begin) + VectorBytes(l.row) + VectorBytes(l.position) +
+               VectorBytes(l.subtree_end) + VectorBytes(l.parent) + VectorBytes(l.rollouts) +
+               VectorBytes(l.rollout_entry);
+    }
+  }
   return bytes;
 }
 

@@ -11,9 +11,11 @@
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
+#include "server/planner/forest.h"
 #include "server/planner/loss_weights.h"
 #include "server/planner/options.h"
 #include "server/planner/plan.h"
+#include "server/planner/tree_plan.h"
 
 namespace packsched::service {
 
@@ -22,7 +24,9 @@ inline constexpr int64_t kProtocolVersion = 1;
 
 // One rank's validated planning input (what a Plan request becomes).
 struct PlanInput {
-  std::vector<int64_t> lengths;
+  std::vector<int64_t> lengths;  // empty with a forest
+  // Tree packing: the forest planned instead of `lengths` (validated); loss_tokens per rollout.
+  std::optional<planner::Forest> forest;
   planner::PlanOptions options;
   // Agree k over the DP ranks (true) or keep the local bound (false; counts are still agreed).
   bool same_micro_num_in_dp = true;
@@ -63,7 +67,10 @@ struct GlobalCounts {
 struct RoundResult {
   int64_t num_micro_batches = 0;  // agreed k
   int64_t local_k = 0;            // this rank's bound
+  // The plan; for a forest, planner::ResponseView of `tree` (micro-batches over pieces, the
+  // index lists over rollouts).
   planner::MicroBatchPlan plan;
+  std::optional<planner::TreePlan> tree;     // a forest's plan, with its layout
   std::optional<planner::LossWeights> loss;  // set when the input had loss tokens
   GlobalCounts global;
   int64_t max_token_len = 0;

@@ -20,6 +20,7 @@
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "server/planner/planner.h"
+#include "server/planner/tree_plan.h"
 #include "tests/e2e/server_process.h"
 #include "tests/testing/lengths.h"
 
@@ -104,6 +105,41 @@ TEST(ServerE2E, PlanMatchesThePlannerAndCarriesLossWeights) {
   const auto restored = client::RestoreOrder(*planned, plan->plan.revert);
   ASSERT_TRUE(restored.ok());
   EXPECT_EQ(*restored, request.lengths);
+}
+
+// Tree packing: a forest through the C++ client plans as the planner alone does, with its layout.
+TEST(ServerE2E, ForestPlansWithItsLayout) {
+  ServerProcess server({});
+  ASSERT_TRUE(server.started()) << server.stderr_text();
+  auto client = Connect(server.target());
+  PlanRequest request;
+  request.stream = "trees";
+  request.round = 1;
+  request.options.max_token_len = 4096;
+  request.forest =
+      planner::Forest{{1000, 100, 200, 300, 800, 50}, {-1, 0, 0, 0, -1, 4}, {1, 2, 3, 5}, {}};
+  request.loss_tokens = {100, 200, 300, 50};
+  const absl::StatusOr<PlanResult> plan = client->Plan(request);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  const absl::StatusOr<planner::TreePlan> alone =
+      planner::PlanForest(*request.forest, request.options);
+  ASSERT_TRUE(alone.ok());
+  ASSERT_TRUE(plan->tree.has_value());
+  ASSERT_EQ(plan->tree->parts.size(), alone->parts.size());
+  for (size_t m = 0; m < alone->parts.size(); ++m) {
+    EXPECT_EQ(plan->tree->parts[m].layout.nodes, alone->parts[m].layout.nodes);
+    EXPECT_EQ(plan->tree->parts[m].layout.subtree_end, alone->parts[m].layout.subtree_end);
+    EXPECT_EQ(plan->tree->parts[m].batch.cu_seqlens, alone->parts[m].batch.cu_seqlens);
+  }
+  EXPECT_EQ(plan->tree->forwarded_tokens, 2450);
+  ASSERT_EQ(plan->loss_weights.size(), 4u);
+  EXPECT_DOUBLE_EQ(plan->loss_weights[0], 1.0 / 650);
+
+  request.round = 2;
+  request.forest->node_parent[2] = 9;
+  const absl::StatusOr<PlanResult> bad = client->Plan(request);
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(bad.status().message()), HasSubstr("node 2 has node_parent = 9"));
 }
 
 TEST(ServerE2E, ModelParallelCallersOfOneRoundGetOnePlan) {

@@ -58,6 +58,7 @@ EXPECTED = {
         "Weights": ((F.TYPE_DOUBLE,), True, False),
         "Global": ((F.TYPE_MESSAGE,), False, False),
         "Stats": ((F.TYPE_MESSAGE,), False, False),
+        "Tree": ((F.TYPE_MESSAGE,), False, False),
     },
 }
 

@@ -9,9 +9,10 @@ one process, for every loss mode and both DP reductions, on GRPO groups (n = 8, 
 and on branching multi-turn trees of depth 3. The test fails when a branch can see its sibling
 and when a branching row's targets are merged (the negative controls must differ).
 
-The micro-batch plan is helpers/tree_gradient_rank.py's plan_forest (loss weights from the
-sidecar, trees packed by a reference builder, helpers/tree_layout.py); it is the one function to
-swap for the sidecar's forest plan.
+The micro-batch plan is helpers/tree_gradient_rank.py's plan_forest: the sidecar's forest plan
+(packsched.tree: layouts from the TreeMicroBatch rows, loss weights per rollout), pieces of at
+most CAP unique tokens; test_tree_layout_agreement.py checks that its layout is the reference
+builder's (helpers/tree_layout.py).
 """
 
 import contextlib

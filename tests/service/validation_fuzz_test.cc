@@ -12,6 +12,7 @@
 #include "google/protobuf/stubs/logging.h"
 #include "gtest/gtest.h"
 #include "server/planner/planner.h"
+#include "server/planner/tree_plan.h"
 #include "server/service/balance_batch.h"
 #include "server/service/convert.h"
 #include "server/service/partition.h"
@@ -136,6 +137,34 @@ class RandomRequests {
     }
     return r;
   }
+  // A forest: mostly valid (parents before children, every leaf a rollout), sometimes a bad
+  // parent, length, leaf or declared length; loss tokens per rollout.
+  template <typename Request>
+  void FillForest(Request* r) {
+    v1::Forest* f = r->mutable_forest();
+    const int64_t n =
+        Pick(8) == 0 ? static_cast<int64_t>(Pick(3)) : 1 + static_cast<int64_t>(Pick(120));
+    for (int64_t i = 0; i < n; ++i) {
+      f->add_node_len(Pick(300) == 0 ? Value() : 1 + static_cast<int64_t>(Pick(3000)));
+      const int64_t parent = i == 0 || Pick(4) == 0 ? -1 : static_cast<int64_t>(Pick(i));
+      f->add_node_parent(Pick(300) == 0 ? Value() : parent);
+    }
+    std::vector<bool> inner(n, false);
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t parent = f->node_parent(i);
+      if (parent >= 0 && parent < n) inner[parent] = true;
+    }
+    for (int64_t i = 0; i < n; ++i) {
+      if (!inner[i] || Pick(5) == 0) f->add_rollout_leaf(Pick(300) == 0 ? Value() : i);
+    }
+    if (Pick(10) == 0) {
+      for (int i = 0; i < f->rollout_leaf_size(); ++i) f->add_rollout_len(Small(10000));
+    }
+    if (Coin()) {
+      for (int i = 0; i < f->rollout_leaf_size(); ++i) r->add_loss_tokens(Small(50));
+    }
+    if (Pick(30) == 0) r->add_lengths(5);  // both lengths and a forest
+  }
   std::string Bytes() {
     std::string bytes(Pick(200), '\0');
     for (char& c : bytes) c = static_cast<char>(Pick(256));
@@ -190,6 +219,44 @@ TEST(ValidationFuzz, PlanRequestsAreAcceptedOrRejectedCleanly) {
   // The driver reaches the planner often enough to mean something.
   EXPECT_GT(accepted, 1000);
   EXPECT_GT(planned, 500);
+}
+
+TEST(ValidationFuzz, ForestRequestsAreAcceptedOrRejectedCleanly) {
+  RandomRequests random(31 + testing::SoakSeed());
+  const ServiceLimits limits = FuzzLimits();
+  int planned = 0;
+  for (int64_t i = 0; i < testing::SoakTrials(1500); ++i) {
+    v1::PlanRequest request;
+    request.set_stream("s");
+    random.FillForest(&request);
+    random.FillOptions(request.mutable_options());
+    random.FillLoss(request.mutable_loss());
+    ASSERT_TRUE(Expected(ToRoundInput(request, limits).status()));
+    const absl::StatusOr<PlanInput> input = ToPlanInput(request, limits);
+    ASSERT_TRUE(Expected(input.status())) << input.status();
+    if (!input.ok()) continue;
+    ASSERT_TRUE(input->forest.has_value());
+    const absl::StatusOr<planner::TreeProblem> problem =
+        planner::TreeProblem::Create(*input->forest, input->options);
+    ASSERT_TRUE(problem.ok() || absl::IsInvalidArgument(problem.status())) << problem.status();
+    if (!problem.ok()) continue;
+    ASSERT_TRUE(problem->Partition(problem->local_k()).ok());
+    ++planned;
+
+    v1::PartitionRequest partition;
+    random.FillForest(&partition);
+    random.FillOptions(partition.mutable_options());
+    partition.set_num_micro_batches(random.Small(40));
+    v1::PlanResponse response;
+    ASSERT_TRUE(Expected(RunPartition(partition, limits, &response)));
+    v1::BalanceBatchRequest balance;
+    random.FillForest(&balance);
+    random.FillOptions(balance.mutable_options());
+    balance.set_world_size(random.Small(8));
+    v1::BalanceBatchResponse balanced;
+    ASSERT_TRUE(Expected(RunBalanceBatch(balance, limits, /*stop=*/{}, &balanced)));
+  }
+  EXPECT_GT(planned, 200);
 }
 
 TEST(ValidationFuzz, PartitionAndBalanceBatchRequests) {

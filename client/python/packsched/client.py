@@ -42,6 +42,7 @@ from ._options import CHOICES, PLAN_DEFAULTS, SCHEMA, WEIGHT_PAIR, check_world_s
 from .model_cost import model_fields
 from .plan import Plan, PlanStats, meta_of
 from .planner import SYNCS, Balanced, RankPlan, StepStats, partition
+from .tree import Forest, TreePlan
 from .v1 import scheduler_pb2, scheduler_pb2_grpc
 
 __all__ = ["SchedulerClient", "SchedulerError"]
@@ -109,16 +110,16 @@ class SchedulerClient:
 
     def plan(self, round, seq_lens, max_token_len, *, stream="default", **options):
         """One rank's plan for (stream, round). Keyword options and defaults as
-        packsched.planner.plan_local (see packsched._options). -> Plan"""
+        packsched.planner.plan_local (see packsched._options). ``seq_lens`` may be a
+        packsched.tree.Forest: tree packing, a TreePlan back (loss_tokens per rollout). -> Plan"""
         plan_options, loss = split_options(
             max_token_len, options, where="plan", cap_required=True, sidecar=True
         )
-        request = scheduler_pb2.PlanRequest(
-            stream=stream, round=int(round), lengths=_ints(seq_lens, "seq_lens")
-        )
+        request = scheduler_pb2.PlanRequest(stream=stream, round=int(round))
+        _fill_input(request, seq_lens)
         _fill_options(request.options, plan_options)
         _fill_loss(request, loss)
-        return _to_plan(self._call(self._stub.Plan, request))
+        return _answer(self._call(self._stub.Plan, request), seq_lens)
 
     def partition(
         self,
@@ -140,8 +141,9 @@ class SchedulerClient:
         partition involves no other rank). -> Plan"""
         plan_options, loss = split_options(max_token_len, options, where="partition", sidecar=True)
         world_size = check_world_size("partition", global_counts, world_size)
-        lengths = _ints(seq_lens, "seq_lens", allow_empty=True)
-        if not lengths:
+        request = scheduler_pb2.PartitionRequest(num_micro_batches=int(num_micro_batches))
+        lengths = _fill_input(request, seq_lens, allow_empty=True)
+        if lengths is not None and not lengths:
             return partition(
                 lengths,
                 num_micro_batches,
@@ -150,9 +152,6 @@ class SchedulerClient:
                 world_size=world_size,
                 **options,
             )
-        request = scheduler_pb2.PartitionRequest(
-            lengths=lengths, num_micro_batches=int(num_micro_batches)
-        )
         _fill_options(request.options, plan_options)
         _fill_loss(request, loss)
         if global_counts is not None:
@@ -160,7 +159,7 @@ class SchedulerClient:
             getattr(request, "global").CopyFrom(
                 scheduler_pb2.GlobalCounts(**counts, world_size=int(world_size))
             )
-        return _to_plan(self._call(self._stub.Partition, request))
+        return _answer(self._call(self._stub.Partition, request), seq_lens)
 
     def balance_batch(
         self,
@@ -184,11 +183,11 @@ class SchedulerClient:
             max_token_len, options, where="balance_batch", cap_required=True, sidecar=True
         )
         request = scheduler_pb2.BalanceBatchRequest(
-            lengths=_ints(seq_lens, "seq_lens"),
             world_size=int(world_size),
             sync=SYNCS.index(sync) + 1,
             micro_batch_cost=int(micro_batch_cost),
         )
+        _fill_input(request, seq_lens)
         if group_ids is not None:
             request.group_ids.extend(_ints(group_ids, "group_ids", allow_empty=True))
         if model_config is not None:
@@ -198,7 +197,9 @@ class SchedulerClient:
         _fill_options(request.options, plan_options)
         _fill_loss(request, loss)
         response = self._call(self._stub.BalanceBatch, request)
-        ranks = [RankPlan(list(r.indices), r.cost, _to_plan(r.plan)) for r in response.ranks]
+        ranks = [
+            RankPlan(list(r.indices), r.cost, _answer(r.plan, seq_lens)) for r in response.ranks
+        ]
         step = StepStats(
             **{f.name: getattr(response.step, f.name) for f in dataclass_fields(StepStats)}
         )
@@ -357,6 +358,40 @@ def _fill_loss(request, loss):
     for name, rule, key in _LOSS_FIELDS:
         value = _enum(key, loss[key]) if rule == "Enum" else float(loss[key])
         setattr(request.loss, name, value)
+
+
+def _fill_input(request, seq_lens, allow_empty=False):
+    """The request's lengths (checked by packsched._inputs; returned as a list), or its forest
+    (tree packing; None returned) for a packsched.tree.Forest, whose arrays its constructor
+    checked."""
+    if isinstance(seq_lens, Forest):
+        request.forest.node_len.extend(seq_lens.node_len.tolist())
+        request.forest.node_parent.extend(seq_lens.node_parent.tolist())
+        request.forest.rollout_leaf.extend(seq_lens.rollout_leaf.tolist())
+        return None
+    lengths = _ints(seq_lens, "seq_lens", allow_empty=allow_empty)
+    request.lengths.extend(lengths)
+    return lengths
+
+
+def _answer(response, seq_lens):
+    return _to_tree_plan(response) if isinstance(seq_lens, Forest) else _to_plan(response)
+
+
+def _to_tree_plan(response):
+    """TreePlan of a packsched.v1.PlanResponse to a forest request."""
+    tree = response.tree
+    layouts = [
+        {f.name: list(getattr(layout, f.name)) for f in layout.DESCRIPTOR.fields}
+        for layout in tree.layouts
+    ]
+    return TreePlan.from_plan(
+        _to_plan(response),
+        layouts,
+        list(tree.rollout_part),
+        tree.forwarded_tokens,
+        tree.rollout_tokens,
+    )
 
 
 def _part(mb):

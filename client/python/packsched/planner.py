@@ -11,7 +11,9 @@ A call that runs longer than a few seconds (10^7 sequences) reports on stderr wh
 
 Every function takes the keyword options of ``SchedulerClient.plan`` with the same defaults
 (see packsched._options), and gives the plan the sidecar and ``packsched plan`` give for the same
-input. ``seq_lens``: per-sequence token counts, a list, numpy array or torch tensor of integers.
+input. ``seq_lens``: per-sequence token counts, a list, numpy array or torch tensor of integers,
+or a ``packsched.tree.Forest`` of rollouts: then the plan is a ``packsched.tree.TreePlan`` (tree
+packing: each shared token forwarded once; loss_tokens and the loss weights are per rollout).
 The arrays are checked by packsched._inputs and the option values by packsched._options, with the
 messages ``SchedulerClient`` gives (TypeError for data that is not integers, ValueError for a bad
 shape, an empty ``seq_lens`` or a bad option value); values the planner refuses raise ValueError
@@ -22,12 +24,15 @@ a data-parallel rank with no sequences joins the agreed count and gets k empty m
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from . import _planner
 from ._inputs import int_array
-from ._options import check_world_size, split_options
+from ._options import CAP, check_world_size, split_options
 from ._progress import Progress
 from .model_cost import model_fields
 from .plan import Plan
+from .tree import Forest, TreePlan
 
 __all__ = [
     "plan_local",
@@ -98,6 +103,14 @@ def _progress(where, lengths, report):
     return Progress(f"{where}: {len(lengths)} sequences", report)
 
 
+def _forest_progress(where, forest, report):
+    return Progress(f"{where}: a forest of {forest.num_rollouts} rollouts", report)
+
+
+def _forest_arrays(forest):
+    return (forest.node_len, forest.node_parent, forest.rollout_leaf, None)
+
+
 def _loss(loss, n, global_counts, world_size):
     if loss["loss_tokens"] is None:
         return None
@@ -113,10 +126,16 @@ def plan_local(seq_lens, max_token_len, *, progress=True, **options):
     """Plans one rank's micro-batches on its own: the smallest micro-batch count that keeps every
     micro-batch within ``max_token_len`` (kk/lpt), or dataset packing (ffd/bfd/sequential).
     Loss weights (with ``loss_tokens``) use this rank's own counts, world size 1. -> Plan"""
-    lengths = int_array(seq_lens, "seq_lens")
+    forest = seq_lens if isinstance(seq_lens, Forest) else None
+    lengths = None if forest is not None else int_array(seq_lens, "seq_lens")
     plan_options, loss = split_options(
         max_token_len, options, where="plan_local", cap_required=True
     )
+    if forest is not None:
+        weights = _loss(loss, forest.num_rollouts, None, 1)
+        with _forest_progress("plan_local", forest, progress):
+            raw = _planner.forest_plan(*_forest_arrays(forest), plan_options, 0, weights)
+        return TreePlan.from_raw(raw, cap=max_token_len)
     with _progress("plan_local", lengths, progress):
         raw = _planner.plan(lengths, plan_options, 0, _loss(loss, len(lengths), None, 1))
     return Plan.from_raw(raw, cap=max_token_len)
@@ -125,15 +144,20 @@ def plan_local(seq_lens, max_token_len, *, progress=True, **options):
 def local_bound(seq_lens, max_token_len, *, progress=True, **options):
     """This rank's bound k_r (and its loss counts, with ``loss_tokens``) before agreement.
     -> Bound"""
-    lengths = int_array(seq_lens, "seq_lens", allow_empty=True)
+    forest = seq_lens if isinstance(seq_lens, Forest) else None
+    lengths = None if forest is not None else int_array(seq_lens, "seq_lens", allow_empty=True)
     plan_options, loss = split_options(
         max_token_len, options, where="local_bound", cap_required=True
     )
     tokens = None
     if loss["loss_tokens"] is not None:
         tokens = int_array(loss["loss_tokens"], "loss_tokens", allow_empty=True).tolist()
-    with _progress("local_bound", lengths, progress):
-        raw = _planner.local_bound(lengths, plan_options, tokens)
+    if forest is not None:
+        with _forest_progress("local_bound", forest, progress):
+            raw = _planner.forest_local_bound(*_forest_arrays(forest), plan_options, tokens)
+    else:
+        with _progress("local_bound", lengths, progress):
+            raw = _planner.local_bound(lengths, plan_options, tokens)
     return Bound(**{**raw, "loss_counts": raw.get("loss_counts")})
 
 
@@ -147,18 +171,24 @@ def partition(
     ``global_counts`` raises ValueError, as ``SchedulerClient.partition`` does: weights for W ranks
     need the counts of all W. ``Plan.global_counts`` is set only with ``loss_tokens`` (no weights,
     no counts). -> Plan"""
-    lengths = int_array(seq_lens, "seq_lens", allow_empty=True)
+    forest = seq_lens if isinstance(seq_lens, Forest) else None
+    lengths = None if forest is not None else int_array(seq_lens, "seq_lens", allow_empty=True)
     plan_options, loss = split_options(max_token_len, options, where="partition")
     check_world_size("partition", global_counts, world_size)
     if k < 1:
         raise ValueError(f"k = {k}: must be >= 1")
+    counts = None
+    if global_counts is not None and loss["loss_tokens"] is not None:
+        counts = tuple(global_counts)
+    if forest is not None:
+        weights = _loss(loss, forest.num_rollouts, global_counts, world_size)
+        with _forest_progress("partition", forest, progress):
+            raw = _planner.forest_plan(*_forest_arrays(forest), plan_options, int(k), weights)
+        return TreePlan.from_raw(raw, cap=max_token_len, global_counts=counts)
     with _progress("partition", lengths, progress):
         raw = _planner.plan(
             lengths, plan_options, int(k), _loss(loss, len(lengths), global_counts, world_size)
         )
-    counts = None
-    if global_counts is not None and loss["loss_tokens"] is not None:
-        counts = tuple(global_counts)
     return Plan.from_raw(raw, cap=max_token_len, global_counts=counts)
 
 
@@ -183,14 +213,24 @@ def balance(
     fixed cost per non-empty micro-batch. ``model_config``: a Hugging Face style config (a dict
     or the path of a config.json): the cost becomes the model's FLOPs (attention weights and
     ``micro_batch_cost``, see ``packsched.model_cost``), whatever the cost options say.
+    A Forest instead of ``seq_lens``: its pieces balanced (no ``group_ids`` or ``model_config``:
+    a tree is one item); each rank's plan is a TreePlan with global rollout ids.
     -> Balanced"""
     if sync not in SYNCS:
         raise ValueError(f"sync = {sync!r}: must be one of {', '.join(SYNCS)}")
-    lengths = int_array(seq_lens, "seq_lens")
+    forest = seq_lens if isinstance(seq_lens, Forest) else None
+    lengths = None if forest is not None else int_array(seq_lens, "seq_lens")
     ints, strings = (None, {}) if model_config is None else model_fields(model_config)
     plan_options, loss = split_options(max_token_len, options, where="balance", cap_required=True)
     if loss["loss_tokens"] is not None:
         raise ValueError("balance: loss weights are computed per rank (plan each rank's share)")
+    if forest is not None:
+        if group_ids is not None or model_config is not None:
+            raise ValueError(
+                "balance: a forest takes no group_ids or model_config (a tree is one item)"
+            )
+        with _forest_progress("balance", forest, progress):
+            return _balance_forest(forest, world_size, plan_options, sync, micro_batch_cost)
     groups = (
         [] if group_ids is None else int_array(group_ids, "group_ids", allow_empty=True).tolist()
     )
@@ -209,4 +249,16 @@ def balance(
         RankPlan(r["indices"], r["cost"], Plan.from_raw(r["plan"], cap=max_token_len))
         for r in raw["ranks"]
     ]
+    return Balanced(ranks, raw["num_micro_batches"], raw["dropped"], StepStats(**raw["step"]))
+
+
+def _balance_forest(forest, world_size, plan_options, sync, micro_batch_cost):
+    raw = _planner.forest_balance(
+        *_forest_arrays(forest), int(world_size), plan_options, sync, int(micro_batch_cost)
+    )
+    ranks = []
+    for r in raw["ranks"]:
+        plan = TreePlan.from_raw(r, cap=plan_options[CAP])
+        indices = np.flatnonzero(plan.rollout_part >= 0).tolist()
+        ranks.append(RankPlan(indices, r["cost"], plan))
     return Balanced(ranks, raw["num_micro_batches"], raw["dropped"], StepStats(**raw["step"]))

@@ -27,6 +27,7 @@
 #include "server/planner/options.h"
 #include "server/planner/planner.h"
 #include "server/planner/schema.h"
+#include "server/planner/tree_plan.h"
 
 namespace py = pybind11;
 
@@ -168,6 +169,7 @@ py::dict ToDict(const PlanStats& s) {
 #define PACKSCHED_PY_PLAN_Parts PACKSCHED_SCHEMA_NOTHING
 #define PACKSCHED_PY_PLAN_Weights PACKSCHED_SCHEMA_NOTHING
 #define PACKSCHED_PY_PLAN_Global PACKSCHED_SCHEMA_NOTHING
+#define PACKSCHED_PY_PLAN_Tree PACKSCHED_SCHEMA_NOTHING  // forest_plan adds its layout
 #define PACKSCHED_PY_PLAN(name, number, Kind) PACKSCHED_PY_PLAN_##Kind(d, plan, ints, name)
 
 py::dict ToDict(const MicroBatchPlan& plan, IntCache& ints) {
@@ -180,9 +182,9 @@ py::dict ToDict(const MicroBatchPlan& plan, IntCache& ints) {
 }
 
 // Runs `fn` with the GIL released: planning a large batch takes milliseconds to seconds. Then
-// (with glibc) gives the planner's freed scratch memory back to the system: the Python objects of the answer
-// come from Python's own allocator, which cannot reuse it (on 10^6 sequences the process's peak
-// memory drops by about a third).
+// (with glibc) gives the planner's freed scratch memory back to the system: the Python objects of
+// the answer come from Python's own allocator, which cannot reuse it (on 10^6 sequences the
+// process's peak memory drops by about a third).
 template <typename Fn>
 auto WithoutGil(Fn&& fn) {
   py::gil_scoped_release release;
@@ -273,6 +275,25 @@ void AddLossWeights(const MicroBatchPlan& plan, const py::dict& loss, py::dict& 
   out["loss_counts"] = ToTuple(local);
 }
 
+// This rank's bound before agreement (packsched.planner.Bound's fields) of a Problem or a
+// TreeProblem, with its loss counts when `loss_tokens` (one per sequence or rollout) are given.
+template <typename P>
+py::dict BoundDict(const P& problem, const py::object& loss_tokens) {
+  py::dict d;
+  d["k"] = problem.local_k();
+  d["lower_bound_k"] = problem.lower_bound_k();
+  d["num_sequences"] = problem.num_sequences();
+  d["num_kept"] = problem.num_kept();
+  d["total_tokens"] = problem.total_tokens();
+  d["dropped"] = problem.dropped();
+  if (!loss_tokens.is_none()) {
+    const LossCounts c = LocalCounts(problem.num_sequences(), problem.dropped(),
+                                     loss_tokens.cast<std::vector<int64_t>>());
+    d["loss_counts"] = ToTuple(c);
+  }
+  return d;
+}
+
 // The plan for one rank: kk/lpt balance into the smallest feasible k (or exactly `k` when given);
 // ffd/bfd/sequential pack a dataset into as many bins as needed (as `packsched plan` does).
 MicroBatchPlan PlanOne(const Lengths& lengths, const PlanOptions& options, int64_t k) {
@@ -285,6 +306,75 @@ MicroBatchPlan PlanOne(const Lengths& lengths, const PlanOptions& options, int64
         return Value(PlanMicroBatches(span, options));
       default:
         return Value(PackDataset(span, options));
+    }
+  });
+}
+
+py::dict ToDict(const StepStats& s) {
+  py::dict step;
+  step["step_sync_cost"] = s.step_sync_cost;
+  step["micro_batch_sync_cost"] = s.micro_batch_sync_cost;
+  step["ideal"] = s.ideal;
+  step["efficiency"] = s.efficiency;
+  step["lower_bound"] = s.lower_bound;
+  step["lower_bound_efficiency"] = s.lower_bound_efficiency;
+  return step;
+}
+
+// A forest from the arrays packsched.tree.Forest holds (rollout_len may be None).
+Forest ToForest(const Lengths& node_len, const Lengths& node_parent, const Lengths& rollout_leaf,
+                const py::object& rollout_len) {
+  Forest f;
+  f.node_len.assign(node_len.data(), node_len.data() + node_len.size());
+  f.node_parent.assign(node_parent.data(), node_parent.data() + node_parent.size());
+  f.rollout_leaf.assign(rollout_leaf.data(), rollout_leaf.data() + rollout_leaf.size());
+  if (!rollout_len.is_none()) f.rollout_len = rollout_len.cast<std::vector<int64_t>>();
+  return f;
+}
+
+py::array_t<int64_t> Array(const std::vector<int64_t>& v) {
+  return py::array_t<int64_t>(static_cast<py::ssize_t>(v.size()), v.data());
+}
+
+py::dict ToDict(const TreePlan& plan, const ForestIndex& index, const py::object& loss) {
+  py::dict d;
+  py::list parts;
+  IntCache ints(static_cast<int64_t>(index.rollout_len.size()));
+  for (const TreeMicroBatch& part : plan.parts) {
+    py::dict p;
+    p["batch"] = ToDict(part.batch, ints);
+    const TreeLayout& l = part.layout;
+    p["nodes"] = Array(l.nodes);
+    p["piece_begin"] = Array(l.piece_begin);
+    p["row"] = Array(l.row);
+    p["position"] = Array(l.position);
+    p["subtree_end"] = Array(l.subtree_end);
+    p["parent"] = Array(l.parent);
+    p["rollouts"] = Array(l.rollouts);
+    p["rollout_entry"] = Array(l.rollout_entry);
+    parts.append(p);
+  }
+  d["parts"] = parts;
+  d["dropped"] = plan.dropped;
+  d["rollout_part"] = Array(plan.rollout_part);
+  d["stats"] = ToDict(plan.stats);
+  d["num_rollouts"] = plan.num_rollouts;
+  d["rollout_tokens"] = plan.rollout_tokens;
+  d["forwarded_tokens"] = plan.forwarded_tokens;
+  if (!loss.is_none()) AddLossWeights(RolloutView(plan, index), loss.cast<py::dict>(), d);
+  return d;
+}
+
+// The tree plan for one rank, as PlanOne plans sequences.
+TreePlan PlanOneForest(const Forest& forest, const PlanOptions& options, int64_t k) {
+  return WithoutGil([&] {
+    if (k > 0) return Value(PartitionForestFixedK(forest, k, options));
+    switch (options.algorithm) {
+      case Algorithm::kKarmarkarKarp:
+      case Algorithm::kLpt:
+        return Value(PlanForest(forest, options));
+      default:
+        return Value(PackForest(forest, options));
     }
   });
 }
@@ -430,19 +520,7 @@ PYBIND11_MODULE(_planner, m) {
       [](const Lengths& lengths, const py::dict& options, const py::object& loss_tokens) {
         const PlanOptions o = ToPlanOptions(options);
         Problem problem = WithoutGil([&] { return Value(Problem::Create(Span(lengths), o)); });
-        py::dict d;
-        d["k"] = problem.local_k();
-        d["lower_bound_k"] = problem.lower_bound_k();
-        d["num_sequences"] = problem.num_sequences();
-        d["num_kept"] = problem.num_kept();
-        d["total_tokens"] = problem.total_tokens();
-        d["dropped"] = problem.dropped();
-        if (!loss_tokens.is_none()) {
-          const LossCounts c = LocalCounts(problem.num_sequences(), problem.dropped(),
-                                           loss_tokens.cast<std::vector<int64_t>>());
-          d["loss_counts"] = ToTuple(c);
-        }
-        return d;
+        return BoundDict(problem, loss_tokens);
       },
       py::arg("lengths"), py::arg("options"), py::arg("loss_tokens") = py::none());
 
@@ -492,19 +570,67 @@ PYBIND11_MODULE(_planner, m) {
         d["ranks"] = ranks;
         d["num_micro_batches"] = b.num_micro_batches;
         d["dropped"] = b.dropped;
-        py::dict step;
-        step["step_sync_cost"] = b.step.step_sync_cost;
-        step["micro_batch_sync_cost"] = b.step.micro_batch_sync_cost;
-        step["ideal"] = b.step.ideal;
-        step["efficiency"] = b.step.efficiency;
-        step["lower_bound"] = b.step.lower_bound;
-        step["lower_bound_efficiency"] = b.step.lower_bound_efficiency;
-        d["step"] = step;
+        d["step"] = ToDict(b.step);
         return d;
       },
       py::arg("lengths"), py::arg("world_size"), py::arg("options"), py::arg("group_ids"),
       py::arg("sync") = "step", py::arg("micro_batch_cost") = 0, py::arg("model_ints") = py::none(),
       py::arg("model_strings") = std::map<std::string, std::string>());
+  m.def(
+      "forest_plan",
+      [](const Lengths& node_len, const Lengths& node_parent, const Lengths& rollout_leaf,
+         const py::object& rollout_len, const py::dict& options, int64_t k,
+         const py::object& loss) {
+        const Forest forest = ToForest(node_len, node_parent, rollout_leaf, rollout_len);
+        const TreePlan plan = PlanOneForest(forest, ToPlanOptions(options), k);
+        return ToDict(plan, Value(IndexForest(forest)), loss);
+      },
+      py::arg("node_len"), py::arg("node_parent"), py::arg("rollout_leaf"), py::arg("rollout_len"),
+      py::arg("options"), py::arg("k") = 0, py::arg("loss") = py::none(),
+      "Plans a forest of rollouts (server/planner/tree_plan.h); k > 0 partitions into exactly k "
+      "parts. `loss` as for plan(), per rollout.");
+
+  m.def(
+      "forest_local_bound",
+      [](const Lengths& node_len, const Lengths& node_parent, const Lengths& rollout_leaf,
+         const py::object& rollout_len, const py::dict& options, const py::object& loss_tokens) {
+        const Forest forest = ToForest(node_len, node_parent, rollout_leaf, rollout_len);
+        const PlanOptions o = ToPlanOptions(options);
+        TreeProblem problem = WithoutGil([&] { return Value(TreeProblem::Create(forest, o)); });
+        return BoundDict(problem, loss_tokens);
+      },
+      py::arg("node_len"), py::arg("node_parent"), py::arg("rollout_leaf"), py::arg("rollout_len"),
+      py::arg("options"), py::arg("loss_tokens") = py::none());
+
+  m.def(
+      "forest_balance",
+      [](const Lengths& node_len, const Lengths& node_parent, const Lengths& rollout_leaf,
+         const py::object& rollout_len, int64_t world_size, const py::dict& options,
+         const std::string& sync, int64_t micro_batch_cost) {
+        const Forest forest = ToForest(node_len, node_parent, rollout_leaf, rollout_len);
+        const PlanOptions o = ToPlanOptions(options);
+        const BalanceOptions balance{Value(ParseSync(sync)), micro_batch_cost};
+        const BalancedForest b =
+            WithoutGil([&] { return Value(BalanceForest(forest, world_size, o, balance)); });
+        const ForestIndex index = Value(IndexForest(forest));
+        py::list ranks;
+        for (const TreePlan& rank : b.ranks) {
+          py::dict r = ToDict(rank, index, py::none());
+          int64_t cost = 0;
+          for (const TreeMicroBatch& part : rank.parts) cost += part.batch.cost;
+          r["cost"] = cost;  // of its pieces, as RankBatch::cost of its sequences
+          ranks.append(r);
+        }
+        py::dict d;
+        d["ranks"] = ranks;
+        d["num_micro_batches"] = b.num_micro_batches;
+        d["dropped"] = b.dropped;
+        d["step"] = ToDict(b.step);
+        return d;
+      },
+      py::arg("node_len"), py::arg("node_parent"), py::arg("rollout_leaf"), py::arg("rollout_len"),
+      py::arg("world_size"), py::arg("options"), py::arg("sync") = "step",
+      py::arg("micro_batch_cost") = 0);
 }
 
 }  // namespace

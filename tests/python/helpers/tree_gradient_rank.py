@@ -2,7 +2,8 @@
 (tests/python/test_tree_gradient_equivalence.py).
 
 For every (forest shape, loss mode, dp_reduction) it takes its share of the trees of one global
-forest, plans them through its own sidecar (plan_forest), runs each micro-batch tree-packed
+forest, plans them through its own sidecar (plan_forest: the sidecar's forest plan, layouts and
+loss weights), runs each micro-batch tree-packed
 (tree attention, depths, multi-target cross entropy weighted by the plan's per-rollout loss
 weights), all-reduces the gradients over torch.distributed (gloo) and, on rank 0, saves them.
 Two negative controls break the contract on purpose: a branch that sees its sibling, and a
@@ -56,37 +57,25 @@ def share(forest, rank, world_size):
 def plan_forest(client, round_, forest, roots, cap, mode, reduction):
     """This rank's micro-batches as packed layouts (tree_layout.Layout: ids, positions,
     subtree_end, cu, and per held rollout its global index and rows) and the loss weight of each
-    of its rollouts (by global index). The loss weights come from the sidecar (a plan over the
-    rollouts: the rank group agrees the global loss counts); the trees are packed whole,
-    first-fit decreasing by unique tokens under the cap, by the reference builder. The one
-    function to replace with the sidecar's forest plan (packsched.tree + a plan over a forest)
-    once it lands: it must return the same two things."""
-    rollouts = [r for root in roots for r in forest.rollouts_of(root)]
-    data = [forest.rollout(r) for r in rollouts]
-    lengths = [len(ids) for ids, _ in data]
+    of its rollouts (by global index), both from the sidecar's forest plan: this rank's trees as
+    a packsched.tree.Forest, planned in pieces of at most ``cap`` unique tokens (the rank group
+    agrees k and the global loss counts), each micro-batch's layout from its TreeMicroBatch
+    (input_ids, rows, rollout_rows) and the weights per rollout from plan.loss_weights."""
+    tree_forest, rollouts = tree_layout.to_tree_forest(forest, roots)
+    masks = [forest.rollout(r)[1] for r in rollouts]
     plan = client.plan(
         round_,
-        lengths,
-        max(cap, max(lengths)),
+        tree_forest,
+        cap,
         stream="tree-gradient",
-        loss_tokens=[int(m[1:].sum()) for _, m in data],
+        loss_tokens=[int(m[1:].sum()) for m in masks],
         loss_mode=mode,
         dp_reduction=reduction,
         sum_norm_constant=SUM_NORM,
     )
+    assert not plan.dropped
     weights = dict(zip(rollouts, plan.loss_weights))
-    bins = []
-    for root in sorted(roots, key=forest.unique_tokens, reverse=True):
-        size = forest.unique_tokens(root)
-        assert size <= cap, f"tree {root} ({size} tokens) is over the cap {cap}"
-        for b in bins:
-            if b[0] + size <= cap:
-                b[0] += size
-                b[1].append(root)
-                break
-        else:
-            bins.append([size, [root]])
-    return [tree_layout.pack(forest, sorted(b[1])) for b in bins], weights
+    return tree_layout.planner_layouts(tree_forest, rollouts, plan), weights
 
 
 def sibling_visible(layout):
@@ -105,6 +94,8 @@ def merge_branch_targets(targets):
 
 def tree_backward(model, forest, layouts, weights, negative):
     for layout in layouts:
+        if not layout.rollouts:  # an empty micro-batch (the agreed k is above this rank's own)
+            continue
         if negative == "sibling_visible":
             sibling_visible(layout)
         data = [forest.rollout(r) for r in layout.rollouts]

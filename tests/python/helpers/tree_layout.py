@@ -1,7 +1,8 @@
 """A small reference builder of the tree-packed layout (docs/design.md, "Tree packing"), written
 from the contract for the tests: forests of token runs, their rollouts, and the packed layout of a
 micro-batch of whole trees. The planner's forest plan (packsched.tree + the sidecar) produces the
-same layout; the tests compare the kernels against this one.
+same layout (``to_tree_forest`` and ``planner_layouts`` turn it into a ``Layout``; a test checks
+that the two agree row for row); the tests compare the kernels against this one.
 
 A forest: ``node_len`` [N], ``node_parent`` [N] (-1 for a root, else an earlier node),
 ``rollout_leaf`` [R] (rollout r is the path root -> rollout_leaf[r]), and ``node_tokens`` (the
@@ -9,6 +10,8 @@ token ids of each node, for building ids and labels).
 """
 
 import numpy as np
+
+from packsched import tree
 
 
 class Forest:
@@ -97,6 +100,46 @@ def pack(forest, roots):
                 )
             )
     return out
+
+
+def to_tree_forest(forest, roots):
+    """The trees ``roots`` of ``forest`` as a packsched.tree.Forest (nodes renumbered in their
+    order, so parents still come first; node_tokens kept), and the global index of each of its
+    rollouts, ascending."""
+    keep = set(roots)
+    nodes = [n for n in range(len(forest.node_len)) if forest.root_of(n) in keep]
+    new_id = {n: i for i, n in enumerate(nodes)}
+    rollouts = [
+        r for r in range(len(forest.rollout_leaf)) if forest.root_of(forest.rollout_leaf[r]) in keep
+    ]
+    parents = [
+        -1 if forest.node_parent[n] < 0 else new_id[int(forest.node_parent[n])] for n in nodes
+    ]
+    out = tree.Forest(
+        forest.node_len[nodes],
+        np.asarray(parents, dtype=np.int64),
+        np.asarray([new_id[int(forest.rollout_leaf[r])] for r in rollouts], dtype=np.int64),
+        node_tokens=np.concatenate([forest.node_tokens[n] for n in nodes]),
+    )
+    return out, rollouts
+
+
+def planner_layouts(tree_forest, rollouts, plan):
+    """One ``Layout`` per micro-batch of the planner's ``plan`` (a packsched.tree.TreePlan over
+    ``tree_forest``), its rollouts by global index (``rollouts`` as to_tree_forest gives them).
+    The rows past the aligned pieces (align_total_to) are one more segment of ``cu``."""
+    layouts = []
+    for mb in plan.micro_batches:
+        out = Layout()
+        out.ids = mb.input_ids(tree_forest)
+        out.positions, out.subtree_end = mb.rows(tree_forest)
+        out.cu = [int(c) for c in mb.meta.cu_seqlens_aligned]
+        if out.cu[-1] < mb.meta.total:
+            out.cu.append(int(mb.meta.total))
+        out.rollouts = [rollouts[int(r)] for r in mb.rollouts]
+        out.rows = [mb.rollout_rows(tree_forest, i) for i in range(len(mb.rollouts))]
+        layouts.append(out)
+    return layouts
 
 
 def _distinct_first_tokens(rng, count, vocab):

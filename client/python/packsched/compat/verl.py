@@ -42,6 +42,7 @@ from ._balancing import (
     roundup_divisible,
 )
 from ._indices import get_reverse_idx
+from ._verl_tree import TreePacking, tree_log_probs, tree_pack_batch, tree_unpack
 
 __all__ = [
     "rearrange_micro_batches",
@@ -58,6 +59,10 @@ __all__ = [
     "calculate_workload",
     "ceildiv",
     "roundup_divisible",
+    "TreePacking",
+    "tree_pack_batch",
+    "tree_unpack",
+    "tree_log_probs",
 ]
 
 _sidecar = None  # _Sidecar once use_sidecar() was called

@@ -1,0 +1,464 @@
+"""Forests of rollouts for tree packing (docs/design.md "Tree packing").
+
+Rollouts that share a prefix (a GRPO group's prompt, an agent's earlier turns) are paths of one
+tree, so a shared token is forwarded once. A ``Forest`` is three flat int64 arrays, the same the
+C++ planner (server/planner/forest.h), the CLI and the sidecar take:
+
+    node_len[N]      tokens of node n (>= 1)
+    node_parent[N]   -1 for a root, else its parent, which comes before it (node_parent[n] < n)
+    rollout_leaf[R]  rollout r is the path from its tree's root down to node rollout_leaf[r]
+
+A token's position is its depth: the tokens before it on its root path (its index in every
+rollout through it). ``build_forest`` makes a forest from token ids, ``forest_from_groups`` from
+lengths alone (prompt + n completions per group). The plan over a forest is ``plan_local``,
+``partition`` and ``balance`` of ``packsched.planner`` given a Forest (a ``TreePlan``, below).
+"""
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ._inputs import int_array
+
+__all__ = [
+    "Forest",
+    "build_forest",
+    "forest_from_groups",
+    "TreeMicroBatch",
+    "TreePlan",
+]
+
+_MAX_LENGTH = (1 << 31) - 1
+
+
+def _int64(values, what):
+    # The client's and the planner's one check and messages (packsched._inputs).
+    return int_array(values, what, allow_empty=True)
+
+
+@dataclass(frozen=True, eq=False)
+class Forest:
+    """A forest of rollouts (see the module docstring). ``node_tokens``: optional, the token ids
+    of every node one after another (node n's are ``node_tokens[node_start[n]:][:node_len[n]]``),
+    kept by ``build_forest`` so that packed input ids can be made from the forest alone.
+    Validated on construction: ValueError naming the node or rollout."""
+
+    node_len: np.ndarray
+    node_parent: np.ndarray
+    rollout_leaf: np.ndarray
+    node_tokens: np.ndarray = None
+    depth: np.ndarray = field(init=False, repr=False)  # tokens above each node
+    rollout_len: np.ndarray = field(init=False, repr=False)
+
+    def __post_init__(self):
+        node_len = _int64(self.node_len, "node_len")
+        parent = _int64(self.node_parent, "node_parent")
+        leaf = _int64(self.rollout_leaf, "rollout_leaf")
+        object.__setattr__(self, "node_len", node_len)
+        object.__setattr__(self, "node_parent", parent)
+        object.__setattr__(self, "rollout_leaf", leaf)
+        n = len(node_len)
+        if len(parent) != n:
+            raise ValueError(f"forest: node_parent has {len(parent)} entries for {n} nodes")
+        bad = np.flatnonzero((node_len < 1) | (node_len > _MAX_LENGTH))
+        if bad.size:
+            i = int(bad[0])
+            raise ValueError(
+                f"forest: node {i} has node_len = {node_len[i]}: must be in [1, {_MAX_LENGTH}]"
+            )
+        bad = np.flatnonzero((parent < -1) | (parent >= np.arange(n)))
+        if bad.size:
+            i = int(bad[0])
+            raise ValueError(
+                f"forest: node {i} has node_parent = {parent[i]}: must be -1 (a root) or a node "
+                f"before it, in [0, {i}) (parents come before their children, which also rules "
+                "out a cycle)"
+            )
+        depth = np.zeros(n, dtype=np.int64)
+        for i in np.flatnonzero(parent >= 0):  # parents first: one pass
+            depth[i] = depth[parent[i]] + node_len[parent[i]]
+        over = np.flatnonzero(depth + node_len > _MAX_LENGTH)
+        if over.size:
+            i = int(over[0])
+            raise ValueError(f"forest: the path to node {i} holds over {_MAX_LENGTH} tokens")
+        bad = np.flatnonzero((leaf < 0) | (leaf >= n))
+        if bad.size:
+            r = int(bad[0])
+            raise ValueError(
+                f"forest: rollout {r} has rollout_leaf = {leaf[r]}: must be a node in [0, {n})"
+            )
+        used = np.zeros(n, dtype=bool)
+        used[leaf] = True
+        for i in range(n - 1, -1, -1):  # children after parents: a reverse pass marks paths
+            if used[i] and parent[i] >= 0:
+                used[parent[i]] = True
+        unused = np.flatnonzero(~used)
+        if unused.size:
+            raise ValueError(
+                f"forest: node {int(unused[0])} is on no rollout's path (every node must be some "
+                "rollout's)"
+            )
+        if self.node_tokens is not None:
+            tokens = _int64(self.node_tokens, "node_tokens")
+            if len(tokens) != int(node_len.sum()):
+                raise ValueError(
+                    f"forest: node_tokens has {len(tokens)} entries for {int(node_len.sum())} "
+                    "node tokens"
+                )
+            object.__setattr__(self, "node_tokens", tokens)
+        object.__setattr__(self, "depth", depth)
+        object.__setattr__(self, "rollout_len", depth[leaf] + node_len[leaf] if n else leaf)
+
+    @property
+    def num_nodes(self):
+        return len(self.node_len)
+
+    @property
+    def num_rollouts(self):
+        return len(self.rollout_leaf)
+
+    @property
+    def unique_tokens(self):
+        """Every token once: what tree packing forwards when no tree is split."""
+        return int(self.node_len.sum())
+
+    @property
+    def rollout_tokens(self):
+        """Every rollout's tokens: what flat packing forwards."""
+        return int(self.rollout_len.sum())
+
+    @property
+    def node_start(self):
+        """Where each node's tokens start in ``node_tokens``."""
+        return np.concatenate(([0], np.cumsum(self.node_len)[:-1])).astype(np.int64)
+
+    def path(self, r):
+        """The nodes of rollout ``r``, root first."""
+        nodes = []
+        node = int(self.rollout_leaf[r])
+        while node >= 0:
+            nodes.append(node)
+            node = int(self.node_parent[node])
+        return nodes[::-1]
+
+    def rollout_token_ids(self, r):
+        """Rollout ``r``'s token ids (needs ``node_tokens``)."""
+        if self.node_tokens is None:
+            raise ValueError("forest: no node_tokens (build the forest with build_forest)")
+        start = self.node_start
+        return np.concatenate(
+            [self.node_tokens[start[n] : start[n] + self.node_len[n]] for n in self.path(r)]
+        )
+
+    def check_rollouts(self, rollouts):
+        """ValueError naming the first rollout whose tokens are not its path's (needs
+        ``node_tokens``): that the forest describes the rollouts the caller holds."""
+        if len(rollouts) != self.num_rollouts:
+            raise ValueError(
+                f"forest: {len(rollouts)} rollouts given for {self.num_rollouts} in the forest"
+            )
+        for r, tokens in enumerate(rollouts):
+            want = self.rollout_token_ids(r)
+            got = _int64(tokens, f"rollouts[{r}]")
+            if len(got) != len(want) or not np.array_equal(got, want):
+                raise ValueError(
+                    f"forest: rollout {r}'s tokens do not match its path to node "
+                    f"{int(self.rollout_leaf[r])} ({len(got)} tokens given, {len(want)} on it)"
+                )
+
+    def to_json(self):
+        """The forest as the CLI's tree JSON (see client/README.md): plain lists."""
+        out = {
+            "node_len": self.node_len.tolist(),
+            "node_parent": self.node_parent.tolist(),
+            "rollout_leaf": self.rollout_leaf.tolist(),
+        }
+        return out
+
+
+def forest_from_groups(prompt_lens, completion_lens_per_group):
+    """The GRPO forest from lengths alone: per group g one root of ``prompt_lens[g]`` tokens and
+    one child per completion of ``completion_lens_per_group[g]`` (a completion of 0 tokens is a
+    rollout of the prompt alone). Rollouts are numbered group after group."""
+    prompts = _int64(prompt_lens, "prompt_lens")
+    if len(prompts) != len(completion_lens_per_group):
+        raise ValueError(
+            f"{len(prompts)} prompts for {len(completion_lens_per_group)} completion groups"
+        )
+    node_len, parent, leaf = [], [], []
+    for g, prompt in enumerate(prompts.tolist()):
+        root = len(node_len)
+        node_len.append(prompt)
+        parent.append(-1)
+        for c in _int64(completion_lens_per_group[g], f"completion_lens_per_group[{g}]").tolist():
+            if c < 0:
+                raise ValueError(f"group {g}: a completion of {c} tokens")
+            if c == 0:
+                leaf.append(root)
+                continue
+            node_len.append(c)
+            parent.append(root)
+            leaf.append(len(node_len) - 1)
+    return Forest(np.array(node_len), np.array(parent), np.array(leaf))
+
+
+def build_forest(rollouts, group_ids=None):
+    """A trie per group over exact token ids: rollouts of one group that start with the same
+    tokens share those nodes, each node a maximal shared run. ``rollouts``: sequences of token
+    ids (lists, numpy arrays or tensors), each at least one token; ``group_ids``: one per rollout
+    (rollouts of different groups never share a node), default one group. Nodes are numbered in
+    depth-first preorder (groups by first appearance, siblings in token order); deterministic;
+    O(total tokens) besides the sort of each group. -> Forest with node_tokens"""
+    seqs = [_int64(r, f"rollouts[{i}]") for i, r in enumerate(rollouts)]
+    for i, s in enumerate(seqs):
+        if len(s) == 0:
+            raise ValueError(f"rollout {i} has no tokens")
+    if group_ids is None:
+        group_ids = [0] * len(seqs)
+    if len(group_ids) != len(seqs):
+        raise ValueError(f"group_ids has {len(group_ids)} entries for {len(seqs)} rollouts")
+    groups = {}
+    for i, g in enumerate(np.asarray(group_ids).tolist()):
+        groups.setdefault(g, []).append(i)
+
+    # Built with provisional ids, then renumbered in preorder. A node: [rollout, start, end) of
+    # one rollout through it, its parent and children (in token order).
+    start, end, owner, parent, children = [], [], [], [], []
+    leaf_of = [0] * len(seqs)
+    roots = []
+
+    def new_node(r, a, b, p):
+        start.append(a)
+        end.append(b)
+        owner.append(r)
+        parent.append(p)
+        children.append([])
+        (children[p] if p >= 0 else roots).append(len(start) - 1)
+        return len(start) - 1
+
+    for members in groups.values():
+        order = sorted(members, key=lambda i: (seqs[i].tolist(), i))
+        path = []  # nodes of the previous rollout, root first
+        prev = None
+        for i in order:
+            s = seqs[i]
+            lcp = 0
+            if prev is not None:
+                m = min(len(s), len(prev))
+                diff = np.flatnonzero(s[:m] != prev[:m])
+                lcp = int(diff[0]) if diff.size else m
+            # Keep the nodes that start before lcp; split the last one if it ends after it.
+            while path and start[path[-1]] >= lcp:
+                path.pop()
+            if path and end[path[-1]] > lcp:
+                # The upper part becomes a new node u in x's place; x keeps its lower part, its
+                # children and the rollouts that end in it.
+                x = path[-1]
+                px = parent[x]
+                siblings = children[px] if px >= 0 else roots
+                u = len(start)
+                start.append(start[x])
+                end.append(lcp)
+                owner.append(owner[x])
+                parent.append(px)
+                children.append([x])
+                siblings[-1] = u  # x: the last child (the previous rollout's path, sorted)
+                parent[x] = u
+                start[x] = lcp
+                path[-1] = u
+            if lcp == len(s):  # a duplicate of the previous rollout
+                leaf_of[i] = path[-1]
+            else:
+                leaf_of[i] = new_node(i, lcp, len(s), path[-1] if path else -1)
+                path.append(leaf_of[i])
+            prev = s
+
+    # Preorder renumbering: roots in creation order (groups by first appearance, token order
+    # within one), children in token order (creation order of a sorted group).
+    new_id = [0] * len(start)
+    order = []
+    stack = roots[::-1]
+    while stack:
+        node = stack.pop()
+        new_id[node] = len(order)
+        order.append(node)
+        stack.extend(children[node][::-1])
+    node_len = np.array([end[n] - start[n] for n in order], dtype=np.int64)
+    node_parent = np.array([-1 if parent[n] < 0 else new_id[parent[n]] for n in order], np.int64)
+    tokens = [seqs[owner[n]][start[n] : end[n]] for n in order]
+    node_tokens = np.concatenate(tokens) if tokens else np.zeros(0, dtype=np.int64)
+    leaf = np.array([new_id[n] for n in leaf_of], dtype=np.int64)
+    return Forest(node_len, node_parent, leaf, node_tokens)
+
+
+@dataclass(frozen=True, eq=False)
+class TreeMicroBatch:
+    """One tree-packed micro-batch (docs/design.md "Tree packing"). ``meta``: its MicroBatchMeta
+    as for sequences, over pieces (``meta.indices``: piece ids; ``cu_seqlens`` /
+    ``cu_seqlens_aligned`` delimit the pieces, the varlen kernels' sequences). Its entries are
+    the nodes of its pieces, piece after piece, each in depth-first preorder:
+
+        nodes, row, position, subtree_end, parent   per entry (int64 arrays)
+        piece_begin                                  [P + 1] piece b's entries
+        rollouts, rollout_entry                      held rollouts (ascending), their last entries
+
+    Row t of entry e has position ``position[e] + t - row[e]`` and subtree_end
+    ``subtree_end[e]``; ``rows()`` expands them over the ``meta.total`` packed rows."""
+
+    meta: object
+    nodes: np.ndarray
+    piece_begin: np.ndarray
+    row: np.ndarray
+    position: np.ndarray
+    subtree_end: np.ndarray
+    parent: np.ndarray
+    rollouts: np.ndarray
+    rollout_entry: np.ndarray
+
+    def _entry_rows(self, node_len):
+        lens = node_len[self.nodes]
+        offsets = np.arange(int(lens.sum()), dtype=np.int64) - np.repeat(
+            np.cumsum(lens) - lens, lens
+        )
+        return lens, np.repeat(self.row, lens) + offsets, offsets
+
+    def rows(self, forest):
+        """(position, subtree_end): int32 arrays over the ``meta.total`` packed rows. A piece's
+        alignment padding counts positions 0, 1, ... and ends at the piece's aligned end; the
+        tail past the aligned tokens counts from 0 and ends at ``total``: no real row sees a
+        padding row, or the reverse."""
+        total = self.meta.total
+        position = np.zeros(total, dtype=np.int32)
+        subtree_end = np.zeros(total, dtype=np.int32)
+        cu = np.asarray(self.meta.cu_seqlens, dtype=np.int64)
+        cua = np.asarray(self.meta.cu_seqlens_aligned, dtype=np.int64)
+        bounds = [(cua[b] + cu[b + 1] - cu[b], cua[b + 1]) for b in range(len(cu) - 1)]
+        bounds.append((cua[-1], total))
+        for a, b in bounds:
+            position[a:b] = np.arange(b - a)
+            subtree_end[a:b] = b
+        lens, rows, offsets = self._entry_rows(forest.node_len)
+        position[rows] = np.repeat(self.position, lens) + offsets
+        subtree_end[rows] = np.repeat(self.subtree_end, lens)
+        return position, subtree_end
+
+    def rollout_rows(self, forest, i):
+        """The packed rows of ``rollouts[i]`` in its token order: its restore indices."""
+        path = []
+        e = int(self.rollout_entry[i])
+        while e >= 0:
+            path.append(e)
+            e = int(self.parent[e])
+        return np.concatenate(
+            [
+                np.arange(self.row[e], self.row[e] + forest.node_len[self.nodes[e]])
+                for e in reversed(path)
+            ]
+        )
+
+    def input_ids(self, forest, pad=0):
+        """The packed token ids [total] (needs ``forest.node_tokens``); padding holds ``pad``."""
+        if forest.node_tokens is None:
+            raise ValueError("forest: no node_tokens (build the forest with build_forest)")
+        out = np.full(self.meta.total, pad, dtype=np.int64)
+        _, rows, offsets = self._entry_rows(forest.node_len)
+        lens = forest.node_len[self.nodes]
+        out[rows] = forest.node_tokens[np.repeat(forest.node_start[self.nodes], lens) + offsets]
+        return out
+
+
+@dataclass(frozen=True, eq=False)
+class TreePlan:
+    """A plan over a forest. ``micro_batches``: TreeMicroBatch per micro-batch; ``rollout_part``:
+    each rollout's micro-batch (-1 if dropped, or on another rank in a balanced plan);
+    ``dropped``: rollouts left out (overlong="drop"); ``loss_weights`` per rollout and
+    ``loss_scales`` per micro-batch as for sequences (with ``loss_tokens``, one per rollout);
+    ``forwarded_tokens``: the rows of real tokens the plan forwards; ``rollout_tokens``: what flat
+    packing of the same rollouts forwards; ``stats``: the planner's, over pieces."""
+
+    num_micro_batches: int
+    local_num_micro_batches: int
+    micro_batches: list
+    rollout_part: np.ndarray
+    dropped: list
+    forwarded_tokens: int
+    rollout_tokens: int
+    stats: object
+    loss_weights: list = None
+    loss_scales: list = None
+    global_counts: tuple = None
+
+    @classmethod
+    def from_raw(cls, raw, *, cap=0, local_k=None, global_counts=None):
+        from .plan import PlanStats, meta_of, _LOCAL_K, _LOSS_SCALE
+
+        scales = raw.get("loss_scales")
+        parts = []
+        for i, p in enumerate(raw["parts"]):
+            meta = meta_of({**p["batch"], _LOSS_SCALE: None if scales is None else scales[i]})
+            arrays = {k: np.asarray(v, dtype=np.int64) for k, v in p.items() if k != "batch"}
+            parts.append(TreeMicroBatch(meta, **arrays))
+        stats = PlanStats(**raw["stats"], cap=cap or 0)
+        return cls(
+            num_micro_batches=len(parts),
+            local_num_micro_batches=getattr(stats, _LOCAL_K) if local_k is None else local_k,
+            micro_batches=parts,
+            rollout_part=np.asarray(raw["rollout_part"], dtype=np.int64),
+            dropped=list(raw["dropped"]),
+            forwarded_tokens=raw["forwarded_tokens"],
+            rollout_tokens=raw["rollout_tokens"],
+            stats=stats,
+            loss_weights=raw.get("loss_weights"),
+            loss_scales=scales,
+            global_counts=global_counts or raw.get("loss_counts"),
+        )
+
+    @classmethod
+    def from_plan(cls, plan, layouts, rollout_part, forwarded_tokens, rollout_tokens):
+        """A TreePlan from the sidecar's answer: ``plan`` (a packsched.plan.Plan over pieces and
+        rollouts), one dict of lists per micro-batch (the TreeLayout fields) and the tree's
+        figures."""
+        parts = [
+            TreeMicroBatch(meta, **{k: np.asarray(v, dtype=np.int64) for k, v in layout.items()})
+            for meta, layout in zip(plan.metadata, layouts)
+        ]
+        return cls(
+            num_micro_batches=plan.num_micro_batches,
+            local_num_micro_batches=plan.local_num_micro_batches,
+            micro_batches=parts,
+            rollout_part=np.asarray(rollout_part, dtype=np.int64),
+            dropped=list(plan.dropped),
+            forwarded_tokens=forwarded_tokens,
+            rollout_tokens=rollout_tokens,
+            stats=plan.stats,
+            loss_weights=plan.loss_weights,
+            loss_scales=plan.loss_scales,
+            global_counts=plan.global_counts,
+        )
+
+    def restore(self, forest, outputs, fill=None):
+        """Per-rollout outputs from per-micro-batch packed outputs: ``outputs[i]`` has
+        ``micro_batches[i].meta.total`` rows (numpy arrays or torch tensors, rows on dim 0);
+        rollout r gets its rows (``rollout_rows``) in its token order. Returns a list of R
+        pieces; dropped rollouts (and those on other ranks) get ``fill`` (default None)."""
+        if len(outputs) != len(self.micro_batches):
+            raise ValueError(
+                f"restore: got {len(outputs)} outputs for {len(self.micro_batches)} micro-batches"
+            )
+        out = [fill] * forest.num_rollouts
+        for part, packed in zip(self.micro_batches, outputs):
+            if len(packed) != part.meta.total:
+                raise ValueError(
+                    f"restore: an output has {len(packed)} rows, expected {part.meta.total}"
+                )
+            for i, r in enumerate(part.rollouts.tolist()):
+                rows = part.rollout_rows(forest, i)
+                if type(packed).__module__.startswith("torch"):
+                    import torch
+
+                    out[r] = packed.index_select(
+                        0, torch.as_tensor(rows, dtype=torch.long, device=packed.device)
+                    )
+                else:
+                    out[r] = np.asarray(packed)[rows]
+        return out

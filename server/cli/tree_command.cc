@@ -1,0 +1,173 @@
+#include "server/cli/tree_command.h"
+
+#include <chrono>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "server/base/status_macros.h"
+#include "server/cli/json_output.h"
+#include "server/cli/json_writer.h"
+#include "server/planner/model_cost.h"
+
+namespace packsched::cli {
+namespace {
+
+using planner::Algorithm;
+
+bool IsPacker(Algorithm a) {
+  return a == Algorithm::kFirstFitDecreasing || a == Algorithm::kBestFitDecreasing ||
+         a == Algorithm::kSequential;
+}
+
+void WriteTreePlanFields(const planner::TreePlan& plan, JsonWriter& w) {
+  w.Key("num_micro_batches");
+  w.Int(static_cast<int64_t>(plan.parts.size()));
+  w.Key(MicroBatchesKey());
+  w.BeginArray();
+  for (const planner::TreeMicroBatch& part : plan.parts) {
+    const planner::TreeLayout& l = part.layout;
+    w.BeginObject();
+    WriteMicroBatchFields(part.batch, w);
+    const std::pair<const char*, const std::vector<int64_t>*> arrays[] = {
+        {"nodes", &l.nodes},       {"piece_begin", &l.piece_begin},    {"row", &l.row},
+        {"position", &l.position}, {"subtree_end", &l.subtree_end},    {"parent", &l.parent},
+        {"rollouts", &l.rollouts}, {"rollout_entry", &l.rollout_entry}};
+    for (const auto& [key, values] : arrays) {
+      w.Key(key);
+      w.IntArray(*values);
+    }
+    w.EndObject();
+  }
+  w.EndArray();
+  w.Key("dropped");
+  w.IntArray(plan.dropped);
+  w.Key("rollout_part");
+  w.IntArray(plan.rollout_part);
+  w.Key("forwarded_tokens");
+  w.Int(plan.forwarded_tokens);
+  w.Key("rollout_tokens");
+  w.Int(plan.rollout_tokens);
+  w.Key("stats");
+  WriteStats(plan.stats, w);
+}
+
+}  // namespace
+
+absl::StatusOr<TreePlanRun> RunTreePlan(const planner::Forest& forest, const PlanRequest& request) {
+  RETURN_IF_ERROR(CheckRequest(request));
+  ASSIGN_OR_RETURN(const planner::ForestIndex index, planner::IndexForest(forest));
+  PlanRequest costed = request;  // with the model's cost, when given one
+  if (costed.model) {
+    ASSIGN_OR_RETURN(const int64_t micro_batch_cost,
+                     planner::UseModelCost(costed.model->ints, costed.model->strings,
+                                           index.rollout_len, costed.options));
+    if (costed.world_size > 0) costed.balance.micro_batch_cost = micro_batch_cost;
+  }
+  TreePlanRun out;
+  out.unique_tokens = index.unique_tokens;
+  out.run.request = costed;
+  const auto start = std::chrono::steady_clock::now();
+  absl::StatusOr<planner::TreePlan> plan;
+  if (costed.world_size > 0) {
+    out.run.mode = "coordinator";
+    absl::StatusOr<planner::BalancedForest> batch =
+        planner::BalanceForest(forest, costed.world_size, costed.options, costed.balance);
+    out.run.plan_seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (!batch.ok()) return batch.status();
+    out.batch = *std::move(batch);
+    return out;
+  }
+  if (costed.num_parts > 0) {
+    out.run.mode = "fixed_k";
+    plan = planner::PartitionForestFixedK(forest, costed.num_parts, costed.options);
+  } else if (IsPacker(costed.options.algorithm)) {
+    out.run.mode = "pack";
+    plan = planner::PackForest(forest, costed.options);
+  } else {
+    out.run.mode = "balance";
+    plan = planner::PlanForest(forest, costed.options);
+  }
+  out.run.plan_seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  if (!plan.ok()) return plan.status();
+  out.plan = *std::move(plan);
+  return out;
+}
+
+std::string TreePlanJson(const TreePlanRun& run) {
+  JsonWriter w;
+  w.BeginObject();
+  if (run.batch) {
+    w.Key("num_micro_batches");
+    w.Int(run.batch->num_micro_batches);
+    w.Key("ranks");
+    w.BeginArray();
+    for (const planner::TreePlan& rank : run.batch->ranks) {
+      w.BeginObject();
+      WriteTreePlanFields(rank, w);
+      w.EndObject();
+    }
+    w.EndArray();
+    w.Key("dropped");
+    w.IntArray(run.batch->dropped);
+    w.Key("step");
+    WriteStep(run.batch->step, w);
+  } else {
+    WriteTreePlanFields(*run.plan, w);
+  }
+  w.Key("unique_tokens");
+  w.Int(run.unique_tokens);
+  w.Key("options");
+  WriteOptions(run.run, w);
+  w.Key("timing");
+  w.BeginObject();
+  w.Key("plan_ms");
+  w.Double(run.run.plan_seconds * 1e3);
+  w.EndObject();
+  w.EndObject();
+  std::string out = w.Take();
+  out += '\n';
+  return out;
+}
+
+std::string TreePlanTable(const TreePlanRun& run) {
+  std::vector<const planner::TreePlan*> plans;
+  if (run.batch) {
+    for (const planner::TreePlan& rank : run.batch->ranks) plans.push_back(&rank);
+  } else {
+    plans.push_back(&*run.plan);
+  }
+  int64_t forwarded = 0, flat = 0, k = 0;
+  for (const planner::TreePlan* plan : plans) {
+    forwarded += plan->forwarded_tokens;
+    flat += plan->rollout_tokens;
+    k = static_cast<int64_t>(plan->parts.size());
+  }
+  std::string out = absl::StrFormat(
+      "tree plan (%s): %d micro-batches%s, %d tokens forwarded (flat packing: %d, %.3fx; unique: "
+      "%d), planned in %.3f ms\n",
+      run.run.mode, k, run.batch ? absl::StrCat(" on each of ", plans.size(), " ranks") : "",
+      forwarded, flat, flat > 0 ? static_cast<double>(forwarded) / static_cast<double>(flat) : 0.0,
+      run.unique_tokens, run.run.plan_seconds * 1e3);
+  absl::StrAppend(&out, absl::StrFormat("%6s %5s %7s %9s %10s %14s  %s\n", "rank", "mb", "pieces",
+                                        "rollouts", "tokens", "cost", "flags"));
+  for (size_t r = 0; r < plans.size(); ++r) {
+    for (size_t i = 0; i < plans[r]->parts.size(); ++i) {
+      const planner::TreeMicroBatch& part = plans[r]->parts[i];
+      absl::StrAppend(
+          &out, absl::StrFormat("%6d %5d %7d %9d %10d %14d  %s\n", r, i, part.batch.indices.size(),
+                                part.layout.rollouts.size(), part.batch.tokens, part.batch.cost,
+                                part.batch.overlong ? "overlong" : ""));
+    }
+  }
+  const planner::TreePlan& first = *plans.front();
+  if (!first.dropped.empty() || (run.batch && !run.batch->dropped.empty())) {
+    absl::StrAppend(
+        &out, "dropped rollouts: ", (run.batch ? run.batch->dropped : first.dropped).size(), "\n");
+  }
+  return out;
+}
+
+}  // namespace packsched::cli

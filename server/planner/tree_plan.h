@@ -1,0 +1,172 @@
+#ifndef PACKSCHED_SERVER_PLANNER_TREE_PLAN_H_
+#define PACKSCHED_SERVER_PLANNER_TREE_PLAN_H_
+
+// Tree packing's plan (docs/design.md "Tree packing"): a forest of rollouts (forest.h) cut into
+// packing items, "pieces", planned by the sequence planner (planner.h) as if each piece were
+// one sequence, then laid out row by row.
+//
+// A piece is a whole tree, or, for a tree whose unique tokens pass the cap, a subset of its
+// rollouts with every node on their paths: the rollouts are taken in depth-first order of
+// their leaves (ties: rollout index) and a piece is closed when the next rollout's new nodes
+// would pass the cap, so the shared prefix is repeated in each piece. A piece's tokens are
+// its unique tokens, aligned as a sequence is (align_to); its cost is the sequence cost model
+// generalised: under kTokens the aligned tokens; under kAttention
+//   linear x aligned + quadratic x (sum over its nodes of (d + l)^2 - d^2  +  aligned^2 - tokens^2)
+// for a node of l tokens after d tokens on its root path: each query token against its whole
+// ancestor path, so that a chain (one rollout) costs exactly what the same sequence costs flat
+// and the alignment padding costs what it costs there.
+//
+// The overlong policy applies to a rollout whose aligned length alone passes the cap: kReject
+// names it, kDrop leaves it out (and every node only it uses), kIsolate makes it a piece of its
+// own, alone in a micro-batch flagged overlong. max_seqs_per_micro_batch counts pieces.
+// context_parallel > 1 is InvalidArgument (the head-tail shards of a tree are not defined yet).
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "server/planner/forest.h"
+#include "server/planner/loss_weights.h"
+#include "server/planner/options.h"
+#include "server/planner/plan.h"
+#include "server/planner/planner.h"
+
+namespace packsched::planner {
+
+namespace internal {
+struct TreeState;
+}  // namespace internal
+
+struct TreePiece {
+  int64_t root = 0;               // its tree
+  std::vector<int64_t> rollouts;  // the rollouts it holds, ascending
+  std::vector<int64_t> nodes;     // every node on their paths, in depth-first preorder
+  int64_t tokens = 0;             // sum of the nodes' lengths: each token once
+  int64_t aligned = 0;            // tokens rounded up to align_to
+  int64_t cost = 0;               // see the top of this file
+  bool overlong = false;          // one rollout over the cap (kIsolate)
+};
+
+// The packed layout of one micro-batch, node by node. Its "entries" are the nodes of its
+// pieces, piece after piece in the micro-batch's order, each piece in depth-first preorder
+// (children in ascending node index); a node of a split tree may appear in several pieces.
+// Rows are packed rows of the micro-batch: piece b starts at cu_seqlens_aligned[b].
+//   position of row t of entry e  = position[e] + (t - row[e])   (its depth on the root path)
+//   subtree_end of row t of entry e = subtree_end[e]
+// RowsOf() expands them; RolloutRows() gives a rollout's restore indices.
+struct TreeLayout {
+  std::vector<int64_t> nodes;  // [E] the forest node of each entry
+  std::vector<int64_t>
+      piece_begin;                // [P + 1] piece b's entries: [piece_begin[b], piece_begin[b + 1])
+  std::vector<int64_t> row;       // [E] its first packed row
+  std::vector<int64_t> position;  // [E] its first token's position (tokens above it)
+  std::vector<int64_t> subtree_end;    // [E] one past the last row of its subtree in the piece
+  std::vector<int64_t> parent;         // [E] its parent's entry, -1 for a piece's root
+  std::vector<int64_t> rollouts;       // rollouts held, ascending
+  std::vector<int64_t> rollout_entry;  // [rollouts] the entry of each one's last node
+};
+
+struct TreeMicroBatch {
+  // The micro-batch as the sequence planner sees it: `indices` are piece ids (ascending), its
+  // cu_seqlens and cu_seqlens_aligned delimit the pieces, its tokens are unique tokens.
+  MicroBatch batch;
+  TreeLayout layout;
+};
+
+struct TreePlan {
+  std::vector<TreeMicroBatch> parts;
+  std::vector<int64_t> dropped;       // rollouts left out (kDrop), ascending
+  std::vector<int64_t> rollout_part;  // [R] each rollout's micro-batch, -1 if dropped or not here
+  PlanStats stats;                    // the sequence planner's, over pieces
+  int64_t num_rollouts = 0;           // R
+  int64_t rollout_tokens = 0;    // tokens of the kept rollouts here: what flat packing forwards
+  int64_t forwarded_tokens = 0;  // tokens of the pieces here (shared prefixes once per piece)
+};
+
+// A validated forest cut into pieces, with the local bound: TreeProblem is to a forest what
+// Problem is to lengths (the sidecar's rounds agree on k between Create and Partition).
+// Immutable after Create(); safe to share across threads; cheap to copy.
+class TreeProblem {
+ public:
+  // InvalidArgument for a bad forest (IndexForest), bad options (as Problem::Create),
+  // context_parallel > 1, a rollout over the cap under kReject (naming it), or a piece cost
+  // that overflows int64.
+  static absl::StatusOr<TreeProblem> Create(const Forest& forest, const PlanOptions& options,
+                                            bool cap_optional = false);
+
+  int64_t local_k() const;
+  int64_t lower_bound_k() const;
+  int64_t num_sequences() const;  // rollouts given
+  int64_t num_kept() const;       // rollouts planned (not dropped)
+  int64_t total_tokens() const;   // tokens of the pieces (what the plan forwards)
+  const std::vector<TreePiece>& pieces() const;
+  const std::vector<int64_t>& dropped() const;  // rollouts
+  const Forest& forest() const;
+  const ForestIndex& index() const;
+  const Problem& problem() const;  // over the pieces
+
+  // As Problem::Partition, then laid out. InvalidArgument as Problem::Partition.
+  absl::StatusOr<TreePlan> Partition(int64_t k) const;
+
+ private:
+  explicit TreeProblem(std::shared_ptr<const internal::TreeState> state);
+  std::shared_ptr<const internal::TreeState> state_;
+};
+
+// TreeProblem::Create + Partition(local_k()).
+absl::StatusOr<TreePlan> PlanForest(const Forest& forest, const PlanOptions& options);
+
+// Exactly `k` micro-batches, the cap optional (as PartitionFixedK).
+absl::StatusOr<TreePlan> PartitionForestFixedK(const Forest& forest, int64_t k,
+                                               const PlanOptions& options);
+
+// Dataset packing of the pieces (options.algorithm ffd, bfd or sequential; as PackDataset).
+absl::StatusOr<TreePlan> PackForest(const Forest& forest, const PlanOptions& options);
+
+// Coordinator mode over a forest: the pieces balanced over ranks as BalanceBatch balances
+// sequences (no groups: a tree is already one item). Rank r's plan holds global piece and
+// rollout ids; its rollout_part marks only its own rollouts.
+struct BalancedForest {
+  std::vector<TreePlan> ranks;
+  int64_t num_micro_batches = 0;
+  std::vector<int64_t> dropped;  // rollouts, ascending
+  StepStats step;
+};
+absl::StatusOr<BalancedForest> BalanceForest(const Forest& forest, int64_t world_size,
+                                             const PlanOptions& options,
+                                             const BalanceOptions& balance = {});
+
+// Per packed row of `part` (batch.total rows): position and subtree_end as the layout defines
+// them. A piece's alignment padding rows count positions 0, 1, ... and end at the piece's
+// aligned end; the tail rows past aligned_tokens count positions from 0 and end at `total`: no
+// real row sees a padding row or the reverse.
+struct TreeRows {
+  std::vector<int32_t> position;
+  std::vector<int32_t> subtree_end;
+};
+TreeRows RowsOf(const TreeMicroBatch& part, const Forest& forest);
+
+// The packed rows of rollout layout.rollouts[i], in its token order (restore indices).
+std::vector<int64_t> RolloutRows(const TreeMicroBatch& part, const Forest& forest, size_t i);
+
+// The plan as a plan over rollouts, for CountLoss and ComputeLossWeights (loss_weights.h):
+// part p's indices are the rollouts it holds; revert and reorder are over all R rollouts (-1
+// for dropped ones and, in a rank's plan of BalanceForest, for other ranks' rollouts); tokens
+// and max_seqlen are the rollouts' (no offsets: the rows are the layout's). Loss weights are
+// per rollout as for sequences.
+MicroBatchPlan RolloutView(const TreePlan& plan, const ForestIndex& index);
+
+// RolloutView with the micro-batches over pieces (TreeMicroBatch::batch): what the sidecar
+// answers a forest request with (reorder, revert and dropped over rollouts; micro_batches'
+// indices are piece ids and their offsets delimit the pieces).
+MicroBatchPlan ResponseView(const TreePlan& plan, const ForestIndex& index);
+
+// CountLoss over the rollouts `problem` keeps, before any plan exists (what a rank sends into
+// the round). `loss_tokens`: one per rollout; InvalidArgument as CountLoss.
+absl::StatusOr<LossCounts> CountLoss(const TreeProblem& problem,
+                                     absl::Span<const int64_t> loss_tokens);
+
+}  // namespace packsched::planner
+
+#endif  // PACKSCHED_SERVER_PLANNER_TREE_PLAN_H_

@@ -1,0 +1,64 @@
+#include "server/service/forest_convert.h"
+
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "server/base/status_macros.h"
+
+namespace packsched::service {
+namespace {
+
+absl::Status WithinLimit(absl::string_view what, int64_t count, const ServiceLimits& limits) {
+  if (count <= limits.max_sequences_per_request) return absl::OkStatus();
+  return absl::ResourceExhaustedError(absl::StrCat("forest: ", count, " ", what,
+                                                   " exceed the server limit "
+                                                   "--max_sequences_per_request = ",
+                                                   limits.max_sequences_per_request));
+}
+
+template <typename Field>
+std::vector<int64_t> Copy(const Field& field) {
+  return std::vector<int64_t>(field.begin(), field.end());
+}
+
+void Assign(const std::vector<int64_t>& values, google::protobuf::RepeatedField<int64_t>* out) {
+  out->Assign(values.begin(), values.end());
+}
+
+}  // namespace
+
+absl::StatusOr<planner::Forest> ToForest(const v1::Forest& forest, const ServiceLimits& limits) {
+  RETURN_IF_ERROR(WithinLimit("nodes", forest.node_len_size(), limits));
+  RETURN_IF_ERROR(WithinLimit("nodes", forest.node_parent_size(), limits));
+  RETURN_IF_ERROR(WithinLimit("rollouts", forest.rollout_leaf_size(), limits));
+  RETURN_IF_ERROR(WithinLimit("rollouts", forest.rollout_len_size(), limits));
+  if (forest.rollout_leaf().empty()) {
+    return absl::InvalidArgumentError(
+        "forest: no rollouts (rollout_leaf is empty): nothing to plan");
+  }
+  planner::Forest out{Copy(forest.node_len()), Copy(forest.node_parent()),
+                      Copy(forest.rollout_leaf()), Copy(forest.rollout_len())};
+  RETURN_IF_ERROR(planner::IndexForest(out).status());
+  return out;
+}
+
+void TreePlanToProto(const planner::TreePlan& plan, v1::TreePlan* out) {
+  for (const planner::TreeMicroBatch& part : plan.parts) {
+    const planner::TreeLayout& l = part.layout;
+    v1::TreeLayout* layout = out->add_layouts();
+    Assign(l.nodes, layout->mutable_nodes());
+    Assign(l.piece_begin, layout->mutable_piece_begin());
+    Assign(l.row, layout->mutable_row());
+    Assign(l.position, layout->mutable_position());
+    Assign(l.subtree_end, layout->mutable_subtree_end());
+    Assign(l.parent, layout->mutable_parent());
+    Assign(l.rollouts, layout->mutable_rollouts());
+    Assign(l.rollout_entry, layout->mutable_rollout_entry());
+  }
+  Assign(plan.rollout_part, out->mutable_rollout_part());
+  out->set_forwarded_tokens(plan.forwarded_tokens);
+  out->set_rollout_tokens(plan.rollout_tokens);
+}
+
+}  // namespace packsched::service

@@ -1,0 +1,411 @@
+// Tree packing's plan: forests validated with errors naming the node or rollout, pieces
+// within the cap, each token forwarded once per piece, rows that restore every rollout, the
+// mask rule equal to each rollout alone, the cost formula, and determinism.
+
+#include "server/planner/tree_plan.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <map>
+#include <random>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "server/planner/forest.h"
+#include "server/planner/loss_weights.h"
+#include "server/planner/planner.h"
+
+namespace packsched::planner {
+namespace {
+
+using ::testing::HasSubstr;
+
+void ExpectInvalid(const absl::Status& status, const std::string& mentions) {
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
+  EXPECT_THAT(std::string(status.message()), HasSubstr(mentions));
+}
+
+PlanOptions Capped(int64_t cap) {
+  PlanOptions o;
+  o.max_token_len = cap;
+  return o;
+}
+
+// A GRPO-shaped forest: per group a prompt node and one completion node per rollout.
+Forest Groups(const std::vector<int64_t>& prompts,
+              const std::vector<std::vector<int64_t>>& completions) {
+  Forest f;
+  for (size_t g = 0; g < prompts.size(); ++g) {
+    const int64_t root = static_cast<int64_t>(f.node_len.size());
+    f.node_len.push_back(prompts[g]);
+    f.node_parent.push_back(-1);
+    for (int64_t c : completions[g]) {
+      f.node_len.push_back(c);
+      f.node_parent.push_back(root);
+      f.rollout_leaf.push_back(static_cast<int64_t>(f.node_len.size()) - 1);
+    }
+  }
+  return f;
+}
+
+// A random forest: each node hangs under an earlier node of its tree or starts a tree; every
+// leaf is a rollout, and some inner nodes too.
+Forest RandomForest(std::mt19937_64& rng, int64_t nodes, int64_t max_len) {
+  Forest f;
+  std::uniform_int_distribution<int64_t> len(1, max_len);
+  for (int64_t n = 0; n < nodes; ++n) {
+    f.node_len.push_back(len(rng));
+    const bool root = n == 0 || rng() % 5 == 0;
+    f.node_parent.push_back(root ? -1 : static_cast<int64_t>(rng() % n));
+  }
+  std::vector<bool> inner(nodes, false);
+  for (int64_t n = 0; n < nodes; ++n) {
+    if (f.node_parent[n] >= 0) inner[f.node_parent[n]] = true;
+  }
+  for (int64_t n = 0; n < nodes; ++n) {
+    if (!inner[n] || rng() % 4 == 0) f.rollout_leaf.push_back(n);
+    if (!inner[n] && rng() % 6 == 0) f.rollout_leaf.push_back(n);  // a duplicate rollout
+  }
+  std::shuffle(f.rollout_leaf.begin(), f.rollout_leaf.end(), rng);
+  return f;
+}
+
+// Rollout r's tokens as (node, offset) labels, root first.
+std::vector<std::pair<int64_t, int64_t>> PathTokens(const Forest& f, int64_t r) {
+  std::vector<int64_t> path;
+  for (int64_t n = f.rollout_leaf[r]; n >= 0; n = f.node_parent[n]) path.push_back(n);
+  std::vector<std::pair<int64_t, int64_t>> tokens;
+  for (auto it = path.rbegin(); it != path.rend(); ++it) {
+    for (int64_t j = 0; j < f.node_len[*it]; ++j) tokens.emplace_back(*it, j);
+  }
+  return tokens;
+}
+
+bool IsAncestorOrSelf(const Forest& f, int64_t a, int64_t n) {
+  for (; n >= 0; n = f.node_parent[n]) {
+    if (n == a) return true;
+  }
+  return false;
+}
+
+// Everything a tree plan promises, checked from the forest alone. Returns "" when it holds.
+std::string CheckTreePlan(const Forest& f, const PlanOptions& o, const TreePlan& plan,
+                          bool check_mask) {
+  const int64_t r_count = static_cast<int64_t>(f.rollout_leaf.size());
+  const int64_t align = std::max<int64_t>(o.align_to, 1);
+  const int64_t cap = o.max_token_len - o.max_token_len % o.align_total_to;
+  std::vector<int> seen(r_count, 0);
+  int64_t forwarded = 0;
+  for (size_t p = 0; p < plan.parts.size(); ++p) {
+    const TreeMicroBatch& part = plan.parts[p];
+    const MicroBatch& b = part.batch;
+    const TreeLayout& l = part.layout;
+    if (o.max_token_len > 0 && !b.overlong && b.total > cap) return "a part passes the cap";
+    if (l.piece_begin.size() != b.indices.size() + 1) return "piece_begin size";
+    // Labels of every real row.
+    std::vector<std::pair<int64_t, int64_t>> label(b.total, {-1, -1});
+    std::vector<int64_t> piece_of(b.total, -1);
+    for (size_t s = 0; s + 1 < l.piece_begin.size(); ++s) {
+      int64_t tokens = 0;
+      std::set<int64_t> nodes;
+      for (int64_t e = l.piece_begin[s]; e < l.piece_begin[s + 1]; ++e) {
+        if (!nodes.insert(l.nodes[e]).second) return "a node twice in one piece";
+        for (int64_t j = 0; j < f.node_len[l.nodes[e]]; ++j) {
+          if (label[l.row[e] + j].first != -1) return "a row of two entries";
+          label[l.row[e] + j] = {l.nodes[e], j};
+          piece_of[l.row[e] + j] = static_cast<int64_t>(s);
+        }
+        tokens += f.node_len[l.nodes[e]];
+      }
+      if (tokens != b.cu_seqlens[s + 1] - b.cu_seqlens[s]) return "piece tokens != cu_seqlens";
+      const int64_t aligned = (tokens + align - 1) / align * align;
+      if (aligned != b.cu_seqlens_aligned[s + 1] - b.cu_seqlens_aligned[s]) return "aligned";
+      if (o.max_token_len > 0 && !b.overlong && aligned > cap) return "a piece passes the cap";
+      forwarded += tokens;
+    }
+    const TreeRows rows = RowsOf(part, f);
+    for (size_t i = 0; i < l.rollouts.size(); ++i) {
+      const int64_t r = l.rollouts[i];
+      ++seen[r];
+      if (plan.rollout_part[r] != static_cast<int64_t>(p)) return "rollout_part";
+      const std::vector<int64_t> rr = RolloutRows(part, f, i);
+      const auto want = PathTokens(f, r);
+      if (rr.size() != want.size()) return "rollout rows: wrong length";
+      for (size_t t = 0; t < rr.size(); ++t) {
+        if (label[rr[t]] != want[t]) return "rollout rows: wrong token";
+        if (rows.position[rr[t]] != static_cast<int32_t>(t)) return "position != index in rollout";
+        if (piece_of[rr[t]] != piece_of[rr[0]]) return "a rollout over two pieces";
+      }
+    }
+    if (!check_mask) continue;
+    for (int64_t i = 0; i < b.total; ++i) {
+      for (int64_t j = 0; j < b.total; ++j) {
+        if (piece_of[i] < 0 || piece_of[j] != piece_of[i]) continue;
+        const bool visible = j <= i && i < rows.subtree_end[j];
+        const auto [ni, oi] = label[i];
+        const auto [nj, oj] = label[j];
+        const bool want = ni == nj ? oj <= oi : IsAncestorOrSelf(f, nj, ni);
+        if (visible != want) return "mask rule differs from the rollout's causal mask";
+      }
+    }
+  }
+  for (int64_t r = 0; r < r_count; ++r) {
+    const bool dropped = std::binary_search(plan.dropped.begin(), plan.dropped.end(), r);
+    if (seen[r] != (dropped ? 0 : 1)) return "a rollout not exactly once";
+  }
+  if (forwarded != plan.forwarded_tokens) return "forwarded_tokens";
+  return "";
+}
+
+TEST(Forest, BadInputNamesTheNodeOrRollout) {
+  ExpectInvalid(IndexForest({{4, 0, 2}, {-1, 0, 0}, {1}}).status(), "node 1 has node_len = 0");
+  ExpectInvalid(IndexForest({{4, 3}, {-1, 5}, {1}}).status(), "node 1 has node_parent = 5");
+  ExpectInvalid(IndexForest({{4, 3, 2}, {-1, 2, 0}, {1}}).status(), "node 1 has node_parent = 2");
+  ExpectInvalid(IndexForest({{4, 3}, {1, 0}, {1}}).status(), "node 0 has node_parent = 1");
+  ExpectInvalid(IndexForest({{4, 3}, {-1, 0}, {2}}).status(), "rollout 0 has rollout_leaf = 2");
+  ExpectInvalid(IndexForest({{4, 3, 5}, {-1, 0, 0}, {1}}).status(), "node 2 is on no rollout");
+  ExpectInvalid(IndexForest({{4, 3}, {-1, 0}, {1, 0}, {7, 5}}).status(),
+                "rollout 1 declares rollout_len = 5 but its path to node 0 holds 4");
+  ExpectInvalid(IndexForest({{4}, {-1, 0}, {0}}).status(), "node_parent has 2 entries");
+  EXPECT_TRUE(IndexForest({{4, 3}, {-1, 0}, {1, 0}, {7, 4}}).ok());
+}
+
+TEST(Forest, IndexHasDepthsPreorderAndTotals) {
+  // 0 -> {1 -> {3}, 2}; 4 alone.
+  const Forest f{{5, 2, 3, 1, 6}, {-1, 0, 0, 1, -1}, {3, 2, 4}};
+  const absl::StatusOr<ForestIndex> index = IndexForest(f);
+  ASSERT_TRUE(index.ok()) << index.status();
+  EXPECT_EQ(index->depth, (std::vector<int64_t>{0, 5, 5, 7, 0}));
+  EXPECT_EQ(index->preorder, (std::vector<int64_t>{0, 1, 3, 2, 4}));
+  EXPECT_EQ(index->rollout_len, (std::vector<int64_t>{8, 8, 6}));
+  EXPECT_EQ(index->unique_tokens, 17);
+  EXPECT_EQ(index->rollout_tokens, 22);
+}
+
+TEST(TreePlan, GroupsForwardTheirPromptOnce) {
+  const Forest f = Groups({100, 60}, {{10, 20, 30}, {5, 5}});
+  const absl::StatusOr<TreePlan> plan = PlanForest(f, Capped(1000));
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(plan->parts.size(), 1u);
+  EXPECT_EQ(plan->forwarded_tokens, 100 + 60 + 60 + 10);
+  EXPECT_EQ(plan->rollout_tokens, 3 * 100 + 60 + 2 * 60 + 10);
+  EXPECT_EQ(CheckTreePlan(f, Capped(1000), *plan, /*check_mask=*/true), "");
+  // Flat packing of the same rollouts needs more than one micro-batch under a cap of 300.
+  const absl::StatusOr<TreePlan> tight = PlanForest(f, Capped(300));
+  ASSERT_TRUE(tight.ok()) << tight.status();
+  EXPECT_EQ(tight->parts.size(), 1u);
+  EXPECT_EQ(PlanMicroBatches({110, 120, 130, 65, 65}, Capped(300))->parts.size(), 2u);
+}
+
+TEST(TreePlan, OverCapTreeSplitsIntoPiecesOfWholeRollouts) {
+  // 100 + 4 x 50 = 300 tokens under a cap of 220: pieces of at most two completions each.
+  const Forest f = Groups({100}, {{50, 50, 50, 50}});
+  const absl::StatusOr<TreeProblem> problem = TreeProblem::Create(f, Capped(220));
+  ASSERT_TRUE(problem.ok()) << problem.status();
+  ASSERT_EQ(problem->pieces().size(), 2u);
+  for (const TreePiece& piece : problem->pieces()) {
+    EXPECT_EQ(piece.tokens, 200);
+    EXPECT_EQ(piece.nodes.front(), 0);  // the prompt, repeated
+  }
+  EXPECT_EQ(problem->pieces()[0].rollouts, (std::vector<int64_t>{0, 1}));
+  EXPECT_EQ(problem->pieces()[1].rollouts, (std::vector<int64_t>{2, 3}));
+  const absl::StatusOr<TreePlan> plan = problem->Partition(problem->local_k());
+  ASSERT_TRUE(plan.ok());
+  EXPECT_EQ(CheckTreePlan(f, Capped(220), *plan, /*check_mask=*/true), "");
+}
+
+TEST(TreePlan, OverlongRolloutFollowsThePolicy) {
+  const Forest f = Groups({100}, {{50, 150, 20}});
+  PlanOptions o = Capped(200);
+  ExpectInvalid(PlanForest(f, o).status(), "rollout 1 has length 250");
+  o.overlong = OverlongPolicy::kDrop;
+  absl::StatusOr<TreePlan> plan = PlanForest(f, o);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(plan->dropped, (std::vector<int64_t>{1}));
+  EXPECT_EQ(plan->forwarded_tokens, 170);  // the 150-token completion is not forwarded
+  EXPECT_EQ(CheckTreePlan(f, o, *plan, /*check_mask=*/true), "");
+  o.overlong = OverlongPolicy::kIsolate;
+  plan = PlanForest(f, o);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_TRUE(plan->dropped.empty());
+  int overlong = 0;
+  for (const TreeMicroBatch& part : plan->parts) {
+    if (!part.batch.overlong) continue;
+    ++overlong;
+    EXPECT_EQ(part.layout.rollouts, (std::vector<int64_t>{1}));
+  }
+  EXPECT_EQ(overlong, 1);
+  EXPECT_EQ(CheckTreePlan(f, o, *plan, /*check_mask=*/true), "");
+}
+
+TEST(TreePlan, ContextParallelIsRefused) {
+  PlanOptions o = Capped(1024);
+  o.context_parallel = 2;
+  ExpectInvalid(PlanForest(Groups({10}, {{5}}), o).status(), "context_parallel = 2");
+}
+
+TEST(TreePlan, BadForestIsInvalidArgument) {
+  ExpectInvalid(PlanForest({{4, 3}, {-1, 0}, {3}}, Capped(100)).status(), "rollout 0");
+}
+
+// A forest of chains (one rollout per tree) is flat packing: the same k and the same costs.
+TEST(TreePlan, ChainsPlanAsTheirSequences) {
+  std::mt19937_64 rng(7);
+  for (int trial = 0; trial < 20; ++trial) {
+    std::vector<int64_t> lengths;
+    Forest f;
+    for (int i = 0; i < 40; ++i) {
+      const int64_t len = 1 + static_cast<int64_t>(rng() % 900);
+      lengths.push_back(len);
+      f.node_len.push_back(len);
+      f.node_parent.push_back(-1);
+      f.rollout_leaf.push_back(i);
+    }
+    PlanOptions o = Capped(2048);
+    o.cost = trial % 2 == 0 ? CostModel::kAttention : CostModel::kTokens;
+    o.align_to = trial % 3 == 0 ? 8 : 1;
+    const absl::StatusOr<TreePlan> tree = PlanForest(f, o);
+    const absl::StatusOr<MicroBatchPlan> flat = PlanMicroBatches(lengths, o);
+    ASSERT_TRUE(tree.ok() && flat.ok());
+    ASSERT_EQ(tree->parts.size(), flat->parts.size());
+    for (size_t p = 0; p < flat->parts.size(); ++p) {
+      EXPECT_EQ(tree->parts[p].batch.cost, flat->parts[p].cost);
+      EXPECT_EQ(tree->parts[p].layout.rollouts, flat->parts[p].indices);
+    }
+  }
+}
+
+// The attention cost counts each query token against its whole ancestor path: from the rows,
+// sum over real rows of (2 x position + 1), plus the alignment padding as flat plans count it.
+TEST(TreePlan, AttentionCostFromTheRows) {
+  std::mt19937_64 rng(11);
+  for (int trial = 0; trial < 30; ++trial) {
+    const Forest f = RandomForest(rng, 30, 40);
+    PlanOptions o = Capped(600);
+    o.cost = CostModel::kAttention;
+    o.attention = {.linear = 7, .quadratic = 3};
+    o.align_to = trial % 2 == 0 ? 4 : 1;
+    o.overlong = OverlongPolicy::kIsolate;
+    const absl::StatusOr<TreePlan> plan = PlanForest(f, o);
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    for (const TreeMicroBatch& part : plan->parts) {
+      const TreeRows rows = RowsOf(part, f);
+      int64_t want = 0;
+      for (size_t s = 0; s + 1 < part.batch.cu_seqlens.size(); ++s) {
+        const int64_t tokens = part.batch.cu_seqlens[s + 1] - part.batch.cu_seqlens[s];
+        const int64_t aligned =
+            part.batch.cu_seqlens_aligned[s + 1] - part.batch.cu_seqlens_aligned[s];
+        int64_t quad = aligned * aligned - tokens * tokens;
+        for (int64_t t = 0; t < tokens; ++t) {
+          quad += 2 * rows.position[part.batch.cu_seqlens_aligned[s] + t] + 1;
+        }
+        want += 7 * aligned + 3 * quad;
+      }
+      EXPECT_EQ(part.batch.cost, want);
+    }
+  }
+}
+
+TEST(TreePlan, RandomForestsKeepEveryPromise) {
+  std::mt19937_64 rng(3);
+  for (int trial = 0; trial < 200; ++trial) {
+    const Forest f = RandomForest(rng, 1 + static_cast<int64_t>(rng() % 40), 1 + rng() % 60);
+    PlanOptions o = Capped(64 + static_cast<int64_t>(rng() % 400));
+    o.align_to = std::vector<int64_t>{1, 2, 8}[trial % 3];
+    o.align_total_to = trial % 4 == 0 ? 16 : 1;
+    o.cost = trial % 2 == 0 ? CostModel::kAttention : CostModel::kTokens;
+    o.algorithm = trial % 5 == 0 ? Algorithm::kLpt : Algorithm::kKarmarkarKarp;
+    o.overlong = trial % 3 == 0 ? OverlongPolicy::kDrop : OverlongPolicy::kIsolate;
+    const absl::StatusOr<TreePlan> plan = PlanForest(f, o);
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    EXPECT_EQ(CheckTreePlan(f, o, *plan, /*check_mask=*/trial % 4 == 0), "") << "trial " << trial;
+    const absl::StatusOr<TreePlan> again = PlanForest(f, o);
+    ASSERT_TRUE(again.ok());
+    ASSERT_EQ(again->parts.size(), plan->parts.size());
+    for (size_t p = 0; p < plan->parts.size(); ++p) {
+      EXPECT_EQ(again->parts[p].layout.nodes, plan->parts[p].layout.nodes);
+      EXPECT_EQ(again->parts[p].layout.rollouts, plan->parts[p].layout.rollouts);
+    }
+    // A tree within the cap is one piece: its tokens forwarded exactly once.
+    const ForestIndex index = *IndexForest(f);
+    std::map<int64_t, int64_t> tree_tokens;
+    for (size_t n = 0; n < f.node_len.size(); ++n) tree_tokens[index.root[n]] += f.node_len[n];
+    const absl::StatusOr<TreeProblem> problem = TreeProblem::Create(f, o);
+    ASSERT_TRUE(problem.ok());
+    for (const TreePiece& piece : problem->pieces()) {
+      const int64_t cap = o.max_token_len - o.max_token_len % o.align_total_to;
+      const int64_t whole = (tree_tokens[piece.root] + o.align_to - 1) / o.align_to * o.align_to;
+      if (whole <= cap) EXPECT_EQ(piece.tokens, tree_tokens[piece.root]);
+    }
+  }
+}
+
+TEST(TreePlan, PackersAndFixedK) {
+  std::mt19937_64 rng(5);
+  const Forest f = RandomForest(rng, 40, 50);
+  PlanOptions o = Capped(300);
+  o.overlong = OverlongPolicy::kIsolate;
+  o.algorithm = Algorithm::kBestFitDecreasing;
+  const absl::StatusOr<TreePlan> packed = PackForest(f, o);
+  ASSERT_TRUE(packed.ok()) << packed.status();
+  EXPECT_EQ(CheckTreePlan(f, o, *packed, /*check_mask=*/false), "");
+  o.algorithm = Algorithm::kKarmarkarKarp;
+  const int64_t k = PlanForest(f, o)->parts.size() + 2;
+  const absl::StatusOr<TreePlan> fixed = PartitionForestFixedK(f, k, o);
+  ASSERT_TRUE(fixed.ok()) << fixed.status();
+  EXPECT_EQ(static_cast<int64_t>(fixed->parts.size()), k);
+  EXPECT_EQ(CheckTreePlan(f, o, *fixed, /*check_mask=*/false), "");
+}
+
+TEST(TreePlan, BalanceForestGivesEveryRankTheSameK) {
+  std::mt19937_64 rng(9);
+  for (Sync sync : {Sync::kStep, Sync::kMicroBatch}) {
+    const Forest f = RandomForest(rng, 120, 80);
+    PlanOptions o = Capped(400);
+    o.overlong = OverlongPolicy::kIsolate;
+    o.cost = CostModel::kAttention;
+    const absl::StatusOr<BalancedForest> batch = BalanceForest(f, 4, o, {.sync = sync});
+    ASSERT_TRUE(batch.ok()) << batch.status();
+    std::vector<int> seen(f.rollout_leaf.size(), 0);
+    for (const TreePlan& rank : batch->ranks) {
+      EXPECT_EQ(static_cast<int64_t>(rank.parts.size()), batch->num_micro_batches);
+      for (const TreeMicroBatch& part : rank.parts) {
+        for (int64_t r : part.layout.rollouts) ++seen[r];
+      }
+      const TreePlan& plan = rank;
+      for (size_t p = 0; p < plan.parts.size(); ++p) {
+        for (size_t i = 0; i < plan.parts[p].layout.rollouts.size(); ++i) {
+          const int64_t r = plan.parts[p].layout.rollouts[i];
+          EXPECT_EQ(RolloutRows(plan.parts[p], f, i).size(), PathTokens(f, r).size());
+        }
+      }
+    }
+    for (int s : seen) EXPECT_EQ(s, 1);
+  }
+}
+
+TEST(TreePlan, LossWeightsArePerRollout) {
+  const Forest f = Groups({10, 20}, {{3, 4}, {5}});
+  const absl::StatusOr<TreePlan> plan = PlanForest(f, Capped(30));
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  const MicroBatchPlan view = RolloutView(*plan, *IndexForest(f));
+  const std::vector<int64_t> loss_tokens = {3, 4, 5};
+  const absl::StatusOr<LossCounts> counts = CountLoss(view, loss_tokens);
+  ASSERT_TRUE(counts.ok());
+  EXPECT_EQ(counts->loss_tokens, 12);
+  EXPECT_EQ(counts->sequences_with_loss, 3);
+  LossOptions lo;
+  lo.mode = LossMode::kSampleMean;
+  const absl::StatusOr<LossWeights> w = ComputeLossWeights(view, loss_tokens, lo, *counts, 1);
+  ASSERT_TRUE(w.ok()) << w.status();
+  EXPECT_DOUBLE_EQ(w->weights[0], 1.0 / (3 * 3));
+  EXPECT_DOUBLE_EQ(w->weights[1], 1.0 / (4 * 3));
+  EXPECT_DOUBLE_EQ(w->weights[2], 1.0 / (5 * 3));
+}
+
+}  // namespace
+}  // namespace packsched::planner

@@ -1,0 +1,199 @@
+"""packsched.tree and the in-process plan over forests: tries from token ids, forests from group
+lengths, bad forests named, and tree plans whose rows give back every rollout."""
+
+import numpy as np
+import pytest
+
+from packsched import _planner, planner
+from packsched._options import split_options
+from packsched.tree import Forest, build_forest, forest_from_groups
+
+
+def random_rollouts(rng, groups=4, per_group=6, vocab=3):
+    """Rollouts with shared prefixes: each group's members extend a few common stems."""
+    rollouts, gids = [], []
+    for g in range(groups):
+        stems = [list(rng.integers(0, vocab, rng.integers(1, 12))) for _ in range(2)]
+        for _ in range(per_group):
+            stem = stems[rng.integers(0, 2)]
+            cut = int(rng.integers(1, len(stem) + 1))
+            tail = list(rng.integers(0, vocab, rng.integers(0, 6)))
+            rollouts.append(stem[:cut] + tail)
+            gids.append(g * 7 % 5)  # groups 0, 2, 4, 1: not in order of first appearance
+    return rollouts, gids
+
+
+def test_build_forest_is_the_trie_of_each_group():
+    rng = np.random.default_rng(0)
+    for _ in range(30):
+        rollouts, gids = random_rollouts(rng)
+        forest = build_forest(rollouts, gids)
+        forest.check_rollouts(rollouts)
+        # A trie holds one token per distinct non-empty prefix of its group.
+        prefixes = {(g, tuple(r[: i + 1])) for r, g in zip(rollouts, gids) for i in range(len(r))}
+        assert forest.unique_tokens == len(prefixes)
+        assert forest.rollout_tokens == sum(len(r) for r in rollouts)
+        # Maximal runs: a node with one child is some rollout's end.
+        children = np.bincount(
+            forest.node_parent[forest.node_parent >= 0], minlength=forest.num_nodes
+        )
+        ends = set(forest.rollout_leaf.tolist())
+        for n in np.flatnonzero(children == 1):
+            assert n in ends
+        # Preorder: every subtree is a contiguous range of ids after its root.
+        assert np.all(forest.node_parent < np.arange(forest.num_nodes))
+        again = build_forest(rollouts, gids)
+        assert np.array_equal(again.node_len, forest.node_len)
+        assert np.array_equal(again.node_parent, forest.node_parent)
+        assert np.array_equal(again.rollout_leaf, forest.rollout_leaf)
+
+
+def test_build_forest_keeps_groups_apart_and_names_an_empty_rollout():
+    same = [[1, 2, 3], [1, 2, 3]]
+    assert build_forest(same).num_nodes == 1
+    assert build_forest(same, group_ids=[0, 1]).num_nodes == 2
+    with pytest.raises(ValueError, match="rollout 1 has no tokens"):
+        build_forest([[1], []])
+    forest = build_forest([[5, 6], [5, 7]])
+    with pytest.raises(ValueError, match="rollout 1's tokens do not match"):
+        forest.check_rollouts([[5, 6], [5, 8]])
+
+
+def test_forest_from_groups():
+    forest = forest_from_groups([100, 30], [[10, 0, 20], [5]])
+    assert forest.node_len.tolist() == [100, 10, 20, 30, 5]
+    assert forest.node_parent.tolist() == [-1, 0, 0, -1, 3]
+    assert forest.rollout_leaf.tolist() == [1, 0, 2, 4]
+    assert forest.rollout_len.tolist() == [110, 100, 120, 35]
+
+
+@pytest.mark.parametrize(
+    "node_len, node_parent, leaf, message",
+    [
+        ([4, 0], [-1, 0], [1], "node 1 has node_len = 0"),
+        ([4, 3], [-1, 7], [1], "node 1 has node_parent = 7"),
+        ([4, 3, 2], [-1, 2, 0], [1, 2], "node 1 has node_parent = 2"),
+        ([4, 3], [1, 0], [1], "node 0 has node_parent = 1"),
+        ([4, 3], [-1, 0], [2], "rollout 0 has rollout_leaf = 2"),
+        ([4, 3, 1], [-1, 0, 0], [1], "node 2 is on no rollout"),
+    ],
+)
+def test_bad_forest_names_the_node_or_rollout(node_len, node_parent, leaf, message):
+    with pytest.raises(ValueError, match=message):
+        Forest(np.array(node_len), np.array(node_parent), np.array(leaf))
+    # The planner checks the same on its own (the sidecar's and the CLI's path).
+    options, _ = split_options(64, {}, where="test", cap_required=True)
+    with pytest.raises(ValueError, match=message):
+        _planner.forest_plan(
+            np.array(node_len), np.array(node_parent), np.array(leaf), None, options
+        )
+
+
+def check_plan(forest, rollouts, plan, cap):
+    seen = np.zeros(forest.num_rollouts, dtype=int)
+    for i, mb in enumerate(plan.micro_batches):
+        ids = mb.input_ids(forest, pad=-1)
+        position, subtree_end = mb.rows(forest)
+        if not mb.meta.overlong:
+            assert mb.meta.total <= cap
+        for j, r in enumerate(mb.rollouts.tolist()):
+            rows = mb.rollout_rows(forest, j)
+            assert ids[rows].tolist() == list(rollouts[r])
+            assert position[rows].tolist() == list(range(len(rows)))
+            # The mask rule over the rollout's own rows is causal.
+            vis = (rows[None, :] <= rows[:, None]) & (rows[:, None] < subtree_end[rows][None, :])
+            assert np.array_equal(vis, np.tril(np.ones((len(rows), len(rows)), dtype=bool)))
+            assert plan.rollout_part[r] == i
+            seen[r] += 1
+    dropped = np.zeros(forest.num_rollouts, dtype=int)
+    dropped[plan.dropped] = 1
+    assert np.array_equal(seen + dropped, np.ones(forest.num_rollouts, dtype=int))
+
+
+@pytest.mark.parametrize("cap, align_to", [(64, 1), (40, 1), (64, 8), (24, 4)])
+def test_plan_local_with_a_forest(cap, align_to):
+    rng = np.random.default_rng(cap + align_to)
+    rollouts, gids = random_rollouts(rng, groups=6, vocab=2)
+    forest = build_forest(rollouts, gids)
+    plan = planner.plan_local(forest, cap, align_to=align_to, overlong="isolate")
+    check_plan(forest, rollouts, plan, cap)
+    flat = planner.plan_local(forest.rollout_len, cap, align_to=align_to, overlong="isolate")
+    assert plan.num_micro_batches <= flat.num_micro_batches
+    assert plan.forwarded_tokens <= plan.rollout_tokens == forest.rollout_tokens
+
+
+@pytest.mark.parametrize("mode", ["token_mean", "sample_mean", "seq_sum", "sum", "sum_norm"])
+def test_loss_weights_are_the_flat_ones_per_rollout(mode):
+    forest = forest_from_groups([30, 12, 50], [[4, 9, 1], [7, 7], [3]])
+    loss_tokens = [4, 9, 0, 7, 6, 3]
+    tree = planner.plan_local(forest, 64, loss_tokens=loss_tokens, loss_mode=mode)
+    flat = planner.plan_local(forest.rollout_len, 64, loss_tokens=loss_tokens, loss_mode=mode)
+    assert np.allclose(tree.loss_weights, flat.loss_weights)
+    assert tree.global_counts == flat.global_counts
+
+
+def test_over_cap_tree_splits_and_overlong_policies():
+    forest = forest_from_groups([100], [[50, 150, 20, 60]])
+    rollouts = [list(range(int(n))) for n in forest.rollout_len]  # token = its position
+    forest = Forest(forest.node_len, forest.node_parent, forest.rollout_leaf)
+    with pytest.raises(ValueError, match="rollout 1 has length 250"):
+        planner.plan_local(forest, 200)
+    dropped = planner.plan_local(forest, 200, overlong="drop")
+    assert dropped.dropped == [1]
+    isolated = planner.plan_local(forest, 200, overlong="isolate")
+    assert isolated.dropped == []
+    assert sum(mb.meta.overlong for mb in isolated.micro_batches) == 1
+    for plan in (dropped, isolated):
+        for mb in plan.micro_batches:
+            position, _ = mb.rows(forest)
+            for j in range(len(mb.rollouts)):
+                rows = mb.rollout_rows(forest, j)
+                assert position[rows].tolist() == rollouts[mb.rollouts[j]]
+
+
+def test_agreement_and_balance_over_forests():
+    rng = np.random.default_rng(5)
+    forests = []
+    for _ in range(2):
+        rollouts, gids = random_rollouts(rng, groups=5)
+        forests.append(build_forest(rollouts, gids))
+    bounds = [
+        planner.local_bound(f, 24, overlong="isolate", loss_tokens=f.rollout_len) for f in forests
+    ]
+    k = max(b.k for b in bounds)
+    counts = tuple(sum(b.loss_counts[i] for b in bounds) for i in range(2))
+    for f in forests:
+        plan = planner.partition(
+            f,
+            k,
+            24,
+            overlong="isolate",
+            loss_tokens=f.rollout_len,
+            global_counts=counts,
+            world_size=2,
+        )
+        assert plan.num_micro_batches == k
+        assert plan.global_counts == counts
+    balanced = planner.balance(forests[0], 3, 24, overlong="isolate", sync="micro_batch")
+    seen = []
+    for rank in balanced.ranks:
+        assert rank.plan.num_micro_batches == balanced.num_micro_batches
+        for mb in rank.plan.micro_batches:
+            seen.extend(mb.rollouts.tolist())
+    assert sorted(seen) == list(range(forests[0].num_rollouts))
+
+
+def test_restore_gathers_each_rollouts_rows():
+    rollouts = [[1, 2, 3, 4], [1, 2, 5], [1, 2, 3, 6, 7], [8]]
+    forest = build_forest(rollouts)
+    plan = planner.plan_local(forest, 16)
+    outputs = [mb.input_ids(forest).astype(float) * 10 for mb in plan.micro_batches]
+    restored = plan.restore(forest, outputs)
+    for r, tokens in enumerate(rollouts):
+        assert restored[r].tolist() == [10.0 * t for t in tokens]
+
+
+def test_context_parallel_is_refused():
+    forest = forest_from_groups([10], [[5]])
+    with pytest.raises(ValueError, match="context_parallel = 2"):
+        planner.plan_local(forest, 64, context_parallel=2)

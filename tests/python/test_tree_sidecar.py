@@ -1,0 +1,74 @@
+"""Tree packing through real sidecars: a forest planned by a sidecar equals the in-process plan,
+bad forests are INVALID_ARGUMENT naming the node and the sidecar keeps serving, and two ranks of
+a group planning their own forests agree on k."""
+
+import concurrent.futures
+
+import numpy as np
+import pytest
+
+from packsched import SchedulerClient, SchedulerError, planner
+from packsched.tree import Forest, build_forest, forest_from_groups
+from sidecar import Sidecar, start_group
+
+
+def grpo(seed, groups):
+    rng = np.random.default_rng(seed)
+    return forest_from_groups(
+        rng.integers(200, 3000, groups), [rng.integers(50, 800, 8) for _ in range(groups)]
+    )
+
+
+def test_a_sidecar_plans_a_forest_as_the_in_process_planner(tmp_path):
+    forest = grpo(1, 12)
+    tokens = (forest.rollout_len // 3).tolist()
+    with Sidecar(tmp_path) as sidecar, SchedulerClient(sidecar.target, timeout=20) as client:
+        remote = client.plan(1, forest, 8192, loss_tokens=tokens, loss_mode="sample_mean")
+        local = planner.plan_local(forest, 8192, loss_tokens=tokens, loss_mode="sample_mean")
+        assert remote.num_micro_batches == local.num_micro_batches
+        assert remote.forwarded_tokens == local.forwarded_tokens == forest.unique_tokens
+        assert np.allclose(remote.loss_weights, local.loss_weights)
+        for a, b in zip(remote.micro_batches, local.micro_batches):
+            assert a.meta.indices == b.meta.indices
+            assert np.array_equal(a.nodes, b.nodes)
+            assert np.array_equal(a.subtree_end, b.subtree_end)
+            assert np.array_equal(a.rollouts, b.rollouts)
+        fixed = client.partition(forest, remote.num_micro_batches + 1, 8192)
+        assert fixed.num_micro_batches == remote.num_micro_batches + 1
+        balanced = client.balance_batch(forest, 2, 8192)
+        held = sorted(r for rank in balanced.ranks for r in rank.indices)
+        assert held == list(range(forest.num_rollouts))
+
+        # A bad forest names the node; the sidecar keeps serving.
+        bad = Forest(forest.node_len, forest.node_parent, forest.rollout_leaf)
+        object.__setattr__(bad, "node_parent", np.array([-1, 5] + [0] * (forest.num_nodes - 2)))
+        with pytest.raises(SchedulerError) as e:
+            client.plan(2, bad, 8192)
+        assert e.value.code == "INVALID_ARGUMENT"
+        assert "node 1 has node_parent = 5" in e.value.message
+        with pytest.raises(SchedulerError) as e:
+            client.plan(3, forest, 8192, context_parallel=2, align_to=4)
+        assert "context_parallel = 2" in e.value.message
+        assert client.plan(4, forest, 8192).num_micro_batches == local.num_micro_batches
+
+
+def test_two_ranks_planning_forests_agree_on_k(tmp_path):
+    forests = [grpo(2, 24), build_forest([[1, 2, 3], [1, 2, 4]])]
+    group = start_group(tmp_path, 2, "--collective_timeout=30s")
+    try:
+
+        def plan(rank):
+            with SchedulerClient(group[rank].target, timeout=60) as client:
+                return client.plan(7, forests[rank], 4096, stream="trees")
+
+        with concurrent.futures.ThreadPoolExecutor(2) as pool:
+            plans = list(pool.map(plan, range(2)))
+        bounds = [planner.local_bound(f, 4096).k for f in forests]
+        assert bounds[0] > bounds[1]
+        for p in plans:
+            assert p.num_micro_batches == max(bounds)
+            assert len(p.micro_batches) == max(bounds)
+        assert plans[1].local_num_micro_batches == bounds[1]
+    finally:
+        for sidecar in group:
+            sidecar.stop()

@@ -1,0 +1,197 @@
+// Tree packing through the sidecar's core: a forest request converted and validated (errors
+// name the node or rollout, limits are RESOURCE_EXHAUSTED), Partition and BalanceBatch over a
+// forest, the memory estimate, and rounds in which ranks planning forests agree on k.
+
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "server/group/collective_agreement.h"
+#include "server/planner/tree_plan.h"
+#include "server/service/balance_batch.h"
+#include "server/service/convert.h"
+#include "server/service/coordinator.h"
+#include "server/service/partition.h"
+#include "server/service/request_memory.h"
+#include "tests/collective/in_process_collective.h"
+#include "tests/service/service_test_util.h"
+
+namespace packsched::service {
+namespace {
+
+using ::packsched::service::testing::Call;
+using ::packsched::service::testing::Input;
+using ::packsched::service::testing::OfOne;
+using ::packsched::service::testing::Result;
+using ::packsched::service::testing::SubmitAndWait;
+using ::testing::HasSubstr;
+
+// GRPO-shaped: per group a prompt and `n` completions.
+void AddGroups(v1::Forest* f, const std::vector<int64_t>& prompts, int64_t n, int64_t completion) {
+  for (int64_t prompt : prompts) {
+    const int64_t root = f->node_len_size();
+    f->add_node_len(prompt);
+    f->add_node_parent(-1);
+    for (int64_t c = 0; c < n; ++c) {
+      f->add_node_len(completion + c);
+      f->add_node_parent(root);
+      f->add_rollout_leaf(f->node_len_size() - 1);
+    }
+  }
+}
+
+v1::PlanRequest ForestRequest(const std::string& stream, int64_t round,
+                              const std::vector<int64_t>& prompts, int64_t cap) {
+  v1::PlanRequest request;
+  request.set_stream(stream);
+  request.set_round(round);
+  request.mutable_options()->set_max_token_len(cap);
+  AddGroups(request.mutable_forest(), prompts, 4, 50);
+  return request;
+}
+
+absl::Status Error(const v1::PlanRequest& request, const ServiceLimits& limits = {}) {
+  return ToPlanInput(request, limits).status();
+}
+
+std::string Message(const absl::Status& status) { return std::string(status.message()); }
+
+TEST(ForestRequest, ConvertsAndNamesBadInput) {
+  v1::PlanRequest ok = ForestRequest("s", 1, {100, 200}, 1024);
+  const absl::StatusOr<PlanInput> input = ToPlanInput(ok, {});
+  ASSERT_TRUE(input.ok()) << input.status();
+  ASSERT_TRUE(input->forest.has_value());
+  EXPECT_TRUE(input->lengths.empty());
+
+  v1::PlanRequest both = ok;
+  both.add_lengths(5);
+  EXPECT_THAT(Message(Error(both)), HasSubstr("lengths and forest are both set"));
+
+  v1::PlanRequest bad_parent = ok;
+  bad_parent.mutable_forest()->set_node_parent(2, 7);
+  EXPECT_EQ(Error(bad_parent).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(Message(Error(bad_parent)), HasSubstr("node 2 has node_parent = 7"));
+
+  v1::PlanRequest zero = ok;
+  zero.mutable_forest()->set_node_len(1, 0);
+  EXPECT_THAT(Message(Error(zero)), HasSubstr("node 1 has node_len = 0"));
+
+  v1::PlanRequest declared = ok;
+  for (int r = 0; r < declared.forest().rollout_leaf_size(); ++r) {
+    declared.mutable_forest()->add_rollout_len(r == 3 ? 1 : 150 + r);
+  }
+  EXPECT_THAT(Message(Error(declared)), HasSubstr("rollout 3 declares rollout_len = 1"));
+
+  v1::PlanRequest loss = ok;
+  for (int r = 0; r < loss.forest().rollout_leaf_size(); ++r)
+    loss.add_loss_tokens(r == 1 ? 999 : 5);
+  EXPECT_THAT(Message(Error(loss)), HasSubstr("loss_tokens[1] = 999"));
+
+  ServiceLimits small;
+  small.max_sequences_per_request = 5;
+  EXPECT_EQ(Error(ok, small).code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(Message(Error(ok, small)), HasSubstr("--max_sequences_per_request"));
+
+  v1::PlanRequest cp = ok;
+  cp.mutable_options()->set_context_parallel(2);
+  RoundCoordinator coordinator(OfOne());
+  const Result refused = SubmitAndWait(coordinator, Input(cp));
+  EXPECT_THAT(Message(refused.status()), HasSubstr("context_parallel = 2"));
+}
+
+TEST(ForestRequest, MemoryEstimateCountsNodesAndRollouts) {
+  const v1::PlanRequest request = ForestRequest("s", 1, {100, 200, 300}, 1024);
+  const RequestMemory memory = EstimatePlanMemory(request, {});
+  EXPECT_EQ(memory.sequences, 15 + 12);
+  EXPECT_GE(memory.micro_batches, 1);
+  EXPECT_LE(memory.micro_batches, 12);
+}
+
+TEST(ForestRound, PlansAndAnswersWithTheLayout) {
+  RoundCoordinator coordinator(OfOne());
+  v1::PlanRequest request = ForestRequest("s", 3, {300, 500, 200}, 1000);
+  for (int r = 0; r < request.forest().rollout_leaf_size(); ++r) request.add_loss_tokens(10);
+  const Result result = SubmitAndWait(coordinator, Input(request));
+  ASSERT_TRUE(result.ok()) << result.status();
+  ASSERT_TRUE((*result)->tree.has_value());
+  v1::PlanResponse response;
+  RoundResultToProto(**result, &response);
+  EXPECT_EQ(response.tree().layouts_size(), response.micro_batches_size());
+  EXPECT_EQ(response.revert_size(), 12);        // over rollouts
+  EXPECT_EQ(response.loss_weights_size(), 12);  // per rollout
+  EXPECT_DOUBLE_EQ(response.loss_weights(0), 1.0 / 120);
+  EXPECT_EQ(response.global().num_sequences(), 12);
+  // Each prompt once: 300 + 500 + 200 + 3 x (50 + 51 + 52 + 53).
+  EXPECT_EQ(response.tree().forwarded_tokens(), 1000 + 3 * 206);
+  int64_t held = 0;
+  for (const v1::TreeLayout& layout : response.tree().layouts()) held += layout.rollouts_size();
+  EXPECT_EQ(held, 12);
+}
+
+TEST(ForestPartitionAndBalance, AnswerOverPiecesAndRollouts) {
+  v1::PartitionRequest partition;
+  partition.mutable_options()->set_max_token_len(700);
+  AddGroups(partition.mutable_forest(), {300, 500, 200}, 4, 50);
+  partition.set_num_micro_batches(4);
+  v1::PlanResponse answer;
+  ASSERT_TRUE(RunPartition(partition, {}, &answer).ok());
+  EXPECT_EQ(answer.micro_batches_size(), 4);
+  EXPECT_EQ(answer.tree().layouts_size(), 4);
+  EXPECT_EQ(answer.reorder_size(), 12);
+
+  v1::BalanceBatchRequest balance;
+  balance.mutable_options()->set_max_token_len(700);
+  AddGroups(balance.mutable_forest(), {300, 500, 200, 100, 400}, 4, 50);
+  balance.set_world_size(2);
+  for (int r = 0; r < 20; ++r) balance.add_loss_tokens(r);
+  v1::BalanceBatchResponse batch;
+  const absl::Status status = RunBalanceBatch(balance, {}, /*stop=*/{}, &batch);
+  ASSERT_TRUE(status.ok()) << status;
+  ASSERT_EQ(batch.ranks_size(), 2);
+  std::vector<int> seen(20, 0);
+  for (const v1::RankPlan& rank : batch.ranks()) {
+    EXPECT_EQ(rank.plan().micro_batches_size(), batch.num_micro_batches());
+    EXPECT_EQ(rank.plan().tree().layouts_size(), batch.num_micro_batches());
+    for (int64_t r : rank.indices()) ++seen[r];
+    EXPECT_EQ(rank.plan().loss_weights_size(), 20);
+  }
+  for (int s : seen) EXPECT_EQ(s, 1);
+  EXPECT_EQ(batch.global().loss_tokens(), 190);
+
+  balance.add_group_ids(1);
+  EXPECT_THAT(std::string(RunBalanceBatch(balance, {}, /*stop=*/{}, &batch).message()),
+              HasSubstr("group_ids and model_config must be unset"));
+}
+
+// Two sidecar cores agreeing over an in-process group, each planning its own forest: both
+// answer with the larger local bound.
+TEST(ForestRound, RanksAgreeOnK) {
+  auto group = collective::CreateInProcessGroup(2);
+  std::vector<std::unique_ptr<RoundCoordinator>> ranks;
+  for (auto& rank : group) {
+    auto holder = std::make_shared<std::unique_ptr<collective::Collective>>(std::move(rank));
+    RoundCoordinator::Options options;
+    options.agreements = std::make_shared<group::CollectiveAgreements>(
+        absl::Seconds(20), [holder](absl::string_view) {
+          return absl::StatusOr<std::unique_ptr<collective::Collective>>(std::move(*holder));
+        });
+    ranks.push_back(std::make_unique<RoundCoordinator>(std::move(options)));
+  }
+  Call big(*ranks[0], Input(ForestRequest("s", 1, {600, 600, 600, 600, 600}, 1000)));
+  Call small(*ranks[1], Input(ForestRequest("s", 1, {100}, 1000)));
+  const Result& r0 = big.Wait();
+  const Result& r1 = small.Wait();
+  ASSERT_TRUE(r0.ok()) << r0.status();
+  ASSERT_TRUE(r1.ok()) << r1.status();
+  EXPECT_GT((*r0)->local_k, (*r1)->local_k);
+  EXPECT_EQ((*r0)->num_micro_batches, (*r0)->local_k);
+  EXPECT_EQ((*r1)->num_micro_batches, (*r0)->local_k);
+  EXPECT_EQ(static_cast<int64_t>((*r1)->tree->parts.size()), (*r0)->local_k);
+  EXPECT_EQ((*r0)->global.num_sequences, 24);
+}
+
+}  // namespace
+}  // namespace packsched::service
