@@ -31,7 +31,7 @@ Files checked (CHECKED below):
   server/service/convert.*    the sidecar's proto <-> planner conversion, and what reads the
   server/service/{options_hash,request_memory,partition,balance_batch}.cc  options beside it
   client/cpp/ (.cc, plan_decoder.h)  the C++ client's request building and wire decoder
-  client/python/src/planner_module.cc  pybind dicts <-> planner value types
+  client/python/src/planner_{module,schema}.cc  pybind dicts <-> planner value types; the schema
   client/python/packsched/{_options,client,plan,planner}.py  option defaults and checks, proto
                               <-> Python, the pybind dicts -> Plan
 Not checked, on purpose: the declarations of value types, which are where the names live
@@ -73,6 +73,7 @@ CHECKED = [
     "client/cpp/plan_decoder.h",
     "client/cpp/scheduler_client.cc",
     "client/python/src/planner_module.cc",
+    "client/python/src/planner_schema.cc",
     "client/python/packsched/_options.py",
     "client/python/packsched/client.py",
     "client/python/packsched/plan.py",

@@ -35,7 +35,8 @@ struct Backward {
 
 LaunchResult LaunchAttentionBackward(const AttentionArgs& a, void* stream) {
   if (a.total_q == 0 && a.total_k == 0) return ResultOf(cudaSuccess);  // B = 0: maybe a tail
-  if (AttentionTcApplies(a)) return LaunchAttentionTcBackward(TcAttnParams{a, a.subtree_end, a.positions}, stream);
+  if (AttentionTcApplies(a))
+    return LaunchAttentionTcBackward(TcAttnParams{a, a.subtree_end, a.positions}, stream);
   return ResultOf(DispatchAttention<Backward>(a, static_cast<cudaStream_t>(stream)));
 }
 

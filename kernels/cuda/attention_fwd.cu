@@ -26,7 +26,8 @@ struct Forward {
 
 LaunchResult LaunchAttentionForward(const AttentionArgs& a, void* stream) {
   if (a.total_q == 0) return ResultOf(cudaSuccess);  // B = 0 may still have tail rows
-  if (AttentionTcApplies(a)) return LaunchAttentionTcForward(TcAttnParams{a, a.subtree_end, a.positions}, stream);
+  if (AttentionTcApplies(a))
+    return LaunchAttentionTcForward(TcAttnParams{a, a.subtree_end, a.positions}, stream);
   return ResultOf(DispatchAttention<Forward>(a, static_cast<cudaStream_t>(stream)));
 }
 

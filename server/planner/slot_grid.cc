@@ -275,8 +275,8 @@ std::optional<Grid> FillSlots(absl::Span<const SlotItem> items, absl::Span<const
 }
 
 std::optional<Grid> FillRows(absl::Span<const SlotItem> items, absl::Span<const int32_t> order,
-                             const Capacity& capacity, int64_t world_size, int64_t k,
-                             int64_t alpha, StopCheck* stop) {
+                             const Capacity& capacity, int64_t world_size, int64_t k, int64_t alpha,
+                             StopCheck* stop) {
   const int64_t w = world_size;
   Grid grid{w, k, std::vector<std::vector<int32_t>>(w * k)};
   if (order.empty()) return grid;

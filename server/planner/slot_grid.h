@@ -62,8 +62,8 @@ std::optional<Grid> FillSlots(absl::Span<const SlotItem> items, absl::Span<const
 // rank. O(n log W) when the first cell tried fits, O(W log W) for an item that opens a slot.
 // Also nullopt once `stop` says stop.
 std::optional<Grid> FillRows(absl::Span<const SlotItem> items, absl::Span<const int32_t> order,
-                             const Capacity& capacity, int64_t world_size, int64_t k,
-                             int64_t alpha, StopCheck* stop);
+                             const Capacity& capacity, int64_t world_size, int64_t k, int64_t alpha,
+                             StopCheck* stop);
 
 // Moves that shorten the micro-batch-sync step: an item leaves the costliest cell of a slot for
 // another cell, or (with `swaps`, tokens cap mode) trades places with a cheaper item of another

@@ -53,8 +53,7 @@ absl::StatusOr<RankGroup> StartRankGroup(const RankGroupFlags& flags,
           "--backend = ", collective::BackendName(backend), " needs --rendezvous=HOST:PORT"));
     }
     // A group of one: the local backend, nothing stored.
-    g.agreements =
-        std::make_shared<group::CollectiveAgreements>(server.limits.collective_timeout);
+    g.agreements = std::make_shared<group::CollectiveAgreements>(server.limits.collective_timeout);
     return g;
   }
   service::RendezvousTls tls;

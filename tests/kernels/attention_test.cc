@@ -1,6 +1,6 @@
 // Varlen attention on the CPU backend against a float64 naive reference, under the tolerance rule
-// of docs/design.md §4 (2x the naive-in-dtype error for out and lse, 3x for gradients; +inf lse rows
-// equal), over length pairs, dtypes, head dims, GQA ratios, windows, softcap and the padded
+// of docs/design.md §4 (2x the naive-in-dtype error for out and lse, 3x for gradients; +inf lse
+// rows equal), over length pairs, dtypes, head dims, GQA ratios, windows, softcap and the padded
 // (aligned) layout; plus the contract's special rows, determinism, and float64 gradients against
 // finite differences.
 

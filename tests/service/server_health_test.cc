@@ -66,8 +66,7 @@ TEST(ServerHealth, ARankGroupOfOneIsReadyAtOnce) {
 TEST(ServerHealth, AServerWithoutAgreementsIsNotStarted) {
   ServerOptions options = OnAFreePort();
   options.agreements = nullptr;
-  EXPECT_EQ(SchedulerServer::Start(options).status().code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(SchedulerServer::Start(options).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 }  // namespace
