@@ -11,6 +11,7 @@
 #include <cstring>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -94,7 +95,7 @@ struct NcclCollective::Impl {
     absl::MutexLock lock(&mu);
     if (comm != nullptr) ncclCommAbort(comm);
     comm = nullptr;
-    if (broken.ok()) broken = status;
+    if (broken.ok()) broken = std::move(status);
     return broken;
   }
 

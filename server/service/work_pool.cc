@@ -11,7 +11,7 @@
 
 namespace packsched::service {
 
-WorkPool::WorkPool(int64_t threads, int64_t queue, std::string name)
+WorkPool::WorkPool(int64_t threads, int64_t queue, const std::string& name)
     : queue_capacity_(std::max<int64_t>(queue, 0)) {
   threads = std::max<int64_t>(threads, 1);
   workers_.reserve(threads);

@@ -29,7 +29,7 @@ class WorkPool {
   using Task = absl::AnyInvocable<void(const std::atomic<bool>& stopping) &&>;
 
   // `threads` >= 1 workers (named `name`-N), at most `queue` (>= 0) tasks waiting for one.
-  WorkPool(int64_t threads, int64_t queue, std::string name);
+  WorkPool(int64_t threads, int64_t queue, const std::string& name);
   // Shutdown(), then joins the workers.
   ~WorkPool();
 
