@@ -433,7 +433,7 @@ PYBIND11_MODULE(_planner, m) {
          const std::optional<std::map<std::string, int64_t>>& model_ints,
          const std::map<std::string, std::string>& model_strings) {
         PlanOptions o = ToPlanOptions(options);
-        BalanceOptions balance{Value(ParseSync(sync)), micro_batch_cost};
+        BalanceOptions balance{Value(ParseSync(sync)), micro_batch_cost, /*stop=*/{}};
         if (model_ints) {
           // The cost from the model (server/planner/model_cost.h) for this batch.
           const absl::flat_hash_map<std::string, int64_t> i(model_ints->begin(), model_ints->end());
@@ -495,7 +495,7 @@ PYBIND11_MODULE(_planner, m) {
          const std::string& sync, int64_t micro_batch_cost) {
         const Forest forest = ToForest(node_len, node_parent, rollout_leaf, rollout_len);
         const PlanOptions o = ToPlanOptions(options);
-        const BalanceOptions balance{Value(ParseSync(sync)), micro_batch_cost};
+        const BalanceOptions balance{Value(ParseSync(sync)), micro_batch_cost, /*stop=*/{}};
         const BalancedForest b =
             WithoutGil([&] { return Value(BalanceForest(forest, world_size, o, balance)); });
         const ForestIndex index = Value(IndexForest(forest));
