@@ -25,7 +25,7 @@ namespace {
 // names in enum order (proto value = index + 1); `default` is the planner's default in Python
 // terms (an enum's name).
 template <typename Enum>
-py::tuple Choices(Enum) {
+py::tuple Choices(Enum /*type*/) {
   py::list names;
   for (int v = 0; Name(static_cast<Enum>(v)) != "unknown"; ++v) {
     names.append(std::string(Name(static_cast<Enum>(v))));
@@ -39,9 +39,9 @@ template <typename Enum, typename = std::enable_if_t<std::is_enum_v<Enum>>>
 py::object PyDefault(Enum v) {
   return py::str(std::string(Name(v)));
 }
-py::object EnumChoices(int64_t) { return py::none(); }
-py::object EnumChoices(bool) { return py::none(); }
-py::object EnumChoices(double) { return py::none(); }
+py::object EnumChoices(int64_t /*value*/) { return py::none(); }
+py::object EnumChoices(bool /*value*/) { return py::none(); }
+py::object EnumChoices(double /*value*/) { return py::none(); }
 template <typename Enum, typename = std::enable_if_t<std::is_enum_v<Enum>>>
 py::object EnumChoices(Enum v) {
   return Choices(v);
@@ -61,20 +61,20 @@ py::object EnumChoices(Enum v) {
 //                         py::arg("kind") = "Int",
 //                         py::arg("default") = PyDefault(MicroBatch{}.tokens)));
 #define PACKSCHED_PY_SCHEMA_PLAN_ROW(list, name, number, Rule, Type, member, json, help) \
-  (list).append(py::dict(py::arg("name") = #name, py::arg("number") = number,            \
+  (list).append(py::dict(py::arg("name") = #name, py::arg("number") = (number),          \
                          py::arg("rule") = #Rule, py::arg("type") = #Type,               \
                          py::arg("default") = PyDefault(PlanOptions{}.member),           \
                          py::arg("choices") = EnumChoices(PlanOptions{}.member),         \
-                         py::arg("json") = json, py::arg("help") = help));
+                         py::arg("json") = (json), py::arg("help") = (help)));
 #define PACKSCHED_PY_SCHEMA_PLAN(name, number, Rule, Type, member, json, help) \
   PACKSCHED_PY_SCHEMA_PLAN_ROW(plan, name, number, Rule, Type, member, json, help)
-#define PACKSCHED_PY_SCHEMA_ROUND_ROW(list, name, number, dflt)               \
-  (list).append(py::dict(py::arg("name") = #name, py::arg("number") = number, \
+#define PACKSCHED_PY_SCHEMA_ROUND_ROW(list, name, number, dflt)                 \
+  (list).append(py::dict(py::arg("name") = #name, py::arg("number") = (number), \
                          py::arg("rule") = "Round", py::arg("default") = PyDefault(dflt)));
 #define PACKSCHED_PY_SCHEMA_ROUND(name, number, dflt) \
   PACKSCHED_PY_SCHEMA_ROUND_ROW(round, name, number, dflt)
 #define PACKSCHED_PY_SCHEMA_LOSS_ROW(list, name, number, Rule, Type, member, key)                 \
-  (list).append(py::dict(py::arg("name") = #name, py::arg("number") = number,                     \
+  (list).append(py::dict(py::arg("name") = #name, py::arg("number") = (number),                   \
                          py::arg("rule") = #Rule, py::arg("type") = #Type, py::arg("key") = #key, \
                          py::arg("default") = PyDefault(LossOptions{}.member),                    \
                          py::arg("choices") = EnumChoices(LossOptions{}.member)));
@@ -82,15 +82,15 @@ py::object EnumChoices(Enum v) {
   PACKSCHED_PY_SCHEMA_LOSS_ROW(loss, name, number, Rule, Type, member, key)
 #define PACKSCHED_PY_SCHEMA_FIELD(list, name, number, Kind) \
   (list).append(                                            \
-      py::dict(py::arg("name") = #name, py::arg("number") = number, py::arg("kind") = #Kind));
+      py::dict(py::arg("name") = #name, py::arg("number") = (number), py::arg("kind") = #Kind));
 // A micro-batch field's default: the planner's (Int, Bool), none for the others.
 #define PACKSCHED_PY_PART_DEFAULT_Int(name) PyDefault(MicroBatch{}.name)
 #define PACKSCHED_PY_PART_DEFAULT_Bool(name) PyDefault(MicroBatch{}.name)
 #define PACKSCHED_PY_PART_DEFAULT_Ints(name) py::none()
 #define PACKSCHED_PY_PART_DEFAULT_LossScale(name) py::none()
-#define PACKSCHED_PY_SCHEMA_PART_ROW(list, name, number, Kind)                \
-  (list).append(py::dict(py::arg("name") = #name, py::arg("number") = number, \
-                         py::arg("kind") = #Kind,                             \
+#define PACKSCHED_PY_SCHEMA_PART_ROW(list, name, number, Kind)                  \
+  (list).append(py::dict(py::arg("name") = #name, py::arg("number") = (number), \
+                         py::arg("kind") = #Kind,                               \
                          py::arg("default") = PACKSCHED_PY_PART_DEFAULT_##Kind(name)));
 #define PACKSCHED_PY_SCHEMA_PART(name, number, Kind) \
   PACKSCHED_PY_SCHEMA_PART_ROW(parts, name, number, Kind)
@@ -104,9 +104,9 @@ py::object EnumChoices(Enum v) {
 #define PACKSCHED_PY_STATS_DEFAULT_LocalK(name) PyDefault(PlanStats{}.name)
 #define PACKSCHED_PY_STATS_DEFAULT_Cap(name) py::int_(0)
 #define PACKSCHED_PY_STATS_DEFAULT_Micros(name) py::int_(0)
-#define PACKSCHED_PY_SCHEMA_STATS_ROW(list, name, number, Kind, alias)        \
-  (list).append(py::dict(py::arg("name") = #name, py::arg("number") = number, \
-                         py::arg("kind") = #Kind, py::arg("alias") = #alias,  \
+#define PACKSCHED_PY_SCHEMA_STATS_ROW(list, name, number, Kind, alias)          \
+  (list).append(py::dict(py::arg("name") = #name, py::arg("number") = (number), \
+                         py::arg("kind") = #Kind, py::arg("alias") = #alias,    \
                          py::arg("default") = PACKSCHED_PY_STATS_DEFAULT_##Kind(name)));
 #define PACKSCHED_PY_SCHEMA_STATS(name, number, Kind, alias) \
   PACKSCHED_PY_SCHEMA_STATS_ROW(stats, name, number, Kind, alias)
