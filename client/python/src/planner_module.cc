@@ -380,6 +380,18 @@ TreePlan PlanOneForest(const Forest& forest, const PlanOptions& options, int64_t
   });
 }
 
+// A balanced batch (RankBatch ranks or a forest's TreePlan ranks, already converted) as the dict
+// packsched.planner.balance reads.
+template <typename Balanced>
+py::dict BalanceDict(const py::list& ranks, const Balanced& b) {
+  py::dict d;
+  d["ranks"] = ranks;
+  d["num_micro_batches"] = b.num_micro_batches;
+  d["dropped"] = b.dropped;
+  d["step"] = ToDict(b.step);
+  return d;
+}
+
 PYBIND11_MODULE(_planner, m) {
   m.doc() = "Low-level bindings of the packsched planner; use packsched.planner instead.";
 
@@ -452,12 +464,7 @@ PYBIND11_MODULE(_planner, m) {
           r["plan"] = ToDict(rank.plan, ints);
           ranks.append(r);
         }
-        py::dict d;
-        d["ranks"] = ranks;
-        d["num_micro_batches"] = b.num_micro_batches;
-        d["dropped"] = b.dropped;
-        d["step"] = ToDict(b.step);
-        return d;
+        return BalanceDict(ranks, b);
       },
       py::arg("lengths"), py::arg("world_size"), py::arg("options"), py::arg("group_ids"),
       py::arg("sync") = "step", py::arg("micro_batch_cost") = 0, py::arg("model_ints") = py::none(),
@@ -507,12 +514,7 @@ PYBIND11_MODULE(_planner, m) {
           r["cost"] = cost;  // of its pieces, as RankBatch::cost of its sequences
           ranks.append(r);
         }
-        py::dict d;
-        d["ranks"] = ranks;
-        d["num_micro_batches"] = b.num_micro_batches;
-        d["dropped"] = b.dropped;
-        d["step"] = ToDict(b.step);
-        return d;
+        return BalanceDict(ranks, b);
       },
       py::arg("node_len"), py::arg("node_parent"), py::arg("rollout_leaf"), py::arg("rollout_len"),
       py::arg("world_size"), py::arg("options"), py::arg("sync") = "step",
