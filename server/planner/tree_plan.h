@@ -6,9 +6,8 @@
 // one sequence, then laid out row by row.
 //
 // A piece is a whole tree, or, for a tree whose unique tokens pass the cap, a subset of its
-// rollouts with every node on their paths: the rollouts are taken in depth-first order of
-// their leaves (ties: rollout index) and a piece is closed when the next rollout's new nodes
-// would pass the cap, so the shared prefix is repeated in each piece. A piece's tokens are
+// rollouts with every node on their paths, so a shared prefix is repeated in each piece that
+// holds it (tree_cut.h: how the cut keeps that small). A piece's tokens are
 // its unique tokens, aligned as a sequence is (align_to); its cost is the sequence cost model
 // generalised: under kTokens the aligned tokens; under kAttention
 //   linear x aligned + quadratic x (sum over its nodes of (d + l)^2 - d^2  +  aligned^2 - tokens^2)

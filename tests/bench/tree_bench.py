@@ -16,7 +16,10 @@ lengths); tree packing plans the forest (plan_local on a packsched.tree.Forest);
 tokens cost model, the same cap, overlong="isolate" (a rollout over the cap runs alone in both).
 "attention" counts causal score pairs: a query row at position p attends to p + 1 keys (flat:
 L (L + 1) / 2 per rollout; tree: over the packed rows of every piece), which the attention FLOPs
-are proportional to. Python's Mersenne Twister, seed fixed.
+are proportional to. "fewest": a floor under the tokens any plan can forward at the cap
+(fewest_tokens: exact per tree of up to 14 rollouts, else Forest.forwarded_lower_bound), so
+"tree / fewest" is how far the planner's cut is from the best cut. Python's Mersenne Twister,
+seed fixed.
 
     PYTHONPATH=build/python /usr/bin/python3 tests/bench/tree_bench.py [--rollouts 4096] \
         [--cap 65536] [--seed 1] [--repeat 5]
@@ -63,6 +66,62 @@ def agentic_forest(rollouts, rng):
     return Forest(np.array(node_len), np.array(parent), np.array(leaf))
 
 
+def fewest_tokens(forest, cap, exact_up_to=14):
+    """A floor under the tokens any plan of ``forest`` forwards at ``cap`` (overlong rollouts
+    isolated): per tree, its unique tokens when it fits; the exact minimum over every partition
+    of its rollouts into pieces within the cap (a subset DP) when it has at most
+    ``exact_up_to`` rollouts within the cap; else Forest.forwarded_lower_bound of the tree."""
+    n = forest.num_nodes
+    root = np.arange(n)
+    for i in range(n):
+        if forest.node_parent[i] >= 0:
+            root[i] = root[forest.node_parent[i]]
+    tree_tokens = np.bincount(root, weights=forest.node_len, minlength=n).astype(np.int64)
+    leaf_root = root[forest.rollout_leaf]
+    total = 0
+    for r in np.flatnonzero(forest.node_parent < 0):
+        rollouts = np.flatnonzero(leaf_root == r)
+        if tree_tokens[r] <= cap:
+            total += int(tree_tokens[r])
+            continue
+        lens = forest.rollout_len[rollouts]
+        total += int(lens[lens > cap].sum())  # isolated: forwarded alone
+        kept = rollouts[lens <= cap]
+        nodes = np.flatnonzero(root == r)
+        if len(kept) > exact_up_to:
+            index = {int(v): k for k, v in enumerate(nodes)}
+            tree = Forest(
+                forest.node_len[nodes],
+                [index[int(p)] if p >= 0 else -1 for p in forest.node_parent[nodes]],
+                [index[int(forest.rollout_leaf[j])] for j in kept],
+            )
+            total += tree.forwarded_lower_bound(cap)
+            continue
+        total += exact_tree_minimum(forest, kept, cap)
+    return total
+
+
+def exact_tree_minimum(forest, rollouts, cap):
+    """The fewest tokens forwarded by pieces (sets of whole rollouts, each piece forwarding the
+    union of its rollouts' paths once, within ``cap``) covering ``rollouts`` of one tree."""
+    m = len(rollouts)
+    through = {}  # node -> mask of the rollouts whose path holds it
+    for b, j in enumerate(rollouts):
+        for node in forest.path(int(j)):
+            through[node] = through.get(node, 0) | (1 << b)
+    masks = np.arange(1 << m, dtype=np.int64)
+    cost = np.zeros(1 << m, dtype=np.int64)
+    for node, mask in through.items():
+        cost += np.where(masks & mask, forest.node_len[node], 0)
+    feasible = masks[(cost <= cap) & (masks > 0)]
+    best = np.zeros(1 << m, dtype=np.int64)
+    for s in range(1, 1 << m):
+        low = s & -s
+        pieces = feasible[((feasible & s) == feasible) & ((feasible & low) != 0)]
+        best[s] = (cost[pieces] + best[s ^ pieces]).min()
+    return int(best[-1])
+
+
 def attention_pairs_flat(lengths):
     lengths = np.asarray(lengths, dtype=np.int64)
     return int((lengths * (lengths + 1) // 2).sum())
@@ -89,6 +148,7 @@ def measure(name, forest, cap):
         "flat_tokens": forest.rollout_tokens,
         "tree_tokens": tree.forwarded_tokens,
         "over_unique": tree.forwarded_tokens / forest.unique_tokens - 1.0,
+        "fewest": fewest_tokens(forest, cap),
         "flat_attention": flat_attention,
         "tree_attention": tree_attention,
         "flat_k": flat.num_micro_batches,
@@ -120,9 +180,9 @@ def main():
     print(f"cap {args.cap} tokens, about {args.rollouts} rollouts per mix, seed {args.seed}")
     print(
         "| mix | rollouts | flat tokens | tree tokens | tree / unique | flat attention | "
-        "tree attention | flat k | tree k | pieces |"
+        "tree attention | flat k | tree k | pieces | fewest / unique | tree / fewest |"
     )
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for name, forest in forests.items():
         m = measure(name, forest, args.cap)
         print(
@@ -130,7 +190,8 @@ def main():
             f"({m['tree_tokens'] / m['flat_tokens']:.3f}x) | {1 + m['over_unique']:.4f} | "
             f"{m['flat_attention']:.3e} | {m['tree_attention']:.3e} "
             f"({m['tree_attention'] / m['flat_attention']:.3f}x) | {m['flat_k']} | {m['tree_k']} "
-            f"| {m['pieces']} |"
+            f"| {m['pieces']} | {m['fewest'] / m['unique']:.4f} | "
+            f"{m['tree_tokens'] / m['fewest']:.4f} |"
         )
     print()
     print("| mix | rollouts | nodes | flat plan_local ms | tree plan_local ms |")

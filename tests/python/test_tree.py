@@ -151,6 +151,48 @@ def test_over_cap_tree_splits_and_overlong_policies():
                 assert position[rows].tolist() == rollouts[mb.rollouts[j]]
 
 
+def random_forest(rng, nodes):
+    parent = [-1] + [int(rng.integers(-1, i)) if rng.random() > 0.2 else -1 for i in range(1, nodes)]
+    inner = {p for p in parent if p >= 0}
+    leaves = [i for i in range(nodes) if i not in inner or rng.random() < 0.2]
+    return Forest(rng.integers(1, 80, nodes), parent, leaves)
+
+
+@pytest.mark.parametrize("overlong", ["isolate", "drop"])
+def test_forwarded_lower_bound_is_a_floor_under_every_plan(overlong):
+    rng = np.random.default_rng(9)
+    for trial in range(60):
+        forest = random_forest(rng, int(rng.integers(1, 40)))
+        cap = int(rng.integers(60, 400))
+        align_to = (1, 2, 8)[trial % 3]
+        plan = planner.plan_local(forest, cap, align_to=align_to, overlong=overlong)
+        bound = forest.forwarded_lower_bound(cap, align_to=align_to, overlong=overlong)
+        assert bound <= plan.forwarded_tokens
+        if overlong == "drop" and not plan.dropped:
+            assert bound >= forest.unique_tokens
+    # Every tree within the cap: the bound is the unique tokens, which the plan forwards.
+    forest = random_forest(rng, 30)
+    assert forest.forwarded_lower_bound(forest.unique_tokens) == forest.unique_tokens
+
+
+def test_forwarded_lower_bound_is_reached_by_a_split_group():
+    # A 100-token prompt and 4 x 50 under 220: no piece holds more than 2 completions (each
+    # repeats the prompt), and no fewer than 2 pieces hold 200 completion tokens.
+    forest = forest_from_groups([100], [[50, 50, 50, 50]])
+    assert forest.forwarded_lower_bound(220) == 400
+    assert planner.plan_local(forest, 220).forwarded_tokens == 400
+    # Completions over half of the room cannot share a piece: 3 x 70 with 120 free need 3.
+    forest = forest_from_groups([100], [[70, 70, 70]])
+    assert forest.forwarded_lower_bound(220) == 3 * 100 + 210
+    assert planner.plan_local(forest, 220).forwarded_tokens == 510
+    # A rollout over the cap: forwarded alone, or not at all.
+    forest = forest_from_groups([100], [[50, 150]])
+    assert forest.forwarded_lower_bound(200, overlong="isolate") == 150 + 250
+    assert forest.forwarded_lower_bound(200, overlong="drop") == 150
+    with pytest.raises(ValueError, match="overlong"):
+        forest.forwarded_lower_bound(200, overlong="error")
+
+
 def test_agreement_and_balance_over_forests():
     rng = np.random.default_rng(5)
     forests = []

@@ -166,6 +166,61 @@ class Forest:
                     f"{int(self.rollout_leaf[r])} ({len(got)} tokens given, {len(want)} on it)"
                 )
 
+    def forwarded_lower_bound(self, max_token_len, align_to=1, overlong="isolate"):
+        """The fewest tokens any plan of this forest can forward under the cap: a floor to
+        judge a plan's ``forwarded_tokens`` by (a bound, not always reachable).
+
+        A piece holds at most ``room`` tokens (the largest multiple of ``align_to`` within
+        ``max_token_len``), each token of node u is forwarded once per piece that holds u, and
+        every piece holding a node below u holds u's whole path of ``through(u)`` tokens. So
+        the pieces holding u number at least: 1; ceil(tokens below u / (room - through(u)));
+        the count for any child; and the children of u through which some rollout has more
+        than (room - through(u)) / 2 tokens below u (no two of those fit in one piece). The
+        bound is the sum over nodes of their tokens times that count. Rollouts whose aligned
+        length passes the cap are forwarded alone (``overlong="isolate"``: their tokens are
+        added) or not at all (``"drop"``), as the planner treats them."""
+        if overlong not in ("isolate", "drop"):
+            raise ValueError(f"overlong = {overlong!r}: must be 'isolate' or 'drop'")
+        if max_token_len < 1 or align_to < 1:
+            raise ValueError("max_token_len and align_to must be >= 1")
+        room = max_token_len // align_to * align_to
+        over = self.rollout_len > room
+        bound = int(self.rollout_len[over].sum()) if overlong == "isolate" else 0
+        n = self.num_nodes
+        parent = self.node_parent
+        node_len = self.node_len
+        # Per node: kept tokens of its subtree, and the longest kept rollout path through it.
+        sub = np.zeros(n, dtype=np.int64)
+        longest = np.zeros(n, dtype=np.int64)
+        kept_leaf = self.rollout_leaf[~over]
+        np.maximum.at(longest, kept_leaf, self.rollout_len[~over])
+        used = np.zeros(n, dtype=bool)
+        used[kept_leaf] = True
+        for i in range(n - 1, -1, -1):  # children after parents: a reverse pass
+            if not used[i]:
+                continue
+            sub[i] += node_len[i]
+            if parent[i] >= 0:
+                used[parent[i]] = True
+                sub[parent[i]] += sub[i]
+                longest[parent[i]] = max(longest[parent[i]], longest[i])
+        through = self.depth + node_len
+        pieces = np.ones(n, dtype=np.int64)
+        wide = np.zeros(n, dtype=np.int64)  # children with a rollout over half the free room
+        for i in range(n - 1, -1, -1):
+            if not used[i]:
+                continue
+            free = room - through[i]
+            below = sub[i] - node_len[i]
+            if below > 0:  # a kept rollout below i fits the cap, so free >= its tokens > 0
+                pieces[i] = max(pieces[i], -(-below // free), wide[i])
+            p = parent[i]
+            if p >= 0:
+                pieces[p] = max(pieces[p], pieces[i])
+                if 2 * (longest[i] - through[p]) > room - through[p]:
+                    wide[p] += 1
+        return bound + int((node_len * pieces)[used].sum())
+
     def to_json(self):
         """The forest as the CLI's tree JSON (see client/README.md): plain lists."""
         out = {
