@@ -75,7 +75,8 @@ TEST(TreeModelCost, ChainsGetTheWeightsOfTheirLengths) {
   for (int trial = 0; trial < 20; ++trial) {
     std::vector<int64_t> lengths(1 + rng() % 50);
     // Short ones, and long ones that make the quadratic term set the scale.
-    for (int64_t& len : lengths) len = 1 + static_cast<int64_t>(rng() % (trial < 10 ? 900 : 1 << 28));
+    for (int64_t& len : lengths)
+      len = 1 + static_cast<int64_t>(rng() % (trial < 10 ? 900 : 1 << 28));
     const int64_t align_to = trial % 3 == 0 ? 64 : 1;
     const absl::StatusOr<ModelCost> flat = CostOfModelForBatch(model, lengths, align_to);
     const absl::StatusOr<ModelCost> tree = CostOfModelForForest(model, Chains(lengths), align_to);
@@ -124,8 +125,7 @@ TEST(TreeModelCost, ChainsPlanAndBalanceAsTheirLengths) {
         BalanceBatch(lengths, 4, flat_options, {}, flat_balance);
     const absl::StatusOr<BalancedForest> tree_batch =
         BalanceForest(chains, 4, tree_options, tree_balance);
-    ASSERT_TRUE(flat_batch.ok() && tree_batch.ok())
-        << flat_batch.status() << tree_batch.status();
+    ASSERT_TRUE(flat_batch.ok() && tree_batch.ok()) << flat_batch.status() << tree_batch.status();
     EXPECT_EQ(tree_batch->num_micro_batches, flat_batch->num_micro_batches);
     EXPECT_EQ(tree_batch->step.step_sync_cost, flat_batch->step.step_sync_cost);
     EXPECT_EQ(tree_batch->step.micro_batch_sync_cost, flat_batch->step.micro_batch_sync_cost);
@@ -182,8 +182,7 @@ TEST(TreeModelCost, AForestCostsWhatItsRolloutsCostFlat) {
     longest = std::max(longest, RoundUp(length, align_to));
   }
   const absl::StatusOr<ModelCost> aligned = CostOfModelForForest(small, f, align_to);
-  const absl::StatusOr<ModelCost> padded =
-      CostOfModel(small, total, longest + 2 * (align_to - 1));
+  const absl::StatusOr<ModelCost> padded = CostOfModel(small, total, longest + 2 * (align_to - 1));
   const absl::StatusOr<ModelCost> unpadded = CostOfModel(small, total, longest);
   ASSERT_TRUE(aligned.ok() && padded.ok() && unpadded.ok());
   EXPECT_EQ(aligned->shift, padded->shift);
@@ -298,8 +297,8 @@ TEST(TreeModelCost, SplitTreesStillFitTheScale) {
 
   // The tree's unique tokens as the batch: a finer scale, under which the pieces overflow.
   PlanOptions naive = Capped(prompt + 1);
-  ASSERT_TRUE(UseModelCost(Llama7bFields(), kNoStrings, std::vector<int64_t>{prompt + 16}, naive)
-                  .ok());
+  ASSERT_TRUE(
+      UseModelCost(Llama7bFields(), kNoStrings, std::vector<int64_t>{prompt + 16}, naive).ok());
   EXPECT_GT(naive.attention.quadratic, o.attention.quadratic);
   const absl::StatusOr<TreeProblem> overflow = TreeProblem::Create(f, naive);
   EXPECT_EQ(overflow.status().code(), absl::StatusCode::kInvalidArgument);
