@@ -59,9 +59,9 @@ absl::StatusOr<TreePlanRun> RunTreePlan(const planner::Forest& forest, const Pla
   ASSIGN_OR_RETURN(const planner::ForestIndex index, planner::IndexForest(forest));
   PlanRequest costed = request;  // with the model's cost, when given one
   if (costed.model) {
-    ASSIGN_OR_RETURN(const int64_t micro_batch_cost,
-                     planner::UseModelCost(costed.model->ints, costed.model->strings,
-                                           index.rollout_len, costed.options));
+    ASSIGN_OR_RETURN(
+        const int64_t micro_batch_cost,
+        planner::UseModelCost(costed.model->ints, costed.model->strings, forest, costed.options));
     if (costed.world_size > 0) costed.balance.micro_batch_cost = micro_batch_cost;
   }
   TreePlanRun out;

@@ -23,7 +23,8 @@ struct TreePlanRun {
 
 // CheckRequest(request), then the forest's plan as RunPlan makes one for lengths: PlanForest,
 // PartitionForestFixedK (--num_parts), PackForest (a packing algorithm) or BalanceForest
-// (--world_size). --model_config costs the model over the rollouts' lengths. Returns
+// (--world_size). --model_config costs the model over the forest (planner::UseModelCost's
+// forest overload, server/planner/model_cost.h). Returns
 // CheckRequest's error or the planner's (a bad forest names the node or rollout).
 absl::StatusOr<TreePlanRun> RunTreePlan(const planner::Forest& forest, const PlanRequest& request);
 

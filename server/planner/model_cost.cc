@@ -85,6 +85,14 @@ int64_t MoeLayers(const ModelConfig& m) {
   return out;
 }
 
+// Sets `options` to the attention cost model with `cost`'s weights; returns its per-micro-batch
+// cost.
+int64_t Use(const ModelCost& cost, PlanOptions& options) {
+  options.cost = CostModel::kAttention;
+  options.attention = AttentionCost{cost.linear, cost.quadratic};
+  return cost.micro_batch;
+}
+
 }  // namespace
 
 absl::StatusOr<ModelConfig> ModelConfigFromFields(
@@ -331,15 +339,50 @@ absl::StatusOr<ModelCost> CostOfModelForBatch(const ModelConfig& config,
   return CostOfModel(config, std::max<int64_t>(total, 1), longest, overhead_tokens);
 }
 
+absl::StatusOr<ModelCost> CostOfModelForForest(const ModelConfig& config, const Forest& forest,
+                                               int64_t align_to, int64_t overhead_tokens) {
+  if (align_to < 1 || align_to > kMaxAlign) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("align_to = ", align_to, ": must be in [1, ", kMaxAlign, "]"));
+  }
+  ASSIGN_OR_RETURN(const ForestIndex index, IndexForest(forest));
+  constexpr int64_t kHuge = int64_t{1} << 62;  // past any batch CostOfModel can scale
+  auto aligned = [&](int64_t tokens) {
+    tokens = std::min(tokens, kHuge);
+    return (tokens + align_to - 1) / align_to * align_to;
+  };
+  int64_t total = 0, rollout = 1, tree = 1;
+  for (int64_t length : index.rollout_len) {
+    total = std::min(total + aligned(length), kHuge);  // both at most 2^62 + 2^20: no overflow
+    rollout = std::max(rollout, aligned(length));
+  }
+  // Each tree's tokens, summed at its root (IndexForest checked that the total fits int64).
+  std::vector<int64_t> tree_tokens(forest.node_len.size(), 0);
+  for (size_t n = 0; n < forest.node_len.size(); ++n) {
+    tree_tokens[index.root[n]] += forest.node_len[n];
+  }
+  for (int64_t root : index.roots) tree = std::max(tree, aligned(tree_tokens[root]));
+  // Rollouts are at most 2^31 - 1 tokens and align_to at most 2^20: no overflow.
+  const int64_t longest = std::min(tree, rollout + 2 * (align_to - 1));
+  return CostOfModel(config, std::max<int64_t>(total, 1), longest, overhead_tokens);
+}
+
 absl::StatusOr<int64_t> UseModelCost(const absl::flat_hash_map<std::string, int64_t>& ints,
                                      const absl::flat_hash_map<std::string, std::string>& strings,
                                      absl::Span<const int64_t> lengths, PlanOptions& options) {
   ASSIGN_OR_RETURN(const ModelConfig config, ModelConfigFromFields(ints, strings));
   ASSIGN_OR_RETURN(const ModelCost cost,
                    CostOfModelForBatch(config, lengths, EffectiveAlignTo(options)));
-  options.cost = CostModel::kAttention;
-  options.attention = AttentionCost{cost.linear, cost.quadratic};
-  return cost.micro_batch;
+  return Use(cost, options);
+}
+
+absl::StatusOr<int64_t> UseModelCost(const absl::flat_hash_map<std::string, int64_t>& ints,
+                                     const absl::flat_hash_map<std::string, std::string>& strings,
+                                     const Forest& forest, PlanOptions& options) {
+  ASSIGN_OR_RETURN(const ModelConfig config, ModelConfigFromFields(ints, strings));
+  ASSIGN_OR_RETURN(const ModelCost cost,
+                   CostOfModelForForest(config, forest, EffectiveAlignTo(options)));
+  return Use(cost, options);
 }
 
 }  // namespace packsched::planner

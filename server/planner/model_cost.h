@@ -22,6 +22,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "server/planner/forest.h"
 #include "server/planner/options.h"
 
 namespace packsched::planner {
@@ -105,6 +106,19 @@ absl::StatusOr<ModelCost> CostOfModelForBatch(const ModelConfig& config,
                                               absl::Span<const int64_t> lengths, int64_t align_to,
                                               int64_t overhead_tokens = 2048);
 
+// CostOfModel for a forest of rollouts (tree packing, tree_plan.h): the batch is the forest's
+// rollouts flat, each aligned to align_to, in sequences of at most
+//   min(its largest tree's tokens, aligned; its longest aligned rollout + 2 x (align_to - 1)).
+// A piece forwards at most its rollouts' aligned tokens, is no longer than its tree, and its
+// attention term (tree_plan.h) is at most the sum of its rollouts' squared lengths plus its
+// padding's, below 2 x (align_to - 1) x its aligned tokens: so the pieces' costs stay within the
+// bound (2^62) however the cap cuts the trees. With align_to = 1, and for a forest of chains (one
+// rollout per tree) at any align_to, the weights are CostOfModelForBatch's over the rollouts'
+// lengths: a forest costs what its rollouts cost flat. InvalidArgument for align_to out of
+// [1, kMaxAlign] and as IndexForest (forest.h) for a bad forest.
+absl::StatusOr<ModelCost> CostOfModelForForest(const ModelConfig& config, const Forest& forest,
+                                               int64_t align_to, int64_t overhead_tokens = 2048);
+
 // The cost from the model for this batch, as every entry point uses it (`packsched plan
 // --model_config`, packsched.planner.balance(model_config=), BalanceBatch's model_config): the
 // ModelConfig of a config.json's top-level integer and string fields (ModelConfigFromFields),
@@ -115,6 +129,14 @@ absl::StatusOr<ModelCost> CostOfModelForBatch(const ModelConfig& config,
 absl::StatusOr<int64_t> UseModelCost(const absl::flat_hash_map<std::string, int64_t>& ints,
                                      const absl::flat_hash_map<std::string, std::string>& strings,
                                      absl::Span<const int64_t> lengths, PlanOptions& options);
+
+// UseModelCost for a forest (tree packing): the model costed over `forest` as
+// CostOfModelForForest says, aligned as `options` aligns it. What BalanceBatch's model_config,
+// `packsched plan --tree --model_config` and packsched.planner.balance(forest, model_config=)
+// use. InvalidArgument as ModelConfigFromFields and CostOfModelForForest say.
+absl::StatusOr<int64_t> UseModelCost(const absl::flat_hash_map<std::string, int64_t>& ints,
+                                     const absl::flat_hash_map<std::string, std::string>& strings,
+                                     const Forest& forest, PlanOptions& options);
 
 }  // namespace packsched::planner
 

@@ -129,10 +129,10 @@ absl::Status RunBalanceBatch(const v1::BalanceBatchRequest& request, const Servi
         "world_size = ", world_size, " exceeds the server limit --max_sequences_per_request = ",
         limits.max_sequences_per_request));
   }
-  if (input.forest && (request.has_model_config() || !request.group_ids().empty())) {
+  if (input.forest && !request.group_ids().empty()) {
     return absl::InvalidArgumentError(
-        "forest: group_ids and model_config must be unset (a tree is one item; its rollouts "
-        "stay together)");
+        "forest: group_ids must be unset (a tree is one item: its rollouts already stay "
+        "together)");
   }
   if (!request.group_ids().empty() &&
       static_cast<size_t>(request.group_ids().size()) != input.lengths.size()) {
@@ -172,7 +172,8 @@ absl::Status RunBalanceBatch(const v1::BalanceBatchRequest& request, const Servi
     const absl::flat_hash_map<std::string, std::string> strings(model.strings().begin(),
                                                                 model.strings().end());
     absl::StatusOr<int64_t> micro_batch_cost =
-        planner::UseModelCost(ints, strings, input.lengths, input.options);
+        input.forest ? planner::UseModelCost(ints, strings, *input.forest, input.options)
+                     : planner::UseModelCost(ints, strings, input.lengths, input.options);
     if (!micro_batch_cost.ok()) {
       return absl::InvalidArgumentError(
           absl::StrCat("model_config: ", micro_batch_cost.status().message()));

@@ -1,13 +1,16 @@
 // `packsched plan --tree`: the tree JSON read back into a forest, bad input named, and the run
-// going to the tree planner's entry points.
+// going to the tree planner's entry points, with the model's cost over the forest.
 
 #include "server/cli/tree_command.h"
 
+#include <cstdint>
 #include <string>
+#include <vector>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "server/cli/read_tree.h"
+#include "server/planner/model_cost.h"
 
 namespace packsched::cli {
 namespace {
@@ -72,6 +75,61 @@ TEST(TreeCommand, PlansAndPrints) {
   ASSERT_TRUE(batch->batch.has_value());
   EXPECT_EQ(batch->batch->ranks.size(), 2u);
   EXPECT_THAT(TreePlanJson(*batch), HasSubstr("\"ranks\":["));
+}
+
+// --model_config with --tree: the model costed over the forest (planner::UseModelCost), so a
+// forest of chains plans as its lengths do.
+TEST(TreeCommand, ModelConfigCostsTheForest) {
+  ModelFields model;
+  model.ints = {{"hidden_size", 4096},
+                {"num_hidden_layers", 32},
+                {"num_attention_heads", 32},
+                {"intermediate_size", 11008},
+                {"vocab_size", 32000}};
+  PlanRequest request;
+  request.options.max_token_len = 3000;
+  request.options.align_to = 8;
+  request.model = model;
+  const std::vector<int64_t> lengths = {700, 1800, 90, 2500, 1300, 40, 2900, 610, 950, 1111};
+  planner::Forest chains;
+  for (size_t i = 0; i < lengths.size(); ++i) {
+    chains.node_len.push_back(lengths[i]);
+    chains.node_parent.push_back(-1);
+    chains.rollout_leaf.push_back(static_cast<int64_t>(i));
+  }
+  for (int64_t world_size : {0, 3}) {
+    request.world_size = world_size;
+    const absl::StatusOr<TreePlanRun> tree = RunTreePlan(chains, request);
+    const absl::StatusOr<PlanRun> flat = RunPlan(lengths, request);
+    ASSERT_TRUE(tree.ok() && flat.ok()) << tree.status() << flat.status();
+    EXPECT_EQ(tree->run.request.options.cost, planner::CostModel::kAttention);
+    EXPECT_EQ(tree->run.request.options.attention.linear, flat->request.options.attention.linear);
+    EXPECT_EQ(tree->run.request.options.attention.quadratic,
+              flat->request.options.attention.quadratic);
+    EXPECT_EQ(tree->run.request.balance.micro_batch_cost, flat->request.balance.micro_batch_cost);
+    if (world_size == 0) {
+      ASSERT_EQ(tree->plan->parts.size(), flat->plan.parts.size());
+      for (size_t p = 0; p < flat->plan.parts.size(); ++p) {
+        EXPECT_EQ(tree->plan->parts[p].batch.cost, flat->plan.parts[p].cost);
+        EXPECT_EQ(tree->plan->parts[p].layout.rollouts, flat->plan.parts[p].indices);
+      }
+    } else {
+      EXPECT_GT(tree->run.request.balance.micro_batch_cost, 0);
+      EXPECT_EQ(tree->batch->num_micro_batches, flat->batch->num_micro_batches);
+      EXPECT_EQ(tree->batch->step.step_sync_cost, flat->batch->step.step_sync_cost);
+    }
+  }
+
+  // A GRPO forest: the weights the model gives the forest, not those of its tokens flat.
+  request.world_size = 0;
+  const planner::Forest grpo = Grpo();
+  const absl::StatusOr<TreePlanRun> run = RunTreePlan(grpo, request);
+  ASSERT_TRUE(run.ok()) << run.status();
+  planner::PlanOptions want = request.options;
+  ASSERT_TRUE(planner::UseModelCost(model.ints, model.strings, grpo, want).ok());
+  EXPECT_EQ(run->run.request.options.attention.linear, want.attention.linear);
+  EXPECT_EQ(run->run.request.options.attention.quadratic, want.attention.quadratic);
+  EXPECT_EQ(run->plan->forwarded_tokens, 195);
 }
 
 TEST(TreeCommand, BadForestAndRequestAreErrors) {

@@ -1,15 +1,18 @@
 // Tree packing through the sidecar's core: a forest request converted and validated (errors
 // name the node or rollout, limits are RESOURCE_EXHAUSTED), Partition and BalanceBatch over a
-// forest, the memory estimate, and rounds in which ranks planning forests agree on k.
+// forest (model_config costing the forest), the memory estimate, and rounds in which ranks
+// planning forests agree on k.
 
 #include <memory>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "server/group/collective_agreement.h"
+#include "server/planner/model_cost.h"
 #include "server/planner/tree_plan.h"
 #include "server/service/balance_batch.h"
 #include "server/service/convert.h"
@@ -163,7 +166,89 @@ TEST(ForestPartitionAndBalance, AnswerOverPiecesAndRollouts) {
 
   balance.add_group_ids(1);
   EXPECT_THAT(std::string(RunBalanceBatch(balance, {}, /*stop=*/{}, &batch).message()),
-              HasSubstr("group_ids and model_config must be unset"));
+              HasSubstr("group_ids must be unset"));
+}
+
+void AddLlama7b(v1::ModelConfig* model) {
+  for (const auto& [key, value] : {std::pair<const char*, int64_t>{"hidden_size", 4096},
+                                   {"num_hidden_layers", 32},
+                                   {"num_attention_heads", 32},
+                                   {"intermediate_size", 11008},
+                                   {"vocab_size", 32000}}) {
+    (*model->mutable_ints())[key] = value;
+  }
+  (*model->mutable_strings())["model_type"] = "llama";
+}
+
+// model_config over a forest: the plan of the attention cost with the weights the model gives
+// the forest (planner::UseModelCost), and a forest of chains planned as its lengths.
+TEST(ForestBalance, ModelConfigCostsTheForest) {
+  v1::BalanceBatchRequest request;
+  request.mutable_options()->set_max_token_len(4096);
+  request.mutable_options()->set_align_to(8);
+  AddGroups(request.mutable_forest(), {900, 1500, 300, 2000, 700, 1200}, 6, 150);
+  request.set_world_size(3);
+  request.set_sync(v1::SYNC_MICRO_BATCH);
+  request.set_micro_batch_cost(5);  // the model's replaces it
+  AddLlama7b(request.mutable_model_config());
+  v1::BalanceBatchResponse modelled;
+  const absl::Status status = RunBalanceBatch(request, {}, /*stop=*/{}, &modelled);
+  ASSERT_TRUE(status.ok()) << status;
+
+  const absl::StatusOr<PlanInput> input =
+      MakePlanInput(request.lengths(), request.options(), request.loss_tokens(), request.loss(), {},
+                    /*planner_picks_k=*/true, &request.forest());
+  ASSERT_TRUE(input.ok()) << input.status();
+  planner::PlanOptions weights = input->options;
+  const absl::flat_hash_map<std::string, int64_t> ints(request.model_config().ints().begin(),
+                                                       request.model_config().ints().end());
+  const absl::flat_hash_map<std::string, std::string> strings(
+      request.model_config().strings().begin(), request.model_config().strings().end());
+  const absl::StatusOr<int64_t> micro_batch_cost =
+      planner::UseModelCost(ints, strings, *input->forest, weights);
+  ASSERT_TRUE(micro_batch_cost.ok()) << micro_batch_cost.status();
+  v1::BalanceBatchRequest by_hand = request;
+  by_hand.clear_model_config();
+  by_hand.mutable_options()->set_cost(v1::COST_MODEL_ATTENTION);
+  by_hand.mutable_options()->set_attention_linear(weights.attention.linear);
+  by_hand.mutable_options()->set_attention_quadratic(weights.attention.quadratic);
+  by_hand.set_micro_batch_cost(*micro_batch_cost);
+  v1::BalanceBatchResponse want;
+  ASSERT_TRUE(RunBalanceBatch(by_hand, {}, /*stop=*/{}, &want).ok());
+  EXPECT_EQ(modelled.SerializeAsString(), want.SerializeAsString());
+  EXPECT_GT(modelled.step().micro_batch_sync_cost(), 0);
+  for (const v1::RankPlan& rank : modelled.ranks()) {
+    for (const v1::MicroBatch& part : rank.plan().micro_batches()) {
+      EXPECT_LE(part.aligned_tokens(), 4096);
+    }
+  }
+
+  // Chains: the forest's answer is the lengths' answer (rollout r is sequence r).
+  v1::BalanceBatchRequest lengths = request;
+  lengths.clear_forest();
+  v1::BalanceBatchRequest chains = lengths;
+  for (int64_t len : {700, 1800, 90, 2500, 1300, 40, 3000, 610, 950, 1111, 77, 2048}) {
+    lengths.add_lengths(len);
+    chains.mutable_forest()->add_node_len(len);
+    chains.mutable_forest()->add_node_parent(-1);
+    chains.mutable_forest()->add_rollout_leaf(chains.forest().node_len_size() - 1);
+  }
+  v1::BalanceBatchResponse flat, tree;
+  ASSERT_TRUE(RunBalanceBatch(lengths, {}, /*stop=*/{}, &flat).ok());
+  ASSERT_TRUE(RunBalanceBatch(chains, {}, /*stop=*/{}, &tree).ok());
+  EXPECT_EQ(tree.num_micro_batches(), flat.num_micro_batches());
+  EXPECT_EQ(tree.step().micro_batch_sync_cost(), flat.step().micro_batch_sync_cost());
+  ASSERT_EQ(tree.ranks_size(), flat.ranks_size());
+  for (int r = 0; r < flat.ranks_size(); ++r) {
+    EXPECT_EQ(tree.ranks(r).cost(), flat.ranks(r).cost());
+    EXPECT_THAT(tree.ranks(r).indices(), ::testing::ElementsAreArray(flat.ranks(r).indices()));
+  }
+
+  // group_ids stay refused with a forest, and the message says only that.
+  request.add_group_ids(0);
+  const std::string refused(RunBalanceBatch(request, {}, /*stop=*/{}, &modelled).message());
+  EXPECT_THAT(refused, HasSubstr("forest: group_ids must be unset"));
+  EXPECT_THAT(refused, ::testing::Not(HasSubstr("model_config")));
 }
 
 // Two sidecar cores agreeing over an in-process group, each planning its own forest: both

@@ -213,8 +213,9 @@ def balance(
     fixed cost per non-empty micro-batch. ``model_config``: a Hugging Face style config (a dict
     or the path of a config.json): the cost becomes the model's FLOPs (attention weights and
     ``micro_batch_cost``, see ``packsched.model_cost``), whatever the cost options say.
-    A Forest instead of ``seq_lens``: its pieces balanced (no ``group_ids`` or ``model_config``:
-    a tree is one item); each rank's plan is a TreePlan with global rollout ids.
+    A Forest instead of ``seq_lens``: its pieces balanced (no ``group_ids``: a tree is one item;
+    ``model_config`` costs the model over the forest, see ``packsched.model_cost``); each rank's
+    plan is a TreePlan with global rollout ids.
     -> Balanced"""
     if sync not in SYNCS:
         raise ValueError(f"sync = {sync!r}: must be one of {', '.join(SYNCS)}")
@@ -225,12 +226,12 @@ def balance(
     if loss["loss_tokens"] is not None:
         raise ValueError("balance: loss weights are computed per rank (plan each rank's share)")
     if forest is not None:
-        if group_ids is not None or model_config is not None:
-            raise ValueError(
-                "balance: a forest takes no group_ids or model_config (a tree is one item)"
-            )
+        if group_ids is not None:
+            raise ValueError("balance: a forest takes no group_ids (a tree is one item)")
         with _forest_progress("balance", forest, progress):
-            return _balance_forest(forest, world_size, plan_options, sync, micro_batch_cost)
+            return _balance_forest(
+                forest, world_size, plan_options, sync, micro_batch_cost, ints, strings
+            )
     groups = (
         [] if group_ids is None else int_array(group_ids, "group_ids", allow_empty=True).tolist()
     )
@@ -252,9 +253,15 @@ def balance(
     return Balanced(ranks, raw["num_micro_batches"], raw["dropped"], StepStats(**raw["step"]))
 
 
-def _balance_forest(forest, world_size, plan_options, sync, micro_batch_cost):
+def _balance_forest(forest, world_size, plan_options, sync, micro_batch_cost, ints, strings):
     raw = _planner.forest_balance(
-        *_forest_arrays(forest), int(world_size), plan_options, sync, int(micro_batch_cost)
+        *_forest_arrays(forest),
+        int(world_size),
+        plan_options,
+        sync,
+        int(micro_batch_cost),
+        ints,
+        strings,
     )
     ranks = []
     for r in raw["ranks"]:

@@ -499,10 +499,19 @@ PYBIND11_MODULE(_planner, m) {
       "forest_balance",
       [](const Lengths& node_len, const Lengths& node_parent, const Lengths& rollout_leaf,
          const py::object& rollout_len, int64_t world_size, const py::dict& options,
-         const std::string& sync, int64_t micro_batch_cost) {
+         const std::string& sync, int64_t micro_batch_cost,
+         const std::optional<std::map<std::string, int64_t>>& model_ints,
+         const std::map<std::string, std::string>& model_strings) {
         const Forest forest = ToForest(node_len, node_parent, rollout_leaf, rollout_len);
-        const PlanOptions o = ToPlanOptions(options);
-        const BalanceOptions balance{Value(ParseSync(sync)), micro_batch_cost, /*stop=*/{}};
+        PlanOptions o = ToPlanOptions(options);
+        BalanceOptions balance{Value(ParseSync(sync)), micro_batch_cost, /*stop=*/{}};
+        if (model_ints) {
+          // The cost from the model over this forest (server/planner/model_cost.h).
+          const absl::flat_hash_map<std::string, int64_t> i(model_ints->begin(), model_ints->end());
+          const absl::flat_hash_map<std::string, std::string> s(model_strings.begin(),
+                                                                model_strings.end());
+          balance.micro_batch_cost = Value(UseModelCost(i, s, forest, o));
+        }
         const BalancedForest b =
             WithoutGil([&] { return Value(BalanceForest(forest, world_size, o, balance)); });
         const ForestIndex index = Value(IndexForest(forest));
@@ -518,7 +527,8 @@ PYBIND11_MODULE(_planner, m) {
       },
       py::arg("node_len"), py::arg("node_parent"), py::arg("rollout_leaf"), py::arg("rollout_len"),
       py::arg("world_size"), py::arg("options"), py::arg("sync") = "step",
-      py::arg("micro_batch_cost") = 0);
+      py::arg("micro_batch_cost") = 0, py::arg("model_ints") = py::none(),
+      py::arg("model_strings") = std::map<std::string, std::string>());
 }
 
 }  // namespace
