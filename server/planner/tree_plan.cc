@@ -126,8 +126,16 @@ absl::StatusOr<BalancedForest> BalanceForest(const Forest& forest, int64_t world
                                              const BalanceOptions& balance) {
   ASSIGN_OR_RETURN(std::shared_ptr<internal::TreeState> state,
                    Prepare(forest, options, /*cap_required=*/true, /*balancing=*/true));
-  ASSIGN_OR_RETURN(BalancedBatch batch, BalanceBatch(state->lengths, world_size, options,
-                                                     /*group_ids=*/{}, balance, state->costs));
+  // The pieces of a split tree form a group (one rank holds them all); whole trees need none.
+  std::vector<int64_t> tree_of;
+  for (size_t b = 1; b < state->pieces.size(); ++b) {
+    if (state->pieces[b].root == state->pieces[b - 1].root) {
+      for (const TreePiece& piece : state->pieces) tree_of.push_back(piece.root);
+      break;
+    }
+  }
+  ASSIGN_OR_RETURN(BalancedBatch batch, BalanceBatch(state->lengths, world_size, options, tree_of,
+                                                     balance, state->costs));
   BalancedForest out;
   out.num_micro_batches = batch.num_micro_batches;
   out.dropped = state->dropped;

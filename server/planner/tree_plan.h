@@ -124,8 +124,9 @@ absl::StatusOr<TreePlan> PartitionForestFixedK(const Forest& forest, int64_t k,
 absl::StatusOr<TreePlan> PackForest(const Forest& forest, const PlanOptions& options);
 
 // Coordinator mode over a forest: the pieces balanced over ranks as BalanceBatch balances
-// sequences (no groups: a tree is already one item). Rank r's plan holds global piece and
-// rollout ids; its rollout_part marks only its own rollouts.
+// sequences, the pieces of a split tree as one group (BalanceBatch's group_ids): every tree's
+// rollouts are on one rank. Rank r's plan holds global piece and rollout ids; its rollout_part
+// marks only its own rollouts.
 struct BalancedForest {
   std::vector<TreePlan> ranks;
   int64_t num_micro_batches = 0;
