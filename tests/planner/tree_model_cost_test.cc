@@ -17,9 +17,12 @@
 #include "server/planner/options.h"
 #include "server/planner/planner.h"
 #include "server/planner/tree_plan.h"
+#include "tests/planner/forest_fixtures.h"
 
 namespace packsched::planner {
 namespace {
+
+using testing_forests::Groups;
 
 using ::testing::HasSubstr;
 
@@ -38,23 +41,6 @@ PlanOptions Capped(int64_t cap, int64_t align_to = 1) {
   o.max_token_len = cap;
   o.align_to = align_to;
   return o;
-}
-
-// A GRPO-shaped forest: per group a prompt node and one completion node per rollout.
-Forest Groups(const std::vector<int64_t>& prompts,
-              const std::vector<std::vector<int64_t>>& completions) {
-  Forest f;
-  for (size_t g = 0; g < prompts.size(); ++g) {
-    const int64_t root = static_cast<int64_t>(f.node_len.size());
-    f.node_len.push_back(prompts[g]);
-    f.node_parent.push_back(-1);
-    for (int64_t c : completions[g]) {
-      f.node_len.push_back(c);
-      f.node_parent.push_back(root);
-      f.rollout_leaf.push_back(static_cast<int64_t>(f.node_len.size()) - 1);
-    }
-  }
-  return f;
 }
 
 Forest Chains(const std::vector<int64_t>& lengths) {

@@ -19,9 +19,12 @@
 #include "server/planner/forest.h"
 #include "server/planner/loss_weights.h"
 #include "server/planner/planner.h"
+#include "tests/planner/forest_fixtures.h"
 
 namespace packsched::planner {
 namespace {
+
+using testing_forests::Groups;
 
 using ::testing::HasSubstr;
 
@@ -34,23 +37,6 @@ PlanOptions Capped(int64_t cap) {
   PlanOptions o;
   o.max_token_len = cap;
   return o;
-}
-
-// A GRPO-shaped forest: per group a prompt node and one completion node per rollout.
-Forest Groups(const std::vector<int64_t>& prompts,
-              const std::vector<std::vector<int64_t>>& completions) {
-  Forest f;
-  for (size_t g = 0; g < prompts.size(); ++g) {
-    const int64_t root = static_cast<int64_t>(f.node_len.size());
-    f.node_len.push_back(prompts[g]);
-    f.node_parent.push_back(-1);
-    for (int64_t c : completions[g]) {
-      f.node_len.push_back(c);
-      f.node_parent.push_back(root);
-      f.rollout_leaf.push_back(static_cast<int64_t>(f.node_len.size()) - 1);
-    }
-  }
-  return f;
 }
 
 // A random forest: each node hangs under an earlier node of its tree or starts a tree; every

@@ -10,6 +10,8 @@ import pytest
 from packsched import planner
 from packsched.model_cost import model_cost
 
+from model_configs import LLAMA_8B
+
 ALPHA = 2048 * 24576
 
 
@@ -122,19 +124,6 @@ def test_model_config(tmp_path):
     assert batch.step.micro_batch_sync_cost > 0
     with pytest.raises(ValueError, match="num_hidden_layers is missing"):
         model_cost({"hidden_size": 8}, 10, 10)
-
-
-LLAMA_8B = {
-    "model_type": "llama",
-    "hidden_size": 4096,
-    "num_hidden_layers": 32,
-    "num_attention_heads": 32,
-    "num_key_value_heads": 8,
-    "intermediate_size": 14336,
-    "vocab_size": 128256,
-    "rope_theta": 500000.0,
-    "rms_norm_eps": 1e-05,
-}
 
 
 def linear_per_quadratic(config):

@@ -8,18 +8,8 @@ import pytest
 from packsched import SchedulerClient, SchedulerError, planner
 from packsched.model_cost import model_cost
 from packsched.tree import Forest, forest_from_groups
+from model_configs import LLAMA_8B
 from sidecar import Sidecar
-
-LLAMA_8B = {
-    "model_type": "llama",
-    "hidden_size": 4096,
-    "num_hidden_layers": 32,
-    "num_attention_heads": 32,
-    "num_key_value_heads": 8,
-    "intermediate_size": 14336,
-    "vocab_size": 128256,
-    "rms_norm_eps": 1e-05,
-}
 
 
 def grpo(seed, groups, per_group=8):

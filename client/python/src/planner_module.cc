@@ -366,6 +366,17 @@ py::dict ToDict(const TreePlan& plan, const ForestIndex& index, const py::object
   return d;
 }
 
+// The cost from the model (server/planner/model_cost.h) for `input`, lengths or a forest:
+// sets `o` to the model's weights and returns the per-micro-batch cost. Raises as Value().
+template <typename Input>
+int64_t CostFromModel(const std::map<std::string, int64_t>& ints,
+                      const std::map<std::string, std::string>& strings, const Input& input,
+                      PlanOptions& o) {
+  const absl::flat_hash_map<std::string, int64_t> i(ints.begin(), ints.end());
+  const absl::flat_hash_map<std::string, std::string> s(strings.begin(), strings.end());
+  return Value(UseModelCost(i, s, input, o));
+}
+
 // The tree plan for one rank, as PlanOne plans sequences.
 TreePlan PlanOneForest(const Forest& forest, const PlanOptions& options, int64_t k) {
   return WithoutGil([&] {
@@ -447,11 +458,7 @@ PYBIND11_MODULE(_planner, m) {
         PlanOptions o = ToPlanOptions(options);
         BalanceOptions balance{Value(ParseSync(sync)), micro_batch_cost, /*stop=*/{}};
         if (model_ints) {
-          // The cost from the model (server/planner/model_cost.h) for this batch.
-          const absl::flat_hash_map<std::string, int64_t> i(model_ints->begin(), model_ints->end());
-          const absl::flat_hash_map<std::string, std::string> s(model_strings.begin(),
-                                                                model_strings.end());
-          balance.micro_batch_cost = Value(UseModelCost(i, s, Span(lengths), o));
+          balance.micro_batch_cost = CostFromModel(*model_ints, model_strings, Span(lengths), o);
         }
         BalancedBatch b = WithoutGil(
             [&] { return Value(BalanceBatch(Span(lengths), world_size, o, group_ids, balance)); });
@@ -506,11 +513,7 @@ PYBIND11_MODULE(_planner, m) {
         PlanOptions o = ToPlanOptions(options);
         BalanceOptions balance{Value(ParseSync(sync)), micro_batch_cost, /*stop=*/{}};
         if (model_ints) {
-          // The cost from the model over this forest (server/planner/model_cost.h).
-          const absl::flat_hash_map<std::string, int64_t> i(model_ints->begin(), model_ints->end());
-          const absl::flat_hash_map<std::string, std::string> s(model_strings.begin(),
-                                                                model_strings.end());
-          balance.micro_batch_cost = Value(UseModelCost(i, s, forest, o));
+          balance.micro_batch_cost = CostFromModel(*model_ints, model_strings, forest, o);
         }
         const BalancedForest b =
             WithoutGil([&] { return Value(BalanceForest(forest, world_size, o, balance)); });
