@@ -47,10 +47,12 @@ struct TcBlockIndex {
 __device__ inline TcBlockIndex HeaviestFirstBlock() {
   const uint64_t per_tile = static_cast<uint64_t>(gridDim.y) * gridDim.z;
   const uint64_t linear =
-      blockIdx.x + static_cast<uint64_t>(gridDim.x) * (blockIdx.y + static_cast<uint64_t>(gridDim.y) * blockIdx.z);
+      blockIdx.x + static_cast<uint64_t>(gridDim.x) *
+                       (blockIdx.y + static_cast<uint64_t>(gridDim.y) * blockIdx.z);
   const uint64_t rest = linear % per_tile;
   return TcBlockIndex{static_cast<int64_t>(gridDim.x - 1 - linear / per_tile),
-                      static_cast<int64_t>(rest % gridDim.y), static_cast<int64_t>(rest / gridDim.y)};
+                      static_cast<int64_t>(rest % gridDim.y),
+                      static_cast<int64_t>(rest / gridDim.y)};
 }
 
 inline constexpr float kLog2e = 1.4426950408889634f;
@@ -191,7 +193,9 @@ struct TileSpan {
 };
 
 // x / d rounded down and up (d > 0, any sign of x).
-__device__ inline int64_t FloorDiv(int64_t x, int64_t d) { return x >= 0 ? x / d : -((-x + d - 1) / d); }
+__device__ inline int64_t FloorDiv(int64_t x, int64_t d) {
+  return x >= 0 ? x / d : -((-x + d - 1) / d);
+}
 __device__ inline int64_t CeilDiv(int64_t x, int64_t d) { return -FloorDiv(-x, d); }
 
 // The tiles among [0, tiles) holding some key of r, and those holding only keys of r.

@@ -2,15 +2,22 @@
 #define PACKSCHED_KERNELS_CUDA_ATTENTION_TC_FWD_CUH_
 
 // The tensor-core attention forward (FlashAttention-2 on mma.sync): one block of 4 warps per
-// (query tile, head, sequence), grid as the scalar kernel's (attention_device.cuh). Each warp owns
-// kWarpTiles tiles of 16 query rows (TcTraits: 2 at D = 64, a 128-row query tile; 1 at D = 128,
-// 64 rows):
-//   - Q is copied to shared memory once (cp.async); at D = 128 its A fragments stay in registers;
+// (query tile, head, sequence), grid as the scalar kernel's (attention_device.cuh) but walked
+// heaviest-first (HeaviestFirstBlock: the highest tile indices, under a causal mask the tiles
+// that see the most keys, start first). Each warp owns kM tiles of 16 query rows: 2 (128-row
+// query tiles; D = 64, and D = 128 by default) or 1 (64-row tiles, D = 128 only; the launcher's
+// PACKSCHED_ATTENTION_TC_FWD_TILE=64):
+//   - Q is copied to shared memory once (cp.async); with kM = 1 its A fragments stay in
+//     registers, with kM = 2 they are reloaded by ldmatrix per 16-wide k step;
 //   - key tiles of 64 keys (K and V, swizzled) are double-buffered: tile n + 1 is in flight
 //     (cp.async) while tile n is used;
+//   - on partial tiles the mask is computed first, as one bit per score of the lane (the per-row
+//     key ranges and positions come from shared memory), so that it costs few registers while S
+//     is live;
 //   - S = Q Kᵀ: B fragments of K by ldmatrix (K's rows are B's columns), each used for all the
-//     warp's row tiles, float accumulators;
-//   - masking, scale and softcap on the accumulators; the online softmax in registers (each row
+//     warp's row tiles, float accumulators; at D = 128 with kM = 2 in sub-tiles of 32 keys (S,
+//     softmax and P V per sub-tile: S's 32 x 64 accumulators plus O's 32 x 128 would spill);
+//   - scale, softcap and mask on the accumulators; the online softmax in registers (each row
 //     lives in the 4 lanes of a quad: max and sum by two shuffles);
 //   - P (rounded to T) is reused as A fragments directly from S's accumulator layout (the C layout
 //     of two 8-key tiles is the A layout of one 16-key step), O += P V with V's B fragments by
@@ -54,8 +61,8 @@ __global__ void __launch_bounds__(128) AttentionTcForwardKernel(const TcAttnPara
   int32_t* key_end = reinterpret_cast<int32_t*>(smem + Tr::kTileBytes);  // [2][kV]
   int32_t* key_pos = key_end + 2 * kV;                                   // [2][kV]
   int32_t* row_lo = reinterpret_cast<int32_t*>(smem + Tr::kTileBytes + Tr::kVectorBytes);  // [kBr]
-  int32_t* row_hi = row_lo + kBr;                                                           // [kBr]
-  int32_t* row_pos = row_hi + kBr;                                                          // [kBr]
+  int32_t* row_hi = row_lo + kBr;                                                          // [kBr]
+  int32_t* row_pos = row_hi + kBr;                                                         // [kBr]
 
   const int warp = threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
@@ -90,7 +97,7 @@ __global__ void __launch_bounds__(128) AttentionTcForwardKernel(const TcAttnPara
   // The warp's rows: kM mma tiles of 16; this lane holds rows g and g + 8 of each, "row slot"
   // rs = 2 mi + half for row wrow + 16 mi + 8 half + g.
   constexpr int kSlots = 2 * kM;
-  // Keys per sub-tile of S (below).
+  // Keys per sub-tile of S (a whole key tile but at D = 128 with two row tiles per warp).
   constexpr int kSub = kD == 128 && kM == 2 ? 32 : kBc;
   const int wrow = warp * 16 * kM;
   const int64_t warp_rows = Clamp0(rows - wrow, 16 * kM);
@@ -174,7 +181,8 @@ __global__ void __launch_bounds__(128) AttentionTcForwardKernel(const TcAttnPara
         }
       }
       // The tile in sub-tiles of kSub keys (S, softmax, P V per sub-tile), bounding S's
-      // accumulators: 32 keys at D = 128 with two row tiles per warp.
+      // accumulators: 32 keys at D = 128 with two row tiles per warp. Not unrolled, so that the
+      // scheduler does not overlap one sub-tile's S with the other's (that spills).
 #pragma unroll 1
       for (int sub = 0; sub < kBc / kSub; ++sub) {
         float s[kM][kSub / 8][4];
@@ -204,8 +212,8 @@ __global__ void __launch_bounds__(128) AttentionTcForwardKernel(const TcAttnPara
           for (int np = 0; np < kSub / 16; ++np) {
             // Matrices (keys 0-7, d 0-7), (keys 0-7, d 8-15), (keys 8-15, d 0-7), (8-15, 8-15).
             uint32_t b[4];
-            ptx::Ldmatrix(
-                b, kt + Swz<kD>(kSub * sub + np * 16 + lane % 8 + 8 * (lane / 16), kk * 16 + 8 * (lane / 8 % 2)));
+            ptx::Ldmatrix(b, kt + Swz<kD>(kSub * sub + np * 16 + lane % 8 + 8 * (lane / 16),
+                                          kk * 16 + 8 * (lane / 8 % 2)));
             const uint32_t b0[2] = {b[0], b[1]};
             const uint32_t b1[2] = {b[2], b[3]};
 #pragma unroll
@@ -293,8 +301,8 @@ __global__ void __launch_bounds__(128) AttentionTcForwardKernel(const TcAttnPara
             // Matrices (keys 0-7, d 0-7), (keys 8-15, d 0-7), (keys 0-7, d 8-15), (8-15, 8-15),
             // transposed: V's rows are B's rows (k), so each lane gets a column pair of keys.
             uint32_t b[4];
-            ptx::LdmatrixTrans(
-                b, vt + Swz<kD>(kSub * sub + kk * 16 + lane % 8 + 8 * (lane / 8 % 2), dp * 16 + 8 * (lane / 16)));
+            ptx::LdmatrixTrans(b, vt + Swz<kD>(kSub * sub + kk * 16 + lane % 8 + 8 * (lane / 8 % 2),
+                                               dp * 16 + 8 * (lane / 16)));
             const uint32_t b0[2] = {b[0], b[1]};
             const uint32_t b1[2] = {b[2], b[3]};
 #pragma unroll
