@@ -98,15 +98,23 @@ struct QueryTile {
   int64_t h, hk, first, tile_rows, rows;
 };
 
+// Query tile `index` of head h of the sequence.
 template <typename Tr>
-__device__ QueryTile BlockQueryTile(const AttentionArgs& a, const AttnSeq& seq) {
+__device__ QueryTile QueryTileAt(const AttentionArgs& a, const AttnSeq& seq, int64_t index,
+                                 int64_t h) {
   QueryTile t;
-  t.h = blockIdx.y;
+  t.h = h;
   t.hk = t.h / (a.heads / a.kv_heads);
-  t.first = static_cast<int64_t>(blockIdx.x) * Tr::kBr;
+  t.first = index * Tr::kBr;
   t.tile_rows = Clamp0(seq.seg_q - t.first, Tr::kBr);
   t.rows = Clamp0(seq.mask.sq - t.first, t.tile_rows);
   return t;
+}
+
+// The block's tile: blockIdx.x of head blockIdx.y.
+template <typename Tr>
+__device__ QueryTile BlockQueryTile(const AttentionArgs& a, const AttnSeq& seq) {
+  return QueryTileAt<Tr>(a, seq, blockIdx.x, blockIdx.y);
 }
 
 // The key tiles [lo, hi) the real rows [first, first + rows) can see (tile-aligned lo).

@@ -32,6 +32,29 @@ inline bool TcGrid(const AttentionArgs& a, int64_t max_seqlen, int tile, int64_t
   return true;
 }
 
+// The (query tile, head, sequence) of a forward block in heaviest-first order. Blocks start
+// roughly in the order of their linear index (blockIdx.x fastest); that index is mapped so that
+// the grid (tiles, heads, sequences) of TcGrid is walked tile index descending, every head and
+// sequence (tail slot included) at one tile index before the next lower one. Under a causal mask
+// query tile i of a sequence sees about (i + 1) tiles of keys whatever the sequence, so the
+// longest-running blocks start first and the short ones fill the last wave (without a mask the
+// high tile indices are those of the longest sequences, which see the most keys). A bijection
+// of the grid: every block of the plain order is run exactly once.
+struct TcBlockIndex {
+  int64_t tile, head, seq;
+};
+
+__device__ inline TcBlockIndex HeaviestFirstBlock() {
+  const uint64_t per_tile = static_cast<uint64_t>(gridDim.y) * gridDim.z;
+  const uint64_t linear =
+      blockIdx.x + static_cast<uint64_t>(gridDim.x) *
+                       (blockIdx.y + static_cast<uint64_t>(gridDim.y) * blockIdx.z);
+  const uint64_t rest = linear % per_tile;
+  return TcBlockIndex{static_cast<int64_t>(gridDim.x - 1 - linear / per_tile),
+                      static_cast<int64_t>(rest % gridDim.y),
+                      static_cast<int64_t>(rest / gridDim.y)};
+}
+
 inline constexpr float kLog2e = 1.4426950408889634f;
 
 // Element offset of (row, col) in a tile of kD 16-bit columns whose 16-byte chunks are
@@ -161,6 +184,30 @@ __device__ inline WarpKeys WarpKeysOf(const TcMask& mask, int64_t i0, int64_t n,
     if (n == full && mask.subtree_end == nullptr) w.all = KeyRange{bottom.lo, top.hi};
   }
   return w;
+}
+
+// A range [lo, hi) of key tile indices n, tile n holding keys [base + n kBc, base + (n + 1) kBc);
+// empty when lo >= hi.
+struct TileSpan {
+  int lo, hi;
+};
+
+// x / d rounded down and up (d > 0, any sign of x).
+__device__ inline int64_t FloorDiv(int64_t x, int64_t d) {
+  return x >= 0 ? x / d : -((-x + d - 1) / d);
+}
+__device__ inline int64_t CeilDiv(int64_t x, int64_t d) { return -FloorDiv(-x, d); }
+
+// The tiles among [0, tiles) holding some key of r, and those holding only keys of r.
+__device__ inline TileSpan TilesOverlapping(KeyRange r, int64_t base, int kBc, int tiles) {
+  if (r.hi <= r.lo) return TileSpan{0, 0};
+  return TileSpan{static_cast<int>(Clamp0(FloorDiv(r.lo - base, kBc), tiles)),
+                  static_cast<int>(Clamp0(CeilDiv(r.hi - base, kBc), tiles))};
+}
+__device__ inline TileSpan TilesInside(KeyRange r, int64_t base, int kBc, int tiles) {
+  if (r.hi <= r.lo) return TileSpan{0, 0};
+  return TileSpan{static_cast<int>(Clamp0(CeilDiv(r.lo - base, kBc), tiles)),
+                  static_cast<int>(Clamp0(FloorDiv(r.hi - base, kBc), tiles))};
 }
 
 // Reductions over the 4 lanes of a quad (the lanes that share rows g and g + 8).

@@ -1,5 +1,6 @@
 // The tensor-core attention forward: launcher, the choice between it and the scalar kernels, and
-// its 4 instantiations (fp16, bf16 x head dims 64, 128). Device code in attention_tc_fwd.cuh.
+// its 6 instantiations (fp16, bf16 x head dim 64 with 128-row query tiles, head dim 128 with 64-
+// or 128-row tiles). Device code in attention_tc_fwd.cuh.
 
 #include <cuda_runtime.h>
 
@@ -26,14 +27,21 @@ bool ForcedScalar() {
   return v != nullptr && std::strcmp(v, "") != 0 && std::strcmp(v, "0") != 0;
 }
 
-template <typename T, int kD>
+// Query rows per tile of the D = 128 forward: 64 when PACKSCHED_ATTENTION_TC_FWD_TILE is "64",
+// else 128 (read on every call, so that a process can time both).
+int ForwardTileD128() {
+  const char* v = std::getenv("PACKSCHED_ATTENTION_TC_FWD_TILE");
+  return v != nullptr && std::strcmp(v, "64") == 0 ? 64 : 128;
+}
+
+template <typename T, int kD, int kM>
 cudaError_t RunForward(const TcAttnParams& p, cudaStream_t stream) {
-  using Tr = TcTraits<kD, TcKernel::kForward>;
+  using Tr = TcTraits<kD, TcKernel::kForward, kM>;
   dim3 grid;
   if (!TcGrid(p.args, p.args.max_seqlen_q, Tr::kBr, p.args.heads, /*keys=*/false, &grid)) {
     return cudaErrorInvalidConfiguration;
   }
-  auto* kernel = AttentionTcForwardKernel<T, kD>;
+  auto* kernel = AttentionTcForwardKernel<T, kD, kM>;
   const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                              static_cast<int>(Tr::kSharedBytes));
   if (e != cudaSuccess) return e;
@@ -43,7 +51,9 @@ cudaError_t RunForward(const TcAttnParams& p, cudaStream_t stream) {
 
 template <typename T>
 cudaError_t ForwardHeadDim(const TcAttnParams& p, cudaStream_t stream) {
-  return p.args.head_dim == 64 ? RunForward<T, 64>(p, stream) : RunForward<T, 128>(p, stream);
+  if (p.args.head_dim == 64) return RunForward<T, 64, 2>(p, stream);
+  return ForwardTileD128() == 64 ? RunForward<T, 128, 1>(p, stream)
+                                 : RunForward<T, 128, 2>(p, stream);
 }
 
 }  // namespace

@@ -2,15 +2,22 @@
 #define PACKSCHED_KERNELS_CUDA_ATTENTION_TC_FWD_CUH_
 
 // The tensor-core attention forward (FlashAttention-2 on mma.sync): one block of 4 warps per
-// (query tile, head, sequence), grid as the scalar kernel's (attention_device.cuh). Each warp owns
-// kWarpTiles tiles of 16 query rows (TcTraits: 2 at D = 64, a 128-row query tile; 1 at D = 128,
-// 64 rows):
-//   - Q is copied to shared memory once (cp.async); at D = 128 its A fragments stay in registers;
+// (query tile, head, sequence), grid as the scalar kernel's (attention_device.cuh) but walked
+// heaviest-first (HeaviestFirstBlock: the highest tile indices, under a causal mask the tiles
+// that see the most keys, start first). Each warp owns kM tiles of 16 query rows: 2 (128-row
+// query tiles; D = 64, and D = 128 by default) or 1 (64-row tiles, D = 128 only; the launcher's
+// PACKSCHED_ATTENTION_TC_FWD_TILE=64):
+//   - Q is copied to shared memory once (cp.async); with kM = 1 its A fragments stay in
+//     registers, with kM = 2 they are reloaded by ldmatrix per 16-wide k step;
 //   - key tiles of 64 keys (K and V, swizzled) are double-buffered: tile n + 1 is in flight
 //     (cp.async) while tile n is used;
+//   - on partial tiles the mask is computed first, as one bit per score of the lane (the per-row
+//     key ranges and positions come from shared memory), so that it costs few registers while S
+//     is live;
 //   - S = Q Kᵀ: B fragments of K by ldmatrix (K's rows are B's columns), each used for all the
-//     warp's row tiles, float accumulators;
-//   - masking, scale and softcap on the accumulators; the online softmax in registers (each row
+//     warp's row tiles, float accumulators; at D = 128 with kM = 2 in sub-tiles of 32 keys (S,
+//     softmax and P V per sub-tile: S's 32 x 64 accumulators plus O's 32 x 128 would spill);
+//   - scale, softcap and mask on the accumulators; the online softmax in registers (each row
 //     lives in the 4 lanes of a quad: max and sum by two shuffles);
 //   - P (rounded to T) is reused as A fragments directly from S's accumulator layout (the C layout
 //     of two 8-key tiles is the A layout of one 16-key step), O += P V with V's B fragments by
@@ -31,15 +38,16 @@
 
 namespace packsched::kernels::internal::cuda {
 
-template <typename T, int kD>
+template <typename T, int kD, int kM>
 __global__ void __launch_bounds__(128) AttentionTcForwardKernel(const TcAttnParams p) {
-  using Tr = TcTraits<kD, TcKernel::kForward>;
+  using Tr = TcTraits<kD, TcKernel::kForward, kM>;
   constexpr int kBr = Tr::kBr;
   constexpr int kBc = Tr::kBc;
   constexpr int kV = Tr::kVectorLen;
   const AttentionArgs& a = p.args;
-  const AttnSeq seq = LoadSeq(a, blockIdx.z);
-  const QueryTile tile = BlockQueryTile<Tr>(a, seq);
+  const TcBlockIndex block = HeaviestFirstBlock();
+  const AttnSeq seq = LoadSeq(a, block.seq);
+  const QueryTile tile = QueryTileAt<Tr>(a, seq, block.tile, block.head);
   if (tile.first >= seq.seg_q) return;
   const int64_t h = tile.h, hk = tile.hk, first = tile.first, rows = tile.rows;
   const TcMask mask = MakeTcMask(p, seq);
@@ -52,6 +60,9 @@ __global__ void __launch_bounds__(128) AttentionTcForwardKernel(const TcAttnPara
   T* vs = ks + 2 * kBc * kD;                                             // [2][kBc][kD]
   int32_t* key_end = reinterpret_cast<int32_t*>(smem + Tr::kTileBytes);  // [2][kV]
   int32_t* key_pos = key_end + 2 * kV;                                   // [2][kV]
+  int32_t* row_lo = reinterpret_cast<int32_t*>(smem + Tr::kTileBytes + Tr::kVectorBytes);  // [kBr]
+  int32_t* row_hi = row_lo + kBr;                                                          // [kBr]
+  int32_t* row_pos = row_hi + kBr;                                                         // [kBr]
 
   const int warp = threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
@@ -59,13 +70,25 @@ __global__ void __launch_bounds__(128) AttentionTcForwardKernel(const TcAttnPara
   const int t = lane % 4;
 
   const KeyRange keys = TileKeys<Tr>(mask.rule, first, rows);
-  const int64_t tiles = keys.hi > keys.lo ? (keys.hi - keys.lo + kBc - 1) / kBc : 0;
-  auto load_keys = [&](int64_t n) {
+  const int tiles = keys.hi > keys.lo ? static_cast<int>((keys.hi - keys.lo + kBc - 1) / kBc) : 0;
+  auto load_keys = [&](int n) {
     LoadKeyTile<T, Tr>(a, seq, mask, keys.lo, hk, n, ks, vs, key_end, key_pos);
   };
 
   LoadRowsAsync<T, kD, kBr, Tr::kThreads>(qs, a.q, seq.q0 + first, rows, a.heads, h);
   ptx::CpAsyncCommit();
+  // Per row of the tile, what the partial tiles' predicate needs, read there from shared memory
+  // rather than held in registers across the loop: the keys the row sees (VisibleKeys; empty for
+  // pad slots) as key columns counted from keys.lo, in 32 bits (segments are below 2^31 rows),
+  // and with a tree and a left window the row's position.
+  for (int r = threadIdx.x; r < kBr; r += Tr::kThreads) {
+    const KeyRange k = VisibleKeys(mask.rule, first + r);
+    row_lo[r] = static_cast<int32_t>(Clamp0(k.lo - keys.lo, int64_t{tiles} * kBc));
+    row_hi[r] = static_cast<int32_t>(Clamp0(k.hi - keys.lo, int64_t{tiles} * kBc));
+    row_pos[r] = mask.positions != nullptr && first + r < mask.rule.sq
+                     ? mask.positions[seq.q0 + first + r]
+                     : 0;
+  }
   if (tiles > 0) load_keys(0);
   ptx::CpAsyncCommit();
   ptx::CpAsyncWait<1>();  // Q has landed
@@ -73,16 +96,17 @@ __global__ void __launch_bounds__(128) AttentionTcForwardKernel(const TcAttnPara
 
   // The warp's rows: kM mma tiles of 16; this lane holds rows g and g + 8 of each, "row slot"
   // rs = 2 mi + half for row wrow + 16 mi + 8 half + g.
-  constexpr int kM = Tr::kWarpTiles;
   constexpr int kSlots = 2 * kM;
+  // Keys per sub-tile of S (a whole key tile but at D = 128 with two row tiles per warp).
+  constexpr int kSub = kD == 128 && kM == 2 ? 32 : kBc;
   const int wrow = warp * 16 * kM;
-  TcRow row[kSlots];
-#pragma unroll
-  for (int rs = 0; rs < kSlots; ++rs) row[rs] = MakeTcRow(mask, first + wrow + 8 * rs + g);
   const int64_t warp_rows = Clamp0(rows - wrow, 16 * kM);
-  // The keys some row of the warp sees, and those every row sees (WarpKeysOf).
+  // The key tiles (loop indices) in which some row of the warp sees a key, and those in which
+  // every row sees every key (WarpKeysOf).
   const WarpKeys wk = WarpKeysOf(mask, first + wrow, warp_rows, 16 * kM);
-  const KeyRange warp_keys = wk.some, warp_all = wk.all;
+  const TileSpan some = TilesOverlapping(wk.some, keys.lo, kBc, tiles);
+  const TileSpan all = TilesInside(wk.all, keys.lo, kBc, tiles);
+  const int32_t row0 = static_cast<int32_t>(seq.q0 + first + wrow + g);  // packed row of slot 0
 
   float o[kM][kD / 8][4];
 #pragma unroll
@@ -104,9 +128,8 @@ __global__ void __launch_bounds__(128) AttentionTcForwardKernel(const TcAttnPara
 #pragma unroll
   for (int rs = 0; rs < kSlots; ++rs) state[rs] = SoftmaxStart<float>();
 
-  for (int64_t n = 0; n < tiles; ++n) {
+  for (int n = 0; n < tiles; ++n) {
     const int buf = static_cast<int>(n & 1);
-    const int64_t key0 = keys.lo + n * kBc;
     if (n + 1 < tiles) load_keys(n + 1);  // its buffer was released by the last barrier
     ptx::CpAsyncCommit();
     ptx::CpAsyncWait<1>();  // tile n has landed
@@ -116,120 +139,177 @@ __global__ void __launch_bounds__(128) AttentionTcForwardKernel(const TcAttnPara
     const int32_t* end = key_end + buf * kV;
     const int32_t* pos = key_pos + buf * kV;
     // Uniform across the warp: every lane computes the same.
-    bool skip = warp_keys.hi <= key0 || warp_keys.lo >= key0 + kBc;
+    bool skip = n < some.lo || n >= some.hi;
     if (!skip && mask.subtree_end != nullptr) {
       const int32_t a0 = end[lane], a1 = end[lane + 32];
-      skip = seq.q0 + first + wrow >= WarpMax(a0 > a1 ? a0 : a1);
+      skip = row0 - g >= WarpMax(a0 > a1 ? a0 : a1);
     }
-    const bool full = warp_all.lo <= key0 && key0 + kBc <= warp_all.hi;
+    const bool full = n >= all.lo && n < all.hi;
     if (!skip) {
-      float s[kM][kBc / 8][4];
+      // On partial tiles (the diagonal, window edges, trees), which of this lane's scores the
+      // mask lets through, computed before S is live: bit 16 half + 2 nt + e of visible[mi] for
+      // row slot 2 mi + half, column 8 nt + 2 t + e. The varlen rule by the row's column range;
+      // with a tree, the tree rule by its packed index and position (TreeVisible; the varlen rule
+      // already keeps j <= i, a tree being causal).
+      uint32_t visible[kM];
 #pragma unroll
-      for (int mi = 0; mi < kM; ++mi) {
+      for (int mi = 0; mi < kM; ++mi) visible[mi] = ~0u;
+      if (!full) {
+        const bool tree = mask.subtree_end != nullptr;
 #pragma unroll
-        for (int nt = 0; nt < kBc / 8; ++nt) {
-          s[mi][nt][0] = s[mi][nt][1] = s[mi][nt][2] = s[mi][nt][3] = 0.f;
+        for (int rs = 0; rs < kSlots; ++rs) {
+          const int r = wrow + 8 * rs + g;
+          const int lo = row_lo[r] - n * kBc;
+          const int hi = row_hi[r] - n * kBc;
+          const int32_t packed = row0 + 8 * rs;
+          const int32_t position = row_pos[r];
+          uint32_t bits = 0;
+#pragma unroll
+          for (int nt = 0; nt < kBc / 8; ++nt) {
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+              const int c = nt * 8 + 2 * t + e;
+              bool v = c >= lo && c < hi;
+              if (v && tree) {
+                v = packed < end[c] &&
+                    (mask.window < 0 || static_cast<int64_t>(position) - pos[c] <= mask.window);
+              }
+              bits |= static_cast<uint32_t>(v) << (nt * 2 + e);
+            }
+          }
+          visible[rs / 2] = rs % 2 == 0 ? bits : (visible[rs / 2] & 0xffffu) | (bits << 16);
         }
       }
-      // S = Q Kᵀ: per 16-wide k step, the warp's Q fragments (A, from shared memory) and each
-      // pair of 8-key K fragments (B) once for all kM row tiles.
-#pragma unroll
-      for (int kk = 0; kk < kD / 16; ++kk) {
-        uint32_t qf[kM][4];
+      // The tile in sub-tiles of kSub keys (S, softmax, P V per sub-tile), bounding S's
+      // accumulators: 32 keys at D = 128 with two row tiles per warp. Not unrolled, so that the
+      // scheduler does not overlap one sub-tile's S with the other's (that spills).
+#pragma unroll 1
+      for (int sub = 0; sub < kBc / kSub; ++sub) {
+        float s[kM][kSub / 8][4];
 #pragma unroll
         for (int mi = 0; mi < kM; ++mi) {
-          if constexpr (kQInRegisters) {
 #pragma unroll
-            for (int r = 0; r < 4; ++r) qf[mi][r] = q_regs[kk][r];
-          } else {
-            ptx::Ldmatrix(qf[mi],
-                          qs + Swz<kD>(wrow + 16 * mi + lane % 16, kk * 16 + 8 * (lane / 16)));
+          for (int nt = 0; nt < kSub / 8; ++nt) {
+            s[mi][nt][0] = s[mi][nt][1] = s[mi][nt][2] = s[mi][nt][3] = 0.f;
           }
         }
+        // S = Q Kᵀ: per 16-wide k step, the warp's Q fragments (A, from shared memory) and each
+        // pair of 8-key K fragments (B) once for all kM row tiles.
 #pragma unroll
-        for (int np = 0; np < kBc / 16; ++np) {
-          // Matrices (keys 0-7, d 0-7), (keys 0-7, d 8-15), (keys 8-15, d 0-7), (8-15, 8-15).
-          uint32_t b[4];
-          ptx::Ldmatrix(
-              b, kt + Swz<kD>(np * 16 + lane % 8 + 8 * (lane / 16), kk * 16 + 8 * (lane / 8 % 2)));
-          const uint32_t b0[2] = {b[0], b[1]};
-          const uint32_t b1[2] = {b[2], b[3]};
+        for (int kk = 0; kk < kD / 16; ++kk) {
+          uint32_t qf[kM][4];
 #pragma unroll
           for (int mi = 0; mi < kM; ++mi) {
-            ptx::Mma<T>(s[mi][2 * np], qf[mi], b0);
-            ptx::Mma<T>(s[mi][2 * np + 1], qf[mi], b1);
+            if constexpr (kQInRegisters) {
+#pragma unroll
+              for (int r = 0; r < 4; ++r) qf[mi][r] = q_regs[kk][r];
+            } else {
+              ptx::Ldmatrix(qf[mi],
+                            qs + Swz<kD>(wrow + 16 * mi + lane % 16, kk * 16 + 8 * (lane / 16)));
+            }
+          }
+#pragma unroll
+          for (int np = 0; np < kSub / 16; ++np) {
+            // Matrices (keys 0-7, d 0-7), (keys 0-7, d 8-15), (keys 8-15, d 0-7), (8-15, 8-15).
+            uint32_t b[4];
+            ptx::Ldmatrix(b, kt + Swz<kD>(kSub * sub + np * 16 + lane % 8 + 8 * (lane / 16),
+                                          kk * 16 + 8 * (lane / 8 % 2)));
+            const uint32_t b0[2] = {b[0], b[1]};
+            const uint32_t b1[2] = {b[2], b[3]};
+#pragma unroll
+            for (int mi = 0; mi < kM; ++mi) {
+              ptx::Mma<T>(s[mi][2 * np], qf[mi], b0);
+              ptx::Mma<T>(s[mi][2 * np + 1], qf[mi], b1);
+            }
           }
         }
-      }
-      float tile_max[kSlots];
-#pragma unroll
-      for (int rs = 0; rs < kSlots; ++rs) tile_max[rs] = -Inf<float>();
-#pragma unroll
-      for (int mi = 0; mi < kM; ++mi) {
-#pragma unroll
-        for (int nt = 0; nt < kBc / 8; ++nt) {
-#pragma unroll
-          for (int i = 0; i < 4; ++i) {
-            const int c = nt * 8 + 2 * t + (i & 1);
-            const int rs = 2 * mi + i / 2;
-            const float x = full || TcVisible(mask, row[rs], key0 + c, end, pos, c)
-                                ? AttnScore(s[mi][nt][i], scale, softcap)
-                                : -Inf<float>();
-            s[mi][nt][i] = x;
-            tile_max[rs] = fmaxf(tile_max[rs], x);
-          }
-        }
-      }
-      float factor[kSlots];
-#pragma unroll
-      for (int rs = 0; rs < kSlots; ++rs) {
-        factor[rs] = SoftmaxRescale(state[rs], QuadMax(tile_max[rs]));
-      }
-#pragma unroll
-      for (int mi = 0; mi < kM; ++mi) {
-#pragma unroll
-        for (int nt = 0; nt < kBc / 8; ++nt) {
-#pragma unroll
-          for (int i = 0; i < 4; ++i) {
-            const int rs = 2 * mi + i / 2;
-            const float x = ExpShifted(s[mi][nt][i], state[rs].max);
-            s[mi][nt][i] = x;
-            state[rs].sum += x;  // this lane's part of the row sum
-          }
-        }
-#pragma unroll
-        for (int dt = 0; dt < kD / 8; ++dt) {
-          o[mi][dt][0] *= factor[2 * mi];
-          o[mi][dt][1] *= factor[2 * mi];
-          o[mi][dt][2] *= factor[2 * mi + 1];
-          o[mi][dt][3] *= factor[2 * mi + 1];
-        }
-      }
-      // O += P V: P (rounded to T) as A fragments straight from the accumulators, V's B
-      // fragments once per 16 keys for all kM row tiles.
-#pragma unroll
-      for (int kk = 0; kk < kBc / 16; ++kk) {
-        uint32_t pa[kM][4];
+        // Scale and softcap, then on partial tiles the mask.
 #pragma unroll
         for (int mi = 0; mi < kM; ++mi) {
-          pa[mi][0] = ptx::PackPair<T>(s[mi][2 * kk][0], s[mi][2 * kk][1]);
-          pa[mi][1] = ptx::PackPair<T>(s[mi][2 * kk][2], s[mi][2 * kk][3]);
-          pa[mi][2] = ptx::PackPair<T>(s[mi][2 * kk + 1][0], s[mi][2 * kk + 1][1]);
-          pa[mi][3] = ptx::PackPair<T>(s[mi][2 * kk + 1][2], s[mi][2 * kk + 1][3]);
-        }
 #pragma unroll
-        for (int dp = 0; dp < kD / 16; ++dp) {
-          // Matrices (keys 0-7, d 0-7), (keys 8-15, d 0-7), (keys 0-7, d 8-15), (8-15, 8-15),
-          // transposed: V's rows are B's rows (k), so each lane gets a column pair of keys.
-          uint32_t b[4];
-          ptx::LdmatrixTrans(
-              b, vt + Swz<kD>(kk * 16 + lane % 8 + 8 * (lane / 8 % 2), dp * 16 + 8 * (lane / 16)));
-          const uint32_t b0[2] = {b[0], b[1]};
-          const uint32_t b1[2] = {b[2], b[3]};
+          for (int nt = 0; nt < kSub / 8; ++nt) {
+#pragma unroll
+            for (int i = 0; i < 4; ++i) s[mi][nt][i] = AttnScore(s[mi][nt][i], scale, softcap);
+          }
+        }
+        if (!full) {
 #pragma unroll
           for (int mi = 0; mi < kM; ++mi) {
-            ptx::Mma<T>(o[mi][2 * dp], pa[mi], b0);
-            ptx::Mma<T>(o[mi][2 * dp + 1], pa[mi], b1);
+#pragma unroll
+            for (int nt = 0; nt < kSub / 8; ++nt) {
+#pragma unroll
+              for (int i = 0; i < 4; ++i) {
+                if (!(visible[mi] >> ((i / 2) * 16 + (kSub / 8 * sub + nt) * 2 + (i & 1)) & 1u)) {
+                  s[mi][nt][i] = -Inf<float>();
+                }
+              }
+            }
+          }
+        }
+        float tile_max[kSlots];
+#pragma unroll
+        for (int rs = 0; rs < kSlots; ++rs) tile_max[rs] = -Inf<float>();
+#pragma unroll
+        for (int mi = 0; mi < kM; ++mi) {
+#pragma unroll
+          for (int nt = 0; nt < kSub / 8; ++nt) {
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+              tile_max[2 * mi + i / 2] = fmaxf(tile_max[2 * mi + i / 2], s[mi][nt][i]);
+            }
+          }
+        }
+        float factor[kSlots];
+#pragma unroll
+        for (int rs = 0; rs < kSlots; ++rs) {
+          factor[rs] = SoftmaxRescale(state[rs], QuadMax(tile_max[rs]));
+        }
+#pragma unroll
+        for (int mi = 0; mi < kM; ++mi) {
+#pragma unroll
+          for (int nt = 0; nt < kSub / 8; ++nt) {
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+              const int rs = 2 * mi + i / 2;
+              const float x = ExpShifted(s[mi][nt][i], state[rs].max);
+              s[mi][nt][i] = x;
+              state[rs].sum += x;  // this lane's part of the row sum
+            }
+          }
+#pragma unroll
+          for (int dt = 0; dt < kD / 8; ++dt) {
+            o[mi][dt][0] *= factor[2 * mi];
+            o[mi][dt][1] *= factor[2 * mi];
+            o[mi][dt][2] *= factor[2 * mi + 1];
+            o[mi][dt][3] *= factor[2 * mi + 1];
+          }
+        }
+        // O += P V: P (rounded to T) as A fragments straight from the accumulators, V's B
+        // fragments once per 16 keys for all kM row tiles.
+#pragma unroll
+        for (int kk = 0; kk < kSub / 16; ++kk) {
+          uint32_t pa[kM][4];
+#pragma unroll
+          for (int mi = 0; mi < kM; ++mi) {
+            pa[mi][0] = ptx::PackPair<T>(s[mi][2 * kk][0], s[mi][2 * kk][1]);
+            pa[mi][1] = ptx::PackPair<T>(s[mi][2 * kk][2], s[mi][2 * kk][3]);
+            pa[mi][2] = ptx::PackPair<T>(s[mi][2 * kk + 1][0], s[mi][2 * kk + 1][1]);
+            pa[mi][3] = ptx::PackPair<T>(s[mi][2 * kk + 1][2], s[mi][2 * kk + 1][3]);
+          }
+#pragma unroll
+          for (int dp = 0; dp < kD / 16; ++dp) {
+            // Matrices (keys 0-7, d 0-7), (keys 8-15, d 0-7), (keys 0-7, d 8-15), (8-15, 8-15),
+            // transposed: V's rows are B's rows (k), so each lane gets a column pair of keys.
+            uint32_t b[4];
+            ptx::LdmatrixTrans(b, vt + Swz<kD>(kSub * sub + kk * 16 + lane % 8 + 8 * (lane / 8 % 2),
+                                               dp * 16 + 8 * (lane / 16)));
+            const uint32_t b0[2] = {b[0], b[1]};
+            const uint32_t b1[2] = {b[2], b[3]};
+#pragma unroll
+            for (int mi = 0; mi < kM; ++mi) {
+              ptx::Mma<T>(o[mi][2 * dp], pa[mi], b0);
+              ptx::Mma<T>(o[mi][2 * dp + 1], pa[mi], b1);
+            }
           }
         }
       }

@@ -31,7 +31,10 @@ struct TcAttnParams {
 // both can be timed and compared).
 bool AttentionTcApplies(const AttentionArgs& a);
 
-// Enqueue the forward (one kernel) or the backward (dq, then dk/dv) on `stream`.
+// Enqueue the forward (one kernel) or the backward (dq, then dk/dv) on `stream`. The forward
+// at head dim 128 runs 128-row query tiles unless the environment variable
+// PACKSCHED_ATTENTION_TC_FWD_TILE is "64" (64-row tiles; read per call, so that both can be
+// timed in one process); other values, and head dim 64, keep 128-row tiles.
 LaunchResult LaunchAttentionTcForward(const TcAttnParams& p, void* stream);
 LaunchResult LaunchAttentionTcBackward(const TcAttnParams& p, void* stream);
 

@@ -16,7 +16,11 @@ namespace packsched::kernels::internal::cuda {
 
 enum class TcKernel { kForward, kBackwardDq, kBackwardDkDv };
 
-template <int kHeadDimValue, TcKernel kKind>
+// The forward's default 16-row mma tiles per warp (TcTraits::kWarpTiles): 2 at both head dims
+// (128-row query tiles). Other kernels use 1.
+constexpr int TcDefaultWarpTiles(TcKernel kind) { return kind == TcKernel::kForward ? 2 : 1; }
+
+template <int kHeadDimValue, TcKernel kKind, int kWarpTilesValue = TcDefaultWarpTiles(kKind)>
 struct TcTraits {
   static constexpr int kHeadDim = kHeadDimValue;
   static constexpr int kWarps = 4;
@@ -26,10 +30,10 @@ struct TcTraits {
   // rows per row tile (kBr = 64 x kWarpTiles) and walk key tiles of kBc; the dk/dv kernel gives
   // each warp 16 keys (kBc = 64) and walks query tiles of kBr (32 at D = 128 to bound its
   // accumulators).
-  // The forward gives each warp kWarpTiles tiles of 16 rows: 2 at D = 64 (each K/V fragment
-  // loaded serves twice the rows), 1 at D = 128 (2 would spill registers; Q's fragments stay in
-  // registers instead).
-  static constexpr int kWarpTiles = kKind == TcKernel::kForward && kHeadDim == 64 ? 2 : 1;
+  // The forward gives each warp kWarpTiles tiles of 16 rows: 2 (128-row query tiles: each K/V
+  // fragment loaded serves 32 rows, Q's fragments reloaded from shared memory per k step) or, at
+  // D = 128 only, 1 (64-row query tiles, Q's fragments held in registers).
+  static constexpr int kWarpTiles = kWarpTilesValue;
   static constexpr int kBr = kKind == TcKernel::kBackwardDkDv ? (kHeadDim <= 64 ? 64 : 32)
                                                               : kWarps * kWarpRows * kWarpTiles;
   static constexpr int kBc = 64;
@@ -47,9 +51,15 @@ struct TcTraits {
                                        : 2 * kKeyTileBytes + 4 * kRowTileBytes;
   static constexpr int kVectorLen = 64;
   static constexpr size_t kVectorBytes = 2 * 4 * kVectorLen * 4;
-  static constexpr size_t kSharedBytes = kTileBytes + kVectorBytes;
+  // Forward: 3 vectors of 4-byte values per query row (each row's visible key columns, its
+  // position).
+  static constexpr size_t kRowVectorBytes =
+      kKind == TcKernel::kForward ? 3 * static_cast<size_t>(kBr) * 4 : 0;
+  static constexpr size_t kSharedBytes = kTileBytes + kVectorBytes + kRowVectorBytes;
 
   static_assert(kHeadDim == 64 || kHeadDim == 128, "tensor-core head dims");
+  static_assert(kWarpTiles == 1 || (kWarpTiles == 2 && kKind == TcKernel::kForward),
+                "two row tiles per warp in the forward only");
   static_assert(kBr % 16 == 0 && kBc % 16 == 0, "whole mma tiles");
   static_assert(kBc <= kVectorLen, "per-key vectors");
   static_assert(kKind == TcKernel::kForward || kBr <= kVectorLen, "per-row vectors");

@@ -93,27 +93,31 @@ void Run(benchmark::State& state, bool cuda, int64_t tokens, double flops,
 }
 
 // Where a case runs: the CPU backend, the CUDA backend's default path (the tensor-core kernels for
-// these bf16, D = 128 shapes on sm_80+), or its scalar kernels (PACKSCHED_ATTENTION_SCALAR=1, set
-// for the case's duration).
-enum class Path { kCpu, kCuda, kCudaScalar };
+// these bf16, D = 128 shapes on sm_80+; 128-row query tiles in the forward), the tensor-core
+// forward with 64-row tiles (PACKSCHED_ATTENTION_TC_FWD_TILE=64), or the scalar kernels
+// (PACKSCHED_ATTENTION_SCALAR=1); each variable set for the case's duration.
+enum class Path { kCpu, kCuda, kCudaTile64, kCudaScalar };
 
-class ScalarKernels {
+class PathEnvironment {
  public:
-  explicit ScalarKernels(Path path) : on_(path == Path::kCudaScalar) {
-    if (on_) setenv("PACKSCHED_ATTENTION_SCALAR", "1", 1);
+  explicit PathEnvironment(Path path)
+      : name_(path == Path::kCudaScalar   ? "PACKSCHED_ATTENTION_SCALAR"
+              : path == Path::kCudaTile64 ? "PACKSCHED_ATTENTION_TC_FWD_TILE"
+                                          : nullptr) {
+    if (name_ != nullptr) setenv(name_, path == Path::kCudaScalar ? "1" : "64", 1);
   }
-  ~ScalarKernels() {
-    if (on_) unsetenv("PACKSCHED_ATTENTION_SCALAR");
+  ~PathEnvironment() {
+    if (name_ != nullptr) unsetenv(name_);
   }
 
  private:
-  bool on_;
+  const char* name_;
 };
 
 void BM_AttentionForward(benchmark::State& state, Path path) {
   const bool cuda = path != Path::kCpu;
   if (SkipWithoutDevice(state, cuda)) return;
-  const ScalarKernels scalar(path);
+  const PathEnvironment environment(path);
   Problem p(state, cuda);
   Run(state, cuda, p.Tokens(), p.ForwardFlops(), [&] { return p.Forward(); });
 }
@@ -121,7 +125,7 @@ void BM_AttentionForward(benchmark::State& state, Path path) {
 void BM_AttentionBackward(benchmark::State& state, Path path) {
   const bool cuda = path != Path::kCpu;
   if (SkipWithoutDevice(state, cuda)) return;
-  const ScalarKernels scalar(path);
+  const PathEnvironment environment(path);
   Problem p(state, cuda);
   if (!p.Forward().ok()) {
     state.SkipWithError("forward failed");
@@ -149,6 +153,10 @@ PACKSCHED_ATTENTION_SHAPES(BENCHMARK_CAPTURE(BM_AttentionForward, Cuda, Path::kC
     ->UseManualTime()
     ->Unit(benchmark::kMillisecond);
 PACKSCHED_ATTENTION_SHAPES(BENCHMARK_CAPTURE(BM_AttentionBackward, Cuda, Path::kCuda))
+    ->Args({16, 4096, 32, 8, 128})
+    ->UseManualTime()
+    ->Unit(benchmark::kMillisecond);
+PACKSCHED_ATTENTION_SHAPES(BENCHMARK_CAPTURE(BM_AttentionForward, CudaTile64, Path::kCudaTile64))
     ->Args({16, 4096, 32, 8, 128})
     ->UseManualTime()
     ->Unit(benchmark::kMillisecond);

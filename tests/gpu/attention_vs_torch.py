@@ -21,7 +21,11 @@ H = 16, Hk = 4, D = 128, causal (q and k share cu_seqlens). For each batch:
     (query, key) pairs: forward 4*D per pair and head, backward 2.5x the forward. "packsched" is
     the path the CUDA backend picks (the tensor-core kernels for this bf16, D = 128 case);
     "packsched_scalar" the scalar kernels forced by PACKSCHED_ATTENTION_SCALAR=1, timed last
-    with what is left of the budget.
+    with what is left of the budget;
+  - both D = 128 tensor-core forwards: "packsched_fwd_tile128" and "packsched_fwd_tile64" (query
+    tiles of 128 or 64 rows, PACKSCHED_ATTENTION_TC_FWD_TILE), their out errors beside
+    packsched's (report.py judges them by the same rule), their forward times right after
+    packsched's, and "fwd_tile_speed_vs_varlen_attn" (varlen_attn's forward time over each's).
 """
 
 import argparse
@@ -38,6 +42,22 @@ sys.path[:0] = [HERE, os.path.join(HERE, "..", "..", "deploy")]  # gen_lengths.p
 HEADS, KV_HEADS, HEAD_DIM = 16, 4, 128
 TARGETS = (32768, 65536)
 MAX_REPS = 5
+SCALAR_VARIABLE = "PACKSCHED_ATTENTION_SCALAR"  # "1": the scalar kernels
+TILE_VARIABLE = "PACKSCHED_ATTENTION_TC_FWD_TILE"  # query rows per tile of the D = 128 forward
+TILES = (128, 64)
+
+
+def forced(variable, value, fn):
+    """fn called with the environment variable set (packsched reads it per call), then unset."""
+
+    def call():
+        os.environ[variable] = value
+        try:
+            return fn()
+        finally:
+            os.environ.pop(variable, None)
+
+    return call
 
 
 def pack_lengths(lengths, target):
@@ -235,9 +255,15 @@ def run_batch(torch, kernels, impl, lengths, seed, budget, device):
         )
 
     dq, dk, dv = ours_bwd()
+    tile_outs = {
+        f"packsched_fwd_tile{rows}": forced(TILE_VARIABLE, str(rows), ours_fwd)()[0]
+        for rows in TILES
+    }
     ref = reference(torch, q, k, v, dout, host, scale)
     names = ("out", "dq", "dk", "dv")
     errors = {"packsched": [max_abs_error(torch, x, r) for x, r in zip((out, dq, dk, dv), ref)]}
+    tile_errors = {name: max_abs_error(torch, o, ref[0]) for name, o in tile_outs.items()}
+    del tile_outs
 
     def torch_grads(call):
         leaves = [t.detach().clone().requires_grad_() for t in (q, k, v)]
@@ -264,20 +290,16 @@ def run_batch(torch, kernels, impl, lengths, seed, budget, device):
         entry = {impl_name: errs[i] for impl_name, errs in errors.items()}
         entry["baseline"] = baseline
         result["error"][name] = entry
+    result["error"]["out"].update(tile_errors)
 
     if device != "cuda":
         return result
-    timed = [("fwd", "packsched", ours_fwd), ("bwd", "packsched", ours_bwd)]
-
-    def forced_scalar(fn):
-        def call():
-            os.environ["PACKSCHED_ATTENTION_SCALAR"] = "1"
-            try:
-                return fn()
-            finally:
-                os.environ.pop("PACKSCHED_ATTENTION_SCALAR", None)
-
-        return call
+    tile_fwds = {
+        f"packsched_fwd_tile{rows}": forced(TILE_VARIABLE, str(rows), ours_fwd) for rows in TILES
+    }
+    timed = [("fwd", "packsched", ours_fwd)]
+    timed += [("fwd", name, fn) for name, fn in tile_fwds.items()]
+    timed += [("bwd", "packsched", ours_bwd)]
 
     for name, (call, o, leaves) in graphs.items():
         with_grad = (o, leaves)
@@ -291,8 +313,8 @@ def run_batch(torch, kernels, impl, lengths, seed, budget, device):
 
         timed += [("fwd", name, fwd), ("bwd", name, bwd)]
     timed += [
-        ("fwd", "packsched_scalar", forced_scalar(ours_fwd)),
-        ("bwd", "packsched_scalar", forced_scalar(ours_bwd)),
+        ("fwd", "packsched_scalar", forced(SCALAR_VARIABLE, "1", ours_fwd)),
+        ("bwd", "packsched_scalar", forced(SCALAR_VARIABLE, "1", ours_bwd)),
     ]
     for i, (direction, name, fn) in enumerate(timed):
         try:
@@ -310,6 +332,12 @@ def run_batch(torch, kernels, impl, lengths, seed, budget, device):
         d: result["time_ms"][d]["varlen_attn"] / result["time_ms"][d]["packsched"]
         for d in ("fwd", "bwd")
         if "varlen_attn" in result["time_ms"][d] and "packsched" in result["time_ms"][d]
+    }
+    fwd_ms = result["time_ms"]["fwd"]
+    result["fwd_tile_speed_vs_varlen_attn"] = {
+        name: fwd_ms["varlen_attn"] / fwd_ms[name]
+        for name in tile_fwds
+        if "varlen_attn" in fwd_ms and name in fwd_ms
     }
     return result
 

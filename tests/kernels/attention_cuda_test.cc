@@ -5,6 +5,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <vector>
 
@@ -153,6 +154,42 @@ TEST_F(AttentionCudaTest, TensorCoreKernelsInEveryMode) {
     p.options.causal = false;
     p.options.window_right = 17;
     CheckCuda<Bf16>(p);
+  }
+}
+
+// Both D = 128 forwards, 128-row query tiles (the default) and 64-row tiles
+// (PACKSCHED_ATTENTION_TC_FWD_TILE=64, read per call): the modes above and a tree with a position
+// window.
+TEST_F(AttentionCudaTest, TensorCoreForwardTilesAtD128InEveryMode) {
+  for (const char* tile : {"128", "64"}) {
+    SCOPED_TRACE(tile);
+    struct Tile {
+      explicit Tile(const char* rows) { setenv("PACKSCHED_ATTENTION_TC_FWD_TILE", rows, 1); }
+      ~Tile() { unsetenv("PACKSCHED_ATTENTION_TC_FWD_TILE"); }
+    } scoped(tile);
+    Problem p = MakeProblem({300, 0, 129, 1}, {300, 7, 200, 1}, true);
+    p.heads = 8;
+    p.kv_heads = 2;
+    p.head_dim = 128;
+    CheckCuda<Bf16>(p);
+    p.pad_q = {5, 3, 0, 2};
+    p.pad_k = {0, 9, 64, 3};
+    p.tail_q = 33;
+    p.tail_k = 4;
+    p.options.window_left = 50;
+    p.options.softcap = 5.0;
+    CheckCuda<Fp16>(p);
+    p.options.causal = false;
+    p.options.window_right = 17;
+    CheckCuda<Bf16>(p);
+    const testing::PackedForest f = testing::RandomForest(3, 3, 12, 60);
+    Problem tree = testing::TreeProblem(f.cu, f.subtree_end, f.positions);
+    tree.heads = 4;
+    tree.kv_heads = 1;
+    tree.head_dim = 128;
+    CheckCuda<Bf16>(tree);
+    tree.options.window_left = 40;
+    CheckCuda<Fp16>(tree);
   }
 }
 

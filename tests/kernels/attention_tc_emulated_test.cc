@@ -2,8 +2,9 @@
 // on the CPU under the warp-accurate emulation (cuda_emulation/warp_runtime.h and its ptx.cuh),
 // over the launchers' grids, against the float64 reference with the tolerance rule of
 // docs/design.md §4: every mask mode of the varlen API, GQA/MQA, seqused, the tail, and the tree
-// rule of "Tree packing" (the reference's tree predicate). Also checks that no ldmatrix phase of
-// the kernels hits a shared-memory bank conflict.
+// rule of "Tree packing" (the reference's tree predicate), at D = 128 with both forward tiles
+// (128 and 64 query rows). Also checks that no ldmatrix phase of the kernels hits a
+// shared-memory bank conflict.
 
 #include <algorithm>
 #include <cstdint>
@@ -37,15 +38,24 @@ struct Tree {
   std::vector<int32_t> subtree_end, positions;
 };
 
+// The forward with kM 16-row mma tiles per warp over the launcher's grid (walked heaviest-first
+// by the kernel itself).
+template <typename T, int kD, int kM>
+void RunForward(const TcAttnParams& p) {
+  using Fwd = TcTraits<kD, TcKernel::kForward, kM>;
+  const AttentionArgs& a = p.args;
+  dim3 grid;
+  ASSERT_TRUE(TcGrid(a, a.max_seqlen_q, Fwd::kBr, a.heads, false, &grid));
+  emu::RunGrid(grid, Fwd::kThreads, Fwd::kSharedBytes,
+               [&] { AttentionTcForwardKernel<T, kD, kM>(p); });
+}
+
 template <typename T, int kD>
-void RunKernels(const TcAttnParams& p) {
-  using Fwd = TcTraits<kD, TcKernel::kForward>;
+void RunBackward(const TcAttnParams& p) {
   using Dq = TcTraits<kD, TcKernel::kBackwardDq>;
   using DkDv = TcTraits<kD, TcKernel::kBackwardDkDv>;
   const AttentionArgs& a = p.args;
   dim3 grid;
-  ASSERT_TRUE(TcGrid(a, a.max_seqlen_q, Fwd::kBr, a.heads, false, &grid));
-  emu::RunGrid(grid, Fwd::kThreads, Fwd::kSharedBytes, [&] { AttentionTcForwardKernel<T, kD>(p); });
   ASSERT_TRUE(TcGrid(a, a.max_seqlen_q, Dq::kBr, a.heads, false, &grid));
   emu::RunGrid(grid, Dq::kThreads, Dq::kSharedBytes,
                [&] { AttentionTcBackwardDqKernel<T, kD>(p); });
@@ -54,7 +64,18 @@ void RunKernels(const TcAttnParams& p) {
                [&] { AttentionTcBackwardDkDvKernel<T, kD>(p); });
 }
 
-// Runs the three kernels on `p` (with `tree` when given) and checks out, lse, dq, dk and dv.
+template <typename T>
+TcAttnParams ParamsOf(const Problem& p, AttentionTensors<T>& t) {
+  TcAttnParams params;
+  params.args = testing::EmulatedArgs(p, t);
+  params.subtree_end = params.args.subtree_end;
+  params.positions = params.args.positions;
+  return params;
+}
+
+// Runs the three kernels on `p` (with `tree` when given) and checks out, lse, dq, dk and dv: the
+// forward with 128-row query tiles (the launcher's default), and at D = 128 also the forward
+// with 64-row tiles (PACKSCHED_ATTENTION_TC_FWD_TILE=64) on fresh output tensors.
 template <typename T>
 void CheckTc(Problem p, const Tree* tree = nullptr, uint32_t seed = 1) {
   if (tree != nullptr) {
@@ -63,21 +84,30 @@ void CheckTc(Problem p, const Tree* tree = nullptr, uint32_t seed = 1) {
   }
   const Inputs in = RandomInputs<T>(p, seed);
   AttentionTensors<T> t(p, in);
-  TcAttnParams params;
-  params.args = testing::EmulatedArgs(p, t);
-  params.subtree_end = params.args.subtree_end;
-  params.positions = params.args.positions;
+  const TcAttnParams params = ParamsOf(p, t);
   const uint64_t conflicts = emu::ldmatrix_bank_conflicts;
   const uint64_t phases = emu::ldmatrix_phases;
   if (p.head_dim == 64) {
-    RunKernels<T, 64>(params);
+    RunForward<T, 64, 2>(params);
+    RunBackward<T, 64>(params);
   } else {
     ASSERT_EQ(p.head_dim, 128);
-    RunKernels<T, 128>(params);
+    RunForward<T, 128, 2>(params);
+    RunBackward<T, 128>(params);
+  }
+  const testing::Outputs got = t.Results();
+  testing::ExpectMatchesReference<T>(p, in, got);
+  if (p.head_dim == 128) {
+    AttentionTensors<T> t64(p, in);
+    RunForward<T, 128, 1>(ParamsOf(p, t64));
+    testing::Outputs got64 = t64.Results();
+    got64.dq = got.dq;  // the backward ran once, above
+    got64.dk = got.dk;
+    got64.dv = got.dv;
+    testing::ExpectMatchesReference<T>(p, in, got64, "64-row forward tiles: ");
   }
   EXPECT_EQ(emu::ldmatrix_bank_conflicts - conflicts, 0u)
       << "of " << emu::ldmatrix_phases - phases << " ldmatrix phases";
-  testing::ExpectMatchesReference<T>(p, in, t.Results());
 }
 
 TEST(AttentionTcEmulatedTest, CausalGqaThreeSequencesD64) {
@@ -123,6 +153,31 @@ TEST(AttentionTcEmulatedTest, PaddedLayoutMqaCausalWindowSoftcapAndTailD64) {
   p.options.window_left = 30;
   p.options.softcap = 3.0;
   CheckTc<Bf16>(p);
+}
+
+TEST(AttentionTcEmulatedTest, PaddedLayoutMqaCausalWindowSoftcapAndTailD128) {
+  Problem p = MakeProblem({97, 0, 40}, {60, 13, 75}, true);
+  p.heads = 3;
+  p.kv_heads = 1;
+  p.head_dim = 128;
+  p.pad_q = {3, 8, 0};
+  p.pad_k = {4, 3, 5};
+  p.tail_q = 20;
+  p.tail_k = 7;
+  p.options.window_left = 30;
+  p.options.softcap = 3.0;
+  CheckTc<Bf16>(p);
+}
+
+// Sequences of 1 to 3 query tiles of 128 rows (and 1 to 5 of 64) beside a short one, so that the
+// heaviest-first walk of the grid skips the blocks past each sequence's tiles and reaches the
+// tail; bottom-right causal with more keys than queries.
+TEST(AttentionTcEmulatedTest, HeaviestFirstOverTilesOfUnequalSequencesD128Fp16) {
+  Problem p = MakeProblem({260, 9, 129}, {270, 9, 140}, true);
+  p.heads = 1;
+  p.head_dim = 128;
+  p.tail_q = 3;
+  CheckTc<Fp16>(p);
 }
 
 TEST(AttentionTcEmulatedTest, OnlyTailRows) {
@@ -189,6 +244,15 @@ TEST(AttentionTcEmulatedTest, TreeMaskD64) {
   p.heads = 2;
   p.kv_heads = 1;
   p.head_dim = 64;
+  CheckTc<Bf16>(p, &tree);
+}
+
+TEST(AttentionTcEmulatedTest, TreeMaskD128) {
+  Problem p;
+  const Tree tree = RandomForest({170}, &p, 3);
+  p.heads = 2;
+  p.kv_heads = 1;
+  p.head_dim = 128;
   CheckTc<Bf16>(p, &tree);
 }
 

@@ -25,12 +25,14 @@ struct dim3 {
 namespace packsched_cuda_emulation {
 inline thread_local dim3 thread_idx;  // this emulated thread's threadIdx
 inline dim3 block_idx;                // the block being run (one at a time)
+inline dim3 grid_dim;                 // the grid it belongs to (warp_runtime.h's RunGrid)
 inline std::barrier<>* block_barrier = nullptr;
 inline void (*fiber_sync_threads)() = nullptr;  // set while warp_runtime.h runs a block
 }  // namespace packsched_cuda_emulation
 
 #define threadIdx ::packsched_cuda_emulation::thread_idx
 #define blockIdx ::packsched_cuda_emulation::block_idx
+#define gridDim ::packsched_cuda_emulation::grid_dim
 
 inline void __syncthreads() {
   if (packsched_cuda_emulation::fiber_sync_threads != nullptr) {

@@ -16,7 +16,8 @@
 // The block's dynamic shared memory is filled with 0xff bytes (NaN as float, fp16 and bf16) when
 // the block starts, so that a read of a value never written shows up in the results.
 //
-// Test-only. cuda_runtime.h (the same folder) provides threadIdx, blockIdx and __syncthreads.
+// Test-only. cuda_runtime.h (the same folder) provides threadIdx, blockIdx, gridDim and
+// __syncthreads.
 
 #include <ucontext.h>
 
@@ -223,8 +224,9 @@ inline void RunBlock(dim3 block, int threads, size_t smem_bytes,
   current_block = nullptr;
 }
 
-// Runs every block of `grid` in order (x fastest), one at a time.
+// Runs every block of `grid` in order (x fastest), one at a time, with gridDim = grid.
 inline void RunGrid(dim3 grid, int threads, size_t smem_bytes, const std::function<void()>& body) {
+  grid_dim = grid;
   for (unsigned z = 0; z < grid.z; ++z) {
     for (unsigned y = 0; y < grid.y; ++y) {
       for (unsigned x = 0; x < grid.x; ++x) RunBlock(dim3(x, y, z), threads, smem_bytes, body);
