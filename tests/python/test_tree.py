@@ -152,7 +152,9 @@ def test_over_cap_tree_splits_and_overlong_policies():
 
 
 def random_forest(rng, nodes):
-    parent = [-1] + [int(rng.integers(-1, i)) if rng.random() > 0.2 else -1 for i in range(1, nodes)]
+    parent = [-1] + [
+        int(rng.integers(-1, i)) if rng.random() > 0.2 else -1 for i in range(1, nodes)
+    ]
     inner = {p for p in parent if p >= 0}
     leaves = [i for i in range(nodes) if i not in inner or rng.random() < 0.2]
     return Forest(rng.integers(1, 80, nodes), parent, leaves)
