@@ -21,7 +21,9 @@ H = 16, Hk = 4, D = 128, causal (q and k share cu_seqlens). For each batch:
     (query, key) pairs: forward 4*D per pair and head, backward 2.5x the forward. "packsched" is
     the path the CUDA backend picks (the tensor-core kernels for this bf16, D = 128 case);
     "packsched_scalar" the scalar kernels forced by PACKSCHED_ATTENTION_SCALAR=1, timed last
-    with what is left of the budget.
+    with what is left of the budget. "packsched_onepass": the one-pass tensor-core backward
+    (PACKSCHED_ATTENTION_TC_BWD=onepass; dq by atomics), errors of dq, dk, dv and its backward
+    time, right after the default backward's.
 """
 
 import argparse
@@ -102,6 +104,23 @@ def reference(torch, q, k, v, dout, host, scale, chunk=512):
         dk[a:b] = dks.view(h // group, group, length, d).sum(1).transpose(0, 1)
         dv[a:b] = dvs.view(h // group, group, length, d).sum(1).transpose(0, 1)
     return out, dq, dk, dv
+
+
+def with_env(fn, name, value):
+    """fn, called with the environment variable `name` set to `value` (restored after)."""
+
+    def call():
+        old = os.environ.get(name)
+        os.environ[name] = value
+        try:
+            return fn()
+        finally:
+            if old is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = old
+
+    return call
 
 
 class Budget:
@@ -238,6 +257,12 @@ def run_batch(torch, kernels, impl, lengths, seed, budget, device):
     ref = reference(torch, q, k, v, dout, host, scale)
     names = ("out", "dq", "dk", "dv")
     errors = {"packsched": [max_abs_error(torch, x, r) for x, r in zip((out, dq, dk, dv), ref)]}
+    ours_bwd_onepass = with_env(ours_bwd, "PACKSCHED_ATTENTION_TC_BWD", "onepass")
+    grads_onepass = ours_bwd_onepass()
+    errors["packsched_onepass"] = errors["packsched"][:1] + [
+        max_abs_error(torch, x, r) for x, r in zip(grads_onepass, ref[1:])
+    ]
+    del grads_onepass
 
     def torch_grads(call):
         leaves = [t.detach().clone().requires_grad_() for t in (q, k, v)]
@@ -268,6 +293,7 @@ def run_batch(torch, kernels, impl, lengths, seed, budget, device):
     if device != "cuda":
         return result
     timed = [("fwd", "packsched", ours_fwd), ("bwd", "packsched", ours_bwd)]
+    timed.append(("bwd", "packsched_onepass", ours_bwd_onepass))
 
     def forced_scalar(fn):
         def call():
@@ -311,6 +337,11 @@ def run_batch(torch, kernels, impl, lengths, seed, budget, device):
         for d in ("fwd", "bwd")
         if "varlen_attn" in result["time_ms"][d] and "packsched" in result["time_ms"][d]
     }
+    bwd_ms = result["time_ms"]["bwd"]
+    if "varlen_attn" in bwd_ms and "packsched_onepass" in bwd_ms:
+        result["speed_vs_varlen_attn"]["bwd_onepass"] = (
+            bwd_ms["varlen_attn"] / bwd_ms["packsched_onepass"]
+        )
     return result
 
 
