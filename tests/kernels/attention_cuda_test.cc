@@ -5,6 +5,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <vector>
 
@@ -153,6 +154,40 @@ TEST_F(AttentionCudaTest, TensorCoreKernelsInEveryMode) {
     p.options.causal = false;
     p.options.window_right = 17;
     CheckCuda<Bf16>(p);
+  }
+}
+
+// The one-pass tensor-core backward (PACKSCHED_ATTENTION_TC_BWD=onepass, read per call; dq by
+// atomics) in the modes above and on a tree, against the same reference.
+TEST_F(AttentionCudaTest, OnePassTensorCoreBackwardInEveryMode) {
+  struct OnePass {
+    OnePass() { setenv("PACKSCHED_ATTENTION_TC_BWD", "onepass", 1); }
+    ~OnePass() { unsetenv("PACKSCHED_ATTENTION_TC_BWD"); }
+  } one_pass;
+  for (int64_t d : {64, 128}) {
+    SCOPED_TRACE(d);
+    Problem p = MakeProblem({300, 0, 129, 1}, {300, 7, 200, 1}, true);
+    p.heads = 8;
+    p.kv_heads = 2;
+    p.head_dim = d;
+    CheckCuda<Bf16>(p);
+    p.pad_q = {5, 3, 0, 2};
+    p.pad_k = {0, 9, 64, 3};
+    p.tail_q = 33;
+    p.tail_k = 4;
+    p.options.window_left = 50;
+    p.options.softcap = 5.0;
+    CheckCuda<Fp16>(p);
+    p.options.causal = false;
+    p.options.window_right = 17;
+    CheckCuda<Bf16>(p);
+    const testing::PackedForest f = testing::RandomForest(3, 3, 12, 60);
+    Problem tree = testing::TreeProblem(f.cu, f.subtree_end, f.positions);
+    tree.heads = 4;
+    tree.kv_heads = 1;
+    tree.head_dim = d;
+    tree.options.window_left = 40;
+    CheckCuda<Fp16>(tree);
   }
 }
 
