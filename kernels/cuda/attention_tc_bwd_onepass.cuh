@@ -74,8 +74,8 @@ __device__ void MmaDsTimesK(float (&acc)[kCols / 8][4], const T* dst, int row0, 
     // Matrix m = lane / 8 of the A fragment: keys kk 16 + 8 (m / 2) .. + 8 (stored rows), queries
     // row0 + 8 (m % 2) .. + 8 (stored columns); .trans hands lane l query l / 4, keys 2 (l % 4).
     uint32_t af[4];
-    ptx::LdmatrixTrans(af, dst + DsSwz<kBr>(kk * 16 + 8 * (lane / 16) + lane % 8,
-                                            row0 + 8 * (lane / 8 % 2)));
+    ptx::LdmatrixTrans(
+        af, dst + DsSwz<kBr>(kk * 16 + 8 * (lane / 16) + lane % 8, row0 + 8 * (lane / 8 % 2)));
 #pragma unroll
     for (int dp = 0; dp < kCols / 16; ++dp) {
       uint32_t b[4];
@@ -122,8 +122,8 @@ struct AtomicDqSink {
     for (int rr = 0; rr < 2; ++rr) {
 #pragma unroll
       for (int nt = 0; nt < kBr / 8; ++nt) {
-        *reinterpret_cast<uint32_t*>(ds + DsSwz<kBr>(wrow + lane / 4 + 8 * rr,
-                                                     nt * 8 + 2 * (lane % 4))) = 0u;
+        *reinterpret_cast<uint32_t*>(
+            ds + DsSwz<kBr>(wrow + lane / 4 + 8 * rr, nt * 8 + 2 * (lane % 4))) = 0u;
       }
     }
   }

@@ -265,9 +265,7 @@ def judge_attention_error(inputs):
             if "packsched_onepass" in entry:  # reported, not judged: not the default path
                 onepass = float(entry["packsched_onepass"])
                 metrics[f"{batch['tokens']}/{tensor}"]["packsched_onepass"] = onepass
-                worst_onepass = max(
-                    worst_onepass, onepass / theirs if theirs > 0 else float("inf")
-                )
+                worst_onepass = max(worst_onepass, onepass / theirs if theirs > 0 else float("inf"))
     metrics["worst_ratio"] = worst
     onepass_note = ""
     if any("packsched_onepass" in m for m in metrics.values() if isinstance(m, dict)):
