@@ -7,6 +7,8 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <map>
+#include <mutex>
 
 #include "kernels/common/half.h"
 #include "kernels/cuda/attention_tc_bwd_onepass.cuh"
@@ -17,6 +19,44 @@
 namespace packsched::kernels::internal::cuda {
 
 namespace {
+
+// The memory pool of the dq accumulators on `device`, created on first use. Its release threshold
+// is the largest accumulator asked for so far (`bytes` raises it): what a call frees stays
+// reserved up to that size, so the next call gets its accumulator without mapping memory again
+// (as torch's caching allocator serves FlashAttention's), instead of the default pool's return of
+// everything to the driver at each synchronisation. Created pools live as long as the process.
+cudaError_t AccumulatorPool(size_t bytes, cudaMemPool_t* pool) {
+  struct Pool {
+    cudaMemPool_t pool;
+    uint64_t threshold;
+  };
+  static auto* mu = new std::mutex;
+  static auto* pools = new std::map<int, Pool>;
+  int device = 0;
+  cudaError_t e = cudaGetDevice(&device);
+  if (e != cudaSuccess) return e;
+  const std::lock_guard<std::mutex> lock(*mu);
+  auto it = pools->find(device);
+  if (it == pools->end()) {
+    cudaMemPoolProps props{};
+    props.allocType = cudaMemAllocationTypePinned;
+    props.handleTypes = cudaMemHandleTypeNone;
+    props.location.type = cudaMemLocationTypeDevice;
+    props.location.id = device;
+    cudaMemPool_t created;
+    e = cudaMemPoolCreate(&created, &props);
+    if (e != cudaSuccess) return e;
+    it = pools->emplace(device, Pool{created, 0}).first;
+  }
+  if (bytes > it->second.threshold) {
+    uint64_t threshold = bytes;
+    e = cudaMemPoolSetAttribute(it->second.pool, cudaMemPoolAttrReleaseThreshold, &threshold);
+    if (e != cudaSuccess) return e;
+    it->second.threshold = threshold;
+  }
+  *pool = it->second.pool;
+  return cudaSuccess;
+}
 
 // Zeroes `acc` (n floats), runs the one-pass kernel over the keys, then rounds `acc` into dq.
 template <typename T, int kD>
@@ -66,13 +106,17 @@ LaunchResult LaunchAttentionTcBackwardOnePass(const TcAttnParams& p, void* strea
   const AttentionArgs& a = p.args;
   if (a.total_q == 0 && a.total_k == 0) return ResultOf(cudaSuccess);
   const auto s = static_cast<cudaStream_t>(stream);
-  // The float32 dq accumulator, stream-ordered: taken from the device's memory pool here and
+  // The float32 dq accumulator, stream-ordered: taken from its pool (AccumulatorPool) here and
   // handed back after the conversion has been enqueued.
   const int64_t n = a.total_q * a.heads * a.head_dim;
+  const size_t bytes = static_cast<size_t>(n) * sizeof(float);
   float* acc = nullptr;
   if (n > 0) {
-    const cudaError_t e =
-        cudaMallocAsync(reinterpret_cast<void**>(&acc), static_cast<size_t>(n) * sizeof(float), s);
+    cudaMemPool_t pool;
+    cudaError_t e = AccumulatorPool(bytes, &pool);
+    if (e == cudaSuccess) {
+      e = cudaMallocFromPoolAsync(reinterpret_cast<void**>(&acc), bytes, pool, s);
+    }
     if (e != cudaSuccess) return ResultOf(e);
   }
   const cudaError_t e = a.dtype == FloatType::kBf16 ? OnePassHeadDim<Bf16>(p, acc, n, s)

@@ -39,8 +39,9 @@ LaunchResult LaunchAttentionTcBackward(const TcAttnParams& p, void* stream);
 // into a float32 accumulator with atomics (not bitwise reproducible). LaunchAttentionTcBackward
 // runs it instead of the two passes when AttentionTcOnePassRequested(): the environment variable
 // PACKSCHED_ATTENTION_TC_BWD is "onepass" (read per call, so that both can be timed in one
-// process). Its accumulator (total_q x heads x head_dim floats) comes from the stream's memory
-// pool (cudaMallocAsync) and goes back to it on the same stream.
+// process). Its accumulator (total_q x heads x head_dim floats) is taken, stream-ordered, from a
+// memory pool of the device's own and handed back to it on the same stream; the pool keeps up to
+// the largest accumulator so far reserved for the next call (for the process's lifetime).
 bool AttentionTcOnePassRequested();
 LaunchResult LaunchAttentionTcBackwardOnePass(const TcAttnParams& p, void* stream);
 
