@@ -51,6 +51,7 @@ cudaError_t BackwardHeadDim(const TcAttnParams& p, cudaStream_t stream) {
 
 LaunchResult LaunchAttentionTcBackward(const TcAttnParams& p, void* stream) {
   if (p.args.total_q == 0 && p.args.total_k == 0) return ResultOf(cudaSuccess);
+  if (AttentionTcOnePassRequested()) return LaunchAttentionTcBackwardOnePass(p, stream);
   const auto s = static_cast<cudaStream_t>(stream);
   return ResultOf(p.args.dtype == FloatType::kBf16 ? BackwardHeadDim<Bf16>(p, s)
                                                    : BackwardHeadDim<Fp16>(p, s));

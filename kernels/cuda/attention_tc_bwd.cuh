@@ -16,7 +16,8 @@
 // K and V in shared memory, Q and dO tiles of kBr rows double-buffered, walked over the group's
 // query heads and the query tiles that see the key tile, in order. Warp w owns keys
 // [16w, 16w + 16): Sᵀ = K Qᵀ and dPᵀ = V dOᵀ, then dV += Pᵀ dO and dK += dSᵀ Q with Pᵀ and dSᵀ
-// as A fragments and dO's and Q's B fragments by ldmatrix .trans.
+// as A fragments and dO's and Q's B fragments by ldmatrix .trans. Its body (BackwardKeyTile) is
+// also the one-pass backward's (attention_tc_bwd_onepass.cuh), which adds dQ through a sink.
 
 #include <cuda_runtime.h>
 
@@ -229,9 +230,22 @@ __global__ void __launch_bounds__(128) AttentionTcBackwardDqKernel(const TcAttnP
   }
 }
 
-template <typename T, int kD>
-__global__ void __launch_bounds__(128) AttentionTcBackwardDkDvKernel(const TcAttnParams p) {
-  using Tr = TcTraits<kD, TcKernel::kBackwardDkDv>;
+// What pass 2 does with dS beyond dK: nothing. The one-pass backward's sink
+// (attention_tc_bwd_onepass.cuh) stores each warp's dSᵀ in shared memory (Store, or Zero for a
+// warp that skipped the tile) and, after the barrier that follows dK += dSᵀ Q, adds the query
+// tile's dQ = dS K to a float32 accumulator (Add).
+struct NoDqSink {
+  template <int kN>
+  __device__ void Store(const float (&)[kN][4], int) {}
+  __device__ void Zero(int) {}
+  template <typename T>
+  __device__ void Add(const T*, int64_t, int64_t, int64_t) {}
+};
+
+// Pass 2's block (see the kernel below) over the shared-memory layout of Tr, with `sink` given
+// each query tile's dS.
+template <typename T, int kD, typename Tr, typename DqSink>
+__device__ void BackwardKeyTile(const TcAttnParams& p, DqSink& sink) {
   constexpr int kBr = Tr::kBr;
   constexpr int kBc = Tr::kBc;
   constexpr int kV = Tr::kVectorLen;
@@ -407,10 +421,14 @@ __global__ void __launch_bounds__(128) AttentionTcBackwardDkDvKernel(const TcAtt
           dpt[nt][i] = ds;
         }
       }
+      sink.Store(dpt, wrow);
       MmaAccTimesRows<T, kD, kBr>(dv, st, dot);  // dV += Pᵀ dO
       MmaAccTimesRows<T, kD, kBr>(dk, dpt, qt);  // dK += dSᵀ Q
+    } else {
+      sink.Zero(wrow);
     }
     __syncthreads();
+    sink.Add(ks, seq.q0 + first, rows, hk * group + u / tiles_q);
     u = u_next;
   }
   ptx::CpAsyncWait<0>();
@@ -430,6 +448,12 @@ __global__ void __launch_bounds__(128) AttentionTcBackwardDkDvKernel(const TcAtt
           ptx::PackPair<T>(dv[dt][2 * rr], dv[dt][2 * rr + 1]);
     }
   }
+}
+
+template <typename T, int kD>
+__global__ void __launch_bounds__(128) AttentionTcBackwardDkDvKernel(const TcAttnParams p) {
+  NoDqSink sink;
+  BackwardKeyTile<T, kD, TcTraits<kD, TcKernel::kBackwardDkDv>>(p, sink);
 }
 
 }  // namespace packsched::kernels::internal::cuda

@@ -38,6 +38,16 @@ bool AttentionTcApplies(const AttentionArgs& a);
 LaunchResult LaunchAttentionTcForward(const TcAttnParams& p, void* stream);
 LaunchResult LaunchAttentionTcBackward(const TcAttnParams& p, void* stream);
 
+// The one-pass backward (attention_tc_bwd_onepass.cu): dk and dv as the two-pass one, dq summed
+// into a float32 accumulator with atomics (not bitwise reproducible). LaunchAttentionTcBackward
+// runs it instead of the two passes when AttentionTcOnePassRequested(): the environment variable
+// PACKSCHED_ATTENTION_TC_BWD is "onepass" (read per call, so that both can be timed in one
+// process). Its accumulator (total_q x heads x head_dim floats) is taken, stream-ordered, from a
+// memory pool of the device's own and handed back to it on the same stream; the pool keeps up to
+// the largest accumulator so far reserved for the next call (for the process's lifetime).
+bool AttentionTcOnePassRequested();
+LaunchResult LaunchAttentionTcBackwardOnePass(const TcAttnParams& p, void* stream);
+
 }  // namespace packsched::kernels::internal::cuda
 
 #endif  // PACKSCHED_KERNELS_CUDA_ATTENTION_TC_LAUNCH_H_

@@ -25,7 +25,10 @@ H = 16, Hk = 4, D = 128, causal (q and k share cu_seqlens). For each batch:
   - both D = 128 tensor-core forwards: "packsched_fwd_tile128" and "packsched_fwd_tile64" (query
     tiles of 128 or 64 rows, PACKSCHED_ATTENTION_TC_FWD_TILE), their out errors beside
     packsched's (report.py judges them by the same rule), their forward times right after
-    packsched's, and "fwd_tile_speed_vs_varlen_attn" (varlen_attn's forward time over each's).
+    packsched's, and "fwd_tile_speed_vs_varlen_attn" (varlen_attn's forward time over each's);
+  - "packsched_onepass": the one-pass tensor-core backward (PACKSCHED_ATTENTION_TC_BWD=onepass;
+    dq by atomics), errors of dq, dk, dv and its backward time, right after the default
+    backward's ("bwd_onepass" in "speed_vs_varlen_attn").
 """
 
 import argparse
@@ -45,6 +48,7 @@ MAX_REPS = 5
 SCALAR_VARIABLE = "PACKSCHED_ATTENTION_SCALAR"  # "1": the scalar kernels
 TILE_VARIABLE = "PACKSCHED_ATTENTION_TC_FWD_TILE"  # query rows per tile of the D = 128 forward
 TILES = (128, 64)
+BACKWARD_VARIABLE = "PACKSCHED_ATTENTION_TC_BWD"  # "onepass": dq by atomics, in one pass
 
 
 def forced(variable, value, fn):
@@ -264,6 +268,12 @@ def run_batch(torch, kernels, impl, lengths, seed, budget, device):
     errors = {"packsched": [max_abs_error(torch, x, r) for x, r in zip((out, dq, dk, dv), ref)]}
     tile_errors = {name: max_abs_error(torch, o, ref[0]) for name, o in tile_outs.items()}
     del tile_outs
+    ours_bwd_onepass = forced(BACKWARD_VARIABLE, "onepass", ours_bwd)
+    grads_onepass = ours_bwd_onepass()
+    errors["packsched_onepass"] = errors["packsched"][:1] + [
+        max_abs_error(torch, x, r) for x, r in zip(grads_onepass, ref[1:])
+    ]
+    del grads_onepass
 
     def torch_grads(call):
         leaves = [t.detach().clone().requires_grad_() for t in (q, k, v)]
@@ -299,7 +309,7 @@ def run_batch(torch, kernels, impl, lengths, seed, budget, device):
     }
     timed = [("fwd", "packsched", ours_fwd)]
     timed += [("fwd", name, fn) for name, fn in tile_fwds.items()]
-    timed += [("bwd", "packsched", ours_bwd)]
+    timed += [("bwd", "packsched", ours_bwd), ("bwd", "packsched_onepass", ours_bwd_onepass)]
 
     for name, (call, o, leaves) in graphs.items():
         with_grad = (o, leaves)
@@ -339,6 +349,11 @@ def run_batch(torch, kernels, impl, lengths, seed, budget, device):
         for name in tile_fwds
         if "varlen_attn" in fwd_ms and name in fwd_ms
     }
+    bwd_ms = result["time_ms"]["bwd"]
+    if "varlen_attn" in bwd_ms and "packsched_onepass" in bwd_ms:
+        result["speed_vs_varlen_attn"]["bwd_onepass"] = (
+            bwd_ms["varlen_attn"] / bwd_ms["packsched_onepass"]
+        )
     return result
 
 

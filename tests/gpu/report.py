@@ -248,7 +248,7 @@ def judge_attention_error(inputs):
     data, early = attention_data(inputs)
     if early:
         return early
-    bad, worst, metrics = [], 0.0, {}
+    bad, worst, worst_onepass, metrics = [], 0.0, 0.0, {}
     for batch in data["batches"]:
         for tensor, entry in batch["error"].items():
             base = entry.get("baseline")
@@ -257,9 +257,13 @@ def judge_attention_error(inputs):
                     "unavailable", "no torch bf16 baseline ran: " + "; ".join(batch["exceptions"])
                 )
             theirs = float(entry[base])  # "inf" read as inf
-            # packsched's default path, and for out each D = 128 forward tile variant.
+            # packsched's default path, and for out each D = 128 forward tile variant; the
+            # one-pass backward's errors are reported, not judged (not the default path).
             ours_all = {k: float(v) for k, v in entry.items() if k.startswith("packsched")}
             metrics[f"{batch['tokens']}/{tensor}"] = {**ours_all, base: theirs}
+            onepass = ours_all.pop("packsched_onepass", None)
+            if onepass is not None:
+                worst_onepass = max(worst_onepass, onepass / theirs if theirs > 0 else float("inf"))
             for name, ours in ours_all.items():
                 ratio = ours / theirs if theirs > 0 else float("inf")
                 worst = max(worst, ratio)
@@ -269,10 +273,16 @@ def judge_attention_error(inputs):
                         f"{ours:.3g} > 2 x {theirs:.3g}"
                     )
     metrics["worst_ratio"] = worst
+    onepass_note = ""
+    if any("packsched_onepass" in m for m in metrics.values() if isinstance(m, dict)):
+        metrics["worst_ratio_onepass"] = worst_onepass
+        onepass_note = f"; one-pass backward (not judged): worst {worst_onepass:.2f}x"
     if bad:
-        return check("fail", "; ".join(bad)[:600], **metrics)
+        return check("fail", "; ".join(bad)[:600] + onepass_note, **metrics)
     base = data["batches"][0]["error"]["out"]["baseline"]
-    return check("pass", f"every error within 2x {base}'s (worst {worst:.2f}x)", **metrics)
+    return check(
+        "pass", f"every error within 2x {base}'s (worst {worst:.2f}x){onepass_note}", **metrics
+    )
 
 
 def judge_attention_throughput(inputs):
@@ -298,7 +308,8 @@ def judge_attention_throughput(inputs):
             parts.append(
                 f"{batch['tokens']} tokens: fwd {speed.get('fwd', float('nan')):.3f}x"
                 + (f" ({tile_text})" if tile_text else "")
-                + f", bwd {speed.get('bwd', float('nan')):.3f}x (scalar kernels: "
+                + f", bwd {speed.get('bwd', float('nan')):.3f}x, "
+                f"bwd one-pass {speed.get('bwd_onepass', float('nan')):.3f}x (scalar kernels: "
                 f"{scalar['fwd'].get('packsched_scalar', float('nan')):.3g} / "
                 f"{scalar['bwd'].get('packsched_scalar', float('nan')):.3g} TFLOP/s)"
             )

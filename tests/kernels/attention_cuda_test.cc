@@ -133,64 +133,66 @@ TEST_F(AttentionCudaTest, TreeMaskOnRandomForests) {
   }
 }
 
-// bf16 and fp16 at head dims 64 and 128 take the tensor-core kernels on sm_80 and newer
-// (kernels/cuda/attention_tc_launch.h): every mask mode, GQA, seqused and the tail, over several
-// tiles.
-TEST_F(AttentionCudaTest, TensorCoreKernelsInEveryMode) {
-  for (int64_t d : {64, 128}) {
-    SCOPED_TRACE(d);
-    Problem p = MakeProblem({300, 0, 129, 1}, {300, 7, 200, 1}, true);
-    p.heads = 8;
-    p.kv_heads = 2;
-    p.head_dim = d;
-    CheckCuda<Bf16>(p);
-    p.pad_q = {5, 3, 0, 2};
-    p.pad_k = {0, 9, 64, 3};
-    p.tail_q = 33;
-    p.tail_k = 4;
-    p.options.window_left = 50;
-    p.options.softcap = 5.0;
-    CheckCuda<Fp16>(p);
-    p.options.causal = false;
-    p.options.window_right = 17;
-    CheckCuda<Bf16>(p);
-  }
+// Sets an environment variable for its scope (the kernels read their switches per call).
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) { setenv(name, value, 1); }
+  ~ScopedEnv() { unsetenv(name_); }
+
+ private:
+  const char* name_;
+};
+
+// The tensor-core kernels' modes at head dim d, over several tiles: causal GQA; seqused, the
+// tail, a left window and softcap; a window without causal; and a tree with and without a
+// position window.
+void CheckTensorCoreModes(int64_t d) {
+  SCOPED_TRACE(d);
+  Problem p = MakeProblem({300, 0, 129, 1}, {300, 7, 200, 1}, true);
+  p.heads = 8;
+  p.kv_heads = 2;
+  p.head_dim = d;
+  CheckCuda<Bf16>(p);
+  p.pad_q = {5, 3, 0, 2};
+  p.pad_k = {0, 9, 64, 3};
+  p.tail_q = 33;
+  p.tail_k = 4;
+  p.options.window_left = 50;
+  p.options.softcap = 5.0;
+  CheckCuda<Fp16>(p);
+  p.options.causal = false;
+  p.options.window_right = 17;
+  CheckCuda<Bf16>(p);
+  const testing::PackedForest f = testing::RandomForest(3, 3, 12, 60);
+  Problem tree = testing::TreeProblem(f.cu, f.subtree_end, f.positions);
+  tree.heads = 4;
+  tree.kv_heads = 1;
+  tree.head_dim = d;
+  CheckCuda<Bf16>(tree);
+  tree.options.window_left = 40;
+  CheckCuda<Fp16>(tree);
 }
 
-// Both D = 128 forwards, 128-row query tiles (the default) and 64-row tiles
-// (PACKSCHED_ATTENTION_TC_FWD_TILE=64, read per call): the modes above and a tree with a position
-// window.
+// bf16 and fp16 at head dims 64 and 128 take the tensor-core kernels on sm_80 and newer
+// (kernels/cuda/attention_tc_launch.h).
+TEST_F(AttentionCudaTest, TensorCoreKernelsInEveryMode) {
+  for (int64_t d : {64, 128}) CheckTensorCoreModes(d);
+}
+
+// Both D = 128 forwards: 128-row query tiles (the default) and 64-row tiles
+// (PACKSCHED_ATTENTION_TC_FWD_TILE=64).
 TEST_F(AttentionCudaTest, TensorCoreForwardTilesAtD128InEveryMode) {
   for (const char* tile : {"128", "64"}) {
     SCOPED_TRACE(tile);
-    struct Tile {
-      explicit Tile(const char* rows) { setenv("PACKSCHED_ATTENTION_TC_FWD_TILE", rows, 1); }
-      ~Tile() { unsetenv("PACKSCHED_ATTENTION_TC_FWD_TILE"); }
-    } scoped(tile);
-    Problem p = MakeProblem({300, 0, 129, 1}, {300, 7, 200, 1}, true);
-    p.heads = 8;
-    p.kv_heads = 2;
-    p.head_dim = 128;
-    CheckCuda<Bf16>(p);
-    p.pad_q = {5, 3, 0, 2};
-    p.pad_k = {0, 9, 64, 3};
-    p.tail_q = 33;
-    p.tail_k = 4;
-    p.options.window_left = 50;
-    p.options.softcap = 5.0;
-    CheckCuda<Fp16>(p);
-    p.options.causal = false;
-    p.options.window_right = 17;
-    CheckCuda<Bf16>(p);
-    const testing::PackedForest f = testing::RandomForest(3, 3, 12, 60);
-    Problem tree = testing::TreeProblem(f.cu, f.subtree_end, f.positions);
-    tree.heads = 4;
-    tree.kv_heads = 1;
-    tree.head_dim = 128;
-    CheckCuda<Bf16>(tree);
-    tree.options.window_left = 40;
-    CheckCuda<Fp16>(tree);
+    const ScopedEnv scoped("PACKSCHED_ATTENTION_TC_FWD_TILE", tile);
+    CheckTensorCoreModes(128);
   }
+}
+
+// The one-pass tensor-core backward (PACKSCHED_ATTENTION_TC_BWD=onepass; dq by atomics).
+TEST_F(AttentionCudaTest, OnePassTensorCoreBackwardInEveryMode) {
+  const ScopedEnv scoped("PACKSCHED_ATTENTION_TC_BWD", "onepass");
+  for (int64_t d : {64, 128}) CheckTensorCoreModes(d);
 }
 
 TEST_F(AttentionCudaTest, BackwardIsDeterministic) {

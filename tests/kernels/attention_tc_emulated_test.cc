@@ -4,7 +4,8 @@
 // docs/design.md §4: every mask mode of the varlen API, GQA/MQA, seqused, the tail, and the tree
 // rule of "Tree packing" (the reference's tree predicate), at D = 128 with both forward tiles
 // (128 and 64 query rows). Also checks that no ldmatrix phase of the kernels hits a
-// shared-memory bank conflict.
+// shared-memory bank conflict. The one-pass backward (attention_tc_bwd_onepass.cuh) runs the
+// same modes at head dims 64 and 128.
 
 #include <algorithm>
 #include <cstdint>
@@ -16,6 +17,7 @@
 #include "cuda_runtime.h"  // the emulation (this target's include path puts it first)
 #include "gtest/gtest.h"
 #include "kernels/cuda/attention_tc_bwd.cuh"
+#include "kernels/cuda/attention_tc_bwd_onepass.cuh"
 #include "kernels/cuda/attention_tc_fwd.cuh"
 #include "kernels/cuda/attention_tc_traits.h"
 #include "tests/kernels/attention_reference.h"
@@ -280,6 +282,116 @@ TEST(AttentionTcEmulatedTest, TreeSkipsKeyTilesNoQuerySees) {
   CheckTc<Bf16>(p);
   const uint64_t causal = emu::mma_calls - mma;
   EXPECT_LT(with_tree, causal);
+}
+
+// The one-pass backward (attention_tc_bwd_onepass.cuh) after the forward: the kernel over pass
+// 2's grid into a zeroed float32 accumulator, then DqFromAccumKernel over its grid (no barrier:
+// its threads run one after another).
+template <typename T, int kD>
+void RunOnePassKernels(const TcAttnParams& p) {
+  using One = TcOnePassTraits<kD>;
+  const AttentionArgs& a = p.args;
+  RunForward<T, kD, 2>(p);
+  dim3 grid;
+  std::vector<float> acc(static_cast<size_t>(a.total_q * a.heads * kD), 0.f);
+  ASSERT_TRUE(TcGrid(a, a.max_seqlen_k, One::kBc, a.kv_heads, true, &grid));
+  emu::RunGrid(grid, One::kThreads, One::kSharedBytes,
+               [&] { AttentionTcBackwardOnePassKernel<T, kD>(p, acc.data()); });
+  const int64_t n4 = static_cast<int64_t>(acc.size()) / 4;
+  for (int64_t b = 0; b * kDqConvertThreads < n4; ++b) {
+    for (int t = 0; t < kDqConvertThreads; ++t) {
+      emu::block_idx = dim3(static_cast<unsigned>(b));
+      emu::thread_idx = dim3(t);
+      DqFromAccumKernel<T>(acc.data(), static_cast<T*>(a.dq), n4);
+    }
+  }
+}
+
+// CheckTc for the one-pass backward, at head dims 64 and 128; dq must have come through atomics
+// whenever some query row sees a key.
+template <typename T>
+void CheckOnePass(Problem p, const Tree* tree = nullptr, uint32_t seed = 3) {
+  if (tree != nullptr) {
+    p.subtree_end = tree->subtree_end;
+    p.positions = tree->positions;
+  }
+  for (const int d : {64, 128}) {
+    SCOPED_TRACE(d);
+    p.head_dim = d;
+    const Inputs in = RandomInputs<T>(p, seed);
+    AttentionTensors<T> t(p, in);
+    TcAttnParams params;
+    params.args = testing::EmulatedArgs(p, t);
+    params.subtree_end = params.args.subtree_end;
+    params.positions = params.args.positions;
+    const uint64_t conflicts = emu::ldmatrix_bank_conflicts;
+    const uint64_t phases = emu::ldmatrix_phases;
+    const uint64_t atomics = emu::atomic_adds;
+    if (d == 64) {
+      RunOnePassKernels<T, 64>(params);
+    } else {
+      RunOnePassKernels<T, 128>(params);
+    }
+    EXPECT_EQ(emu::ldmatrix_bank_conflicts - conflicts, 0u)
+        << "of " << emu::ldmatrix_phases - phases << " ldmatrix phases";
+    if (p.batch() > 0) {
+      EXPECT_GT(emu::atomic_adds - atomics, 0u);
+    }
+    testing::ExpectMatchesReference<T>(p, in, t.Results(), "one-pass ");
+  }
+}
+
+TEST(AttentionTcOnePassEmulatedTest, CausalGqaThreeSequences) {
+  Problem p = MakeProblem({100, 37, 119}, {100, 37, 119}, true);
+  p.heads = 4;
+  p.kv_heads = 2;
+  CheckOnePass<Bf16>(p);
+}
+
+TEST(AttentionTcOnePassEmulatedTest, BottomRightCausalUnequalLengths) {
+  CheckOnePass<Bf16>(MakeProblem({70, 130}, {133, 40}, true));
+}
+
+TEST(AttentionTcOnePassEmulatedTest, WindowWithoutCausalFp16) {
+  Problem p = MakeProblem({70, 33}, {33, 130}, false);
+  p.options.window_left = 16;
+  p.options.window_right = 4;
+  CheckOnePass<Fp16>(p);
+}
+
+TEST(AttentionTcOnePassEmulatedTest, PaddedLayoutMqaCausalWindowSoftcapAndTail) {
+  Problem p = MakeProblem({97, 0, 40}, {60, 13, 75}, true);
+  p.heads = 3;
+  p.kv_heads = 1;
+  p.pad_q = {3, 8, 0};
+  p.pad_k = {4, 3, 5};
+  p.tail_q = 20;
+  p.tail_k = 7;
+  p.options.window_left = 30;
+  p.options.softcap = 3.0;
+  CheckOnePass<Bf16>(p);
+}
+
+TEST(AttentionTcOnePassEmulatedTest, OnlyTailRows) {
+  Problem p = MakeProblem({}, {});
+  p.tail_q = 70;
+  p.tail_k = 5;
+  CheckOnePass<Fp16>(p);
+}
+
+TEST(AttentionTcOnePassEmulatedTest, TreeMask) {
+  Problem p;
+  const Tree tree = RandomForest({150, 90}, &p, 5);
+  p.heads = 2;
+  p.kv_heads = 1;
+  CheckOnePass<Bf16>(p, &tree);
+}
+
+TEST(AttentionTcOnePassEmulatedTest, TreeMaskWithPositionWindowFp16) {
+  Problem p;
+  const Tree tree = RandomForest({200}, &p, 9);
+  p.options.window_left = 24;
+  CheckOnePass<Fp16>(p, &tree);
 }
 
 }  // namespace

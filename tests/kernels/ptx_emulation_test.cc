@@ -1,9 +1,9 @@
 // The warp-accurate emulation of kernels/cuda/ptx.cuh (cuda_emulation/kernels/cuda/ptx.cuh on
 // warp_runtime.h), tested on its own before any kernel relies on it: matrix products through
 // emulated fragments equal plain products, ldmatrix .trans gives the transpose, a shuffle
-// reduction gives the sum, cp.async copies when its group is waited for, and the runtime stops
-// a divergent warp instead of hanging. The fragment layouts below are written from the PTX ISA
-// tables independently of the emulation's own.
+// reduction gives the sum, cp.async copies when its group is waited for, atomicAdd sums, and the
+// runtime stops a divergent warp instead of hanging. The fragment layouts below are written from
+// the PTX ISA tables independently of the emulation's own.
 
 #include <cmath>
 #include <cstdint>
@@ -283,6 +283,27 @@ TEST(PtxEmulationTest, CpAsyncCopiesWhenItsGroupIsWaitedFor) {
   for (int s = 0; s < 5; ++s) {
     for (int g = 0; g < 3; ++g) EXPECT_EQ(seen[s][g], want[s][g]) << "step " << s << " dst " << g;
   }
+}
+
+// Every thread of a block adds into the same floats, before and after a barrier: each sum is
+// exact (small integers) and every call is counted.
+TEST(PtxEmulationTest, AtomicAddSumsEveryThreadsValue) {
+  float sums[2] = {0.f, 0.f};
+  const uint64_t before = emu::atomic_adds;
+  emu::RunBlock(dim3(0), 128, 0, [&] {
+    const float old = atomicAdd(&sums[0], static_cast<float>(threadIdx.x));
+    EXPECT_GE(old, 0.f);
+    __syncthreads();
+    atomicAdd(&sums[1], sums[0]);
+  });
+  EXPECT_EQ(sums[0], 127.f * 128.f / 2.f);
+  EXPECT_EQ(sums[1], 128.f * sums[0]);
+  EXPECT_EQ(emu::atomic_adds - before, 256u);
+}
+
+TEST(PtxEmulationDeathTest, AtomicAddNeedsAnAlignedFloat) {
+  alignas(8) unsigned char bytes[8] = {};
+  EXPECT_DEATH(atomicAdd(reinterpret_cast<float*>(bytes + 2), 1.f), "unaligned");
 }
 
 TEST(PtxEmulationDeathTest, LoadGlobal16ReadsAlignedBytesOnly) {

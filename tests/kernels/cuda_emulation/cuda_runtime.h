@@ -8,8 +8,12 @@
 // include path and defines the block's shared memory. warp_runtime.h runs a block as fibers
 // instead (warp-accurate, for the tensor-core kernels); __syncthreads then goes to its barrier.
 
+#include <atomic>
 #include <barrier>
 #include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 
 struct dim3 {
   unsigned x, y, z;
@@ -40,6 +44,23 @@ inline void __syncthreads() {
   } else {
     packsched_cuda_emulation::block_barrier->arrive_and_wait();
   }
+}
+
+namespace packsched_cuda_emulation {
+inline std::atomic<uint64_t> atomic_adds{0};  // atomicAdd calls, for the tests
+}  // namespace packsched_cuda_emulation
+
+// atomicAdd on a float in global memory (4-byte aligned, else the run aborts): a real atomic
+// read-modify-write, so it holds under both runtimes (std::thread blocks run concurrently; the
+// fibers of warp_runtime.h switch only at barriers and collectives anyway). Returns the old
+// value, as CUDA's does.
+inline float atomicAdd(float* address, float value) {
+  if (reinterpret_cast<uintptr_t>(address) % alignof(float) != 0) {
+    std::fprintf(stderr, "cuda emulation: atomicAdd on an unaligned float\n");
+    std::abort();
+  }
+  ++packsched_cuda_emulation::atomic_adds;
+  return std::atomic_ref<float>(*address).fetch_add(value);
 }
 
 #endif  // PACKSCHED_TESTS_KERNELS_CUDA_EMULATION_CUDA_RUNTIME_H_
