@@ -1,6 +1,6 @@
-// The tensor-core attention backward: launcher (pass 1 dq, then pass 2 dk/dv, both
-// deterministic) and its 8 instantiations (2 kernels x fp16, bf16 x head dims 64, 128). Device
-// code in attention_tc_bwd.cuh.
+// The tensor-core attention backward: launcher (the D pre-pass, pass 1 dq, then pass 2 dk/dv, all
+// deterministic) and the passes' 8 instantiations (2 kernels x fp16, bf16 x head dims 64, 128).
+// Device code in attention_tc_bwd.cuh.
 
 #include <cuda_runtime.h>
 
@@ -9,6 +9,7 @@
 #include "kernels/cuda/attention_tc_common.cuh"
 #include "kernels/cuda/attention_tc_launch.h"
 #include "kernels/cuda/attention_tc_traits.h"
+#include "kernels/cuda/attention_tc_workspace.cuh"
 #include "kernels/cuda/launch_result.cuh"
 
 namespace packsched::kernels::internal::cuda {
@@ -53,8 +54,24 @@ LaunchResult LaunchAttentionTcBackward(const TcAttnParams& p, void* stream) {
   if (p.args.total_q == 0 && p.args.total_k == 0) return ResultOf(cudaSuccess);
   if (AttentionTcOnePassRequested()) return LaunchAttentionTcBackwardOnePass(p, stream);
   const auto s = static_cast<cudaStream_t>(stream);
-  return ResultOf(p.args.dtype == FloatType::kBf16 ? BackwardHeadDim<Bf16>(p, s)
-                                                   : BackwardHeadDim<Fp16>(p, s));
+  // The D buffer, stream-ordered: taken from the workspace pool here, filled by the pre-pass,
+  // handed back after pass 2 has been enqueued.
+  TcAttnParams with_d = p;
+  void* workspace = nullptr;
+  if (p.args.total_q > 0) {
+    cudaError_t e = TcWorkspaceAllocate(TcDotOutBytes(p.args), s, &workspace);
+    if (e != cudaSuccess) return ResultOf(e);
+    with_d.dout_dot_out = static_cast<const float*>(workspace);
+    e = EnqueueTcDotOut(p, static_cast<float*>(workspace), s);
+    if (e != cudaSuccess) {
+      cudaFreeAsync(workspace, s);
+      return ResultOf(e);
+    }
+  }
+  const cudaError_t e = p.args.dtype == FloatType::kBf16 ? BackwardHeadDim<Bf16>(with_d, s)
+                                                         : BackwardHeadDim<Fp16>(with_d, s);
+  const cudaError_t freed = workspace != nullptr ? cudaFreeAsync(workspace, s) : cudaSuccess;
+  return ResultOf(e != cudaSuccess ? e : freed);
 }
 
 }  // namespace packsched::kernels::internal::cuda

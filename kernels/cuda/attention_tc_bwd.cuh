@@ -2,22 +2,28 @@
 #define PACKSCHED_KERNELS_CUDA_ATTENTION_TC_BWD_CUH_
 
 // The tensor-core attention backward, deterministic like the scalar one (attention_device.cuh):
-// pass 1 computes dq per query tile, pass 2 dk and dv per key tile; no atomics, each output row
-// written by exactly one block, every sum in a fixed order. Both recompute P from the forward's
-// lse and D_i = dO_i · O_i from dO and out.
+// a pre-pass computes D_i = dO_i · O_i per query row and head, pass 1 dq per query tile, pass 2
+// dk and dv per key tile; no atomics, each output row written by exactly one block, every sum in
+// a fixed order. Both passes recompute P from the forward's lse and read D from the pre-pass.
+//
+// Pre-pass (AttentionTcDotOutKernel): D of every packed row and head into a float32 buffer
+// [total_q, heads] (TcAttnParams::dout_dot_out), kD / 32 threads per row.
 //
 // Pass 1 (AttentionTcBackwardDqKernel): a block of 4 warps per (query tile of 64 rows, head,
-// sequence); Q and dO tiles in shared memory, K and V tiles double-buffered (cp.async). Warp w
-// owns query rows [16w, 16w + 16): S = Q Kᵀ and dP = dO Vᵀ (B fragments of K and V by ldmatrix),
-// dS = P (dP - D) ds/dz in the accumulators, then dQ += dS K with dS reused as A fragments and
-// K's B fragments by ldmatrix .trans.
+// sequence), started heaviest first (HeaviestFirstBlock, as the forward); Q and dO tiles in
+// shared memory, K and V tiles double-buffered (cp.async). Warp w owns query rows [16w, 16w + 16):
+// S = Q Kᵀ and dP = dO Vᵀ (B fragments of K and V by ldmatrix), dS = P (dP - D) ds/dz in the
+// accumulators, then dQ += dS K with dS reused as A fragments and K's B fragments by ldmatrix
+// .trans.
 //
-// Pass 2 (AttentionTcBackwardDkDvKernel): a block per (key tile of 64 keys, kv head, sequence);
-// K and V in shared memory, Q and dO tiles of kBr rows double-buffered, walked over the group's
-// query heads and the query tiles that see the key tile, in order. Warp w owns keys
-// [16w, 16w + 16): Sᵀ = K Qᵀ and dPᵀ = V dOᵀ, then dV += Pᵀ dO and dK += dSᵀ Q with Pᵀ and dSᵀ
-// as A fragments and dO's and Q's B fragments by ldmatrix .trans. Its body (BackwardKeyTile) is
-// also the one-pass backward's (attention_tc_bwd_onepass.cuh), which adds dQ through a sink.
+// Pass 2 (AttentionTcBackwardDkDvKernel): a block per (key tile of 64 keys, kv head, sequence),
+// started heaviest first (every sequence's first key tiles, which the most query tiles see under
+// a causal mask, before the later ones: BackwardKeyTile); K and V in shared memory, Q and dO
+// tiles of kBr rows double-buffered, walked over the group's query heads and the query tiles that
+// see the key tile, in order. Warp w owns keys [16w, 16w + 16): Sᵀ = K Qᵀ and dPᵀ = V dOᵀ, then
+// dV += Pᵀ dO and dK += dSᵀ Q with Pᵀ and dSᵀ as A fragments and dO's and Q's B fragments by
+// ldmatrix .trans. Its body (BackwardKeyTile) is also the one-pass backward's
+// (attention_tc_bwd_onepass.cuh), which adds dQ through a sink.
 
 #include <cuda_runtime.h>
 
@@ -96,20 +102,44 @@ __device__ inline void ZeroAcc(float (&acc)[kN][kD]) {
   }
 }
 
-// This lane's part of D = dO · O for packed query row `q_row` of head h: the column pairs
-// (8 dt + 2 t_begin .. ) it reads, `dout_tile` row `r` (swizzled) against `out` in global memory.
+// The pre-pass: dot_out[r] = dO_r · O_r in float32 for the packed (row, head) pairs r =
+// q_row * heads + h < rows of `dout` and `out` (viewed as [rows, kD]), whatever the row (the
+// passes read it only for real rows). kD / 32 consecutive threads per pair, each summing a
+// contiguous 32 columns (16-byte loads) in column order, then a butterfly over the threads: the
+// order pass 2 used when it computed D itself. Blocks of kDotOutThreads threads, over
+// DotOutBlocks(rows, kD) blocks.
+inline constexpr int kDotOutThreads = 128;
+
+inline int64_t DotOutBlocks(int64_t rows, int kD) {
+  return (rows * (kD / 32) + kDotOutThreads - 1) / kDotOutThreads;
+}
+
 template <typename T, int kD>
-__device__ float DotOutPart(const AttentionArgs& a, const T* dout_tile, int r, int64_t q_row,
-                            int64_t h, int t) {
-  const T* out = static_cast<const T*>(a.out) + (q_row * a.heads + h) * kD;
-  float acc = 0.f;
+__global__ void __launch_bounds__(kDotOutThreads)
+    AttentionTcDotOutKernel(const void* out, const void* dout, float* dot_out, int64_t rows) {
+  constexpr int kParts = kD / 32;
+  const int64_t idx = static_cast<int64_t>(blockIdx.x) * kDotOutThreads + threadIdx.x;
+  const int64_t r = idx / kParts;
+  const int part = static_cast<int>(idx % kParts);
+  float d = 0.f;
+  if (r < rows) {
+    const int64_t offset = r * kD + part * 32;
+    const T* o = static_cast<const T*>(out) + offset;
+    const T* dout_row = static_cast<const T*>(dout) + offset;
 #pragma unroll
-  for (int dt = 0; dt < kD / 8; ++dt) {
-    const int d = dt * 8 + 2 * t;
-    acc += ToAcc(dout_tile[Swz<kD>(r, d)]) * ToAcc(out[d]);
-    acc += ToAcc(dout_tile[Swz<kD>(r, d + 1)]) * ToAcc(out[d + 1]);
+    for (int x = 0; x < 32; x += 8) {
+      uint32_t ov[4], dv[4];
+      ptx::LoadGlobal16(ov, o + x);
+      ptx::LoadGlobal16(dv, dout_row + x);
+#pragma unroll
+      for (int w = 0; w < 4; ++w) {
+        d += HalfOf<T>(dv[w], 0) * HalfOf<T>(ov[w], 0) + HalfOf<T>(dv[w], 1) * HalfOf<T>(ov[w], 1);
+      }
+    }
   }
-  return acc;
+#pragma unroll
+  for (int m = 1; m < kParts; m *= 2) d += ptx::ShflXor(d, m);  // every lane of the warp
+  if (part == 0 && r < rows) dot_out[r] = d;
 }
 
 template <typename T, int kD>
@@ -119,8 +149,9 @@ __global__ void __launch_bounds__(128) AttentionTcBackwardDqKernel(const TcAttnP
   constexpr int kBc = Tr::kBc;
   constexpr int kV = Tr::kVectorLen;
   const AttentionArgs& a = p.args;
-  const AttnSeq seq = LoadSeq(a, blockIdx.z);
-  const QueryTile tile = BlockQueryTile<Tr>(a, seq);
+  const TcBlockIndex block = HeaviestFirstBlock();
+  const AttnSeq seq = LoadSeq(a, block.seq);
+  const QueryTile tile = QueryTileAt<Tr>(a, seq, block.tile, block.head);
   if (tile.first >= seq.seg_q) return;
   const int64_t h = tile.h, hk = tile.hk, first = tile.first, rows = tile.rows;
   const TcMask mask = MakeTcMask(p, seq);
@@ -151,9 +182,8 @@ __global__ void __launch_bounds__(128) AttentionTcBackwardDqKernel(const TcAttnP
   ptx::CpAsyncCommit();
   if (tiles > 0) load_keys(0);
   ptx::CpAsyncCommit();
-  ptx::CpAsyncWait<1>();  // Q and dO have landed
-  __syncthreads();
 
+  // lse and D of the lane's rows g and g + 8 (the pre-pass's), while the tiles load.
   const int wrow = warp * 16;
   const TcRow row[2] = {MakeTcRow(mask, first + wrow + g), MakeTcRow(mask, first + wrow + g + 8)};
   float lse[2], d_row[2];
@@ -163,8 +193,10 @@ __global__ void __launch_bounds__(128) AttentionTcBackwardDqKernel(const TcAttnP
     const bool real = r < rows;
     const int64_t q_row = seq.q0 + first + r;
     lse[rr] = real ? static_cast<const float*>(a.lse)[h * a.total_q + q_row] : Inf<float>();
-    d_row[rr] = QuadSum(real ? DotOutPart<T, kD>(a, dos, r, q_row, h, t) : 0.f);
+    d_row[rr] = real ? p.dout_dot_out[q_row * a.heads + h] : 0.f;
   }
+  ptx::CpAsyncWait<1>();  // Q and dO have landed
+  __syncthreads();
   const int64_t warp_rows = Clamp0(rows - wrow, 16);
   // The keys some row of the warp sees, and those every row sees (WarpKeysOf).
   const WarpKeys wk = WarpKeysOf(mask, first + wrow, warp_rows, 16);
@@ -249,12 +281,16 @@ __device__ void BackwardKeyTile(const TcAttnParams& p, DqSink& sink) {
   constexpr int kBr = Tr::kBr;
   constexpr int kBc = Tr::kBc;
   constexpr int kV = Tr::kVectorLen;
-  constexpr int kThreadsPerRow = Tr::kThreads / kBr;  // for D = dO · O
   const AttentionArgs& a = p.args;
-  const AttnSeq seq = LoadSeq(a, blockIdx.z);
-  const int64_t hk = blockIdx.y;
-  const int64_t key0 = static_cast<int64_t>(blockIdx.x) * kBc;
-  if (key0 >= seq.seg_k) return;
+  // Heaviest first: HeaviestFirstBlock's tile index counted back from the sequence's last key
+  // tile, so that every sequence's first key tiles (under a causal mask those that the most query
+  // tiles see, about as many as the tiles after them) start before the later ones; the blocks
+  // past a sequence's tiles exit at once.
+  const TcBlockIndex block = HeaviestFirstBlock();
+  const AttnSeq seq = LoadSeq(a, block.seq);
+  const int64_t hk = block.head;
+  const int64_t key0 = ((seq.seg_k + kBc - 1) / kBc - 1 - block.tile) * kBc;
+  if (key0 < 0) return;
   const int64_t group = a.heads / a.kv_heads;
   const int64_t tile_cols = Clamp0(seq.seg_k - key0, kBc);
   const int64_t cols = Clamp0(seq.mask.sk - key0, tile_cols);  // real keys
@@ -324,34 +360,11 @@ __device__ void BackwardKeyTile(const TcAttnParams& p, DqSink& sink) {
     T* dot = dos + buf * kBr * kD;
     LoadRowsAsync<T, kD, kBr, Tr::kThreads>(qt, a.q, seq.q0 + first, rows, a.heads, h);
     LoadRowsAsync<T, kD, kBr, Tr::kThreads>(dot, a.dout, seq.q0 + first, rows, a.heads, h);
-    // D = dO · O, lse and positions of the tile's rows, from global memory: kThreadsPerRow
-    // consecutive threads per row, each a contiguous share of the columns.
-    const int r = threadIdx.x / kThreadsPerRow;
-    const int part = threadIdx.x % kThreadsPerRow;
-    const bool real = r < rows;
-    const int64_t q_row = seq.q0 + first + r;
-    float d = 0.f;
-    if (real) {
-      constexpr int kShare = kD / kThreadsPerRow;  // a multiple of 8: 16-byte loads
-      const int64_t offset = (q_row * a.heads + h) * kD + part * kShare;
-      const T* o = static_cast<const T*>(a.out) + offset;
-      const T* dout = static_cast<const T*>(a.dout) + offset;
-#pragma unroll
-      for (int x = 0; x < kShare; x += 8) {
-        uint32_t ov[4], dv[4];
-        ptx::LoadGlobal16(ov, o + x);
-        ptx::LoadGlobal16(dv, dout + x);
-#pragma unroll
-        for (int w = 0; w < 4; ++w) {
-          d +=
-              HalfOf<T>(dv[w], 0) * HalfOf<T>(ov[w], 0) + HalfOf<T>(dv[w], 1) * HalfOf<T>(ov[w], 1);
-        }
-      }
-    }
-#pragma unroll
-    for (int m = 1; m < kThreadsPerRow; m *= 2) d += ptx::ShflXor(d, m);
-    if (part == 0) {
-      q_d[buf * kV + r] = d;
+    // lse, D (the pre-pass's) and positions of the tile's rows, from global memory.
+    for (int r = threadIdx.x; r < kBr; r += Tr::kThreads) {
+      const bool real = r < rows;
+      const int64_t q_row = seq.q0 + first + r;
+      q_d[buf * kV + r] = real ? p.dout_dot_out[q_row * a.heads + h] : 0.f;
       q_lse[buf * kV + r] =
           real ? static_cast<const float*>(a.lse)[h * a.total_q + q_row] : Inf<float>();
       q_pos[buf * kV + r] = real && mask.positions != nullptr ? mask.positions[q_row] : 0;

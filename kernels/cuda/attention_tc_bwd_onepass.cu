@@ -7,56 +7,17 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
-#include <map>
-#include <mutex>
 
 #include "kernels/common/half.h"
 #include "kernels/cuda/attention_tc_bwd_onepass.cuh"
 #include "kernels/cuda/attention_tc_common.cuh"
 #include "kernels/cuda/attention_tc_launch.h"
+#include "kernels/cuda/attention_tc_workspace.cuh"
 #include "kernels/cuda/launch_result.cuh"
 
 namespace packsched::kernels::internal::cuda {
 
 namespace {
-
-// The memory pool of the dq accumulators on `device`, created on first use. Its release threshold
-// is the largest accumulator asked for so far (`bytes` raises it): what a call frees stays
-// reserved up to that size, so the next call gets its accumulator without mapping memory again
-// (as torch's caching allocator serves FlashAttention's), instead of the default pool's return of
-// everything to the driver at each synchronisation. Created pools live as long as the process.
-cudaError_t AccumulatorPool(size_t bytes, cudaMemPool_t* pool) {
-  struct Pool {
-    cudaMemPool_t pool;
-    uint64_t threshold;
-  };
-  static auto* mu = new std::mutex;
-  static auto* pools = new std::map<int, Pool>;
-  int device = 0;
-  cudaError_t e = cudaGetDevice(&device);
-  if (e != cudaSuccess) return e;
-  const std::lock_guard<std::mutex> lock(*mu);
-  auto it = pools->find(device);
-  if (it == pools->end()) {
-    cudaMemPoolProps props{};
-    props.allocType = cudaMemAllocationTypePinned;
-    props.handleTypes = cudaMemHandleTypeNone;
-    props.location.type = cudaMemLocationTypeDevice;
-    props.location.id = device;
-    cudaMemPool_t created;
-    e = cudaMemPoolCreate(&created, &props);
-    if (e != cudaSuccess) return e;
-    it = pools->emplace(device, Pool{created, 0}).first;
-  }
-  if (bytes > it->second.threshold) {
-    uint64_t threshold = bytes;
-    e = cudaMemPoolSetAttribute(it->second.pool, cudaMemPoolAttrReleaseThreshold, &threshold);
-    if (e != cudaSuccess) return e;
-    it->second.threshold = threshold;
-  }
-  *pool = it->second.pool;
-  return cudaSuccess;
-}
 
 // Zeroes `acc` (n floats), runs the one-pass kernel over the keys, then rounds `acc` into dq.
 template <typename T, int kD>
@@ -106,22 +67,28 @@ LaunchResult LaunchAttentionTcBackwardOnePass(const TcAttnParams& p, void* strea
   const AttentionArgs& a = p.args;
   if (a.total_q == 0 && a.total_k == 0) return ResultOf(cudaSuccess);
   const auto s = static_cast<cudaStream_t>(stream);
-  // The float32 dq accumulator, stream-ordered: taken from its pool (AccumulatorPool) here and
-  // handed back after the conversion has been enqueued.
+  // One workspace, stream-ordered (TcWorkspaceAllocate): the D buffer, then the float32 dq
+  // accumulator; handed back after the conversion has been enqueued.
   const int64_t n = a.total_q * a.heads * a.head_dim;
-  const size_t bytes = static_cast<size_t>(n) * sizeof(float);
+  const size_t d_bytes = TcDotOutBytes(a);
+  TcAttnParams with_d = p;
+  void* workspace = nullptr;
   float* acc = nullptr;
   if (n > 0) {
-    cudaMemPool_t pool;
-    cudaError_t e = AccumulatorPool(bytes, &pool);
-    if (e == cudaSuccess) {
-      e = cudaMallocFromPoolAsync(reinterpret_cast<void**>(&acc), bytes, pool, s);
-    }
+    cudaError_t e =
+        TcWorkspaceAllocate(d_bytes + static_cast<size_t>(n) * sizeof(float), s, &workspace);
     if (e != cudaSuccess) return ResultOf(e);
+    with_d.dout_dot_out = static_cast<const float*>(workspace);
+    acc = reinterpret_cast<float*>(static_cast<unsigned char*>(workspace) + d_bytes);
+    e = EnqueueTcDotOut(p, static_cast<float*>(workspace), s);
+    if (e != cudaSuccess) {
+      cudaFreeAsync(workspace, s);
+      return ResultOf(e);
+    }
   }
-  const cudaError_t e = a.dtype == FloatType::kBf16 ? OnePassHeadDim<Bf16>(p, acc, n, s)
-                                                    : OnePassHeadDim<Fp16>(p, acc, n, s);
-  const cudaError_t freed = acc != nullptr ? cudaFreeAsync(acc, s) : cudaSuccess;
+  const cudaError_t e = a.dtype == FloatType::kBf16 ? OnePassHeadDim<Bf16>(with_d, acc, n, s)
+                                                    : OnePassHeadDim<Fp16>(with_d, acc, n, s);
+  const cudaError_t freed = workspace != nullptr ? cudaFreeAsync(workspace, s) : cudaSuccess;
   return ResultOf(e != cudaSuccess ? e : freed);
 }
 

@@ -19,10 +19,14 @@ namespace packsched::kernels::internal::cuda {
 // With a tree, query i sees key j iff the varlen rule allows it (causal, so j <= i) and
 // i < subtree_end[j], and with a left window w >= 0, positions[i] - positions[j] <= w (the
 // window counts tokens along the root path, not packed rows: the row window is not applied).
+// The backward kernels also read `dout_dot_out` [total_q, heads] (float32, on the device): D =
+// dO · O of each packed row and head, which the backward's launchers compute first
+// (AttentionTcDotOutKernel) into a workspace of their own; the forward ignores it.
 struct TcAttnParams {
   AttentionArgs args;
   const int32_t* subtree_end = nullptr;
   const int32_t* positions = nullptr;
+  const float* dout_dot_out = nullptr;
 };
 
 // True when the tensor-core kernels run this call: bf16 or fp16, head dim 64 or 128, every
@@ -31,7 +35,9 @@ struct TcAttnParams {
 // both can be timed and compared).
 bool AttentionTcApplies(const AttentionArgs& a);
 
-// Enqueue the forward (one kernel) or the backward (dq, then dk/dv) on `stream`. The forward
+// Enqueue the forward (one kernel) or the backward (D = dO · O, dq, then dk/dv) on `stream`; the
+// backward takes its D buffer (total_q x heads floats) stream-ordered from a memory pool of the
+// device's own and hands it back on the same stream (attention_tc_workspace.cuh). The forward
 // at head dim 128 runs 128-row query tiles unless the environment variable
 // PACKSCHED_ATTENTION_TC_FWD_TILE is "64" (64-row tiles; read per call, so that both can be
 // timed in one process); other values, and head dim 64, keep 128-row tiles.
@@ -42,9 +48,8 @@ LaunchResult LaunchAttentionTcBackward(const TcAttnParams& p, void* stream);
 // into a float32 accumulator with atomics (not bitwise reproducible). LaunchAttentionTcBackward
 // runs it instead of the two passes when AttentionTcOnePassRequested(): the environment variable
 // PACKSCHED_ATTENTION_TC_BWD is "onepass" (read per call, so that both can be timed in one
-// process). Its accumulator (total_q x heads x head_dim floats) is taken, stream-ordered, from a
-// memory pool of the device's own and handed back to it on the same stream; the pool keeps up to
-// the largest accumulator so far reserved for the next call (for the process's lifetime).
+// process). Its accumulator (total_q x heads x head_dim floats) is taken, with the D buffer,
+// from the backward's workspace (attention_tc_workspace.cuh).
 bool AttentionTcOnePassRequested();
 LaunchResult LaunchAttentionTcBackwardOnePass(const TcAttnParams& p, void* stream);
 

@@ -8,7 +8,9 @@
 // same modes at head dims 64 and 128.
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <functional>
 #include <limits>
 #include <random>
@@ -29,6 +31,7 @@ namespace {
 
 namespace emu = ::packsched_cuda_emulation;
 using testing::AttentionTensors;
+using testing::HostTensor;
 using testing::Inputs;
 using testing::MakeProblem;
 using testing::Problem;
@@ -52,11 +55,47 @@ void RunForward(const TcAttnParams& p) {
                [&] { AttentionTcForwardKernel<T, kD, kM>(p); });
 }
 
+// The backward's pre-pass over the launcher's grid: returns D [total_q, heads] (a buffer filled
+// with NaN first, so that a row the kernel misses shows up) after checking every real row's D
+// (inside a sequence's seqused rows; the others, pads and tail, are never read) against dO · O in
+// float64.
 template <typename T, int kD>
-void RunBackward(const TcAttnParams& p) {
+std::vector<float> RunDotOut(const Problem& pb, const AttentionArgs& a) {
+  const int64_t rows = a.total_q * a.heads;
+  std::vector<float> d(static_cast<size_t>(rows), std::numeric_limits<float>::quiet_NaN());
+  const int64_t blocks = DotOutBlocks(rows, kD);
+  if (blocks > 0) {
+    emu::RunGrid(dim3(static_cast<unsigned>(blocks)), kDotOutThreads, 0,
+                 [&] { AttentionTcDotOutKernel<T, kD>(a.out, a.dout, d.data(), rows); });
+  }
+  const T* out = static_cast<const T*>(a.out);
+  const T* dout = static_cast<const T*>(a.dout);
+  const std::vector<int32_t> cu = pb.CuQ();
+  for (size_t b = 0; b < pb.len_q.size(); ++b) {
+    for (int64_t row = cu[b]; row < cu[b] + pb.len_q[b]; ++row) {
+      for (int64_t h = 0; h < a.heads; ++h) {
+        const int64_t r = row * a.heads + h;
+        double want = 0, scale = 0;
+        for (int c = 0; c < kD; ++c) {
+          const double x = static_cast<double>(ToAcc(dout[r * kD + c])) * ToAcc(out[r * kD + c]);
+          want += x;
+          scale += std::abs(x);
+        }
+        EXPECT_NEAR(d[r], want, 1e-5 * scale + 1e-30) << "row " << row << " head " << h;
+      }
+    }
+  }
+  return d;
+}
+
+// The deterministic backward over the launchers' grids: the pre-pass, pass 1, pass 2.
+template <typename T, int kD>
+void RunBackward(const Problem& pb, TcAttnParams p) {
   using Dq = TcTraits<kD, TcKernel::kBackwardDq>;
   using DkDv = TcTraits<kD, TcKernel::kBackwardDkDv>;
   const AttentionArgs& a = p.args;
+  const std::vector<float> d = RunDotOut<T, kD>(pb, a);
+  p.dout_dot_out = d.data();
   dim3 grid;
   ASSERT_TRUE(TcGrid(a, a.max_seqlen_q, Dq::kBr, a.heads, false, &grid));
   emu::RunGrid(grid, Dq::kThreads, Dq::kSharedBytes,
@@ -75,11 +114,18 @@ TcAttnParams ParamsOf(const Problem& p, AttentionTensors<T>& t) {
   return params;
 }
 
-// Runs the three kernels on `p` (with `tree` when given) and checks out, lse, dq, dk and dv: the
+bool SameBits(const std::vector<double>& x, const std::vector<double>& y) {
+  return x.size() == y.size() && std::memcmp(x.data(), y.data(), x.size() * sizeof(double)) == 0;
+}
+
+// Runs the kernels on `p` (with `tree` when given) and checks out, lse, dq, dk and dv: the
 // forward with 128-row query tiles (the launcher's default), and at D = 128 also the forward
-// with 64-row tiles (PACKSCHED_ATTENTION_TC_FWD_TILE=64) on fresh output tensors.
+// with 64-row tiles (PACKSCHED_ATTENTION_TC_FWD_TILE=64) on fresh output tensors. With
+// `deterministic_check`, also runs the backward a second time and requires bitwise equal
+// gradients.
 template <typename T>
-void CheckTc(Problem p, const Tree* tree = nullptr, uint32_t seed = 1) {
+void CheckTc(Problem p, const Tree* tree = nullptr, uint32_t seed = 1,
+             bool deterministic_check = false) {
   if (tree != nullptr) {
     p.subtree_end = tree->subtree_end;
     p.positions = tree->positions;
@@ -91,14 +137,30 @@ void CheckTc(Problem p, const Tree* tree = nullptr, uint32_t seed = 1) {
   const uint64_t phases = emu::ldmatrix_phases;
   if (p.head_dim == 64) {
     RunForward<T, 64, 2>(params);
-    RunBackward<T, 64>(params);
+    RunBackward<T, 64>(p, params);
   } else {
     ASSERT_EQ(p.head_dim, 128);
     RunForward<T, 128, 2>(params);
-    RunBackward<T, 128>(params);
+    RunBackward<T, 128>(p, params);
   }
   const testing::Outputs got = t.Results();
   testing::ExpectMatchesReference<T>(p, in, got);
+  if (deterministic_check) {
+    // The backward again over gradients overwritten with NaN (all bits set, in fp16 and bf16):
+    // bitwise the same dq, dk and dv.
+    for (HostTensor* g : {&t.dq, &t.dk, &t.dv}) {
+      std::memset(g->mutable_view().data, 0xff, static_cast<size_t>(g->nbytes()));
+    }
+    if (p.head_dim == 64) {
+      RunBackward<T, 64>(p, params);
+    } else {
+      RunBackward<T, 128>(p, params);
+    }
+    const testing::Outputs again = t.Results();
+    EXPECT_TRUE(SameBits(got.dq, again.dq)) << "dq differs between two runs";
+    EXPECT_TRUE(SameBits(got.dk, again.dk)) << "dk differs between two runs";
+    EXPECT_TRUE(SameBits(got.dv, again.dv)) << "dv differs between two runs";
+  }
   if (p.head_dim == 128) {
     AttentionTensors<T> t64(p, in);
     RunForward<T, 128, 1>(ParamsOf(p, t64));
@@ -112,12 +174,12 @@ void CheckTc(Problem p, const Tree* tree = nullptr, uint32_t seed = 1) {
       << "of " << emu::ldmatrix_phases - phases << " ldmatrix phases";
 }
 
-TEST(AttentionTcEmulatedTest, CausalGqaThreeSequencesD64) {
+TEST(AttentionTcEmulatedTest, CausalGqaThreeSequencesD64AndDeterministic) {
   Problem p = MakeProblem({100, 37, 119}, {100, 37, 119}, true);
   p.heads = 4;
   p.kv_heads = 2;
   p.head_dim = 64;
-  CheckTc<Bf16>(p);
+  CheckTc<Bf16>(p, nullptr, 1, /*deterministic_check=*/true);
 }
 
 TEST(AttentionTcEmulatedTest, BottomRightCausalUnequalLengthsD128) {
@@ -157,7 +219,7 @@ TEST(AttentionTcEmulatedTest, PaddedLayoutMqaCausalWindowSoftcapAndTailD64) {
   CheckTc<Bf16>(p);
 }
 
-TEST(AttentionTcEmulatedTest, PaddedLayoutMqaCausalWindowSoftcapAndTailD128) {
+TEST(AttentionTcEmulatedTest, PaddedLayoutMqaCausalWindowSoftcapAndTailD128AndDeterministic) {
   Problem p = MakeProblem({97, 0, 40}, {60, 13, 75}, true);
   p.heads = 3;
   p.kv_heads = 1;
@@ -168,7 +230,7 @@ TEST(AttentionTcEmulatedTest, PaddedLayoutMqaCausalWindowSoftcapAndTailD128) {
   p.tail_k = 7;
   p.options.window_left = 30;
   p.options.softcap = 3.0;
-  CheckTc<Bf16>(p);
+  CheckTc<Bf16>(p, nullptr, 1, /*deterministic_check=*/true);
 }
 
 // Sequences of 1 to 3 query tiles of 128 rows (and 1 to 5 of 64) beside a short one, so that the
@@ -284,19 +346,22 @@ TEST(AttentionTcEmulatedTest, TreeSkipsKeyTilesNoQuerySees) {
   EXPECT_LT(with_tree, causal);
 }
 
-// The one-pass backward (attention_tc_bwd_onepass.cuh) after the forward: the kernel over pass
-// 2's grid into a zeroed float32 accumulator, then DqFromAccumKernel over its grid (no barrier:
-// its threads run one after another).
+// The one-pass backward (attention_tc_bwd_onepass.cuh) after the forward: the pre-pass, the
+// kernel over pass 2's grid into a zeroed float32 accumulator, then DqFromAccumKernel over its
+// grid (no barrier: its threads run one after another).
 template <typename T, int kD>
-void RunOnePassKernels(const TcAttnParams& p) {
+void RunOnePassKernels(const Problem& pb, const TcAttnParams& p) {
   using One = TcOnePassTraits<kD>;
   const AttentionArgs& a = p.args;
   RunForward<T, kD, 2>(p);
+  const std::vector<float> d = RunDotOut<T, kD>(pb, a);
+  TcAttnParams with_d = p;
+  with_d.dout_dot_out = d.data();
   dim3 grid;
   std::vector<float> acc(static_cast<size_t>(a.total_q * a.heads * kD), 0.f);
   ASSERT_TRUE(TcGrid(a, a.max_seqlen_k, One::kBc, a.kv_heads, true, &grid));
   emu::RunGrid(grid, One::kThreads, One::kSharedBytes,
-               [&] { AttentionTcBackwardOnePassKernel<T, kD>(p, acc.data()); });
+               [&] { AttentionTcBackwardOnePassKernel<T, kD>(with_d, acc.data()); });
   const int64_t n4 = static_cast<int64_t>(acc.size()) / 4;
   for (int64_t b = 0; b * kDqConvertThreads < n4; ++b) {
     for (int t = 0; t < kDqConvertThreads; ++t) {
@@ -328,9 +393,9 @@ void CheckOnePass(Problem p, const Tree* tree = nullptr, uint32_t seed = 3) {
     const uint64_t phases = emu::ldmatrix_phases;
     const uint64_t atomics = emu::atomic_adds;
     if (d == 64) {
-      RunOnePassKernels<T, 64>(params);
+      RunOnePassKernels<T, 64>(p, params);
     } else {
-      RunOnePassKernels<T, 128>(params);
+      RunOnePassKernels<T, 128>(p, params);
     }
     EXPECT_EQ(emu::ldmatrix_bank_conflicts - conflicts, 0u)
         << "of " << emu::ldmatrix_phases - phases << " ldmatrix phases";
