@@ -16,11 +16,15 @@ namespace packsched::kernels::internal::cuda {
 
 namespace {
 
+// Pass 1's grid must also have fewer than 2^32 blocks (TcGridFits32: its heaviest-first order
+// is computed in 32 bits).
 template <typename Tr>
 cudaError_t Launch(void (*kernel)(TcAttnParams), const TcAttnParams& p, int64_t longest, int tile,
                    int64_t heads, bool keys, cudaStream_t stream) {
   dim3 grid;
-  if (!TcGrid(p.args, longest, tile, heads, keys, &grid)) return cudaErrorInvalidConfiguration;
+  if (!TcGrid(p.args, longest, tile, heads, keys, &grid) || (!keys && !TcGridFits32(grid))) {
+    return cudaErrorInvalidConfiguration;
+  }
   const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                              static_cast<int>(Tr::kSharedBytes));
   if (e != cudaSuccess) return e;

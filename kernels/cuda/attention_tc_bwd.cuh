@@ -10,16 +10,15 @@
 // [total_q, heads] (TcAttnParams::dout_dot_out), kD / 32 threads per row.
 //
 // Pass 1 (AttentionTcBackwardDqKernel): a block of 4 warps per (query tile of 64 rows, head,
-// sequence), started heaviest first (HeaviestFirstBlock, as the forward); Q and dO tiles in
+// sequence), started heaviest first (HeaviestFirstBlock<uint32_t>: the forward's order, in
+// 32-bit arithmetic, which keeps the kernel spill-free); Q and dO tiles in
 // shared memory, K and V tiles double-buffered (cp.async). Warp w owns query rows [16w, 16w + 16):
 // S = Q Kᵀ and dP = dO Vᵀ (B fragments of K and V by ldmatrix), dS = P (dP - D) ds/dz in the
 // accumulators, then dQ += dS K with dS reused as A fragments and K's B fragments by ldmatrix
 // .trans.
 //
 // Pass 2 (AttentionTcBackwardDkDvKernel): a block per (key tile of 64 keys, kv head, sequence),
-// started heaviest first (every sequence's first key tiles, which the most query tiles see under
-// a causal mask, before the later ones: BackwardKeyTile); K and V in shared memory, Q and dO
-// tiles of kBr rows double-buffered, walked over the group's query heads and the query tiles that
+// in the grid's plain order; K and V in shared memory, Q and dO tiles of kBr rows double-buffered, walked over the group's query heads and the query tiles that
 // see the key tile, in order. Warp w owns keys [16w, 16w + 16): Sᵀ = K Qᵀ and dPᵀ = V dOᵀ, then
 // dV += Pᵀ dO and dK += dSᵀ Q with Pᵀ and dSᵀ as A fragments and dO's and Q's B fragments by
 // ldmatrix .trans. Its body (BackwardKeyTile) is also the one-pass backward's
@@ -149,7 +148,7 @@ __global__ void __launch_bounds__(128) AttentionTcBackwardDqKernel(const TcAttnP
   constexpr int kBc = Tr::kBc;
   constexpr int kV = Tr::kVectorLen;
   const AttentionArgs& a = p.args;
-  const TcBlockIndex block = HeaviestFirstBlock();
+  const TcBlockIndex block = HeaviestFirstBlock<uint32_t>();
   const AttnSeq seq = LoadSeq(a, block.seq);
   const QueryTile tile = QueryTileAt<Tr>(a, seq, block.tile, block.head);
   if (tile.first >= seq.seg_q) return;
@@ -282,15 +281,10 @@ __device__ void BackwardKeyTile(const TcAttnParams& p, DqSink& sink) {
   constexpr int kBc = Tr::kBc;
   constexpr int kV = Tr::kVectorLen;
   const AttentionArgs& a = p.args;
-  // Heaviest first: HeaviestFirstBlock's tile index counted back from the sequence's last key
-  // tile, so that every sequence's first key tiles (under a causal mask those that the most query
-  // tiles see, about as many as the tiles after them) start before the later ones; the blocks
-  // past a sequence's tiles exit at once.
-  const TcBlockIndex block = HeaviestFirstBlock();
-  const AttnSeq seq = LoadSeq(a, block.seq);
-  const int64_t hk = block.head;
-  const int64_t key0 = ((seq.seg_k + kBc - 1) / kBc - 1 - block.tile) * kBc;
-  if (key0 < 0) return;
+  const AttnSeq seq = LoadSeq(a, blockIdx.z);
+  const int64_t hk = blockIdx.y;
+  const int64_t key0 = static_cast<int64_t>(blockIdx.x) * kBc;
+  if (key0 >= seq.seg_k) return;
   const int64_t group = a.heads / a.kv_heads;
   const int64_t tile_cols = Clamp0(seq.seg_k - key0, kBc);
   const int64_t cols = Clamp0(seq.mask.sk - key0, tile_cols);  // real keys

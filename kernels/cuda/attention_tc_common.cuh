@@ -32,27 +32,35 @@ inline bool TcGrid(const AttentionArgs& a, int64_t max_seqlen, int tile, int64_t
   return true;
 }
 
-// The (query tile, head, sequence) of a forward block in heaviest-first order. Blocks start
-// roughly in the order of their linear index (blockIdx.x fastest); that index is mapped so that
-// the grid (tiles, heads, sequences) of TcGrid is walked tile index descending, every head and
-// sequence (tail slot included) at one tile index before the next lower one. Under a causal mask
-// query tile i of a sequence sees about (i + 1) tiles of keys whatever the sequence, so the
-// longest-running blocks start first and the short ones fill the last wave (without a mask the
-// high tile indices are those of the longest sequences, which see the most keys). A bijection
-// of the grid: every block of the plain order is run exactly once.
+// The (query tile, head, sequence) of a block of the forward or of the backward's pass 1 in
+// heaviest-first order. Blocks start roughly in the order of their linear index (blockIdx.x
+// fastest); that index is mapped so that the grid (tiles, heads, sequences) of TcGrid is walked
+// tile index descending, every head and sequence (tail slot included) at one tile index before
+// the next lower one. Under a causal mask query tile i of a sequence sees about (i + 1) tiles of
+// keys whatever the sequence, so the longest-running blocks start first and the short ones fill
+// the last wave (without a mask the high tile indices are those of the longest sequences, which
+// see the most keys). A bijection of the grid: every block of the plain order is run exactly
+// once. `Linear` is the type of the linear index: uint64_t for any grid, uint32_t (cheaper
+// division, fewer registers) only for grids of fewer than 2^32 blocks (TcGridFits32).
 struct TcBlockIndex {
   int64_t tile, head, seq;
 };
 
+template <typename Linear = uint64_t>
 __device__ inline TcBlockIndex HeaviestFirstBlock() {
-  const uint64_t per_tile = static_cast<uint64_t>(gridDim.y) * gridDim.z;
-  const uint64_t linear =
-      blockIdx.x + static_cast<uint64_t>(gridDim.x) *
-                       (blockIdx.y + static_cast<uint64_t>(gridDim.y) * blockIdx.z);
-  const uint64_t rest = linear % per_tile;
+  const Linear per_tile = static_cast<Linear>(gridDim.y) * gridDim.z;
+  const Linear linear =
+      blockIdx.x +
+      static_cast<Linear>(gridDim.x) * (blockIdx.y + static_cast<Linear>(gridDim.y) * blockIdx.z);
+  const Linear rest = linear % per_tile;
   return TcBlockIndex{static_cast<int64_t>(gridDim.x - 1 - linear / per_tile),
                       static_cast<int64_t>(rest % gridDim.y),
                       static_cast<int64_t>(rest / gridDim.y)};
+}
+
+// Host side: whether `grid` has fewer than 2^32 blocks (HeaviestFirstBlock<uint32_t> applies).
+inline bool TcGridFits32(const dim3& grid) {
+  return static_cast<uint64_t>(grid.x) * grid.y * grid.z <= 0xffffffffu;
 }
 
 inline constexpr float kLog2e = 1.4426950408889634f;
