@@ -18,11 +18,12 @@
 // .trans.
 //
 // Pass 2 (AttentionTcBackwardDkDvKernel): a block per (key tile of 64 keys, kv head, sequence),
-// in the grid's plain order; K and V in shared memory, Q and dO tiles of kBr rows double-buffered, walked over the group's query heads and the query tiles that
-// see the key tile, in order. Warp w owns keys [16w, 16w + 16): Sᵀ = K Qᵀ and dPᵀ = V dOᵀ, then
-// dV += Pᵀ dO and dK += dSᵀ Q with Pᵀ and dSᵀ as A fragments and dO's and Q's B fragments by
-// ldmatrix .trans. Its body (BackwardKeyTile) is also the one-pass backward's
-// (attention_tc_bwd_onepass.cuh), which adds dQ through a sink.
+// in the grid's plain order; K and V in shared memory, Q and dO tiles of kBr rows double-buffered,
+// walked over the group's query heads and the query tiles that see the key tile, in order. Warp w
+// owns keys [16w, 16w + 16): Sᵀ = K Qᵀ and dPᵀ = V dOᵀ, then dV += Pᵀ dO and dK += dSᵀ Q with Pᵀ
+// and dSᵀ as A fragments and dO's and Q's B fragments by ldmatrix .trans. Its body
+// (BackwardKeyTile) is also the one-pass backward's (attention_tc_bwd_onepass.cuh), which adds dQ
+// through a sink.
 
 #include <cuda_runtime.h>
 

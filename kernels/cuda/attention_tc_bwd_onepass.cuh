@@ -4,10 +4,11 @@
 // The one-pass tensor-core attention backward, FlashAttention-2's non-deterministic one: a block
 // per (key tile of 64 keys, kv head, sequence) runs pass 2's body (BackwardKeyTile,
 // attention_tc_bwd.cuh: Sᵀ = K Qᵀ, dPᵀ = V dOᵀ, dV += Pᵀ dO, dK += dSᵀ Q over the query tiles of
-// the group's heads that see the keys) and also adds each query tile's dQ = dS K into a float32
-// accumulator in global memory with atomicAdd. Five tile products per (query tile, key tile)
-// instead of the two passes' seven; the float sums into dQ happen in whatever order the blocks
-// reach them, so dq is not bitwise reproducible from run to run (dk and dv are).
+// the group's heads that see the keys, D read from the pre-pass's buffer) and also adds each query
+// tile's dQ = dS K into a float32 accumulator in global memory with atomicAdd. Five tile products
+// per (query tile, key tile) instead of the two passes' seven; the float sums into dQ happen in
+// whatever order the blocks reach them, so dq is not bitwise reproducible from run to run (dk and
+// dv are).
 //
 // Per query tile (kBr rows: 64 at D = 64, 32 at D = 128): each warp stores its 16 keys' dSᵀ
 // (rounded to T, as pass 1 rounds dS) into a shared tile [kBc keys][kBr queries]; after a

@@ -49,9 +49,8 @@ struct TcBlockIndex {
 template <typename Linear = uint64_t>
 __device__ inline TcBlockIndex HeaviestFirstBlock() {
   const Linear per_tile = static_cast<Linear>(gridDim.y) * gridDim.z;
-  const Linear linear =
-      blockIdx.x +
-      static_cast<Linear>(gridDim.x) * (blockIdx.y + static_cast<Linear>(gridDim.y) * blockIdx.z);
+  const Linear linear = blockIdx.x + static_cast<Linear>(gridDim.x) *
+                                         (blockIdx.y + static_cast<Linear>(gridDim.y) * blockIdx.z);
   const Linear rest = linear % per_tile;
   return TcBlockIndex{static_cast<int64_t>(gridDim.x - 1 - linear / per_tile),
                       static_cast<int64_t>(rest % gridDim.y),

@@ -1,8 +1,6 @@
 // The tensor-core backward's workspace pool and the launch of its pre-pass (2 dtypes x head dims
 // 64, 128); attention_tc_workspace.cuh describes them.
 
-#include "kernels/cuda/attention_tc_workspace.cuh"
-
 #include <cuda_runtime.h>
 
 #include <cstddef>
@@ -12,6 +10,7 @@
 
 #include "kernels/common/half.h"
 #include "kernels/cuda/attention_tc_bwd.cuh"
+#include "kernels/cuda/attention_tc_workspace.cuh"
 
 namespace packsched::kernels::internal::cuda {
 
@@ -57,8 +56,8 @@ cudaError_t DotOut(const AttentionArgs& a, float* dot_out, cudaStream_t stream) 
   const int64_t rows = a.total_q * a.heads;
   const int64_t blocks = DotOutBlocks(rows, kD);
   if (blocks > 0x7fffffff) return cudaErrorInvalidConfiguration;
-  AttentionTcDotOutKernel<T, kD><<<static_cast<unsigned>(blocks), kDotOutThreads, 0, stream>>>(
-      a.out, a.dout, dot_out, rows);
+  AttentionTcDotOutKernel<T, kD>
+      <<<static_cast<unsigned>(blocks), kDotOutThreads, 0, stream>>>(a.out, a.dout, dot_out, rows);
   return cudaGetLastError();
 }
 
