@@ -352,7 +352,9 @@ TEST(MetricsEndpointTest, IdleConnectionsDoNotBlockScrapes) {
   for (int i = 0; i < 8; ++i) {
     idle.push_back(Connect(port));
     ASSERT_GE(idle.back(), 0);
-    if (i % 2 == 1) ASSERT_EQ(write(idle.back(), "GET /met", 8), 8);  // trickling
+    if (i % 2 == 1) {
+      ASSERT_EQ(write(idle.back(), "GET /met", 8), 8);  // trickling
+    }
   }
   for (int i = 0; i < 6; ++i) {
     EXPECT_THAT(HttpGet(port, "/metrics", false, absl::Seconds(1)),

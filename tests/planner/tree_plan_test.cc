@@ -413,7 +413,9 @@ TEST(TreePlan, RandomForestsKeepEveryPromise) {
     for (const TreePiece& piece : problem->pieces()) {
       const int64_t cap = o.max_token_len - o.max_token_len % o.align_total_to;
       const int64_t whole = (tree_tokens[piece.root] + o.align_to - 1) / o.align_to * o.align_to;
-      if (whole <= cap) EXPECT_EQ(piece.tokens, tree_tokens[piece.root]);
+      if (whole <= cap) {
+        EXPECT_EQ(piece.tokens, tree_tokens[piece.root]);
+      }
     }
   }
 }
