@@ -205,32 +205,27 @@ TEST(AttentionTcEmulatedTest, WindowWithoutCausalD128Fp16) {
   CheckTc<Fp16>(p);
 }
 
-TEST(AttentionTcEmulatedTest, PaddedLayoutMqaCausalWindowSoftcapAndTailD64) {
+// MQA over a padded layout (seqused), causal with a left window, softcap and tail rows.
+Problem PaddedMqaProblem(int64_t head_dim) {
   Problem p = MakeProblem({97, 0, 40}, {60, 13, 75}, true);
   p.heads = 3;
   p.kv_heads = 1;
-  p.head_dim = 64;
+  p.head_dim = head_dim;
   p.pad_q = {3, 8, 0};
   p.pad_k = {4, 3, 5};
   p.tail_q = 20;
   p.tail_k = 7;
   p.options.window_left = 30;
   p.options.softcap = 3.0;
-  CheckTc<Bf16>(p);
+  return p;
+}
+
+TEST(AttentionTcEmulatedTest, PaddedLayoutMqaCausalWindowSoftcapAndTailD64) {
+  CheckTc<Bf16>(PaddedMqaProblem(64));
 }
 
 TEST(AttentionTcEmulatedTest, PaddedLayoutMqaCausalWindowSoftcapAndTailD128AndDeterministic) {
-  Problem p = MakeProblem({97, 0, 40}, {60, 13, 75}, true);
-  p.heads = 3;
-  p.kv_heads = 1;
-  p.head_dim = 128;
-  p.pad_q = {3, 8, 0};
-  p.pad_k = {4, 3, 5};
-  p.tail_q = 20;
-  p.tail_k = 7;
-  p.options.window_left = 30;
-  p.options.softcap = 3.0;
-  CheckTc<Bf16>(p, nullptr, 1, /*deterministic_check=*/true);
+  CheckTc<Bf16>(PaddedMqaProblem(128), nullptr, 1, /*deterministic_check=*/true);
 }
 
 // Sequences of 1 to 3 query tiles of 128 rows (and 1 to 5 of 64) beside a short one, so that the
@@ -425,16 +420,7 @@ TEST(AttentionTcOnePassEmulatedTest, WindowWithoutCausalFp16) {
 }
 
 TEST(AttentionTcOnePassEmulatedTest, PaddedLayoutMqaCausalWindowSoftcapAndTail) {
-  Problem p = MakeProblem({97, 0, 40}, {60, 13, 75}, true);
-  p.heads = 3;
-  p.kv_heads = 1;
-  p.pad_q = {3, 8, 0};
-  p.pad_k = {4, 3, 5};
-  p.tail_q = 20;
-  p.tail_k = 7;
-  p.options.window_left = 30;
-  p.options.softcap = 3.0;
-  CheckOnePass<Bf16>(p);
+  CheckOnePass<Bf16>(PaddedMqaProblem(64));
 }
 
 TEST(AttentionTcOnePassEmulatedTest, OnlyTailRows) {
