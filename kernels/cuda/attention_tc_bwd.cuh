@@ -28,6 +28,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "kernels/common/attention_tile.h"
 #include "kernels/common/half.h"
@@ -155,8 +156,7 @@ __global__ void __launch_bounds__(128) AttentionTcBackwardDqKernel(const TcAttnP
   if (tile.first >= seq.seg_q) return;
   const int64_t h = tile.h, hk = tile.hk, first = tile.first, rows = tile.rows;
   const TcMask mask = MakeTcMask(p, seq);
-  const float scale = static_cast<float>(a.scale);
-  const float softcap = static_cast<float>(a.softcap);
+  const TcSoftmax sm = MakeTcSoftmax(a);
 
   unsigned char* smem = ptx::DynamicSmem();
   T* qs = reinterpret_cast<T*>(smem);                                    // [kBr][kD]
@@ -172,10 +172,9 @@ __global__ void __launch_bounds__(128) AttentionTcBackwardDqKernel(const TcAttnP
   const int t = lane % 4;
 
   const KeyRange keys = TileKeys<Tr>(mask.rule, first, rows);
-  const int64_t tiles = keys.hi > keys.lo ? (keys.hi - keys.lo + kBc - 1) / kBc : 0;
-  auto load_keys = [&](int64_t n) {
-    LoadKeyTile<T, Tr>(a, seq, mask, keys.lo, hk, n, ks, vs, key_end, key_pos);
-  };
+  const int tiles = keys.hi > keys.lo ? static_cast<int>((keys.hi - keys.lo + kBc - 1) / kBc) : 0;
+  const KeySource<T> key_source = MakeKeySource<T, kD>(a, mask, keys.lo, hk);
+  auto load_keys = [&](int n) { LoadKeyTile<T, Tr>(key_source, n, ks, vs, key_end, key_pos); };
 
   LoadRowsAsync<T, kD, kBr, Tr::kThreads>(qs, a.q, seq.q0 + first, rows, a.heads, h);
   LoadRowsAsync<T, kD, kBr, Tr::kThreads>(dos, a.dout, seq.q0 + first, rows, a.heads, h);
@@ -183,7 +182,8 @@ __global__ void __launch_bounds__(128) AttentionTcBackwardDqKernel(const TcAttnP
   if (tiles > 0) load_keys(0);
   ptx::CpAsyncCommit();
 
-  // lse and D of the lane's rows g and g + 8 (the pre-pass's), while the tiles load.
+  // lse (as TcProb's base) and D of the lane's rows g and g + 8 (the pre-pass's), while the tiles
+  // load.
   const int wrow = warp * 16;
   const TcRow row[2] = {MakeTcRow(mask, first + wrow + g), MakeTcRow(mask, first + wrow + g + 8)};
   float lse[2], d_row[2];
@@ -192,7 +192,7 @@ __global__ void __launch_bounds__(128) AttentionTcBackwardDqKernel(const TcAttnP
     const int r = wrow + g + 8 * rr;
     const bool real = r < rows;
     const int64_t q_row = seq.q0 + first + r;
-    lse[rr] = real ? static_cast<const float*>(a.lse)[h * a.total_q + q_row] : Inf<float>();
+    lse[rr] = real ? TcLse2(static_cast<const float*>(a.lse)[h * a.total_q + q_row]) : Inf<float>();
     d_row[rr] = real ? p.dout_dot_out[q_row * a.heads + h] : 0.f;
   }
   ptx::CpAsyncWait<1>();  // Q and dO have landed
@@ -204,48 +204,65 @@ __global__ void __launch_bounds__(128) AttentionTcBackwardDqKernel(const TcAttnP
 
   float dq[kD / 8][4];
   ZeroAcc(dq);
-  for (int64_t n = 0; n < tiles; ++n) {
-    const int buf = static_cast<int>(n & 1);
-    const int64_t key0 = keys.lo + n * kBc;
-    if (n + 1 < tiles) load_keys(n + 1);
-    ptx::CpAsyncCommit();
-    ptx::CpAsyncWait<1>();
-    __syncthreads();
-    const T* kt = ks + buf * kBc * kD;
-    const T* vt = vs + buf * kBc * kD;
-    const int32_t* end = key_end + buf * kV;
-    const int32_t* pos = key_pos + buf * kV;
-    bool skip = warp_keys.hi <= key0 || warp_keys.lo >= key0 + kBc;
-    if (!skip && mask.subtree_end != nullptr) {
-      const int32_t a0 = end[lane], a1 = end[lane + 32];
-      skip = seq.q0 + first + wrow >= WarpMax(a0 > a1 ? a0 : a1);
-    }
-    const bool full = warp_all.lo <= key0 && key0 + kBc <= warp_all.hi;
-    if (!skip) {
-      float s[kBc / 8][4];
-      float dp[kBc / 8][4];
-      ZeroAcc(s);
-      ZeroAcc(dp);
-      MmaRowsTimesRowsT<T, kD, kBc>(s, qs, wrow, kt);
-      MmaRowsTimesRowsT<T, kD, kBc>(dp, dos, wrow, vt);
-#pragma unroll
-      for (int nt = 0; nt < kBc / 8; ++nt) {
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          const int c = nt * 8 + 2 * t + (i & 1);
-          const int rr = i / 2;
-          float ds = 0.f;
-          if (full || TcVisible(mask, row[rr], key0 + c, end, pos, c)) {
-            const float sc = AttnScore(s[nt][i], scale, softcap);
-            const float pr = ProbOf(sc, lse[rr]);
-            ds = ScoreGradient(pr, dp[nt][i], d_row[rr]) * AttnScoreGrad(sc, scale, softcap);
-          }
-          s[nt][i] = ds;
-        }
+  // The key-tile loop, compiled capped and not, so that the uncapped loop holds no trace of tanh
+  // (left to itself, ptxas may keep the cap in the loop as predicated-off instructions that
+  // still issue).
+  auto tile_loop = [&](auto capped) {
+    for (int n = 0; n < tiles; ++n) {
+      const int buf = static_cast<int>(n & 1);
+      const int64_t key0 = keys.lo + n * kBc;
+      if (n + 1 < tiles) load_keys(n + 1);
+      ptx::CpAsyncCommit();
+      ptx::CpAsyncWait<1>();
+      __syncthreads();
+      const T* kt = ks + buf * kBc * kD;
+      const T* vt = vs + buf * kBc * kD;
+      const int32_t* end = key_end + buf * kV;
+      const int32_t* pos = key_pos + buf * kV;
+      bool skip = warp_keys.hi <= key0 || warp_keys.lo >= key0 + kBc;
+      if (!skip && mask.subtree_end != nullptr) {
+        const int32_t a0 = end[lane], a1 = end[lane + 32];
+        skip = seq.q0 + first + wrow >= WarpMax(a0 > a1 ? a0 : a1);
       }
-      MmaAccTimesRows<T, kD, kBc>(dq, s, kt);  // dQ += dS K
+      const bool full = warp_all.lo <= key0 && key0 + kBc <= warp_all.hi;
+      if (!skip) {
+        float s[kBc / 8][4];
+        float dp[kBc / 8][4];
+        ZeroAcc(s);
+        ZeroAcc(dp);
+        MmaRowsTimesRowsT<T, kD, kBc>(s, qs, wrow, kt);
+        MmaRowsTimesRowsT<T, kD, kBc>(dp, dos, wrow, vt);
+        // dS for every score, with no per-score branch; then on partial tiles the mask, by
+        // selection (a score the mask hides may have given inf or NaN).
+        if constexpr (decltype(capped)::value) CapScores(sm, s);
+#pragma unroll
+        for (int nt = 0; nt < kBc / 8; ++nt) {
+#pragma unroll
+          for (int i = 0; i < 4; ++i) {
+            const int rr = i / 2;
+            s[nt][i] =
+                TcScoreGradient(sm, TcProb(sm, s[nt][i], lse[rr]), dp[nt][i], d_row[rr], s[nt][i]);
+          }
+        }
+        if (!full) {
+#pragma unroll
+          for (int nt = 0; nt < kBc / 8; ++nt) {
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+              const int c = nt * 8 + 2 * t + (i & 1);
+              if (!TcVisible(mask, row[i / 2], key0 + c, end, pos, c)) s[nt][i] = 0.f;
+            }
+          }
+        }
+        MmaAccTimesRows<T, kD, kBc>(dq, s, kt);  // dQ += dS K
+      }
+      __syncthreads();
     }
-    __syncthreads();
+  };
+  if (sm.capped) {
+    tile_loop(std::true_type{});
+  } else {
+    tile_loop(std::false_type{});
   }
   ptx::CpAsyncWait<0>();
 
@@ -290,8 +307,7 @@ __device__ void BackwardKeyTile(const TcAttnParams& p, DqSink& sink) {
   const int64_t tile_cols = Clamp0(seq.seg_k - key0, kBc);
   const int64_t cols = Clamp0(seq.mask.sk - key0, tile_cols);  // real keys
   const TcMask mask = MakeTcMask(p, seq);
-  const float scale = static_cast<float>(a.scale);
-  const float softcap = static_cast<float>(a.softcap);
+  const TcSoftmax sm = MakeTcSoftmax(a);
 
   unsigned char* smem = ptx::DynamicSmem();
   T* ks = reinterpret_cast<T*>(smem);                              // [kBc][kD]
@@ -355,13 +371,14 @@ __device__ void BackwardKeyTile(const TcAttnParams& p, DqSink& sink) {
     T* dot = dos + buf * kBr * kD;
     LoadRowsAsync<T, kD, kBr, Tr::kThreads>(qt, a.q, seq.q0 + first, rows, a.heads, h);
     LoadRowsAsync<T, kD, kBr, Tr::kThreads>(dot, a.dout, seq.q0 + first, rows, a.heads, h);
-    // lse, D (the pre-pass's) and positions of the tile's rows, from global memory.
+    // lse (as TcProb's base), D (the pre-pass's) and positions of the tile's rows, from global
+    // memory.
     for (int r = threadIdx.x; r < kBr; r += Tr::kThreads) {
       const bool real = r < rows;
       const int64_t q_row = seq.q0 + first + r;
       q_d[buf * kV + r] = real ? p.dout_dot_out[q_row * a.heads + h] : 0.f;
       q_lse[buf * kV + r] =
-          real ? static_cast<const float*>(a.lse)[h * a.total_q + q_row] : Inf<float>();
+          real ? TcLse2(static_cast<const float*>(a.lse)[h * a.total_q + q_row]) : Inf<float>();
       q_pos[buf * kV + r] = real && mask.positions != nullptr ? mask.positions[q_row] : 0;
     }
   };
@@ -373,71 +390,83 @@ __device__ void BackwardKeyTile(const TcAttnParams& p, DqSink& sink) {
   int64_t u = next_unit(0);
   if (u < units) load_queries(u, 0);
   ptx::CpAsyncCommit();
-  for (int n = 0; u < units; ++n) {
-    const int buf = n & 1;
-    const int64_t u_next = next_unit(u + 1);
-    if (u_next < units) load_queries(u_next, buf ^ 1);
-    ptx::CpAsyncCommit();
-    ptx::CpAsyncWait<1>();  // K, V and this tile have landed
-    __syncthreads();
-    const int64_t first = (u % tiles_q) * kBr;
-    const int64_t rows = Clamp0(mask.rule.sq - first, kBr);
-    const T* qt = qs + buf * kBr * kD;
-    const T* dot = dos + buf * kBr * kD;
-    const float* lse = q_lse + buf * kV;
-    const float* d_row = q_d + buf * kV;
-    const int32_t* pos = q_pos + buf * kV;
-    // Uniform across the warp: whether any of the tile's rows sees one of the warp's keys.
-    const KeyRange kr = TileKeys<Tr>(mask.rule, first, rows);
-    bool skip = warp_cols == 0 || kr.hi <= key0 + wrow || kr.lo >= key0 + wrow + warp_cols;
-    if (mask.subtree_end != nullptr && seq.q0 + first >= warp_end) skip = true;
-    // Every row of the tile sees every key of the warp: no per-element mask (no tree, all real).
-    const bool full = mask.subtree_end == nullptr && warp_cols == 16 && rows == kBr &&
-                      VisibleKeys(mask.rule, first + rows - 1).lo <= key0 + wrow &&
-                      VisibleKeys(mask.rule, first).hi >= key0 + wrow + 16;
-    if (!skip) {
-      float st[kBr / 8][4];
-      float dpt[kBr / 8][4];
-      ZeroAcc(st);
-      ZeroAcc(dpt);
-      MmaRowsTimesRowsT<T, kD, kBr>(st, ks, wrow, qt);    // Sᵀ = K Qᵀ
-      MmaRowsTimesRowsT<T, kD, kBr>(dpt, vs, wrow, dot);  // dPᵀ = V dOᵀ
+  // The query-tile loop, compiled capped and not (as pass 1's key-tile loop).
+  auto tile_loop = [&](auto capped) {
+    for (int n = 0; u < units; ++n) {
+      const int buf = n & 1;
+      const int64_t u_next = next_unit(u + 1);
+      if (u_next < units) load_queries(u_next, buf ^ 1);
+      ptx::CpAsyncCommit();
+      ptx::CpAsyncWait<1>();  // K, V and this tile have landed
+      __syncthreads();
+      const int64_t first = (u % tiles_q) * kBr;
+      const int64_t rows = Clamp0(mask.rule.sq - first, kBr);
+      const T* qt = qs + buf * kBr * kD;
+      const T* dot = dos + buf * kBr * kD;
+      const float* lse = q_lse + buf * kV;
+      const float* d_row = q_d + buf * kV;
+      const int32_t* pos = q_pos + buf * kV;
+      // Uniform across the warp: whether any of the tile's rows sees one of the warp's keys.
+      const KeyRange kr = TileKeys<Tr>(mask.rule, first, rows);
+      bool skip = warp_cols == 0 || kr.hi <= key0 + wrow || kr.lo >= key0 + wrow + warp_cols;
+      if (mask.subtree_end != nullptr && seq.q0 + first >= warp_end) skip = true;
+      // Every row of the tile sees every key of the warp: no per-element mask (no tree, all real).
+      const bool full = mask.subtree_end == nullptr && warp_cols == 16 && rows == kBr &&
+                        VisibleKeys(mask.rule, first + rows - 1).lo <= key0 + wrow &&
+                        VisibleKeys(mask.rule, first).hi >= key0 + wrow + 16;
+      if (!skip) {
+        float st[kBr / 8][4];
+        float dpt[kBr / 8][4];
+        ZeroAcc(st);
+        ZeroAcc(dpt);
+        MmaRowsTimesRowsT<T, kD, kBr>(st, ks, wrow, qt);    // Sᵀ = K Qᵀ
+        MmaRowsTimesRowsT<T, kD, kBr>(dpt, vs, wrow, dot);  // dPᵀ = V dOᵀ
+        // Pᵀ and dSᵀ for every score, with no per-score branch; then on partial tiles the mask,
+        // by selection (a score the mask hides may have given inf or NaN).
+        if constexpr (decltype(capped)::value) CapScores(sm, st);
 #pragma unroll
-      for (int nt = 0; nt < kBr / 8; ++nt) {
+        for (int nt = 0; nt < kBr / 8; ++nt) {
 #pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          const int c = nt * 8 + 2 * t + (i & 1);  // query row of the tile
-          const int rr = i / 2;
-          const int64_t j = key0 + wrow + g + 8 * rr;
-          const int64_t qi = first + c;
-          bool visible = full;
-          if (!visible) {
-            const TcRow q{VisibleKeys(mask.rule, qi), qi, static_cast<int32_t>(seq.q0 + qi),
-                          pos[c]};
-            visible =
-                j >= q.keys.lo && j < q.keys.hi &&
-                (mask.subtree_end == nullptr || TreeVisible(mask, q, j, key_end[rr], key_pos[rr]));
+          for (int i = 0; i < 4; ++i) {
+            const int c = nt * 8 + 2 * t + (i & 1);  // query row of the tile
+            const float pr = TcProb(sm, st[nt][i], lse[c]);
+            dpt[nt][i] = TcScoreGradient(sm, pr, dpt[nt][i], d_row[c], st[nt][i]);
+            st[nt][i] = pr;
           }
-          float pr = 0.f;
-          float ds = 0.f;
-          if (visible) {
-            const float sc = AttnScore(st[nt][i], scale, softcap);
-            pr = ProbOf(sc, lse[c]);
-            ds = ScoreGradient(pr, dpt[nt][i], d_row[c]) * AttnScoreGrad(sc, scale, softcap);
-          }
-          st[nt][i] = pr;
-          dpt[nt][i] = ds;
         }
+        if (!full) {
+#pragma unroll
+          for (int nt = 0; nt < kBr / 8; ++nt) {
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+              const int c = nt * 8 + 2 * t + (i & 1);
+              const int rr = i / 2;
+              const int64_t j = key0 + wrow + g + 8 * rr;
+              const int64_t qi = first + c;
+              const TcRow q{VisibleKeys(mask.rule, qi), qi, static_cast<int32_t>(seq.q0 + qi),
+                            pos[c]};
+              const bool visible = j >= q.keys.lo && j < q.keys.hi &&
+                                   (mask.subtree_end == nullptr ||
+                                    TreeVisible(mask, q, j, key_end[rr], key_pos[rr]));
+              if (!visible) st[nt][i] = dpt[nt][i] = 0.f;
+            }
+          }
+        }
+        sink.Store(dpt, wrow);
+        MmaAccTimesRows<T, kD, kBr>(dv, st, dot);  // dV += Pᵀ dO
+        MmaAccTimesRows<T, kD, kBr>(dk, dpt, qt);  // dK += dSᵀ Q
+      } else {
+        sink.Zero(wrow);
       }
-      sink.Store(dpt, wrow);
-      MmaAccTimesRows<T, kD, kBr>(dv, st, dot);  // dV += Pᵀ dO
-      MmaAccTimesRows<T, kD, kBr>(dk, dpt, qt);  // dK += dSᵀ Q
-    } else {
-      sink.Zero(wrow);
+      __syncthreads();
+      sink.Add(ks, seq.q0 + first, rows, hk * group + u / tiles_q);
+      u = u_next;
     }
-    __syncthreads();
-    sink.Add(ks, seq.q0 + first, rows, hk * group + u / tiles_q);
-    u = u_next;
+  };
+  if (sm.capped) {
+    tile_loop(std::true_type{});
+  } else {
+    tile_loop(std::false_type{});
   }
   ptx::CpAsyncWait<0>();
 

@@ -63,6 +63,7 @@ inline bool TcGridFits32(const dim3& grid) {
 }
 
 inline constexpr float kLog2e = 1.4426950408889634f;
+inline constexpr float kLn2 = 0.6931471805599453f;
 
 // Element offset of (row, col) in a tile of kD 16-bit columns whose 16-byte chunks are
 // XOR-swizzled by the row (attention_tc_traits.h).
@@ -71,20 +72,27 @@ __device__ inline int Swz(int row, int col) {
   return row * kD + ((((col >> 3) ^ (row & 7)) << 3) | (col & 7));
 }
 
-// Issues cp.async copies of rows [row0, row0 + n) of head h of `src` ([rows, heads, kD]) into
-// tile rows [0, n) and zero fill into rows [n, kRows), spread over the block's kThreads threads.
+// Issues cp.async copies of n rows starting at `first` (rows `stride` elements apart, kD
+// elements each) into tile rows [0, n) and zero fill into rows [n, kRows), spread over the
+// block's kThreads threads.
 template <typename T, int kD, int kRows, int kThreads>
-__device__ void LoadRowsAsync(T* tile, const void* src, int64_t row0, int64_t n, int64_t heads,
-                              int64_t h) {
-  const T* base = static_cast<const T*>(src);
+__device__ void LoadTileAsync(T* tile, const T* first, int32_t stride, int32_t n) {
   constexpr int kChunks = kD / 8;
   for (int idx = threadIdx.x; idx < kRows * kChunks; idx += kThreads) {
     const int r = idx / kChunks;
     const int c = idx % kChunks;
     const bool real = r < n;
-    const T* from = real ? base + ((row0 + r) * heads + h) * kD + c * 8 : base;
+    const T* from = real ? first + static_cast<int64_t>(r) * stride + c * 8 : first;
     ptx::CpAsync16(tile + Swz<kD>(r, c * 8), from, real);
   }
+}
+
+// The same for rows [row0, row0 + n) of head h of `src` ([rows, heads, kD]).
+template <typename T, int kD, int kRows, int kThreads>
+__device__ void LoadRowsAsync(T* tile, const void* src, int64_t row0, int64_t n, int64_t heads,
+                              int64_t h) {
+  LoadTileAsync<T, kD, kRows, kThreads>(tile, static_cast<const T*>(src) + (row0 * heads + h) * kD,
+                                        static_cast<int32_t>(heads * kD), static_cast<int32_t>(n));
 }
 
 // Which keys the rows of a sequence see: the varlen rule, and the tree when there is one.
@@ -141,36 +149,55 @@ __device__ inline bool TcVisible(const TcMask& m, const TcRow& r, int64_t j, con
   return TreeVisible(m, r, j, end[c], m.positions != nullptr ? pos[c] : 0);
 }
 
-// Loads the tree vectors of keys [key0, key0 + kBc) of the sequence into `end` and `pos` (0 past
-// the real keys `cols`, so no row sees them). Plain loads: visible after the next __syncthreads.
-template <int kBc, int kThreads>
-__device__ void LoadKeyVectors(const TcMask& m, int64_t key0, int64_t cols, int32_t* end,
-                               int32_t* pos) {
-  if (m.subtree_end == nullptr) return;
-  for (int c = threadIdx.x; c < kBc; c += kThreads) {
-    const bool real = c < cols;
-    end[c] = real ? m.subtree_end[m.k0 + key0 + c] : 0;
-    if (m.positions != nullptr) pos[c] = real ? m.positions[m.k0 + key0 + c] : 0;
-  }
+// Where the key tiles of a block come from, set up once so that the loop holds two pointers and
+// two counts rather than the sequence's 64-bit offsets: K's and V's row of kv head hk at the
+// block's first key `lo` (rows `stride` elements apart), the tree vectors at that key (null
+// without a tree, or without positions), and how many keys from `lo` are real (the segment's).
+template <typename T>
+struct KeySource {
+  const T* k;
+  const T* v;
+  const int32_t* end;
+  const int32_t* pos;
+  int32_t stride;
+  int32_t real;
+};
+
+template <typename T, int kD>
+__device__ inline KeySource<T> MakeKeySource(const AttentionArgs& a, const TcMask& mask, int64_t lo,
+                                             int64_t hk) {
+  const int64_t row = (mask.k0 + lo) * a.kv_heads + hk;
+  const bool tree = mask.subtree_end != nullptr;
+  return KeySource<T>{static_cast<const T*>(a.k) + row * kD,
+                      static_cast<const T*>(a.v) + row * kD,
+                      tree ? mask.subtree_end + mask.k0 + lo : nullptr,
+                      tree && mask.positions != nullptr ? mask.positions + mask.k0 + lo : nullptr,
+                      static_cast<int32_t>(a.kv_heads * kD),
+                      static_cast<int32_t>(Clamp0(mask.rule.sk - lo, int64_t{0x7fffffff}))};
 }
-// Issues the cp.async loads of key tile n (keys from keys_lo + n kBc; the rows past the segment
-// zero-filled) into buffer n & 1 of `ks` and `vs` ([2][kBc][kD] each) and of the tile's tree
-// vectors `key_end` and `key_pos` ([2][kVectorLen] each). The caller commits and waits.
+
+// Issues the cp.async loads of key tile n (keys lo + n kBc onwards; the rows past the real keys
+// zero-filled) into buffer n & 1 of `ks` and `vs` ([2][kBc][kD] each), and with a tree loads the
+// tile's vectors into `key_end` and `key_pos` ([2][kVectorLen] each; 0 past the real keys, so no
+// row sees them; plain loads, visible after the next __syncthreads). The caller commits and waits.
 template <typename T, typename Tr>
-__device__ void LoadKeyTile(const AttentionArgs& a, const AttnSeq& seq, const TcMask& mask,
-                            int64_t keys_lo, int64_t hk, int64_t n, T* ks, T* vs, int32_t* key_end,
+__device__ void LoadKeyTile(const KeySource<T>& src, int n, T* ks, T* vs, int32_t* key_end,
                             int32_t* key_pos) {
   constexpr int kD = Tr::kHeadDim;
   constexpr int kBc = Tr::kBc;
   constexpr int kV = Tr::kVectorLen;
-  const int buf = static_cast<int>(n & 1);
-  const int64_t key0 = keys_lo + n * kBc;
-  const int64_t cols = Clamp0(mask.rule.sk - key0, kBc);
-  LoadRowsAsync<T, kD, kBc, Tr::kThreads>(ks + buf * kBc * kD, a.k, seq.k0 + key0, cols, a.kv_heads,
-                                          hk);
-  LoadRowsAsync<T, kD, kBc, Tr::kThreads>(vs + buf * kBc * kD, a.v, seq.k0 + key0, cols, a.kv_heads,
-                                          hk);
-  LoadKeyVectors<kBc, Tr::kThreads>(mask, key0, cols, key_end + buf * kV, key_pos + buf * kV);
+  const int buf = n & 1;
+  const int32_t first = n * kBc;
+  const int32_t cols = src.real - first < kBc ? src.real - first : kBc;
+  const int64_t offset = static_cast<int64_t>(first) * src.stride;
+  LoadTileAsync<T, kD, kBc, Tr::kThreads>(ks + buf * kBc * kD, src.k + offset, src.stride, cols);
+  LoadTileAsync<T, kD, kBc, Tr::kThreads>(vs + buf * kBc * kD, src.v + offset, src.stride, cols);
+  if (src.end == nullptr) return;
+  for (int c = threadIdx.x; c < kBc; c += Tr::kThreads) {
+    const bool real = c < cols;
+    key_end[buf * kV + c] = real ? src.end[first + c] : 0;
+    if (src.pos != nullptr) key_pos[buf * kV + c] = real ? src.pos[first + c] : 0;
+  }
 }
 
 // The keys of a warp's query rows [i0, i0 + n) (0 <= n <= full): `some`, the keys some row sees;
@@ -235,14 +262,82 @@ __device__ inline int32_t WarpMax(int32_t x) {
   return x;
 }
 
-// exp(s - max) through exp2; a masked score (-inf) gives 0.
-__device__ inline float ExpShifted(float s, float max) {
-  return s == -Inf<float>() ? 0.f : exp2f((s - max) * kLog2e);
+// The softmax of the tensor-core kernels, in base 2 as FlashAttention-2's: a score is held as the
+// tile product q·k leaves the tensor cores (capped: softcap · tanh(scale · q·k / softcap), one
+// warp-uniform branch per tile, CapScores), and each exponential is one fused multiply-add and
+// one ex2.approx.ftz, p = 2^(s · exp_mult − base), with base the row's running max (forward) or
+// its lse (backward, TcLse2) in base-2 units. Nothing tests for −inf per score: a masked score
+// is −inf and gives 2^−inf = 0, and the bases are never −inf (the forward's max starts at the
+// lowest float, TcRowStart; a row that saw no key in the forward has lse +inf, so all its p are 0).
+struct TcSoftmax {
+  float scale;     // the attention's scale
+  float softcap;   // > 0: scores capped
+  float cap_in;    // scale / softcap (capped)
+  float inv_cap;   // 1 / softcap; 0 uncapped, so that the score gradient needs no branch
+  float exp_mult;  // base-2 exponent per unit of a held score: scale · log2(e), capped log2(e)
+  bool capped;
+};
+
+__device__ inline TcSoftmax MakeTcSoftmax(const AttentionArgs& a) {
+  const float scale = static_cast<float>(a.scale);
+  const float softcap = static_cast<float>(a.softcap);
+  const bool capped = softcap > 0.f;
+  return TcSoftmax{scale,
+                   softcap,
+                   capped ? scale / softcap : 0.f,
+                   capped ? 1.f / softcap : 0.f,
+                   capped ? kLog2e : scale * kLog2e,
+                   capped};
 }
 
-// The backward's P = exp(s - lse): 0 for a masked score or a row that saw no key (lse = +inf).
-__device__ inline float ProbOf(float s, float lse) {
-  return s == -Inf<float>() || lse == Inf<float>() ? 0.f : exp2f((s - lse) * kLog2e);
+// Caps the held scores of an accumulator array in place (call only when sm.capped).
+template <int kN>
+__device__ inline void CapScores(const TcSoftmax& sm, float (&s)[kN][4]) {
+#pragma unroll
+  for (int n = 0; n < kN; ++n) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) s[n][i] = sm.softcap * tanhf(s[n][i] * sm.cap_in);
+  }
+}
+
+// p = 2^(s · exp_mult − base).
+__device__ inline float TcProb(const TcSoftmax& sm, float s, float base) {
+  return ptx::Ex2(fmaf(s, sm.exp_mult, -base));
+}
+
+// Forward: a row's online-softmax state with `max` in base-2 units (the largest s · exp_mult so
+// far, the base of its TcProb), starting at the lowest float rather than −inf: a row that has
+// seen no key yet then gives p = 0 for a masked score and factor 0 once it sees one, with no
+// test for −inf.
+__device__ inline SoftmaxRow<float> TcRowStart() { return SoftmaxRow<float>{-3.40282347e38f, 0.f}; }
+
+// Forward: moves the row to max(row.max, tile_max · exp_mult) (tile_max in held units, −inf for
+// a tile the row does not see) and returns the factor 2^(old − new), already applied to the row's
+// sum, by which its output accumulator is multiplied: 1 when the max stays, 0 from a row that had
+// seen no key.
+__device__ inline float TcRescale(const TcSoftmax& sm, SoftmaxRow<float>& row, float tile_max) {
+  const float next = fmaxf(row.max, tile_max * sm.exp_mult);
+  const float factor = ptx::Ex2(row.max - next);
+  row.sum *= factor;
+  row.max = next;
+  return factor;
+}
+
+// Forward: lse = max · ln 2 + log(sum), natural-log units of the scaled (and capped) score; +inf
+// for a row that saw no key.
+__device__ inline float TcLse(const SoftmaxRow<float>& row) {
+  return row.sum > 0.f ? row.max * kLn2 + logf(row.sum) : Inf<float>();
+}
+
+// Backward: a row's lse as the base of TcProb (+inf stays +inf: every p of the row is 0).
+__device__ inline float TcLse2(float lse) { return lse * kLog2e; }
+
+// Backward: dS = P (dP − D) · ds/d(q·k) at held score s: scale, capped scale (1 − (s / softcap)²)
+// (inv_cap is 0 uncapped).
+__device__ inline float TcScoreGradient(const TcSoftmax& sm, float p, float dp, float d_row,
+                                        float s) {
+  const float t = s * sm.inv_cap;
+  return p * (dp - d_row) * (sm.scale * fmaf(-t, t, 1.f));
 }
 
 }  // namespace packsched::kernels::internal::cuda

@@ -17,8 +17,9 @@
 //   - S = Q Kᵀ: B fragments of K by ldmatrix (K's rows are B's columns), each used for all the
 //     warp's row tiles, float accumulators; at D = 128 with kM = 2 in sub-tiles of 32 keys (S,
 //     softmax and P V per sub-tile: S's 32 x 64 accumulators plus O's 32 x 128 would spill);
-//   - scale, softcap and mask on the accumulators; the online softmax in registers (each row
-//     lives in the 4 lanes of a quad: max and sum by two shuffles);
+//   - softcap and mask on the accumulators; the online softmax in registers, in base 2 with the
+//     scale folded into the exponent (TcSoftmax: one fused multiply-add and one ex2 per score, no
+//     per-score branch; each row lives in the 4 lanes of a quad: max and sum by two shuffles);
 //   - P (rounded to T) is reused as A fragments directly from S's accumulator layout (the C layout
 //     of two 8-key tiles is the A layout of one 16-key step), O += P V with V's B fragments by
 //     ldmatrix .trans.
@@ -28,6 +29,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "kernels/common/attention_tile.h"
 #include "kernels/common/half.h"
@@ -51,8 +53,7 @@ __global__ void __launch_bounds__(128) AttentionTcForwardKernel(const TcAttnPara
   if (tile.first >= seq.seg_q) return;
   const int64_t h = tile.h, hk = tile.hk, first = tile.first, rows = tile.rows;
   const TcMask mask = MakeTcMask(p, seq);
-  const float scale = static_cast<float>(a.scale);
-  const float softcap = static_cast<float>(a.softcap);
+  const TcSoftmax sm = MakeTcSoftmax(a);
 
   unsigned char* smem = ptx::DynamicSmem();
   T* qs = reinterpret_cast<T*>(smem);                                    // [kBr][kD]
@@ -71,9 +72,8 @@ __global__ void __launch_bounds__(128) AttentionTcForwardKernel(const TcAttnPara
 
   const KeyRange keys = TileKeys<Tr>(mask.rule, first, rows);
   const int tiles = keys.hi > keys.lo ? static_cast<int>((keys.hi - keys.lo + kBc - 1) / kBc) : 0;
-  auto load_keys = [&](int n) {
-    LoadKeyTile<T, Tr>(a, seq, mask, keys.lo, hk, n, ks, vs, key_end, key_pos);
-  };
+  const KeySource<T> key_source = MakeKeySource<T, kD>(a, mask, keys.lo, hk);
+  auto load_keys = [&](int n) { LoadKeyTile<T, Tr>(key_source, n, ks, vs, key_end, key_pos); };
 
   LoadRowsAsync<T, kD, kBr, Tr::kThreads>(qs, a.q, seq.q0 + first, rows, a.heads, h);
   ptx::CpAsyncCommit();
@@ -126,7 +126,7 @@ __global__ void __launch_bounds__(128) AttentionTcForwardKernel(const TcAttnPara
   }
   SoftmaxRow<float> state[kSlots];
 #pragma unroll
-  for (int rs = 0; rs < kSlots; ++rs) state[rs] = SoftmaxStart<float>();
+  for (int rs = 0; rs < kSlots; ++rs) state[rs] = TcRowStart();
 
   for (int n = 0; n < tiles; ++n) {
     const int buf = static_cast<int>(n & 1);
@@ -182,136 +182,142 @@ __global__ void __launch_bounds__(128) AttentionTcForwardKernel(const TcAttnPara
       }
       // The tile in sub-tiles of kSub keys (S, softmax, P V per sub-tile), bounding S's
       // accumulators: 32 keys at D = 128 with two row tiles per warp. Not unrolled, so that the
-      // scheduler does not overlap one sub-tile's S with the other's (that spills).
+      // scheduler does not overlap one sub-tile's S with the other's (that spills). Compiled twice,
+      // capped and not, so that the uncapped loop holds no trace of tanh (left to itself, ptxas may
+      // keep the cap inside the loop as predicated-off instructions that still issue).
+      auto sub_tiles = [&](auto capped) {
 #pragma unroll 1
-      for (int sub = 0; sub < kBc / kSub; ++sub) {
-        float s[kM][kSub / 8][4];
-#pragma unroll
-        for (int mi = 0; mi < kM; ++mi) {
-#pragma unroll
-          for (int nt = 0; nt < kSub / 8; ++nt) {
-            s[mi][nt][0] = s[mi][nt][1] = s[mi][nt][2] = s[mi][nt][3] = 0.f;
-          }
-        }
-        // S = Q Kᵀ: per 16-wide k step, the warp's Q fragments (A, from shared memory) and each
-        // pair of 8-key K fragments (B) once for all kM row tiles.
-#pragma unroll
-        for (int kk = 0; kk < kD / 16; ++kk) {
-          uint32_t qf[kM][4];
+        for (int sub = 0; sub < kBc / kSub; ++sub) {
+          float s[kM][kSub / 8][4];
 #pragma unroll
           for (int mi = 0; mi < kM; ++mi) {
-            if constexpr (kQInRegisters) {
 #pragma unroll
-              for (int r = 0; r < 4; ++r) qf[mi][r] = q_regs[kk][r];
-            } else {
-              ptx::Ldmatrix(qf[mi],
-                            qs + Swz<kD>(wrow + 16 * mi + lane % 16, kk * 16 + 8 * (lane / 16)));
+            for (int nt = 0; nt < kSub / 8; ++nt) {
+              s[mi][nt][0] = s[mi][nt][1] = s[mi][nt][2] = s[mi][nt][3] = 0.f;
             }
           }
+          // S = Q Kᵀ: per 16-wide k step, the warp's Q fragments (A, from shared memory) and each
+          // pair of 8-key K fragments (B) once for all kM row tiles.
 #pragma unroll
-          for (int np = 0; np < kSub / 16; ++np) {
-            // Matrices (keys 0-7, d 0-7), (keys 0-7, d 8-15), (keys 8-15, d 0-7), (8-15, 8-15).
-            uint32_t b[4];
-            ptx::Ldmatrix(b, kt + Swz<kD>(kSub * sub + np * 16 + lane % 8 + 8 * (lane / 16),
-                                          kk * 16 + 8 * (lane / 8 % 2)));
-            const uint32_t b0[2] = {b[0], b[1]};
-            const uint32_t b1[2] = {b[2], b[3]};
+          for (int kk = 0; kk < kD / 16; ++kk) {
+            uint32_t qf[kM][4];
 #pragma unroll
             for (int mi = 0; mi < kM; ++mi) {
-              ptx::Mma<T>(s[mi][2 * np], qf[mi], b0);
-              ptx::Mma<T>(s[mi][2 * np + 1], qf[mi], b1);
+              if constexpr (kQInRegisters) {
+#pragma unroll
+                for (int r = 0; r < 4; ++r) qf[mi][r] = q_regs[kk][r];
+              } else {
+                ptx::Ldmatrix(qf[mi],
+                              qs + Swz<kD>(wrow + 16 * mi + lane % 16, kk * 16 + 8 * (lane / 16)));
+              }
+            }
+#pragma unroll
+            for (int np = 0; np < kSub / 16; ++np) {
+              // Matrices (keys 0-7, d 0-7), (keys 0-7, d 8-15), (keys 8-15, d 0-7), (8-15, 8-15).
+              uint32_t b[4];
+              ptx::Ldmatrix(b, kt + Swz<kD>(kSub * sub + np * 16 + lane % 8 + 8 * (lane / 16),
+                                            kk * 16 + 8 * (lane / 8 % 2)));
+              const uint32_t b0[2] = {b[0], b[1]};
+              const uint32_t b1[2] = {b[2], b[3]};
+#pragma unroll
+              for (int mi = 0; mi < kM; ++mi) {
+                ptx::Mma<T>(s[mi][2 * np], qf[mi], b0);
+                ptx::Mma<T>(s[mi][2 * np + 1], qf[mi], b1);
+              }
             }
           }
-        }
-        // Scale and softcap, then on partial tiles the mask.
+          // The cap (scores otherwise stay unscaled: TcSoftmax), then on partial tiles the mask.
+          if constexpr (decltype(capped)::value) {
 #pragma unroll
-        for (int mi = 0; mi < kM; ++mi) {
-#pragma unroll
-          for (int nt = 0; nt < kSub / 8; ++nt) {
-#pragma unroll
-            for (int i = 0; i < 4; ++i) s[mi][nt][i] = AttnScore(s[mi][nt][i], scale, softcap);
+            for (int mi = 0; mi < kM; ++mi) CapScores(sm, s[mi]);
           }
-        }
-        if (!full) {
+          if (!full) {
+#pragma unroll
+            for (int mi = 0; mi < kM; ++mi) {
+#pragma unroll
+              for (int nt = 0; nt < kSub / 8; ++nt) {
+#pragma unroll
+                for (int i = 0; i < 4; ++i) {
+                  if (!(visible[mi] >> ((i / 2) * 16 + (kSub / 8 * sub + nt) * 2 + (i & 1)) & 1u)) {
+                    s[mi][nt][i] = -Inf<float>();
+                  }
+                }
+              }
+            }
+          }
+          float tile_max[kSlots];
+#pragma unroll
+          for (int rs = 0; rs < kSlots; ++rs) tile_max[rs] = -Inf<float>();
 #pragma unroll
           for (int mi = 0; mi < kM; ++mi) {
 #pragma unroll
             for (int nt = 0; nt < kSub / 8; ++nt) {
 #pragma unroll
               for (int i = 0; i < 4; ++i) {
-                if (!(visible[mi] >> ((i / 2) * 16 + (kSub / 8 * sub + nt) * 2 + (i & 1)) & 1u)) {
-                  s[mi][nt][i] = -Inf<float>();
+                tile_max[2 * mi + i / 2] = fmaxf(tile_max[2 * mi + i / 2], s[mi][nt][i]);
+              }
+            }
+          }
+          float factor[kSlots];
+#pragma unroll
+          for (int rs = 0; rs < kSlots; ++rs) {
+            factor[rs] = TcRescale(sm, state[rs], QuadMax(tile_max[rs]));
+          }
+#pragma unroll
+          for (int mi = 0; mi < kM; ++mi) {
+#pragma unroll
+            for (int dt = 0; dt < kD / 8; ++dt) {
+              o[mi][dt][0] *= factor[2 * mi];
+              o[mi][dt][1] *= factor[2 * mi];
+              o[mi][dt][2] *= factor[2 * mi + 1];
+              o[mi][dt][3] *= factor[2 * mi + 1];
+            }
+          }
+          // O += P V per 16 keys: P of the 16 keys (the row sums take them as they are), rounded to
+          // T, as A fragments straight from the accumulators (so S's registers are freed 16 keys at
+          // a time), V's B fragments once for all kM row tiles.
+#pragma unroll
+          for (int kk = 0; kk < kSub / 16; ++kk) {
+            uint32_t pa[kM][4];
+#pragma unroll
+            for (int mi = 0; mi < kM; ++mi) {
+#pragma unroll
+              for (int nt = 2 * kk; nt < 2 * kk + 2; ++nt) {
+#pragma unroll
+                for (int i = 0; i < 4; ++i) {
+                  const int rs = 2 * mi + i / 2;
+                  s[mi][nt][i] = TcProb(sm, s[mi][nt][i], state[rs].max);
+                  state[rs].sum += s[mi][nt][i];  // this lane's part of the row sum
                 }
+              }
+              pa[mi][0] = ptx::PackPair<T>(s[mi][2 * kk][0], s[mi][2 * kk][1]);
+              pa[mi][1] = ptx::PackPair<T>(s[mi][2 * kk][2], s[mi][2 * kk][3]);
+              pa[mi][2] = ptx::PackPair<T>(s[mi][2 * kk + 1][0], s[mi][2 * kk + 1][1]);
+              pa[mi][3] = ptx::PackPair<T>(s[mi][2 * kk + 1][2], s[mi][2 * kk + 1][3]);
+            }
+#pragma unroll
+            for (int dp = 0; dp < kD / 16; ++dp) {
+              // Matrices (keys 0-7, d 0-7), (keys 8-15, d 0-7), (keys 0-7, d 8-15), (8-15, 8-15),
+              // transposed: V's rows are B's rows (k), so each lane gets a column pair of keys.
+              uint32_t b[4];
+              ptx::LdmatrixTrans(b,
+                                 vt + Swz<kD>(kSub * sub + kk * 16 + lane % 8 + 8 * (lane / 8 % 2),
+                                              dp * 16 + 8 * (lane / 16)));
+              const uint32_t b0[2] = {b[0], b[1]};
+              const uint32_t b1[2] = {b[2], b[3]};
+#pragma unroll
+              for (int mi = 0; mi < kM; ++mi) {
+                ptx::Mma<T>(o[mi][2 * dp], pa[mi], b0);
+                ptx::Mma<T>(o[mi][2 * dp + 1], pa[mi], b1);
               }
             }
           }
         }
-        float tile_max[kSlots];
-#pragma unroll
-        for (int rs = 0; rs < kSlots; ++rs) tile_max[rs] = -Inf<float>();
-#pragma unroll
-        for (int mi = 0; mi < kM; ++mi) {
-#pragma unroll
-          for (int nt = 0; nt < kSub / 8; ++nt) {
-#pragma unroll
-            for (int i = 0; i < 4; ++i) {
-              tile_max[2 * mi + i / 2] = fmaxf(tile_max[2 * mi + i / 2], s[mi][nt][i]);
-            }
-          }
-        }
-        float factor[kSlots];
-#pragma unroll
-        for (int rs = 0; rs < kSlots; ++rs) {
-          factor[rs] = SoftmaxRescale(state[rs], QuadMax(tile_max[rs]));
-        }
-#pragma unroll
-        for (int mi = 0; mi < kM; ++mi) {
-#pragma unroll
-          for (int nt = 0; nt < kSub / 8; ++nt) {
-#pragma unroll
-            for (int i = 0; i < 4; ++i) {
-              const int rs = 2 * mi + i / 2;
-              const float x = ExpShifted(s[mi][nt][i], state[rs].max);
-              s[mi][nt][i] = x;
-              state[rs].sum += x;  // this lane's part of the row sum
-            }
-          }
-#pragma unroll
-          for (int dt = 0; dt < kD / 8; ++dt) {
-            o[mi][dt][0] *= factor[2 * mi];
-            o[mi][dt][1] *= factor[2 * mi];
-            o[mi][dt][2] *= factor[2 * mi + 1];
-            o[mi][dt][3] *= factor[2 * mi + 1];
-          }
-        }
-        // O += P V: P (rounded to T) as A fragments straight from the accumulators, V's B
-        // fragments once per 16 keys for all kM row tiles.
-#pragma unroll
-        for (int kk = 0; kk < kSub / 16; ++kk) {
-          uint32_t pa[kM][4];
-#pragma unroll
-          for (int mi = 0; mi < kM; ++mi) {
-            pa[mi][0] = ptx::PackPair<T>(s[mi][2 * kk][0], s[mi][2 * kk][1]);
-            pa[mi][1] = ptx::PackPair<T>(s[mi][2 * kk][2], s[mi][2 * kk][3]);
-            pa[mi][2] = ptx::PackPair<T>(s[mi][2 * kk + 1][0], s[mi][2 * kk + 1][1]);
-            pa[mi][3] = ptx::PackPair<T>(s[mi][2 * kk + 1][2], s[mi][2 * kk + 1][3]);
-          }
-#pragma unroll
-          for (int dp = 0; dp < kD / 16; ++dp) {
-            // Matrices (keys 0-7, d 0-7), (keys 8-15, d 0-7), (keys 0-7, d 8-15), (8-15, 8-15),
-            // transposed: V's rows are B's rows (k), so each lane gets a column pair of keys.
-            uint32_t b[4];
-            ptx::LdmatrixTrans(b, vt + Swz<kD>(kSub * sub + kk * 16 + lane % 8 + 8 * (lane / 8 % 2),
-                                               dp * 16 + 8 * (lane / 16)));
-            const uint32_t b0[2] = {b[0], b[1]};
-            const uint32_t b1[2] = {b[2], b[3]};
-#pragma unroll
-            for (int mi = 0; mi < kM; ++mi) {
-              ptx::Mma<T>(o[mi][2 * dp], pa[mi], b0);
-              ptx::Mma<T>(o[mi][2 * dp + 1], pa[mi], b1);
-            }
-          }
-        }
+      };
+      if (sm.capped) {
+        sub_tiles(std::true_type{});
+      } else {
+        sub_tiles(std::false_type{});
       }
     }
     __syncthreads();  // every warp is done with buffer `buf` before it is refilled
@@ -333,7 +339,7 @@ __global__ void __launch_bounds__(128) AttentionTcForwardKernel(const TcAttnPara
       *reinterpret_cast<uint32_t*>(out + dt * 8 + 2 * t) =
           ptx::PackPair<T>(o[mi][dt][2 * half] * inv, o[mi][dt][2 * half + 1] * inv);
     }
-    if (t == 0) static_cast<float*>(a.lse)[h * a.total_q + q_row] = SoftmaxLse(state[rs]);
+    if (t == 0) static_cast<float*>(a.lse)[h * a.total_q + q_row] = TcLse(state[rs]);
   }
 }
 

@@ -5,8 +5,8 @@
 // matrix multiply-accumulate (mma.sync m16n8k16, bf16 or fp16 inputs, float accumulators), the
 // warp's shared-memory matrix loads (ldmatrix x1/x2/x4, with and without .trans), asynchronous
 // global-to-shared copies (cp.async with commit_group / wait_group), warp shuffles and the packing
-// of two floats into a 16-bit pair, and 16-byte read-only global loads. Nothing else in the kernels
-// is inline assembly, so a CPU emulation of exactly this header
+// of two floats into a 16-bit pair, 16-byte read-only global loads and the fast base-2 exponential.
+// Nothing else in the kernels is inline assembly, so a CPU emulation of exactly this header
 // (tests/kernels/cuda_emulation/kernels/cuda/ptx.cuh) runs the very kernel code on the CPU.
 //
 // Fragment layouts (PTX ISA, "Matrix Fragments for mma.m16n8k16 with floating point type"), with
@@ -126,6 +126,15 @@ __device__ inline V ShflXor(V v, int lane_mask) {
 template <typename V>
 __device__ inline V Shfl(V v, int src_lane) {
   return __shfl_sync(0xffffffffu, v, src_lane);
+}
+
+// 2^x by the special function unit (ex2.approx.ftz.f32: relative error at most 2^-22 in the PTX
+// ISA; a subnormal input counts as 0 and a subnormal result is flushed to 0; 2^-inf = +0). One
+// instruction, where exp2f() adds the steps that keep subnormal results.
+__device__ inline float Ex2(float x) {
+  float r;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(r) : "f"(x));
+  return r;
 }
 
 // Two floats rounded to nearest-even into one register of T (Bf16 or Fp16): lo in the low half.

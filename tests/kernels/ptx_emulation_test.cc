@@ -301,6 +301,24 @@ TEST(PtxEmulationTest, AtomicAddSumsEveryThreadsValue) {
   EXPECT_EQ(emu::atomic_adds - before, 256u);
 }
 
+// ex2.approx.ftz: 2^x where the result is a normal float, 0 for -inf and for every result under
+// the smallest normal float (the kernels' masked scores and rows that saw no key rely on the
+// first), and a subnormal input read as 0.
+TEST(PtxEmulationTest, Ex2IsTwoToTheXWithSubnormalsFlushed) {
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> x(-126.f, 127.f);
+  for (int i = 0; i < 1000; ++i) {
+    const float v = x(rng);
+    EXPECT_NEAR(ptx::Ex2(v), std::exp2(static_cast<double>(v)), 1e-6 * std::exp2(v)) << v;
+  }
+  EXPECT_EQ(ptx::Ex2(0.f), 1.f);
+  EXPECT_EQ(ptx::Ex2(-INFINITY), 0.f);
+  EXPECT_EQ(ptx::Ex2(-127.f), 0.f);  // 2^-127 is subnormal
+  EXPECT_EQ(ptx::Ex2(-1000.f), 0.f);
+  EXPECT_EQ(ptx::Ex2(std::ldexp(1.f, -140)), 1.f);  // a subnormal input counts as 0
+  EXPECT_EQ(ptx::Ex2(INFINITY), INFINITY);
+}
+
 TEST(PtxEmulationDeathTest, AtomicAddNeedsAnAlignedFloat) {
   alignas(8) unsigned char bytes[8] = {};
   EXPECT_DEATH(atomicAdd(reinterpret_cast<float*>(bytes + 2), 1.f), "unaligned");

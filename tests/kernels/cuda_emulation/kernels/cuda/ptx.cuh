@@ -233,6 +233,14 @@ V Shfl(V v, int src_lane) {
   return __shfl_sync(0xffffffffu, v, src_lane);
 }
 
+// ex2.approx.ftz.f32: 2^x with subnormal inputs read as 0 and subnormal results flushed to 0 (the
+// emulation rounds 2^x correctly; the hardware's result is within 2^-22 of it).
+inline float Ex2(float x) {
+  if (std::fpclassify(x) == FP_SUBNORMAL) x = 0.f;
+  const float r = std::exp2(x);
+  return std::fpclassify(r) == FP_SUBNORMAL ? 0.f : r;
+}
+
 template <typename T>
 uint32_t PackPair(float lo, float hi) {
   return static_cast<uint32_t>(FromAcc<T>(lo).bits) |

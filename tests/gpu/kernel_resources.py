@@ -1,0 +1,285 @@
+#!/usr/bin/env python3
+"""What the tensor-core attention kernels cost, read from the compiler on a machine without a GPU.
+
+For each kernel of the tensor-core translation units (kernels/cuda/attention_tc_*.cu) and each
+architecture:
+  - registers, spill stores and loads, and stack frame, as ptxas reports them (-Xptxas -v);
+  - with a disassembler (nvdisasm), the kernel's inner loops in SASS: every innermost loop that
+    holds tensor-core products (HMMA), as the instructions from its head to its backward branch,
+    split into HMMA, ldmatrix (LDSM), special-function (MUFU: ex2, tanh), local-memory (LDL, STL:
+    spilled values) and branch (BRA) instructions. These are the figures a change to a kernel's
+    inner loop moves for certain; nothing here is timed.
+With --base REV the same figures for the kernels of git revision REV, compiled in the same run.
+
+The CUDA toolkit of the build may come without a disassembler (nvcc and ptxas only). An older
+nvdisasm reads the sm_80 and sm_90 code of today's ptxas once the cubin's ELF header is written
+the way it expects (ABI version 7, the architecture in the low byte of e_flags): the script does
+that to a copy when the disassembler refuses the original. Debian's non-free
+nvidia-cuda-toolkit package (11.8) carries one:
+    apt-get download nvidia-cuda-toolkit && dpkg -x nvidia-cuda-toolkit_*.deb /tmp/cuda-tools
+    /usr/bin/python3 tests/gpu/kernel_resources.py --nvdisasm /tmp/cuda-tools/usr/bin/nvdisasm
+
+    /usr/bin/python3 tests/gpu/kernel_resources.py [--arch 80 --arch 90] [--base HEAD]
+        [--unit attention_tc_fwd.cu] [--nvdisasm PATH] [--json FILE]
+"""
+
+import argparse
+import collections
+import concurrent.futures
+import json
+import os
+import re
+import shutil
+import struct
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+UNITS = [
+    "attention_tc_fwd.cu",
+    "attention_tc_bwd.cu",
+    "attention_tc_bwd_onepass.cu",
+    "attention_tc_workspace.cu",
+]
+
+
+def short_name(mangled):
+    """AttentionTcForwardKernel<Bf16, 128, 2> from its mangled name."""
+    m = re.search(r"\d+([A-Za-z]+Kernel)I(.*?)EEv", mangled)
+    if not m:
+        return mangled
+    args = m.group(2)
+    dtype = "Bf16" if "Bf16" in args else ("Fp16" if "Fp16" in args else "?")
+    ints = re.findall(r"Li(\d+)E", args)
+    return "%s<%s>" % (m.group(1), ", ".join([dtype] + ints))
+
+
+def ptxas_usage(text):
+    """{mangled: {registers, spill_stores, spill_loads, stack}} from ptxas -v output."""
+    usage, current = {}, None
+    for line in text.splitlines():
+        m = re.search(r"Compiling entry function '(\w+)'", line)
+        if m:
+            current = m.group(1)
+            usage[current] = {}
+            continue
+        if current is None:
+            continue
+        m = re.search(
+            r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads", line
+        )
+        if m:
+            usage[current].update(
+                stack=int(m.group(1)), spill_stores=int(m.group(2)), spill_loads=int(m.group(3))
+            )
+        m = re.search(r"Used (\d+) registers", line)
+        if m:
+            usage[current]["registers"] = int(m.group(1))
+    return usage
+
+
+SASS_INSTRUCTION = re.compile(
+    r"^\s*/\*([0-9a-f]{4,})\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)(.*);"
+)
+SASS_LABEL = re.compile(r"^\s*(\.L_x_\d+):")
+SASS_FUNCTION = re.compile(r"^\s*\.text\.(\w+):")
+CLASSES = ["HMMA", "LDSM", "MUFU", "LDL", "STL", "BRA"]
+
+
+def sass_inner_loops(text):
+    """{mangled: [loop, ...]}: each innermost loop holding HMMA, as counts of CLASSES + total."""
+    functions = collections.defaultdict(list)  # mangled -> [(address, opcode, target label)]
+    labels = collections.defaultdict(dict)  # mangled -> {label: address}
+    current, pending = None, []
+    for line in text.splitlines():
+        m = SASS_FUNCTION.match(line)
+        if m:
+            current, pending = m.group(1), []
+            continue
+        if current is None:
+            continue
+        m = SASS_LABEL.match(line)
+        if m:
+            pending.append(m.group(1))
+            continue
+        m = SASS_INSTRUCTION.match(line)
+        if m:
+            address = int(m.group(1), 16)
+            for label in pending:
+                labels[current][label] = address
+            pending = []
+            target = re.search(r"`\((\.L_x_\d+)\)", m.group(3))
+            functions[current].append((address, m.group(2), target.group(1) if target else None))
+    result = {}
+    for name, code in functions.items():
+        spans = set()
+        for address, op, target in code:
+            head = labels[name].get(target) if op.startswith("BRA") and target else None
+            if head is not None and head <= address:
+                spans.add((head, address))
+        loops = []
+        for head, end in sorted(spans):
+            body = [o.split(".")[0] for a, o, _ in code if head <= a <= end]
+            if "HMMA" in body:
+                loops.append((head, end, collections.Counter(body), len(body)))
+        inner = [
+            (h, e, c, n)
+            for h, e, c, n in loops
+            if not any((h2, e2) != (h, e) and h <= h2 and e2 <= e for h2, e2, _, _ in loops)
+        ]
+        result[name] = [
+            dict({k.lower(): c[k] for k in CLASSES}, instructions=n) for _, _, c, n in inner
+        ]
+    return result
+
+
+def old_style_cubin(path, arch):
+    """A copy of a cubin whose ELF header an older disassembler reads (see the module comment)."""
+    with open(path, "rb") as f:
+        data = bytearray(f.read())
+    data[8] = 7  # e_ident[EI_ABIVERSION]
+    sm = int(arch)
+    struct.pack_into("<I", data, 48, (sm << 16) | 0x500 | sm)  # virtual sm, 64-bit, unified tex, sm
+    out = path + ".old.cubin"
+    with open(out, "wb") as f:
+        f.write(data)
+    return out
+
+
+def disassemble(nvdisasm, cubin, arch):
+    run = subprocess.run([nvdisasm, "-c", cubin], capture_output=True, text=True)
+    if run.returncode != 0:
+        run = subprocess.run(
+            [nvdisasm, "-c", old_style_cubin(cubin, arch)], capture_output=True, text=True
+        )
+    if run.returncode != 0:
+        raise RuntimeError("%s could not read %s:\n%s" % (nvdisasm, cubin, run.stderr))
+    return run.stdout
+
+
+def one_unit(nvcc, nvdisasm, root, tree, unit, arch, tmp):
+    out = os.path.join(tmp, "%s.%s.sm%s.cubin" % (tree, unit, arch))
+    command = [
+        nvcc,
+        "-DPACKSCHED_KERNELS_WITH_CUDA=1",
+        "-I" + root,
+        "-I" + os.path.join(root, "kernels", "include"),
+        "-O3",
+        "-DNDEBUG",
+        "-std=c++17",
+        "--expt-relaxed-constexpr",
+        "-arch=sm_%s" % arch,
+        "-cubin",
+        os.path.join(root, "kernels", "cuda", unit),
+        "-o",
+        out,
+        "-Xptxas",
+        "-v",
+    ]
+    run = subprocess.run(command, capture_output=True, text=True)
+    if run.returncode != 0:
+        raise RuntimeError("nvcc failed on %s (sm_%s, %s):\n%s" % (unit, arch, tree, run.stderr))
+    usage = ptxas_usage(run.stdout + run.stderr)
+    loops = sass_inner_loops(disassemble(nvdisasm, out, arch)) if nvdisasm else {}
+    return [
+        dict(
+            usage[m],
+            tree=tree,
+            unit=unit,
+            arch=arch,
+            kernel=short_name(m),
+            mangled=m,
+            inner_loops=loops.get(m),
+        )
+        for m in sorted(usage)
+    ]
+
+
+def checkout(rev, tmp):
+    """The kernels/ folder of git revision rev, under a new folder of tmp."""
+    root = os.path.join(tmp, "base")
+    os.makedirs(root)
+    archive = subprocess.run(
+        ["git", "-C", ROOT, "archive", rev, "kernels"], capture_output=True, check=True
+    )
+    subprocess.run(["tar", "-x", "-C", root], input=archive.stdout, check=True)
+    return root
+
+
+def loops_cell(row):
+    loops = row.get("inner_loops")
+    if loops is None:
+        return "-"
+    if not loops:
+        return "none found (no backward branch spans the products: the loop is not laid out in one piece)"
+    return "; ".join(
+        "%d (HMMA %d, LDSM %d, MUFU %d, LDL+STL %d, BRA %d)"
+        % (l["instructions"], l["hmma"], l["ldsm"], l["mufu"], l["ldl"] + l["stl"], l["bra"])
+        for l in loops
+    )
+
+
+def main():
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--arch", action="append", help="80, 90 (default: both)")
+    parser.add_argument(
+        "--unit", action="append", help="translation units (default: %s)" % ", ".join(UNITS)
+    )
+    parser.add_argument("--base", help="also measure the kernels of this git revision")
+    parser.add_argument("--nvcc", default=os.environ.get("NVCC", "/usr/local/cuda/bin/nvcc"))
+    parser.add_argument(
+        "--nvdisasm", default=os.environ.get("NVDISASM") or shutil.which("nvdisasm")
+    )
+    parser.add_argument("--json", help="also write the rows here")
+    parser.add_argument("--jobs", type=int, default=2)
+    args = parser.parse_args()
+    if not os.path.exists(args.nvcc):
+        print("no nvcc at %s: set --nvcc or NVCC" % args.nvcc, file=sys.stderr)
+        return 2
+    if args.nvdisasm is None:
+        print(
+            "no nvdisasm (--nvdisasm, NVDISASM or PATH): registers and spills only", file=sys.stderr
+        )
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp, concurrent.futures.ThreadPoolExecutor(
+        args.jobs
+    ) as pool:
+        trees = [("this", ROOT)] + (
+            [("base " + args.base, checkout(args.base, tmp))] if args.base else []
+        )
+        jobs = [
+            pool.submit(one_unit, args.nvcc, args.nvdisasm, root, tree, unit, arch, tmp)
+            for unit in args.unit or UNITS
+            for arch in args.arch or ["80", "90"]
+            for tree, root in trees
+        ]
+        for job in jobs:
+            rows.extend(job.result())
+    print(
+        "| kernel | sm | tree | registers | spill st/ld (bytes) | inner loops: instructions (kinds) |"
+    )
+    print("|---|---|---|---|---|---|")
+    for r in rows:
+        print(
+            "| %s | %s | %s | %s | %s / %s | %s |"
+            % (
+                r["kernel"],
+                r["arch"],
+                r["tree"],
+                r.get("registers", "?"),
+                r.get("spill_stores", "?"),
+                r.get("spill_loads", "?"),
+                loops_cell(r),
+            )
+        )
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(rows, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
