@@ -349,23 +349,25 @@ __device__ void BackwardKeyTile(const TcAttnParams& p, DqSink& sink) {
   LoadRowsAsync<T, kD, kBc, Tr::kThreads>(vs, a.v, seq.k0 + key0, cols, a.kv_heads, hk);
   ptx::CpAsyncCommit();
 
-  // Query tiles u = (head in the group) * tiles_q + tile, in order; those that see a real key of
-  // the block are processed (uniform across the block).
-  const int64_t tiles_q = (mask.rule.sq + kBr - 1) / kBr;
-  const int64_t units = cols > 0 ? group * tiles_q : 0;
-  auto sees_block = [&](int64_t u) {
-    const int64_t first = (u % tiles_q) * kBr;
+  // The query tiles that see a real key of the block, [t_lo, t_hi), found once: the same for
+  // every head of the group, and contiguous (both ends of a row's visible keys, and with a tree
+  // the bound block_end, are monotone in the row; a tile inside that saw none would be skipped
+  // by every warp). The walk visits (head in the group, tile) in order with two counters: no
+  // division per tile.
+  const int tiles_q = static_cast<int>((mask.rule.sq + kBr - 1) / kBr);
+  auto sees_block = [&](int tile) {
+    const int64_t first = static_cast<int64_t>(tile) * kBr;
     const KeyRange kr = TileKeys<Tr>(mask.rule, first, Clamp0(mask.rule.sq - first, kBr));
     if (kr.hi <= key0 || kr.lo >= key0 + cols) return false;
     return mask.subtree_end == nullptr || seq.q0 + first < block_end;
   };
-  auto next_unit = [&](int64_t u) {
-    while (u < units && !sees_block(u)) ++u;
-    return u;
-  };
-  auto load_queries = [&](int64_t u, int buf) {
-    const int64_t h = hk * group + u / tiles_q;
-    const int64_t first = (u % tiles_q) * kBr;
+  int t_lo = 0, t_hi = cols > 0 ? tiles_q : 0;
+  while (t_lo < t_hi && !sees_block(t_lo)) ++t_lo;
+  while (t_hi > t_lo && !sees_block(t_hi - 1)) --t_hi;
+  const int heads_in_group = t_hi > t_lo ? static_cast<int>(group) : 0;
+  auto load_queries = [&](int head, int tile, int buf) {
+    const int64_t h = hk * group + head;
+    const int64_t first = static_cast<int64_t>(tile) * kBr;
     const int64_t rows = Clamp0(mask.rule.sq - first, kBr);
     T* qt = qs + buf * kBr * kD;
     T* dot = dos + buf * kBr * kD;
@@ -387,33 +389,37 @@ __device__ void BackwardKeyTile(const TcAttnParams& p, DqSink& sink) {
   float dv[kD / 8][4];
   ZeroAcc(dk);
   ZeroAcc(dv);
-  int64_t u = next_unit(0);
-  if (u < units) load_queries(u, 0);
+  int head = 0, tile = t_lo;  // the query tile being processed
+  if (head < heads_in_group) load_queries(head, tile, 0);
   ptx::CpAsyncCommit();
   // The query-tile loop, compiled capped and not (as pass 1's key-tile loop).
   auto tile_loop = [&](auto capped) {
-    for (int n = 0; u < units; ++n) {
+    for (int n = 0; head < heads_in_group; ++n) {
       const int buf = n & 1;
-      const int64_t u_next = next_unit(u + 1);
-      if (u_next < units) load_queries(u_next, buf ^ 1);
+      const bool wrap = tile + 1 == t_hi;
+      const int head_next = wrap ? head + 1 : head;
+      const int tile_next = wrap ? t_lo : tile + 1;
+      if (head_next < heads_in_group) load_queries(head_next, tile_next, buf ^ 1);
       ptx::CpAsyncCommit();
       ptx::CpAsyncWait<1>();  // K, V and this tile have landed
       __syncthreads();
-      const int64_t first = (u % tiles_q) * kBr;
+      const int64_t first = static_cast<int64_t>(tile) * kBr;
       const int64_t rows = Clamp0(mask.rule.sq - first, kBr);
       const T* qt = qs + buf * kBr * kD;
       const T* dot = dos + buf * kBr * kD;
       const float* lse = q_lse + buf * kV;
       const float* d_row = q_d + buf * kV;
       const int32_t* pos = q_pos + buf * kV;
-      // Uniform across the warp: whether any of the tile's rows sees one of the warp's keys.
-      const KeyRange kr = TileKeys<Tr>(mask.rule, first, rows);
-      bool skip = warp_cols == 0 || kr.hi <= key0 + wrow || kr.lo >= key0 + wrow + warp_cols;
+      // Uniform across the warp: whether any of the tile's rows sees one of the warp's keys (the
+      // keys of its first and last rows bound everyone's), and whether every row sees every key
+      // of the warp, so that no per-element mask is needed (no tree, all real).
+      const KeyRange top = VisibleKeys(mask.rule, first);
+      const KeyRange bottom = VisibleKeys(mask.rule, first + rows - 1);
+      bool skip = warp_cols == 0 || bottom.hi <= top.lo || bottom.hi <= key0 + wrow ||
+                  top.lo >= key0 + wrow + warp_cols;
       if (mask.subtree_end != nullptr && seq.q0 + first >= warp_end) skip = true;
-      // Every row of the tile sees every key of the warp: no per-element mask (no tree, all real).
       const bool full = mask.subtree_end == nullptr && warp_cols == 16 && rows == kBr &&
-                        VisibleKeys(mask.rule, first + rows - 1).lo <= key0 + wrow &&
-                        VisibleKeys(mask.rule, first).hi >= key0 + wrow + 16;
+                        bottom.lo <= key0 + wrow && top.hi >= key0 + wrow + 16;
       if (!skip) {
         float st[kBr / 8][4];
         float dpt[kBr / 8][4];
@@ -459,8 +465,9 @@ __device__ void BackwardKeyTile(const TcAttnParams& p, DqSink& sink) {
         sink.Zero(wrow);
       }
       __syncthreads();
-      sink.Add(ks, seq.q0 + first, rows, hk * group + u / tiles_q);
-      u = u_next;
+      sink.Add(ks, seq.q0 + first, rows, hk * group + head);
+      head = head_next;
+      tile = tile_next;
     }
   };
   if (sm.capped) {

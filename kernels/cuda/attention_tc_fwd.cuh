@@ -128,64 +128,65 @@ __global__ void __launch_bounds__(128) AttentionTcForwardKernel(const TcAttnPara
 #pragma unroll
   for (int rs = 0; rs < kSlots; ++rs) state[rs] = TcRowStart();
 
-  for (int n = 0; n < tiles; ++n) {
-    const int buf = static_cast<int>(n & 1);
-    if (n + 1 < tiles) load_keys(n + 1);  // its buffer was released by the last barrier
-    ptx::CpAsyncCommit();
-    ptx::CpAsyncWait<1>();  // tile n has landed
-    __syncthreads();
-    const T* kt = ks + buf * kBc * kD;
-    const T* vt = vs + buf * kBc * kD;
-    const int32_t* end = key_end + buf * kV;
-    const int32_t* pos = key_pos + buf * kV;
-    // Uniform across the warp: every lane computes the same.
-    bool skip = n < some.lo || n >= some.hi;
-    if (!skip && mask.subtree_end != nullptr) {
-      const int32_t a0 = end[lane], a1 = end[lane + 32];
-      skip = row0 - g >= WarpMax(a0 > a1 ? a0 : a1);
-    }
-    const bool full = n >= all.lo && n < all.hi;
-    if (!skip) {
-      // On partial tiles (the diagonal, window edges, trees), which of this lane's scores the
-      // mask lets through, computed before S is live: bit 16 half + 2 nt + e of visible[mi] for
-      // row slot 2 mi + half, column 8 nt + 2 t + e. The varlen rule by the row's column range;
-      // with a tree, the tree rule by its packed index and position (TreeVisible; the varlen rule
-      // already keeps j <= i, a tree being causal).
-      uint32_t visible[kM];
-#pragma unroll
-      for (int mi = 0; mi < kM; ++mi) visible[mi] = ~0u;
-      if (!full) {
-        const bool tree = mask.subtree_end != nullptr;
-#pragma unroll
-        for (int rs = 0; rs < kSlots; ++rs) {
-          const int r = wrow + 8 * rs + g;
-          const int lo = row_lo[r] - n * kBc;
-          const int hi = row_hi[r] - n * kBc;
-          const int32_t packed = row0 + 8 * rs;
-          const int32_t position = row_pos[r];
-          uint32_t bits = 0;
-#pragma unroll
-          for (int nt = 0; nt < kBc / 8; ++nt) {
-#pragma unroll
-            for (int e = 0; e < 2; ++e) {
-              const int c = nt * 8 + 2 * t + e;
-              bool v = c >= lo && c < hi;
-              if (v && tree) {
-                v = packed < end[c] &&
-                    (mask.window < 0 || static_cast<int64_t>(position) - pos[c] <= mask.window);
-              }
-              bits |= static_cast<uint32_t>(v) << (nt * 2 + e);
-            }
-          }
-          visible[rs / 2] = rs % 2 == 0 ? bits : (visible[rs / 2] & 0xffffu) | (bits << 16);
-        }
+  // The key-tile loop, compiled twice, capped and not, so that the uncapped loop holds no trace
+  // of tanh (left to itself, ptxas kept the cap inside the loop as predicated-off instructions
+  // that still issue).
+  auto tile_loop = [&](auto capped) {
+    for (int n = 0; n < tiles; ++n) {
+      const int buf = static_cast<int>(n & 1);
+      if (n + 1 < tiles) load_keys(n + 1);  // its buffer was released by the last barrier
+      ptx::CpAsyncCommit();
+      ptx::CpAsyncWait<1>();  // tile n has landed
+      __syncthreads();
+      const T* kt = ks + buf * kBc * kD;
+      const T* vt = vs + buf * kBc * kD;
+      const int32_t* end = key_end + buf * kV;
+      const int32_t* pos = key_pos + buf * kV;
+      // Uniform across the warp: every lane computes the same.
+      bool skip = n < some.lo || n >= some.hi;
+      if (!skip && mask.subtree_end != nullptr) {
+        const int32_t a0 = end[lane], a1 = end[lane + 32];
+        skip = row0 - g >= WarpMax(a0 > a1 ? a0 : a1);
       }
-      // The tile in sub-tiles of kSub keys (S, softmax, P V per sub-tile), bounding S's
-      // accumulators: 32 keys at D = 128 with two row tiles per warp. Not unrolled, so that the
-      // scheduler does not overlap one sub-tile's S with the other's (that spills). Compiled twice,
-      // capped and not, so that the uncapped loop holds no trace of tanh (left to itself, ptxas may
-      // keep the cap inside the loop as predicated-off instructions that still issue).
-      auto sub_tiles = [&](auto capped) {
+      const bool full = n >= all.lo && n < all.hi;
+      if (!skip) {
+        // On partial tiles (the diagonal, window edges, trees), which of this lane's scores the
+        // mask lets through, computed before S is live: bit 16 half + 2 nt + e of visible[mi] for
+        // row slot 2 mi + half, column 8 nt + 2 t + e. The varlen rule by the row's column range;
+        // with a tree, the tree rule by its packed index and position (TreeVisible; the varlen rule
+        // already keeps j <= i, a tree being causal).
+        uint32_t visible[kM];
+#pragma unroll
+        for (int mi = 0; mi < kM; ++mi) visible[mi] = ~0u;
+        if (!full) {
+          const bool tree = mask.subtree_end != nullptr;
+#pragma unroll
+          for (int rs = 0; rs < kSlots; ++rs) {
+            const int r = wrow + 8 * rs + g;
+            const int lo = row_lo[r] - n * kBc;
+            const int hi = row_hi[r] - n * kBc;
+            const int32_t packed = row0 + 8 * rs;
+            const int32_t position = row_pos[r];
+            uint32_t bits = 0;
+#pragma unroll
+            for (int nt = 0; nt < kBc / 8; ++nt) {
+#pragma unroll
+              for (int e = 0; e < 2; ++e) {
+                const int c = nt * 8 + 2 * t + e;
+                bool v = c >= lo && c < hi;
+                if (v && tree) {
+                  v = packed < end[c] &&
+                      (mask.window < 0 || static_cast<int64_t>(position) - pos[c] <= mask.window);
+                }
+                bits |= static_cast<uint32_t>(v) << (nt * 2 + e);
+              }
+            }
+            visible[rs / 2] = rs % 2 == 0 ? bits : (visible[rs / 2] & 0xffffu) | (bits << 16);
+          }
+        }
+        // The tile in sub-tiles of kSub keys (S, softmax, P V per sub-tile), bounding S's
+        // accumulators: 32 keys at D = 128 with two row tiles per warp. Not unrolled, so that the
+        // scheduler does not overlap one sub-tile's S with the other's (that spills).
 #pragma unroll 1
         for (int sub = 0; sub < kBc / kSub; ++sub) {
           float s[kM][kSub / 8][4];
@@ -313,14 +314,14 @@ __global__ void __launch_bounds__(128) AttentionTcForwardKernel(const TcAttnPara
             }
           }
         }
-      };
-      if (sm.capped) {
-        sub_tiles(std::true_type{});
-      } else {
-        sub_tiles(std::false_type{});
       }
+      __syncthreads();  // every warp is done with buffer `buf` before it is refilled
     }
-    __syncthreads();  // every warp is done with buffer `buf` before it is refilled
+  };
+  if (sm.capped) {
+    tile_loop(std::true_type{});
+  } else {
+    tile_loop(std::false_type{});
   }
   ptx::CpAsyncWait<0>();
 

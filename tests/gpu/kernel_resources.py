@@ -5,9 +5,10 @@ For each kernel of the tensor-core translation units (kernels/cuda/attention_tc_
 architecture:
   - registers, spill stores and loads, and stack frame, as ptxas reports them (-Xptxas -v);
   - with a disassembler (nvdisasm), the kernel's inner loops in SASS: every innermost loop that
-    holds tensor-core products (HMMA), as the instructions from its head to its backward branch,
-    split into HMMA, ldmatrix (LDSM), special-function (MUFU: ex2, tanh), local-memory (LDL, STL:
-    spilled values) and branch (BRA) instructions. These are the figures a change to a kernel's
+    holds tensor-core products (HMMA), as the instructions of its basic blocks (from nvdisasm's
+    control-flow graph: every path, those a tile branches around included), split into HMMA,
+    ldmatrix (LDSM), special-function (MUFU: ex2, tanh), local-memory (LDL, STL: spilled values)
+    and branch (BRA) instructions. These are the figures a change to a kernel's
     inner loop moves for certain; nothing here is timed.
 With --base REV the same figures for the kernels of git revision REV, compiled in the same run.
 
@@ -79,58 +80,105 @@ def ptxas_usage(text):
     return usage
 
 
-SASS_INSTRUCTION = re.compile(
-    r"^\s*/\*([0-9a-f]{4,})\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)(.*);"
-)
-SASS_LABEL = re.compile(r"^\s*(\.L_x_\d+):")
-SASS_FUNCTION = re.compile(r"^\s*\.text\.(\w+):")
 CLASSES = ["HMMA", "LDSM", "MUFU", "LDL", "STL", "BRA"]
+DOT_NODE = re.compile(r'^"([^"]+)"\s*$')
+DOT_EDGE = re.compile(r'^"([^"]+)":\w+(?::\w+)?\s*->\s*"([^"]+)"')
+DOT_INSTRUCTION = re.compile(
+    r"(?:^|\\l|\|<\w+>)([0-9a-f]{4,}):(?:\\ )+(?:@!?U?P\w+(?:\\ )+)?([A-Z][A-Z0-9_.]*)"
+)
 
 
-def sass_inner_loops(text):
-    """{mangled: [loop, ...]}: each innermost loop holding HMMA, as counts of CLASSES + total."""
-    functions = collections.defaultdict(list)  # mangled -> [(address, opcode, target label)]
-    labels = collections.defaultdict(dict)  # mangled -> {label: address}
-    current, pending = None, []
-    for line in text.splitlines():
-        m = SASS_FUNCTION.match(line)
+def parse_cfg(dot):
+    """{function: (blocks {name: [opcode]}, successors {name: {name}})}, from the output of
+    nvdisasm -bbcfg -poff."""
+    functions, current, node = {}, None, None
+    for line in dot.splitlines():
+        m = re.match(r'^subgraph "cluster_([^"]+)"', line)
         if m:
-            current, pending = m.group(1), []
+            current = m.group(1)
+            functions[current] = ({}, collections.defaultdict(set))
             continue
         if current is None:
             continue
-        m = SASS_LABEL.match(line)
+        blocks, successors = functions[current]
+        m = DOT_NODE.match(line)
         if m:
-            pending.append(m.group(1))
+            node = m.group(1)
+            blocks.setdefault(node, [])
             continue
-        m = SASS_INSTRUCTION.match(line)
+        if line.startswith("[label=") and node is not None:
+            blocks[node].extend(op for _, op in DOT_INSTRUCTION.findall(line))
+            continue
+        m = DOT_EDGE.match(line)
         if m:
-            address = int(m.group(1), 16)
-            for label in pending:
-                labels[current][label] = address
-            pending = []
-            target = re.search(r"`\((\.L_x_\d+)\)", m.group(3))
-            functions[current].append((address, m.group(2), target.group(1) if target else None))
+            successors[m.group(1)].add(m.group(2))
+    return functions
+
+
+def strongly_connected(nodes, successors):
+    """Tarjan's strongly connected components of the graph restricted to `nodes`."""
+    index, low, stack, on_stack, components = {}, {}, [], set(), []
+    for root in sorted(nodes):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(successors.get(root, set()) & nodes)))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            v, it = work[-1]
+            w = next(it, None)
+            if w is None:
+                work.pop()
+                if work:
+                    low[work[-1][0]] = min(low[work[-1][0]], low[v])
+                if low[v] == index[v]:
+                    component = set()
+                    while True:
+                        x = stack.pop()
+                        on_stack.discard(x)
+                        component.add(x)
+                        if x == v:
+                            break
+                    components.append(component)
+            elif w not in index:
+                index[w] = low[w] = len(index)
+                stack.append(w)
+                on_stack.add(w)
+                work.append((w, iter(sorted(successors.get(w, set()) & nodes))))
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+    return components
+
+
+def innermost_loops(nodes, successors, blocks):
+    """The innermost loops (sets of blocks) among `nodes` that hold an HMMA: a loop is a strongly
+    connected component with a cycle; its inner loops are those left once the edges back to its
+    header (the blocks entered from outside it) are removed."""
+    found = []
+    for component in strongly_connected(nodes, successors):
+        cyclic = len(component) > 1 or any(v in successors.get(v, set()) for v in component)
+        if not cyclic or not any(op.startswith("HMMA") for v in component for op in blocks[v]):
+            continue
+        headers = {v for u in nodes - component for v in successors.get(u, set()) & component}
+        inner_successors = {v: (successors.get(v, set()) & component) - headers for v in component}
+        inner = innermost_loops(component, inner_successors, blocks)
+        found.extend(inner if inner else [component])
+    return found
+
+
+def sass_inner_loops(dot):
+    """{mangled: [loop, ...]}: each innermost loop holding HMMA, as counts of CLASSES and the
+    instructions of all its blocks."""
     result = {}
-    for name, code in functions.items():
-        spans = set()
-        for address, op, target in code:
-            head = labels[name].get(target) if op.startswith("BRA") and target else None
-            if head is not None and head <= address:
-                spans.add((head, address))
-        loops = []
-        for head, end in sorted(spans):
-            body = [o.split(".")[0] for a, o, _ in code if head <= a <= end]
-            if "HMMA" in body:
-                loops.append((head, end, collections.Counter(body), len(body)))
-        inner = [
-            (h, e, c, n)
-            for h, e, c, n in loops
-            if not any((h2, e2) != (h, e) and h <= h2 and e2 <= e for h2, e2, _, _ in loops)
-        ]
-        result[name] = [
-            dict({k.lower(): c[k] for k in CLASSES}, instructions=n) for _, _, c, n in inner
-        ]
+    for name, (blocks, successors) in parse_cfg(dot).items():
+        loops = innermost_loops(set(blocks), successors, blocks)
+        rows = []
+        for loop in loops:
+            ops = [op.split(".")[0] for v in loop for op in blocks[v]]
+            counts = collections.Counter(ops)
+            rows.append(dict({k.lower(): counts[k] for k in CLASSES}, instructions=len(ops)))
+        result[name] = sorted(rows, key=lambda r: (r["mufu"], r["instructions"]))
     return result
 
 
@@ -148,10 +196,12 @@ def old_style_cubin(path, arch):
 
 
 def disassemble(nvdisasm, cubin, arch):
-    run = subprocess.run([nvdisasm, "-c", cubin], capture_output=True, text=True)
+    """nvdisasm's control-flow graph of the cubin's functions (DOT, basic blocks, offsets)."""
+    command = [nvdisasm, "-bbcfg", "-poff"]
+    run = subprocess.run(command + [cubin], capture_output=True, text=True)
     if run.returncode != 0:
         run = subprocess.run(
-            [nvdisasm, "-c", old_style_cubin(cubin, arch)], capture_output=True, text=True
+            command + [old_style_cubin(cubin, arch)], capture_output=True, text=True
         )
     if run.returncode != 0:
         raise RuntimeError("%s could not read %s:\n%s" % (nvdisasm, cubin, run.stderr))
@@ -212,11 +262,11 @@ def loops_cell(row):
     if loops is None:
         return "-"
     if not loops:
-        return "none found (no backward branch spans the products: the loop is not laid out in one piece)"
+        return "none found"
     return "; ".join(
         "%d (HMMA %d, LDSM %d, MUFU %d, LDL+STL %d, BRA %d)"
-        % (l["instructions"], l["hmma"], l["ldsm"], l["mufu"], l["ldl"] + l["stl"], l["bra"])
-        for l in loops
+        % (x["instructions"], x["hmma"], x["ldsm"], x["mufu"], x["ldl"] + x["stl"], x["bra"])
+        for x in loops
     )
 
 
@@ -258,9 +308,8 @@ def main():
         ]
         for job in jobs:
             rows.extend(job.result())
-    print(
-        "| kernel | sm | tree | registers | spill st/ld (bytes) | inner loops: instructions (kinds) |"
-    )
+    header = ["kernel", "sm", "tree", "registers", "spill st/ld (bytes)", "inner loops (kinds)"]
+    print("| " + " | ".join(header) + " |")
     print("|---|---|---|---|---|---|")
     for r in rows:
         print(
