@@ -152,9 +152,9 @@ def strongly_connected(nodes, successors):
 
 
 def innermost_loops(nodes, successors, blocks):
-    """The innermost loops (sets of blocks) among `nodes` that hold an HMMA: a loop is a strongly
-    connected component with a cycle; its inner loops are those left once the edges back to its
-    header (the blocks entered from outside it) are removed."""
+    """The innermost loops among `nodes` that hold an HMMA, as (blocks, headers): a loop is a
+    strongly connected component with a cycle, its headers the blocks entered from outside it,
+    and its inner loops those left once the edges back to its headers are removed."""
     found = []
     for component in strongly_connected(nodes, successors):
         cyclic = len(component) > 1 or any(v in successors.get(v, set()) for v in component)
@@ -163,21 +163,79 @@ def innermost_loops(nodes, successors, blocks):
         headers = {v for u in nodes - component for v in successors.get(u, set()) & component}
         inner_successors = {v: (successors.get(v, set()) & component) - headers for v in component}
         inner = innermost_loops(component, inner_successors, blocks)
-        found.extend(inner if inner else [component])
+        found.extend(inner if inner else [(component, headers)])
     return found
 
 
+def product_path(loop, headers, successors, blocks):
+    """The instructions of the shortest way once around the loop that passes every block holding
+    an HMMA or a cp.async (LDGSTS): a full tile that is not the last, the mask code of partial
+    tiles and other work a tile may branch around left out. None when no single way passes them
+    all or the loop has more than one header."""
+    if len(headers) != 1:
+        return None
+    (header,) = headers
+    dag = {v: (successors.get(v, set()) & loop) - headers for v in loop}
+    order, seen = [], set()
+
+    def visit(v):  # depth-first post-order; the loop body without its back edges is acyclic
+        stack = [(v, iter(sorted(dag[v])))]
+        seen.add(v)
+        while stack:
+            node, it = stack[-1]
+            nxt = next(it, None)
+            if nxt is None:
+                stack.pop()
+                order.append(node)
+            elif nxt not in seen:
+                seen.add(nxt)
+                stack.append((nxt, iter(sorted(dag[nxt]))))
+
+    visit(header)
+    order.reverse()  # topological
+    position = {v: i for i, v in enumerate(order)}
+    required = sorted(
+        (v for v in order if any(op.startswith(("HMMA", "LDGSTS")) for op in blocks[v])),
+        key=position.get,
+    )
+    latches = {v for v in loop if header in successors.get(v, set())}
+
+    def shortest(source, targets):  # node-weighted, source counted
+        best = {source: len(blocks[source])}
+        for v in order[position[source] :]:
+            if v not in best:
+                continue
+            for w in dag[v]:
+                cost = best[v] + len(blocks[w])
+                if cost < best.get(w, float("inf")):
+                    best[w] = cost
+        reached = [best[t] for t in targets if t in best]
+        return min(reached) if reached else None
+
+    total, at = 0, header
+    for target in required + [None]:
+        goal = latches if target is None else {target}
+        cost = shortest(at, goal)
+        if cost is None:
+            return None
+        total += cost - len(blocks[at])  # `at` was counted by the previous segment
+        if target is not None:
+            at = target
+    return total + len(blocks[header])
+
+
 def sass_inner_loops(dot):
-    """{mangled: [loop, ...]}: each innermost loop holding HMMA, as counts of CLASSES and the
-    instructions of all its blocks."""
+    """{mangled: [loop, ...]}: each innermost loop holding HMMA, as counts of CLASSES over all
+    its blocks, their instructions, and the instructions of its product path (product_path)."""
     result = {}
     for name, (blocks, successors) in parse_cfg(dot).items():
-        loops = innermost_loops(set(blocks), successors, blocks)
         rows = []
-        for loop in loops:
+        for loop, headers in innermost_loops(set(blocks), successors, blocks):
             ops = [op.split(".")[0] for v in loop for op in blocks[v]]
             counts = collections.Counter(ops)
-            rows.append(dict({k.lower(): counts[k] for k in CLASSES}, instructions=len(ops)))
+            row = dict({k.lower(): counts[k] for k in CLASSES}, instructions=len(ops))
+            row["product_path"] = product_path(loop, headers, successors, blocks)
+            rows.append(row)
         result[name] = sorted(rows, key=lambda r: (r["mufu"], r["instructions"]))
     return result
 
@@ -264,8 +322,16 @@ def loops_cell(row):
     if not loops:
         return "none found"
     return "; ".join(
-        "%d (HMMA %d, LDSM %d, MUFU %d, LDL+STL %d, BRA %d)"
-        % (x["instructions"], x["hmma"], x["ldsm"], x["mufu"], x["ldl"] + x["stl"], x["bra"])
+        "%d, full tile %s (HMMA %d, LDSM %d, MUFU %d, LDL+STL %d, BRA %d)"
+        % (
+            x["instructions"],
+            x["product_path"],
+            x["hmma"],
+            x["ldsm"],
+            x["mufu"],
+            x["ldl"] + x["stl"],
+            x["bra"],
+        )
         for x in loops
     )
 
