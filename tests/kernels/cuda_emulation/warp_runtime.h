@@ -180,11 +180,23 @@ inline void FiberMain() {
   }
 }
 
+// Gives fiber `f` a stack of its own and a context that starts FiberMain and returns to the
+// block's scheduler. A function of its own: getcontext returns twice as far as the compiler
+// knows, so no caller's loop variable may live across it (-Wclobbered).
+inline void InitFiber(Fiber& f, Block& b) {
+  constexpr size_t kStackBytes = 256 * 1024;
+  f.stack.reset(new char[kStackBytes]);
+  getcontext(&f.context);
+  f.context.uc_stack.ss_sp = f.stack.get();
+  f.context.uc_stack.ss_size = kStackBytes;
+  f.context.uc_link = &b.scheduler;
+  makecontext(&f.context, &FiberMain, 0);
+}
+
 // Runs `body` as block `block` of `threads` CUDA threads (a multiple of 32) with `smem_bytes` of
 // dynamic shared memory, to completion.
 inline void RunBlock(dim3 block, int threads, size_t smem_bytes,
                      const std::function<void()>& body) {
-  constexpr size_t kStackBytes = 256 * 1024;
   if (threads % kWarpSize != 0) Fail("RunBlock needs whole warps");
   Block b;
   b.fibers.resize(threads);
@@ -195,15 +207,7 @@ inline void RunBlock(dim3 block, int threads, size_t smem_bytes,
   block_idx = block;
   current_block = &b;
   fiber_sync_threads = &FiberSyncThreads;
-  for (int t = 0; t < threads; ++t) {
-    Fiber& f = b.fibers[t];
-    f.stack.reset(new char[kStackBytes]);
-    getcontext(&f.context);
-    f.context.uc_stack.ss_sp = f.stack.get();
-    f.context.uc_stack.ss_size = kStackBytes;
-    f.context.uc_link = &b.scheduler;
-    makecontext(&f.context, &FiberMain, 0);
-  }
+  for (Fiber& f : b.fibers) InitFiber(f, b);
   while (b.live > 0) {
     const uint64_t before = b.progress;
     for (int t = 0; t < threads; ++t) {
