@@ -8,8 +8,9 @@ architecture:
     holds tensor-core products (HMMA), as the instructions of its basic blocks (from nvdisasm's
     control-flow graph: every path, those a tile branches around included), split into HMMA,
     ldmatrix (LDSM), special-function (MUFU: ex2, tanh), local-memory (LDL, STL: spilled values)
-    and branch (BRA) instructions. These are the figures a change to a kernel's
-    inner loop moves for certain; nothing here is timed.
+    and branch (BRA) instructions, and its "full tile": the instructions of the shortest way once
+    around that passes every HMMA and cp.async (the partial tiles' mask code left out). These are
+    the figures a change to a kernel's inner loop moves for certain; nothing here is timed.
 With --base REV the same figures for the kernels of git revision REV, compiled in the same run.
 
 The CUDA toolkit of the build may come without a disassembler (nvcc and ptxas only). An older
@@ -27,6 +28,7 @@ nvidia-cuda-toolkit package (11.8) carries one:
 import argparse
 import collections
 import concurrent.futures
+import graphlib
 import json
 import os
 import re
@@ -84,7 +86,7 @@ CLASSES = ["HMMA", "LDSM", "MUFU", "LDL", "STL", "BRA"]
 DOT_NODE = re.compile(r'^"([^"]+)"\s*$')
 DOT_EDGE = re.compile(r'^"([^"]+)":\w+(?::\w+)?\s*->\s*"([^"]+)"')
 DOT_INSTRUCTION = re.compile(
-    r"(?:^|\\l|\|<\w+>)([0-9a-f]{4,}):(?:\\ )+(?:@!?U?P\w+(?:\\ )+)?([A-Z][A-Z0-9_.]*)"
+    r"(?:^|\\l|[{|]<\w+>)([0-9a-f]{4,}):(?:\\ )+(?:@!?U?P\w+(?:\\ )+)?([A-Z][A-Z0-9_.]*)"
 )
 
 
@@ -170,58 +172,48 @@ def innermost_loops(nodes, successors, blocks):
 def product_path(loop, headers, successors, blocks):
     """The instructions of the shortest way once around the loop that passes every block holding
     an HMMA or a cp.async (LDGSTS): a full tile that is not the last, the mask code of partial
-    tiles and other work a tile may branch around left out. None when no single way passes them
-    all or the loop has more than one header."""
+    tiles and other work a tile may branch around left out; a small loop inside (a copy, a
+    search) counts once. None when no single way passes them all or the loop has more than one
+    header."""
     if len(headers) != 1:
         return None
     (header,) = headers
-    dag = {v: (successors.get(v, set()) & loop) - headers for v in loop}
-    order, seen = [], set()
-
-    def visit(v):  # depth-first post-order; the loop body without its back edges is acyclic
-        stack = [(v, iter(sorted(dag[v])))]
-        seen.add(v)
-        while stack:
-            node, it = stack[-1]
-            nxt = next(it, None)
-            if nxt is None:
-                stack.pop()
-                order.append(node)
-            elif nxt not in seen:
-                seen.add(nxt)
-                stack.append((nxt, iter(sorted(dag[nxt]))))
-
-    visit(header)
-    order.reverse()  # topological
-    position = {v: i for i, v in enumerate(order)}
+    body = {v: (successors.get(v, set()) & loop) - headers for v in loop}
+    parts = strongly_connected(loop, body)  # the small loops inside become one node each
+    part_of = {v: i for i, part in enumerate(parts) for v in part}
+    weight = [sum(len(blocks[v]) for v in part) for part in parts]
+    dag = {i: set() for i in range(len(parts))}
+    for v in loop:
+        dag[part_of[v]].update(part_of[w] for w in body[v] if part_of[w] != part_of[v])
+    predecessors = {j: {i for i in dag if j in dag[i]} for j in dag}
+    order = list(graphlib.TopologicalSorter(predecessors).static_order())
+    position = {p: n for n, p in enumerate(order)}
     required = sorted(
-        (v for v in order if any(op.startswith(("HMMA", "LDGSTS")) for op in blocks[v])),
+        {part_of[v] for v in loop if any(op.startswith(("HMMA", "LDGSTS")) for op in blocks[v])},
         key=position.get,
     )
-    latches = {v for v in loop if header in successors.get(v, set())}
+    latches = {part_of[v] for v in loop if header in successors.get(v, set())}
 
     def shortest(source, targets):  # node-weighted, source counted
-        best = {source: len(blocks[source])}
+        best = {source: weight[source]}
         for v in order[position[source] :]:
-            if v not in best:
-                continue
-            for w in dag[v]:
-                cost = best[v] + len(blocks[w])
-                if cost < best.get(w, float("inf")):
-                    best[w] = cost
+            for w in dag[v] if v in best else ():
+                best[w] = min(best.get(w, float("inf")), best[v] + weight[w])
         reached = [best[t] for t in targets if t in best]
         return min(reached) if reached else None
 
-    total, at = 0, header
+    at = part_of[header]
+    total = weight[at]
     for target in required + [None]:
-        goal = latches if target is None else {target}
-        cost = shortest(at, goal)
+        if target == at:
+            continue
+        cost = shortest(at, latches if target is None else {target})
         if cost is None:
             return None
-        total += cost - len(blocks[at])  # `at` was counted by the previous segment
+        total += cost - weight[at]  # `at` was counted by the previous segment
         if target is not None:
             at = target
-    return total + len(blocks[header])
+    return total
 
 
 def sass_inner_loops(dot):
