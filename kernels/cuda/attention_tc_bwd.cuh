@@ -240,8 +240,8 @@ __global__ void __launch_bounds__(128) AttentionTcBackwardDqKernel(const TcAttnP
 #pragma unroll
           for (int i = 0; i < 4; ++i) {
             const int rr = i / 2;
-            s[nt][i] =
-                TcScoreGradient(sm, TcProb(sm, s[nt][i], lse[rr]), dp[nt][i], d_row[rr], s[nt][i]);
+            s[nt][i] = TcScoreGradient<decltype(capped)::value>(sm, TcProb(sm, s[nt][i], lse[rr]),
+                                                                dp[nt][i], d_row[rr], s[nt][i]);
           }
         }
         if (!full) {
@@ -274,7 +274,7 @@ __global__ void __launch_bounds__(128) AttentionTcBackwardDqKernel(const TcAttnP
 #pragma unroll
     for (int dt = 0; dt < kD / 8; ++dt) {
       *reinterpret_cast<uint32_t*>(out + dt * 8 + 2 * t) =
-          ptx::PackPair<T>(dq[dt][2 * rr], dq[dt][2 * rr + 1]);
+          ptx::PackPair<T>(dq[dt][2 * rr] * sm.scale, dq[dt][2 * rr + 1] * sm.scale);
     }
   }
 }
@@ -436,7 +436,8 @@ __device__ void BackwardKeyTile(const TcAttnParams& p, DqSink& sink) {
           for (int i = 0; i < 4; ++i) {
             const int c = nt * 8 + 2 * t + (i & 1);  // query row of the tile
             const float pr = TcProb(sm, st[nt][i], lse[c]);
-            dpt[nt][i] = TcScoreGradient(sm, pr, dpt[nt][i], d_row[c], st[nt][i]);
+            dpt[nt][i] =
+                TcScoreGradient<decltype(capped)::value>(sm, pr, dpt[nt][i], d_row[c], st[nt][i]);
             st[nt][i] = pr;
           }
         }
@@ -487,7 +488,7 @@ __device__ void BackwardKeyTile(const TcAttnParams& p, DqSink& sink) {
 #pragma unroll
     for (int dt = 0; dt < kD / 8; ++dt) {
       *reinterpret_cast<uint32_t*>(dk_out + dt * 8 + 2 * t) =
-          ptx::PackPair<T>(dk[dt][2 * rr], dk[dt][2 * rr + 1]);
+          ptx::PackPair<T>(dk[dt][2 * rr] * sm.scale, dk[dt][2 * rr + 1] * sm.scale);
       *reinterpret_cast<uint32_t*>(dv_out + dt * 8 + 2 * t) =
           ptx::PackPair<T>(dv[dt][2 * rr], dv[dt][2 * rr + 1]);
     }

@@ -46,7 +46,7 @@ cudaError_t RunOnePass(const TcAttnParams& p, float* acc, int64_t n, cudaStream_
   const int64_t blocks = (n4 + kDqConvertThreads - 1) / kDqConvertThreads;
   if (blocks > 0x7fffffff) return cudaErrorInvalidConfiguration;
   DqFromAccumKernel<T><<<static_cast<unsigned>(blocks), kDqConvertThreads, 0, stream>>>(
-      acc, static_cast<T*>(a.dq), n4);
+      acc, static_cast<T*>(a.dq), n4, static_cast<float>(a.scale));
   return cudaGetLastError();
 }
 

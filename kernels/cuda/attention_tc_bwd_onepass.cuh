@@ -164,19 +164,20 @@ __global__ void __launch_bounds__(128)
   BackwardKeyTile<T, kD, Tr>(p, sink);
 }
 
-// dq = `acc` rounded to T, 4 elements [4 i, 4 i + 4) per thread i = blockIdx.x *
-// kDqConvertThreads + threadIdx.x, for i < n4 (blocks of kDqConvertThreads threads).
+// dq = `acc` · scale rounded to T (the accumulator sums dS / scale, TcScoreGradient), 4 elements
+// [4 i, 4 i + 4) per thread i = blockIdx.x * kDqConvertThreads + threadIdx.x, for i < n4 (blocks
+// of kDqConvertThreads threads).
 inline constexpr int kDqConvertThreads = 256;
 
 template <typename T>
 __global__ void __launch_bounds__(kDqConvertThreads)
-    DqFromAccumKernel(const float* acc, T* dq, int64_t n4) {
+    DqFromAccumKernel(const float* acc, T* dq, int64_t n4, float scale) {
   const int64_t i = static_cast<int64_t>(blockIdx.x) * kDqConvertThreads + threadIdx.x;
   if (i >= n4) return;
   const float* s = acc + 4 * i;
   uint32_t* d = reinterpret_cast<uint32_t*>(dq + 4 * i);
-  d[0] = ptx::PackPair<T>(s[0], s[1]);
-  d[1] = ptx::PackPair<T>(s[2], s[3]);
+  d[0] = ptx::PackPair<T>(s[0] * scale, s[1] * scale);
+  d[1] = ptx::PackPair<T>(s[2] * scale, s[3] * scale);
 }
 
 }  // namespace packsched::kernels::internal::cuda

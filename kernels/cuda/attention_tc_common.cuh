@@ -285,7 +285,7 @@ struct TcSoftmax {
   float scale;     // the attention's scale
   float softcap;   // > 0: scores capped
   float cap_in;    // scale / softcap (capped)
-  float inv_cap;   // 1 / softcap; 0 uncapped, so that the score gradient needs no branch
+  float inv_cap;   // 1 / softcap (capped)
   float exp_mult;  // base-2 exponent per unit of a held score: scale · log2(e), capped log2(e)
   bool capped;
 };
@@ -344,12 +344,18 @@ __device__ inline float TcLse(const SoftmaxRow<float>& row) {
 // Backward: a row's lse as the base of TcProb (+inf stays +inf: every p of the row is 0).
 __device__ inline float TcLse2(float lse) { return lse * kLog2e; }
 
-// Backward: dS = P (dP − D) · ds/d(q·k) at held score s: scale, capped scale (1 − (s / softcap)²)
-// (inv_cap is 0 uncapped).
+// Backward: dS / scale = P (dP − D) · ds/d(q·k) / scale at held score s: 1, capped
+// 1 − (s / softcap)². The scale itself is applied once to the sums (dQ, dK) rather than to every
+// score, as FlashAttention-2 does.
+template <bool kCapped>
 __device__ inline float TcScoreGradient(const TcSoftmax& sm, float p, float dp, float d_row,
                                         float s) {
-  const float t = s * sm.inv_cap;
-  return p * (dp - d_row) * (sm.scale * fmaf(-t, t, 1.f));
+  if constexpr (kCapped) {
+    const float t = s * sm.inv_cap;
+    return p * (dp - d_row) * fmaf(-t, t, 1.f);
+  } else {
+    return p * (dp - d_row);
+  }
 }
 
 }  // namespace packsched::kernels::internal::cuda

@@ -362,7 +362,7 @@ void RunOnePassKernels(const Problem& pb, const TcAttnParams& p) {
     for (int t = 0; t < kDqConvertThreads; ++t) {
       emu::block_idx = dim3(static_cast<unsigned>(b));
       emu::thread_idx = dim3(t);
-      DqFromAccumKernel<T>(acc.data(), static_cast<T*>(a.dq), n4);
+      DqFromAccumKernel<T>(acc.data(), static_cast<T*>(a.dq), n4, static_cast<float>(a.scale));
     }
   }
 }
