@@ -275,12 +275,13 @@ __device__ inline int32_t WarpMax(int32_t x) {
 }
 
 // The softmax of the tensor-core kernels, in base 2 as FlashAttention-2's: a score is held as the
-// tile product q·k leaves the tensor cores (capped: softcap · tanh(scale · q·k / softcap), one
-// warp-uniform branch per tile, CapScores), and each exponential is one fused multiply-add and
-// one ex2.approx.ftz, p = 2^(s · exp_mult − base), with base the row's running max (forward) or
-// its lse (backward, TcLse2) in base-2 units. Nothing tests for −inf per score: a masked score
-// is −inf and gives 2^−inf = 0, and the bases are never −inf (the forward's max starts at the
-// lowest float, TcRowStart; a row that saw no key in the forward has lse +inf, so all its p are 0).
+// tile product q·k leaves the tensor cores (capped: softcap · tanh(scale · q·k / softcap), by
+// CapScores in the capped copy of each kernel's tile loop), and each exponential is one fused
+// multiply-add and one ex2.approx.ftz, p = 2^(s · exp_mult − base), with base the row's running
+// max (forward) or its lse (backward, TcLse2) in base-2 units. Nothing tests for −inf per score:
+// a masked score is −inf and gives 2^−inf = 0, and the bases are never −inf (the forward's max
+// starts at the lowest float, TcRowStart; a row that saw no key in the forward has lse +inf, so
+// all its p are 0).
 struct TcSoftmax {
   float scale;     // the attention's scale
   float softcap;   // > 0: scores capped
