@@ -28,13 +28,18 @@ H = 16, Hk = 4, D = 128, causal (q and k share cu_seqlens). For each batch:
     packsched's, and "fwd_tile_speed_vs_varlen_attn" (varlen_attn's forward time over each's);
   - "packsched_onepass": the one-pass tensor-core backward (PACKSCHED_ATTENTION_TC_BWD=onepass;
     dq by atomics), errors of dq, dk, dv and its backward time, right after the default
-    backward's ("bwd_onepass" in "speed_vs_varlen_attn").
+    backward's ("bwd_onepass" in "speed_vs_varlen_attn");
+  - "kernel_ms": for one call each of packsched's forward, backward and one-pass backward and
+    varlen_attn's forward and backward, the GPU milliseconds of every kernel the call ran (torch's
+    profiler, CUDA activity only; a kernel launched more than once summed), so that a run shows
+    which pass costs what.
 """
 
 import argparse
 import inspect
 import json
 import os
+import re
 import sys
 import time
 import traceback
@@ -62,6 +67,40 @@ def forced(variable, value, fn):
             os.environ.pop(variable, None)
 
     return call
+
+
+def short_kernel_name(name):
+    """A profiler's kernel name without its return type, namespaces and parameters
+    ("AttentionTcBackwardDqKernel<Bf16, 128>"), at most 80 characters."""
+    name = re.sub(r"^void\s+", "", name).replace("(anonymous namespace)::", "")
+    depth, cut = 0, len(name)
+    for i, ch in enumerate(name):  # the parameters: the first "(" outside template brackets
+        depth += {"<": 1, ">": -1}.get(ch, 0)
+        if ch == "(" and depth == 0:
+            cut = i
+            break
+    name = re.sub(r"\b[A-Za-z_]\w*::", "", name[:cut]).strip()
+    return name if len(name) <= 80 else name[:77] + "..."
+
+
+def kernel_times(torch, fn):
+    """{kernel: milliseconds} of one call of fn on the GPU, from torch's profiler (CUDA activity
+    only), largest first; a kernel launched more than once is summed."""
+    from torch.profiler import ProfilerActivity, profile
+
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    times = {}
+    for event in prof.key_averages():
+        us = getattr(event, "self_device_time_total", None)
+        if us is None:  # torch before the device_ names
+            us = getattr(event, "self_cuda_time_total", 0)
+        if us > 0:
+            name = short_kernel_name(event.key)
+            times[name] = times.get(name, 0.0) + us / 1e3
+    return dict(sorted(times.items(), key=lambda item: -item[1]))
 
 
 def pack_lengths(lengths, target):
@@ -338,6 +377,19 @@ def run_batch(torch, kernels, impl, lengths, seed, budget, device):
         result["time_ms"][direction][name] = ms
         work = flops * (2.5 if direction == "bwd" else 1.0)
         result["tflops"][direction][name] = work / (ms / 1e3) / 1e12
+    # Which kernels one call runs and for how long: what the next optimisation works from.
+    result["kernel_ms"] = {}
+    profiled = [("fwd", "packsched", ours_fwd), ("bwd", "packsched", ours_bwd)]
+    profiled += [("bwd", "packsched_onepass", ours_bwd_onepass)]
+    profiled += [(d, name, fn) for d, name, fn in timed if name == "varlen_attn"]
+    for direction, name, fn in profiled:
+        if budget.left() <= 0:
+            result["skipped"].append(f"kernel times {direction} {name}: out of budget")
+            continue
+        try:
+            result["kernel_ms"][f"{direction} {name}"] = kernel_times(torch, fn)
+        except Exception as e:  # noqa: BLE001
+            result["exceptions"].append(f"kernel times {direction} {name}: {type(e).__name__}: {e}")
     result["speed_vs_varlen_attn"] = {
         d: result["time_ms"][d]["varlen_attn"] / result["time_ms"][d]["packsched"]
         for d in ("fwd", "bwd")

@@ -285,6 +285,15 @@ def judge_attention_error(inputs):
     )
 
 
+def kernel_text(kernel_ms, call, top=3):
+    """The largest kernels of one profiled call: 'A 1.23, B 0.45 ms' ('' when not profiled)."""
+    times = kernel_ms.get(call, {})
+    largest = sorted(times.items(), key=lambda item: -item[1])[:top]
+    return ", ".join(f"{name.split('<')[0]} {ms:.3g}" for name, ms in largest) + (
+        " ms" if largest else ""
+    )
+
+
 def judge_attention_throughput(inputs):
     data, early = attention_data(inputs)
     if early:
@@ -298,6 +307,7 @@ def judge_attention_throughput(inputs):
             "time_ms": batch["time_ms"],
             "speed_vs_varlen_attn": speed,
             "fwd_tile_speed_vs_varlen_attn": tiles,
+            "kernel_ms": batch.get("kernel_ms", {}),
         }
         if speed:
             scalar = batch["tflops"]
@@ -313,6 +323,10 @@ def judge_attention_throughput(inputs):
                 f"{scalar['fwd'].get('packsched_scalar', float('nan')):.3g} / "
                 f"{scalar['bwd'].get('packsched_scalar', float('nan')):.3g} TFLOP/s)"
             )
+            kernels = batch.get("kernel_ms", {})
+            for call in ("fwd packsched", "bwd packsched", "bwd packsched_onepass"):
+                if kernels.get(call):
+                    parts[-1] += f"; {call} kernels: {kernel_text(kernels, call)}"
     if not parts:
         return check("unavailable", "varlen_attn not timed", **metrics)
     return check("pass", "speed vs varlen_attn: " + "; ".join(parts), **metrics)
