@@ -336,6 +336,19 @@ __device__ inline float TcRescale(const TcSoftmax& sm, SoftmaxRow<float>& row, f
   return factor;
 }
 
+// Forward: how far (base-2 units) a row's running max may trail the largest score it has seen.
+// The max moves, and O is rescaled, only when a tile lifts some row of the warp by more than
+// this (FlashAttention-4's conditional rescaling); otherwise every row keeps its max, its p stay
+// at most 2^8 = 256 (within range and at the same relative precision in bf16, fp16 and the float
+// sums), and O and the sum go on in the same units, so the result is the same up to rounding.
+inline constexpr float kRescaleSlack = 8.f;
+
+// Forward: whether a tile's max (held units, QuadMax'ed) lifts the row past its slack.
+__device__ inline bool TcMaxGrows(const TcSoftmax& sm, const SoftmaxRow<float>& row,
+                                  float tile_max) {
+  return tile_max * sm.exp_mult > row.max + kRescaleSlack;
+}
+
 // Forward: lse = max · ln 2 + log(sum), natural-log units of the scaled (and capped) score; +inf
 // for a row that saw no key.
 __device__ inline float TcLse(const SoftmaxRow<float>& row) {

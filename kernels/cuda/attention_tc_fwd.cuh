@@ -259,19 +259,28 @@ __global__ void __launch_bounds__(128) AttentionTcForwardKernel(const TcAttnPara
               }
             }
           }
-          float factor[kSlots];
+          // The rows' maxes move, and O is rescaled, only when some row of the warp grows past
+          // its slack (kRescaleSlack): after the first tiles of a row that is rare, and the
+          // kD / 2 multiplies per row slot are skipped.
+          bool grows = false;
 #pragma unroll
           for (int rs = 0; rs < kSlots; ++rs) {
-            factor[rs] = TcRescale(sm, state[rs], QuadMax(tile_max[rs]));
+            tile_max[rs] = QuadMax(tile_max[rs]);
+            grows = grows || TcMaxGrows(sm, state[rs], tile_max[rs]);
           }
+          if (ptx::WarpAny(grows)) {
+            float factor[kSlots];
 #pragma unroll
-          for (int mi = 0; mi < kM; ++mi) {
+            for (int rs = 0; rs < kSlots; ++rs) factor[rs] = TcRescale(sm, state[rs], tile_max[rs]);
 #pragma unroll
-            for (int dt = 0; dt < kD / 8; ++dt) {
-              o[mi][dt][0] *= factor[2 * mi];
-              o[mi][dt][1] *= factor[2 * mi];
-              o[mi][dt][2] *= factor[2 * mi + 1];
-              o[mi][dt][3] *= factor[2 * mi + 1];
+            for (int mi = 0; mi < kM; ++mi) {
+#pragma unroll
+              for (int dt = 0; dt < kD / 8; ++dt) {
+                o[mi][dt][0] *= factor[2 * mi];
+                o[mi][dt][1] *= factor[2 * mi];
+                o[mi][dt][2] *= factor[2 * mi + 1];
+                o[mi][dt][3] *= factor[2 * mi + 1];
+              }
             }
           }
           // O += P V per 16 keys: P of the 16 keys (the row sums take them as they are), rounded to

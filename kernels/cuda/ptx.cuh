@@ -5,9 +5,9 @@
 // matrix multiply-accumulate (mma.sync m16n8k16, bf16 or fp16 inputs, float accumulators), the
 // warp's shared-memory matrix loads (ldmatrix x1/x2/x4, with and without .trans), asynchronous
 // global-to-shared copies (cp.async with commit_group / wait_group), warp shuffles and the packing
-// of two floats into a 16-bit pair, 16-byte read-only global loads and the fast base-2 exponential.
-// Nothing else in the kernels is inline assembly, so a CPU emulation of exactly this header
-// (tests/kernels/cuda_emulation/kernels/cuda/ptx.cuh) runs the very kernel code on the CPU.
+// of two floats into a 16-bit pair, 16-byte read-only global loads, the fast base-2 exponential and
+// a warp vote. Nothing else in the kernels is inline assembly, so a CPU emulation of exactly this
+// header (tests/kernels/cuda_emulation/kernels/cuda/ptx.cuh) runs the very kernel code on the CPU.
 //
 // Fragment layouts (PTX ISA, "Matrix Fragments for mma.m16n8k16 with floating point type"), with
 // lane = the thread's index in its warp, g = lane / 4 ("groupID"), t = lane % 4
@@ -136,6 +136,9 @@ __device__ inline float Ex2(float x) {
   asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(r) : "f"(x));
   return r;
 }
+
+// Whether `p` holds in any lane of the warp (vote.any over the full warp; every lane must call).
+__device__ inline bool WarpAny(bool p) { return __any_sync(0xffffffffu, p); }
 
 // Two floats rounded to nearest-even into one register of T (Bf16 or Fp16): lo in the low half.
 template <typename T>

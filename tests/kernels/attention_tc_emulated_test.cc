@@ -122,15 +122,18 @@ bool SameBits(const std::vector<double>& x, const std::vector<double>& y) {
 // forward with 128-row query tiles (the launcher's default), and at D = 128 also the forward
 // with 64-row tiles (PACKSCHED_ATTENTION_TC_FWD_TILE=64) on fresh output tensors. With
 // `deterministic_check`, also runs the backward a second time and requires bitwise equal
-// gradients.
+// gradients. `adjust`, when given, changes the random inputs first (keeping them representable
+// in T).
 template <typename T>
 void CheckTc(Problem p, const Tree* tree = nullptr, uint32_t seed = 1,
-             bool deterministic_check = false) {
+             bool deterministic_check = false,
+             const std::function<void(const Problem&, Inputs*)>& adjust = {}) {
   if (tree != nullptr) {
     p.subtree_end = tree->subtree_end;
     p.positions = tree->positions;
   }
-  const Inputs in = RandomInputs<T>(p, seed);
+  Inputs in = RandomInputs<T>(p, seed);
+  if (adjust) adjust(p, &in);
   AttentionTensors<T> t(p, in);
   const TcAttnParams params = ParamsOf(p, t);
   const uint64_t conflicts = emu::ldmatrix_bank_conflicts;
@@ -195,6 +198,32 @@ TEST(AttentionTcEmulatedTest, KitShapeGqaGroupOfFourD128) {
   p.kv_heads = 1;
   p.head_dim = 128;
   CheckTc<Bf16>(p);
+}
+
+// Keys scaled by 1 + j / 4 at position j of their sequence, so that each row's largest score
+// keeps rising by more than the forward's rescale slack (kRescaleSlack) from key tile to key
+// tile: O is rescaled after it has accumulated (random inputs alone rescale on a row's first keys
+// only), and a forward that never rescaled would overflow.
+template <typename T>
+void RisingKeys(const Problem& p, Inputs* in) {
+  const std::vector<int32_t> cu = p.CuK();
+  const int64_t row = p.kv_heads * p.head_dim;
+  for (int64_t b = 0; b < p.batch(); ++b) {
+    for (int64_t j = 0; j < p.len_k[b]; ++j) {
+      for (int64_t i = 0; i < row; ++i) {
+        double& x = in->k[(cu[b] + j) * row + i];
+        x = static_cast<double>(ToAcc(FromAcc<T>(static_cast<Acc<T>>(x * (1.0 + j / 4.0)))));
+      }
+    }
+  }
+}
+
+TEST(AttentionTcEmulatedTest, RisingScoresRescaleTheAccumulatedOutput) {
+  for (const int64_t head_dim : {64, 128}) {
+    Problem p = MakeProblem({200, 90}, {200, 90}, true);
+    p.head_dim = head_dim;
+    CheckTc<Bf16>(p, nullptr, 3, false, RisingKeys<Bf16>);
+  }
 }
 
 TEST(AttentionTcEmulatedTest, WindowWithoutCausalD128Fp16) {

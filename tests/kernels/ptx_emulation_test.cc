@@ -247,6 +247,18 @@ TEST(PtxEmulationTest, ShuffleReductionEqualsTheSum) {
   }
 }
 
+// The warp vote: true in every lane of a warp where some lane's predicate holds, per warp.
+TEST(PtxEmulationTest, WarpAnyIsTheVoteOfItsOwnWarp) {
+  std::vector<int> any(96);
+  emu::RunBlock(dim3(0), 96, 0, [&] {
+    const int t = threadIdx.x;
+    // Warp 0: lane 7 alone; warp 1: none; warp 2: every lane.
+    const bool p = t == 7 || t >= 64;
+    any[t] = ptx::WarpAny(p) ? 1 : 0;
+  });
+  for (int t = 0; t < 96; ++t) EXPECT_EQ(any[t], t / 32 == 1 ? 0 : 1) << "thread " << t;
+}
+
 // The destination reads as poison (0xff) from the issue until the wait that retires the group.
 TEST(PtxEmulationTest, CpAsyncCopiesWhenItsGroupIsWaitedFor) {
   alignas(16) static uint8_t src[3][16];

@@ -15,7 +15,7 @@
 //     8m..8m+7 give the row addresses of matrix m; each address must be 16-byte aligned and in
 //     the block's shared memory (else the run aborts); bank conflicts among a matrix's 8 rows are
 //     counted (ldmatrix_bank_conflicts);
-//   - __shfl_sync / __shfl_xor_sync with the full mask.
+//   - __shfl_sync / __shfl_xor_sync / __any_sync with the full mask.
 // cp.async is a per-thread queue: the destination is poisoned (0xff bytes: NaN in every float
 // type) when the copy is issued, and the data lands when a cp.async.wait_group retires its group.
 // So a kernel that reads a tile before waiting for it, or issues a copy into a buffer another
@@ -45,6 +45,18 @@ V __shfl_xor_sync(unsigned mask, V v, int lane_mask) {
           out[l] = in[(l ^ in[l].lane_mask) & 31].v;
         }
       });
+}
+
+inline bool __any_sync(unsigned mask, bool p) {
+  if (mask != 0xffffffffu) packsched_cuda_emulation::Fail("__any_sync needs the full mask");
+  return packsched_cuda_emulation::WarpCollective<int, int>("__any_sync", p ? 1 : 0,
+                                                            [](const int* in, int* out) {
+                                                              int any = 0;
+                                                              for (int l = 0; l < 32; ++l)
+                                                                any |= in[l];
+                                                              for (int l = 0; l < 32; ++l)
+                                                                out[l] = any;
+                                                            }) != 0;
 }
 
 template <typename V>
@@ -232,6 +244,8 @@ template <typename V>
 V Shfl(V v, int src_lane) {
   return __shfl_sync(0xffffffffu, v, src_lane);
 }
+
+inline bool WarpAny(bool p) { return __any_sync(0xffffffffu, p); }
 
 // ex2.approx.ftz.f32: 2^x with subnormal inputs read as 0 and subnormal results flushed to 0 (the
 // emulation rounds 2^x correctly; the hardware's result is within 2^-22 of it).
