@@ -62,8 +62,10 @@ void RunOnDevice(const Problem& p, const AttentionTensors<T>& in, AttentionTenso
 }
 
 template <typename T>
-void CheckCuda(const Problem& p, uint32_t seed = 1) {
-  const Inputs in = RandomInputs<T>(p, seed);
+void CheckCuda(const Problem& p, uint32_t seed = 1,
+               void (*adjust)(const Problem&, Inputs*) = nullptr) {
+  Inputs in = RandomInputs<T>(p, seed);
+  if (adjust != nullptr) adjust(p, &in);
   AttentionTensors<T> cpu(p, in);
   ASSERT_TRUE(cpu.Forward(p.options).ok());
   ASSERT_TRUE(cpu.Backward(p.options).ok());
@@ -193,6 +195,19 @@ TEST_F(AttentionCudaTest, TensorCoreForwardTilesAtD128InEveryMode) {
 TEST_F(AttentionCudaTest, OnePassTensorCoreBackwardInEveryMode) {
   const ScopedEnv scoped("PACKSCHED_ATTENTION_TC_BWD", "onepass");
   for (int64_t d : {64, 128}) CheckTensorCoreModes(d);
+}
+
+// Scores that rise from key tile to key tile (RisingKeys): the tensor-core forward rescales its
+// output only when a row's max grows past its slack, and here it must, after O has accumulated.
+TEST_F(AttentionCudaTest, TensorCoreForwardRescalesAsScoresRise) {
+  for (int64_t d : {64, 128}) {
+    SCOPED_TRACE(d);
+    Problem p = MakeProblem({600, 90}, {600, 90}, true);
+    p.heads = 4;
+    p.kv_heads = 2;
+    p.head_dim = d;
+    CheckCuda<Bf16>(p, 3, testing::RisingKeys<Bf16>);
+  }
 }
 
 TEST_F(AttentionCudaTest, BackwardIsDeterministic) {

@@ -374,11 +374,31 @@ struct AttentionTensors {
   AttentionSeqlens seqlens;
 };
 
-// Runs the public forward and backward (the backend of the tensors' device, the CPU for host
-// tensors) on random inputs in dtype T and applies ExpectMatchesReference.
+// Scales the keys by 1 + j / 4 at position j of their sequence (rounded back to T), so that each
+// query row's largest score keeps rising from key tile to key tile: an online softmax has to
+// rescale its output after it has accumulated, and one that never did would overflow.
 template <typename T>
-void CheckAgainstReference(const Problem& p, uint32_t seed = 1) {
-  const Inputs in = RandomInputs<T>(p, seed);
+void RisingKeys(const Problem& p, Inputs* in) {
+  const std::vector<int32_t> cu = p.CuK();
+  const int64_t row = p.kv_heads * p.head_dim;
+  for (int64_t b = 0; b < p.batch(); ++b) {
+    for (int64_t j = 0; j < p.len_k[b]; ++j) {
+      for (int64_t i = 0; i < row; ++i) {
+        double& x = in->k[(cu[b] + j) * row + i];
+        x = RoundTo<T>(x * (1.0 + j / 4.0));
+      }
+    }
+  }
+}
+
+// Runs the public forward and backward (the backend of the tensors' device, the CPU for host
+// tensors) on random inputs in dtype T (changed by `adjust` when given) and applies
+// ExpectMatchesReference.
+template <typename T>
+void CheckAgainstReference(const Problem& p, uint32_t seed = 1,
+                           void (*adjust)(const Problem&, Inputs*) = nullptr) {
+  Inputs in = RandomInputs<T>(p, seed);
+  if (adjust != nullptr) adjust(p, &in);
   AttentionTensors<T> t(p, in);
   ASSERT_TRUE(t.Forward(p.options).ok()) << t.Forward(p.options);
   ASSERT_TRUE(t.Backward(p.options).ok()) << t.Backward(p.options);

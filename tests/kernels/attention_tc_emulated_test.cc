@@ -200,29 +200,14 @@ TEST(AttentionTcEmulatedTest, KitShapeGqaGroupOfFourD128) {
   CheckTc<Bf16>(p);
 }
 
-// Keys scaled by 1 + j / 4 at position j of their sequence, so that each row's largest score
-// keeps rising by more than the forward's rescale slack (kRescaleSlack) from key tile to key
-// tile: O is rescaled after it has accumulated (random inputs alone rescale on a row's first keys
-// only), and a forward that never rescaled would overflow.
-template <typename T>
-void RisingKeys(const Problem& p, Inputs* in) {
-  const std::vector<int32_t> cu = p.CuK();
-  const int64_t row = p.kv_heads * p.head_dim;
-  for (int64_t b = 0; b < p.batch(); ++b) {
-    for (int64_t j = 0; j < p.len_k[b]; ++j) {
-      for (int64_t i = 0; i < row; ++i) {
-        double& x = in->k[(cu[b] + j) * row + i];
-        x = static_cast<double>(ToAcc(FromAcc<T>(static_cast<Acc<T>>(x * (1.0 + j / 4.0)))));
-      }
-    }
-  }
-}
-
+// Keys whose scale rises along each sequence (RisingKeys): each row's largest score grows by more
+// than the forward's rescale slack (kRescaleSlack) from key tile to key tile, so O is rescaled
+// after it has accumulated (random inputs alone rescale on a row's first keys only).
 TEST(AttentionTcEmulatedTest, RisingScoresRescaleTheAccumulatedOutput) {
   for (const int64_t head_dim : {64, 128}) {
     Problem p = MakeProblem({200, 90}, {200, 90}, true);
     p.head_dim = head_dim;
-    CheckTc<Bf16>(p, nullptr, 3, false, RisingKeys<Bf16>);
+    CheckTc<Bf16>(p, nullptr, 3, false, testing::RisingKeys<Bf16>);
   }
 }
 

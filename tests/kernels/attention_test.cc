@@ -44,6 +44,14 @@ TEST(AttentionTest, LengthPairsBatchOfOne) {
   }
 }
 
+// Scores that rise from key tile to key tile (RisingKeys): the online softmax rescales what it
+// has accumulated, in float32 and bf16.
+TEST(AttentionTest, RisingScoresAcrossKeyTiles) {
+  const Problem p = MakeProblem({300, 40}, {300, 40}, true);
+  CheckAgainstReference<float>(p, 3, testing::RisingKeys<float>);
+  CheckAgainstReference<Bf16>(p, 3, testing::RisingKeys<Bf16>);
+}
+
 TEST(AttentionTest, AllLengthsInOneBatchWithEmptySequences) {
   for (bool causal : {false, true}) {
     SCOPED_TRACE(causal);
