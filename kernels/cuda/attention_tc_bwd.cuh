@@ -317,6 +317,8 @@ __device__ void BackwardKeyTile(const TcAttnParams& p, DqSink& sink) {
   float* q_lse = reinterpret_cast<float*>(smem + Tr::kTileBytes);  // [2][kV]
   float* q_d = q_lse + 2 * kV;                                     // [2][kV]
   int32_t* q_pos = reinterpret_cast<int32_t*>(q_d + 2 * kV);       // [2][kV]
+  int32_t* q_lo = q_pos + 2 * kV;                                  // [2][kV]
+  int32_t* q_hi = q_lo + 2 * kV;                                   // [2][kV]
 
   const int warp = threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
@@ -344,6 +346,7 @@ __device__ void BackwardKeyTile(const TcAttnParams& p, DqSink& sink) {
   const int32_t warp_end =
       mask.subtree_end != nullptr ? WarpMax(key_end[0] > key_end[1] ? key_end[0] : key_end[1]) : 0;
   const int64_t warp_cols = Clamp0(cols - wrow, 16);
+  const int32_t key_col = static_cast<int32_t>(key0 + wrow + g);  // the lane's first key
 
   LoadRowsAsync<T, kD, kBc, Tr::kThreads>(ks, a.k, seq.k0 + key0, cols, a.kv_heads, hk);
   LoadRowsAsync<T, kD, kBc, Tr::kThreads>(vs, a.v, seq.k0 + key0, cols, a.kv_heads, hk);
@@ -374,10 +377,14 @@ __device__ void BackwardKeyTile(const TcAttnParams& p, DqSink& sink) {
     LoadRowsAsync<T, kD, kBr, Tr::kThreads>(qt, a.q, seq.q0 + first, rows, a.heads, h);
     LoadRowsAsync<T, kD, kBr, Tr::kThreads>(dot, a.dout, seq.q0 + first, rows, a.heads, h);
     // lse (as TcProb's base), D (the pre-pass's) and positions of the tile's rows, from global
-    // memory.
+    // memory, and the keys each row sees by the varlen rule (empty for pad rows), for the
+    // partial tiles' per-element mask.
     for (int r = threadIdx.x; r < kBr; r += Tr::kThreads) {
       const bool real = r < rows;
       const int64_t q_row = seq.q0 + first + r;
+      const KeyRange seen = VisibleKeys(mask.rule, first + r);
+      q_lo[buf * kV + r] = static_cast<int32_t>(seen.lo);
+      q_hi[buf * kV + r] = static_cast<int32_t>(seen.hi);
       q_d[buf * kV + r] = real ? p.dout_dot_out[q_row * a.heads + h] : 0.f;
       q_lse[buf * kV + r] =
           real ? TcLse2(static_cast<const float*>(a.lse)[h * a.total_q + q_row]) : Inf<float>();
@@ -410,6 +417,8 @@ __device__ void BackwardKeyTile(const TcAttnParams& p, DqSink& sink) {
       const float* lse = q_lse + buf * kV;
       const float* d_row = q_d + buf * kV;
       const int32_t* pos = q_pos + buf * kV;
+      const int32_t* row_lo = q_lo + buf * kV;
+      const int32_t* row_hi = q_hi + buf * kV;
       // Uniform across the warp: whether any of the tile's rows sees one of the warp's keys (the
       // keys of its first and last rows bound everyone's), and whether every row sees every key
       // of the warp, so that no per-element mask is needed (no tree, all real).
@@ -448,13 +457,14 @@ __device__ void BackwardKeyTile(const TcAttnParams& p, DqSink& sink) {
             for (int i = 0; i < 4; ++i) {
               const int c = nt * 8 + 2 * t + (i & 1);
               const int rr = i / 2;
-              const int64_t j = key0 + wrow + g + 8 * rr;
-              const int64_t qi = first + c;
-              const TcRow q{VisibleKeys(mask.rule, qi), qi, static_cast<int32_t>(seq.q0 + qi),
-                            pos[c]};
-              const bool visible = j >= q.keys.lo && j < q.keys.hi &&
-                                   (mask.subtree_end == nullptr ||
-                                    TreeVisible(mask, q, j, key_end[rr], key_pos[rr]));
+              const int32_t j = key_col + 8 * rr;  // segments are below 2^31 keys
+              bool visible = j >= row_lo[c] && j < row_hi[c];
+              if (mask.subtree_end != nullptr) {
+                const int64_t qi = first + c;
+                const TcRow q{KeyRange{row_lo[c], row_hi[c]}, qi, static_cast<int32_t>(seq.q0 + qi),
+                              pos[c]};
+                visible = visible && TreeVisible(mask, q, j, key_end[rr], key_pos[rr]);
+              }
               if (!visible) st[nt][i] = dpt[nt][i] = 0.f;
             }
           }

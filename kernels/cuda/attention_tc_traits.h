@@ -42,15 +42,15 @@ struct TcTraits {
   static constexpr size_t kRowTileBytes = static_cast<size_t>(kBr) * kHeadDim * kElementBytes;
   static constexpr size_t kKeyTileBytes = static_cast<size_t>(kBc) * kHeadDim * kElementBytes;
   // Forward: Q, then K and V double-buffered. dq: Q, dO, then K and V double-buffered.
-  // dk/dv: K, V, then Q and dO double-buffered. Then 4 vectors of 4-byte values per row or key
-  // of a tile, double-buffered (TcVector): the tree's subtree ends and positions of a key tile;
-  // lse, D and positions of a query tile.
+  // dk/dv: K, V, then Q and dO double-buffered. Then 5 vectors of 4-byte values per row or key
+  // of a tile, double-buffered: the tree's subtree ends and positions of a key tile; lse, D,
+  // positions and the visible key range (two) of a query tile.
   static constexpr size_t kTileBytes =
       kKind == TcKernel::kForward      ? kRowTileBytes + 4 * kKeyTileBytes
       : kKind == TcKernel::kBackwardDq ? 2 * kRowTileBytes + 4 * kKeyTileBytes
                                        : 2 * kKeyTileBytes + 4 * kRowTileBytes;
   static constexpr int kVectorLen = 64;
-  static constexpr size_t kVectorBytes = 2 * 4 * kVectorLen * 4;
+  static constexpr size_t kVectorBytes = 2 * 5 * kVectorLen * 4;
   // Forward: 3 vectors of 4-byte values per query row (each row's visible key columns, its
   // position).
   static constexpr size_t kRowVectorBytes =
