@@ -4,26 +4,28 @@
 // The tensor-core attention backward, deterministic like the scalar one (attention_device.cuh):
 // a pre-pass computes D_i = dO_i · O_i per query row and head, pass 1 dq per query tile, pass 2
 // dk and dv per key tile; no atomics, each output row written by exactly one block, every sum in
-// a fixed order. Both passes recompute P from the forward's lse and read D from the pre-pass.
+// a fixed order. Both passes recompute P from the forward's lse and read D from the pre-pass, in
+// base 2 (TcSoftmax: one FFMA and one ex2 per score), compute dS / scale and apply the scale once
+// to dQ and dK, and run their tile loop compiled twice, capped and not.
 //
 // Pre-pass (AttentionTcDotOutKernel): D of every packed row and head into a float32 buffer
 // [total_q, heads] (TcAttnParams::dout_dot_out), kD / 32 threads per row.
 //
 // Pass 1 (AttentionTcBackwardDqKernel): a block of 4 warps per (query tile of 64 rows, head,
-// sequence), started heaviest first (HeaviestFirstBlock<uint32_t>: the forward's order, in
-// 32-bit arithmetic, which keeps the kernel spill-free); Q and dO tiles in
-// shared memory, K and V tiles double-buffered (cp.async). Warp w owns query rows [16w, 16w + 16):
-// S = Q Kᵀ and dP = dO Vᵀ (B fragments of K and V by ldmatrix), dS = P (dP - D) ds/dz in the
-// accumulators, then dQ += dS K with dS reused as A fragments and K's B fragments by ldmatrix
-// .trans.
+// sequence), started heaviest first (HeaviestFirstBlock<uint32_t>: the forward's order, in 32-bit
+// arithmetic, which keeps the kernel spill-free); Q and dO tiles in shared memory, K and V tiles
+// double-buffered (cp.async). Warp w owns query rows [16w, 16w + 16): S = Q Kᵀ and dP = dO Vᵀ (B
+// fragments of K and V by ldmatrix), dS = P (dP - D) ds/dz in the accumulators, then dQ += dS K
+// with dS reused as A fragments and K's B fragments by ldmatrix .trans.
 //
-// Pass 2 (AttentionTcBackwardDkDvKernel): a block per (key tile of 64 keys, kv head, sequence),
-// in the grid's plain order; K and V in shared memory, Q and dO tiles of kBr rows double-buffered,
-// walked over the group's query heads and the query tiles that see the key tile, in order. Warp w
-// owns keys [16w, 16w + 16): Sᵀ = K Qᵀ and dPᵀ = V dOᵀ, then dV += Pᵀ dO and dK += dSᵀ Q with Pᵀ
-// and dSᵀ as A fragments and dO's and Q's B fragments by ldmatrix .trans. Its body
-// (BackwardKeyTile) is also the one-pass backward's (attention_tc_bwd_onepass.cuh), which adds dQ
-// through a sink.
+// Pass 2 (AttentionTcBackwardDkDvKernel): a block per (key tile of 64 keys, kv head, sequence), in
+// the grid's plain order; K and V in shared memory, Q and dO tiles of kBr rows double-buffered,
+// walked over the group's query heads and the query tiles that see the key tile (a range found once
+// per block, walked by two counters), with each tile's lse, D, positions and per-row key ranges in
+// double-buffered shared vectors. Warp w owns keys [16w, 16w + 16): Sᵀ = K Qᵀ and dPᵀ = V dOᵀ, then
+// dV += Pᵀ dO and dK += dSᵀ Q with Pᵀ and dSᵀ as A fragments and dO's and Q's B fragments by
+// ldmatrix .trans. Its body (BackwardKeyTile) is also the one-pass backward's
+// (attention_tc_bwd_onepass.cuh), which adds dQ through a sink.
 
 #include <cuda_runtime.h>
 
