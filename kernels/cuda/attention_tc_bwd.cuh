@@ -18,14 +18,8 @@
 // fragments of K and V by ldmatrix), dS = P (dP - D) ds/dz in the accumulators, then dQ += dS K
 // with dS reused as A fragments and K's B fragments by ldmatrix .trans.
 //
-// Pass 2 (AttentionTcBackwardDkDvKernel): a block per (key tile of 64 keys, kv head, sequence), in
-// the grid's plain order; K and V in shared memory, Q and dO tiles of kBr rows double-buffered,
-// walked over the group's query heads and the query tiles that see the key tile (a range found once
-// per block, walked by two counters), with each tile's lse, D, positions and per-row key ranges in
-// double-buffered shared vectors. Warp w owns keys [16w, 16w + 16): Sᵀ = K Qᵀ and dPᵀ = V dOᵀ, then
-// dV += Pᵀ dO and dK += dSᵀ Q with Pᵀ and dSᵀ as A fragments and dO's and Q's B fragments by
-// ldmatrix .trans. Its body (BackwardKeyTile) is also the one-pass backward's
-// (attention_tc_bwd_onepass.cuh), which adds dQ through a sink.
+// Pass 2 (AttentionTcBackwardDkDvKernel, attention_tc_bwd_keys.cuh): dk and dv per block of 128
+// keys, 8 warps, over the query tiles that see them.
 
 #include <cuda_runtime.h>
 
@@ -41,25 +35,33 @@
 
 namespace packsched::kernels::internal::cuda {
 
-// acc (16 x kN) += A Bᵀ for the warp: A = rows [a_row0, a_row0 + 16) of `a_tile`, B = rows
-// [0, kN) of `b_tile`, both swizzled tiles of kD columns.
-template <typename T, int kD, int kN>
-__device__ void MmaRowsTimesRowsT(float (&acc)[kN / 8][4], const T* a_tile, int a_row0,
-                                  const T* b_tile) {
+// acc (kM x kN) += A Bᵀ for the warp: A = rows [a_row0, a_row0 + kM) of `a_tile`, B = rows
+// [b_row0, b_row0 + kN) of `b_tile`, both swizzled tiles of kK columns. Each A fragment serves
+// kN / 8 products and each B fragment kM / 16.
+template <typename T, int kK, int kM, int kN>
+__device__ void MmaTileTimesTileT(float (&acc)[kM / 16][kN / 8][4], const T* a_tile, int a_row0,
+                                  const T* b_tile, int b_row0) {
   const int lane = threadIdx.x % 32;
 #pragma unroll
-  for (int kk = 0; kk < kD / 16; ++kk) {
-    uint32_t af[4];
-    ptx::Ldmatrix(af, a_tile + Swz<kD>(a_row0 + lane % 16, kk * 16 + 8 * (lane / 16)));
+  for (int kk = 0; kk < kK / 16; ++kk) {
+    uint32_t af[kM / 16][4];
+#pragma unroll
+    for (int mi = 0; mi < kM / 16; ++mi) {
+      ptx::Ldmatrix(af[mi],
+                    a_tile + Swz<kK>(a_row0 + 16 * mi + lane % 16, kk * 16 + 8 * (lane / 16)));
+    }
 #pragma unroll
     for (int np = 0; np < kN / 16; ++np) {
       uint32_t b[4];
-      ptx::Ldmatrix(
-          b, b_tile + Swz<kD>(np * 16 + lane % 8 + 8 * (lane / 16), kk * 16 + 8 * (lane / 8 % 2)));
+      ptx::Ldmatrix(b, b_tile + Swz<kK>(b_row0 + np * 16 + lane % 8 + 8 * (lane / 16),
+                                        kk * 16 + 8 * (lane / 8 % 2)));
       const uint32_t b0[2] = {b[0], b[1]};
       const uint32_t b1[2] = {b[2], b[3]};
-      ptx::Mma<T>(acc[2 * np], af, b0);
-      ptx::Mma<T>(acc[2 * np + 1], af, b1);
+#pragma unroll
+      for (int mi = 0; mi < kM / 16; ++mi) {
+        ptx::Mma<T>(acc[mi][2 * np], af[mi], b0);
+        ptx::Mma<T>(acc[mi][2 * np + 1], af[mi], b1);
+      }
     }
   }
 }
@@ -103,6 +105,11 @@ __device__ inline void ZeroAcc(float (&acc)[kN][kD]) {
 #pragma unroll
     for (int i = 0; i < kD; ++i) acc[n][i] = 0.f;
   }
+}
+template <int kM, int kN, int kD>
+__device__ inline void ZeroAcc(float (&acc)[kM][kN][kD]) {
+#pragma unroll
+  for (int m = 0; m < kM; ++m) ZeroAcc(acc[m]);
 }
 
 // The pre-pass: dot_out[r] = dO_r · O_r in float32 for the packed (row, head) pairs r =
@@ -228,12 +235,14 @@ __global__ void __launch_bounds__(128) AttentionTcBackwardDqKernel(const TcAttnP
       }
       const bool full = warp_all.lo <= key0 && key0 + kBc <= warp_all.hi;
       if (!skip) {
-        float s[kBc / 8][4];
-        float dp[kBc / 8][4];
-        ZeroAcc(s);
-        ZeroAcc(dp);
-        MmaRowsTimesRowsT<T, kD, kBc>(s, qs, wrow, kt);
-        MmaRowsTimesRowsT<T, kD, kBc>(dp, dos, wrow, vt);
+        float s_tile[1][kBc / 8][4];
+        float dp_tile[1][kBc / 8][4];
+        ZeroAcc(s_tile);
+        ZeroAcc(dp_tile);
+        MmaTileTimesTileT<T, kD, 16, kBc>(s_tile, qs, wrow, kt, 0);
+        MmaTileTimesTileT<T, kD, 16, kBc>(dp_tile, dos, wrow, vt, 0);
+        float(&s)[kBc / 8][4] = s_tile[0];
+        const float(&dp)[kBc / 8][4] = dp_tile[0];
         // dS for every score, with no per-score branch; then on partial tiles the mask, by
         // selection (a score the mask hides may have given inf or NaN).
         if constexpr (decltype(capped)::value) CapScores(sm, s);
@@ -279,238 +288,6 @@ __global__ void __launch_bounds__(128) AttentionTcBackwardDqKernel(const TcAttnP
           ptx::PackPair<T>(dq[dt][2 * rr] * sm.scale, dq[dt][2 * rr + 1] * sm.scale);
     }
   }
-}
-
-// What pass 2 does with dS beyond dK: nothing. The one-pass backward's sink
-// (attention_tc_bwd_onepass.cuh) stores each warp's dSᵀ in shared memory (Store, or Zero for a
-// warp that skipped the tile) and, after the barrier that follows dK += dSᵀ Q, adds the query
-// tile's dQ = dS K to a float32 accumulator (Add).
-struct NoDqSink {
-  template <int kN>
-  __device__ void Store(const float (&)[kN][4], int) {}
-  __device__ void Zero(int) {}
-  template <typename T>
-  __device__ void Add(const T*, int64_t, int64_t, int64_t) {}
-};
-
-// Pass 2's block (see the kernel below) over the shared-memory layout of Tr, with `sink` given
-// each query tile's dS.
-template <typename T, int kD, typename Tr, typename DqSink>
-__device__ void BackwardKeyTile(const TcAttnParams& p, DqSink& sink) {
-  constexpr int kBr = Tr::kBr;
-  constexpr int kBc = Tr::kBc;
-  constexpr int kV = Tr::kVectorLen;
-  const AttentionArgs& a = p.args;
-  const AttnSeq seq = LoadSeq(a, blockIdx.z);
-  const int64_t hk = blockIdx.y;
-  const int64_t key0 = static_cast<int64_t>(blockIdx.x) * kBc;
-  if (key0 >= seq.seg_k) return;
-  const int64_t group = a.heads / a.kv_heads;
-  const int64_t tile_cols = Clamp0(seq.seg_k - key0, kBc);
-  const int64_t cols = Clamp0(seq.mask.sk - key0, tile_cols);  // real keys
-  const TcMask mask = MakeTcMask(p, seq);
-  const TcSoftmax sm = MakeTcSoftmax(a);
-
-  unsigned char* smem = ptx::DynamicSmem();
-  T* ks = reinterpret_cast<T*>(smem);                              // [kBc][kD]
-  T* vs = ks + kBc * kD;                                           // [kBc][kD]
-  T* qs = vs + kBc * kD;                                           // [2][kBr][kD]
-  T* dos = qs + 2 * kBr * kD;                                      // [2][kBr][kD]
-  float* q_lse = reinterpret_cast<float*>(smem + Tr::kTileBytes);  // [2][kV]
-  float* q_d = q_lse + 2 * kV;                                     // [2][kV]
-  int32_t* q_pos = reinterpret_cast<int32_t*>(q_d + 2 * kV);       // [2][kV]
-  int32_t* q_lo = q_pos + 2 * kV;                                  // [2][kV]
-  int32_t* q_hi = q_lo + 2 * kV;                                   // [2][kV]
-
-  const int warp = threadIdx.x / 32;
-  const int lane = threadIdx.x % 32;
-  const int g = lane / 4;
-  const int t = lane % 4;
-  const int wrow = warp * 16;
-
-  // This lane's keys (rows g and g + 8 of the warp's 16) with their tree vectors, and the largest
-  // subtree end of the block's and of the warp's real keys (no query at or past it sees them).
-  int32_t key_end[2] = {0, 0}, key_pos[2] = {0, 0};
-  int32_t block_end = 0;
-  if (mask.subtree_end != nullptr) {
-    for (int rr = 0; rr < 2; ++rr) {
-      const int c = wrow + g + 8 * rr;
-      if (c < cols) {
-        key_end[rr] = mask.subtree_end[seq.k0 + key0 + c];
-        if (mask.positions != nullptr) key_pos[rr] = mask.positions[seq.k0 + key0 + c];
-      }
-    }
-    for (int c = 0; c < cols; ++c) {
-      const int32_t e = mask.subtree_end[seq.k0 + key0 + c];
-      block_end = e > block_end ? e : block_end;
-    }
-  }
-  const int32_t warp_end =
-      mask.subtree_end != nullptr ? WarpMax(key_end[0] > key_end[1] ? key_end[0] : key_end[1]) : 0;
-  const int64_t warp_cols = Clamp0(cols - wrow, 16);
-  const int32_t key_col = static_cast<int32_t>(key0 + wrow + g);  // the lane's first key
-
-  LoadRowsAsync<T, kD, kBc, Tr::kThreads>(ks, a.k, seq.k0 + key0, cols, a.kv_heads, hk);
-  LoadRowsAsync<T, kD, kBc, Tr::kThreads>(vs, a.v, seq.k0 + key0, cols, a.kv_heads, hk);
-  ptx::CpAsyncCommit();
-
-  // The query tiles that see a real key of the block, [t_lo, t_hi), found once: the same for
-  // every head of the group, and contiguous (both ends of a row's visible keys, and with a tree
-  // the bound block_end, are monotone in the row; a tile inside that saw none would be skipped
-  // by every warp). The walk visits (head in the group, tile) in order with two counters: no
-  // division per tile.
-  const int tiles_q = static_cast<int>((mask.rule.sq + kBr - 1) / kBr);
-  auto sees_block = [&](int tile) {
-    const int64_t first = static_cast<int64_t>(tile) * kBr;
-    const KeyRange kr = TileKeys<Tr>(mask.rule, first, Clamp0(mask.rule.sq - first, kBr));
-    if (kr.hi <= key0 || kr.lo >= key0 + cols) return false;
-    return mask.subtree_end == nullptr || seq.q0 + first < block_end;
-  };
-  int t_lo = 0, t_hi = cols > 0 ? tiles_q : 0;
-  while (t_lo < t_hi && !sees_block(t_lo)) ++t_lo;
-  while (t_hi > t_lo && !sees_block(t_hi - 1)) --t_hi;
-  const int heads_in_group = t_hi > t_lo ? static_cast<int>(group) : 0;
-  auto load_queries = [&](int head, int tile, int buf) {
-    const int64_t h = hk * group + head;
-    const int64_t first = static_cast<int64_t>(tile) * kBr;
-    const int64_t rows = Clamp0(mask.rule.sq - first, kBr);
-    T* qt = qs + buf * kBr * kD;
-    T* dot = dos + buf * kBr * kD;
-    LoadRowsAsync<T, kD, kBr, Tr::kThreads>(qt, a.q, seq.q0 + first, rows, a.heads, h);
-    LoadRowsAsync<T, kD, kBr, Tr::kThreads>(dot, a.dout, seq.q0 + first, rows, a.heads, h);
-    // lse (as TcProb's base), D (the pre-pass's) and positions of the tile's rows, from global
-    // memory, and the keys each row sees by the varlen rule (empty for pad rows), for the
-    // partial tiles' per-element mask.
-    for (int r = threadIdx.x; r < kBr; r += Tr::kThreads) {
-      const bool real = r < rows;
-      const int64_t q_row = seq.q0 + first + r;
-      const KeyRange seen = VisibleKeys(mask.rule, first + r);
-      q_lo[buf * kV + r] = static_cast<int32_t>(seen.lo);
-      q_hi[buf * kV + r] = static_cast<int32_t>(seen.hi);
-      q_d[buf * kV + r] = real ? p.dout_dot_out[q_row * a.heads + h] : 0.f;
-      q_lse[buf * kV + r] =
-          real ? TcLse2(static_cast<const float*>(a.lse)[h * a.total_q + q_row]) : Inf<float>();
-      q_pos[buf * kV + r] = real && mask.positions != nullptr ? mask.positions[q_row] : 0;
-    }
-  };
-
-  float dk[kD / 8][4];
-  float dv[kD / 8][4];
-  ZeroAcc(dk);
-  ZeroAcc(dv);
-  int head = 0, tile = t_lo;  // the query tile being processed
-  if (head < heads_in_group) load_queries(head, tile, 0);
-  ptx::CpAsyncCommit();
-  // The query-tile loop, compiled capped and not (as pass 1's key-tile loop).
-  auto tile_loop = [&](auto capped) {
-    for (int n = 0; head < heads_in_group; ++n) {
-      const int buf = n & 1;
-      const bool wrap = tile + 1 == t_hi;
-      const int head_next = wrap ? head + 1 : head;
-      const int tile_next = wrap ? t_lo : tile + 1;
-      if (head_next < heads_in_group) load_queries(head_next, tile_next, buf ^ 1);
-      ptx::CpAsyncCommit();
-      ptx::CpAsyncWait<1>();  // K, V and this tile have landed
-      __syncthreads();
-      const int64_t first = static_cast<int64_t>(tile) * kBr;
-      const int64_t rows = Clamp0(mask.rule.sq - first, kBr);
-      const T* qt = qs + buf * kBr * kD;
-      const T* dot = dos + buf * kBr * kD;
-      const float* lse = q_lse + buf * kV;
-      const float* d_row = q_d + buf * kV;
-      const int32_t* pos = q_pos + buf * kV;
-      const int32_t* row_lo = q_lo + buf * kV;
-      const int32_t* row_hi = q_hi + buf * kV;
-      // Uniform across the warp: whether any of the tile's rows sees one of the warp's keys (the
-      // keys of its first and last rows bound everyone's), and whether every row sees every key
-      // of the warp, so that no per-element mask is needed (no tree, all real).
-      const KeyRange top = VisibleKeys(mask.rule, first);
-      const KeyRange bottom = VisibleKeys(mask.rule, first + rows - 1);
-      bool skip = warp_cols == 0 || bottom.hi <= top.lo || bottom.hi <= key0 + wrow ||
-                  top.lo >= key0 + wrow + warp_cols;
-      if (mask.subtree_end != nullptr && seq.q0 + first >= warp_end) skip = true;
-      const bool full = mask.subtree_end == nullptr && warp_cols == 16 && rows == kBr &&
-                        bottom.lo <= key0 + wrow && top.hi >= key0 + wrow + 16;
-      if (!skip) {
-        float st[kBr / 8][4];
-        float dpt[kBr / 8][4];
-        ZeroAcc(st);
-        ZeroAcc(dpt);
-        MmaRowsTimesRowsT<T, kD, kBr>(st, ks, wrow, qt);    // Sᵀ = K Qᵀ
-        MmaRowsTimesRowsT<T, kD, kBr>(dpt, vs, wrow, dot);  // dPᵀ = V dOᵀ
-        // Pᵀ and dSᵀ for every score, with no per-score branch; then on partial tiles the mask,
-        // by selection (a score the mask hides may have given inf or NaN).
-        if constexpr (decltype(capped)::value) CapScores(sm, st);
-#pragma unroll
-        for (int nt = 0; nt < kBr / 8; ++nt) {
-#pragma unroll
-          for (int i = 0; i < 4; ++i) {
-            const int c = nt * 8 + 2 * t + (i & 1);  // query row of the tile
-            const float pr = TcProb(sm, st[nt][i], lse[c]);
-            dpt[nt][i] =
-                TcScoreGradient<decltype(capped)::value>(sm, pr, dpt[nt][i], d_row[c], st[nt][i]);
-            st[nt][i] = pr;
-          }
-        }
-        if (!full) {
-#pragma unroll
-          for (int nt = 0; nt < kBr / 8; ++nt) {
-#pragma unroll
-            for (int i = 0; i < 4; ++i) {
-              const int c = nt * 8 + 2 * t + (i & 1);
-              const int rr = i / 2;
-              const int32_t j = key_col + 8 * rr;  // segments are below 2^31 keys
-              bool visible = j >= row_lo[c] && j < row_hi[c];
-              if (mask.subtree_end != nullptr) {
-                const int64_t qi = first + c;
-                const TcRow q{KeyRange{row_lo[c], row_hi[c]}, qi, static_cast<int32_t>(seq.q0 + qi),
-                              pos[c]};
-                visible = visible && TreeVisible(mask, q, j, key_end[rr], key_pos[rr]);
-              }
-              if (!visible) st[nt][i] = dpt[nt][i] = 0.f;
-            }
-          }
-        }
-        sink.Store(dpt, wrow);
-        MmaAccTimesRows<T, kD, kBr>(dv, st, dot);  // dV += Pᵀ dO
-        MmaAccTimesRows<T, kD, kBr>(dk, dpt, qt);  // dK += dSᵀ Q
-      } else {
-        sink.Zero(wrow);
-      }
-      __syncthreads();
-      sink.Add(ks, seq.q0 + first, rows, hk * group + head);
-      head = head_next;
-      tile = tile_next;
-    }
-  };
-  if (sm.capped) {
-    tile_loop(std::true_type{});
-  } else {
-    tile_loop(std::false_type{});
-  }
-  ptx::CpAsyncWait<0>();
-
-#pragma unroll
-  for (int rr = 0; rr < 2; ++rr) {
-    const int64_t c = wrow + g + 8 * rr;
-    if (c >= tile_cols) continue;
-    const int64_t offset = ((seq.k0 + key0 + c) * a.kv_heads + hk) * kD;
-    T* dk_out = static_cast<T*>(a.dk) + offset;
-    T* dv_out = static_cast<T*>(a.dv) + offset;
-#pragma unroll
-    for (int dt = 0; dt < kD / 8; ++dt) {
-      *reinterpret_cast<uint32_t*>(dk_out + dt * 8 + 2 * t) =
-          ptx::PackPair<T>(dk[dt][2 * rr] * sm.scale, dk[dt][2 * rr + 1] * sm.scale);
-      *reinterpret_cast<uint32_t*>(dv_out + dt * 8 + 2 * t) =
-          ptx::PackPair<T>(dv[dt][2 * rr], dv[dt][2 * rr + 1]);
-    }
-  }
-}
-
-template <typename T, int kD>
-__global__ void __launch_bounds__(128) AttentionTcBackwardDkDvKernel(const TcAttnParams p) {
-  NoDqSink sink;
-  BackwardKeyTile<T, kD, TcTraits<kD, TcKernel::kBackwardDkDv>>(p, sink);
 }
 
 }  // namespace packsched::kernels::internal::cuda

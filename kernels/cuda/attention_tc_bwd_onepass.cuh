@@ -2,20 +2,19 @@
 #define PACKSCHED_KERNELS_CUDA_ATTENTION_TC_BWD_ONEPASS_CUH_
 
 // The one-pass tensor-core attention backward, FlashAttention-2's non-deterministic one: a block
-// per (key tile of 64 keys, kv head, sequence) runs pass 2's body (BackwardKeyTile,
-// attention_tc_bwd.cuh: Sᵀ = K Qᵀ, dPᵀ = V dOᵀ, dV += Pᵀ dO, dK += dSᵀ Q over the query tiles of
-// the group's heads that see the keys, D read from the pre-pass's buffer) and also adds each query
-// tile's dQ = dS K into a float32 accumulator in global memory with atomicAdd. Five tile products
-// per (query tile, key tile) instead of the two passes' seven; the float sums into dQ happen in
-// whatever order the blocks reach them, so dq is not bitwise reproducible from run to run (dk and
-// dv are).
+// per (128 keys, kv head, sequence) runs pass 2's body (BackwardKeyTile, attention_tc_bwd_keys.cuh:
+// Sᵀ = K Qᵀ, dPᵀ = V dOᵀ, Pᵀ and dSᵀ through shared tiles, dV += Pᵀ dO, dK += dSᵀ Q over the query
+// tiles of the group's heads that see the keys, D read from the pre-pass's buffer) and also adds
+// each query tile's dQ = dS K into a float32 accumulator in global memory with atomicAdd. Five
+// tile products per (query tile, key tile) instead of the two passes' seven; the float sums into
+// dQ happen in whatever order the blocks reach them, so dq is not bitwise reproducible from run to
+// run (dk and dv are).
 //
-// Per query tile (kBr rows: 64 at D = 64, 32 at D = 128): each warp stores its 16 keys' dSᵀ
-// (rounded to T, as pass 1 rounds dS) into a shared tile [kBc keys][kBr queries]; after a
-// barrier, warp w computes the 16 query rows x kDqCols columns of dQ = dS K (A fragments of dS by
-// ldmatrix .trans of the dSᵀ tile, K's B fragments by ldmatrix .trans as in pass 1) and adds them
-// to the accumulator, rows past the tile's real ones left out. A second kernel
-// (DqFromAccumKernel) then rounds the accumulator into dq.
+// Per query tile (64 rows), once the block's dSᵀ tile [128 keys][64 queries] (rounded to T, as
+// pass 1 rounds dS) is whole: warp w computes 16 query rows x kDqCols columns of dQ = dS K (A
+// fragments of dS by ldmatrix .trans of the dSᵀ tile, K's B fragments by ldmatrix .trans as in
+// pass 1) and adds them to the accumulator, rows past the tile's real ones left out. A second
+// kernel (DqFromAccumKernel) then rounds the accumulator into dq.
 
 #include <cuda_runtime.h>
 
@@ -24,47 +23,27 @@
 
 #include "kernels/common/half.h"
 #include "kernels/cuda/attention_tc_bwd.cuh"
+#include "kernels/cuda/attention_tc_bwd_keys.cuh"
 #include "kernels/cuda/attention_tc_common.cuh"
 #include "kernels/cuda/attention_tc_traits.h"
 #include "kernels/cuda/ptx.cuh"
 
 namespace packsched::kernels::internal::cuda {
 
-// Pass 2's shapes and shared layout, plus the dSᵀ tile of T after the vectors, and how the 4
-// warps split a query tile's dQ (kBr x kHeadDim): 16-row slices times kDqCols-wide column slices.
+// Pass 2's shapes and shared layout, and how its 8 warps split a query tile's dQ (kBr x
+// kHeadDim): 16-row slices times kDqCols-wide column slices.
 template <int kHeadDimValue>
 struct TcOnePassTraits : TcTraits<kHeadDimValue, TcKernel::kBackwardDkDv> {
   using Base = TcTraits<kHeadDimValue, TcKernel::kBackwardDkDv>;
-  static constexpr size_t kDsOffset = Base::kTileBytes + Base::kVectorBytes;
-  static constexpr size_t kDsBytes =
-      static_cast<size_t>(Base::kBc) * Base::kBr * Base::kElementBytes;
-  static constexpr size_t kSharedBytes = kDsOffset + kDsBytes;
   static constexpr int kRowSlices = Base::kBr / 16;
   static constexpr int kColSlices = Base::kWarps / kRowSlices;
   static constexpr int kDqCols = Base::kHeadDim / kColSlices;
 
-  static_assert(Base::kBr == 32 || Base::kBr == 64, "dSᵀ tile swizzle");
   static_assert(Base::kWarps % kRowSlices == 0 && kDqCols % 16 == 0, "whole dQ slices");
-  static_assert(kDsOffset % 16 == 0, "ldmatrix rows");
-  static_assert(kSharedBytes <= 163 * 1024, "shared-memory budget of sm_80");
 };
 
-// Element offset of (row, col) in the dSᵀ tile of kCols 16-bit columns (64 or 32): chunk c of
-// row r at c ^ (r % 8) for 64 columns (Swz), at c ^ (r / 2 % 4) for 32 (4 chunks a row, two
-// rows per 128 bytes), so the 8 consecutive rows of an ldmatrix phase and the 8 rows g of an
-// accumulator store fall on 8 different 16-byte bank groups.
-template <int kCols>
-__device__ inline int DsSwz(int row, int col) {
-  static_assert(kCols == 32 || kCols == 64, "dSᵀ tile widths");
-  if constexpr (kCols == 64) {
-    return Swz<64>(row, col);
-  } else {
-    return row * 32 + ((((col >> 3) ^ ((row >> 1) & 3)) << 3) | (col & 7));
-  }
-}
-
 // acc (16 x kCols) += dS K for the warp: dS rows [row0, row0 + 16) = columns of the shared dSᵀ
-// tile `dst` ([kBc][kBr], DsSwz), K = the swizzled tile `ks` ([kBc][kD]), columns
+// tile `dst` ([kBc][kBr], swizzled), K = the swizzled tile `ks` ([kBc][kD]), columns
 // [col0, col0 + kCols).
 template <typename T, int kD, int kBr, int kBc, int kCols>
 __device__ void MmaDsTimesK(float (&acc)[kCols / 8][4], const T* dst, int row0, const T* ks,
@@ -76,7 +55,7 @@ __device__ void MmaDsTimesK(float (&acc)[kCols / 8][4], const T* dst, int row0, 
     // row0 + 8 (m % 2) .. + 8 (stored columns); .trans hands lane l query l / 4, keys 2 (l % 4).
     uint32_t af[4];
     ptx::LdmatrixTrans(
-        af, dst + DsSwz<kBr>(kk * 16 + 8 * (lane / 16) + lane % 8, row0 + 8 * (lane / 8 % 2)));
+        af, dst + Swz<kBr>(kk * 16 + 8 * (lane / 16) + lane % 8, row0 + 8 * (lane / 8 % 2)));
 #pragma unroll
     for (int dp = 0; dp < kCols / 16; ++dp) {
       uint32_t b[4];
@@ -95,43 +74,12 @@ template <typename T, typename Tr>
 struct AtomicDqSink {
   static constexpr int kD = Tr::kHeadDim;
   static constexpr int kBr = Tr::kBr;
-  T* ds;            // the shared dSᵀ tile [kBc][kBr]
   float* dq_accum;  // [total_q, heads, kD], zeroed before the kernel
   int64_t heads;
 
-  // The warp's keys [wrow, wrow + 16) of dSᵀ, from the accumulators of Sᵀ's layout.
-  template <int kN>
-  __device__ void Store(const float (&dst)[kN][4], int wrow) {
-    static_assert(kN == kBr / 8, "a query tile's columns");
-    const int lane = threadIdx.x % 32;
-    const int g = lane / 4;
-    const int t = lane % 4;
-#pragma unroll
-    for (int nt = 0; nt < kN; ++nt) {
-#pragma unroll
-      for (int rr = 0; rr < 2; ++rr) {
-        *reinterpret_cast<uint32_t*>(ds + DsSwz<kBr>(wrow + g + 8 * rr, nt * 8 + 2 * t)) =
-            ptx::PackPair<T>(dst[nt][2 * rr], dst[nt][2 * rr + 1]);
-      }
-    }
-  }
-
-  // The warp skipped the tile: its keys' dS is 0.
-  __device__ void Zero(int wrow) {
-    const int lane = threadIdx.x % 32;
-#pragma unroll
-    for (int rr = 0; rr < 2; ++rr) {
-#pragma unroll
-      for (int nt = 0; nt < kBr / 8; ++nt) {
-        *reinterpret_cast<uint32_t*>(
-            ds + DsSwz<kBr>(wrow + lane / 4 + 8 * rr, nt * 8 + 2 * (lane % 4))) = 0u;
-      }
-    }
-  }
-
-  // After the barrier that makes the whole dSᵀ tile visible: dQ of packed rows
+  // After the barrier that makes the whole dSᵀ tile `ds` visible: dQ of packed rows
   // [q_row0, q_row0 + rows) of head h += dS K (`ks` the block's K tile).
-  __device__ void Add(const T* ks, int64_t q_row0, int64_t rows, int64_t h) {
+  __device__ void Add(const T* ds, const T* ks, int64_t q_row0, int64_t rows, int64_t h) {
     const int warp = threadIdx.x / 32;
     const int lane = threadIdx.x % 32;
     const int row0 = 16 * (warp % Tr::kRowSlices);
@@ -156,11 +104,10 @@ struct AtomicDqSink {
 
 // Grid as pass 2's (TcGrid over the keys, kv heads); dq_accum as AtomicDqSink's.
 template <typename T, int kD>
-__global__ void __launch_bounds__(128)
+__global__ void __launch_bounds__(256)
     AttentionTcBackwardOnePassKernel(const TcAttnParams p, float* dq_accum) {
   using Tr = TcOnePassTraits<kD>;
-  AtomicDqSink<T, Tr> sink{reinterpret_cast<T*>(ptx::DynamicSmem() + Tr::kDsOffset), dq_accum,
-                           p.args.heads};
+  AtomicDqSink<T, Tr> sink{dq_accum, p.args.heads};
   BackwardKeyTile<T, kD, Tr>(p, sink);
 }
 

@@ -69,11 +69,14 @@ bool AttentionTcApplies(const AttentionArgs& a) {
   if (ForcedScalar()) return false;
   int device = 0;
   int major = 0;
+  int optin = 0;
   if (cudaGetDevice(&device) != cudaSuccess ||
-      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess) {
+      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) !=
+          cudaSuccess) {
     return false;  // the scalar path reports the error
   }
-  return major >= 8;
+  return major >= 8 && TcFitsSharedMemory(a.head_dim, static_cast<size_t>(optin));
 }
 
 LaunchResult LaunchAttentionTcForward(const TcAttnParams& p, void* stream) {

@@ -2,9 +2,10 @@
 #define PACKSCHED_KERNELS_CUDA_ATTENTION_TC_TRAITS_H_
 
 // Compile-time shapes of the tensor-core attention kernels (attention_tc_fwd.cuh,
-// attention_tc_bwd.cuh): head dim 64 or 128 exactly (no padding), 4 warps per block, each warp
-// owning 16-row mma tiles of the block's row tile (query rows for the forward and dq kernels, key
-// rows for the dk/dv kernel), and the shared-memory budget of the 16-bit tiles.
+// attention_tc_bwd.cuh, attention_tc_bwd_keys.cuh): head dim 64 or 128 exactly (no padding); the
+// forward and dq kernels run 4 warps per block, each owning 16-row mma tiles of the block's query
+// tile; the dk/dv kernel runs 8 warps over 128 keys, each owning 32 keys
+// (attention_tc_bwd_keys.cuh); and the shared-memory budget of the 16-bit tiles.
 //
 // Shared tiles hold rows of kHeadDim 16-bit elements, 16-byte chunks XOR-swizzled by the row
 // (chunk c of row r is stored at chunk c ^ (r % 8)): the 8 row addresses of one ldmatrix phase
@@ -23,32 +24,35 @@ constexpr int TcDefaultWarpTiles(TcKernel kind) { return kind == TcKernel::kForw
 template <int kHeadDimValue, TcKernel kKind, int kWarpTilesValue = TcDefaultWarpTiles(kKind)>
 struct TcTraits {
   static constexpr int kHeadDim = kHeadDimValue;
-  static constexpr int kWarps = 4;
+  static constexpr int kWarps = kKind == TcKernel::kBackwardDkDv ? 8 : 4;
   static constexpr int kThreads = 32 * kWarps;
   static constexpr int kWarpRows = 16;  // rows of one mma tile
   // Query rows per tile and keys per tile. The forward and dq kernels give each warp 16 query
-  // rows per row tile (kBr = 64 x kWarpTiles) and walk key tiles of kBc; the dk/dv kernel gives
-  // each warp 16 keys (kBc = 64) and walks query tiles of kBr (32 at D = 128 to bound its
-  // accumulators).
+  // rows per row tile (kBr = 64 x kWarpTiles) and walk key tiles of kBc = 64; the dk/dv kernel
+  // holds kBc = 128 keys (32 per pair of warps) and walks query tiles of kBr = 64 rows.
   // The forward gives each warp kWarpTiles tiles of 16 rows: 2 (128-row query tiles: each K/V
   // fragment loaded serves 32 rows, Q's fragments reloaded from shared memory per k step) or, at
   // D = 128 only, 1 (64-row query tiles, Q's fragments held in registers).
   static constexpr int kWarpTiles = kWarpTilesValue;
-  static constexpr int kBr = kKind == TcKernel::kBackwardDkDv ? (kHeadDim <= 64 ? 64 : 32)
-                                                              : kWarps * kWarpRows * kWarpTiles;
-  static constexpr int kBc = 64;
+  static constexpr int kBr =
+      kKind == TcKernel::kBackwardDkDv ? 64 : kWarps * kWarpRows * kWarpTiles;
+  static constexpr int kBc = kKind == TcKernel::kBackwardDkDv ? 128 : 64;
   static constexpr int kChunks = kHeadDim / 8;  // 16-byte chunks per row
   static constexpr size_t kElementBytes = 2;
   static constexpr size_t kRowTileBytes = static_cast<size_t>(kBr) * kHeadDim * kElementBytes;
   static constexpr size_t kKeyTileBytes = static_cast<size_t>(kBc) * kHeadDim * kElementBytes;
+  // The dk/dv kernel's Pᵀ and dSᵀ tiles, [kBc keys][kBr queries] each (0 for the others).
+  static constexpr size_t kScoreTileBytes =
+      kKind == TcKernel::kBackwardDkDv ? static_cast<size_t>(kBc) * kBr * kElementBytes : 0;
   // Forward: Q, then K and V double-buffered. dq: Q, dO, then K and V double-buffered.
-  // dk/dv: K, V, then Q and dO double-buffered. Then 5 vectors of 4-byte values per row or key
-  // of a tile, double-buffered: the tree's subtree ends and positions of a key tile; lse, D,
+  // dk/dv: K, V, Q and dO double-buffered, Pᵀ, dSᵀ. Then 5 vectors of 4-byte values per row or
+  // key of a tile, double-buffered: the tree's subtree ends and positions of a key tile; lse, D,
   // positions and the visible key range (two) of a query tile.
   static constexpr size_t kTileBytes =
-      kKind == TcKernel::kForward      ? kRowTileBytes + 4 * kKeyTileBytes
-      : kKind == TcKernel::kBackwardDq ? 2 * kRowTileBytes + 4 * kKeyTileBytes
-                                       : 2 * kKeyTileBytes + 4 * kRowTileBytes;
+      kKind == TcKernel::kForward ? kRowTileBytes + 4 * kKeyTileBytes
+      : kKind == TcKernel::kBackwardDq
+          ? 2 * kRowTileBytes + 4 * kKeyTileBytes
+          : 2 * kKeyTileBytes + 4 * kRowTileBytes + 2 * kScoreTileBytes;
   static constexpr int kVectorLen = 64;
   static constexpr size_t kVectorBytes = 2 * 5 * kVectorLen * 4;
   // Forward: 3 vectors of 4-byte values per query row (each row's visible key columns, its
@@ -61,10 +65,31 @@ struct TcTraits {
   static_assert(kWarpTiles == 1 || (kWarpTiles == 2 && kKind == TcKernel::kForward),
                 "two row tiles per warp in the forward only");
   static_assert(kBr % 16 == 0 && kBc % 16 == 0, "whole mma tiles");
-  static_assert(kBc <= kVectorLen, "per-key vectors");
+  static_assert(kKind == TcKernel::kBackwardDkDv || kBc <= kVectorLen, "per-key vectors");
   static_assert(kKind == TcKernel::kForward || kBr <= kVectorLen, "per-row vectors");
   static_assert(kSharedBytes <= 163 * 1024, "shared-memory budget of sm_80");
 };
+
+// The most dynamic shared memory a tensor-core kernel of head dim kD asks for per block (the
+// forward at either tile shape, pass 1, pass 2 and the one-pass backward, which shares pass 2's
+// layout): 162.5 KiB at D = 128, within sm_80's and sm_90's opt-in limits, above the 99 KiB of
+// sm_86, sm_89 and sm_120, where head dim 128 therefore takes the scalar kernels
+// (AttentionTcApplies).
+template <int kD>
+constexpr size_t TcMaxSharedBytes() {
+  size_t most = TcTraits<kD, TcKernel::kForward>::kSharedBytes;
+  const size_t others[] = {TcTraits<kD, TcKernel::kForward, 1>::kSharedBytes,
+                           TcTraits<kD, TcKernel::kBackwardDq>::kSharedBytes,
+                           TcTraits<kD, TcKernel::kBackwardDkDv>::kSharedBytes};
+  for (const size_t bytes : others) most = bytes > most ? bytes : most;
+  return most;
+}
+
+// Whether every tensor-core kernel of `head_dim` (64 or 128) fits a device whose opt-in limit of
+// dynamic shared memory per block (cudaDevAttrMaxSharedMemoryPerBlockOptin) is `optin_bytes`.
+constexpr bool TcFitsSharedMemory(int head_dim, size_t optin_bytes) {
+  return (head_dim == 64 ? TcMaxSharedBytes<64>() : TcMaxSharedBytes<128>()) <= optin_bytes;
+}
 
 }  // namespace packsched::kernels::internal::cuda
 

@@ -1,11 +1,11 @@
-// The tensor-core attention kernels (kernels/cuda/attention_tc_fwd.cuh, attention_tc_bwd.cuh) run
-// on the CPU under the warp-accurate emulation (cuda_emulation/warp_runtime.h and its ptx.cuh),
-// over the launchers' grids, against the float64 reference with the tolerance rule of
-// docs/design.md §4: every mask mode of the varlen API, GQA/MQA, seqused, the tail, and the tree
-// rule of "Tree packing" (the reference's tree predicate), at D = 128 with both forward tiles
-// (128 and 64 query rows). Also checks that no ldmatrix phase of the kernels hits a
-// shared-memory bank conflict. The one-pass backward (attention_tc_bwd_onepass.cuh) runs the
-// same modes at head dims 64 and 128.
+// The tensor-core attention kernels (kernels/cuda/attention_tc_fwd.cuh, attention_tc_bwd.cuh,
+// attention_tc_bwd_keys.cuh) run on the CPU under the warp-accurate emulation
+// (cuda_emulation/warp_runtime.h and its ptx.cuh), over the launchers' grids, against the float64
+// reference with the tolerance rule of docs/design.md §4: every mask mode of the varlen API,
+// GQA/MQA, seqused, the tail, and the tree rule of "Tree packing" (the reference's tree
+// predicate), at D = 128 with both forward tiles (128 and 64 query rows). Also checks that no
+// ldmatrix phase of the kernels hits a shared-memory bank conflict. The one-pass backward
+// (attention_tc_bwd_onepass.cuh) runs the same modes at head dims 64 and 128.
 
 #include <algorithm>
 #include <cmath>
@@ -19,6 +19,7 @@
 #include "cuda_runtime.h"  // the emulation (this target's include path puts it first)
 #include "gtest/gtest.h"
 #include "kernels/cuda/attention_tc_bwd.cuh"
+#include "kernels/cuda/attention_tc_bwd_keys.cuh"
 #include "kernels/cuda/attention_tc_bwd_onepass.cuh"
 #include "kernels/cuda/attention_tc_fwd.cuh"
 #include "kernels/cuda/attention_tc_traits.h"
@@ -457,6 +458,35 @@ TEST(AttentionTcOnePassEmulatedTest, TreeMaskWithPositionWindowFp16) {
   const Tree tree = RandomForest({200}, &p, 9);
   p.options.window_left = 24;
   CheckOnePass<Fp16>(p, &tree);
+}
+
+// The opt-in limits of dynamic shared memory per block (CUDA programming guide, "Technical
+// Specifications per Compute Capability"): 163 KiB on sm_80, 227 KiB on sm_90, 99 KiB on sm_86,
+// sm_89 and sm_120.
+constexpr size_t kOptinSm80 = 163 * 1024;
+constexpr size_t kOptinSm90 = 227 * 1024;
+constexpr size_t kOptinSm86 = 99 * 1024;
+
+TEST(AttentionTcTraitsTest, EveryKernelFitsTheSharedMemoryTheLauncherChecks) {
+  // Each kernel the launchers start asks for at most what AttentionTcApplies checks.
+  EXPECT_LE((TcTraits<64, TcKernel::kForward>::kSharedBytes), TcMaxSharedBytes<64>());
+  EXPECT_LE((TcTraits<64, TcKernel::kBackwardDq>::kSharedBytes), TcMaxSharedBytes<64>());
+  EXPECT_LE((TcTraits<64, TcKernel::kBackwardDkDv>::kSharedBytes), TcMaxSharedBytes<64>());
+  EXPECT_LE((TcOnePassTraits<64>::kSharedBytes), TcMaxSharedBytes<64>());
+  EXPECT_LE((TcTraits<128, TcKernel::kForward>::kSharedBytes), TcMaxSharedBytes<128>());
+  EXPECT_LE((TcTraits<128, TcKernel::kForward, 1>::kSharedBytes), TcMaxSharedBytes<128>());
+  EXPECT_LE((TcTraits<128, TcKernel::kBackwardDq>::kSharedBytes), TcMaxSharedBytes<128>());
+  EXPECT_LE((TcTraits<128, TcKernel::kBackwardDkDv>::kSharedBytes), TcMaxSharedBytes<128>());
+  EXPECT_LE((TcOnePassTraits<128>::kSharedBytes), TcMaxSharedBytes<128>());
+  // The machines the kit runs on take both head dims; the 99 KiB parts only head dim 64.
+  for (const size_t optin : {kOptinSm80, kOptinSm90}) {
+    EXPECT_TRUE(TcFitsSharedMemory(64, optin)) << optin;
+    EXPECT_TRUE(TcFitsSharedMemory(128, optin)) << optin;
+  }
+  EXPECT_TRUE(TcFitsSharedMemory(64, kOptinSm86));
+  EXPECT_FALSE(TcFitsSharedMemory(128, kOptinSm86));
+  EXPECT_FALSE(TcFitsSharedMemory(128, TcMaxSharedBytes<128>() - 1));
+  EXPECT_TRUE(TcFitsSharedMemory(128, TcMaxSharedBytes<128>()));
 }
 
 }  // namespace
