@@ -35,26 +35,49 @@
 
 namespace packsched::kernels::internal::cuda {
 
+// The element offsets, within a row of a swizzled tile (Swz), of chunks c0 + 2 k + h for k = 0..3
+// (c0 even) in rows r with r % 8 == r7: ((c0 + 2 k + h) ^ r7) 8, a lane's 4 values computed
+// once, so that an address inside a fragment loop is a row pointer plus one of them plus a
+// constant (Swz computed per address costs an XOR and a shift-add each: the compiler cannot see
+// that r7 < 8 leaves the chunk's high bits alone).
+struct SwzPairs {
+  int off[4];
+};
+
+__device__ inline SwzPairs MakeSwzPairs(int c0, int h, int r7) {
+  SwzPairs p;
+#pragma unroll
+  for (int k = 0; k < 4; ++k) p.off[k] = ((c0 + 2 * k + h) ^ r7) << 3;
+  return p;
+}
+
+// The element offset of chunk c0 + 2 kk + h of a row (kk compile-time after unrolling; kk >= 4
+// only when c0 is a multiple of 8): Swz's column part.
+__device__ inline int SwzPair(const SwzPairs& p, int kk) { return (kk >> 2) * 64 + p.off[kk & 3]; }
+
 // acc (kM x kN) += A Bᵀ for the warp: A = rows [a_row0, a_row0 + kM) of `a_tile`, B = rows
 // [b_row0, b_row0 + kN) of `b_tile`, both swizzled tiles of kK columns. Each A fragment serves
 // kN / 8 products and each B fragment kM / 16.
 template <typename T, int kK, int kM, int kN>
 __device__ void MmaTileTimesTileT(float (&acc)[kM / 16][kN / 8][4], const T* a_tile, int a_row0,
                                   const T* b_tile, int b_row0) {
+  // a_row0 and b_row0 are multiples of 8: each lane's row % 8 is lane % 8.
   const int lane = threadIdx.x % 32;
+  const SwzPairs pa = MakeSwzPairs(0, lane / 16, lane % 8);
+  const SwzPairs pb = MakeSwzPairs(0, lane / 8 % 2, lane % 8);
+  const T* a_row = a_tile + (a_row0 + lane % 16) * kK;
+  const T* b_row = b_tile + (b_row0 + lane % 8 + 8 * (lane / 16)) * kK;
 #pragma unroll
   for (int kk = 0; kk < kK / 16; ++kk) {
     uint32_t af[kM / 16][4];
 #pragma unroll
     for (int mi = 0; mi < kM / 16; ++mi) {
-      ptx::Ldmatrix(af[mi],
-                    a_tile + Swz<kK>(a_row0 + 16 * mi + lane % 16, kk * 16 + 8 * (lane / 16)));
+      ptx::Ldmatrix(af[mi], a_row + 16 * mi * kK + SwzPair(pa, kk));
     }
 #pragma unroll
     for (int np = 0; np < kN / 16; ++np) {
       uint32_t b[4];
-      ptx::Ldmatrix(b, b_tile + Swz<kK>(b_row0 + np * 16 + lane % 8 + 8 * (lane / 16),
-                                        kk * 16 + 8 * (lane / 8 % 2)));
+      ptx::Ldmatrix(b, b_row + 16 * np * kK + SwzPair(pb, kk));
       const uint32_t b0[2] = {b[0], b[1]};
       const uint32_t b1[2] = {b[2], b[3]};
 #pragma unroll
@@ -66,28 +89,61 @@ __device__ void MmaTileTimesTileT(float (&acc)[kM / 16][kN / 8][4], const T* a_t
   }
 }
 
-// acc (16 x kD) += C B for the warp: C = a 16 x kK accumulator (rounded to T, reused as A
-// fragments: the C layout of two 8-column tiles is the A layout of one 16-wide k step), B = rows
-// [0, kK) of the swizzled tile `b_tile` (kD columns).
-template <typename T, int kD, int kK>
-__device__ void MmaAccTimesRows(float (&acc)[kD / 8][4], const float (&c)[kK / 8][4],
-                                const T* b_tile) {
+// acc (kM x kN) += A B for the warp: A = rows [a_row0, a_row0 + kM) of `a_tile` (swizzled, kK
+// columns), B = rows [0, kK) of `b_tile` (swizzled, kBCols columns), columns [b_col0, b_col0 +
+// kN), by ldmatrix .trans.
+template <typename T, int kK, int kBCols, int kM, int kN>
+__device__ void MmaTileTimesTile(float (&acc)[kM / 16][kN / 8][4], const T* a_tile, int a_row0,
+                                 const T* b_tile, int b_col0) {
+  // a_row0 is a multiple of 8 (each lane's row % 8 is lane % 8) and b_col0 of 16.
+  static_assert(kN <= 64, "B's chunks: b_col0 / 8 + 2 dp + h with dp < 4");
   const int lane = threadIdx.x % 32;
+  const SwzPairs pa = MakeSwzPairs(0, lane / 16, lane % 8);
+  const SwzPairs pb = MakeSwzPairs(b_col0 / 8, lane / 16, lane % 8);
+  const T* a_row = a_tile + (a_row0 + lane % 16) * kK;
+  const T* b_row = b_tile + (lane % 8 + 8 * (lane / 8 % 2)) * kBCols;
 #pragma unroll
   for (int kk = 0; kk < kK / 16; ++kk) {
-    const uint32_t af[4] = {ptx::PackPair<T>(c[2 * kk][0], c[2 * kk][1]),
-                            ptx::PackPair<T>(c[2 * kk][2], c[2 * kk][3]),
-                            ptx::PackPair<T>(c[2 * kk + 1][0], c[2 * kk + 1][1]),
-                            ptx::PackPair<T>(c[2 * kk + 1][2], c[2 * kk + 1][3])};
+    uint32_t af[kM / 16][4];
 #pragma unroll
-    for (int dp = 0; dp < kD / 16; ++dp) {
+    for (int mi = 0; mi < kM / 16; ++mi) {
+      ptx::Ldmatrix(af[mi], a_row + 16 * mi * kK + SwzPair(pa, kk));
+    }
+#pragma unroll
+    for (int dp = 0; dp < kN / 16; ++dp) {
       uint32_t b[4];
-      ptx::LdmatrixTrans(
-          b, b_tile + Swz<kD>(kk * 16 + lane % 8 + 8 * (lane / 8 % 2), dp * 16 + 8 * (lane / 16)));
+      ptx::LdmatrixTrans(b, b_row + 16 * kk * kBCols + pb.off[dp]);
       const uint32_t b0[2] = {b[0], b[1]};
       const uint32_t b1[2] = {b[2], b[3]};
-      ptx::Mma<T>(acc[2 * dp], af, b0);
-      ptx::Mma<T>(acc[2 * dp + 1], af, b1);
+#pragma unroll
+      for (int mi = 0; mi < kM / 16; ++mi) {
+        ptx::Mma<T>(acc[mi][2 * dp], af[mi], b0);
+        ptx::Mma<T>(acc[mi][2 * dp + 1], af[mi], b1);
+      }
+    }
+  }
+}
+
+// Stores the warp's kM x kN accumulator, rounded to T, into rows [row0, row0 + kM), columns
+// [col0, col0 + kN) of the swizzled shared tile `tile` of kCols columns: one 32-bit store per
+// pair (the 8 rows g of a store fall on 8 different 16-byte bank groups: no conflict).
+template <typename T, int kCols, int kM, int kN>
+__device__ inline void StoreAcc(T* tile, int row0, int col0,
+                                const float (&acc)[kM / 16][kN / 8][4]) {
+  // row0 is a multiple of 8 (each lane's row % 8 is lane / 4) and col0 of 8.
+  static_assert(kN <= 32, "chunks col0 / 8 + nt with nt < 4");
+  const int lane = threadIdx.x % 32;
+  T* row = tile + (row0 + lane / 4) * kCols + 2 * (lane % 4);
+#pragma unroll
+  for (int nt = 0; nt < kN / 8; ++nt) {
+    const int col = ((col0 / 8 + nt) ^ (lane / 4)) << 3;
+#pragma unroll
+    for (int mi = 0; mi < kM / 16; ++mi) {
+#pragma unroll
+      for (int rr = 0; rr < 2; ++rr) {
+        *reinterpret_cast<uint32_t*>(row + (16 * mi + 8 * rr) * kCols + col) =
+            ptx::PackPair<T>(acc[mi][nt][2 * rr], acc[mi][nt][2 * rr + 1]);
+      }
     }
   }
 }
@@ -158,6 +214,10 @@ __global__ void __launch_bounds__(128) AttentionTcBackwardDqKernel(const TcAttnP
   constexpr int kBr = Tr::kBr;
   constexpr int kBc = Tr::kBc;
   constexpr int kV = Tr::kVectorLen;
+  constexpr int kSlab = 32;       // query rows per pair of warps
+  constexpr int kHalf = kBc / 2;  // keys of a warp's S and dP
+  constexpr int kCols = kD / 2;   // head-dim columns of a warp's dQ
+  static_assert(Tr::kWarps == 2 * kBr / kSlab && kBc == 64, "pass 1's warp layout");
   const AttentionArgs& a = p.args;
   const TcBlockIndex block = HeaviestFirstBlock<uint32_t>();
   const AttnSeq seq = LoadSeq(a, block.seq);
@@ -172,13 +232,21 @@ __global__ void __launch_bounds__(128) AttentionTcBackwardDqKernel(const TcAttnP
   T* dos = qs + kBr * kD;                                                // [kBr][kD]
   T* ks = dos + kBr * kD;                                                // [2][kBc][kD]
   T* vs = ks + 2 * kBc * kD;                                             // [2][kBc][kD]
+  T* dss = vs + 2 * kBc * kD;                                            // dS [kBr][kBc]
   int32_t* key_end = reinterpret_cast<int32_t*>(smem + Tr::kTileBytes);  // [2][kV]
   int32_t* key_pos = key_end + 2 * kV;                                   // [2][kV]
+  int32_t* row_lo = reinterpret_cast<int32_t*>(smem + Tr::kTileBytes + Tr::kVectorBytes);  // [kBr]
+  int32_t* row_hi = row_lo + kBr;                                                          // [kBr]
+  int32_t* row_pos = row_hi + kBr;                                                         // [kBr]
 
   const int warp = threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   const int g = lane / 4;
   const int t = lane % 4;
+  const int slab = warp / 2;
+  const int half = warp % 2;
+  const int qrow = slab * kSlab;  // the warp's first query row in the tile
+  const int kcol = half * kHalf;  // the warp's first key of S and dP in a key tile
 
   const KeyRange keys = TileKeys<Tr>(mask.rule, first, rows);
   const int tiles = keys.hi > keys.lo ? static_cast<int>((keys.hi - keys.lo + kBc - 1) / kBc) : 0;
@@ -191,27 +259,42 @@ __global__ void __launch_bounds__(128) AttentionTcBackwardDqKernel(const TcAttnP
   if (tiles > 0) load_keys(0);
   ptx::CpAsyncCommit();
 
-  // lse (as TcProb's base) and D of the lane's rows g and g + 8 (the pre-pass's), while the tiles
-  // load.
-  const int wrow = warp * 16;
-  const TcRow row[2] = {MakeTcRow(mask, first + wrow + g), MakeTcRow(mask, first + wrow + g + 8)};
-  float lse[2], d_row[2];
+  // While the tiles load: each row's visible keys by the varlen rule (empty past the real rows)
+  // and position, for the skip tests and the partial tiles' mask; lse (as TcProb's base) and D
+  // (the pre-pass's) of the lane's 4 rows qrow + 16 mi + g + 8 rr.
+  for (int r = threadIdx.x; r < kBr; r += Tr::kThreads) {
+    const KeyRange seen = VisibleKeys(mask.rule, first + r);
+    row_lo[r] = static_cast<int32_t>(seen.lo);  // segments are below 2^31 keys
+    row_hi[r] = static_cast<int32_t>(seen.hi);
+    row_pos[r] = r < rows && mask.positions != nullptr ? mask.positions[seq.q0 + first + r] : 0;
+  }
+  float lse[kSlab / 16][2], d_row[kSlab / 16][2];
 #pragma unroll
-  for (int rr = 0; rr < 2; ++rr) {
-    const int r = wrow + g + 8 * rr;
-    const bool real = r < rows;
-    const int64_t q_row = seq.q0 + first + r;
-    lse[rr] = real ? TcLse2(static_cast<const float*>(a.lse)[h * a.total_q + q_row]) : Inf<float>();
-    d_row[rr] = real ? p.dout_dot_out[q_row * a.heads + h] : 0.f;
+  for (int mi = 0; mi < kSlab / 16; ++mi) {
+#pragma unroll
+    for (int rr = 0; rr < 2; ++rr) {
+      const int r = qrow + 16 * mi + g + 8 * rr;
+      const bool real = r < rows;
+      const int64_t q_row = seq.q0 + first + r;
+      lse[mi][rr] =
+          real ? TcLse2(static_cast<const float*>(a.lse)[h * a.total_q + q_row]) : Inf<float>();
+      d_row[mi][rr] = real ? p.dout_dot_out[q_row * a.heads + h] : 0.f;
+    }
   }
   ptx::CpAsyncWait<1>();  // Q and dO have landed
   __syncthreads();
-  const int64_t warp_rows = Clamp0(rows - wrow, 16);
-  // The keys some row of the warp sees, and those every row sees (WarpKeysOf).
-  const WarpKeys wk = WarpKeysOf(mask, first + wrow, warp_rows, 16);
-  const KeyRange warp_keys = wk.some, warp_all = wk.all;
+  // The slab's rows: the keys some row sees, [lo of its first row, hi of its last real row), and
+  // those every row sees, [lo of the last, hi of the first) (both ends are non-decreasing in the
+  // row), empty with a tree or a partial slab.
+  const int slab_rows = static_cast<int>(Clamp0(rows - qrow, kSlab));
+  const int bottom = qrow + (slab_rows > 0 ? slab_rows - 1 : 0);
+  const KeyRange some = slab_rows > 0 ? KeyRange{row_lo[qrow], row_hi[bottom]} : KeyRange{0, 0};
+  const KeyRange all = slab_rows == kSlab && mask.subtree_end == nullptr
+                           ? KeyRange{row_lo[bottom], row_hi[qrow]}
+                           : KeyRange{0, 0};
+  const int32_t first_packed = static_cast<int32_t>(seq.q0 + first + qrow);
 
-  float dq[kD / 8][4];
+  float dq[kSlab / 16][kCols / 8][4];
   ZeroAcc(dq);
   // The key-tile loop, compiled capped and not, so that the uncapped loop holds no trace of tanh
   // (left to itself, ptxas may keep the cap in the loop as predicated-off instructions that
@@ -228,45 +311,71 @@ __global__ void __launch_bounds__(128) AttentionTcBackwardDqKernel(const TcAttnP
       const T* vt = vs + buf * kBc * kD;
       const int32_t* end = key_end + buf * kV;
       const int32_t* pos = key_pos + buf * kV;
-      bool skip = warp_keys.hi <= key0 || warp_keys.lo >= key0 + kBc;
-      if (!skip && mask.subtree_end != nullptr) {
-        const int32_t a0 = end[lane], a1 = end[lane + 32];
-        skip = seq.q0 + first + wrow >= WarpMax(a0 > a1 ? a0 : a1);
+      // Uniform across the pair of warps of a slab: which halves of the key tile some row of the
+      // slab sees (with a tree, not when the slab's first row is past every subtree end of the
+      // half), and whether every row of the slab sees every key of the warp's half (no mask). A
+      // pair whose halves are both unseen skips dQ.
+      bool sees_half[2];  // unrolled: two registers, not an array indexed by the warp's half
+#pragma unroll
+      for (int hh = 0; hh < 2; ++hh) {
+        const int64_t lo = key0 + hh * kHalf;
+        sees_half[hh] = some.lo < some.hi && some.hi > lo && some.lo < lo + kHalf;
+        if (mask.subtree_end != nullptr && sees_half[hh]) {
+          sees_half[hh] = first_packed < WarpMax(end[hh * kHalf + lane]);
+        }
       }
-      const bool full = warp_all.lo <= key0 && key0 + kBc <= warp_all.hi;
-      if (!skip) {
-        float s_tile[1][kBc / 8][4];
-        float dp_tile[1][kBc / 8][4];
-        ZeroAcc(s_tile);
-        ZeroAcc(dp_tile);
-        MmaTileTimesTileT<T, kD, 16, kBc>(s_tile, qs, wrow, kt, 0);
-        MmaTileTimesTileT<T, kD, 16, kBc>(dp_tile, dos, wrow, vt, 0);
-        float(&s)[kBc / 8][4] = s_tile[0];
-        const float(&dp)[kBc / 8][4] = dp_tile[0];
+      const bool sees = half == 0 ? sees_half[0] : sees_half[1];
+      const bool pair_sees = sees_half[0] || sees_half[1];
+      const bool full = all.lo <= key0 + kcol && key0 + kcol + kHalf <= all.hi;
+      if (sees) {
+        float s[kSlab / 16][kHalf / 8][4];
+        float dp[kSlab / 16][kHalf / 8][4];
+        ZeroAcc(s);
+        ZeroAcc(dp);
+        MmaTileTimesTileT<T, kD, kSlab, kHalf>(s, qs, qrow, kt, kcol);    // S = Q Kᵀ
+        MmaTileTimesTileT<T, kD, kSlab, kHalf>(dp, dos, qrow, vt, kcol);  // dP = dO Vᵀ
         // dS for every score, with no per-score branch; then on partial tiles the mask, by
         // selection (a score the mask hides may have given inf or NaN).
-        if constexpr (decltype(capped)::value) CapScores(sm, s);
 #pragma unroll
-        for (int nt = 0; nt < kBc / 8; ++nt) {
+        for (int mi = 0; mi < kSlab / 16; ++mi) {
+          if constexpr (decltype(capped)::value) CapScores(sm, s[mi]);
 #pragma unroll
-          for (int i = 0; i < 4; ++i) {
-            const int rr = i / 2;
-            s[nt][i] = TcScoreGradient<decltype(capped)::value>(sm, TcProb(sm, s[nt][i], lse[rr]),
-                                                                dp[nt][i], d_row[rr], s[nt][i]);
+          for (int nt = 0; nt < kHalf / 8; ++nt) {
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+              const int rr = i / 2;
+              s[mi][nt][i] = TcScoreGradient<decltype(capped)::value>(
+                  sm, TcProb(sm, s[mi][nt][i], lse[mi][rr]), dp[mi][nt][i], d_row[mi][rr],
+                  s[mi][nt][i]);
+            }
           }
         }
         if (!full) {
 #pragma unroll
-          for (int nt = 0; nt < kBc / 8; ++nt) {
+          for (int mi = 0; mi < kSlab / 16; ++mi) {
 #pragma unroll
-            for (int i = 0; i < 4; ++i) {
-              const int c = nt * 8 + 2 * t + (i & 1);
-              if (!TcVisible(mask, row[i / 2], key0 + c, end, pos, c)) s[nt][i] = 0.f;
+            for (int nt = 0; nt < kHalf / 8; ++nt) {
+#pragma unroll
+              for (int i = 0; i < 4; ++i) {
+                const int r = qrow + 16 * mi + g + 8 * (i / 2);
+                const int c = kcol + nt * 8 + 2 * t + (i & 1);
+                const TcRow q{KeyRange{row_lo[r], row_hi[r]}, first + r,
+                              static_cast<int32_t>(seq.q0 + first + r), row_pos[r]};
+                if (!TcVisible(mask, q, key0 + c, end, pos, c)) s[mi][nt][i] = 0.f;
+              }
             }
           }
         }
-        MmaAccTimesRows<T, kD, kBc>(dq, s, kt);  // dQ += dS K
+        StoreAcc<T, kBc, kSlab, kHalf>(dss, qrow, kcol, s);
+      } else {
+        // Nothing of the warp's part is visible: its dS is 0 (read when the other half sees).
+        float zero[kSlab / 16][kHalf / 8][4];
+        ZeroAcc(zero);
+        StoreAcc<T, kBc, kSlab, kHalf>(dss, qrow, kcol, zero);
       }
+      __syncthreads();
+      // dQ += dS K for the slab's rows and the warp's half of the columns.
+      if (pair_sees) MmaTileTimesTile<T, kBc, kD, kSlab, kCols>(dq, dss, qrow, kt, half * kCols);
       __syncthreads();
     }
   };
@@ -278,14 +387,17 @@ __global__ void __launch_bounds__(128) AttentionTcBackwardDqKernel(const TcAttnP
   ptx::CpAsyncWait<0>();
 
 #pragma unroll
-  for (int rr = 0; rr < 2; ++rr) {
-    const int64_t r = wrow + g + 8 * rr;
-    if (r >= tile.tile_rows) continue;
-    T* out = static_cast<T*>(a.dq) + ((seq.q0 + first + r) * a.heads + h) * kD;
+  for (int mi = 0; mi < kSlab / 16; ++mi) {
 #pragma unroll
-    for (int dt = 0; dt < kD / 8; ++dt) {
-      *reinterpret_cast<uint32_t*>(out + dt * 8 + 2 * t) =
-          ptx::PackPair<T>(dq[dt][2 * rr] * sm.scale, dq[dt][2 * rr + 1] * sm.scale);
+    for (int rr = 0; rr < 2; ++rr) {
+      const int64_t r = qrow + 16 * mi + g + 8 * rr;
+      if (r >= tile.tile_rows) continue;
+      T* out = static_cast<T*>(a.dq) + ((seq.q0 + first + r) * a.heads + h) * kD + half * kCols;
+#pragma unroll
+      for (int dt = 0; dt < kCols / 8; ++dt) {
+        *reinterpret_cast<uint32_t*>(out + dt * 8 + 2 * t) =
+            ptx::PackPair<T>(dq[mi][dt][2 * rr] * sm.scale, dq[mi][dt][2 * rr + 1] * sm.scale);
+      }
     }
   }
 }

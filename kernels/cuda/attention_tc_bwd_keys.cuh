@@ -38,57 +38,6 @@
 
 namespace packsched::kernels::internal::cuda {
 
-// acc (kM x kN) += A B for the warp: A = rows [a_row0, a_row0 + kM) of `a_tile` (swizzled, kK
-// columns), B = rows [0, kK) of `b_tile` (swizzled, kBCols columns), columns [b_col0, b_col0 +
-// kN), by ldmatrix .trans.
-template <typename T, int kK, int kBCols, int kM, int kN>
-__device__ void MmaTileTimesTile(float (&acc)[kM / 16][kN / 8][4], const T* a_tile, int a_row0,
-                                 const T* b_tile, int b_col0) {
-  const int lane = threadIdx.x % 32;
-#pragma unroll
-  for (int kk = 0; kk < kK / 16; ++kk) {
-    uint32_t af[kM / 16][4];
-#pragma unroll
-    for (int mi = 0; mi < kM / 16; ++mi) {
-      ptx::Ldmatrix(af[mi],
-                    a_tile + Swz<kK>(a_row0 + 16 * mi + lane % 16, kk * 16 + 8 * (lane / 16)));
-    }
-#pragma unroll
-    for (int dp = 0; dp < kN / 16; ++dp) {
-      uint32_t b[4];
-      ptx::LdmatrixTrans(b, b_tile + Swz<kBCols>(kk * 16 + lane % 8 + 8 * (lane / 8 % 2),
-                                                 b_col0 + dp * 16 + 8 * (lane / 16)));
-      const uint32_t b0[2] = {b[0], b[1]};
-      const uint32_t b1[2] = {b[2], b[3]};
-#pragma unroll
-      for (int mi = 0; mi < kM / 16; ++mi) {
-        ptx::Mma<T>(acc[mi][2 * dp], af[mi], b0);
-        ptx::Mma<T>(acc[mi][2 * dp + 1], af[mi], b1);
-      }
-    }
-  }
-}
-
-// Stores the warp's kM x kN accumulator, rounded to T, into rows [row0, row0 + kM), columns
-// [col0, col0 + kN) of the swizzled shared tile `tile` of kCols columns: one 32-bit store per
-// pair (the 8 rows g of a store fall on 8 different 16-byte bank groups: no conflict).
-template <typename T, int kCols, int kM, int kN>
-__device__ inline void StoreAcc(T* tile, int row0, int col0, const float (&acc)[kM / 16][kN / 8][4]) {
-  const int lane = threadIdx.x % 32;
-#pragma unroll
-  for (int mi = 0; mi < kM / 16; ++mi) {
-#pragma unroll
-    for (int nt = 0; nt < kN / 8; ++nt) {
-#pragma unroll
-      for (int rr = 0; rr < 2; ++rr) {
-        *reinterpret_cast<uint32_t*>(
-            tile + Swz<kCols>(row0 + 16 * mi + lane / 4 + 8 * rr, col0 + nt * 8 + 2 * (lane % 4))) =
-            ptx::PackPair<T>(acc[mi][nt][2 * rr], acc[mi][nt][2 * rr + 1]);
-      }
-    }
-  }
-}
-
 // What pass 2 does with dS beyond dK: nothing. The one-pass backward's sink
 // (attention_tc_bwd_onepass.cuh) adds, after the barrier that makes a query tile's dSᵀ tile
 // whole, the tile's dQ = dS K to a float32 accumulator.
@@ -104,9 +53,9 @@ __device__ void BackwardKeyTile(const TcAttnParams& p, DqSink& sink) {
   constexpr int kBr = Tr::kBr;
   constexpr int kBc = Tr::kBc;
   constexpr int kV = Tr::kVectorLen;
-  constexpr int kSlab = 32;         // keys per pair of warps
-  constexpr int kHalf = kBr / 2;    // query rows of a warp's phase 1
-  constexpr int kCols = kD / 2;     // head-dim columns of a warp's phase 2
+  constexpr int kSlab = 32;       // keys per pair of warps
+  constexpr int kHalf = kBr / 2;  // query rows of a warp's phase 1
+  constexpr int kCols = kD / 2;   // head-dim columns of a warp's phase 2
   static_assert(Tr::kWarps == 2 * kBc / kSlab && kBr == 64, "pass 2's warp layout");
   const AttentionArgs& a = p.args;
   const AttnSeq seq = LoadSeq(a, blockIdx.z);
@@ -265,8 +214,8 @@ __device__ void BackwardKeyTile(const TcAttnParams& p, DqSink& sink) {
             for (int i = 0; i < 4; ++i) {
               const int c = qrow + nt * 8 + 2 * t + (i & 1);  // query row of the tile
               const float pr = TcProb(sm, st[mi][nt][i], lse[c]);
-              dpt[mi][nt][i] = TcScoreGradient<decltype(capped)::value>(
-                  sm, pr, dpt[mi][nt][i], d_row[c], st[mi][nt][i]);
+              dpt[mi][nt][i] = TcScoreGradient<decltype(capped)::value>(sm, pr, dpt[mi][nt][i],
+                                                                        d_row[c], st[mi][nt][i]);
               st[mi][nt][i] = pr;
             }
           }
@@ -308,8 +257,10 @@ __device__ void BackwardKeyTile(const TcAttnParams& p, DqSink& sink) {
       }
       __syncthreads();
       if (pair_sees) {
-        MmaTileTimesTile<T, kBr, kD, kSlab, kCols>(dv, pts, krow, dot, half * kCols);  // dV += Pᵀ dO
-        MmaTileTimesTile<T, kBr, kD, kSlab, kCols>(dk, dsts, krow, qt, half * kCols);  // dK += dSᵀ Q
+        MmaTileTimesTile<T, kBr, kD, kSlab, kCols>(dv, pts, krow, dot,
+                                                   half * kCols);  // dV += Pᵀ dO
+        MmaTileTimesTile<T, kBr, kD, kSlab, kCols>(dk, dsts, krow, qt,
+                                                   half * kCols);  // dK += dSᵀ Q
       }
       sink.Add(dsts, ks, seq.q0 + first, rows, hk * group + head);
       __syncthreads();
@@ -335,8 +286,8 @@ __device__ void BackwardKeyTile(const TcAttnParams& p, DqSink& sink) {
       T* dv_out = static_cast<T*>(a.dv) + offset;
 #pragma unroll
       for (int dt = 0; dt < kCols / 8; ++dt) {
-        *reinterpret_cast<uint32_t*>(dk_out + dt * 8 + 2 * t) = ptx::PackPair<T>(
-            dk[mi][dt][2 * rr] * sm.scale, dk[mi][dt][2 * rr + 1] * sm.scale);
+        *reinterpret_cast<uint32_t*>(dk_out + dt * 8 + 2 * t) =
+            ptx::PackPair<T>(dk[mi][dt][2 * rr] * sm.scale, dk[mi][dt][2 * rr + 1] * sm.scale);
         *reinterpret_cast<uint32_t*>(dv_out + dt * 8 + 2 * t) =
             ptx::PackPair<T>(dv[mi][dt][2 * rr], dv[mi][dt][2 * rr + 1]);
       }

@@ -3,9 +3,9 @@
 
 // Compile-time shapes of the tensor-core attention kernels (attention_tc_fwd.cuh,
 // attention_tc_bwd.cuh, attention_tc_bwd_keys.cuh): head dim 64 or 128 exactly (no padding); the
-// forward and dq kernels run 4 warps per block, each owning 16-row mma tiles of the block's query
-// tile; the dk/dv kernel runs 8 warps over 128 keys, each owning 32 keys
-// (attention_tc_bwd_keys.cuh); and the shared-memory budget of the 16-bit tiles.
+// forward runs 4 warps per block, each owning 16-row mma tiles of the block's query tile; the dq
+// kernel 4 warps over 64 query rows, 32 rows per pair of warps; the dk/dv kernel 8 warps over 128
+// keys, 32 keys per pair of warps; and the shared-memory budget of the 16-bit tiles.
 //
 // Shared tiles hold rows of kHeadDim 16-bit elements, 16-byte chunks XOR-swizzled by the row
 // (chunk c of row r is stored at chunk c ^ (r % 8)): the 8 row addresses of one ldmatrix phase
@@ -27,8 +27,8 @@ struct TcTraits {
   static constexpr int kWarps = kKind == TcKernel::kBackwardDkDv ? 8 : 4;
   static constexpr int kThreads = 32 * kWarps;
   static constexpr int kWarpRows = 16;  // rows of one mma tile
-  // Query rows per tile and keys per tile. The forward and dq kernels give each warp 16 query
-  // rows per row tile (kBr = 64 x kWarpTiles) and walk key tiles of kBc = 64; the dk/dv kernel
+  // Query rows per tile and keys per tile. The forward and dq kernels hold kBr = 64 x kWarpTiles
+  // query rows (16 per warp and row tile) and walk key tiles of kBc = 64; the dk/dv kernel
   // holds kBc = 128 keys (32 per pair of warps) and walks query tiles of kBr = 64 rows.
   // The forward gives each warp kWarpTiles tiles of 16 rows: 2 (128-row query tiles: each K/V
   // fragment loaded serves 32 rows, Q's fragments reloaded from shared memory per k step) or, at
@@ -41,24 +41,23 @@ struct TcTraits {
   static constexpr size_t kElementBytes = 2;
   static constexpr size_t kRowTileBytes = static_cast<size_t>(kBr) * kHeadDim * kElementBytes;
   static constexpr size_t kKeyTileBytes = static_cast<size_t>(kBc) * kHeadDim * kElementBytes;
-  // The dk/dv kernel's Pᵀ and dSᵀ tiles, [kBc keys][kBr queries] each (0 for the others).
-  static constexpr size_t kScoreTileBytes =
-      kKind == TcKernel::kBackwardDkDv ? static_cast<size_t>(kBc) * kBr * kElementBytes : 0;
-  // Forward: Q, then K and V double-buffered. dq: Q, dO, then K and V double-buffered.
+  // A tile of 16-bit scores, kBr x kBc: the dq kernel's dS, the dk/dv kernel's Pᵀ and dSᵀ.
+  static constexpr size_t kScoreTileBytes = static_cast<size_t>(kBc) * kBr * kElementBytes;
+  // Forward: Q, then K and V double-buffered. dq: Q, dO, K and V double-buffered, dS.
   // dk/dv: K, V, Q and dO double-buffered, Pᵀ, dSᵀ. Then 5 vectors of 4-byte values per row or
   // key of a tile, double-buffered: the tree's subtree ends and positions of a key tile; lse, D,
   // positions and the visible key range (two) of a query tile.
   static constexpr size_t kTileBytes =
       kKind == TcKernel::kForward ? kRowTileBytes + 4 * kKeyTileBytes
       : kKind == TcKernel::kBackwardDq
-          ? 2 * kRowTileBytes + 4 * kKeyTileBytes
+          ? 2 * kRowTileBytes + 4 * kKeyTileBytes + kScoreTileBytes
           : 2 * kKeyTileBytes + 4 * kRowTileBytes + 2 * kScoreTileBytes;
   static constexpr int kVectorLen = 64;
   static constexpr size_t kVectorBytes = 2 * 5 * kVectorLen * 4;
-  // Forward: 3 vectors of 4-byte values per query row (each row's visible key columns, its
-  // position).
+  // Forward and dq: 3 vectors of 4-byte values per query row of the block's tile (each row's
+  // visible keys, its position).
   static constexpr size_t kRowVectorBytes =
-      kKind == TcKernel::kForward ? 3 * static_cast<size_t>(kBr) * 4 : 0;
+      kKind != TcKernel::kBackwardDkDv ? 3 * static_cast<size_t>(kBr) * 4 : 0;
   static constexpr size_t kSharedBytes = kTileBytes + kVectorBytes + kRowVectorBytes;
 
   static_assert(kHeadDim == 64 || kHeadDim == 128, "tensor-core head dims");
