@@ -14,9 +14,12 @@
 // Pass 1 (AttentionTcBackwardDqKernel): a block of 4 warps per (query tile of 64 rows, head,
 // sequence), started heaviest first (HeaviestFirstBlock<uint32_t>: the forward's order, in 32-bit
 // arithmetic, which keeps the kernel spill-free); Q and dO tiles in shared memory, K and V tiles
-// double-buffered (cp.async). Warp w owns query rows [16w, 16w + 16): S = Q Kᵀ and dP = dO Vᵀ (B
-// fragments of K and V by ldmatrix), dS = P (dP - D) ds/dz in the accumulators, then dQ += dS K
-// with dS reused as A fragments and K's B fragments by ldmatrix .trans.
+// double-buffered (cp.async), each row's key range and position in shared vectors. Warp w owns
+// query rows [32 (w / 2), + 32) and half w % 2 (FlashAttention-2's layout): per key tile, S = Q Kᵀ
+// and dP = dO Vᵀ for its rows × the 32 keys of its half, dS = P (dP - D) ds/dz into a shared
+// [64][64] tile (rounded to T); after a barrier, dQ += dS K for its rows × the D / 2 columns of
+// its half, dS's A fragments by ldmatrix, K's B fragments by ldmatrix .trans. Every fragment
+// read serves two or more products.
 //
 // Pass 2 (AttentionTcBackwardDkDvKernel, attention_tc_bwd_keys.cuh): dk and dv per block of 128
 // keys, 8 warps, over the query tiles that see them.
