@@ -299,9 +299,7 @@ __global__ void __launch_bounds__(128) AttentionTcBackwardDqKernel(const TcAttnP
 
   float dq[kSlab / 16][kCols / 8][4];
   ZeroAcc(dq);
-  // The key-tile loop, compiled capped and not, so that the uncapped loop holds no trace of tanh
-  // (left to itself, ptxas may keep the cap in the loop as predicated-off instructions that
-  // still issue).
+  // The key-tile loop, compiled capped and not (RunPerCap).
   auto tile_loop = [&](auto capped) {
     for (int n = 0; n < tiles; ++n) {
       const int buf = static_cast<int>(n & 1);
@@ -382,11 +380,7 @@ __global__ void __launch_bounds__(128) AttentionTcBackwardDqKernel(const TcAttnP
       __syncthreads();
     }
   };
-  if (sm.capped) {
-    tile_loop(std::true_type{});
-  } else {
-    tile_loop(std::false_type{});
-  }
+  RunPerCap(sm, tile_loop);
   ptx::CpAsyncWait<0>();
 
 #pragma unroll

@@ -153,7 +153,7 @@ __device__ void BackwardKeyTile(const TcAttnParams& p, DqSink& sink) {
   int head = 0, tile = t_lo;  // the query tile being processed
   if (head < heads_in_group) load_queries(head, tile, 0);
   ptx::CpAsyncCommit();
-  // The query-tile loop, compiled capped and not (as pass 1's key-tile loop).
+  // The query-tile loop, compiled capped and not (RunPerCap).
   auto tile_loop = [&](auto capped) {
     for (int n = 0; head < heads_in_group; ++n) {
       const int buf = n & 1;
@@ -257,10 +257,9 @@ __device__ void BackwardKeyTile(const TcAttnParams& p, DqSink& sink) {
       }
       __syncthreads();
       if (pair_sees) {
-        MmaTileTimesTile<T, kBr, kD, kSlab, kCols>(dv, pts, krow, dot,
-                                                   half * kCols);  // dV += Pᵀ dO
-        MmaTileTimesTile<T, kBr, kD, kSlab, kCols>(dk, dsts, krow, qt,
-                                                   half * kCols);  // dK += dSᵀ Q
+        // dV += Pᵀ dO and dK += dSᵀ Q for the slab's keys and the warp's half of the columns.
+        MmaTileTimesTile<T, kBr, kD, kSlab, kCols>(dv, pts, krow, dot, half * kCols);
+        MmaTileTimesTile<T, kBr, kD, kSlab, kCols>(dk, dsts, krow, qt, half * kCols);
       }
       sink.Add(dsts, ks, seq.q0 + first, rows, hk * group + head);
       __syncthreads();
@@ -268,11 +267,7 @@ __device__ void BackwardKeyTile(const TcAttnParams& p, DqSink& sink) {
       tile = tile_next;
     }
   };
-  if (sm.capped) {
-    tile_loop(std::true_type{});
-  } else {
-    tile_loop(std::false_type{});
-  }
+  RunPerCap(sm, tile_loop);
   ptx::CpAsyncWait<0>();
 
 #pragma unroll

@@ -10,6 +10,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 
 #include "kernels/common/attention_tile.h"
 #include "kernels/common/half.h"
@@ -310,6 +311,19 @@ __device__ inline void CapScores(const TcSoftmax& sm, float (&s)[kN][4]) {
   for (int n = 0; n < kN; ++n) {
 #pragma unroll
     for (int i = 0; i < 4; ++i) s[n][i] = sm.softcap * tanhf(s[n][i] * sm.cap_in);
+  }
+}
+
+// Runs a kernel's tile loop, a generic lambda compiled twice, as loop(std::true_type{}) when the
+// scores are capped and loop(std::false_type{}) when not: the uncapped copy then holds no trace
+// of tanh (left to itself, ptxas may keep the cap inside one loop as predicated-off instructions
+// that still issue).
+template <typename Loop>
+__device__ inline void RunPerCap(const TcSoftmax& sm, Loop& loop) {
+  if (sm.capped) {
+    loop(std::true_type{});
+  } else {
+    loop(std::false_type{});
   }
 }
 

@@ -128,9 +128,7 @@ __global__ void __launch_bounds__(128) AttentionTcForwardKernel(const TcAttnPara
 #pragma unroll
   for (int rs = 0; rs < kSlots; ++rs) state[rs] = TcRowStart();
 
-  // The key-tile loop, compiled twice, capped and not, so that the uncapped loop holds no trace
-  // of tanh (left to itself, ptxas kept the cap inside the loop as predicated-off instructions
-  // that still issue).
+  // The key-tile loop, compiled capped and not (RunPerCap).
   auto tile_loop = [&](auto capped) {
     for (int n = 0; n < tiles; ++n) {
       const int buf = static_cast<int>(n & 1);
@@ -327,11 +325,7 @@ __global__ void __launch_bounds__(128) AttentionTcForwardKernel(const TcAttnPara
       __syncthreads();  // every warp is done with buffer `buf` before it is refilled
     }
   };
-  if (sm.capped) {
-    tile_loop(std::true_type{});
-  } else {
-    tile_loop(std::false_type{});
-  }
+  RunPerCap(sm, tile_loop);
   ptx::CpAsyncWait<0>();
 
 #pragma unroll
