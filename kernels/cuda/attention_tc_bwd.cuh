@@ -38,26 +38,6 @@
 
 namespace packsched::kernels::internal::cuda {
 
-// The element offsets, within a row of a swizzled tile (Swz), of chunks c0 + 2 k + h for k = 0..3
-// (c0 even) in rows r with r % 8 == r7: ((c0 + 2 k + h) ^ r7) 8, a lane's 4 values computed
-// once, so that an address inside a fragment loop is a row pointer plus one of them plus a
-// constant (Swz computed per address costs an XOR and a shift-add each: the compiler cannot see
-// that r7 < 8 leaves the chunk's high bits alone).
-struct SwzPairs {
-  int off[4];
-};
-
-__device__ inline SwzPairs MakeSwzPairs(int c0, int h, int r7) {
-  SwzPairs p;
-#pragma unroll
-  for (int k = 0; k < 4; ++k) p.off[k] = ((c0 + 2 * k + h) ^ r7) << 3;
-  return p;
-}
-
-// The element offset of chunk c0 + 2 kk + h of a row (kk compile-time after unrolling; kk >= 4
-// only when c0 is a multiple of 8): Swz's column part.
-__device__ inline int SwzPair(const SwzPairs& p, int kk) { return (kk >> 2) * 64 + p.off[kk & 3]; }
-
 // acc (kM x kN) += A Bᵀ for the warp: A = rows [a_row0, a_row0 + kM) of `a_tile`, B = rows
 // [b_row0, b_row0 + kN) of `b_tile`, both swizzled tiles of kK columns. Each A fragment serves
 // kN / 8 products and each B fragment kM / 16.

@@ -73,6 +73,26 @@ __device__ inline int Swz(int row, int col) {
   return row * kD + ((((col >> 3) ^ (row & 7)) << 3) | (col & 7));
 }
 
+// The element offsets, within a row of a swizzled tile (Swz), of chunks c0 + 2 k + h for k = 0..3
+// (c0 even) in rows r with r % 8 == r7: ((c0 + 2 k + h) ^ r7) 8, a lane's 4 values computed
+// once, so that an address inside a fragment loop is a row pointer plus one of them plus a
+// constant (Swz computed per address costs an XOR and a shift-add each: the compiler cannot see
+// that r7 < 8 leaves the chunk's high bits alone).
+struct SwzPairs {
+  int off[4];
+};
+
+__device__ inline SwzPairs MakeSwzPairs(int c0, int h, int r7) {
+  SwzPairs p;
+#pragma unroll
+  for (int k = 0; k < 4; ++k) p.off[k] = ((c0 + 2 * k + h) ^ r7) << 3;
+  return p;
+}
+
+// The element offset of chunk c0 + 2 kk + h of a row (kk compile-time after unrolling; kk >= 4
+// only when c0 is a multiple of 8): Swz's column part.
+__device__ inline int SwzPair(const SwzPairs& p, int kk) { return (kk >> 2) * 64 + p.off[kk & 3]; }
+
 // Issues cp.async copies of n rows starting at `first` (rows `stride` elements apart, kD
 // elements each) into tile rows [0, n) and zero fill into rows [n, kRows), spread over the
 // block's kThreads threads. Each thread copies one 16-byte chunk column c of rows r0, r0 + R,

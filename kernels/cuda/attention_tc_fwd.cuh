@@ -100,6 +100,11 @@ __global__ void __launch_bounds__(128) AttentionTcForwardKernel(const TcAttnPara
   // Keys per sub-tile of S (a whole key tile but at D = 128 with two row tiles per warp).
   constexpr int kSub = kD == 128 && kM == 2 ? 32 : kBc;
   const int wrow = warp * 16 * kM;
+  // The lane's swizzled column offsets (SwzPairs; every fragment's rows start at a multiple of 8)
+  // and its row of Q's A fragments.
+  const SwzPairs pairs_a = MakeSwzPairs(0, lane / 16, lane % 8);
+  const SwzPairs pairs_b = MakeSwzPairs(0, lane / 8 % 2, lane % 8);
+  const T* q_row = qs + (wrow + lane % 16) * kD;
   const int64_t warp_rows = Clamp0(rows - wrow, 16 * kM);
   // The key tiles (loop indices) in which some row of the warp sees a key, and those in which
   // every row sees every key (WarpKeysOf).
@@ -206,16 +211,15 @@ __global__ void __launch_bounds__(128) AttentionTcForwardKernel(const TcAttnPara
 #pragma unroll
                 for (int r = 0; r < 4; ++r) qf[mi][r] = q_regs[kk][r];
               } else {
-                ptx::Ldmatrix(qf[mi],
-                              qs + Swz<kD>(wrow + 16 * mi + lane % 16, kk * 16 + 8 * (lane / 16)));
+                ptx::Ldmatrix(qf[mi], q_row + 16 * mi * kD + SwzPair(pairs_a, kk));
               }
             }
 #pragma unroll
             for (int np = 0; np < kSub / 16; ++np) {
               // Matrices (keys 0-7, d 0-7), (keys 0-7, d 8-15), (keys 8-15, d 0-7), (8-15, 8-15).
               uint32_t b[4];
-              ptx::Ldmatrix(b, kt + Swz<kD>(kSub * sub + np * 16 + lane % 8 + 8 * (lane / 16),
-                                            kk * 16 + 8 * (lane / 8 % 2)));
+              ptx::Ldmatrix(b, kt + (kSub * sub + np * 16 + lane % 8 + 8 * (lane / 16)) * kD +
+                                   SwzPair(pairs_b, kk));
               const uint32_t b0[2] = {b[0], b[1]};
               const uint32_t b1[2] = {b[2], b[3]};
 #pragma unroll
@@ -309,8 +313,8 @@ __global__ void __launch_bounds__(128) AttentionTcForwardKernel(const TcAttnPara
               // transposed: V's rows are B's rows (k), so each lane gets a column pair of keys.
               uint32_t b[4];
               ptx::LdmatrixTrans(b,
-                                 vt + Swz<kD>(kSub * sub + kk * 16 + lane % 8 + 8 * (lane / 8 % 2),
-                                              dp * 16 + 8 * (lane / 16)));
+                                 vt + (kSub * sub + kk * 16 + lane % 8 + 8 * (lane / 8 % 2)) * kD +
+                                     SwzPair(pairs_a, dp));
               const uint32_t b0[2] = {b[0], b[1]};
               const uint32_t b1[2] = {b[2], b[3]};
 #pragma unroll
