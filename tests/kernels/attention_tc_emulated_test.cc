@@ -89,6 +89,11 @@ std::vector<float> RunDotOut(const Problem& pb, const AttentionArgs& a) {
   return d;
 }
 
+// The mma instructions each backward pass has issued so far (RunBackward), for the tests of the
+// passes' tile skips.
+uint64_t pass1_mma_calls = 0;
+uint64_t pass2_mma_calls = 0;
+
 // The deterministic backward over the launchers' grids: the pre-pass, pass 1, pass 2.
 template <typename T, int kD>
 void RunBackward(const Problem& pb, TcAttnParams p) {
@@ -99,11 +104,15 @@ void RunBackward(const Problem& pb, TcAttnParams p) {
   p.dout_dot_out = d.data();
   dim3 grid;
   ASSERT_TRUE(TcGrid(a, a.max_seqlen_q, Dq::kBr, a.heads, false, &grid));
+  uint64_t before = emu::mma_calls;
   emu::RunGrid(grid, Dq::kThreads, Dq::kSharedBytes,
                [&] { AttentionTcBackwardDqKernel<T, kD>(p); });
+  pass1_mma_calls += emu::mma_calls - before;
   ASSERT_TRUE(TcGrid(a, a.max_seqlen_k, DkDv::kBc, a.kv_heads, true, &grid));
+  before = emu::mma_calls;
   emu::RunGrid(grid, DkDv::kThreads, DkDv::kSharedBytes,
                [&] { AttentionTcBackwardDkDvKernel<T, kD>(p); });
+  pass2_mma_calls += emu::mma_calls - before;
 }
 
 template <typename T>
@@ -340,20 +349,24 @@ TEST(AttentionTcEmulatedTest, TreeMaskWithPositionWindowD128) {
 
 // A prompt of 16 tokens with two answers of 120: the second answer's query tiles skip the first
 // answer's key tiles (every key's subtree ends before them), so the tree run issues fewer mma
-// tiles than plain causal attention over the same rows, and both match their references.
+// tiles than plain causal attention over the same rows, in all and in each backward pass, and
+// both match their references.
 TEST(AttentionTcEmulatedTest, TreeSkipsKeyTilesNoQuerySees) {
   Tree tree;
   const int32_t rows = AppendPiece({16, 120, 120}, {-1, 0, 0}, &tree);
   Problem p = MakeProblem({rows}, {rows}, true);
   p.heads = 1;
   p.head_dim = 64;
-  uint64_t mma = emu::mma_calls;
+  uint64_t mma = emu::mma_calls, pass1 = pass1_mma_calls, pass2 = pass2_mma_calls;
   CheckTc<Bf16>(p, &tree);
   const uint64_t with_tree = emu::mma_calls - mma;
-  mma = emu::mma_calls;
+  const uint64_t tree_pass1 = pass1_mma_calls - pass1, tree_pass2 = pass2_mma_calls - pass2;
+  mma = emu::mma_calls, pass1 = pass1_mma_calls, pass2 = pass2_mma_calls;
   CheckTc<Bf16>(p);
   const uint64_t causal = emu::mma_calls - mma;
   EXPECT_LT(with_tree, causal);
+  EXPECT_LT(tree_pass1, pass1_mma_calls - pass1);
+  EXPECT_LT(tree_pass2, pass2_mma_calls - pass2);
 }
 
 // The one-pass backward (attention_tc_bwd_onepass.cuh) after the forward: the pre-pass, the
