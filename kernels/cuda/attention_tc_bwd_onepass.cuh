@@ -11,7 +11,7 @@
 // run (dk and dv are).
 //
 // Per query tile (64 rows), once the block's dSᵀ tile [128 keys][64 queries] (rounded to T, as
-// pass 1 rounds dS) is whole: warp w computes 16 query rows x kDqCols columns of dQ = dS K (A
+// pass 1 rounds dS) is whole: warp w computes 32 query rows x kDqCols columns of dQ = dS K (A
 // fragments of dS by ldmatrix .trans of the dSᵀ tile, K's B fragments by ldmatrix .trans as in
 // pass 1) and adds them to the accumulator, rows past the tile's real ones left out. A second
 // kernel (DqFromAccumKernel) then rounds the accumulator into dq.
@@ -31,40 +31,53 @@
 namespace packsched::kernels::internal::cuda {
 
 // Pass 2's shapes and shared layout, and how its 8 warps split a query tile's dQ (kBr x
-// kHeadDim): 16-row slices times kDqCols-wide column slices.
+// kHeadDim): 32-row slices times kDqCols-wide column slices (32 x 32 per warp at D = 128: each
+// fragment read serves two products or more).
 template <int kHeadDimValue>
 struct TcOnePassTraits : TcTraits<kHeadDimValue, TcKernel::kBackwardDkDv> {
   using Base = TcTraits<kHeadDimValue, TcKernel::kBackwardDkDv>;
-  static constexpr int kRowSlices = Base::kBr / 16;
+  static constexpr int kDqRows = 32;
+  static constexpr int kRowSlices = Base::kBr / kDqRows;
   static constexpr int kColSlices = Base::kWarps / kRowSlices;
   static constexpr int kDqCols = Base::kHeadDim / kColSlices;
 
   static_assert(Base::kWarps % kRowSlices == 0 && kDqCols % 16 == 0, "whole dQ slices");
 };
 
-// acc (16 x kCols) += dS K for the warp: dS rows [row0, row0 + 16) = columns of the shared dSᵀ
+// acc (kM x kCols) += dS K for the warp: dS rows [row0, row0 + kM) = columns of the shared dSᵀ
 // tile `dst` ([kBc][kBr], swizzled), K = the swizzled tile `ks` ([kBc][kD]), columns
 // [col0, col0 + kCols).
-template <typename T, int kD, int kBr, int kBc, int kCols>
-__device__ void MmaDsTimesK(float (&acc)[kCols / 8][4], const T* dst, int row0, const T* ks,
-                            int col0) {
+template <typename T, int kD, int kBr, int kBc, int kM, int kCols>
+__device__ void MmaDsTimesK(float (&acc)[kM / 16][kCols / 8][4], const T* dst, int row0,
+                            const T* ks, int col0) {
+  static_assert(kM <= 64 && kCols <= 64, "chunks c0 + 2 k + h with k < 4 (SwzPairs)");
   const int lane = threadIdx.x % 32;
+  // row0 and col0 are multiples of 8, every fragment's stored rows start at a multiple of 8.
+  const SwzPairs pa = MakeSwzPairs(row0 / 8, lane / 8 % 2, lane % 8);
+  const SwzPairs pb = MakeSwzPairs(col0 / 8, lane / 16, lane % 8);
+  const T* a_row = dst + (8 * (lane / 16) + lane % 8) * kBr;
+  const T* b_row = ks + (lane % 8 + 8 * (lane / 8 % 2)) * kD;
 #pragma unroll
   for (int kk = 0; kk < kBc / 16; ++kk) {
-    // Matrix m = lane / 8 of the A fragment: keys kk 16 + 8 (m / 2) .. + 8 (stored rows), queries
-    // row0 + 8 (m % 2) .. + 8 (stored columns); .trans hands lane l query l / 4, keys 2 (l % 4).
-    uint32_t af[4];
-    ptx::LdmatrixTrans(
-        af, dst + Swz<kBr>(kk * 16 + 8 * (lane / 16) + lane % 8, row0 + 8 * (lane / 8 % 2)));
+    // Matrix m = lane / 8 of an A fragment: keys kk 16 + 8 (m / 2) .. + 8 (stored rows), queries
+    // row0 + 16 mi + 8 (m % 2) .. + 8 (stored columns); .trans hands lane l query l / 4, keys
+    // 2 (l % 4).
+    uint32_t af[kM / 16][4];
+#pragma unroll
+    for (int mi = 0; mi < kM / 16; ++mi) {
+      ptx::LdmatrixTrans(af[mi], a_row + kk * 16 * kBr + pa.off[mi]);
+    }
 #pragma unroll
     for (int dp = 0; dp < kCols / 16; ++dp) {
       uint32_t b[4];
-      ptx::LdmatrixTrans(b, ks + Swz<kD>(kk * 16 + lane % 8 + 8 * (lane / 8 % 2),
-                                         col0 + dp * 16 + 8 * (lane / 16)));
+      ptx::LdmatrixTrans(b, b_row + kk * 16 * kD + pb.off[dp]);
       const uint32_t b0[2] = {b[0], b[1]};
       const uint32_t b1[2] = {b[2], b[3]};
-      ptx::Mma<T>(acc[2 * dp], af, b0);
-      ptx::Mma<T>(acc[2 * dp + 1], af, b1);
+#pragma unroll
+      for (int mi = 0; mi < kM / 16; ++mi) {
+        ptx::Mma<T>(acc[mi][2 * dp], af[mi], b0);
+        ptx::Mma<T>(acc[mi][2 * dp + 1], af[mi], b1);
+      }
     }
   }
 }
@@ -82,21 +95,24 @@ struct AtomicDqSink {
   __device__ void Add(const T* ds, const T* ks, int64_t q_row0, int64_t rows, int64_t h) {
     const int warp = threadIdx.x / 32;
     const int lane = threadIdx.x % 32;
-    const int row0 = 16 * (warp % Tr::kRowSlices);
+    const int row0 = Tr::kDqRows * (warp % Tr::kRowSlices);
     const int col0 = Tr::kDqCols * (warp / Tr::kRowSlices);
     if (row0 >= rows) return;  // uniform across the warp
-    float acc[Tr::kDqCols / 8][4];
+    float acc[Tr::kDqRows / 16][Tr::kDqCols / 8][4];
     ZeroAcc(acc);
-    MmaDsTimesK<T, kD, kBr, Tr::kBc, Tr::kDqCols>(acc, ds, row0, ks, col0);
+    MmaDsTimesK<T, kD, kBr, Tr::kBc, Tr::kDqRows, Tr::kDqCols>(acc, ds, row0, ks, col0);
 #pragma unroll
-    for (int rr = 0; rr < 2; ++rr) {
-      const int r = row0 + lane / 4 + 8 * rr;
-      if (r >= rows) continue;
-      float* out = dq_accum + ((q_row0 + r) * heads + h) * kD + col0 + 2 * (lane % 4);
+    for (int mi = 0; mi < Tr::kDqRows / 16; ++mi) {
 #pragma unroll
-      for (int nt = 0; nt < Tr::kDqCols / 8; ++nt) {
-        atomicAdd(out + nt * 8, acc[nt][2 * rr]);
-        atomicAdd(out + nt * 8 + 1, acc[nt][2 * rr + 1]);
+      for (int rr = 0; rr < 2; ++rr) {
+        const int r = row0 + 16 * mi + lane / 4 + 8 * rr;
+        if (r >= rows) continue;
+        float* out = dq_accum + ((q_row0 + r) * heads + h) * kD + col0 + 2 * (lane % 4);
+#pragma unroll
+        for (int nt = 0; nt < Tr::kDqCols / 8; ++nt) {
+          atomicAdd(out + nt * 8, acc[mi][nt][2 * rr]);
+          atomicAdd(out + nt * 8 + 1, acc[mi][nt][2 * rr + 1]);
+        }
       }
     }
   }
