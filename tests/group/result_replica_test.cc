@@ -23,6 +23,7 @@
 #include "server/group/group_agreement.h"
 #include "server/group/group_keys.h"
 #include "server/group/round.h"
+#include "tests/testing/ignore_sigpipe.h"  // Gloo groups whose peers go away
 
 namespace packsched::group {
 namespace {
