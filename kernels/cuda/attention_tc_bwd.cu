@@ -17,13 +17,13 @@ namespace packsched::kernels::internal::cuda {
 
 namespace {
 
-// Pass 1's grid must also have fewer than 2^32 blocks (TcGridFits32: its heaviest-first order
-// is computed in 32 bits).
+// Both passes' grids must also have fewer than 2^32 blocks (TcGridFits32: their heaviest-first
+// orders are computed in 32 bits).
 template <typename Tr>
 cudaError_t Launch(void (*kernel)(TcAttnParams), const TcAttnParams& p, int64_t longest, int tile,
                    int64_t heads, bool keys, cudaStream_t stream) {
   dim3 grid;
-  if (!TcGrid(p.args, longest, tile, heads, keys, &grid) || (!keys && !TcGridFits32(grid))) {
+  if (!TcGrid(p.args, longest, tile, heads, keys, &grid) || !TcGridFits32(grid)) {
     return cudaErrorInvalidConfiguration;
   }
   const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,

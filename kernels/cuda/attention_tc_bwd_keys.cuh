@@ -2,7 +2,8 @@
 #define PACKSCHED_KERNELS_CUDA_ATTENTION_TC_BWD_KEYS_CUH_
 
 // Pass 2 of the tensor-core attention backward (attention_tc_bwd.cuh has the pre-pass and pass
-// 1): dK and dV, a block of 8 warps per (128 keys, kv head, sequence), in the grid's plain order.
+// 1): dK and dV, a block of 8 warps per (128 keys, kv head, sequence), started heaviest first
+// (HeaviestFirstBlock<uint32_t>, the key tiles counted back from each sequence's end).
 // K and V stay in shared memory; the block walks the group's query heads and the query tiles
 // (64 rows) that see its keys (a range found once per block, walked by two counters), with Q and
 // dO tiles double-buffered by cp.async and each tile's lse, D, positions and per-row key ranges
@@ -58,10 +59,15 @@ __device__ void BackwardKeyTile(const TcAttnParams& p, DqSink& sink) {
   constexpr int kCols = kD / 2;   // head-dim columns of a warp's phase 2
   static_assert(Tr::kWarps == 2 * kBc / kSlab && kBr == 64, "pass 2's warp layout");
   const AttentionArgs& a = p.args;
-  const AttnSeq seq = LoadSeq(a, blockIdx.z);
-  const int64_t hk = blockIdx.y;
-  const int64_t key0 = static_cast<int64_t>(blockIdx.x) * kBc;
-  if (key0 >= seq.seg_k) return;
+  // Heaviest first: the grid's tile index counts key tiles back from each sequence's last one, so
+  // the blocks that start first hold the first key tiles of the longest sequences, which the most
+  // query tiles see under a causal mask (without one, the longest sequences' tiles).
+  const TcBlockIndex block = HeaviestFirstBlock<uint32_t>();
+  const AttnSeq seq = LoadSeq(a, block.seq);
+  const int64_t hk = block.head;
+  const int64_t key_tile = (seq.seg_k + kBc - 1) / kBc - 1 - block.tile;
+  if (key_tile < 0) return;
+  const int64_t key0 = key_tile * kBc;
   const int64_t group = a.heads / a.kv_heads;
   const int64_t tile_cols = Clamp0(seq.seg_k - key0, kBc);
   const int64_t cols = Clamp0(seq.mask.sk - key0, tile_cols);  // real keys

@@ -30,7 +30,8 @@ cudaError_t RunOnePass(const TcAttnParams& p, float* acc, int64_t n, cudaStream_
   }
   if (a.total_k > 0) {
     dim3 grid;
-    if (!TcGrid(a, a.max_seqlen_k, Tr::kBc, a.kv_heads, /*keys=*/true, &grid)) {
+    if (!TcGrid(a, a.max_seqlen_k, Tr::kBc, a.kv_heads, /*keys=*/true, &grid) ||
+        !TcGridFits32(grid)) {  // the heaviest-first order is computed in 32 bits
       return cudaErrorInvalidConfiguration;
     }
     auto* kernel = AttentionTcBackwardOnePassKernel<T, kD>;
