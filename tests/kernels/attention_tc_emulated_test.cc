@@ -263,6 +263,45 @@ TEST(AttentionTcEmulatedTest, HeaviestFirstOverTilesOfUnequalSequencesD128Fp16) 
   CheckTc<Fp16>(p);
 }
 
+// Pass 2 walks its grid heaviest first. Under a causal mask over sequences of 5, 2 and 4 key
+// blocks (128 keys; lengths multiples of the 64-row query tiles, so that blocks as far from their
+// sequence's end are seen by as many query tiles and issue as many products), the blocks in launch
+// order (the emulation runs the grid's linear order, as the hardware roughly starts it) issue
+// non-increasing numbers of mma instructions, the blocks past a sequence's end none. In the grid's
+// plain order the second sequence's heaviest block would follow the first's lightest.
+TEST(AttentionTcEmulatedTest, PassTwoStartsItsHeaviestBlocksFirst) {
+  Problem p = MakeProblem({640, 256, 512}, {640, 256, 512}, true);
+  p.heads = 1;
+  p.kv_heads = 1;
+  p.head_dim = 64;
+  const Inputs in = RandomInputs<Bf16>(p, 4);
+  AttentionTensors<Bf16> t(p, in);
+  TcAttnParams params = ParamsOf(p, t);
+  RunForward<Bf16, 64, 2>(params);
+  const std::vector<float> d = RunDotOut<Bf16, 64>(p, params.args);
+  params.dout_dot_out = d.data();
+  using DkDv = TcTraits<64, TcKernel::kBackwardDkDv>;
+  dim3 grid;
+  ASSERT_TRUE(TcGrid(params.args, params.args.max_seqlen_k, DkDv::kBc, 1, true, &grid));
+  emu::grid_dim = grid;        // as RunGrid sets it, block by block below
+  std::vector<uint64_t> work;  // mma instructions of each block that issued any, in launch order
+  for (unsigned z = 0; z < grid.z; ++z) {
+    for (unsigned y = 0; y < grid.y; ++y) {
+      for (unsigned x = 0; x < grid.x; ++x) {
+        const uint64_t before = emu::mma_calls;
+        emu::RunBlock(dim3(x, y, z), DkDv::kThreads, DkDv::kSharedBytes,
+                      [&] { AttentionTcBackwardDkDvKernel<Bf16, 64>(params); });
+        if (emu::mma_calls > before) work.push_back(emu::mma_calls - before);
+      }
+    }
+  }
+  ASSERT_EQ(work.size(), 5u + 2u + 4u);
+  for (size_t i = 1; i < work.size(); ++i) {
+    EXPECT_LE(work[i], work[i - 1]) << "block " << i << " of those that issued products";
+  }
+  EXPECT_GT(work.front(), work.back());
+}
+
 TEST(AttentionTcEmulatedTest, OnlyTailRows) {
   Problem p = MakeProblem({}, {});
   p.head_dim = 64;
