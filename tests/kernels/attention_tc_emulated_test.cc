@@ -5,7 +5,9 @@
 // GQA/MQA, seqused, the tail, and the tree rule of "Tree packing" (the reference's tree
 // predicate), at D = 128 with both forward tiles (128 and 64 query rows). Also checks that no
 // ldmatrix phase of the kernels hits a shared-memory bank conflict. The one-pass backward
-// (attention_tc_bwd_onepass.cuh) runs the same modes at head dims 64 and 128.
+// (attention_tc_bwd_onepass.cuh) runs the same modes at head dims 64 and 128. And every kernel
+// gives bitwise the same results whichever order the emulation resumes a block's threads in (its
+// racecheck).
 
 #include <algorithm>
 #include <cmath>
@@ -510,6 +512,89 @@ TEST(AttentionTcOnePassEmulatedTest, TreeMaskWithPositionWindowFp16) {
   const Tree tree = RandomForest({200}, &p, 9);
   p.options.window_left = 24;
   CheckOnePass<Fp16>(p, &tree);
+}
+
+// Every tensor-core kernel's results on p under the scheduler order `order` (warp_runtime.h): the
+// forward at both tiles (the 64-row tiles at D = 128 only), the two-pass backward and the one-pass
+// backward, each on fresh tensors.
+struct EveryKernel {
+  testing::Outputs two_pass, forward64, one_pass;
+};
+
+template <typename T, int kD>
+EveryKernel RunEveryKernel(const Problem& p, const Inputs& in, emu::Schedule order) {
+  const emu::Schedule saved = emu::schedule;
+  emu::schedule = order;
+  EveryKernel r;
+  AttentionTensors<T> t(p, in);
+  const TcAttnParams params = ParamsOf(p, t);
+  RunForward<T, kD, 2>(params);
+  RunBackward<T, kD>(p, params);
+  r.two_pass = t.Results();
+  if constexpr (kD == 128) {
+    AttentionTensors<T> t64(p, in);
+    RunForward<T, 128, 1>(ParamsOf(p, t64));
+    r.forward64 = t64.Results();
+  }
+  AttentionTensors<T> one(p, in);
+  RunOnePassKernels<T, kD>(p, ParamsOf(p, one));
+  r.one_pass = one.Results();
+  emu::schedule = saved;
+  return r;
+}
+
+void ExpectSameBits(const testing::Outputs& want, const testing::Outputs& got, const char* what) {
+  EXPECT_TRUE(SameBits(want.out, got.out)) << what << " out";
+  EXPECT_TRUE(SameBits(want.lse, got.lse)) << what << " lse";
+  EXPECT_TRUE(SameBits(want.dq, got.dq)) << what << " dq";
+  EXPECT_TRUE(SameBits(want.dk, got.dk)) << what << " dk";
+  EXPECT_TRUE(SameBits(want.dv, got.dv)) << what << " dv";
+}
+
+// The emulation's racecheck: the kernels give bitwise the same results whichever order the
+// scheduler resumes a block's threads in between synchronisation points (descending, and shuffled
+// on every sweep), so no result rests on an access to shared memory that a barrier or a cp.async
+// wait does not order (a buffer refilled while another warp reads it, a tile read before every warp
+// has stored its part). The ascending run, the tests' default, also matches the reference.
+template <typename T, int kD>
+void CheckScheduleIndependent(Problem p, const Tree* tree = nullptr) {
+  if (tree != nullptr) {
+    p.subtree_end = tree->subtree_end;
+    p.positions = tree->positions;
+  }
+  p.head_dim = kD;
+  const Inputs in = RandomInputs<T>(p, 11);
+  const EveryKernel want = RunEveryKernel<T, kD>(p, in, {emu::ThreadOrder::kAscending, 0});
+  testing::ExpectMatchesReference<T>(p, in, want.two_pass);
+  testing::ExpectMatchesReference<T>(p, in, want.one_pass, "one-pass ");
+  for (const emu::Schedule order : {emu::Schedule{emu::ThreadOrder::kDescending, 0},
+                                    emu::Schedule{emu::ThreadOrder::kShuffled, 1},
+                                    emu::Schedule{emu::ThreadOrder::kShuffled, 2}}) {
+    SCOPED_TRACE(static_cast<int>(order.order) * 100 + static_cast<int>(order.seed));
+    const EveryKernel got = RunEveryKernel<T, kD>(p, in, order);
+    ExpectSameBits(want.two_pass, got.two_pass, "two-pass");
+    ExpectSameBits(want.forward64, got.forward64, "64-row forward");
+    ExpectSameBits(want.one_pass, got.one_pass, "one-pass");
+  }
+}
+
+TEST(AttentionTcScheduleTest, CausalGqaWithPartialTilesD128) {
+  Problem p = MakeProblem({140, 36}, {140, 36}, true);
+  p.heads = 2;
+  p.kv_heads = 1;
+  CheckScheduleIndependent<Bf16, 128>(p);
+}
+
+TEST(AttentionTcScheduleTest, PaddedLayoutMqaCausalWindowSoftcapAndTailD64) {
+  CheckScheduleIndependent<Fp16, 64>(PaddedMqaProblem(64));
+}
+
+TEST(AttentionTcScheduleTest, TreeMaskD64) {
+  Problem p;
+  const Tree tree = RandomForest({150, 90}, &p, 5);
+  p.heads = 2;
+  p.kv_heads = 1;
+  CheckScheduleIndependent<Bf16, 64>(p, &tree);
 }
 
 // The opt-in limits of dynamic shared memory per block (CUDA programming guide, "Technical

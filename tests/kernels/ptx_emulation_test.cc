@@ -1,9 +1,10 @@
 // The warp-accurate emulation of kernels/cuda/ptx.cuh (cuda_emulation/kernels/cuda/ptx.cuh on
 // warp_runtime.h), tested on its own before any kernel relies on it: matrix products through
 // emulated fragments equal plain products, ldmatrix .trans gives the transpose, a shuffle
-// reduction gives the sum, cp.async copies when its group is waited for, atomicAdd sums, and the
-// runtime stops a divergent warp instead of hanging. The fragment layouts below are written from
-// the PTX ISA tables independently of the emulation's own.
+// reduction gives the sum, cp.async copies when its group is waited for, atomicAdd sums, the
+// order threads are resumed in decides unsynchronised accesses only, and the runtime stops a
+// divergent warp instead of hanging. The fragment layouts below are written from the PTX ISA
+// tables independently of the emulation's own.
 
 #include <cmath>
 #include <cstdint>
@@ -295,6 +296,47 @@ TEST(PtxEmulationTest, CpAsyncCopiesWhenItsGroupIsWaitedFor) {
   for (int s = 0; s < 5; ++s) {
     for (int g = 0; g < 3; ++g) EXPECT_EQ(seen[s][g], want[s][g]) << "step " << s << " dst " << g;
   }
+}
+
+// Threads of two warps hand a value through shared memory. Without a barrier between the write
+// and the read, what the reader sees depends on the order the scheduler resumes the threads (the
+// emulation's racecheck: a kernel whose results change with `emu::schedule` has a race); with one,
+// every order gives the written value. The shuffled order reaches both outcomes over a few seeds.
+TEST(PtxEmulationTest, ScheduleOrderDecidesUnsynchronisedAccessesOnly) {
+  struct Seen {
+    int racy, synced;
+  };
+  auto run = [](emu::Schedule order) {
+    const emu::Schedule saved = emu::schedule;
+    emu::schedule = order;
+    Seen seen{};
+    emu::RunBlock(dim3(0), 64, 2 * sizeof(int), [&] {
+      int* smem = reinterpret_cast<int*>(ptx::DynamicSmem());
+      if (threadIdx.x == 0) smem[0] = 0;
+      __syncthreads();
+      if (threadIdx.x == 5) smem[0] = 7;           // warp 0
+      if (threadIdx.x == 40) seen.racy = smem[0];  // warp 1, no barrier in between
+      if (threadIdx.x == 5) smem[1] = 9;
+      __syncthreads();
+      if (threadIdx.x == 40) seen.synced = smem[1];
+    });
+    emu::schedule = saved;
+    return seen;
+  };
+  const Seen up = run({emu::ThreadOrder::kAscending, 0});
+  const Seen down = run({emu::ThreadOrder::kDescending, 0});
+  EXPECT_EQ(up.racy, 7);
+  EXPECT_EQ(down.racy, 0);
+  EXPECT_EQ(up.synced, 9);
+  EXPECT_EQ(down.synced, 9);
+  bool saw[2] = {false, false};
+  for (uint32_t seed = 1; seed <= 16; ++seed) {
+    const Seen shuffled = run({emu::ThreadOrder::kShuffled, seed});
+    EXPECT_EQ(shuffled.synced, 9) << seed;
+    ASSERT_TRUE(shuffled.racy == 0 || shuffled.racy == 7) << seed;
+    saw[shuffled.racy == 7] = true;
+  }
+  EXPECT_TRUE(saw[0] && saw[1]);
 }
 
 // Every thread of a block adds into the same floats, before and after a barrier: each sum is

@@ -16,17 +16,26 @@
 // The block's dynamic shared memory is filled with 0xff bytes (NaN as float, fp16 and bf16) when
 // the block starts, so that a read of a value never written shows up in the results.
 //
+// Between two synchronisation points a thread runs alone; the order in which the scheduler resumes
+// the block's threads (`schedule`: ascending, descending, or shuffled anew on every sweep) decides
+// which of two unsynchronised accesses to the same shared memory comes first. A kernel whose
+// results change with the order has a race that hardware could show (a missing __syncthreads or
+// cp.async wait, a buffer refilled while another warp still reads it): the emulation's racecheck.
+//
 // Test-only. cuda_runtime.h (the same folder) provides threadIdx, blockIdx, gridDim and
 // __syncthreads.
 
 #include <ucontext.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <memory>
+#include <numeric>
+#include <random>
 #include <type_traits>
 #include <vector>
 
@@ -76,6 +85,14 @@ struct Block {
 };
 
 inline Block* current_block = nullptr;
+
+// The order in which RunBlock resumes the threads of a block on each sweep (see the top).
+enum class ThreadOrder { kAscending, kDescending, kShuffled };
+struct Schedule {
+  ThreadOrder order = ThreadOrder::kAscending;
+  uint32_t seed = 0;  // kShuffled: the permutations' generator, reseeded per block
+};
+inline Schedule schedule;
 
 // Statistics the tests read: ldmatrix phases (one 8 x 8 matrix each) whose 8 row addresses fall
 // on conflicting shared-memory banks, ldmatrix phases in all, and mma instructions.
@@ -194,7 +211,7 @@ inline void InitFiber(Fiber& f, Block& b) {
 }
 
 // Runs `body` as block `block` of `threads` CUDA threads (a multiple of 32) with `smem_bytes` of
-// dynamic shared memory, to completion.
+// dynamic shared memory, to completion, resuming its threads in the order `schedule` says.
 inline void RunBlock(dim3 block, int threads, size_t smem_bytes,
                      const std::function<void()>& body) {
   if (threads % kWarpSize != 0) Fail("RunBlock needs whole warps");
@@ -208,9 +225,14 @@ inline void RunBlock(dim3 block, int threads, size_t smem_bytes,
   current_block = &b;
   fiber_sync_threads = &FiberSyncThreads;
   for (Fiber& f : b.fibers) InitFiber(f, b);
+  std::vector<int> order(threads);
+  std::iota(order.begin(), order.end(), 0);
+  if (schedule.order == ThreadOrder::kDescending) std::reverse(order.begin(), order.end());
+  std::mt19937 shuffle(schedule.seed ^ (block.x * 0x9e3779b9u) ^ (block.y << 16) ^ block.z);
   while (b.live > 0) {
     const uint64_t before = b.progress;
-    for (int t = 0; t < threads; ++t) {
+    if (schedule.order == ThreadOrder::kShuffled) std::shuffle(order.begin(), order.end(), shuffle);
+    for (const int t : order) {
       if (b.fibers[t].done) continue;
       b.current = t;
       thread_idx = dim3(t);
