@@ -6,6 +6,7 @@
 // divergent warp instead of hanging. The fragment layouts below are written from the PTX ISA
 // tables independently of the emulation's own.
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -337,6 +338,33 @@ TEST(PtxEmulationTest, ScheduleOrderDecidesUnsynchronisedAccessesOnly) {
     saw[shuffled.racy == 7] = true;
   }
   EXPECT_TRUE(saw[0] && saw[1]);
+}
+
+// RunGrid runs every block once, in the grid's linear order (x fastest) under the ascending
+// schedule, reversed under the descending one, and in another order when shuffled.
+TEST(PtxEmulationTest, ScheduleOrdersTheBlocksOfAGrid) {
+  auto run = [](emu::Schedule order) {
+    const emu::Schedule saved = emu::schedule;
+    emu::schedule = order;
+    std::vector<int> blocks;
+    emu::RunGrid(dim3(3, 2, 2), 32, 0, [&] {
+      if (threadIdx.x == 0) {
+        EXPECT_EQ(gridDim.x * gridDim.y * gridDim.z, 12u);
+        blocks.push_back(static_cast<int>(blockIdx.x + 3 * (blockIdx.y + 2 * blockIdx.z)));
+      }
+    });
+    emu::schedule = saved;
+    return blocks;
+  };
+  std::vector<int> linear(12);
+  for (int i = 0; i < 12; ++i) linear[i] = i;
+  EXPECT_EQ(run({emu::ThreadOrder::kAscending, 0}), linear);
+  EXPECT_EQ(run({emu::ThreadOrder::kDescending, 0}),
+            std::vector<int>(linear.rbegin(), linear.rend()));
+  std::vector<int> shuffled = run({emu::ThreadOrder::kShuffled, 3});
+  EXPECT_NE(shuffled, linear);
+  std::sort(shuffled.begin(), shuffled.end());
+  EXPECT_EQ(shuffled, linear);
 }
 
 // Every thread of a block adds into the same floats, before and after a barrier: each sum is

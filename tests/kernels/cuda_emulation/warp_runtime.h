@@ -21,6 +21,7 @@
 // which of two unsynchronised accesses to the same shared memory comes first. A kernel whose
 // results change with the order has a race that hardware could show (a missing __syncthreads or
 // cp.async wait, a buffer refilled while another warp still reads it): the emulation's racecheck.
+// RunGrid orders the blocks of a grid the same way.
 //
 // Test-only. cuda_runtime.h (the same folder) provides threadIdx, blockIdx, gridDim and
 // __syncthreads.
@@ -250,13 +251,23 @@ inline void RunBlock(dim3 block, int threads, size_t smem_bytes,
   current_block = nullptr;
 }
 
-// Runs every block of `grid` in order (x fastest), one at a time, with gridDim = grid.
+// Runs every block of `grid`, one at a time, with gridDim = grid: in the grid's linear order (x
+// fastest) under the ascending schedule, else in the schedule's order of the linear indices (a
+// grid whose results change with it has blocks that write the same memory unordered).
 inline void RunGrid(dim3 grid, int threads, size_t smem_bytes, const std::function<void()>& body) {
   grid_dim = grid;
-  for (unsigned z = 0; z < grid.z; ++z) {
-    for (unsigned y = 0; y < grid.y; ++y) {
-      for (unsigned x = 0; x < grid.x; ++x) RunBlock(dim3(x, y, z), threads, smem_bytes, body);
-    }
+  std::vector<uint64_t> order(static_cast<size_t>(grid.x) * grid.y * grid.z);
+  std::iota(order.begin(), order.end(), uint64_t{0});
+  if (schedule.order == ThreadOrder::kDescending) std::reverse(order.begin(), order.end());
+  if (schedule.order == ThreadOrder::kShuffled) {
+    std::mt19937 shuffle(schedule.seed);
+    std::shuffle(order.begin(), order.end(), shuffle);
+  }
+  for (const uint64_t i : order) {
+    const auto x = static_cast<unsigned>(i % grid.x);
+    const auto y = static_cast<unsigned>(i / grid.x % grid.y);
+    const auto z = static_cast<unsigned>(i / grid.x / grid.y);
+    RunBlock(dim3(x, y, z), threads, smem_bytes, body);
   }
 }
 
