@@ -303,23 +303,30 @@ TEST(PtxEmulationTest, CpAsyncCopiesWhenItsGroupIsWaitedFor) {
 // and the read, what the reader sees depends on the order the scheduler resumes the threads (the
 // emulation's racecheck: a kernel whose results change with `emu::schedule` has a race); with one,
 // every order gives the written value. The shuffled order reaches both outcomes over a few seeds.
+// A warp collective between the write and the read hides the race from every order that resumes
+// each thread once per sweep (the writer's warp reaches its collective in the first sweep, the
+// reader passes its own in the second); running one warp as far as it gets shows it.
 TEST(PtxEmulationTest, ScheduleOrderDecidesUnsynchronisedAccessesOnly) {
   struct Seen {
-    int racy, synced;
+    int racy, synced, behind_collective;
   };
   auto run = [](emu::Schedule order) {
     const emu::Schedule saved = emu::schedule;
     emu::schedule = order;
     Seen seen{};
-    emu::RunBlock(dim3(0), 64, 2 * sizeof(int), [&] {
+    emu::RunBlock(dim3(0), 64, 3 * sizeof(int), [&] {
       int* smem = reinterpret_cast<int*>(ptx::DynamicSmem());
-      if (threadIdx.x == 0) smem[0] = 0;
+      if (threadIdx.x == 0) smem[0] = smem[2] = 0;
       __syncthreads();
       if (threadIdx.x == 5) smem[0] = 7;           // warp 0
       if (threadIdx.x == 40) seen.racy = smem[0];  // warp 1, no barrier in between
       if (threadIdx.x == 5) smem[1] = 9;
       __syncthreads();
       if (threadIdx.x == 40) seen.synced = smem[1];
+      __syncthreads();
+      if (threadIdx.x == 40) smem[2] = 7;
+      const int from_next_lane = ptx::ShflXor(static_cast<int>(threadIdx.x), 1);
+      if (threadIdx.x == 5) seen.behind_collective = smem[2] + 100 * (from_next_lane != 4);
     });
     emu::schedule = saved;
     return seen;
@@ -330,6 +337,16 @@ TEST(PtxEmulationTest, ScheduleOrderDecidesUnsynchronisedAccessesOnly) {
   EXPECT_EQ(down.racy, 0);
   EXPECT_EQ(up.synced, 9);
   EXPECT_EQ(down.synced, 9);
+  EXPECT_EQ(up.behind_collective, 7);
+  EXPECT_EQ(down.behind_collective, 7);
+  bool ahead_saw[2] = {false, false};
+  for (uint32_t seed = 1; seed <= 8; ++seed) {
+    const Seen ahead = run({emu::ThreadOrder::kWarpAhead, seed});
+    EXPECT_EQ(ahead.synced, 9) << seed;
+    ASSERT_TRUE(ahead.behind_collective == 0 || ahead.behind_collective == 7) << seed;
+    ahead_saw[ahead.behind_collective == 7] = true;
+  }
+  EXPECT_TRUE(ahead_saw[0] && ahead_saw[1]);
   bool saw[2] = {false, false};
   for (uint32_t seed = 1; seed <= 16; ++seed) {
     const Seen shuffled = run({emu::ThreadOrder::kShuffled, seed});
@@ -341,7 +358,8 @@ TEST(PtxEmulationTest, ScheduleOrderDecidesUnsynchronisedAccessesOnly) {
 }
 
 // RunGrid runs every block once, in the grid's linear order (x fastest) under the ascending
-// schedule, reversed under the descending one, and in another order when shuffled.
+// schedule, reversed under the descending one, and in another order when shuffled (and warp by
+// warp).
 TEST(PtxEmulationTest, ScheduleOrdersTheBlocksOfAGrid) {
   auto run = [](emu::Schedule order) {
     const emu::Schedule saved = emu::schedule;
@@ -361,10 +379,12 @@ TEST(PtxEmulationTest, ScheduleOrdersTheBlocksOfAGrid) {
   EXPECT_EQ(run({emu::ThreadOrder::kAscending, 0}), linear);
   EXPECT_EQ(run({emu::ThreadOrder::kDescending, 0}),
             std::vector<int>(linear.rbegin(), linear.rend()));
-  std::vector<int> shuffled = run({emu::ThreadOrder::kShuffled, 3});
-  EXPECT_NE(shuffled, linear);
-  std::sort(shuffled.begin(), shuffled.end());
-  EXPECT_EQ(shuffled, linear);
+  for (const emu::ThreadOrder order : {emu::ThreadOrder::kShuffled, emu::ThreadOrder::kWarpAhead}) {
+    std::vector<int> shuffled = run({order, 3});
+    EXPECT_NE(shuffled, linear);
+    std::sort(shuffled.begin(), shuffled.end());
+    EXPECT_EQ(shuffled, linear);
+  }
 }
 
 // Every thread of a block adds into the same floats, before and after a barrier: each sum is

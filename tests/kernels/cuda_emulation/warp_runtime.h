@@ -17,11 +17,12 @@
 // the block starts, so that a read of a value never written shows up in the results.
 //
 // Between two synchronisation points a thread runs alone; the order in which the scheduler resumes
-// the block's threads (`schedule`: ascending, descending, or shuffled anew on every sweep) decides
-// which of two unsynchronised accesses to the same shared memory comes first. A kernel whose
-// results change with the order has a race that hardware could show (a missing __syncthreads or
-// cp.async wait, a buffer refilled while another warp still reads it): the emulation's racecheck.
-// RunGrid orders the blocks of a grid the same way.
+// the block's threads (`schedule`: ascending, descending, shuffled anew on every sweep, or one
+// warp as far as it gets before the next) decides which of two unsynchronised accesses to the
+// same shared memory comes first. A kernel whose results change with the order has a race that
+// hardware could show (a missing __syncthreads or cp.async wait, a buffer refilled while another
+// warp still reads it): the emulation's racecheck. RunGrid orders the blocks of a grid the same
+// way (shuffled for the warp-by-warp order).
 //
 // Test-only. cuda_runtime.h (the same folder) provides threadIdx, blockIdx, gridDim and
 // __syncthreads.
@@ -87,8 +88,12 @@ struct Block {
 
 inline Block* current_block = nullptr;
 
-// The order in which RunBlock resumes the threads of a block on each sweep (see the top).
-enum class ThreadOrder { kAscending, kDescending, kShuffled };
+// The order in which RunBlock resumes the threads of a block on each sweep (see the top):
+// ascending, descending, shuffled anew on every sweep, or warp by warp in a shuffled order, each
+// warp running as far as it can (to a barrier, or its end) before the next one starts, so that one
+// warp gets ahead of the others as a warp may on hardware (a read of what another warp has copied
+// or stored then comes before that warp's wait or store unless a barrier is in between).
+enum class ThreadOrder { kAscending, kDescending, kShuffled, kWarpAhead };
 struct Schedule {
   ThreadOrder order = ThreadOrder::kAscending;
   uint32_t seed = 0;  // kShuffled: the permutations' generator, reseeded per block
@@ -226,18 +231,32 @@ inline void RunBlock(dim3 block, int threads, size_t smem_bytes,
   current_block = &b;
   fiber_sync_threads = &FiberSyncThreads;
   for (Fiber& f : b.fibers) InitFiber(f, b);
-  std::vector<int> order(threads);
+  auto resume = [&](int t) {
+    if (b.fibers[t].done) return;
+    b.current = t;
+    thread_idx = dim3(t);
+    swapcontext(&b.scheduler, &b.fibers[t].context);
+  };
+  const bool warp_ahead = schedule.order == ThreadOrder::kWarpAhead;
+  std::vector<int> order(warp_ahead ? threads / kWarpSize : threads);  // warps or threads
   std::iota(order.begin(), order.end(), 0);
   if (schedule.order == ThreadOrder::kDescending) std::reverse(order.begin(), order.end());
   std::mt19937 shuffle(schedule.seed ^ (block.x * 0x9e3779b9u) ^ (block.y << 16) ^ block.z);
   while (b.live > 0) {
     const uint64_t before = b.progress;
-    if (schedule.order == ThreadOrder::kShuffled) std::shuffle(order.begin(), order.end(), shuffle);
-    for (const int t : order) {
-      if (b.fibers[t].done) continue;
-      b.current = t;
-      thread_idx = dim3(t);
-      swapcontext(&b.scheduler, &b.fibers[t].context);
+    if (schedule.order == ThreadOrder::kShuffled || warp_ahead) {
+      std::shuffle(order.begin(), order.end(), shuffle);
+    }
+    for (const int i : order) {
+      if (!warp_ahead) {
+        resume(i);
+        continue;
+      }
+      // Warp i's lanes, ascending, again and again while any of them gets further.
+      for (uint64_t seen = ~b.progress; seen != b.progress;) {
+        seen = b.progress;
+        for (int lane = 0; lane < kWarpSize; ++lane) resume(i * kWarpSize + lane);
+      }
     }
     if (b.live > 0 && b.progress == before) {
       for (int t = 0; t < threads; ++t) {
@@ -259,7 +278,7 @@ inline void RunGrid(dim3 grid, int threads, size_t smem_bytes, const std::functi
   std::vector<uint64_t> order(static_cast<size_t>(grid.x) * grid.y * grid.z);
   std::iota(order.begin(), order.end(), uint64_t{0});
   if (schedule.order == ThreadOrder::kDescending) std::reverse(order.begin(), order.end());
-  if (schedule.order == ThreadOrder::kShuffled) {
+  if (schedule.order == ThreadOrder::kShuffled || schedule.order == ThreadOrder::kWarpAhead) {
     std::mt19937 shuffle(schedule.seed);
     std::shuffle(order.begin(), order.end(), shuffle);
   }
