@@ -50,7 +50,8 @@ cudaError_t RunBackward(const TcAttnParams& p, cudaStream_t stream) {
 
 template <typename T>
 cudaError_t BackwardHeadDim(const TcAttnParams& p, cudaStream_t stream) {
-  return p.args.head_dim == 64 ? RunBackward<T, 64>(p, stream) : RunBackward<T, 128>(p, stream);
+  if (p.args.head_dim == 64) return RunBackward<T, 64>(p, stream);
+  return p.args.head_dim == 96 ? RunBackward<T, 96>(p, stream) : RunBackward<T, 128>(p, stream);
 }
 
 }  // namespace

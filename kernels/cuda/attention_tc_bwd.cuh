@@ -46,8 +46,8 @@ __device__ void MmaTileTimesTileT(float (&acc)[kM / 16][kN / 8][4], const T* a_t
                                   const T* b_tile, int b_row0) {
   // a_row0 and b_row0 are multiples of 8: each lane's row % 8 is lane % 8.
   const int lane = threadIdx.x % 32;
-  const SwzPairs pa = MakeSwzPairs(0, lane / 16, lane % 8);
-  const SwzPairs pb = MakeSwzPairs(0, lane / 8 % 2, lane % 8);
+  const SwzPairs pa = MakeSwzPairs<kK>(0, lane / 16, lane % 8);
+  const SwzPairs pb = MakeSwzPairs<kK>(0, lane / 8 % 2, lane % 8);
   const T* a_row = a_tile + (a_row0 + lane % 16) * kK;
   const T* b_row = b_tile + (b_row0 + lane % 8 + 8 * (lane / 16)) * kK;
 #pragma unroll
@@ -81,8 +81,8 @@ __device__ void MmaTileTimesTile(float (&acc)[kM / 16][kN / 8][4], const T* a_ti
   // a_row0 is a multiple of 8 (each lane's row % 8 is lane % 8) and b_col0 of 16.
   static_assert(kN <= 64, "B's chunks: b_col0 / 8 + 2 dp + h with dp < 4");
   const int lane = threadIdx.x % 32;
-  const SwzPairs pa = MakeSwzPairs(0, lane / 16, lane % 8);
-  const SwzPairs pb = MakeSwzPairs(b_col0 / 8, lane / 16, lane % 8);
+  const SwzPairs pa = MakeSwzPairs<kK>(0, lane / 16, lane % 8);
+  const SwzPairs pb = MakeSwzPairs<kBCols>(b_col0 / 8, lane / 16, lane % 8);
   const T* a_row = a_tile + (a_row0 + lane % 16) * kK;
   const T* b_row = b_tile + (lane % 8 + 8 * (lane / 8 % 2)) * kBCols;
 #pragma unroll
@@ -153,30 +153,33 @@ __device__ inline void ZeroAcc(float (&acc)[kM][kN][kD]) {
 
 // The pre-pass: dot_out[r] = dO_r · O_r in float32 for the packed (row, head) pairs r =
 // q_row * heads + h < rows of `dout` and `out` (viewed as [rows, kD]), whatever the row (the
-// passes read it only for real rows). kD / 32 consecutive threads per pair, each summing a
-// contiguous 32 columns (16-byte loads) in column order, then a butterfly over the threads: the
-// order pass 2 used when it computed D itself. Blocks of kDotOutThreads threads, over
-// DotOutBlocks(rows, kD) blocks.
+// passes read it only for real rows). DotOutParts(kD) consecutive threads per pair (kD / 32, a
+// power of two, or one thread at D = 96), each summing a contiguous kD / parts columns (16-byte
+// loads) in column order, then a butterfly over the threads. Blocks of kDotOutThreads threads,
+// over DotOutBlocks(rows, kD) blocks.
 inline constexpr int kDotOutThreads = 128;
 
+constexpr int DotOutParts(int kD) { return kD % 64 == 0 ? kD / 32 : 1; }
+
 inline int64_t DotOutBlocks(int64_t rows, int kD) {
-  return (rows * (kD / 32) + kDotOutThreads - 1) / kDotOutThreads;
+  return (rows * DotOutParts(kD) + kDotOutThreads - 1) / kDotOutThreads;
 }
 
 template <typename T, int kD>
 __global__ void __launch_bounds__(kDotOutThreads)
     AttentionTcDotOutKernel(const void* out, const void* dout, float* dot_out, int64_t rows) {
-  constexpr int kParts = kD / 32;
+  constexpr int kParts = DotOutParts(kD);
+  constexpr int kPartCols = kD / kParts;
   const int64_t idx = static_cast<int64_t>(blockIdx.x) * kDotOutThreads + threadIdx.x;
   const int64_t r = idx / kParts;
   const int part = static_cast<int>(idx % kParts);
   float d = 0.f;
   if (r < rows) {
-    const int64_t offset = r * kD + part * 32;
+    const int64_t offset = r * kD + part * kPartCols;
     const T* o = static_cast<const T*>(out) + offset;
     const T* dout_row = static_cast<const T*>(dout) + offset;
 #pragma unroll
-    for (int x = 0; x < 32; x += 8) {
+    for (int x = 0; x < kPartCols; x += 8) {
       uint32_t ov[4], dv[4];
       ptx::LoadGlobal16(ov, o + x);
       ptx::LoadGlobal16(dv, dout_row + x);

@@ -53,7 +53,8 @@ cudaError_t RunOnePass(const TcAttnParams& p, float* acc, int64_t n, cudaStream_
 
 template <typename T>
 cudaError_t OnePassHeadDim(const TcAttnParams& p, float* acc, int64_t n, cudaStream_t stream) {
-  return p.args.head_dim == 64 ? RunOnePass<T, 64>(p, acc, n, stream)
+  if (p.args.head_dim == 64) return RunOnePass<T, 64>(p, acc, n, stream);
+  return p.args.head_dim == 96 ? RunOnePass<T, 96>(p, acc, n, stream)
                                : RunOnePass<T, 128>(p, acc, n, stream);
 }
 

@@ -31,12 +31,13 @@
 namespace packsched::kernels::internal::cuda {
 
 // Pass 2's shapes and shared layout, and how its 8 warps split a query tile's dQ (kBr x
-// kHeadDim): 32-row slices times kDqCols-wide column slices (32 x 32 per warp at D = 128: each
-// fragment read serves two products or more).
+// kHeadDim): kDqRows-row slices times kDqCols-wide column slices (32 x 32 per warp at D = 128,
+// 32 x 16 at 64: each fragment read serves two products or more; 16 x 48 at 96, whose 6 column
+// pairs do not split 4 ways).
 template <int kHeadDimValue>
 struct TcOnePassTraits : TcTraits<kHeadDimValue, TcKernel::kBackwardDkDv> {
   using Base = TcTraits<kHeadDimValue, TcKernel::kBackwardDkDv>;
-  static constexpr int kDqRows = 32;
+  static constexpr int kDqRows = kHeadDimValue % 64 == 0 ? 32 : 16;
   static constexpr int kRowSlices = Base::kBr / kDqRows;
   static constexpr int kColSlices = Base::kWarps / kRowSlices;
   static constexpr int kDqCols = Base::kHeadDim / kColSlices;
@@ -53,8 +54,8 @@ __device__ void MmaDsTimesK(float (&acc)[kM / 16][kCols / 8][4], const T* dst, i
   static_assert(kM <= 64 && kCols <= 64, "chunks c0 + 2 k + h with k < 4 (SwzPairs)");
   const int lane = threadIdx.x % 32;
   // row0 and col0 are multiples of 8, every fragment's stored rows start at a multiple of 8.
-  const SwzPairs pa = MakeSwzPairs(row0 / 8, lane / 8 % 2, lane % 8);
-  const SwzPairs pb = MakeSwzPairs(col0 / 8, lane / 16, lane % 8);
+  const SwzPairs pa = MakeSwzPairs<kBr>(row0 / 8, lane / 8 % 2, lane % 8);
+  const SwzPairs pb = MakeSwzPairs<kD>(col0 / 8, lane / 16, lane % 8);
   const T* a_row = dst + (8 * (lane / 16) + lane % 8) * kBr;
   const T* b_row = ks + (lane % 8 + 8 * (lane / 8 % 2)) * kD;
 #pragma unroll

@@ -66,48 +66,67 @@ inline bool TcGridFits32(const dim3& grid) {
 inline constexpr float kLog2e = 1.4426950408889634f;
 inline constexpr float kLn2 = 0.6931471805599453f;
 
-// Element offset of (row, col) in a tile of kD 16-bit columns whose 16-byte chunks are
-// XOR-swizzled by the row (attention_tc_traits.h).
-template <int kD>
-__device__ inline int Swz(int row, int col) {
-  return row * kD + ((((col >> 3) ^ (row & 7)) << 3) | (col & 7));
+// The swizzle of the shared tiles (attention_tc_traits.h): where 16-byte chunk c of a row r with
+// r % 8 == r7 is stored, in a tile of kCols 16-bit columns. Rows of a multiple of 64 columns
+// (128 bytes) XOR the chunk with r7: the 8 rows of an ldmatrix phase (one chunk each, rows r0 ..
+// r0 + 7 with r0 % 8 == 0) land on 8 different 16-byte bank groups. Rows of 96 columns (192
+// bytes, 12 chunks) start on bank group 0 or 4 alternately, so the chunk's place within its
+// aligned group of 4 is XORed with (r7 / 2) % 4: even rows take the 4 groups of one half of the
+// banks, odd rows those of the other.
+template <int kCols>
+__device__ inline int SwzChunk(int c, int r7) {
+  static_assert(kCols % 64 == 0 || kCols == 96, "swizzled tile widths");
+  if constexpr (kCols % 64 == 0) {
+    return c ^ r7;
+  } else {
+    return c ^ ((r7 >> 1) & 3);
+  }
 }
 
-// The element offsets, within a row of a swizzled tile (Swz), of chunks c0 + 2 k + h for k = 0..3
-// (c0 even) in rows r with r % 8 == r7: ((c0 + 2 k + h) ^ r7) 8, a lane's 4 values computed
-// once, so that an address inside a fragment loop is a row pointer plus one of them plus a
-// constant (Swz computed per address costs an XOR and a shift-add each: the compiler cannot see
-// that r7 < 8 leaves the chunk's high bits alone).
+// Element offset of (row, col) in a swizzled tile of kD 16-bit columns.
+template <int kD>
+__device__ inline int Swz(int row, int col) {
+  return row * kD + ((SwzChunk<kD>(col >> 3, row & 7) << 3) | (col & 7));
+}
+
+// The element offsets, within a row of a swizzled tile of kCols columns, of chunks c0 + 2 k + h
+// for k = 0..3 (c0 even) in rows r with r % 8 == r7: SwzChunk(c0 + 2 k + h, r7) 8, a lane's 4
+// values computed once, so that an address inside a fragment loop is a row pointer plus one of
+// them plus a constant (Swz computed per address costs an XOR and a shift-add each: the compiler
+// cannot see that r7 < 8 leaves the chunk's high bits alone).
 struct SwzPairs {
   int off[4];
 };
 
+template <int kCols>
 __device__ inline SwzPairs MakeSwzPairs(int c0, int h, int r7) {
   SwzPairs p;
 #pragma unroll
-  for (int k = 0; k < 4; ++k) p.off[k] = ((c0 + 2 * k + h) ^ r7) << 3;
+  for (int k = 0; k < 4; ++k) p.off[k] = SwzChunk<kCols>(c0 + 2 * k + h, r7) << 3;
   return p;
 }
 
 // The element offset of chunk c0 + 2 kk + h of a row (kk compile-time after unrolling; kk >= 4
-// only when c0 is a multiple of 8): Swz's column part.
+// only when c0 is a multiple of 8, and the swizzle repeats every 8 chunks): Swz's column part.
 __device__ inline int SwzPair(const SwzPairs& p, int kk) { return (kk >> 2) * 64 + p.off[kk & 3]; }
 
 // Issues cp.async copies of n rows starting at `first` (rows `stride` elements apart, kD
 // elements each) into tile rows [0, n) and zero fill into rows [n, kRows), spread over the
-// block's kThreads threads. Each thread copies one 16-byte chunk column c of rows r0, r0 + R,
-// r0 + 2R, ... (R = kThreads / chunks per row, a multiple of 8): the swizzle of its chunk is the
-// same in every one of those rows, so its shared and global addresses are set up once and step
-// by constants (the per-copy index arithmetic of the plain loop cost about 20 instructions per
-// 16-byte copy).
-template <typename T, int kD, int kRows, int kThreads>
+// block's kThreads threads: chunks [kC0, kC0 + kNc) of each row here, the rest by the next part
+// (rows of 96 columns in parts of 8 and 4 chunks). Each thread copies one 16-byte chunk column c
+// of rows r0, r0 + R, r0 + 2R, ... (R = kThreads / kNc, a multiple of 8): the swizzle of its
+// chunk is the same in every one of those rows, so its shared and global addresses are set up
+// once and step by constants (the per-copy index arithmetic of the plain loop cost about 20
+// instructions per 16-byte copy).
+template <typename T, int kD, int kRows, int kThreads, int kC0 = 0>
 __device__ void LoadTileAsync(T* tile, const T* first, int32_t stride, int32_t n) {
-  constexpr int kChunks = kD / 8;
-  constexpr int kStep = kThreads / kChunks;  // rows per pass of the block
-  static_assert(kThreads % kChunks == 0 && kStep % 8 == 0 && kRows % kStep == 0,
+  constexpr int kLeft = kD / 8 - kC0;                        // chunks of a row not yet copied
+  constexpr int kNc = kLeft >= 8 ? 8 * (kLeft / 8) : kLeft;  // this part's: 8 k or the rest
+  constexpr int kStep = kThreads / kNc;                      // rows per pass of the block
+  static_assert(kThreads % kNc == 0 && kStep % 8 == 0 && kRows % kStep == 0,
                 "a thread's chunk keeps its swizzle from pass to pass");
-  const int c = static_cast<int>(threadIdx.x) % kChunks;
-  const int r0 = static_cast<int>(threadIdx.x) / kChunks;
+  const int c = kC0 + static_cast<int>(threadIdx.x) % kNc;
+  const int r0 = static_cast<int>(threadIdx.x) / kNc;
   T* to = tile + Swz<kD>(r0, c * 8);
   const T* from = first + static_cast<int64_t>(r0) * stride + c * 8;
   const int64_t from_step = static_cast<int64_t>(kStep) * stride;
@@ -117,6 +136,9 @@ __device__ void LoadTileAsync(T* tile, const T* first, int32_t stride, int32_t n
     const bool real = pass * kStep < rows_left;
     ptx::CpAsync16(to + pass * kStep * kD, real ? from : first, real);
     from += from_step;
+  }
+  if constexpr (kC0 + kNc < kD / 8) {
+    LoadTileAsync<T, kD, kRows, kThreads, kC0 + kNc>(tile, first, stride, n);
   }
 }
 

@@ -52,6 +52,7 @@ cudaError_t RunForward(const TcAttnParams& p, cudaStream_t stream) {
 template <typename T>
 cudaError_t ForwardHeadDim(const TcAttnParams& p, cudaStream_t stream) {
   if (p.args.head_dim == 64) return RunForward<T, 64, 2>(p, stream);
+  if (p.args.head_dim == 96) return RunForward<T, 96, 2>(p, stream);
   return ForwardTileD128() == 64 ? RunForward<T, 128, 1>(p, stream)
                                  : RunForward<T, 128, 2>(p, stream);
 }
@@ -60,7 +61,7 @@ cudaError_t ForwardHeadDim(const TcAttnParams& p, cudaStream_t stream) {
 
 bool AttentionTcApplies(const AttentionArgs& a) {
   if (a.dtype != FloatType::kBf16 && a.dtype != FloatType::kF16) return false;
-  if (a.head_dim != 64 && a.head_dim != 128) return false;
+  if (!TcHeadDim(static_cast<int>(a.head_dim))) return false;
   for (const void* t :
        {a.q, a.k, a.v, a.dout, static_cast<const void*>(a.out), static_cast<const void*>(a.dq),
         static_cast<const void*>(a.dk), static_cast<const void*>(a.dv)}) {

@@ -5,8 +5,8 @@
 // (query tile, head, sequence), grid as the scalar kernel's (attention_device.cuh) but walked
 // heaviest-first (HeaviestFirstBlock: the highest tile indices, under a causal mask the tiles
 // that see the most keys, start first). Each warp owns kM tiles of 16 query rows: 2 (128-row
-// query tiles; D = 64, and D = 128 by default) or 1 (64-row tiles, D = 128 only; the launcher's
-// PACKSCHED_ATTENTION_TC_FWD_TILE=64):
+// query tiles; D = 64 and 96, and D = 128 by default) or 1 (64-row tiles, D = 128 only; the
+// launcher's PACKSCHED_ATTENTION_TC_FWD_TILE=64):
 //   - Q is copied to shared memory once (cp.async); with kM = 1 its A fragments stay in
 //     registers, with kM = 2 they are reloaded by ldmatrix per 16-wide k step;
 //   - key tiles of 64 keys (K and V, swizzled) are double-buffered: tile n + 1 is in flight
@@ -15,8 +15,8 @@
 //     key ranges and positions come from shared memory), so that it costs few registers while S
 //     is live;
 //   - S = Q Kᵀ: B fragments of K by ldmatrix (K's rows are B's columns), each used for all the
-//     warp's row tiles, float accumulators; at D = 128 with kM = 2 in sub-tiles of 32 keys (S,
-//     softmax and P V per sub-tile: S's 32 x 64 accumulators plus O's 32 x 128 would spill);
+//     warp's row tiles, float accumulators; at D = 96 and 128 with kM = 2 in sub-tiles of 32 keys
+//     (S, softmax and P V per sub-tile: S's 32 x 64 accumulators plus O's 32 x D spill);
 //   - softcap and mask on the accumulators; the online softmax in registers, in base 2 with the
 //     scale folded into the exponent (TcSoftmax: one fused multiply-add and one ex2 per score, no
 //     per-score branch; each row lives in the 4 lanes of a quad: max and sum by two shuffles);
@@ -97,13 +97,13 @@ __global__ void __launch_bounds__(128) AttentionTcForwardKernel(const TcAttnPara
   // The warp's rows: kM mma tiles of 16; this lane holds rows g and g + 8 of each, "row slot"
   // rs = 2 mi + half for row wrow + 16 mi + 8 half + g.
   constexpr int kSlots = 2 * kM;
-  // Keys per sub-tile of S (a whole key tile but at D = 128 with two row tiles per warp).
-  constexpr int kSub = kD == 128 && kM == 2 ? 32 : kBc;
+  // Keys per sub-tile of S (a whole key tile but at D = 96 and 128 with two row tiles per warp).
+  constexpr int kSub = kD >= 96 && kM == 2 ? 32 : kBc;
   const int wrow = warp * 16 * kM;
   // The lane's swizzled column offsets (SwzPairs; every fragment's rows start at a multiple of 8)
   // and its row of Q's A fragments.
-  const SwzPairs pairs_a = MakeSwzPairs(0, lane / 16, lane % 8);
-  const SwzPairs pairs_b = MakeSwzPairs(0, lane / 8 % 2, lane % 8);
+  const SwzPairs pairs_a = MakeSwzPairs<kD>(0, lane / 16, lane % 8);
+  const SwzPairs pairs_b = MakeSwzPairs<kD>(0, lane / 8 % 2, lane % 8);
   const T* q_row = qs + (wrow + lane % 16) * kD;
   const int64_t warp_rows = Clamp0(rows - wrow, 16 * kM);
   // The key tiles (loop indices) in which some row of the warp sees a key, and those in which
@@ -188,8 +188,8 @@ __global__ void __launch_bounds__(128) AttentionTcForwardKernel(const TcAttnPara
           }
         }
         // The tile in sub-tiles of kSub keys (S, softmax, P V per sub-tile), bounding S's
-        // accumulators: 32 keys at D = 128 with two row tiles per warp. Not unrolled, so that the
-        // scheduler does not overlap one sub-tile's S with the other's (that spills).
+        // accumulators: 32 keys at D = 96 and 128 with two row tiles per warp. Not unrolled, so
+        // that the scheduler does not overlap one sub-tile's S with the other's (that spills).
 #pragma unroll 1
         for (int sub = 0; sub < kBc / kSub; ++sub) {
           float s[kM][kSub / 8][4];

@@ -29,10 +29,10 @@ struct TcAttnParams {
   const float* dout_dot_out = nullptr;
 };
 
-// True when the tensor-core kernels run this call: bf16 or fp16, head dim 64 or 128, every
+// True when the tensor-core kernels run this call: bf16 or fp16, head dim 64, 96 or 128, every
 // tensor 16-byte aligned, a device of compute capability 8.0 or newer whose opt-in shared memory
-// per block holds every tensor-core kernel of the head dim (TcFitsSharedMemory: at head dim 128
-// sm_80 and sm_90, not the 99 KiB parts such as sm_86 and sm_89), and the environment
+// per block holds every tensor-core kernel of the head dim (TcFitsSharedMemory: at head dims 96
+// and 128 sm_80 and sm_90, not the 99 KiB parts such as sm_86 and sm_89), and the environment
 // variable PACKSCHED_ATTENTION_SCALAR unset or "0" (set, it forces the scalar kernels, so that
 // both can be timed and compared).
 bool AttentionTcApplies(const AttentionArgs& a);

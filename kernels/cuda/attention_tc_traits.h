@@ -2,14 +2,15 @@
 #define PACKSCHED_KERNELS_CUDA_ATTENTION_TC_TRAITS_H_
 
 // Compile-time shapes of the tensor-core attention kernels (attention_tc_fwd.cuh,
-// attention_tc_bwd.cuh, attention_tc_bwd_keys.cuh): head dim 64 or 128 exactly (no padding); the
-// forward runs 4 warps per block, each owning 16-row mma tiles of the block's query tile; the dq
-// kernel 4 warps over 64 query rows, 32 rows per pair of warps; the dk/dv kernel 8 warps over 128
-// keys, 32 keys per pair of warps; and the shared-memory budget of the 16-bit tiles.
+// attention_tc_bwd.cuh, attention_tc_bwd_keys.cuh): head dim 64, 96 or 128 exactly (no padding);
+// the forward runs 4 warps per block, each owning 16-row mma tiles of the block's query tile; the
+// dq kernel 4 warps over 64 query rows, 32 rows per pair of warps; the dk/dv kernel 8 warps over
+// 128 keys, 32 keys per pair of warps; and the shared-memory budget of the 16-bit tiles.
 //
 // Shared tiles hold rows of kHeadDim 16-bit elements, 16-byte chunks XOR-swizzled by the row
-// (chunk c of row r is stored at chunk c ^ (r % 8)): the 8 row addresses of one ldmatrix phase
-// then cover all 32 banks, and cp.async writes whole chunks.
+// (chunk c of row r is stored at chunk c ^ (r % 8), within groups of 4 chunks at head dim 96:
+// SwzChunk in attention_tc_common.cuh): the 8 row addresses of one ldmatrix phase then cover all
+// 32 banks, and cp.async writes whole chunks.
 
 #include <cstddef>
 
@@ -17,7 +18,7 @@ namespace packsched::kernels::internal::cuda {
 
 enum class TcKernel { kForward, kBackwardDq, kBackwardDkDv };
 
-// The forward's default 16-row mma tiles per warp (TcTraits::kWarpTiles): 2 at both head dims
+// The forward's default 16-row mma tiles per warp (TcTraits::kWarpTiles): 2 at every head dim
 // (128-row query tiles). Other kernels use 1.
 constexpr int TcDefaultWarpTiles(TcKernel kind) { return kind == TcKernel::kForward ? 2 : 1; }
 
@@ -60,7 +61,7 @@ struct TcTraits {
       kKind != TcKernel::kBackwardDkDv ? 3 * static_cast<size_t>(kBr) * 4 : 0;
   static constexpr size_t kSharedBytes = kTileBytes + kVectorBytes + kRowVectorBytes;
 
-  static_assert(kHeadDim == 64 || kHeadDim == 128, "tensor-core head dims");
+  static_assert(kHeadDim == 64 || kHeadDim == 96 || kHeadDim == 128, "tensor-core head dims");
   static_assert(kWarpTiles == 1 || (kWarpTiles == 2 && kKind == TcKernel::kForward),
                 "two row tiles per warp in the forward only");
   static_assert(kBr % 16 == 0 && kBc % 16 == 0, "whole mma tiles");
@@ -72,7 +73,7 @@ struct TcTraits {
 // The most dynamic shared memory a tensor-core kernel of head dim kD asks for per block (the
 // forward at either tile shape, pass 1, pass 2 and the one-pass backward, which shares pass 2's
 // layout): 162.5 KiB at D = 128, within sm_80's and sm_90's opt-in limits, above the 99 KiB of
-// sm_86, sm_89 and sm_120, where head dim 128 therefore takes the scalar kernels
+// sm_86, sm_89 and sm_120, where head dims 96 and 128 therefore take the scalar kernels
 // (AttentionTcApplies).
 template <int kD>
 constexpr size_t TcMaxSharedBytes() {
@@ -84,10 +85,18 @@ constexpr size_t TcMaxSharedBytes() {
   return most;
 }
 
-// Whether every tensor-core kernel of `head_dim` (64 or 128) fits a device whose opt-in limit of
+// Whether `head_dim` has tensor-core kernels.
+constexpr bool TcHeadDim(int head_dim) {
+  return head_dim == 64 || head_dim == 96 || head_dim == 128;
+}
+
+// Whether every tensor-core kernel of `head_dim` (TcHeadDim) fits a device whose opt-in limit of
 // dynamic shared memory per block (cudaDevAttrMaxSharedMemoryPerBlockOptin) is `optin_bytes`.
 constexpr bool TcFitsSharedMemory(int head_dim, size_t optin_bytes) {
-  return (head_dim == 64 ? TcMaxSharedBytes<64>() : TcMaxSharedBytes<128>()) <= optin_bytes;
+  const size_t need = head_dim == 64   ? TcMaxSharedBytes<64>()
+                      : head_dim == 96 ? TcMaxSharedBytes<96>()
+                                       : TcMaxSharedBytes<128>();
+  return need <= optin_bytes;
 }
 
 }  // namespace packsched::kernels::internal::cuda

@@ -28,7 +28,7 @@ cudaError_t TcWorkspaceAllocate(size_t bytes, cudaStream_t stream, void** ptr);
 size_t TcDotOutBytes(const AttentionArgs& a);
 
 // Enqueues the pre-pass on `stream`: dot_out [total_q, heads] = dO · O of every packed row and
-// head of p.args (bf16 or fp16, head dim 64 or 128). Nothing for total_q = 0.
+// head of p.args (bf16 or fp16, head dim 64, 96 or 128). Nothing for total_q = 0.
 cudaError_t EnqueueTcDotOut(const TcAttnParams& p, float* dot_out, cudaStream_t stream);
 
 }  // namespace packsched::kernels::internal::cuda

@@ -175,10 +175,10 @@ void CheckTensorCoreModes(int64_t d) {
   CheckCuda<Fp16>(tree);
 }
 
-// bf16 and fp16 at head dims 64 and 128 take the tensor-core kernels on sm_80 and newer
+// bf16 and fp16 at head dims 64, 96 and 128 take the tensor-core kernels on sm_80 and newer
 // (kernels/cuda/attention_tc_launch.h).
 TEST_F(AttentionCudaTest, TensorCoreKernelsInEveryMode) {
-  for (int64_t d : {64, 128}) CheckTensorCoreModes(d);
+  for (int64_t d : {64, 96, 128}) CheckTensorCoreModes(d);
 }
 
 // Both D = 128 forwards: 128-row query tiles (the default) and 64-row tiles
@@ -194,13 +194,13 @@ TEST_F(AttentionCudaTest, TensorCoreForwardTilesAtD128InEveryMode) {
 // The one-pass tensor-core backward (PACKSCHED_ATTENTION_TC_BWD=onepass; dq by atomics).
 TEST_F(AttentionCudaTest, OnePassTensorCoreBackwardInEveryMode) {
   const ScopedEnv scoped("PACKSCHED_ATTENTION_TC_BWD", "onepass");
-  for (int64_t d : {64, 128}) CheckTensorCoreModes(d);
+  for (int64_t d : {64, 96, 128}) CheckTensorCoreModes(d);
 }
 
 // Scores that rise from key tile to key tile (RisingKeys): the tensor-core forward rescales its
 // output only when a row's max grows past its slack, and here it must, after O has accumulated.
 TEST_F(AttentionCudaTest, TensorCoreForwardRescalesAsScoresRise) {
-  for (int64_t d : {64, 128}) {
+  for (int64_t d : {64, 96, 128}) {
     SCOPED_TRACE(d);
     Problem p = MakeProblem({600, 90}, {600, 90}, true);
     p.heads = 4;

@@ -3,17 +3,18 @@
 // (cuda_emulation/warp_runtime.h and its ptx.cuh), over the launchers' grids, against the float64
 // reference with the tolerance rule of docs/design.md §4: every mask mode of the varlen API,
 // GQA/MQA, seqused, the tail, and the tree rule of "Tree packing" (the reference's tree
-// predicate), at D = 128 with both forward tiles (128 and 64 query rows). Also checks that no
-// ldmatrix phase of the kernels hits a shared-memory bank conflict. The one-pass backward
-// (attention_tc_bwd_onepass.cuh) runs the same modes at head dims 64 and 128. And every kernel
-// gives bitwise the same results whichever order the emulation resumes a block's threads in (its
-// racecheck).
+// predicate), at head dims 64, 96 and 128, at 128 with both forward tiles (128 and 64 query
+// rows). Also checks that no ldmatrix phase of the kernels hits a shared-memory bank conflict. The
+// one-pass backward (attention_tc_bwd_onepass.cuh) runs the same modes at head dims 64 and 128
+// (96 in some). And every kernel gives bitwise the same results whichever order the emulation
+// resumes a block's threads in (its racecheck).
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <functional>
+#include <initializer_list>
 #include <limits>
 #include <random>
 #include <vector>
@@ -153,6 +154,9 @@ void CheckTc(Problem p, const Tree* tree = nullptr, uint32_t seed = 1,
   if (p.head_dim == 64) {
     RunForward<T, 64, 2>(params);
     RunBackward<T, 64>(p, params);
+  } else if (p.head_dim == 96) {
+    RunForward<T, 96, 2>(params);
+    RunBackward<T, 96>(p, params);
   } else {
     ASSERT_EQ(p.head_dim, 128);
     RunForward<T, 128, 2>(params);
@@ -168,6 +172,8 @@ void CheckTc(Problem p, const Tree* tree = nullptr, uint32_t seed = 1,
     }
     if (p.head_dim == 64) {
       RunBackward<T, 64>(p, params);
+    } else if (p.head_dim == 96) {
+      RunBackward<T, 96>(p, params);
     } else {
       RunBackward<T, 128>(p, params);
     }
@@ -216,7 +222,7 @@ TEST(AttentionTcEmulatedTest, KitShapeGqaGroupOfFourD128) {
 // than the forward's rescale slack (kRescaleSlack) from key tile to key tile, so O is rescaled
 // after it has accumulated (random inputs alone rescale on a row's first keys only).
 TEST(AttentionTcEmulatedTest, RisingScoresRescaleTheAccumulatedOutput) {
-  for (const int64_t head_dim : {64, 128}) {
+  for (const int64_t head_dim : {64, 96, 128}) {
     Problem p = MakeProblem({200, 90}, {200, 90}, true);
     p.head_dim = head_dim;
     CheckTc<Bf16>(p, nullptr, 3, false, testing::RisingKeys<Bf16>);
@@ -252,6 +258,20 @@ TEST(AttentionTcEmulatedTest, PaddedLayoutMqaCausalWindowSoftcapAndTailD64) {
 
 TEST(AttentionTcEmulatedTest, PaddedLayoutMqaCausalWindowSoftcapAndTailD128AndDeterministic) {
   CheckTc<Bf16>(PaddedMqaProblem(128), nullptr, 1, /*deterministic_check=*/true);
+}
+
+// Head dim 96: rows of 12 chunks, swizzled within groups of 4 (SwzChunk) and copied in parts of
+// 8 and 4 chunks; the bank-conflict count of CheckTc covers the swizzle.
+TEST(AttentionTcEmulatedTest, CausalGqaThreeSequencesD96AndDeterministic) {
+  Problem p = MakeProblem({100, 37, 119}, {100, 37, 119}, true);
+  p.heads = 4;
+  p.kv_heads = 2;
+  p.head_dim = 96;
+  CheckTc<Bf16>(p, nullptr, 1, /*deterministic_check=*/true);
+}
+
+TEST(AttentionTcEmulatedTest, PaddedLayoutMqaCausalWindowSoftcapAndTailD96Fp16) {
+  CheckTc<Fp16>(PaddedMqaProblem(96));
 }
 
 // Sequences of 1 to 3 query tiles of 128 rows (and 1 to 5 of 64) beside a short one, so that the
@@ -380,6 +400,15 @@ TEST(AttentionTcEmulatedTest, TreeMaskD128) {
   CheckTc<Bf16>(p, &tree);
 }
 
+TEST(AttentionTcEmulatedTest, TreeMaskD96) {
+  Problem p;
+  const Tree tree = RandomForest({150, 90}, &p, 7);
+  p.heads = 2;
+  p.kv_heads = 1;
+  p.head_dim = 96;
+  CheckTc<Bf16>(p, &tree);
+}
+
 TEST(AttentionTcEmulatedTest, TreeMaskWithPositionWindowD128) {
   Problem p;
   const Tree tree = RandomForest({200}, &p, 9);
@@ -436,15 +465,16 @@ void RunOnePassKernels(const Problem& pb, const TcAttnParams& p) {
   }
 }
 
-// CheckTc for the one-pass backward, at head dims 64 and 128; dq must have come through atomics
-// whenever some query row sees a key.
+// CheckTc for the one-pass backward, at `head_dims` (of 64, 96 and 128); dq must have come
+// through atomics whenever some query row sees a key.
 template <typename T>
-void CheckOnePass(Problem p, const Tree* tree = nullptr, uint32_t seed = 3) {
+void CheckOnePass(Problem p, const Tree* tree = nullptr, uint32_t seed = 3,
+                  std::initializer_list<int> head_dims = {64, 128}) {
   if (tree != nullptr) {
     p.subtree_end = tree->subtree_end;
     p.positions = tree->positions;
   }
-  for (const int d : {64, 128}) {
+  for (const int d : head_dims) {
     SCOPED_TRACE(d);
     p.head_dim = d;
     const Inputs in = RandomInputs<T>(p, seed);
@@ -458,6 +488,8 @@ void CheckOnePass(Problem p, const Tree* tree = nullptr, uint32_t seed = 3) {
     const uint64_t atomics = emu::atomic_adds;
     if (d == 64) {
       RunOnePassKernels<T, 64>(p, params);
+    } else if (d == 96) {
+      RunOnePassKernels<T, 96>(p, params);
     } else {
       RunOnePassKernels<T, 128>(p, params);
     }
@@ -474,7 +506,7 @@ TEST(AttentionTcOnePassEmulatedTest, CausalGqaThreeSequences) {
   Problem p = MakeProblem({100, 37, 119}, {100, 37, 119}, true);
   p.heads = 4;
   p.kv_heads = 2;
-  CheckOnePass<Bf16>(p);
+  CheckOnePass<Bf16>(p, nullptr, 3, {64, 96, 128});
 }
 
 TEST(AttentionTcOnePassEmulatedTest, BottomRightCausalUnequalLengths) {
@@ -504,7 +536,7 @@ TEST(AttentionTcOnePassEmulatedTest, TreeMask) {
   const Tree tree = RandomForest({150, 90}, &p, 5);
   p.heads = 2;
   p.kv_heads = 1;
-  CheckOnePass<Bf16>(p, &tree);
+  CheckOnePass<Bf16>(p, &tree, 3, {64, 96, 128});
 }
 
 TEST(AttentionTcOnePassEmulatedTest, TreeMaskWithPositionWindowFp16) {
@@ -549,7 +581,9 @@ void ExpectSameBits(const testing::Outputs& want, const testing::Outputs& got, c
                     bool dq = true) {
   EXPECT_TRUE(SameBits(want.out, got.out)) << what << " out";
   EXPECT_TRUE(SameBits(want.lse, got.lse)) << what << " lse";
-  if (dq) EXPECT_TRUE(SameBits(want.dq, got.dq)) << what << " dq";
+  if (dq) {
+    EXPECT_TRUE(SameBits(want.dq, got.dq)) << what << " dq";
+  }
   EXPECT_TRUE(SameBits(want.dk, got.dk)) << what << " dk";
   EXPECT_TRUE(SameBits(want.dv, got.dv)) << what << " dv";
 }
@@ -596,6 +630,13 @@ TEST(AttentionTcScheduleTest, PaddedLayoutMqaCausalWindowSoftcapAndTailD64) {
   CheckScheduleIndependent<Fp16, 64>(PaddedMqaProblem(64));
 }
 
+TEST(AttentionTcScheduleTest, WindowWithoutCausalD96) {
+  Problem p = MakeProblem({70, 33}, {33, 130}, false);
+  p.options.window_left = 16;
+  p.options.window_right = 4;
+  CheckScheduleIndependent<Bf16, 96>(p);
+}
+
 TEST(AttentionTcScheduleTest, TreeMaskD64) {
   Problem p;
   const Tree tree = RandomForest({150, 90}, &p, 5);
@@ -617,18 +658,25 @@ TEST(AttentionTcTraitsTest, EveryKernelFitsTheSharedMemoryTheLauncherChecks) {
   EXPECT_LE((TcTraits<64, TcKernel::kBackwardDq>::kSharedBytes), TcMaxSharedBytes<64>());
   EXPECT_LE((TcTraits<64, TcKernel::kBackwardDkDv>::kSharedBytes), TcMaxSharedBytes<64>());
   EXPECT_LE((TcOnePassTraits<64>::kSharedBytes), TcMaxSharedBytes<64>());
+  EXPECT_LE((TcTraits<96, TcKernel::kForward>::kSharedBytes), TcMaxSharedBytes<96>());
+  EXPECT_LE((TcTraits<96, TcKernel::kBackwardDq>::kSharedBytes), TcMaxSharedBytes<96>());
+  EXPECT_LE((TcTraits<96, TcKernel::kBackwardDkDv>::kSharedBytes), TcMaxSharedBytes<96>());
+  EXPECT_LE((TcOnePassTraits<96>::kSharedBytes), TcMaxSharedBytes<96>());
   EXPECT_LE((TcTraits<128, TcKernel::kForward>::kSharedBytes), TcMaxSharedBytes<128>());
   EXPECT_LE((TcTraits<128, TcKernel::kForward, 1>::kSharedBytes), TcMaxSharedBytes<128>());
   EXPECT_LE((TcTraits<128, TcKernel::kBackwardDq>::kSharedBytes), TcMaxSharedBytes<128>());
   EXPECT_LE((TcTraits<128, TcKernel::kBackwardDkDv>::kSharedBytes), TcMaxSharedBytes<128>());
   EXPECT_LE((TcOnePassTraits<128>::kSharedBytes), TcMaxSharedBytes<128>());
-  // The machines the kit runs on take both head dims; the 99 KiB parts only head dim 64.
+  // The machines the kit runs on take every head dim; the 99 KiB parts only head dim 64.
   for (const size_t optin : {kOptinSm80, kOptinSm90}) {
     EXPECT_TRUE(TcFitsSharedMemory(64, optin)) << optin;
+    EXPECT_TRUE(TcFitsSharedMemory(96, optin)) << optin;
     EXPECT_TRUE(TcFitsSharedMemory(128, optin)) << optin;
   }
   EXPECT_TRUE(TcFitsSharedMemory(64, kOptinSm86));
+  EXPECT_FALSE(TcFitsSharedMemory(96, kOptinSm86));
   EXPECT_FALSE(TcFitsSharedMemory(128, kOptinSm86));
+  EXPECT_FALSE(TcFitsSharedMemory(96, TcMaxSharedBytes<96>() - 1));
   EXPECT_FALSE(TcFitsSharedMemory(128, TcMaxSharedBytes<128>() - 1));
   EXPECT_TRUE(TcFitsSharedMemory(128, TcMaxSharedBytes<128>()));
 }
