@@ -12,11 +12,13 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <initializer_list>
 #include <limits>
 #include <random>
+#include <sstream>
 #include <vector>
 
 #include "cuda_runtime.h"  // the emulation (this target's include path puts it first)
@@ -544,6 +546,101 @@ TEST(AttentionTcOnePassEmulatedTest, TreeMaskWithPositionWindowFp16) {
   const Tree tree = RandomForest({200}, &p, 9);
   p.options.window_left = 24;
   CheckOnePass<Fp16>(p, &tree);
+}
+
+// Random problems: each seed draws a head dim (64, 96, 128), a dtype, and either a tree-packed
+// forest of 1 to 3 pieces or 1 to 3 sequences of 0 to 200 query and key rows (equal or not),
+// causal or not, each of a left window, a right window, a softcap, pad slots and a tail with
+// probability 1/3, and 1 or 2 kv heads with groups of 1 to 3 query heads; the kernels (CheckTc:
+// both forwards at D 128, the two-pass backward) and the one-pass backward must match the
+// reference, run in a random one of the emulation's thread orders. PACKSCHED_TC_FUZZ_CASES sets
+// the number of seeds (default 6, a few seconds); PACKSCHED_TC_FUZZ_SEED the first.
+int64_t EnvOr(const char* name, int64_t fallback) {
+  const char* v = std::getenv(name);
+  return v != nullptr && *v != '\0' ? std::strtoll(v, nullptr, 10) : fallback;
+}
+
+template <typename T>
+void CheckOnePassAt(const Problem& p, uint32_t seed) {
+  const Inputs in = RandomInputs<T>(p, seed);
+  AttentionTensors<T> t(p, in);
+  const TcAttnParams params = ParamsOf(p, t);
+  if (p.head_dim == 64) {
+    RunOnePassKernels<T, 64>(p, params);
+  } else if (p.head_dim == 96) {
+    RunOnePassKernels<T, 96>(p, params);
+  } else {
+    RunOnePassKernels<T, 128>(p, params);
+  }
+  testing::ExpectMatchesReference<T>(p, in, t.Results(), "one-pass ");
+}
+
+TEST(AttentionTcFuzzTest, RandomProblemsMatchTheReference) {
+  const int64_t cases = EnvOr("PACKSCHED_TC_FUZZ_CASES", 6);
+  const auto first = static_cast<uint32_t>(EnvOr("PACKSCHED_TC_FUZZ_SEED", 1));
+  for (uint32_t seed = first; seed < first + cases; ++seed) {
+    std::mt19937 rng(seed);
+    auto uniform = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
+    auto one_in_3 = [&] { return uniform(0, 2) == 0; };
+    Problem p;
+    Tree tree;
+    const bool is_tree = uniform(0, 3) == 0;
+    if (is_tree) {
+      std::vector<int32_t> pieces(static_cast<size_t>(uniform(1, 3)));
+      for (int32_t& rows : pieces) rows = uniform(1, 200);
+      tree = RandomForest(pieces, &p, seed);
+      p.subtree_end = tree.subtree_end;
+      p.positions = tree.positions;
+    } else {
+      const int batch = uniform(1, 3);
+      const bool same = uniform(0, 1) == 0;
+      for (int b = 0; b < batch; ++b) {
+        p.len_q.push_back(uniform(0, 200));
+        p.len_k.push_back(same ? p.len_q.back() : uniform(0, 200));
+      }
+      p.options.causal = uniform(0, 1) == 0;
+      if (one_in_3()) p.options.window_right = uniform(0, 40);
+      if (one_in_3()) {
+        for (int b = 0; b < batch; ++b) {
+          p.pad_q.push_back(uniform(0, 9));
+          p.pad_k.push_back(uniform(0, 9));
+        }
+      }
+      if (one_in_3()) {
+        p.tail_q = uniform(1, 40);
+        p.tail_k = uniform(0, 9);
+      }
+    }
+    if (one_in_3()) p.options.window_left = uniform(0, 80);
+    if (one_in_3()) p.options.softcap = uniform(2, 10);
+    p.kv_heads = uniform(1, 2);
+    p.heads = p.kv_heads * uniform(1, 3);
+    const int dims[] = {64, 96, 128};
+    p.head_dim = dims[uniform(0, 2)];
+    const bool fp16 = uniform(0, 1) == 0;
+    std::ostringstream what;
+    what << "seed " << seed << (fp16 ? " fp16" : " bf16") << " D " << p.head_dim
+         << (is_tree ? " tree" : "") << (p.options.causal ? " causal" : "") << " q";
+    for (const int32_t l : p.len_q) what << " " << l;
+    what << " k";
+    for (const int32_t l : p.len_k) what << " " << l;
+    what << " window " << p.options.window_left << "/" << p.options.window_right << " softcap "
+         << p.options.softcap << " heads " << p.heads << "/" << p.kv_heads
+         << (p.padded() ? " padded" : "") << " tail " << p.tail_q << "/" << p.tail_k;
+    const emu::Schedule order{static_cast<emu::ThreadOrder>(uniform(0, 3)), seed};
+    what << " thread order " << static_cast<int>(order.order);
+    SCOPED_TRACE(what.str());
+    const emu::Schedule saved = emu::schedule;
+    emu::schedule = order;
+    if (fp16) {
+      CheckTc<Fp16>(p, nullptr, seed);
+      CheckOnePassAt<Fp16>(p, seed);
+    } else {
+      CheckTc<Bf16>(p, nullptr, seed);
+      CheckOnePassAt<Bf16>(p, seed);
+    }
+    emu::schedule = saved;
+  }
 }
 
 // Every tensor-core kernel's results on p under the scheduler order `order` (warp_runtime.h): the
