@@ -19,6 +19,7 @@
 #include <limits>
 #include <random>
 #include <sstream>
+#include <type_traits>
 #include <vector>
 
 #include "cuda_runtime.h"  // the emulation (this target's include path puts it first)
@@ -133,6 +134,19 @@ bool SameBits(const std::vector<double>& x, const std::vector<double>& y) {
   return x.size() == y.size() && std::memcmp(x.data(), y.data(), x.size() * sizeof(double)) == 0;
 }
 
+// Calls f(std::integral_constant<int, D>{}) for the tensor-core head dim d (64, 96 or 128).
+template <typename F>
+void WithHeadDim(int64_t d, F&& f) {
+  if (d == 64) {
+    f(std::integral_constant<int, 64>{});
+  } else if (d == 96) {
+    f(std::integral_constant<int, 96>{});
+  } else {
+    ASSERT_EQ(d, 128);
+    f(std::integral_constant<int, 128>{});
+  }
+}
+
 // Runs the kernels on `p` (with `tree` when given) and checks out, lse, dq, dk and dv: the
 // forward with 128-row query tiles (the launcher's default), and at D = 128 also the forward
 // with 64-row tiles (PACKSCHED_ATTENTION_TC_FWD_TILE=64) on fresh output tensors. With
@@ -153,17 +167,10 @@ void CheckTc(Problem p, const Tree* tree = nullptr, uint32_t seed = 1,
   const TcAttnParams params = ParamsOf(p, t);
   const uint64_t conflicts = emu::ldmatrix_bank_conflicts;
   const uint64_t phases = emu::ldmatrix_phases;
-  if (p.head_dim == 64) {
-    RunForward<T, 64, 2>(params);
-    RunBackward<T, 64>(p, params);
-  } else if (p.head_dim == 96) {
-    RunForward<T, 96, 2>(params);
-    RunBackward<T, 96>(p, params);
-  } else {
-    ASSERT_EQ(p.head_dim, 128);
-    RunForward<T, 128, 2>(params);
-    RunBackward<T, 128>(p, params);
-  }
+  WithHeadDim(p.head_dim, [&](auto dim) {
+    RunForward<T, decltype(dim)::value, 2>(params);
+    RunBackward<T, decltype(dim)::value>(p, params);
+  });
   const testing::Outputs got = t.Results();
   testing::ExpectMatchesReference<T>(p, in, got);
   if (deterministic_check) {
@@ -172,13 +179,7 @@ void CheckTc(Problem p, const Tree* tree = nullptr, uint32_t seed = 1,
     for (HostTensor* g : {&t.dq, &t.dk, &t.dv}) {
       std::memset(g->mutable_view().data, 0xff, static_cast<size_t>(g->nbytes()));
     }
-    if (p.head_dim == 64) {
-      RunBackward<T, 64>(p, params);
-    } else if (p.head_dim == 96) {
-      RunBackward<T, 96>(p, params);
-    } else {
-      RunBackward<T, 128>(p, params);
-    }
+    WithHeadDim(p.head_dim, [&](auto dim) { RunBackward<T, decltype(dim)::value>(p, params); });
     const testing::Outputs again = t.Results();
     EXPECT_TRUE(SameBits(got.dq, again.dq)) << "dq differs between two runs";
     EXPECT_TRUE(SameBits(got.dk, again.dk)) << "dk differs between two runs";
@@ -488,13 +489,7 @@ void CheckOnePass(Problem p, const Tree* tree = nullptr, uint32_t seed = 3,
     const uint64_t conflicts = emu::ldmatrix_bank_conflicts;
     const uint64_t phases = emu::ldmatrix_phases;
     const uint64_t atomics = emu::atomic_adds;
-    if (d == 64) {
-      RunOnePassKernels<T, 64>(p, params);
-    } else if (d == 96) {
-      RunOnePassKernels<T, 96>(p, params);
-    } else {
-      RunOnePassKernels<T, 128>(p, params);
-    }
+    WithHeadDim(d, [&](auto dim) { RunOnePassKernels<T, decltype(dim)::value>(p, params); });
     EXPECT_EQ(emu::ldmatrix_bank_conflicts - conflicts, 0u)
         << "of " << emu::ldmatrix_phases - phases << " ldmatrix phases";
     if (p.batch() > 0) {
@@ -565,13 +560,7 @@ void CheckOnePassAt(const Problem& p, uint32_t seed) {
   const Inputs in = RandomInputs<T>(p, seed);
   AttentionTensors<T> t(p, in);
   const TcAttnParams params = ParamsOf(p, t);
-  if (p.head_dim == 64) {
-    RunOnePassKernels<T, 64>(p, params);
-  } else if (p.head_dim == 96) {
-    RunOnePassKernels<T, 96>(p, params);
-  } else {
-    RunOnePassKernels<T, 128>(p, params);
-  }
+  WithHeadDim(p.head_dim, [&](auto dim) { RunOnePassKernels<T, decltype(dim)::value>(p, params); });
   testing::ExpectMatchesReference<T>(p, in, t.Results(), "one-pass ");
 }
 
