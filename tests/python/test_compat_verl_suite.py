@@ -220,6 +220,9 @@ def test_the_module_names_verl_imports_are_all_there():
         assert name in seqlen_balancing.__all__
 
 
+# Building the strided nested tensor this test needs makes torch warn that nested tensors are a
+# prototype API: expected here, not a finding.
+@pytest.mark.filterwarnings("ignore:The PyTorch API of nested tensors:UserWarning")
 def test_nested_input_ids_are_refused_clearly_without_the_jagged_layout():
     if getattr(torch, "jagged", None) is not None:
         pytest.skip("this torch has the jagged layout (handled, not refused)")
