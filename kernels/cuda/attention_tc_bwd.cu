@@ -1,5 +1,6 @@
 // The tensor-core attention backward: launcher (the D pre-pass, pass 1 dq, then pass 2 dk/dv, all
-// deterministic) and the passes' 8 instantiations (2 kernels x fp16, bf16 x head dims 64, 128).
+// deterministic) and the passes' 12 instantiations (2 kernels x fp16, bf16 x head dims 64, 96,
+// 128).
 // Device code in attention_tc_bwd.cuh (pre-pass, pass 1) and attention_tc_bwd_keys.cuh (pass 2).
 
 #include <cuda_runtime.h>

@@ -1,6 +1,6 @@
 // The one-pass tensor-core attention backward (attention_tc_bwd_onepass.cuh): launcher, its
-// switch (PACKSCHED_ATTENTION_TC_BWD=onepass) and its 6 instantiations (the kernel and the dq
-// conversion x fp16, bf16; the kernel x head dims 64, 128).
+// switch (PACKSCHED_ATTENTION_TC_BWD=onepass) and its 8 instantiations (the kernel and the dq
+// conversion x fp16, bf16; the kernel x head dims 64, 96, 128).
 
 #include <cuda_runtime.h>
 

@@ -1,6 +1,6 @@
 // The tensor-core attention forward: launcher, the choice between it and the scalar kernels, and
-// its 6 instantiations (fp16, bf16 x head dim 64 with 128-row query tiles, head dim 128 with 64-
-// or 128-row tiles). Device code in attention_tc_fwd.cuh.
+// its 8 instantiations (fp16, bf16 x head dims 64 and 96 with 128-row query tiles, head dim 128
+// with 64- or 128-row tiles). Device code in attention_tc_fwd.cuh.
 
 #include <cuda_runtime.h>
 

@@ -1,5 +1,5 @@
 // The tensor-core backward's workspace pool and the launch of its pre-pass (2 dtypes x head dims
-// 64, 128); attention_tc_workspace.cuh describes them.
+// 64, 96, 128); attention_tc_workspace.cuh describes them.
 
 #include <cuda_runtime.h>
 
