@@ -96,7 +96,7 @@ inline Block* current_block = nullptr;
 enum class ThreadOrder { kAscending, kDescending, kShuffled, kWarpAhead };
 struct Schedule {
   ThreadOrder order = ThreadOrder::kAscending;
-  uint32_t seed = 0;  // kShuffled: the permutations' generator, reseeded per block
+  uint32_t seed = 0;  // kShuffled and kWarpAhead: the permutations' generator, reseeded per block
 };
 inline Schedule schedule;
 
