@@ -198,12 +198,17 @@ void CheckTc(Problem p, const Tree* tree = nullptr, uint32_t seed = 1,
       << "of " << emu::ldmatrix_phases - phases << " ldmatrix phases";
 }
 
-TEST(AttentionTcEmulatedTest, CausalGqaThreeSequencesD64AndDeterministic) {
+// Three causal sequences of 100, 37 and 119 rows, groups of 2 query heads per kv head.
+Problem CausalGqaThreeSequences(int64_t head_dim) {
   Problem p = MakeProblem({100, 37, 119}, {100, 37, 119}, true);
   p.heads = 4;
   p.kv_heads = 2;
-  p.head_dim = 64;
-  CheckTc<Bf16>(p, nullptr, 1, /*deterministic_check=*/true);
+  p.head_dim = head_dim;
+  return p;
+}
+
+TEST(AttentionTcEmulatedTest, CausalGqaThreeSequencesD64AndDeterministic) {
+  CheckTc<Bf16>(CausalGqaThreeSequences(64), nullptr, 1, /*deterministic_check=*/true);
 }
 
 TEST(AttentionTcEmulatedTest, BottomRightCausalUnequalLengthsD128) {
@@ -266,11 +271,7 @@ TEST(AttentionTcEmulatedTest, PaddedLayoutMqaCausalWindowSoftcapAndTailD128AndDe
 // Head dim 96: rows of 12 chunks, swizzled within groups of 4 (SwzChunk) and copied in parts of
 // 8 and 4 chunks; the bank-conflict count of CheckTc covers the swizzle.
 TEST(AttentionTcEmulatedTest, CausalGqaThreeSequencesD96AndDeterministic) {
-  Problem p = MakeProblem({100, 37, 119}, {100, 37, 119}, true);
-  p.heads = 4;
-  p.kv_heads = 2;
-  p.head_dim = 96;
-  CheckTc<Bf16>(p, nullptr, 1, /*deterministic_check=*/true);
+  CheckTc<Bf16>(CausalGqaThreeSequences(96), nullptr, 1, /*deterministic_check=*/true);
 }
 
 TEST(AttentionTcEmulatedTest, PaddedLayoutMqaCausalWindowSoftcapAndTailD96Fp16) {
@@ -385,32 +386,21 @@ Tree RandomForest(const std::vector<int32_t>& piece_rows, Problem* p, uint32_t s
   return tree;
 }
 
-TEST(AttentionTcEmulatedTest, TreeMaskD64) {
+// A random forest over pieces of `piece_rows` rows, 2 query heads on one kv head, head dim d.
+void CheckTreeMask(const std::vector<int32_t>& piece_rows, uint32_t seed, int64_t d) {
   Problem p;
-  const Tree tree = RandomForest({150, 90}, &p, 5);
+  const Tree tree = RandomForest(piece_rows, &p, seed);
   p.heads = 2;
   p.kv_heads = 1;
-  p.head_dim = 64;
+  p.head_dim = d;
   CheckTc<Bf16>(p, &tree);
 }
 
-TEST(AttentionTcEmulatedTest, TreeMaskD128) {
-  Problem p;
-  const Tree tree = RandomForest({170}, &p, 3);
-  p.heads = 2;
-  p.kv_heads = 1;
-  p.head_dim = 128;
-  CheckTc<Bf16>(p, &tree);
-}
+TEST(AttentionTcEmulatedTest, TreeMaskD64) { CheckTreeMask({150, 90}, 5, 64); }
 
-TEST(AttentionTcEmulatedTest, TreeMaskD96) {
-  Problem p;
-  const Tree tree = RandomForest({150, 90}, &p, 7);
-  p.heads = 2;
-  p.kv_heads = 1;
-  p.head_dim = 96;
-  CheckTc<Bf16>(p, &tree);
-}
+TEST(AttentionTcEmulatedTest, TreeMaskD128) { CheckTreeMask({170}, 3, 128); }
+
+TEST(AttentionTcEmulatedTest, TreeMaskD96) { CheckTreeMask({150, 90}, 7, 96); }
 
 TEST(AttentionTcEmulatedTest, TreeMaskWithPositionWindowD128) {
   Problem p;
@@ -500,10 +490,7 @@ void CheckOnePass(Problem p, const Tree* tree = nullptr, uint32_t seed = 3,
 }
 
 TEST(AttentionTcOnePassEmulatedTest, CausalGqaThreeSequences) {
-  Problem p = MakeProblem({100, 37, 119}, {100, 37, 119}, true);
-  p.heads = 4;
-  p.kv_heads = 2;
-  CheckOnePass<Bf16>(p, nullptr, 3, {64, 96, 128});
+  CheckOnePass<Bf16>(CausalGqaThreeSequences(64), nullptr, 3, {64, 96, 128});
 }
 
 TEST(AttentionTcOnePassEmulatedTest, BottomRightCausalUnequalLengths) {
