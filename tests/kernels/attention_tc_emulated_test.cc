@@ -131,7 +131,8 @@ TcAttnParams ParamsOf(const Problem& p, AttentionTensors<T>& t) {
 }
 
 bool SameBits(const std::vector<double>& x, const std::vector<double>& y) {
-  return x.size() == y.size() && std::memcmp(x.data(), y.data(), x.size() * sizeof(double)) == 0;
+  return x.size() == y.size() &&
+         (x.empty() || std::memcmp(x.data(), y.data(), x.size() * sizeof(double)) == 0);
 }
 
 // Calls f(std::integral_constant<int, D>{}) for the tensor-core head dim d (64, 96 or 128).
