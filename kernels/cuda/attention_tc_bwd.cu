@@ -51,8 +51,8 @@ cudaError_t RunBackward(const TcAttnParams& p, cudaStream_t stream) {
 
 template <typename T>
 cudaError_t BackwardHeadDim(const TcAttnParams& p, cudaStream_t stream) {
-  if (p.args.head_dim == 64) return RunBackward<T, 64>(p, stream);
-  return p.args.head_dim == 96 ? RunBackward<T, 96>(p, stream) : RunBackward<T, 128>(p, stream);
+  return WithTcHeadDim(p.args.head_dim,
+                       [&](auto d) { return RunBackward<T, decltype(d)::value>(p, stream); });
 }
 
 }  // namespace

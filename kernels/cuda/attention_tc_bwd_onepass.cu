@@ -53,9 +53,9 @@ cudaError_t RunOnePass(const TcAttnParams& p, float* acc, int64_t n, cudaStream_
 
 template <typename T>
 cudaError_t OnePassHeadDim(const TcAttnParams& p, float* acc, int64_t n, cudaStream_t stream) {
-  if (p.args.head_dim == 64) return RunOnePass<T, 64>(p, acc, n, stream);
-  return p.args.head_dim == 96 ? RunOnePass<T, 96>(p, acc, n, stream)
-                               : RunOnePass<T, 128>(p, acc, n, stream);
+  return WithTcHeadDim(p.args.head_dim, [&](auto d) {
+    return RunOnePass<T, decltype(d)::value>(p, acc, n, stream);
+  });
 }
 
 }  // namespace

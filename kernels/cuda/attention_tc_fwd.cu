@@ -51,10 +51,13 @@ cudaError_t RunForward(const TcAttnParams& p, cudaStream_t stream) {
 
 template <typename T>
 cudaError_t ForwardHeadDim(const TcAttnParams& p, cudaStream_t stream) {
-  if (p.args.head_dim == 64) return RunForward<T, 64, 2>(p, stream);
-  if (p.args.head_dim == 96) return RunForward<T, 96, 2>(p, stream);
-  return ForwardTileD128() == 64 ? RunForward<T, 128, 1>(p, stream)
-                                 : RunForward<T, 128, 2>(p, stream);
+  return WithTcHeadDim(p.args.head_dim, [&](auto d) {
+    constexpr int kD = decltype(d)::value;
+    if constexpr (kD == 128) {
+      if (ForwardTileD128() == 64) return RunForward<T, 128, 1>(p, stream);
+    }
+    return RunForward<T, kD, 2>(p, stream);
+  });
 }
 
 }  // namespace

@@ -13,6 +13,8 @@
 // 32 banks, and cp.async writes whole chunks.
 
 #include <cstddef>
+#include <cstdint>
+#include <type_traits>
 
 namespace packsched::kernels::internal::cuda {
 
@@ -90,13 +92,20 @@ constexpr bool TcHeadDim(int head_dim) {
   return head_dim == 64 || head_dim == 96 || head_dim == 128;
 }
 
+// The one dispatch over the tensor-core head dims: f(std::integral_constant<int, D>{}) for
+// head_dim D (TcHeadDim; callers have checked it, anything else is taken as 128).
+template <typename F>
+constexpr auto WithTcHeadDim(int64_t head_dim, F&& f) {
+  if (head_dim == 64) return f(std::integral_constant<int, 64>{});
+  if (head_dim == 96) return f(std::integral_constant<int, 96>{});
+  return f(std::integral_constant<int, 128>{});
+}
+
 // Whether every tensor-core kernel of `head_dim` (TcHeadDim) fits a device whose opt-in limit of
 // dynamic shared memory per block (cudaDevAttrMaxSharedMemoryPerBlockOptin) is `optin_bytes`.
 constexpr bool TcFitsSharedMemory(int head_dim, size_t optin_bytes) {
-  const size_t need = head_dim == 64   ? TcMaxSharedBytes<64>()
-                      : head_dim == 96 ? TcMaxSharedBytes<96>()
-                                       : TcMaxSharedBytes<128>();
-  return need <= optin_bytes;
+  return WithTcHeadDim(head_dim, [](auto d) { return TcMaxSharedBytes<decltype(d)::value>(); }) <=
+         optin_bytes;
 }
 
 }  // namespace packsched::kernels::internal::cuda

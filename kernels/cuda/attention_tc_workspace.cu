@@ -63,8 +63,8 @@ cudaError_t DotOut(const AttentionArgs& a, float* dot_out, cudaStream_t stream) 
 
 template <typename T>
 cudaError_t DotOutHeadDim(const AttentionArgs& a, float* dot_out, cudaStream_t stream) {
-  if (a.head_dim == 64) return DotOut<T, 64>(a, dot_out, stream);
-  return a.head_dim == 96 ? DotOut<T, 96>(a, dot_out, stream) : DotOut<T, 128>(a, dot_out, stream);
+  return WithTcHeadDim(a.head_dim,
+                       [&](auto d) { return DotOut<T, decltype(d)::value>(a, dot_out, stream); });
 }
 
 }  // namespace

@@ -20,6 +20,7 @@
 #include <random>
 #include <sstream>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "cuda_runtime.h"  // the emulation (this target's include path puts it first)
@@ -135,17 +136,11 @@ bool SameBits(const std::vector<double>& x, const std::vector<double>& y) {
          (x.empty() || std::memcmp(x.data(), y.data(), x.size() * sizeof(double)) == 0);
 }
 
-// Calls f(std::integral_constant<int, D>{}) for the tensor-core head dim d (64, 96 or 128).
+// WithTcHeadDim for a problem's head dim, which must have tensor-core kernels.
 template <typename F>
 void WithHeadDim(int64_t d, F&& f) {
-  if (d == 64) {
-    f(std::integral_constant<int, 64>{});
-  } else if (d == 96) {
-    f(std::integral_constant<int, 96>{});
-  } else {
-    ASSERT_EQ(d, 128);
-    f(std::integral_constant<int, 128>{});
-  }
+  ASSERT_TRUE(TcHeadDim(static_cast<int>(d))) << d;
+  WithTcHeadDim(d, std::forward<F>(f));
 }
 
 // Runs the kernels on `p` (with `tree` when given) and checks out, lse, dq, dk and dv: the
