@@ -44,7 +44,27 @@ endif()
 if(PACKSCHED_WITH_PYTHON)
   set(Python_EXECUTABLE ${PACKSCHED_PYTHON})  # FindPython takes this interpreter, no other
   find_package(Python COMPONENTS Interpreter Development.Module)
+  # The interpreter's own pybind11 (PyPI's, in the venv) wins over the system's: it is the one
+  # made for the interpreter's numpy. Modules built with a pybind11 before 2.12 misread numpy 2's
+  # arrays without an error (numpy 2 moved fields of its descriptor struct): Debian's is 2.10.
+  if(Python_FOUND)
+    execute_process(COMMAND ${Python_EXECUTABLE} -m pybind11 --cmakedir
+                    OUTPUT_VARIABLE _pybind11_dir OUTPUT_STRIP_TRAILING_WHITESPACE
+                    RESULT_VARIABLE _pybind11_rc ERROR_QUIET)
+    if(_pybind11_rc EQUAL 0 AND EXISTS "${_pybind11_dir}")
+      set(pybind11_DIR "${_pybind11_dir}" CACHE PATH "pybind11's CMake config" FORCE)
+    endif()
+  endif()
   find_package(pybind11 CONFIG)
+  if(Python_FOUND AND pybind11_FOUND)
+    execute_process(COMMAND ${Python_EXECUTABLE} -c "import numpy; print(numpy.__version__)"
+                    OUTPUT_VARIABLE _numpy_version OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET)
+    if(_numpy_version VERSION_GREATER_EQUAL 2 AND pybind11_VERSION VERSION_LESS 2.12)
+      message(FATAL_ERROR
+        "packsched: numpy ${_numpy_version} needs pybind11 >= 2.12, found ${pybind11_VERSION} "
+        "(${pybind11_DIR}); pip install 'pybind11>=2.12' into ${Python_EXECUTABLE}'s environment")
+    endif()
+  endif()
   if(NOT Python_FOUND OR NOT pybind11_FOUND)
     message(STATUS "packsched: Python or pybind11 not found, Python package off")
     set(PACKSCHED_WITH_PYTHON OFF)

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The README's main job: installs dependencies, builds what the demo needs into build-demo/ (the
+# The README's main job: installs dependencies (Debian's packages, the pinned PyPI stack into
+# .venv), builds what the demo needs into build-demo/ (the
 # sidecar and the Python package; no tests, benchmarks or CUDA kernels) and runs a local rank
 # group — W packsched-server sidecars on loopback (default 4, Gloo, CPU only; rank 0 starts last)
 # and a trainer simulation with one client process per rank planning realistic RL batches (a
@@ -13,9 +14,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 ./deploy/install-deps.sh
+python="$(./deploy/venv.sh)"
 cmake -S . -B build-demo -G Ninja -DCMAKE_BUILD_TYPE=Release -DPACKSCHED_WITH_CUDA=OFF \
-  -DPACKSCHED_WITH_TESTS=OFF -DPACKSCHED_WITH_BENCHMARKS=OFF
+  -DPACKSCHED_PYTHON="$python" -DPACKSCHED_WITH_TESTS=OFF -DPACKSCHED_WITH_BENCHMARKS=OFF
 cmake --build build-demo -j 2 --target packsched_server packsched_py_planner packsched_py_kernels \
   packsched_py_proto
-PACKSCHED_PYTHON_DIR="$PWD/build-demo/python" /usr/bin/python3 deploy/demo_cluster.py \
+PACKSCHED_PYTHON_DIR="$PWD/build-demo/python" "$python" deploy/demo_cluster.py \
   --server build-demo/bin/packsched-server "$@"
