@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# Installs everything packsched's build, tests and examples need, from Debian 12 packages.
-# Idempotent: packages already present are left alone, and apt-get runs only when something
-# is missing. CUDA and NCCL are not installed here (they come with a GPU image); the build
+# Installs what packsched's C++ build, tests and tools need from Debian 12 packages; the Python
+# stack (torch, transformers, numpy, grpcio, pytest, ...) comes pinned from PyPI into the project's
+# venv instead (deploy/venv.sh, on Debian's python3 with python3-venv and python3-dev).
+# Idempotent: packages already present are left alone, and apt-get runs only when something is
+# missing. CUDA and NCCL are not installed here (they come with a GPU image); the build
 # switches the CUDA/NCCL parts off when they are absent.
 set -euo pipefail
 
@@ -10,8 +12,7 @@ packages=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev libspdlog-dev libgtest-dev libgmock-dev libbenchmark-dev
   libgloo-dev libdlpack-dev pybind11-dev python3-dev nlohmann-json3-dev
-  python3-grpcio python3-protobuf python3-numpy python3-pytest python3-torch
-  python3-yaml python3-venv python3-pip python3-setuptools python3-wheel
+  python3-venv python3-pip python3-setuptools python3-wheel
   black flake8 clang-tidy
   libgoogle-perftools-dev
   prometheus-cpp-dev prometheus

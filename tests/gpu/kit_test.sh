@@ -9,8 +9,8 @@
 #  2. without a GPU, run.sh prints exactly `no GPU found: GPU checks skipped`, exits 0 and writes
 #     nothing;
 #  3. forced to run every step on this CPU machine (PACKSCHED_GPU_KIT_FORCE=1; the Python module
-#     built from the kernels-only CMake path for /usr/bin/python3; no compute-sanitizer, which
-#     would only wait for a device), run.sh exits 0, writes at most 8 files, its
+#     built from the kernels-only CMake path for PYTHON, default /usr/bin/python3; no
+#     compute-sanitizer, which would only wait for a device), run.sh exits 0, writes at most 8 files, its
 #     gpu-results.json follows the schema (report.py --validate), the kit binaries load and the
 #     module builds (those two checks pass even without a GPU).
 # About 20-30 s on 2 cores (most of it the module's compile). Skips (exit 0, with a message) on a
@@ -19,7 +19,7 @@ set -euo pipefail
 build=$(cd "${1:?usage: kit_test.sh BUILD_DIR SCRATCH_DIR}" && pwd)
 scratch=${2:?usage: kit_test.sh BUILD_DIR SCRATCH_DIR}
 here=$(cd "$(dirname "$0")" && pwd)
-python=/usr/bin/python3
+python=${PYTHON:-/usr/bin/python3}
 
 if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L 2>/dev/null | grep -q '^GPU '; then
   echo "kit_test: a GPU is present; run the kit itself (tests/gpu/README.md)"
