@@ -1,8 +1,17 @@
-"""Shared fixtures: every kernel test runs once with numpy arrays and once with torch tensors."""
+"""Shared fixtures: every kernel test runs once with numpy arrays and once with torch tensors.
 
-import numpy as np
-import pytest
-import torch
+One OpenMP thread per process, for the tests and every rank process they start (set before torch
+is imported, inherited by children): PyPI's torch runs MKL on libgomp, whose threads spin while
+they wait, and several rank processes on a 2-core machine each spinning two threads starve one
+another (a 2-rank gradient test went from seconds to many minutes)."""
+
+import os
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+import torch  # noqa: E402
 
 
 class Lib:
