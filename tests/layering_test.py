@@ -50,6 +50,7 @@ LIBRARIES = {
     "nlohmann": (("nlohmann/",), ()),
     "numpy": ((), ("numpy",)),
     "torch": ((), ("torch",)),
+    "transformers": ((), ("transformers",)),
 }
 
 # Where include paths that are not repository paths live: the generated protobuf/gRPC headers
@@ -165,6 +166,13 @@ LAYERS = {
         ("packsched.compat",),
         ("py/planner", "py/kernels", "py/client", "py/tree"),
         ("numpy", "torch"),
+    ),
+    # packsched's kernels registered in other libraries' extension points (Hugging Face
+    # transformers' attention registry); nothing in the package imports them.
+    "py/integrations": Layer(
+        ("packsched.integrations",),
+        ("py/kernels",),
+        ("numpy", "torch", "transformers"),
     ),
     # packsched/__init__.py (its own name, so that a new module is in no layer until placed).
     "py/package": Layer(("packsched.__init__",), ("py/client", "py/kernels", "py/planner")),
