@@ -2,7 +2,8 @@
 # The README's test command: installs dependencies (Debian's packages for the C++ build, the pinned
 # PyPI stack into .venv: deploy/venv.sh), builds everything into build/ for the venv's interpreter
 # and runs every test (C++ and the CMake-driven Python checks through ctest, the Python suite
-# through pytest, all with the venv's python).
+# through pytest, all with the venv's python; then the kernel and planner tests again under the
+# oldest supported torch).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -11,7 +12,10 @@ python="$(./deploy/venv.sh)"
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DPACKSCHED_PYTHON="$python"
 cmake --build build -j 2
 ctest --test-dir build --output-on-failure -j 2
-if compgen -G "tests/python/test_*.py" >/dev/null; then
-  PYTHONPATH=build/python "$python" -m pytest -q tests/python
-fi
+PYTHONPATH=build/python "$python" -m pytest -q tests/python
+# The oldest supported stack (torch 2.4 with numpy 1.x, requirements/oldest.lock): the kernels,
+# their torch path and the planner, with the same extension modules.
+oldest="$(./deploy/venv.sh --lock requirements/oldest.lock)"
+PYTHONPATH=build/python "$oldest" -m pytest -q tests/python/test_kernels_*.py \
+  tests/python/test_tree_kernels.py tests/python/test_planner.py tests/python/test_tree.py
 echo "tests/run.sh: all tests passed"

@@ -54,7 +54,13 @@ BAD_LENGTHS = [
     (np.array([], dtype=np.int64), ValueError, "seq_lens is empty: nothing to plan"),
     ([True, False], TypeError, "seq_lens[0] = True: must be an integer, not bool"),
     ([3, True], TypeError, "seq_lens[1] = True: must be an integer, not bool"),
-    ([3, np.bool_(True)], TypeError, "seq_lens[1] = True: must be an integer, not bool_"),
+    # numpy's own spelling of its bool scalar (np.True_, bool since numpy 2; True, bool_ before).
+    (
+        [3, np.bool_(True)],
+        TypeError,
+        f"seq_lens[1] = {np.bool_(True)!r}: must be an integer, "
+        f"not {type(np.bool_(True)).__name__}",
+    ),
     (np.array([True]), TypeError, "seq_lens must hold integers, got dtype bool"),
     ([4, 2.0], TypeError, "seq_lens[1] = 2.0: must be an integer, not float"),
     (["3"], TypeError, "seq_lens[0] = '3': must be an integer, not str"),

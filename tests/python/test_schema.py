@@ -89,6 +89,14 @@ def test_table_and_proto_have_the_same_fields(message):
     )
 
 
+def _is_repeated(field):
+    """protobuf >= 6 has ``is_repeated`` (and dropped ``label`` in its upb runtime); older ones
+    only ``label``."""
+    if hasattr(field, "is_repeated"):
+        return field.is_repeated
+    return field.label == F.LABEL_REPEATED
+
+
 @pytest.mark.parametrize("message", sorted(EXPECTED))
 def test_table_rules_match_the_proto_types(message):
     descriptor = scheduler_pb2.DESCRIPTOR.message_types_by_name[message]
@@ -97,7 +105,7 @@ def test_table_rules_match_the_proto_types(message):
         types, repeated, presence = EXPECTED[message][rule]
         field = descriptor.fields_by_name[r["name"]]
         assert field.type in types, (message, r["name"], rule, field.type)
-        assert (field.label == F.LABEL_REPEATED) == repeated, (message, r["name"])
+        assert _is_repeated(field) == repeated, (message, r["name"])
         assert field.has_presence == presence or field.type == F.TYPE_MESSAGE, (
             message,
             r["name"],
