@@ -117,6 +117,33 @@ def test_balanced_rows_fit_and_are_no_more_than_bfds():
         assert max(loads) <= -(-sum(lengths) // len(rows)) + max(lengths)
 
 
+def test_pack_dataset_keeps_trls_contract():
+    rows = {
+        "input_ids": [[5, 6, 7], [8], [], [9, 10, 11, 12, 13]],
+        "labels": [[1, 2, 3], [4], [], [5] * 5],
+    }
+    splits = datasets.DatasetDict(
+        {
+            "train": datasets.Dataset.from_dict(rows).with_format("torch"),
+            "test": datasets.Dataset.from_dict(rows),
+        }
+    )
+    packed = pack_dataset(splits, 4, "balanced")
+    assert packed["train"].format["type"] == "torch"
+    assert packed["train"].format["columns"] == ["input_ids", "labels", "seq_lengths"]
+    for split in packed.values():
+        # The empty row is dropped, the 5-token one truncated to 4, labels travel with their ids.
+        assert sorted(sum(split.with_format(None)["seq_lengths"], [])) == [1, 3, 4]
+        for row in split.with_format(None):
+            assert len(row["input_ids"]) == len(row["labels"]) == sum(row["seq_lengths"]) <= 4
+    with pytest.raises(ValueError, match="wrapped"):
+        pack_dataset(splits["test"], 4, "wrapped")
+    with pytest.raises(TypeError, match="'n'"):
+        pack_dataset(datasets.Dataset.from_dict({"input_ids": [[1]], "n": [1]}), 4)
+    with pytest.raises(ValueError, match="'labels'"):
+        pack_dataset(datasets.Dataset.from_dict({"input_ids": [[1, 2]], "labels": [[1]]}), 4)
+
+
 # --- SFTTrainer: packed runs against the unpacked run -------------------------------------------
 
 
