@@ -8,11 +8,14 @@
 ``greedy_partition``, ``get_group_balanced_partitions``, ``log_seqlen_unbalance``,
 ``calculate_workload``, ``ceildiv`` and ``roundup_divisible``, with verl's signatures, defaults
 and return values (``force_group_size`` included). What changes:
-verl picks k = ceil(total / max_token_len), which is often infeasible, so its Karmarkar–Karp
-partitions leave micro-batches over the cap; packsched picks the smallest k it can prove
-feasible (the max over the DP group, like verl) and never exceeds the cap unless one sequence
-alone does (that sequence then runs alone). So verl's own tests pass except where they assert
-verl's count and that count breaks the cap (tests/python/test_compat_verl_suite.py). Balancing
+verl starts from k = ceil(total / max_token_len), which is often infeasible (earlier verl
+releases kept it, leaving micro-batches over the cap; verl 0.9.1 retries its Karmarkar–Karp
+partition with k + 1, k + 2, ... until the cap holds, one all-reduce per try); packsched picks
+the smallest k it can prove feasible in one step (the max over the DP group, like verl) and never
+exceeds the cap unless one sequence alone does (that sequence then runs alone). So verl's own
+tests pass except where they assert verl's count and that count breaks the cap
+(tests/python/test_compat_verl_suite.py), and verl 0.9.1's engine gives the same log-probs with
+either module (tests/python/test_verl_real.py). Balancing
 uses packsched's attention-aware cost (24576·L + L², verl's workload estimate) unless
 ``cost="tokens"`` is passed. The partition helpers balance any non-negative integers (sequence
 lengths, or workloads beyond 2^31) with packsched's Karmarkar–Karp / LPT; verl's assertions
@@ -27,7 +30,6 @@ Restarts).
 """
 
 import copy
-from collections.abc import Mapping
 
 from .. import planner
 from ._dist import agree_max
@@ -42,6 +44,7 @@ from ._balancing import (
     roundup_divisible,
 )
 from ._indices import get_reverse_idx
+from ._rows import jagged, take_rows
 from ._verl_tree import TreePacking, tree_log_probs, tree_pack_batch, tree_unpack
 
 __all__ = [
@@ -145,7 +148,9 @@ def rearrange_micro_batches(
     """Splits ``batch`` into micro-batches of at most ``max_token_len`` real tokens each.
 
     batch: a TensorDict or a mapping of tensors indexed on dim 0, with "attention_mask"
-        [B, S] (nonzero = token); the sequence lengths are its row sums.
+        [B, S] (nonzero = token), whose row sums are the sequence lengths, or a jagged nested
+        "input_ids", whose rows' lengths are (verl's padding-free engine batches: nested tensors
+        and non-tensor entries are split as packsched.compat._rows.take_rows says).
     dp_group: the torch.distributed group whose ranks must agree on the micro-batch count
         (when ``same_micro_num_in_dp`` and torch.distributed is initialised); None, as in verl,
         agrees with no one (each rank keeps its own count: pass ``dist.group.WORLD`` for the
@@ -212,7 +217,7 @@ def rearrange_micro_batches(
     ]
     if use_dynamic_bsz_balance and len(micro_bsz_idx) % 2 == 0:
         micro_bsz_idx.reverse()  # verl's placement for an even count (see the docstring)
-    return [_select(batch, indices) for indices in micro_bsz_idx], micro_bsz_idx
+    return [take_rows(batch, indices) for indices in micro_bsz_idx], micro_bsz_idx
 
 
 def prepare_dynamic_batch(
@@ -260,24 +265,16 @@ def restore_dynamic_batch(data, batch_idx_list):
     ``data`` comes back nested; on a torch without the jagged layout it raises ValueError."""
     import torch
 
-    if data.is_nested and (_jagged() is None or data.layout != _jagged()):
+    if data.is_nested and (jagged() is None or data.layout != jagged()):
         _refuse_nested("restore_dynamic_batch's data")
     indices = [index for indices in batch_idx_list for index in indices]
-    rows = data.unbind() if data.is_nested else None
-    count = len(rows) if data.is_nested else data.shape[0]
+    count = data.shape[0]
     if len(indices) != count:
         raise ValueError(f"restore_dynamic_batch: {len(indices)} indices for {count} rows")
     revert = get_reverse_idx(indices)
     if data.is_nested:
-        return torch.nested.as_nested_tensor([rows[i] for i in revert], layout=_jagged())
+        return take_rows(data, revert)
     return data[torch.as_tensor(revert, dtype=torch.long, device=data.device)]
-
-
-def _jagged():
-    """torch's jagged nested layout, or None where this torch has none (before 2.2)."""
-    import torch
-
-    return getattr(torch, "jagged", None)
 
 
 def _refuse_nested(what):
@@ -296,7 +293,7 @@ def _seq_lens(batch):
     keeps the 0 rows, where reshape(0, -1) cannot infer S)."""
     input_ids = batch.get("input_ids") if hasattr(batch, "get") else None
     if getattr(input_ids, "is_nested", False):
-        if _jagged() is None or input_ids.layout != _jagged():
+        if jagged() is None or input_ids.layout != jagged():
             _refuse_nested("input_ids")
         return input_ids.offsets().diff()
     return batch["attention_mask"].flatten(1).ne(0).sum(dim=1)
@@ -313,25 +310,3 @@ def _unit_lens(batch, group_size):
             "positive multiple of it"
         )
     return lengths.reshape(-1, group_size).sum(dim=1)
-
-
-def _take(value, indices, index):
-    """Rows ``indices`` of one tensor (``index``: the same as a tensor on its device); a nested
-    (jagged) tensor is rebuilt from its selected rows."""
-    import torch
-
-    if value.is_nested:
-        rows = value.unbind()
-        return torch.nested.as_nested_tensor([rows[i] for i in indices], layout=_jagged())
-    return value.index_select(0, index)
-
-
-def _select(batch, indices):
-    import torch
-
-    if isinstance(batch, Mapping) and not hasattr(batch, "batch_size"):
-        first = next(iter(batch.values()))
-        index = torch.as_tensor(indices, dtype=torch.long, device=first.device)
-        return type(batch)({key: _take(value, indices, index) for key, value in batch.items()})
-    # A TensorDict: indexing with a tensor of rows selects them in every entry.
-    return batch[torch.as_tensor(indices, dtype=torch.long, device=batch.device)]
