@@ -152,6 +152,12 @@ LAYERS = {
             "packsched._attention",
             "packsched._context_parallel",
             "packsched.tree_kernels",
+            # The torch path: custom ops over the modules above (imported with torch only).
+            "packsched._torch_ops",
+            "packsched._torch_args",
+            "packsched._ops_attention",
+            "packsched._ops_loss",
+            "packsched._ops_packing",
         ),
         ("py/ext", "py/cp_layout"),
         ("numpy", "torch", "cuda"),

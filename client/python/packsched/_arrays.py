@@ -1,6 +1,7 @@
 """Array adapters of packsched.kernels: which library a tensor comes from (torch, numpy, cupy, or
-another host DLPack producer), how to allocate outputs like it, and the host-side argument checks
-every kernel wrapper shares (offsets on the host, the rows of a layout with a tail)."""
+another host DLPack producer), how to allocate outputs like it, the host-side argument checks
+every kernel wrapper shares (offsets on the host, the rows of a layout with a tail), and the way to
+the torch custom ops (``_torch_ops``, imported with the first torch tensor)."""
 
 import operator
 
@@ -8,10 +9,13 @@ _KDLCUDA = 2
 
 
 class _Torch:
-    def __init__(self):
+    @property
+    def torch(self):
+        # Imported on first use (a torch tensor exists by then), not at construction: the
+        # adapters all exist from the start, so tracing a first call mutates no module state.
         import torch
 
-        self.torch = torch
+        return torch
 
     def dtype(self, name, like):
         return {
@@ -52,10 +56,11 @@ class _Torch:
 
 
 class _Numpy:
-    def __init__(self):
+    @property
+    def np(self):
         import numpy
 
-        self.np = numpy
+        return numpy
 
     def dtype(self, name, like):
         return {
@@ -94,10 +99,11 @@ class _Numpy:
 
 
 class _Cupy(_Numpy):
-    def __init__(self):
+    @property
+    def np(self):
         import cupy
 
-        self.np = cupy
+        return cupy
 
     def empty(self, shape, dtype, like):
         with like.device:
@@ -111,24 +117,58 @@ class _Cupy(_Numpy):
         return self.np.cuda.get_current_stream().ptr
 
 
-_LIBS = {}
+_LIBS = {"torch": _Torch(), "numpy": _Numpy(), "cupy": _Cupy()}
 
 
 def _lib_of(x):
-    """The adapter of x's library, and x itself (converted to numpy for other host producers)."""
+    """The adapter of x's library, and x itself (converted for other host producers: to numpy, or
+    to torch for a dtype numpy lacks, such as bfloat16, when torch is installed)."""
     module = type(x).__module__.split(".")[0]
     if module in ("torch", "numpy", "cupy"):
-        if module not in _LIBS:
-            _LIBS[module] = {"torch": _Torch, "numpy": _Numpy, "cupy": _Cupy}[module]()
-        return _LIBS[module], x
+        return _adapter(module), x
     if hasattr(x, "__dlpack_device__") and x.__dlpack_device__()[0] != _KDLCUDA:
-        import numpy
-
-        return _lib_of(numpy.from_dlpack(x))
+        return _lib_of(_from_host_producer(x))
     raise TypeError(
         f"expected a torch tensor, numpy array, cupy array or host DLPack producer, "
         f"got {type(x).__name__}"
     )
+
+
+def _adapter(module):
+    """The adapter of a library by name: "torch", "numpy" or "cupy"."""
+    return _LIBS[module]
+
+
+def _from_host_producer(x):
+    """A numpy array (else a torch tensor) of the host DLPack producer x; ValueError when neither
+    library reads its dtype."""
+    import numpy
+
+    try:
+        return numpy.from_dlpack(x)
+    except (RuntimeError, BufferError, TypeError) as numpy_error:
+        try:
+            import torch
+        except ModuleNotFoundError:
+            torch = None
+        if torch is not None:
+            try:
+                return torch.from_dlpack(x)
+            except (RuntimeError, BufferError, TypeError):
+                pass
+        raise ValueError(
+            f"unsupported dtype of a {type(x).__name__} DLPack producer: {numpy_error}"
+        ) from numpy_error
+
+
+def _torch_ops():
+    """The torch path of the kernels: packsched._torch_ops, which registers the custom ops when
+    first imported (by packsched.kernels if torch was imported before it, else here, with the
+    first torch tensor). No module state is set here, so a first call that torch.compile traces
+    leaves nothing for its guards to trip on."""
+    from . import _torch_ops
+
+    return _torch_ops
 
 
 def _same_lib(lib, x):
@@ -136,7 +176,7 @@ def _same_lib(lib, x):
     other, x = _lib_of(x)
     if other is not lib:
         if isinstance(lib, _Torch):
-            x = lib.torch.utils.dlpack.from_dlpack(x)
+            x = lib.torch.from_dlpack(x)
         else:
             x = lib.np.from_dlpack(x)
     return lib.contiguous(x)
@@ -144,17 +184,36 @@ def _same_lib(lib, x):
 
 def _host(lib, cu, cu_host, name="cu_seqlens"):
     """The host values of an offsets tensor (from cu_host when given, else copied from cu)."""
+    _check_offsets(cu, name)
+    if cu_host is not None:
+        return _host_list(cu_host, name)
+    return lib.to_list(cu)
+
+
+def _check_offsets(cu, name):
+    """ValueError unless the offsets tensor cu is 1-D with at least one entry."""
     shape = tuple(cu.shape)
     if len(shape) != 1 or shape[0] < 1:
         raise ValueError(
             f"{name} must be a 1-D int32 tensor of B + 1 >= 1 offsets, got shape " f"{list(shape)}"
         )
-    if cu_host is not None:
-        host = [int(v) for v in cu_host]
-        if not host:
-            raise ValueError(f"{name}_host must hold B + 1 >= 1 offsets, got an empty list")
-        return host
-    return lib.to_list(cu)
+
+
+def _host_list(cu_host, name, keep=()):
+    """cu_host (any iterable of ints) as a list of Python ints, values of the types in ``keep``
+    (torch.SymInt when tracing) as they are; ValueError when it is empty."""
+    host = [v if isinstance(v, keep) else int(v) for v in cu_host]
+    if not host:
+        raise ValueError(f"{name}_host must hold B + 1 >= 1 offsets, got an empty list")
+    return host
+
+
+def _index(value, name):
+    """value as an int (operator.index); TypeError naming the argument otherwise."""
+    try:
+        return operator.index(value)
+    except TypeError:
+        raise TypeError(f"{name} must be an int, got {type(value).__name__}") from None
 
 
 def _rows(total, end, name="total"):
@@ -163,10 +222,7 @@ def _rows(total, end, name="total"):
     are the tail)."""
     if total is None:
         return end
-    try:
-        rows = operator.index(total)
-    except TypeError:
-        raise TypeError(f"{name} must be an int, got {type(total).__name__}") from None
+    rows = _index(total, name)
     if rows < end:
         raise ValueError(
             f"{name} = {rows} must be at least the layout's last offset {end} "

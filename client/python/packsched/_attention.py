@@ -1,8 +1,9 @@
-"""Varlen attention of packsched.kernels: forward, backward and the torch autograd function
-(FlashAttention's varlen interface)."""
+"""Varlen attention of packsched.kernels: forward and backward (FlashAttention's varlen
+interface). Torch tensors go through the custom ops of packsched._ops_attention (autograd
+included), whose implementations are _forward and _backward here."""
 
 from . import _kernels
-from ._arrays import _LIBS, _Torch, _host, _is_float64, _lib_of, _rows, _same_lib
+from ._arrays import _Torch, _host, _is_float64, _lib_of, _rows, _same_lib, _torch_ops
 
 
 class _AttentionLayout:
@@ -79,7 +80,11 @@ _LAYOUT_PARAMETERS = (
 def _layout_of(params):
     """(lib, q, layout) of a public call; params: its locals(), q and the _LAYOUT_PARAMETERS."""
     lib, q = _lib_of(params["q"])
-    return lib, q, _AttentionLayout(lib, q, *(params[name] for name in _LAYOUT_PARAMETERS))
+    return lib, q, _AttentionLayout(lib, q, *_layout_values(params))
+
+
+def _layout_values(params):
+    return tuple(params[name] for name in _LAYOUT_PARAMETERS)
 
 
 def _forward(lib, q, k, v, layout):
@@ -144,8 +149,11 @@ def varlen_attention_forward(
 
     Returns (out [tq, H, D] q's dtype, lse [H, tq] float32 (float64 for float64 q), natural log
     of each row's softmax denominator, scale included). A row that sees no key (and every pad
-    slot) gets out = 0 and lse = +inf.
+    slot) gets out = 0 and lse = +inf. Torch tensors: the op packsched::varlen_attention_forward,
+    outputs outside autograd.
     """
+    if isinstance(_lib_of(q)[0], _Torch):
+        return _torch_ops().varlen_attention(q, k, v, _layout_values(locals()), grad=False)
     lib, q, layout = _layout_of(locals())
     return _forward(lib, q, k, v, layout)
 
@@ -175,37 +183,13 @@ def varlen_attention_backward(
 ):
     """Gradients (dq, dk, dv) of sum(dout * out) for the (out, lse) that varlen_attention_forward
     returned with the same arguments. dk and dv are summed over each GQA group; pad-slot rows are
-    0. Deterministic (bitwise reproducible)."""
+    0. Deterministic (bitwise reproducible). Torch tensors: the op
+    packsched::varlen_attention_backward."""
+    if isinstance(_lib_of(q)[0], _Torch):
+        layout = _layout_values(locals())
+        return _torch_ops().varlen_attention_backward(dout, q, k, v, out, lse, layout)
     lib, q, layout = _layout_of(locals())
     return _backward(lib, dout, q, k, v, out, lse, layout)
-
-
-_AUTOGRAD = None
-
-
-def _autograd_function():
-    global _AUTOGRAD
-    if _AUTOGRAD is None:
-        import torch
-
-        class VarlenAttention(torch.autograd.Function):
-            @staticmethod
-            def forward(ctx, q, k, v, layout):
-                lib = _LIBS["torch"]
-                out, lse = _forward(lib, q, k, v, layout)
-                ctx.save_for_backward(q, k, v, out, lse)
-                ctx.layout = layout
-                ctx.mark_non_differentiable(lse)
-                return out, lse
-
-            @staticmethod
-            def backward(ctx, dout, _dlse):
-                q, k, v, out, lse = ctx.saved_tensors
-                dq, dk, dv = _backward(_LIBS["torch"], dout, q, k, v, out, lse, ctx.layout)
-                return dq, dk, dv, None
-
-        _AUTOGRAD = VarlenAttention
-    return _AUTOGRAD
 
 
 def varlen_attention(
@@ -251,9 +235,10 @@ def varlen_attention(
     layout), return_lse (returns (out, lse)), cu_seqlens_q_host/k_host (host offsets: no sync),
     total_q/total_k (the rows of q resp. k when they end with a tail past the last offset).
 
-    For torch tensors this is a torch.autograd.Function: gradients flow to q, k and v through
-    varlen_attention_backward. Numpy (and other host DLPack) inputs run the forward only. See
-    varlen_attention_forward for shapes and semantics.
+    For torch tensors this is the custom op packsched::varlen_attention_forward, differentiable
+    in q, k and v (through packsched::varlen_attention_backward) and traced by torch.compile.
+    Numpy (and other host DLPack) inputs run the forward only. See varlen_attention_forward for
+    shapes and semantics.
     """
     if dropout_p != 0.0:
         raise ValueError(
@@ -269,12 +254,10 @@ def varlen_attention(
             "varlen_attention: block_table must be None (a paged KV cache " "is not implemented)"
         )
     del deterministic  # the backward is always deterministic
-    lib, q, layout = _layout_of(locals())
-    if isinstance(lib, _Torch):
-        k = _same_lib(lib, k) if not isinstance(k, lib.torch.Tensor) else k
-        v = _same_lib(lib, v) if not isinstance(v, lib.torch.Tensor) else v
-        out, lse = _autograd_function().apply(q, k, v, layout)
+    if isinstance(_lib_of(q)[0], _Torch):
+        out, lse = _torch_ops().varlen_attention(q, k, v, _layout_values(locals()), grad=True)
     else:
+        lib, q, layout = _layout_of(locals())
         out, lse = _forward(lib, q, k, v, layout)
     if return_attn_probs:
         return out, lse, None

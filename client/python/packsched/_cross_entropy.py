@@ -1,8 +1,9 @@
-"""Packed cross entropy of packsched.kernels, and its torch autograd function (the gradient
-computed in blocks of rows)."""
+"""Packed cross entropy of packsched.kernels and its gradient (computed in blocks of rows). Torch
+tensors go through the custom ops of packsched._ops_loss, whose implementations are
+_cross_entropy and _cross_entropy_backward here."""
 
 from . import _kernels
-from ._arrays import _LIBS, _Torch, _host, _lib_of, _rows, _same_lib
+from ._arrays import _Torch, _host, _lib_of, _rows, _same_lib, _torch_ops
 
 
 def packed_cross_entropy(
@@ -17,21 +18,22 @@ def packed_cross_entropy(
     Returns (per_token_loss [rows], per_sequence_sum [B], per_sequence_count int64 [B]): loss in
     nats, -log softmax(logits[t])[labels[t]], 0 where ignored; losses and sums in logits' dtype
     (16-bit inputs accumulate in float32, float64 in float64); counts of non-ignored tokens.
-    For torch logits that require grad, the losses and sums are differentiable with respect to
-    the logits (d loss_t / d logits[t] = softmax(logits[t]) - onehot(labels[t]), 0 where ignored).
+    For torch logits (the custom op packsched::packed_cross_entropy) that require grad, the
+    losses and sums are differentiable with respect to the logits (d loss_t / d logits[t] =
+    softmax(logits[t]) - onehot(labels[t]), 0 where ignored).
     """
-    lib, logits_in = _lib_of(logits)
+    lib, logits = _lib_of(logits)
+    if isinstance(lib, _Torch):
+        return _torch_ops().packed_cross_entropy(
+            logits, labels, cu_seqlens, ignore_index, cu_seqlens_host, total
+        )
+    return _cross_entropy(lib, logits, labels, cu_seqlens, ignore_index, cu_seqlens_host, total)
+
+
+def _cross_entropy(lib, logits, labels, cu_seqlens, ignore_index, cu_seqlens_host, total):
     labels = _same_lib(lib, labels)
     cu_seqlens = _same_lib(lib, cu_seqlens)
     host = _host(lib, cu_seqlens, cu_seqlens_host)
-    if isinstance(lib, _Torch) and logits_in.requires_grad:
-        return _cross_entropy_function().apply(
-            logits_in, labels, cu_seqlens, host, int(ignore_index), total
-        )
-    return _cross_entropy(lib, logits_in, labels, cu_seqlens, host, int(ignore_index), total)
-
-
-def _cross_entropy(lib, logits, labels, cu_seqlens, host, ignore_index, total):
     logits = lib.contiguous(logits)
     batch = len(host) - 1
     rows = _rows(total, host[-1])
@@ -39,57 +41,37 @@ def _cross_entropy(lib, logits, labels, cu_seqlens, host, ignore_index, total):
     sums = lib.empty((batch,), None, logits)
     counts = lib.empty((batch,), "int64", logits)
     _kernels.packed_cross_entropy(
-        logits, labels, cu_seqlens, host, rows, ignore_index, loss, sums, counts, lib.stream(logits)
+        logits,
+        labels,
+        cu_seqlens,
+        host,
+        rows,
+        int(ignore_index),
+        loss,
+        sums,
+        counts,
+        lib.stream(logits),
     )
     return loss, sums, counts
 
 
-_CROSS_ENTROPY = None
-
-
-def _cross_entropy_function():
-    global _CROSS_ENTROPY
-    if _CROSS_ENTROPY is None:
-        import torch
-
-        class PackedCrossEntropy(torch.autograd.Function):
-            @staticmethod
-            def forward(ctx, logits, labels, cu_seqlens, host, ignore_index, total):
-                loss, sums, counts = _cross_entropy(
-                    _LIBS["torch"], logits, labels, cu_seqlens, host, ignore_index, total
-                )
-                ctx.save_for_backward(logits, labels)
-                ctx.host, ctx.ignore_index = host, ignore_index
-                ctx.mark_non_differentiable(counts)
-                return loss, sums, counts
-
-            @staticmethod
-            def backward(ctx, d_loss, d_sums, _d_counts):
-                logits, labels = ctx.saved_tensors
-                # Each row's loss feeds its own entry and its sequence's sum; tail rows (past
-                # host[-1]) belong to no sequence and have no gradient.
-                lengths = torch.tensor(
-                    [b - a for a, b in zip(ctx.host, ctx.host[1:])],
-                    dtype=torch.long,
-                    device=logits.device,
-                )
-                seq_of_row = torch.repeat_interleave(
-                    torch.arange(len(lengths), device=logits.device), lengths
-                )
-                grad_row = d_loss.clone()
-                grad_row[: ctx.host[-1]] += d_sums[seq_of_row]
-                grad_row[ctx.host[-1] :] = 0
-                return (
-                    _cross_entropy_grad(torch, logits, labels, grad_row, ctx.ignore_index),
-                    None,
-                    None,
-                    None,
-                    None,
-                    None,
-                )
-
-        _CROSS_ENTROPY = PackedCrossEntropy
-    return _CROSS_ENTROPY
+def _cross_entropy_backward(
+    lib, logits, labels, cu_seqlens, ignore_index, cu_seqlens_host, d_loss, d_sums
+):
+    """d(sum_t d_loss[t] * loss_t + sum_b d_sums[b] * sums_b) / d logits (torch tensors, lib the
+    torch adapter), logits' dtype and strides."""
+    torch = lib.torch
+    host = _host(lib, _same_lib(lib, cu_seqlens), cu_seqlens_host)
+    # Each row's loss feeds its own entry and its sequence's sum; tail rows (past host[-1])
+    # belong to no sequence and have no gradient.
+    lengths = torch.tensor(
+        [b - a for a, b in zip(host, host[1:])], dtype=torch.long, device=logits.device
+    )
+    seq_of_row = torch.repeat_interleave(torch.arange(len(lengths), device=logits.device), lengths)
+    grad_row = d_loss.clone()
+    grad_row[: host[-1]] += d_sums[seq_of_row]
+    grad_row[host[-1] :] = 0
+    return _cross_entropy_grad(torch, logits, _same_lib(lib, labels), grad_row, int(ignore_index))
 
 
 # Rows of the cross-entropy gradient are computed this many float32 logits at a time, so the

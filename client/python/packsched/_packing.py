@@ -1,8 +1,10 @@
 """The packing kernels of packsched.kernels (unpad/pad, aligned layouts, position ids, label
-shifting); see that module's docstring for the layouts and the tail."""
+shifting); see that module's docstring for the layouts and the tail. Torch tensors go through the
+custom ops of packsched._ops_packing, whose implementations are the private ``_name(lib, ...)``
+functions here (the direct path of numpy and other arrays)."""
 
 from . import _kernels
-from ._arrays import _host, _lib_of, _rows, _same_lib
+from ._arrays import _host, _lib_of, _rows, _same_lib, _Torch, _torch_ops
 
 
 def built_with_cuda():
@@ -28,23 +30,39 @@ def unpad(x, mask, cu_seqlens=None, cu_seqlens_host=None):
     cu_seqlens int32 [B+1], max_seqlen int (tokens), seqused int32 [B] tokens per row).
     """
     lib, x = _lib_of(x)
-    x = lib.contiguous(x)
-    mask = lib.mask(_same_lib(lib, mask))
+    if isinstance(lib, _Torch):
+        return _torch_ops().unpad(x, mask, cu_seqlens, cu_seqlens_host)
+    x_packed, indices, cu_seqlens, host = _unpad(lib, x, mask, cu_seqlens, cu_seqlens_host)
+    return x_packed, indices, cu_seqlens, _max_length(host), lib.diff(cu_seqlens)
+
+
+def _max_length(host):
+    """The longest sequence of host offsets (0 for none)."""
+    return max((host[b + 1] - host[b] for b in range(len(host) - 1)), default=0)
+
+
+def _unpad_offsets(lib, x, mask, cu_seqlens, cu_seqlens_host):
+    """(cu_seqlens, host offsets) of unpad: as given, or counted from the mask (a lib.mask)."""
     if cu_seqlens is None:
         counts = lib.to_list(lib.row_counts(mask))
         host = [0]
         for c in counts:
             host.append(host[-1] + c)
-        cu_seqlens = lib.tensor(host, "int32", x)
-    else:
-        cu_seqlens = _same_lib(lib, cu_seqlens)
-        host = _host(lib, cu_seqlens, cu_seqlens_host)
+        return lib.tensor(host, "int32", x), host
+    cu_seqlens = _same_lib(lib, cu_seqlens)
+    return cu_seqlens, _host(lib, cu_seqlens, cu_seqlens_host)
+
+
+def _unpad(lib, x, mask, cu_seqlens, cu_seqlens_host):
+    """(x_packed, indices, cu_seqlens, host offsets) of unpad."""
+    x = lib.contiguous(x)
+    mask = lib.mask(_same_lib(lib, mask))
+    cu_seqlens, host = _unpad_offsets(lib, x, mask, cu_seqlens, cu_seqlens_host)
     total = host[-1]
-    max_seqlen = max((host[b + 1] - host[b] for b in range(len(host) - 1)), default=0)
     x_packed = lib.empty((total,) + tuple(x.shape[2:]), None, x)
     indices = lib.empty((total,), "int64", x)
     _kernels.unpad(x, mask, cu_seqlens, host, x_packed, indices, lib.stream(x))
-    return x_packed, indices, cu_seqlens, max_seqlen, lib.diff(cu_seqlens)
+    return x_packed, indices, cu_seqlens, host
 
 
 def pad(x_packed, indices, batch, seqlen):
@@ -52,6 +70,12 @@ def pad(x_packed, indices, batch, seqlen):
     x.flat[indices[i]] = x_packed[i] and every other row zero. indices: int64 [total], distinct,
     in [0, batch*seqlen)."""
     lib, x_packed = _lib_of(x_packed)
+    if isinstance(lib, _Torch):
+        return _torch_ops().pad(x_packed, indices, batch, seqlen)
+    return _pad(lib, x_packed, indices, batch, seqlen)
+
+
+def _pad(lib, x_packed, indices, batch, seqlen):
     x_packed = lib.contiguous(x_packed)
     indices = _same_lib(lib, indices)
     x = lib.empty((int(batch), int(seqlen)) + tuple(x_packed.shape[1:]), None, x_packed)
@@ -71,6 +95,14 @@ def pack_aligned(x_packed, cu_seqlens, align, pad_value=0, cu_seqlens_host=None,
     x_packed's dtype, cu_seqlens_padded int32 [B+1] (the tail is not in them), seqused int32 [B]
     real lengths)."""
     lib, x_packed = _lib_of(x_packed)
+    if isinstance(lib, _Torch):
+        return _torch_ops().pack_aligned(
+            x_packed, cu_seqlens, align, pad_value, cu_seqlens_host, total
+        )
+    return _pack_aligned(lib, x_packed, cu_seqlens, align, pad_value, cu_seqlens_host, total)
+
+
+def _pack_aligned(lib, x_packed, cu_seqlens, align, pad_value, cu_seqlens_host, total):
     x_packed = lib.contiguous(x_packed)
     cu_seqlens = _same_lib(lib, cu_seqlens)
     host = _host(lib, cu_seqlens, cu_seqlens_host)
@@ -108,6 +140,15 @@ def unpack_aligned(
     int32 [B+1] (any padding with padded lengths >= real lengths). Returns x_packed
     [cu_seqlens[-1], ...] of x_aligned's dtype."""
     lib, x_aligned = _lib_of(x_aligned)
+    args = (x_aligned, cu_seqlens, cu_seqlens_padded, cu_seqlens_host, cu_seqlens_padded_host)
+    if isinstance(lib, _Torch):
+        return _torch_ops().unpack_aligned(*args, total)
+    return _unpack_aligned(lib, *args, total)
+
+
+def _unpack_aligned(
+    lib, x_aligned, cu_seqlens, cu_seqlens_padded, cu_seqlens_host, cu_seqlens_padded_host, total
+):
     x_aligned = lib.contiguous(x_aligned)
     cu_seqlens = _same_lib(lib, cu_seqlens)
     cu_seqlens_padded = _same_lib(lib, cu_seqlens_padded)
@@ -133,6 +174,12 @@ def position_ids(cu_seqlens, total=None, cu_seqlens_host=None):
     Pass the padded offsets of an aligned layout to give its pad slots positions that continue
     the count."""
     lib, cu_seqlens = _lib_of(cu_seqlens)
+    if isinstance(lib, _Torch):
+        return _torch_ops().position_ids(cu_seqlens, total, cu_seqlens_host)
+    return _position_ids(lib, cu_seqlens, total, cu_seqlens_host)
+
+
+def _position_ids(lib, cu_seqlens, total, cu_seqlens_host):
     cu_seqlens = lib.contiguous(cu_seqlens)
     host = _host(lib, cu_seqlens, cu_seqlens_host)
     rows = _rows(total, host[-1])
@@ -157,6 +204,22 @@ def shift_labels(
     (cu_seqlens then gives the real lengths). ``total``: rows = total with a tail past the
     layout's last offset (module docstring). Returns labels [rows] of ids' dtype."""
     lib, ids = _lib_of(ids)
+    args = (ids, cu_seqlens, ignore_index, cu_seqlens_padded, cu_seqlens_host)
+    if isinstance(lib, _Torch):
+        return _torch_ops().shift_labels(*args, cu_seqlens_padded_host, total)
+    return _shift_labels(lib, *args, cu_seqlens_padded_host, total)
+
+
+def _shift_labels(
+    lib,
+    ids,
+    cu_seqlens,
+    ignore_index,
+    cu_seqlens_padded,
+    cu_seqlens_host,
+    cu_seqlens_padded_host,
+    total,
+):
     ids = lib.contiguous(ids)
     cu_seqlens = _same_lib(lib, cu_seqlens)
     host = _host(lib, cu_seqlens, cu_seqlens_host)

@@ -1,10 +1,26 @@
 """Kernels for padding-free training: unpad/pad, aligned (THD) packing, position ids, label
-shifting, packed cross entropy, and varlen attention (forward, backward, torch autograd).
+shifting, packed cross entropy, and varlen attention (forward, backward, torch autograd and
+torch.compile).
 
 Inputs are any DLPack producer (torch tensors, numpy arrays, cupy arrays, ...). Outputs are
 allocated by the input's own library on the input's device (torch tensors for torch inputs,
 on torch's current CUDA stream; numpy arrays for numpy inputs); other host producers get numpy
-outputs. Inputs that are not contiguous are made contiguous first (a copy).
+outputs (torch ones for a dtype numpy lacks, such as bfloat16, when torch is installed). Inputs
+that are not contiguous are made contiguous first (a copy). The CPU runs the floating kernels
+in float16, bfloat16, float32 and float64 (CUDA attention: no float64); a dtype a kernel does not
+take raises ValueError naming the argument and the dtype.
+
+Torch tensors go through ``torch.library`` custom ops, ``torch.ops.packsched.<name>``:
+varlen_attention_forward / _backward, tree_attention_forward / _backward, packed_cross_entropy /
+_backward, multi_target_cross_entropy / _backward (differentiable through the _backward op), and
+unpad, pad, pack_aligned, unpack_aligned, position_ids, shift_labels, tree_position_ids (no
+gradient). torch.compile traces them: a model calling these functions compiles with
+``fullgraph=True``, and AOTAutograd differentiates it. Each op has a fake implementation that
+gives the outputs' shapes and dtypes from the inputs' shapes and the host offsets, so outputs
+whose length is an offset (unpad, unpack_aligned, pack_aligned, position_ids and
+tree_position_ids without ``total``) need ``cu_seqlens_host``: without it the function reads the
+offsets tensor first (a graph break under torch.compile). Host offsets trace as ints, symbolic
+under dynamic shapes (one graph per batch size B). Numpy inputs call the kernels directly.
 
 Packed layout: B sequences stored as rows [0, total) of one tensor, sequence b in rows
 [cu_seqlens[b], cu_seqlens[b+1]). ``cu_seqlens`` is int32 [B+1], cu_seqlens[0] == 0,
@@ -25,10 +41,14 @@ it, no call needs a device-to-host copy. Without it a CUDA ``cu_seqlens`` is cop
 
 The implementation lives in one private module per job, re-exported here: _arrays (array
 adapters and argument checks), _packing (unpad/pad, aligned layouts, positions, labels),
-_cross_entropy (packed cross entropy and its autograd), _attention (varlen attention and its
-autograd), _context_parallel (context parallelism and 3-D positions), tree_kernels (tree
-packing: the tree mask, depths, multi-target cross entropy). None imports this module.
+_cross_entropy (packed cross entropy and its gradient), _attention (varlen attention),
+_context_parallel (context parallelism and 3-D positions), tree_kernels (tree packing: the tree
+mask, depths, multi-target cross entropy). None imports this module. The torch path is
+_torch_ops (imported here when torch already is, else with the first torch tensor): the ops of
+_ops_attention, _ops_loss and _ops_packing over the jobs' own functions, and _torch_args.
 """
+
+import sys as _sys
 
 from ._attention import varlen_attention, varlen_attention_backward, varlen_attention_forward
 from ._context_parallel import (
@@ -53,6 +73,9 @@ from ._packing import (
     unpad,
 )
 from .tree_kernels import multi_target_cross_entropy, tree_attention, tree_position_ids
+
+if "torch" in _sys.modules:  # register torch.ops.packsched now (else with the first torch tensor)
+    from . import _torch_ops  # noqa: F401
 
 __all__ = [
     "unpad",

@@ -20,8 +20,8 @@ one target per distinct next token of its children.
 import numpy as np
 
 from . import _kernels
-from ._arrays import _LIBS, _Torch, _host, _is_float64, _lib_of, _rows, _same_lib
-from ._attention import _AttentionLayout, _autograd_function, _forward
+from ._arrays import _Torch, _host, _is_float64, _lib_of, _rows, _same_lib, _torch_ops
+from ._attention import _AttentionLayout, _forward
 
 __all__ = [
     "tree_attention",
@@ -94,16 +94,16 @@ def tree_attention(
     cu_seqlens_host and total (a tail) as in varlen_attention; seqused (int32 [B]) the real
     lengths of an aligned layout's pieces (their pad slots are then never keys and see no key).
 
-    Returns out [T, H, D] (and lse [H, T] with return_lse). For torch tensors a
-    torch.autograd.Function (gradients to q, k, v); other inputs run the forward only. Invalid
-    arguments raise ValueError naming the argument.
+    Returns out [T, H, D] (and lse [H, T] with return_lse). For torch tensors the custom op
+    packsched::tree_attention_forward (gradients to q, k, v through
+    packsched::tree_attention_backward; traced by torch.compile); other inputs run the forward
+    only. Invalid arguments raise ValueError naming the argument.
     """
     lib, q = _lib_of(q)
-    layout = _TreeLayout(lib, q, locals())
     if isinstance(lib, _Torch):
-        out, lse = _autograd_function().apply(q, k, v, layout)
+        out, lse = _torch_ops().tree_attention(q, k, v, locals())
     else:
-        out, lse = _forward(lib, q, k, v, layout)
+        out, lse = _forward(lib, q, k, v, _TreeLayout(lib, q, locals()))
     return (out, lse) if return_lse else out
 
 
@@ -111,6 +111,12 @@ def tree_position_ids(cu_seqlens, subtree_end, total=None, cu_seqlens_host=None)
     """Each row's depth (int64 [rows]): the rows of its piece before it whose subtree it is in.
     For a flat sequence this is position_ids. Tail rows (``total``) count from 0."""
     lib, cu_seqlens = _lib_of(cu_seqlens)
+    if isinstance(lib, _Torch):
+        return _torch_ops().tree_position_ids(cu_seqlens, subtree_end, total, cu_seqlens_host)
+    return _tree_position_ids(lib, cu_seqlens, subtree_end, total, cu_seqlens_host)
+
+
+def _tree_position_ids(lib, cu_seqlens, subtree_end, total, cu_seqlens_host):
     subtree_end = _same_lib(lib, subtree_end)
     host = _host(lib, cu_seqlens, cu_seqlens_host)
     rows = _rows(total, host[-1])
@@ -128,40 +134,21 @@ def _ce_forward(lib, logits, rows, labels):
     return loss, row_lse
 
 
-_CE = None
-
-
-def _ce_function():
-    global _CE
-    if _CE is None:
-        import torch
-
-        class MultiTargetCrossEntropy(torch.autograd.Function):
-            @staticmethod
-            def forward(ctx, logits, rows, labels):
-                loss, row_lse = _ce_forward(_LIBS["torch"], logits, rows, labels)
-                ctx.save_for_backward(logits, row_lse, rows, labels)
-                return loss
-
-            @staticmethod
-            def backward(ctx, d_loss):
-                logits, row_lse, rows, labels = ctx.saved_tensors
-                lib = _LIBS["torch"]
-                logits = lib.contiguous(logits)
-                d_logits = torch.empty_like(logits)
-                _kernels.multi_target_cross_entropy_backward(
-                    logits,
-                    row_lse,
-                    rows,
-                    labels,
-                    d_loss.to(row_lse.dtype).contiguous(),
-                    d_logits,
-                    lib.stream(logits),
-                )
-                return d_logits, None, None
-
-        _CE = MultiTargetCrossEntropy
-    return _CE
+def _ce_backward(lib, logits, row_lse, rows, labels, d_loss):
+    """d(sum_i d_loss[i] * loss_i) / d logits (logits' dtype and shape), for torch tensors: the
+    forward's row_lse, d_loss in any floating dtype."""
+    logits = lib.contiguous(logits)
+    d_logits = lib.empty(tuple(logits.shape), None, logits)
+    _kernels.multi_target_cross_entropy_backward(
+        logits,
+        lib.contiguous(row_lse),
+        _same_lib(lib, rows),
+        _same_lib(lib, labels),
+        lib.contiguous(d_loss.to(row_lse.dtype)),
+        d_logits,
+        lib.stream(logits),
+    )
+    return d_logits
 
 
 def multi_target_cross_entropy(logits, rows, labels):
@@ -171,14 +158,13 @@ def multi_target_cross_entropy(logits, rows, labels):
     logits: [R, V]; rows, labels: int32 or int64 [T] (one dtype), rows non-decreasing (as
     tree_targets gives them), any number of targets per row. For torch logits that require grad
     the result is differentiable (d loss_i / d logits[rows[i]] = softmax - onehot(labels[i])).
-    Weight and sum it yourself: (weights * loss).sum().
+    Weight and sum it yourself: (weights * loss).sum(). Torch tensors: the custom op
+    packsched::multi_target_cross_entropy (backward packsched::multi_target_cross_entropy_backward).
     """
     lib, logits = _lib_of(logits)
-    rows = _same_lib(lib, rows)
-    labels = _same_lib(lib, labels)
-    if isinstance(lib, _Torch) and logits.requires_grad:
-        return _ce_function().apply(logits, rows, labels)
-    return _ce_forward(lib, logits, rows, labels)[0]
+    if isinstance(lib, _Torch):
+        return _torch_ops().multi_target_cross_entropy(logits, rows, labels)
+    return _ce_forward(lib, logits, _same_lib(lib, rows), _same_lib(lib, labels))[0]
 
 
 class TreeTargets:
