@@ -14,8 +14,9 @@ cmake --build build -j 2
 ctest --test-dir build --output-on-failure -j 2
 PYTHONPATH=build/python "$python" -m pytest -q tests/python
 # The oldest supported stack (torch 2.4 with numpy 1.x, requirements/oldest.lock): the kernels,
-# their torch path and the planner, with the same extension modules.
+# their torch ops (torch.compile included) and the planner, with the same extension modules.
 oldest="$(./deploy/venv.sh --lock requirements/oldest.lock)"
 PYTHONPATH=build/python "$oldest" -m pytest -q tests/python/test_kernels_*.py \
-  tests/python/test_tree_kernels.py tests/python/test_planner.py tests/python/test_tree.py
+  tests/python/test_torch_ops.py tests/python/test_tree_kernels.py tests/python/test_planner.py \
+  tests/python/test_tree.py
 echo "tests/run.sh: all tests passed"

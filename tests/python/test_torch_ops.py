@@ -430,6 +430,10 @@ def test_the_compiled_block_equals_eager(backend):
     assert all(g.abs().sum() > 0 for g in grads.values())
 
 
+@pytest.mark.skipif(
+    tuple(int(v) for v in torch.__version__.split(".")[:2]) < (2, 5),
+    reason="torch 2.4's dynamo compiles a second graph for the second layout",
+)
 def test_one_graph_serves_every_layout_with_the_same_batch_size():
     """dynamic=True: host offsets, lengths and max_seqlen are symbolic, so new layouts of B
     sequences reuse the graph; a new B (the list's length) compiles once more. (The first
@@ -613,8 +617,16 @@ def test_copy_kernels_move_every_carried_dtype_bit_for_bit():
     for dtype in (torch.bfloat16, torch.float16, torch.uint16, torch.uint32, torch.bool):
         x = torch.randint(0, 2 if dtype == torch.bool else 100, (3, 5, 2), generator=g).to(dtype)
         packed, indices, _, _, _ = kernels.unpad(x, mask)
-        assert packed.dtype == dtype and torch.equal(packed, x[mask])
-        assert torch.equal(kernels.pad(packed, indices, 3, 5)[mask], x[mask])
+        want = _bits(x)[mask]  # as signed ints of the same width: older torch cannot index uint16
+        assert packed.dtype == dtype and torch.equal(_bits(packed), want)
+        assert torch.equal(_bits(kernels.pad(packed, indices, 3, 5))[mask], want)
+
+
+def _bits(x):
+    """``x`` viewed as a signed integer tensor of its element width (bool stays bool)."""
+    if x.dtype == torch.bool:
+        return x
+    return x.view({1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[x.element_size()])
 
 
 # ---- Imports ----

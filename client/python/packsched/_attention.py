@@ -153,7 +153,23 @@ def varlen_attention_forward(
     outputs outside autograd.
     """
     if isinstance(_lib_of(q)[0], _Torch):
-        return _torch_ops().varlen_attention(q, k, v, _layout_values(locals()), grad=False)
+        layout = (
+            cu_seqlens_q,
+            cu_seqlens_k,
+            max_seqlen_q,
+            max_seqlen_k,
+            softmax_scale,
+            causal,
+            window_size,
+            softcap,
+            seqused_q,
+            seqused_k,
+            cu_seqlens_q_host,
+            cu_seqlens_k_host,
+            total_q,
+            total_k,
+        )  # _LAYOUT_PARAMETERS' order, spelled out: dynamo before torch 2.5 cannot trace locals()
+        return _torch_ops().varlen_attention(q, k, v, layout, grad=False)
     lib, q, layout = _layout_of(locals())
     return _forward(lib, q, k, v, layout)
 
@@ -186,7 +202,22 @@ def varlen_attention_backward(
     0. Deterministic (bitwise reproducible). Torch tensors: the op
     packsched::varlen_attention_backward."""
     if isinstance(_lib_of(q)[0], _Torch):
-        layout = _layout_values(locals())
+        layout = (
+            cu_seqlens_q,
+            cu_seqlens_k,
+            max_seqlen_q,
+            max_seqlen_k,
+            softmax_scale,
+            causal,
+            window_size,
+            softcap,
+            seqused_q,
+            seqused_k,
+            cu_seqlens_q_host,
+            cu_seqlens_k_host,
+            total_q,
+            total_k,
+        )  # _LAYOUT_PARAMETERS' order, spelled out: dynamo before torch 2.5 cannot trace locals()
         return _torch_ops().varlen_attention_backward(dout, q, k, v, out, lse, layout)
     lib, q, layout = _layout_of(locals())
     return _backward(lib, dout, q, k, v, out, lse, layout)
@@ -255,7 +286,23 @@ def varlen_attention(
         )
     del deterministic  # the backward is always deterministic
     if isinstance(_lib_of(q)[0], _Torch):
-        out, lse = _torch_ops().varlen_attention(q, k, v, _layout_values(locals()), grad=True)
+        layout = (
+            cu_seqlens_q,
+            cu_seqlens_k,
+            max_seqlen_q,
+            max_seqlen_k,
+            softmax_scale,
+            causal,
+            window_size,
+            softcap,
+            seqused_q,
+            seqused_k,
+            cu_seqlens_q_host,
+            cu_seqlens_k_host,
+            total_q,
+            total_k,
+        )  # _LAYOUT_PARAMETERS' order, spelled out: dynamo before torch 2.5 cannot trace locals()
+        out, lse = _torch_ops().varlen_attention(q, k, v, layout, grad=True)
     else:
         lib, q, layout = _layout_of(locals())
         out, lse = _forward(lib, q, k, v, layout)

@@ -9,7 +9,7 @@ returns (loss [T], row_lse [R]), float32 (float64 for float64 logits); the publi
 the loss alone. Both are differentiable in the logits only (counts and row_lse are not).
 """
 
-from typing import Optional
+from typing import List, Optional
 
 import torch
 
@@ -26,7 +26,7 @@ def _packed_cross_entropy(
     labels: Tensor,
     cu_seqlens: Tensor,
     ignore_index: int,
-    cu_seqlens_host: Optional[list[int]],
+    cu_seqlens_host: Optional[List[int]],
     total: Optional[int],
 ) -> tuple[Tensor, Tensor, Tensor]:
     _check_ce(logits, labels, cu_seqlens)
@@ -63,7 +63,7 @@ def _packed_cross_entropy_backward(
     labels: Tensor,
     cu_seqlens: Tensor,
     ignore_index: int,
-    cu_seqlens_host: Optional[list[int]],
+    cu_seqlens_host: Optional[List[int]],
     d_loss: Tensor,
     d_sums: Tensor,
 ) -> Tensor:

@@ -10,7 +10,7 @@ from the tensor when the caller gave none: one device-to-host copy, and under to
 graph break at that read, before the op (see packsched._torch_ops on why not unbacked sizes).
 """
 
-from typing import Optional
+from typing import List, Optional
 
 import torch
 
@@ -38,7 +38,7 @@ def _known_host(cu, cu_host, name="cu_seqlens"):
 
 @torch.library.custom_op("packsched::unpad", mutates_args=())
 def _unpad(
-    x: Tensor, mask: Tensor, cu_seqlens: Tensor, cu_seqlens_host: list[int]
+    x: Tensor, mask: Tensor, cu_seqlens: Tensor, cu_seqlens_host: List[int]
 ) -> tuple[Tensor, Tensor]:
     check_dtypes("Unpad", x=x, mask=mask, cu_seqlens=cu_seqlens)
     x_packed, indices, _, _ = _packing._unpad(TORCH, x, mask, cu_seqlens, cu_seqlens_host)
@@ -84,7 +84,7 @@ def pad(x_packed, indices, batch, seqlen):
 def _pack_aligned(
     x_packed: Tensor,
     cu_seqlens: Tensor,
-    cu_seqlens_host: list[int],
+    cu_seqlens_host: List[int],
     align: int,
     pad_value: float,
     total: Optional[int],
@@ -125,8 +125,8 @@ def _unpack_aligned(
     x_aligned: Tensor,
     cu_seqlens: Tensor,
     cu_seqlens_padded: Tensor,
-    cu_seqlens_host: list[int],
-    cu_seqlens_padded_host: Optional[list[int]],
+    cu_seqlens_host: List[int],
+    cu_seqlens_padded_host: Optional[List[int]],
     total: Optional[int],
 ) -> Tensor:
     check_dtypes(
@@ -175,7 +175,7 @@ def unpack_aligned(
 
 @torch.library.custom_op("packsched::position_ids", mutates_args=())
 def _position_ids(
-    cu_seqlens: Tensor, cu_seqlens_host: Optional[list[int]], total: Optional[int]
+    cu_seqlens: Tensor, cu_seqlens_host: Optional[List[int]], total: Optional[int]
 ) -> Tensor:
     check_dtypes("PositionIds", cu_seqlens=cu_seqlens)
     return _packing._position_ids(TORCH, cu_seqlens, total, cu_seqlens_host)
@@ -201,7 +201,7 @@ def position_ids(cu_seqlens, total, cu_seqlens_host):
 def _tree_position_ids(
     cu_seqlens: Tensor,
     subtree_end: Tensor,
-    cu_seqlens_host: Optional[list[int]],
+    cu_seqlens_host: Optional[List[int]],
     total: Optional[int],
 ) -> Tensor:
     check_dtypes("TreePositionIds", cu_seqlens=cu_seqlens, subtree_end=subtree_end)
@@ -230,8 +230,8 @@ def _shift_labels(
     cu_seqlens: Tensor,
     ignore_index: int,
     cu_seqlens_padded: Optional[Tensor],
-    cu_seqlens_host: Optional[list[int]],
-    cu_seqlens_padded_host: Optional[list[int]],
+    cu_seqlens_host: Optional[List[int]],
+    cu_seqlens_padded_host: Optional[List[int]],
     total: Optional[int],
 ) -> Tensor:
     check_dtypes("ShiftLabels", ids=ids, cu_seqlens=cu_seqlens, cu_seqlens_padded=cu_seqlens_padded)

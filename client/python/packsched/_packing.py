@@ -38,7 +38,10 @@ def unpad(x, mask, cu_seqlens=None, cu_seqlens_host=None):
 
 def _max_length(host):
     """The longest sequence of host offsets (0 for none)."""
-    return max((host[b + 1] - host[b] for b in range(len(host) - 1)), default=0)
+    longest = 0  # a loop, not max(..., default=0): dynamo before torch 2.5 cannot trace default=
+    for b in range(len(host) - 1):
+        longest = max(longest, host[b + 1] - host[b])
+    return longest
 
 
 def _unpad_offsets(lib, x, mask, cu_seqlens, cu_seqlens_host):

@@ -101,7 +101,20 @@ def tree_attention(
     """
     lib, q = _lib_of(q)
     if isinstance(lib, _Torch):
-        out, lse = _torch_ops().tree_attention(q, k, v, locals())
+        # Spelled out, not locals(): dynamo before torch 2.5 cannot trace locals().
+        params = dict(
+            cu_seqlens=cu_seqlens,
+            max_seqlen=max_seqlen,
+            subtree_end=subtree_end,
+            positions=positions,
+            softmax_scale=softmax_scale,
+            window_left=window_left,
+            softcap=softcap,
+            seqused=seqused,
+            cu_seqlens_host=cu_seqlens_host,
+            total=total,
+        )
+        out, lse = _torch_ops().tree_attention(q, k, v, params)
     else:
         out, lse = _forward(lib, q, k, v, _TreeLayout(lib, q, locals()))
     return (out, lse) if return_lse else out

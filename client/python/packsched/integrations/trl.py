@@ -18,11 +18,10 @@ restarting at 0 per sequence (``padding_free=True``). As TRL's "bfd" strategy, a
 than ``seq_length`` is truncated to it and empty sequences are dropped.
 
 Strategies (``strategy``):
-  "bfd"       best fit decreasing (packsched's ``algorithm="bfd"``): TRL's "bfd" packing. It makes
-              the same best-fit decisions as TRL (the same number of rows with the same token
-              counts); where several rows are equally full, TRL gives the sequence to the row that
-              reached that fill first and packsched to the row opened first, so the sequences of
-              those rows can differ (tests/python/test_trl_sft.py checks exactly this).
+  "bfd"       best fit decreasing (packsched's ``algorithm="bfd"``): TRL's "bfd" packing, the
+              same rows (as sets of sequences): both visit the longest first (ties by position)
+              and give each to the fullest row it fits, among equally full rows the one that
+              reached that fill first.
   "balanced"  packsched's balanced packing (``algorithm="kk"``): the fewest rows packsched can
               prove fit ``seq_length`` (Karmarkar–Karp), with their ``cost`` balanced: "tokens"
               (equal token counts) or "attention" (packsched's attention cost per sequence).
