@@ -6,6 +6,7 @@
 #include <memory_resource>
 #include <numeric>
 #include <set>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -79,7 +80,7 @@ class DecreasingBins {
   std::vector<PartLoad> loads_;
 };
 
-// Room for one std::set node of a (int64, int32) pair (48 bytes with libstdc++), with slack.
+// Room for one std::set node of an (int64, int64, int32) tuple (56 bytes with libstdc++).
 constexpr size_t kNodeBytes = 64;
 
 // Max-segment tree over bin keys, for the leftmost bin whose key reaches a threshold.
@@ -140,24 +141,26 @@ Parts BestFitDecreasing(absl::Span<const Item> items, const Capacity& capacity,
   // growing geometrically past it), not one malloc each; none is freed before the end.
   std::byte first_nodes[128 * kNodeBytes];
   std::pmr::monotonic_buffer_resource nodes(first_nodes, sizeof(first_nodes));
-  // (key, bin): the tightest fitting bin first
-  std::pmr::set<std::pair<int64_t, int32_t>> open(&nodes);
+  // (key, stamp, bin): the tightest fitting bin first; among equally tight bins the one that
+  // reached that key first (stamp: a counter taken at each (re)keying), as TRL's BFD chooses.
+  std::pmr::set<std::tuple<int64_t, int64_t, int32_t>> open(&nodes);
+  int64_t stamp = 0;
   for (int32_t position : order) {
     const Item& item = items[position];
-    auto it = open.lower_bound({bins.Need(item), -1});
+    auto it = open.lower_bound({bins.Need(item), -1, -1});
     if (it == open.end()) {
       const int32_t bin = bins.Open(item, position);
       const int64_t key = bins.Key(bin);
-      if (key != kClosed) open.emplace(key, bin);
+      if (key != kClosed) open.emplace(key, stamp++, bin);
       continue;
     }
     // The bin's node is re-keyed in place (extract, edit, insert): no allocation per item.
     auto node = open.extract(it);
-    const int32_t bin = node.value().second;
+    const int32_t bin = std::get<2>(node.value());
     bins.Add(bin, item, position);
     const int64_t key = bins.Key(bin);
     if (key == kClosed) continue;
-    node.value().first = key;
+    node.value() = {key, stamp++, bin};
     open.insert(std::move(node));
   }
   return bins.Take();

@@ -12,7 +12,8 @@ namespace packsched::planner::internal {
 // first opened bin it fits. O(n log n). REQUIRES: no item is overlong for `capacity`.
 Parts FirstFitDecreasing(absl::Span<const Item> items, const Capacity& capacity);
 
-// Best fit decreasing: as FFD, into the fullest bin it fits. O(n log n). Same REQUIRES.
+// Best fit decreasing: as FFD, into the fullest bin it fits; among equally full bins, the one
+// that reached that fill first (TRL's rule: the same bins as its BFD). O(n log n). Same REQUIRES.
 Parts BestFitDecreasing(absl::Span<const Item> items, const Capacity& capacity);
 // The same with the visiting order given: `order` must be the positions of `items` by aligned
 // length descending, ties by position ascending (callers that have it already skip a sort).
