@@ -12,6 +12,8 @@
 #   deploy/demo.sh [--world_size 8] [--rounds 5] [--n 2048] [--max_token_len 16384]
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# ccache keys on paths relative to the checkout: a clone elsewhere reuses what this one compiled.
+export CCACHE_BASEDIR="$PWD"
 
 ./deploy/install-deps.sh
 python="$(./deploy/venv.sh)"

@@ -6,6 +6,8 @@
 # oldest supported torch).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# ccache keys on paths relative to the checkout: a clone elsewhere reuses what this one compiled.
+export CCACHE_BASEDIR="$PWD"
 
 ./deploy/install-deps.sh
 python="$(./deploy/venv.sh)"
