@@ -43,6 +43,10 @@ if [ $relock -eq 1 ]; then
   exit 0
 fi
 
+if grep -n ' @ \(file\|/\)' "$lock" >&2; then
+  echo "venv: $lock pins a local file (above): pin a version from PyPI" >&2
+  exit 1
+fi
 want="$(sha256sum "$lock" | cut -d' ' -f1)"
 if [ -x "$venv/bin/python" ] && [ "$(cat "$venv/packsched-lock.sha256" 2>/dev/null)" = "$want" ]; then
   echo "$venv/bin/python"
