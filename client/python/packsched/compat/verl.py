@@ -17,8 +17,10 @@ uses packsched's attention-aware cost (24576·L + L², verl's workload estimate)
 ``cost="tokens"`` is passed. The partition helpers balance any non-negative integers (sequence
 lengths, or workloads beyond 2^31) with packsched's Karmarkar–Karp / LPT; verl's assertions
 become ValueError. Nested (jagged) ``input_ids`` give the lengths where torch has the jagged
-layout (torch >= 2.2), as verl reads them; an older torch refuses them with a ValueError that
-says so.
+layout (torch >= 2.2), as verl reads them, and every jagged entry of the batch (a dict, a
+TensorDict or a DataProto's) is split into micro-batches that keep its layout and ragged
+dimension, as verl's ``index_select_tensor_dict`` does; an older torch refuses them with a
+ValueError that says so.
 
 Through a sidecar (``use_sidecar``), call ``set_global_step(data.meta_info["global_steps"])`` at
 the start of each step in the worker: rounds are then numbered from the trainer's step, and a
@@ -145,7 +147,9 @@ def rearrange_micro_batches(
     """Splits ``batch`` into micro-batches of at most ``max_token_len`` real tokens each.
 
     batch: a TensorDict or a mapping of tensors indexed on dim 0, with "attention_mask"
-        [B, S] (nonzero = token); the sequence lengths are its row sums.
+        [B, S] (nonzero = token): the sequence lengths are its row sums; or, as verl takes it,
+        with a jagged nested "input_ids" [B, j]: its rows' lengths (no mask needed). Jagged
+        entries come back jagged, with their ragged dimension.
     dp_group: the torch.distributed group whose ranks must agree on the micro-batch count
         (when ``same_micro_num_in_dp`` and torch.distributed is initialised); None, as in verl,
         agrees with no one (each rank keeps its own count: pass ``dist.group.WORLD`` for the
@@ -263,13 +267,12 @@ def restore_dynamic_batch(data, batch_idx_list):
     if data.is_nested and (_jagged() is None or data.layout != _jagged()):
         _refuse_nested("restore_dynamic_batch's data")
     indices = [index for indices in batch_idx_list for index in indices]
-    rows = data.unbind() if data.is_nested else None
-    count = len(rows) if data.is_nested else data.shape[0]
+    count = data.shape[0]
     if len(indices) != count:
         raise ValueError(f"restore_dynamic_batch: {len(indices)} indices for {count} rows")
     revert = get_reverse_idx(indices)
     if data.is_nested:
-        return torch.nested.as_nested_tensor([rows[i] for i in revert], layout=_jagged())
+        return _nested_rows(data, revert)
     return data[torch.as_tensor(revert, dtype=torch.long, device=data.device)]
 
 
@@ -315,23 +318,63 @@ def _unit_lens(batch, group_size):
     return lengths.reshape(-1, group_size).sum(dim=1)
 
 
+def _nested_rows(value, indices):
+    """Rows ``indices`` (in that order, possibly none) of the jagged nested tensor ``value``, as a
+    jagged nested tensor with the same ragged dimension (``_ragged_idx``: 1 for [B, j, ...],
+    as verl builds them, or a later one), dtype and device. torch indexes no jagged tensor with
+    a tensor of rows, so the rows are taken one by one and their values concatenated."""
+    import torch
+
+    if value.layout != _jagged():
+        _refuse_nested("a nested tensor of the batch")
+    ragged = getattr(value, "_ragged_idx", 1)
+    dim = ragged - 1  # the ragged dimension of each row
+    rows = value.unbind()
+    picked = [rows[i] for i in indices]
+    if picked:
+        values = torch.cat(picked, dim=dim)
+    else:
+        values = value.values().narrow(dim, 0, 0)
+    lengths = torch.tensor([row.shape[dim] for row in picked], dtype=torch.long)
+    offsets = torch.zeros(len(picked) + 1, dtype=torch.long)
+    torch.cumsum(lengths, dim=0, out=offsets[1:])
+    return torch.nested.nested_tensor_from_jagged(
+        values, offsets=offsets.to(values.device), jagged_dim=ragged
+    )
+
+
 def _take(value, indices, index):
     """Rows ``indices`` of one tensor (``index``: the same as a tensor on its device); a nested
     (jagged) tensor is rebuilt from its selected rows."""
-    import torch
-
     if value.is_nested:
-        rows = value.unbind()
-        return torch.nested.as_nested_tensor([rows[i] for i in indices], layout=_jagged())
+        return _nested_rows(value, indices)
     return value.index_select(0, index)
 
 
 def _select(batch, indices):
+    """Rows ``indices`` of ``batch``, of the same type: a mapping of tensors, or a TensorDict
+    (verl's ``DataProto.batch``) whose entries may include jagged nested tensors (rebuilt with
+    their layout and ragged dimension, as verl's ``index_select_tensor_dict`` does), non-tensor
+    entries (indexed by tensordict) and nested TensorDicts."""
     import torch
 
     if isinstance(batch, Mapping) and not hasattr(batch, "batch_size"):
         first = next(iter(batch.values()))
         index = torch.as_tensor(indices, dtype=torch.long, device=first.device)
         return type(batch)({key: _take(value, indices, index) for key, value in batch.items()})
-    # A TensorDict: indexing with a tensor of rows selects them in every entry.
-    return batch[torch.as_tensor(indices, dtype=torch.long, device=batch.device)]
+    index = torch.as_tensor(indices, dtype=torch.long, device=batch.device)
+    if not hasattr(batch, "exclude"):  # only the indexing part of TensorDict's interface
+        return batch[index]
+    nested = [
+        key
+        for key, value in batch.items(include_nested=True, leaves_only=True)
+        if isinstance(value, torch.Tensor) and value.is_nested
+    ]
+    if not nested:
+        # Indexing a TensorDict with a tensor of rows selects them in every entry.
+        return batch[index]
+    # torch indexes no jagged tensor with a tensor: the rest by tensordict, those row by row.
+    selected = batch.exclude(*nested)[index]
+    for key in nested:
+        selected.set(key, _nested_rows(batch.get(key), indices))
+    return selected.select(*batch.keys())
