@@ -9,20 +9,21 @@ same-run ratios are meaningful):
    packsched.compat.verl against those of verl's ``verl.utils.seqlen_balancing`` (the installed
    verl) on the same values: workloads (24,576·L + L²) of n RL-mix lengths into k parts, both
    ``equal_size`` cases. Each figure is the fastest of --repeat rounds of the per-call mean over a
-   loop of at least --min_s seconds; the ratio is verl's time over packsched's (above 1:
-   packsched is faster).
+   loop of at least --min_s seconds, the two sides taking turns round by round; the ratio is
+   verl's time over packsched's (above 1: packsched is faster).
 2. ``packsched.planner.partition`` on the same small inputs (the lengths, token cost) with the
    default ``progress=True`` against ``progress=False``, interleaved: a call below
    ``packsched._progress.MIN_SIZE`` items must cost the same either way (no reporter thread).
 
 Targets (exit status 1 when one is missed; --no_targets only prints):
-  - progress: the default costs at most 10% + 5 µs a call more than progress=False (a reporter
-    thread per call cost 60–140 µs here, more than the plan of 8–512 items);
+  - progress, n <= 512: the default costs at most 25% + 10 µs a call more than progress=False
+    (a reporter thread per call cost 70–450 µs on the loaded 2-core VM, more than the plan of
+    8–512 items; at n = 2,048 the load's noise is as large as that, so it is only printed);
   - on every input of n >= 128 (below it both sides are a few tens of µs and the planner's fixed
-    cost per call, about 20 µs, decides): karmarkar_karp and get_seqlen_balanced_partitions no
-    slower than verl's, greedy_partition at least 0.2x of verl's (verl's greedy is a plain loop in
-    input order, packsched's a sorted LPT through the planner). With a thread per call they
-    fell to 0.19x and 0.13x.
+    cost per call, about 20 µs, decides): karmarkar_karp and get_seqlen_balanced_partitions at
+    least 1.5x verl's speed, greedy_partition at least 0.3x (verl's greedy is a plain loop in
+    input order, packsched's a sorted LPT through the planner). Measured in three runs:
+    2.2x and 0.46x at worst; with a thread per call 0.86–1.13x and 0.19–0.21x.
 
 Run: PYTHONPATH=build/python python3 tests/bench/verl_helpers_bench.py [--quick]
 """
@@ -40,12 +41,13 @@ SIZES = [(8, 2), (32, 4), (128, 8), (512, 16), (2048, 32)]
 QUICK_SIZES = [(8, 2), (128, 8), (512, 16)]
 HELPERS = ("karmarkar_karp", "greedy_partition", "get_seqlen_balanced_partitions")
 TARGETS = {
-    "karmarkar_karp": 1.0,
-    "greedy_partition": 0.2,
-    "get_seqlen_balanced_partitions": 1.0,
+    "karmarkar_karp": 1.5,
+    "greedy_partition": 0.3,
+    "get_seqlen_balanced_partitions": 1.5,
 }
 TARGET_MIN_N = 128  # the helper targets hold from this many items on
-PROGRESS_SLACK = (0.10, 5e-6)  # relative, absolute (seconds)
+PROGRESS_SLACK = (0.25, 10e-6)  # relative, absolute (seconds)
+PROGRESS_MAX_N = 512  # the progress target holds up to this many items
 
 
 def rl_lengths(n, seed):
@@ -78,6 +80,17 @@ def per_call(fn, min_s, repeat):
     return best
 
 
+def interleaved(first, second, min_s, repeat):
+    """(per-call seconds of ``first``, of ``second``): each the fastest of ``repeat`` rounds,
+    the two measured turn about in every round, so that a change of the machine's load between
+    rounds falls on both."""
+    a = b = float("inf")
+    for _ in range(repeat):
+        a = min(a, per_call(first, min_s, 1))
+        b = min(b, per_call(second, min_s, 1))
+    return a, b
+
+
 def helpers(sizes, min_s, repeat):
     from verl.utils import seqlen_balancing as verl_module
 
@@ -93,8 +106,9 @@ def helpers(sizes, min_s, repeat):
             for equal in (False, True):
                 theirs = getattr(verl_module, name)
                 ours = getattr(ours_module, name)
-                t_verl = per_call(lambda: theirs(values, k, equal), min_s, repeat)
-                t_ours = per_call(lambda: ours(values, k, equal), min_s, repeat)
+                t_verl, t_ours = interleaved(
+                    lambda: theirs(values, k, equal), lambda: ours(values, k, equal), min_s, repeat
+                )
                 if n >= TARGET_MIN_N:
                     ratios.append(t_verl / t_ours)
                 print(
@@ -116,18 +130,15 @@ def progress_cost(sizes, min_s, repeat):
     for n, k in sizes:
         assert n < MIN_SIZE
         values = rl_lengths(n, seed=n)
-        on, off = float("inf"), float("inf")
-        for _ in range(repeat):  # interleaved rounds
-            on = min(on, per_call(lambda: planner.partition(values, k, cost="tokens"), min_s, 1))
-            off = min(
-                off,
-                per_call(
-                    lambda: planner.partition(values, k, cost="tokens", progress=False), min_s, 1
-                ),
-            )
+        on, off = interleaved(
+            lambda: planner.partition(values, k, cost="tokens"),
+            lambda: planner.partition(values, k, cost="tokens", progress=False),
+            min_s,
+            repeat,
+        )
         print(f"| partition | {n} | {k} | {on * 1e6:.1f} | {off * 1e6:.1f} |")
         relative, absolute = PROGRESS_SLACK
-        if on > off * (1 + relative) + absolute:
+        if n <= PROGRESS_MAX_N and on > off * (1 + relative) + absolute:
             missed.append(f"progress=True costs {on * 1e6:.1f} µs against {off * 1e6:.1f} µs")
     return missed
 
