@@ -14,17 +14,22 @@ peer is re-sorted: the slot a micro-batch lands in is the peer's):
               can break), verl's use_dynamic_bsz_balance order;
   verl-retry  our variant: the same, k raised until every micro-batch of every rank fits;
   slime       build_dp_schedule, dynamic batch size with balance_data: first fit in input
-              order, bins split to a multiple of W, KK of bin work over the ranks (equal counts);
-  nemo-rl     sequence packing with first fit decreasing, bin count raised to a multiple of W,
-              bin b to rank b mod W (equal counts).
+              order, bins split to a multiple of W, KK of the bins' model FLOPs over the ranks
+              (equal counts), FLOPs as slime's calculate_fwd_flops counts them for the model of
+              its scripts/models/qwen3-8B.sh (SLIME_MODEL);
+  nemo-rl     sequence packing as every config NeMo-RL ships runs it: its modified first fit
+              decreasing packer, bin count raised to a multiple of W, bin b to rank b mod W in
+              the packer's order (equal counts).
 Their rules are tested in tests/python/test_bench_peers.py. packsched is BalanceBatch through
 the in-process planner.
 
 Run: PYTHONPATH=build/python python3 tests/bench/schedule_bench.py [--seeds 10] [--quick]
      [--grid | --timing | --checks]
+(--checks --quick --seeds 1 is the small run tests/python/test_bench_peers.py makes.)
 """
 
 import argparse
+import bisect
 import heapq
 import math
 import random
@@ -139,13 +144,42 @@ def verl(lengths, world, cap, retry):
         k += 1
 
 
+# The model slime's rank balancing counts FLOPs for: slime's scripts/models/qwen3-8B.sh (hidden
+# size 4,096, as the 7B dense decoder that c(L) = 24,576 L + L^2 stands for).
+SLIME_MODEL = dict(
+    num_layers=36,
+    hidden_size=4096,
+    ffn_hidden_size=12288,
+    num_attention_heads=32,
+    num_query_groups=8,
+    kv_channels=128,
+    vocab_size=151936,
+)
+
+
+def slime_flops(length, model=SLIME_MODEL):
+    """The forward FLOPs slime estimates for one sample of ``length`` tokens (its
+    calculate_fwd_flops, dense model, no multi-latent attention): per layer the Q projection
+    (2 L h H d), K and V (2 x 2 L h G d), causal Q K^T (half of 2 H L^2 d), A V (H L^2 d), the
+    output projection (2 L h^2) and the gated MLP (3 x 2 L h F); then the LM head (2 L h V).
+    h hidden size, H heads, G query groups, d channels per head, F FFN size, V vocabulary."""
+    h, heads = model["hidden_size"], model["num_attention_heads"]
+    groups, d = model["num_query_groups"], model["kv_channels"]
+    n = length
+    projections = 2 * n * h * heads * d + 4 * n * h * groups * d + 2 * n * h * h
+    attention = heads * n * n * d + heads * n * n * d
+    mlp = 6 * n * h * model["ffn_hidden_size"]
+    head = 2 * n * h * model["vocab_size"]
+    return model["num_layers"] * (projections + attention + mlp) + head
+
+
 def slime(lengths, world, cap):
     """slime's build_dp_schedule for one step (dynamic batch size, balance_data): first fit in
     input order (a sequence over the cap opens its own bin); the bin count raised to a multiple
     of W (at least W) by splitting the bin with the most tokens (the later one on a tie) into
     two halves, longest sequence first into the lighter half (the first on a tie), the first
-    half in place and the second appended; bins to ranks by KK with equal counts on their work;
-    each rank runs its bins in ascending bin order."""
+    half in place and the second appended; bins to ranks by KK with equal counts on their
+    summed ``slime_flops``; each rank runs its bins in ascending bin order."""
     bins, sums = [], []
     for i, length in enumerate(lengths):
         for b in range(len(bins)):
@@ -169,27 +203,86 @@ def slime(lengths, world, cap):
             half_sums[h] += lengths[i]
         bins[j] = halves[0]
         bins.append(halves[1])
-    work = [sum(cost(lengths[i]) for i in b) for b in bins]
+    work = [sum(slime_flops(lengths[i]) for i in b) for b in bins]
     ranks = karmarkar_karp(work, world, equal_size=True)
     return [[bins[j] for j in r] for r in ranks]
 
 
-def nemo_rl(lengths, world, cap):
-    """NeMo-RL's sequence packing (shard_by_batch_size with first fit decreasing): longest first
-    (the earlier on a tie) into the first bin with room; the bin count raised to a multiple of W
-    (at least W) by opening empty bins and giving each the last sequence of the bin with the
-    most sequences (the later bin on a tie) that still holds two or more; bin b goes to rank
-    b mod W, each rank running its bins in bin order. Every rank gets the same count."""
-    bins, room = [], []
-    for i in sorted(range(len(lengths)), key=lambda i: (-lengths[i], i)):
-        for b in range(len(bins)):
-            if room[b] >= lengths[i]:
-                bins[b].append(i)
-                room[b] -= lengths[i]
+def modified_ffd(lengths, cap):
+    """NeMo-RL's modified first fit decreasing packer (Johnson and Garey's MFFD as its
+    nemo_rl/data/packing/algorithms.py runs it): bins of indices, every bin within ``cap`` (no
+    length may exceed it). Sizes are large (> cap/2), medium (> cap/3), small (> cap/6) and tiny;
+    of equal lengths the lower index counts as the larger.
+    1. every large item opens its own bin, largest first;
+    2. forward over those bins: each takes the largest medium item that fits, if any;
+    3. backward over them: a bin without a medium item where the two smallest small items fit
+       takes the smallest and then the largest small item that still fits beside it;
+    4. forward over them again: each takes, largest first, every remaining item that fits;
+    5. the rest, largest first, each into the least filled of the new bins when it fits there,
+       else into a new bin; these bins are kept in order of fill (a grown or new bin after
+       those as full) and follow the large items' bins in that order.
+    The items of each class are kept as sorted keys, so each "largest that fits" is a bisection
+    (NeMo-RL scans; the choices are the same)."""
+    n = len(lengths)
+    large = sorted((-lengths[i], i) for i in range(n) if 2 * lengths[i] > cap)
+    medium = sorted((-lengths[i], i) for i in range(n) if 3 * lengths[i] > cap >= 2 * lengths[i])
+    small = sorted((lengths[i], i) for i in range(n) if 6 * lengths[i] > cap >= 3 * lengths[i])
+    tiny = [(-lengths[i], i) for i in range(n) if cap >= 6 * lengths[i]]
+    bins = [[i] for _, i in large]
+    fill = [-size for size, _ in large]
+    has_medium = [False] * len(bins)
+
+    def take_largest_fitting(descending, room):
+        """Removes and returns the first item of ``descending`` ((-length, index) keys) whose
+        length is at most ``room``, or None."""
+        at = bisect.bisect_left(descending, (-room, -1))
+        return descending.pop(at)[1] if at < len(descending) else None
+
+    for b in range(len(bins)):  # 2
+        i = take_largest_fitting(medium, cap - fill[b])
+        if i is not None:
+            bins[b].append(i)
+            fill[b] += lengths[i]
+            has_medium[b] = True
+    for b in reversed(range(len(bins))):  # 3
+        room = cap - fill[b]
+        if has_medium[b] or len(small) < 2 or small[0][0] + small[1][0] > room:
+            continue
+        first = small.pop(0)[1]
+        at = bisect.bisect_right(small, (room - lengths[first], n)) - 1
+        second = small.pop(at)[1]
+        bins[b] += [first, second]
+        fill[b] += lengths[first] + lengths[second]
+    rest = sorted(medium + [(-size, i) for size, i in small] + tiny)
+    for b in range(len(bins)):  # 4
+        while rest:
+            i = take_largest_fitting(rest, cap - fill[b])
+            if i is None:
                 break
+            bins[b].append(i)
+            fill[b] += lengths[i]
+    new_bins, new_fill = [[]], [0]  # 5: ordered by fill, least filled first
+    for _, i in rest:
+        if lengths[i] <= cap - new_fill[0]:
+            members, total = new_bins.pop(0), new_fill.pop(0)
         else:
-            bins.append([i])
-            room.append(cap - lengths[i])
+            members, total = [], 0
+        members.append(i)
+        total += lengths[i]
+        at = bisect.bisect_right(new_fill, total)
+        new_bins.insert(at, members)
+        new_fill.insert(at, total)
+    return bins + [b for b in new_bins if b]
+
+
+def nemo_rl(lengths, world, cap):
+    """NeMo-RL's sequence packing as its shipped configs run it (shard_by_batch_size with
+    algorithm "modified_first_fit_decreasing" and microbatch_order "packer"): ``modified_ffd``;
+    the bin count raised to a multiple of W (at least W) by opening empty bins and giving each
+    the last sequence of the bin with the most sequences (the later bin on a tie) that still
+    holds two or more; bin b goes to rank b mod W, each rank running its bins in bin order.
+    Every rank gets the same count."""
+    bins = modified_ffd(lengths, cap)
     target = max(len(bins), world)
     target += -target % world
     sources = sorted(((len(b), j) for j, b in enumerate(bins)), reverse=True)
@@ -303,27 +396,32 @@ def row_greedy(lengths, world, cap):
     return [[row[r][2] for row in rows] for r in range(world)]
 
 
-def checks(seeds):
+CHECK_INPUTS = [
+    ("long-context", long_mix, 16, 65536),
+    ("bimodal", bimodal_mix, 64, 32768),
+    ("long-context", long_mix, 32, 131072),
+    ("RL", rl_mix, 64, 16384),
+]
+
+
+def checks(seeds, quick=False):
     """packsched against the best capped peer under sync step, and against the row greedy under
     sync micro_batch on Pareto lengths: how many inputs trail by more than 0.002, and by how much
-    at most."""
+    at most. ``quick``: W = 8 only, the first two inputs, two Pareto shapes and one per-rank
+    count (a smoke run for the test suite). Returns the two (behind, count) pairs."""
+    results = []
     behind, worst, count = 0, 0.0, 0
-    for name, mix, per_rank, cap in (
-        ("long-context", long_mix, 16, 65536),
-        ("bimodal", bimodal_mix, 64, 32768),
-        ("long-context", long_mix, 32, 131072),
-        ("RL", rl_mix, 64, 16384),
-    ):
-        for world in (8, 32):
+    for name, mix, per_rank, cap in CHECK_INPUTS[:2] if quick else CHECK_INPUTS:
+        for world in (8,) if quick else (8, 32):
             for seed in range(seeds):
                 lengths = mix(random.Random(seed), world * per_rank, cap)
-                ours = measure(lengths, world, cap, *ours_grid(lengths, world, cap, "step"))
+                ours = measure(lengths, world, cap, ours_grid(lengths, world, cap, "step"))
                 peers = (
                     verl(lengths, world, cap, retry=True),
                     slime(lengths, world, cap),
                     nemo_rl(lengths, world, cap),
                 )
-                best = max(measure(lengths, world, cap, g, True)["eff_step"] for g in peers)
+                best = max(measure(lengths, world, cap, g)["eff_step"] for g in peers)
                 gap = best - ours["eff_step"]
                 behind += gap > 0.002
                 worst = max(worst, gap)
@@ -332,14 +430,15 @@ def checks(seeds):
         f"sync=step: {behind} of {count} inputs more than 0.002 behind the best capped peer "
         f"(at most {worst:+.4f})"
     )
+    results.append((behind, count))
     behind, worst, count = 0, 0.0, 0
-    for shape in (1.1, 1.3, 1.5, 2.0, 2.5):
-        for per_rank in (32, 64, 128, 256):
+    for shape in (1.1, 2.0) if quick else (1.1, 1.3, 1.5, 2.0, 2.5):
+        for per_rank in (32,) if quick else (32, 64, 128, 256):
             for seed in range(seeds // 2 or 1):
                 rng = random.Random(seed * 7919 + per_rank)
                 lengths = pareto_mix(rng, 8 * per_rank, 131072, shape)
-                ours = measure(lengths, 8, 131072, *ours_grid(lengths, 8, 131072, "micro_batch"))
-                rows = measure(lengths, 8, 131072, row_greedy(lengths, 8, 131072), False)
+                ours = measure(lengths, 8, 131072, ours_grid(lengths, 8, 131072, "micro_batch"))
+                rows = measure(lengths, 8, 131072, row_greedy(lengths, 8, 131072))
                 gap = rows["eff_mb"] - ours["eff_mb"]
                 behind += gap > 0.002
                 worst = max(worst, gap)
@@ -348,17 +447,21 @@ def checks(seeds):
         f"sync=micro_batch, Pareto lengths, W = 8, cap 131072: {behind} of {count} inputs more "
         f"than 0.002 behind the row greedy (at most {worst:+.4f})"
     )
+    results.append((behind, count))
+    return results
 
 
 def ours_grid(lengths, world, cap, sync):
     grid, _ = ours(lengths, world, cap, sync)
-    return grid, False
+    return grid
 
 
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--seeds", type=int, default=10)
-    parser.add_argument("--quick", action="store_true", help="the first three inputs only")
+    parser.add_argument(
+        "--quick", action="store_true", help="the first three inputs only (--checks: a few)"
+    )
     parser.add_argument("--timing", action="store_true", help="the n = 65,536 timing only")
     parser.add_argument("--grid", action="store_true", help="every mix at W = 8, 32 and 128")
     parser.add_argument(
@@ -366,7 +469,7 @@ def main():
     )
     args = parser.parse_args()
     if args.checks:
-        checks(args.seeds)
+        checks(args.seeds, args.quick)
         return
     if args.timing:
         timing()

@@ -7,11 +7,13 @@ happens at the cap.
 
 import pathlib
 import random
+import subprocess
 import sys
 
 import pytest
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "bench"))
+BENCH = pathlib.Path(__file__).resolve().parents[1] / "bench"
+sys.path.insert(0, str(BENCH))
 import schedule_bench as bench  # noqa: E402
 
 CAP = 100
@@ -37,10 +39,35 @@ def test_kk_gives_largest_differencing_s_textbook_result():
 
 
 def test_nemo_rl_fills_extra_bins_from_the_fullest_and_deals_round_robin():
-    # First fit decreasing puts all four in one bin; two ranks need two bins: the new bin takes
+    # All four are tiny (at most cap / 6): one bin; two ranks need two bins: the new bin takes
     # the last sequence of the fullest bin.
     grid = bench.nemo_rl([10, 10, 10, 1], 2, CAP)
     assert grid == [[[0, 1, 2]], [[3]]]
+
+
+def test_nemo_rl_packs_large_items_first_then_medium_then_fills_by_size():
+    # Cap 100. Large (> 50): 60 and 52, each its own bin, the larger first. Medium (> 33): 45
+    # joins the first large bin with room (60 has 40: no; 52 has 48: yes). The 60-bin has no
+    # medium item, but the two smallest small items (20 + 22 > 40) do not fit: no pair. Then
+    # largest first into it: 30, then 5 (22 and 20 no longer fit). The rest (22, 20) go to a
+    # new bin. First fit decreasing would give [60, 30, 5], [52, 22], [45, 20] instead.
+    lengths = [52, 60, 45, 20, 22, 30, 5]
+    assert bench.modified_ffd(lengths, CAP) == [[1, 5, 6], [0, 2], [4, 3]]
+    assert bench.nemo_rl(lengths, 3, CAP) == [[[1, 5, 6]], [[0, 2]], [[4, 3]]]
+
+
+def test_nemo_rl_pairs_two_small_items_with_a_large_one_smallest_first():
+    # 55 is large with room 45 and no medium item: it takes the smallest small item (18), then
+    # the largest that still fits beside it (27 of 19, 26, 27 with room 27).
+    lengths = [55, 18, 27, 19, 26]
+    assert bench.modified_ffd(lengths, CAP)[0] == [0, 1, 2]
+
+
+def test_nemo_rl_leftovers_go_to_the_least_filled_bin_and_bins_follow_their_fill():
+    # No large item: 40 and 40 share a bin (80); 35 does not fit the least filled bin (80): a
+    # new one; 10 goes to the least filled (35), not the first with room (80, as first fit
+    # would). Bins come out least filled first.
+    assert bench.modified_ffd([40, 40, 35, 10], CAP) == [[2, 3], [0, 1]]
 
 
 @pytest.mark.parametrize("seed", range(5))
@@ -61,6 +88,15 @@ def test_slime_first_fit_keeps_input_order_and_splits_the_heaviest_bin():
     # need two bins: longest first into the lighter half gives [6] and [4, 1, 1].
     grid = bench.slime([6, 1, 1, 4], 2, 12)
     assert sorted(grid) == [[[0]], [[3, 1, 2]]]
+
+
+def test_slime_weighs_samples_by_its_model_flops():
+    # slime's calculate_fwd_flops for its qwen3-8B model script, by hand: per token and layer
+    # 2*4096*32*128 (Q) + 4*4096*8*128 (K, V) + 2*4096^2 (output) + 6*4096*12288 (MLP)
+    # = 385,875,968, times 36 layers, plus 2*4096*151,936 (LM head) = 15,136,194,560; per
+    # squared token 36 layers x 2*32*128 (causal Q K^T, then A V) = 294,912.
+    for length in (1, 300, 16384, 131072):
+        assert bench.slime_flops(length) == 15_136_194_560 * length + 294_912 * length**2
 
 
 def test_slime_runs_a_sample_over_the_cap_alone_and_ranks_in_bin_order():
@@ -93,3 +129,16 @@ def test_verl_breaks_the_cap_where_its_count_is_too_low_and_retry_does_not():
     )
     fixed = bench.verl(lengths, 1, CAP, retry=True)
     assert all(sum(lengths[i] for i in p) <= CAP for row in fixed for p in row)
+
+
+def test_the_checks_run_end_to_end_in_a_small_configuration():
+    done = subprocess.run(
+        [sys.executable, str(BENCH / "schedule_bench.py"), "--checks", "--quick", "--seeds", "1"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert len(lines) == 2 and lines[0].startswith("sync=step: ") and "of 2 inputs" in lines[0]
+    assert lines[1].startswith("sync=micro_batch, Pareto lengths") and "of 2 inputs" in lines[1]

@@ -233,3 +233,71 @@ def test_the_dynamic_count_is_never_above_first_fit():
 def test_the_removed_count_helper_still_answers_with_a_deprecation_warning():
     with pytest.warns(DeprecationWarning, match="build_dp_schedule"):
         assert slime.get_minimum_num_micro_batch_size([6, 6, 6], 12) == 2
+
+
+DYNAMIC = dict(use_dynamic_batch_size=True, max_tokens_per_gpu=12)
+
+
+@pytest.mark.parametrize(
+    "case, lengths, overrides, config, gbs, rollouts, message",
+    [
+        ("too few rollouts", [3] * 6, DYNAMIC, {}, 4, [0, 0, 1, 1, 2, 2], "num_rollouts"),
+        (
+            "no token step",
+            [3] * 3,
+            dict(DYNAMIC, global_batch_tokens=9),
+            {"dp_size": 2},
+            3,
+            None,
+            "num_rollouts",
+        ),
+        ("fewer samples than ranks", [3] * 4, DYNAMIC, {"dp_size": 4}, 1, [0, 0, 1, 1], "dp_size"),
+        ("no cap", [3] * 4, dict(use_dynamic_batch_size=True), {}, 4, None, "max_tokens_per_gpu"),
+        ("no static size", [3] * 4, dict(micro_batch_size=None), {}, 4, None, "micro_batch_size"),
+        (
+            "static not aligned",
+            [10] * 6,
+            dict(micro_batch_size=2),
+            {"dp_size": 2},
+            6,
+            None,
+            "not a multiple of dp_size",
+        ),
+        (
+            "dynamic cannot align",
+            [10, 1, 1],
+            DYNAMIC,
+            {"dp_size": 2, "vpp_size": 2, "group": 2},
+            3,
+            None,
+            "without an empty one",
+        ),
+    ],
+)
+def test_where_slime_asserts_the_error_is_an_assertion_error_and_a_value_error(
+    case, lengths, overrides, config, gbs, rollouts, message
+):
+    # slime's callers (and its own tests) catch AssertionError here; packsched's catch ValueError.
+    with pytest.raises(AssertionError, match=message) as caught:
+        schedule(lengths, args_of(**overrides), parallel(**config), gbs, rollouts)
+    assert isinstance(caught.value, ValueError)
+    assert isinstance(caught.value, slime.PackschedSlimeError)
+
+
+def test_a_multimodal_flag_per_sample_of_another_length_is_asserted_as_slime_does():
+    with pytest.raises(AssertionError, match="sample_is_multimodal"):
+        slime.build_dp_schedule(
+            args_of(**DYNAMIC),
+            parallel(),
+            [3, 3],
+            global_batch_size=2,
+            rollout_indices=[0, 1],
+            sample_is_multimodal=[False],
+        )
+
+
+def test_where_slime_raises_value_error_or_checks_nothing_it_stays_a_plain_value_error():
+    for overrides, rollouts in ((dict(DYNAMIC, global_batch_tokens=0), [0, 1]), (DYNAMIC, [0])):
+        with pytest.raises(ValueError) as caught:
+            schedule([3, 3], args_of(**overrides), parallel(), 2, rollouts)
+        assert not isinstance(caught.value, AssertionError)

@@ -11,6 +11,7 @@ import sys
 
 import pytest
 import torch
+from tensordict import TensorDict
 
 from packsched import planner
 from packsched.compat import openrlhf, verl
@@ -49,7 +50,12 @@ class TensorDictLike(dict):
         return TensorDictLike({k: v[key] for k, v in self.items()})
 
 
-@pytest.mark.parametrize("container", [dict, TensorDictLike])
+def tensordict(**entries):
+    """A tensordict.TensorDict (verl's DataProto.batch) of per-row ``entries``."""
+    return TensorDict(entries, batch_size=[len(next(iter(entries.values())))])
+
+
+@pytest.mark.parametrize("container", [dict, TensorDictLike, tensordict])
 def test_returns_verl_structure_and_restores(container):
     lengths = [
         int(x) for x in torch.randint(1, 900, (37,), generator=torch.Generator().manual_seed(3))
@@ -59,7 +65,7 @@ def test_returns_verl_structure_and_restores(container):
     assert len(micro_batches) == len(idx)
     assert sorted(i for mb in idx for i in mb) == list(range(len(lengths)))
     for mb, rows in zip(micro_batches, idx):
-        assert type(mb) is container
+        assert type(mb) is (TensorDict if container is tensordict else container)
         assert set(mb.keys()) == set(batch.keys())
         assert torch.equal(mb["input_ids"], batch["input_ids"][rows])
         assert int(mb["attention_mask"].sum()) <= 2048

@@ -2,8 +2,9 @@
 
 The cases follow verl's tests/utils/test_seqlen_balancing.py (same inputs and assertions, in our
 own words), with ``verl.utils.seqlen_balancing`` replaced by ``packsched.compat.verl``. verl's
-DataProto and create_random_mask are stood in for by the small equivalents below (verl is not
-installed here); its DataProto.split test exercises DataProto, not the module, and is left out.
+DataProto and create_random_mask are stood in for by the small equivalents below (written when
+verl was not installed; test_compat_verl_jagged.py runs the installed verl's own functions beside
+the drop-in); its DataProto.split test exercises DataProto, not the module, and is left out.
 The distributed case runs two gloo ranks on loopback instead of two NCCL GPUs. One documented
 exception: verl asserts the micro-batch count equals its own ceil(total / max_token_len); where
 verl's partition at that count puts a micro-batch over the cap, packsched uses more (the cap
@@ -224,8 +225,8 @@ def test_the_module_names_verl_imports_are_all_there():
 # prototype API: expected here, not a finding.
 @pytest.mark.filterwarnings("ignore:The PyTorch API of nested tensors:UserWarning")
 def test_nested_input_ids_are_refused_clearly_without_the_jagged_layout():
-    if getattr(torch, "jagged", None) is not None:
-        pytest.skip("this torch has the jagged layout (handled, not refused)")
+    # A strided nested tensor (torch's default layout, the only one before torch 2.2) has no
+    # offsets to read the lengths from, as verl reads them: refused, on any torch.
     rows = [torch.arange(n) for n in (5, 9, 3)]
     nested = torch.nested.nested_tensor(rows)
     batch = {"input_ids": nested, "attention_mask": torch.ones(3, 9, dtype=torch.int64)}

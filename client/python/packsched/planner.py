@@ -7,7 +7,9 @@ whole global batch over W data-parallel ranks in one call).
 
 A call that runs longer than a few seconds (10^7 sequences) reports on stderr while it plans, as
 ``packsched plan`` does: ``progress=False`` silences it, a callable gets the lines instead
-(packsched._progress).
+(packsched._progress). Only a call on at least ``packsched._progress.MIN_SIZE`` (2^16) sequences,
+or forest nodes, is watched (by a thread of its own); a smaller one, which plans in well under a
+second, starts nothing and reports nothing, whatever ``progress`` says.
 
 Every function takes the keyword options of ``SchedulerClient.plan`` with the same defaults
 (see packsched._options), and gives the plan the sidecar and ``packsched plan`` give for the same
@@ -100,11 +102,15 @@ class Balanced:
 
 
 def _progress(where, lengths, report):
-    return Progress(f"{where}: {len(lengths)} sequences", report)
+    return Progress(f"{where}: {len(lengths)} sequences", report, size=len(lengths))
 
 
 def _forest_progress(where, forest, report):
-    return Progress(f"{where}: a forest of {forest.num_rollouts} rollouts", report)
+    return Progress(
+        f"{where}: a forest of {forest.num_rollouts} rollouts",
+        report,
+        size=len(forest.node_len),
+    )
 
 
 def _forest_arrays(forest):

@@ -30,7 +30,15 @@ served. Work per sample for ``balance_data`` is packsched.compat.verl's ``calcul
 from .. import planner
 from ._balancing import calculate_workload, get_seqlen_balanced_partitions
 
-__all__ = ["build_dp_schedule"]
+__all__ = ["build_dp_schedule", "PackschedSlimeError"]
+
+
+class PackschedSlimeError(ValueError, AssertionError):
+    """A schedule slime refuses with an ``assert`` (or ``raise AssertionError``): raised at exactly
+    those places, so that a caller of slime's ``build_dp_schedule`` that catches AssertionError
+    catches it, and one that catches ValueError (packsched's convention for bad input) too. Where
+    slime raises ValueError (a non-positive ``global_batch_tokens``) or does not check (rollout
+    ids and lengths that differ in number), plain ValueError."""
 
 
 def build_dp_schedule(
@@ -55,9 +63,16 @@ def build_dp_schedule(
     does: ``partitions[r]`` the global sample indices of rank r over all steps,
     ``micro_batch_indices[r]`` its micro-batches as positions in ``partitions[r]`` (they tile
     ``range(len(partitions[r]))`` in order), ``num_microbatches[s]`` the per-rank count of step
-    s, ``global_batch_sizes[s]`` its rollout count. Raises ValueError where slime asserts (a
-    step with fewer samples than its micro-batches need, a static count that is not aligned,
-    no complete step) and NotImplementedError for multimodal-aware packing.
+    s, ``global_batch_sizes[s]`` its rollout count.
+
+    Raises PackschedSlimeError (a ValueError and an AssertionError) where slime asserts: dynamic
+    batch size without ``max_tokens_per_gpu``, static without ``micro_batch_size``, a
+    ``sample_is_multimodal`` of another length than ``total_lengths``, no complete step (fewer
+    rollouts than ``global_batch_size``, or none forming a ``global_batch_tokens`` step), a step
+    with fewer samples than ranks, a dynamic step too small to fill the aligned count without an
+    empty micro-batch, a static count that is not aligned. ValueError where slime raises it (a
+    non-positive ``global_batch_tokens``) and for rollout ids and lengths of different numbers;
+    NotImplementedError for multimodal-aware packing.
     """
     dp_size = int(train_parallel_config["dp_size"])
     cp_size = int(train_parallel_config["cp_size"])
@@ -66,6 +81,11 @@ def build_dp_schedule(
     lengths = [int(v) for v in total_lengths]
     if len(rollout_indices) != len(lengths):
         raise ValueError(f"{len(rollout_indices)} rollout indices for {len(lengths)} samples")
+    if sample_is_multimodal is not None and len(sample_is_multimodal) != len(lengths):
+        raise PackschedSlimeError(
+            f"sample_is_multimodal has {len(sample_is_multimodal)} entries for "
+            f"{len(lengths)} samples (total_lengths)"
+        )
     if sample_is_multimodal is not None and getattr(args, "multimodal_aware_packing", "off") in (
         "separate",
         "separate_raw",
@@ -76,7 +96,7 @@ def build_dp_schedule(
     cap = None
     if dynamic:
         if args.max_tokens_per_gpu is None:
-            raise ValueError("use_dynamic_batch_size needs max_tokens_per_gpu")
+            raise PackschedSlimeError("use_dynamic_batch_size needs max_tokens_per_gpu")
         margin = getattr(args, "packing_safety_margin", 1.0)
         cap = max(1, int(args.max_tokens_per_gpu * cp_size * margin))
 
@@ -95,14 +115,14 @@ def build_dp_schedule(
         indices = [i for rollout in samples for i in rollout]
         step_lengths = [lengths[i] for i in indices]
         if len(indices) < dp_size:
-            raise ValueError(
+            raise PackschedSlimeError(
                 f"step {step}: {len(indices)} samples for dp_size {dp_size}: every rank needs "
                 "at least one"
             )
         if dynamic:
             mbs = _dynamic_micro_batches(step_lengths, cap, align, step)
         else:
-            mbs = _static_micro_batches(len(indices), int(args.micro_batch_size), align, step)
+            mbs = _static_micro_batches(len(indices), _micro_batch_size(args), align, step)
         num_microbatches.append(len(mbs) // dp_size)
         if args.balance_data:
             work = [sum(calculate_workload(step_lengths[i]) for i in mb) for mb in mbs]
@@ -125,10 +145,20 @@ def _samples_by_rollout(rollout_indices):
     return list(by_id.values())
 
 
+def _micro_batch_size(args):
+    size = getattr(args, "micro_batch_size", None)
+    if size is None:
+        raise PackschedSlimeError(
+            "a static batch size (use_dynamic_batch_size off) needs " "micro_batch_size"
+        )
+    return int(size)
+
+
 def _fixed_steps(rollouts, global_batch_size):
     if global_batch_size < 1 or len(rollouts) < global_batch_size:
-        raise ValueError(
-            f"{len(rollouts)} rollouts for global_batch_size {global_batch_size}: no complete step"
+        raise PackschedSlimeError(
+            f"num_rollouts ({len(rollouts)}) < global_batch_size ({global_batch_size}): no "
+            "complete step"
         )
     count = len(rollouts) // global_batch_size
     return [rollouts[s * global_batch_size : (s + 1) * global_batch_size] for s in range(count)]
@@ -161,9 +191,9 @@ def _token_budget_steps(rollouts, lengths, budget, dp_size):
         steps.append(rollouts[start:chosen])
         start = chosen
     if not steps:
-        raise ValueError(
-            f"{len(rollouts)} rollouts cannot form a step of global_batch_tokens {budget} with "
-            f"dp_size {dp_size}"
+        raise PackschedSlimeError(
+            f"num_rollouts ({len(rollouts)}) cannot form a step of global_batch_tokens {budget} "
+            f"with dp_size {dp_size}"
         )
     return steps
 
@@ -171,7 +201,7 @@ def _token_budget_steps(rollouts, lengths, budget, dp_size):
 def _static_micro_batches(n, micro_batch_size, align, step):
     mbs = [list(range(i, min(i + micro_batch_size, n))) for i in range(0, n, micro_batch_size)]
     if len(mbs) % align:
-        raise ValueError(
+        raise PackschedSlimeError(
             f"step {step}: {n} samples in micro-batches of {micro_batch_size} make {len(mbs)}, "
             f"not a multiple of dp_size x the VPP group ({align}); a static micro-batch cannot "
             "be split: make the step's samples a multiple of "
@@ -188,7 +218,7 @@ def _dynamic_micro_batches(lengths, cap, align, step):
     bound = planner.local_bound(lengths, cap, progress=False, **options).k
     k = max(align, -(-bound // align) * align)
     if k > len(lengths):
-        raise ValueError(
+        raise PackschedSlimeError(
             f"step {step}: {len(lengths)} samples cannot fill {k} micro-batches (a multiple of "
             f"dp_size x the VPP group, {align}) without an empty one"
         )

@@ -3,7 +3,9 @@
     from packsched.compat.slime import build_dp_schedule  # slime.utils.dp_schedule's, swapped in
 
 ``build_dp_schedule`` takes slime's arguments and returns slime's 4-tuple, so a slime user swaps
-one import; packsched decides the micro-batches (see its docstring). ``split_global_batch`` is
+one import; packsched decides the micro-batches (see its docstring). Where slime asserts, it
+raises ``PackschedSlimeError``, both a ValueError and an AssertionError, so slime's callers catch
+it as they catch slime's. ``split_global_batch`` is
 packsched's own entry point:
 
 slime counts micro-batches by first fit under ``max_tokens_per_gpu`` and then deals the bins to
@@ -18,9 +20,14 @@ at most the first-fit-decreasing bins of the global batch over the ranks, rounde
 import warnings
 
 from .. import planner
-from ._slime_schedule import build_dp_schedule
+from ._slime_schedule import PackschedSlimeError, build_dp_schedule
 
-__all__ = ["build_dp_schedule", "split_global_batch", "get_minimum_num_micro_batch_size"]
+__all__ = [
+    "build_dp_schedule",
+    "split_global_batch",
+    "get_minimum_num_micro_batch_size",
+    "PackschedSlimeError",
+]
 
 
 def get_minimum_num_micro_batch_size(total_lengths, max_tokens_per_gpu):

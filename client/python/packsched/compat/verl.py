@@ -20,8 +20,10 @@ uses packsched's attention-aware cost (24576·L + L², verl's workload estimate)
 ``cost="tokens"`` is passed. The partition helpers balance any non-negative integers (sequence
 lengths, or workloads beyond 2^31) with packsched's Karmarkar–Karp / LPT; verl's assertions
 become ValueError. Nested (jagged) ``input_ids`` give the lengths where torch has the jagged
-layout (torch >= 2.2), as verl reads them; an older torch refuses them with a ValueError that
-says so.
+layout (torch >= 2.2), as verl reads them, and every jagged entry of the batch (a dict, a
+TensorDict or a DataProto's) is split into micro-batches that keep its layout and ragged
+dimension, as verl's ``index_select_tensor_dict`` does; an older torch refuses them with a
+ValueError that says so.
 
 Through a sidecar (``use_sidecar``), call ``set_global_step(data.meta_info["global_steps"])`` at
 the start of each step in the worker: rounds are then numbered from the trainer's step, and a
