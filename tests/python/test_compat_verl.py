@@ -116,7 +116,7 @@ def free_port():
         return s.getsockname()[1]
 
 
-def run_dp_ranks(per_rank, cap, timeout=60, dp_group="world"):
+def run_dp_ranks(per_rank, cap, timeout=120, dp_group="world"):
     """Runs helpers/verl_dp_rank.py once per rank (a gloo group on loopback); returns each rank's
     JSON line and exit status. A rank still running after ``timeout`` s fails the test (a hang).
     ``dp_group``: "world" or "none" (what each rank passes as dp_group)."""
@@ -164,13 +164,13 @@ def test_ranks_of_a_dp_group_agree_on_the_count():
 def test_dp_group_none_synchronises_nothing_as_verl_does():
     # verl all-reduces the count only over a given dp_group: with None each rank keeps its own
     # count (here 1 and 6) and none waits on a collective.
-    results, codes = run_dp_ranks([[100] * 4, [900] * 12], 2000, timeout=30, dp_group="none")
+    results, codes = run_dp_ranks([[100] * 4, [900] * 12], 2000, timeout=120, dp_group="none")
     assert codes == [0, 0], results
     assert [r["num_micro_batches"] for r in results] == [1, math.ceil(12 * 900 / 2000)]
 
 
 def test_a_rank_with_an_empty_batch_joins_the_count_and_gets_empty_micro_batches():
-    results, codes = run_dp_ranks([[], [900] * 12], 2000, timeout=30)
+    results, codes = run_dp_ranks([[], [900] * 12], 2000, timeout=120)
     assert codes == [0, 0], results
     heavy_k = math.ceil(12 * 900 / 2000)
     assert [r["num_micro_batches"] for r in results] == [heavy_k, heavy_k]
@@ -180,7 +180,7 @@ def test_a_rank_with_an_empty_batch_joins_the_count_and_gets_empty_micro_batches
 def test_a_rank_that_cannot_plan_makes_every_rank_fail_instead_of_hanging():
     # Rank 0's second row has no token: its planner raises. It must still join the all-reduce
     # so rank 1 learns of it and raises too.
-    results, codes = run_dp_ranks([[100, 0, 50], [900] * 4], 2000, timeout=30)
+    results, codes = run_dp_ranks([[100, 0, 50], [900] * 4], 2000, timeout=120)
     assert codes == [1, 1], results
     assert results[0]["error"].startswith("ValueError") and "lengths[1] = 0" in results[0]["error"]
     for other in results[1:]:
