@@ -6,7 +6,7 @@ on a pre-tokenized dataset: unpacked (padded rows, attention masks) and packed b
 position_ids from ``seq_lengths``). Each step takes the whole dataset, so both runs see the same
 tokens and their losses must agree to float32 rounding. Packed rows run under transformers' own
 padding-free path (sdpa, whose mask is built from the position_ids) and under packsched's varlen
-attention registered here as a minimal attention function (tests/python/helpers/hf_varlen.py).
+attention as the library registers it (``packsched.integrations.transformers``, "packsched_varlen").
 The BFD check compares packsched's bins with ``trl.pack_dataset``'s own on random lengths.
 """
 
@@ -27,8 +27,9 @@ transformers = pytest.importorskip("transformers")
 
 from packsched.integrations.trl import pack_dataset  # noqa: E402
 
+from packsched.integrations.transformers import VARLEN, register  # noqa: E402
+
 sys.path.insert(0, str(Path(__file__).parent / "helpers"))
-from hf_varlen import VARLEN, register_varlen  # noqa: E402
 from tiny_lm import tiny_model, tiny_tokenizer, VOCAB  # noqa: E402
 
 # Losses of packed and unpacked runs of the same weights on the same tokens, float32: they differ
@@ -184,7 +185,7 @@ def unpacked_losses(sequences, tmp_path_factory):
 def test_padding_free_training_matches_unpacked(
     sequences, unpacked_losses, tmp_path, strategy, attention
 ):
-    register_varlen()
+    register()
     packed = pack_dataset(sequences, SEQ_LENGTH, strategy)
     assert len(packed) < len(sequences)  # rows were really shared
     losses, trainer = sft_losses(tmp_path, packed, attention, padding_free=True, max_length=None)
