@@ -42,7 +42,14 @@ if(PACKSCHED_WITH_NCCL)
 endif()
 
 if(PACKSCHED_WITH_PYTHON)
-  set(Python_EXECUTABLE ${PACKSCHED_PYTHON})  # FindPython takes this interpreter, no other
+  if(SKBUILD)
+    # A wheel build (pip install ., python -m build): scikit-build-core passes the interpreter the
+    # wheel is for as Python_EXECUTABLE. It wins over PACKSCHED_PYTHON, whose default
+    # (/usr/bin/python3) would build the modules for another Python than the wheel's tags say.
+    set(PACKSCHED_PYTHON ${Python_EXECUTABLE})
+  else()
+    set(Python_EXECUTABLE ${PACKSCHED_PYTHON})  # FindPython takes this interpreter, no other
+  endif()
   find_package(Python COMPONENTS Interpreter Development.Module)
   # The interpreter's own pybind11 (PyPI's, in the venv) wins over the system's: it is the one
   # made for the interpreter's numpy. Modules built with a pybind11 before 2.12 misread numpy 2's
@@ -65,7 +72,10 @@ if(PACKSCHED_WITH_PYTHON)
         "(${pybind11_DIR}); pip install 'pybind11>=2.12' into ${Python_EXECUTABLE}'s environment")
     endif()
   endif()
-  if(NOT Python_FOUND OR NOT pybind11_FOUND)
+  if((NOT Python_FOUND OR NOT pybind11_FOUND) AND SKBUILD)
+    # A wheel is the Python package: without it there is nothing to build.
+    message(FATAL_ERROR "packsched: a wheel build needs Python (its headers) and pybind11")
+  elseif(NOT Python_FOUND OR NOT pybind11_FOUND)
     message(STATUS "packsched: Python or pybind11 not found, Python package off")
     set(PACKSCHED_WITH_PYTHON OFF)
   endif()
