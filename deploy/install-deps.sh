@@ -12,7 +12,7 @@ packages=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev libspdlog-dev libgtest-dev libgmock-dev libbenchmark-dev
   libgloo-dev libdlpack-dev pybind11-dev python3-dev nlohmann-json3-dev
-  python3-venv python3-pip python3-setuptools python3-wheel
+  python3-venv python3-pip
   black flake8 clang-tidy
   libgoogle-perftools-dev
   prometheus-cpp-dev prometheus
