@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Compares the cost of two builds of the sidecar: CPU time and instructions per plan.
 
-    /usr/bin/python3 tests/bench/ab_cost.py --base=OLD/build --new=build [--pairs=5] [--callgrind]
+    .venv/bin/python tests/bench/ab_cost.py --base=OLD/build --new=build [--pairs=5] [--callgrind]
         [--callgrind_runs=N]
 
 Two measures, each run on both builds in the same minutes:

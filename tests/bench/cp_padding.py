@@ -6,7 +6,7 @@ of 2 * cp * tp (the head-tail layout), as a share of the real tokens, on two len
 - long: a long-context mix, lognormal with median 32,768 tokens, sigma 0.8, clamped to
   [4,096, 131,072] (Python's Mersenne Twister, seed fixed).
 
-    PYTHONPATH=build/python /usr/bin/python3 tests/bench/cp_padding.py [--n 4096] [--seed 1]
+    PYTHONPATH=build/python .venv/bin/python tests/bench/cp_padding.py [--n 4096] [--seed 1]
 """
 import argparse
 import math

@@ -2,7 +2,7 @@
 """Latency of one Plan from Python against a local sidecar (target: p50 under 5 ms for
 1,024 sequences), beside the in-process planner on the same input.
 
-    PYTHONPATH=build/python /usr/bin/python3 tests/bench/python_client_bench.py \
+    PYTHONPATH=build/python .venv/bin/python tests/bench/python_client_bench.py \
         [--n 1024] [--calls 500]
 """
 

@@ -8,7 +8,7 @@ two), so what the storm costs Plan is the sidecar's own work for it, not the scr
 storm: --storm_procs processes, each opening a connection per scrape (GET /metrics, read to the
 end), at most --storm_rate scrapes/s in all (0: as fast as they go).
 
-  PYTHONPATH=build/python /usr/bin/python3 tests/bench/scrape_storm.py \\
+  PYTHONPATH=build/python .venv/bin/python tests/bench/scrape_storm.py \\
       --server new=build/bin/packsched-server --server base=BASE/build/bin/packsched-server
 """
 

@@ -6,7 +6,7 @@ a connected client, which stays connected; SIGTERM follows the answer after a de
 from SIGTERM to the process's exit is measured. Cases: a 100-sequence plan, and a
 1,048,576-sequence plan (a response of about 20 MB), each with delays of 0, 0.5 and 2 s.
 
-Run: PYTHONPATH=build/python /usr/bin/python3 tests/bench/shutdown_bench.py \
+Run: PYTHONPATH=build/python .venv/bin/python tests/bench/shutdown_bench.py \
          --server build/bin/packsched-server [--repeat 3]
 """
 

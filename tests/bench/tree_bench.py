@@ -21,7 +21,7 @@ are proportional to. "fewest": a floor under the tokens any plan can forward at 
 "tree / fewest" is how far the planner's cut is from the best cut. Python's Mersenne Twister,
 seed fixed.
 
-    PYTHONPATH=build/python /usr/bin/python3 tests/bench/tree_bench.py [--rollouts 4096] \
+    PYTHONPATH=build/python .venv/bin/python tests/bench/tree_bench.py [--rollouts 4096] \
         [--cap 65536] [--seed 1] [--repeat 5]
 """
 import argparse

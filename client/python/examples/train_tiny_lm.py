@@ -22,7 +22,7 @@ once per rollout) and tree packing (examples/tree_packing.py: each group one tre
 forwarded once; tree attention and the multi-target cross entropy), both with the plan's loss
 weights. Rank 0 prints both step times and the tokens each forwards.
 
-    PYTHONPATH=build/python /usr/bin/python3 client/python/examples/train_tiny_lm.py \\
+    PYTHONPATH=build/python .venv/bin/python client/python/examples/train_tiny_lm.py \\
         [--world_size 2] [--context_parallel 1] [--steps 3] [--sequences 48] [--max_len 512] \\
         [--max_token_len 4096] [--tree [--group_size 8]]
 

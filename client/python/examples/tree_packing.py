@@ -14,7 +14,7 @@ kernels do the rest (docs/design.md, "Tree packing"):
 
 Run it to see the float64 gradient against the padded per-rollout batch and a few SGD steps:
 
-    PYTHONPATH=build/python /usr/bin/python3 client/python/examples/tree_packing.py
+    PYTHONPATH=build/python .venv/bin/python client/python/examples/tree_packing.py
 """
 
 import math
