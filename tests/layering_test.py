@@ -51,6 +51,8 @@ LIBRARIES = {
     "numpy": ((), ("numpy",)),
     "torch": ((), ("torch",)),
     "transformers": ((), ("transformers",)),
+    "tensordict": ((), ("tensordict",)),
+    "datasets": ((), ("datasets", "pyarrow")),
 }
 
 # Where include paths that are not repository paths live: the generated protobuf/gRPC headers
@@ -171,14 +173,15 @@ LAYERS = {
     "py/compat": Layer(
         ("packsched.compat",),
         ("py/planner", "py/kernels", "py/client", "py/tree"),
-        ("numpy", "torch"),
+        ("numpy", "torch", "tensordict"),
     ),
-    # packsched's kernels registered in other libraries' extension points (Hugging Face
-    # transformers' attention registry); nothing in the package imports them.
+    # packsched in other libraries' extension points: the kernels in Hugging Face transformers'
+    # attention registry, the planner as TRL's dataset packing (datasets' tables, pyarrow);
+    # nothing in the package imports them.
     "py/integrations": Layer(
         ("packsched.integrations",),
-        ("py/kernels",),
-        ("numpy", "torch", "transformers"),
+        ("py/kernels", "py/planner"),
+        ("numpy", "torch", "transformers", "datasets"),
     ),
     # packsched/__init__.py (its own name, so that a new module is in no layer until placed).
     "py/package": Layer(("packsched.__init__",), ("py/client", "py/kernels", "py/planner")),
