@@ -65,6 +65,14 @@ void SchedulerService::RefuseNewCalls() { refusing_.store(true, std::memory_orde
 
 void SchedulerService::StopPlanning() { planning_.Shutdown(); }
 
+absl::Status SchedulerService::PlanningStarted() const {
+  const absl::Status started = planning_.started();
+  if (started.ok()) return absl::OkStatus();
+  return absl::Status(started.code(),
+                      absl::StrCat("--planning_threads = ", options_.planning_threads,
+                                   ": cannot start the planning workers: ", started.message()));
+}
+
 void SchedulerService::RunOnWorker(
     metrics::Method method, grpc::CallbackServerContext* context, ServiceCall* call,
     absl::AnyInvocable<absl::Status(const std::function<absl::Status()>& stop) &&> work,
