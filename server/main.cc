@@ -9,6 +9,7 @@
 //   server/sidecar/metrics.*      --metrics_listen: Prometheus metrics at /metrics
 //   server/sidecar/process.*      signals and --port_file
 //   server/sidecar/command_line.* parsing the flags: --help, --version, exit codes
+//   server/sidecar/flag_checks.*  every flag's value checked before anything starts
 
 #include <cstdio>
 #include <cstdlib>
@@ -24,6 +25,7 @@
 #include "server/base/logging.h"
 #include "server/service/server.h"
 #include "server/sidecar/command_line.h"
+#include "server/sidecar/flag_checks.h"
 #include "server/sidecar/flags.h"
 #include "server/sidecar/probe.h"
 #include "server/sidecar/process.h"
@@ -49,6 +51,11 @@ int main(int argc, char** argv) {
 #endif
   if (const std::optional<int> exit_code = sidecar::ParseCommandLine(argc, argv)) {
     return *exit_code;
+  }
+  // Every flag, before anything is started or written: a usage error is one line and exit 2.
+  if (const absl::Status s = sidecar::CheckFlags(); !s.ok()) {
+    std::fprintf(stderr, "packsched-server: %s\n", std::string(s.message()).c_str());
+    return sidecar::kUsageError;
   }
   if (absl::Status s = packsched::InitLogging("packsched-server", absl::GetFlag(FLAGS_log_level));
       !s.ok()) {
@@ -85,15 +92,17 @@ int main(int argc, char** argv) {
       packsched::service::SchedulerServer::Start(*options);
   if (!server.ok()) return Fail(server.status());
   const int port = (*server)->port();
-  if (const std::string path = absl::GetFlag(FLAGS_port_file); !path.empty()) {
-    if (absl::Status s = sidecar::WritePortFile(path, port); !s.ok()) return Fail(s);
-  }
   std::unique_ptr<packsched::metrics::MetricsEndpoint> metrics_endpoint;
   if (metrics != nullptr) {
     absl::StatusOr<std::unique_ptr<packsched::metrics::MetricsEndpoint>> served =
         sidecar::ServeMetrics(metrics_flags, *metrics, **server);
     if (!served.ok()) return Fail(served.status());
     metrics_endpoint = *std::move(served);
+  }
+  // Last: the port file says that everything asked for is served (a metrics address that cannot
+  // be bound fails the start before it exists).
+  if (const std::string path = absl::GetFlag(FLAGS_port_file); !path.empty()) {
+    if (absl::Status s = sidecar::WritePortFile(path, port); !s.ok()) return Fail(s);
   }
   spdlog::info("serving packsched.v1.Scheduler on {} (port {}){}{}; rank {} of {}{}{}",
                options->listen, port, options->tls_cert.empty() ? "" : ", TLS",

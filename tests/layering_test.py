@@ -48,6 +48,7 @@ LIBRARIES = {
     "benchmark": (("benchmark/",), ()),
     "prometheus": (("prometheus/",), ()),
     "nlohmann": (("nlohmann/",), ()),
+    "openssl": (("openssl/",), ()),
     "numpy": ((), ("numpy",)),
     "torch": ((), ("torch",)),
     "transformers": ((), ("transformers",)),
@@ -92,7 +93,7 @@ LAYERS = {
         ("absl", "spdlog", "grpc", "protobuf"),
     ),
     # TLS credentials and bearer-token rules (one library, used by every gRPC endpoint).
-    "credentials": Layer(("server/security",), ("base",), ("absl", "grpc")),
+    "credentials": Layer(("server/security",), ("base",), ("absl", "grpc", "openssl")),
     # The packsched-server binary: main.cc and what it is split into (flags, wiring, probe).
     "main": Layer(
         ("server/main.cc", "server/sidecar"),

@@ -9,6 +9,10 @@
 
 namespace packsched {
 
+// OK when `level` is one InitLogging takes; otherwise InvalidArgument "log level 'x' is not
+// one of trace, debug, info, warn, error, off". Touches no logger.
+absl::Status CheckLogLevel(absl::string_view level);
+
 // Installs a stderr logger named `program` as spdlog's default, at `level` ("trace", "debug",
 // "info", "warn", "error", "off"). Returns InvalidArgument naming the level if it is unknown.
 // Call once at startup, before other threads log. Not thread-safe against concurrent logging.

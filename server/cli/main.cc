@@ -3,21 +3,27 @@
 //   packsched plan --lengths=FILE --max_token_len=16384 [--format=json] ...
 //   packsched plan --help
 //
-// stdout carries only the table or the JSON; errors go to stderr. Exit status: 0 on success,
-// 1 for bad input or a plan that cannot be made, 2 for a usage error this file detects (absl
-// itself exits with 1 on an unknown flag).
+// stdout carries only the table or the JSON; errors go to stderr, one line each. Exit status: 0
+// on success, 1 for bad input (the lengths, the forest) or a plan that cannot be made, 2 for a
+// usage error: a command line absl's parser would refuse (checked first: it would exit 1), a
+// flag's value out of its range, flags that do not go together, or a file a flag names that
+// cannot be read — all found before any input is read.
 
 #include <cstdio>
+#include <iostream>
 #include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
-#include "absl/flags/parse.h"
+#include "absl/flags/internal/parse.h"
+#include "absl/flags/internal/usage.h"
+#include "absl/flags/usage.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "server/base/command_line.h"
 #include "server/cli/json_output.h"
 #include "server/cli/plan_command.h"
 #include "server/cli/plan_flags.h"
@@ -39,7 +45,6 @@ constexpr absl::Duration kProgressEvery = absl::Seconds(10);
 
 int Fail(const absl::Status& status, int code) {
   std::fprintf(stderr, "packsched: %s\n", std::string(status.message()).c_str());
-  if (code == kUsage) std::fprintf(stderr, "run 'packsched plan --help' for the flags\n");
   return code;
 }
 
@@ -77,6 +82,7 @@ absl::StatusOr<std::string> PlanTree(const std::string& path, const PlanRequest&
 }
 
 int Plan() {
+  if (absl::Status status = CheckInputFlags(); !status.ok()) return Fail(status, kUsage);
   absl::StatusOr<PlanRequest> request = RequestFromFlags();
   if (!request.ok()) return Fail(request.status(), kUsage);
   absl::StatusOr<OutputFormat> format = FormatFromFlags();
@@ -131,7 +137,24 @@ int Main(int argc, char** argv) {
     std::fputs(HelpText().c_str(), stdout);
     return 0;
   }
-  const std::vector<char*> args = absl::ParseCommandLine(argc, argv);
+  absl::SetProgramUsageMessage(
+      "packsched plan [flags]: offline planning ('packsched plan --help')");
+  CommandLineRules rules;
+  rules.program = "packsched";
+  rules.positional = true;  // the command
+  if (absl::Status status = CheckCommandLine(argc, argv, rules); !status.ok()) {
+    return Fail(status, kUsage);
+  }
+  // Abseil's parser, told to leave its other help flags (--helpfull, --version, ...) to us: it
+  // would exit 1 after them.
+  const std::vector<char*> args = absl::flags_internal::ParseCommandLineImpl(
+      argc, argv, absl::flags_internal::ArgvListAction::kRemoveParsedArgs,
+      absl::flags_internal::UsageFlagsAction::kIgnoreUsage,
+      absl::flags_internal::OnUndefinedFlag::kAbortIfUndefined);
+  if (absl::flags_internal::HandleUsageFlags(std::cout, absl::ProgramUsageMessage()) != -1) {
+    std::cout.flush();
+    return 0;
+  }
   if (args.size() < 2) {
     return Fail(absl::InvalidArgumentError("missing the command; usage: packsched plan [flags]"),
                 kUsage);

@@ -57,6 +57,25 @@ absl::Status CheckRequest(const PlanRequest& r) {
         absl::StrCat("--", planner::schema::OptionNamed("Cap"),
                      "=TOKENS is required (or --num_parts=K for a fixed micro-batch count)"));
   }
+  // The options alone, in the planner's words ("min_micro_batches = 0: must be in [1, ...]"):
+  // their names are the flags'.
+  if (absl::Status s = planner::CheckOptions(o); !s.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("--", s.message()));
+  }
+  if (r.num_parts > o.max_micro_batches) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--num_parts = ", r.num_parts, ": must be at most --",
+                     planner::schema::OptionNamed("Ceiling"), " = ", o.max_micro_batches));
+  }
+  if (r.world_size > planner::kMaxWorldSize) {
+    return absl::InvalidArgumentError(absl::StrCat("--world_size = ", r.world_size,
+                                                   ": must be at most ", planner::kMaxWorldSize));
+  }
+  if (r.balance.micro_batch_cost < 0 || r.balance.micro_batch_cost > planner::kMaxMicroBatchCost) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--micro_batch_cost = ", r.balance.micro_batch_cost, ": must be in [0, ",
+                     planner::kMaxMicroBatchCost, "]"));
+  }
   return absl::OkStatus();
 }
 

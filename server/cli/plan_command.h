@@ -41,10 +41,13 @@ struct PlanRun {
   double plan_seconds = 0.0;  // wall time of the planner call alone
 };
 
-// Whether `request` names one consistent job. Returns InvalidArgument for a missing cap
-// (neither max_token_len nor num_parts), equal_size without num_parts, num_parts with a
-// packing algorithm, a negative num_parts or world_size, world_size with num_parts or a packing
-// algorithm, or sync / micro_batch_cost without world_size. The planner checks everything else.
+// Whether `request` names one consistent job, before any length is read. Returns
+// InvalidArgument for a missing cap (neither max_token_len nor num_parts), equal_size without
+// num_parts, num_parts with a packing algorithm, a negative num_parts or world_size, world_size
+// with num_parts or a packing algorithm, sync / micro_batch_cost without world_size, options
+// that planner::CheckOptions refuses (its message after "--"), num_parts above
+// max_micro_batches, world_size above kMaxWorldSize, or micro_batch_cost outside
+// [0, kMaxMicroBatchCost]. The planner checks the lengths.
 absl::Status CheckRequest(const PlanRequest& request);
 
 // CheckRequest(request), then runs it (with request.model, the cost weights from the model and

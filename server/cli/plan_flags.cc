@@ -14,6 +14,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "server/base/file_check.h"
 #include "server/base/status_macros.h"
 #include "server/cli/read_lengths.h"
 #include "server/cli/read_model_config.h"
@@ -126,6 +128,18 @@ absl::Status ParsePair(const std::string& value, planner::PlanOptions& o) {
     return absl::InvalidArgumentError(absl::StrCat("--", PACKSCHED_WEIGHT_PAIR_KEY, "=", value,
                                                    ": expected two integers A,B (e.g. 24576,1)"));
   }
+  // The pair's own words for the planner's ranges (it would name the fields, not this flag).
+  for (const int64_t weight : {parsed.attention.linear, parsed.attention.quadratic}) {
+    if (weight < 0 || weight > planner::kMaxAttentionWeight) {
+      return absl::InvalidArgumentError(absl::StrCat("--", PACKSCHED_WEIGHT_PAIR_KEY, "=", value,
+                                                     ": each weight must be 0..",
+                                                     planner::kMaxAttentionWeight));
+    }
+  }
+  if (parsed.attention.linear == 0 && parsed.attention.quadratic == 0) {
+    return absl::InvalidArgumentError(absl::StrCat("--", PACKSCHED_WEIGHT_PAIR_KEY, "=", value,
+                                                   ": both weights 0 make every cost 0"));
+  }
   o = parsed;
   return absl::OkStatus();
 }
@@ -171,8 +185,16 @@ absl::StatusOr<PlanRequest> RequestFromFlags() {
   ASSIGN_OR_RETURN(r.balance.sync,
                    ParseFlag("sync", absl::GetFlag(FLAGS_sync), planner::ParseSync));
   if (const std::string path = absl::GetFlag(FLAGS_model_config); !path.empty()) {
-    ASSIGN_OR_RETURN(std::string text, ReadInput(path));
-    ASSIGN_OR_RETURN(r.model, ParseModelConfig(text, path));
+    absl::StatusOr<std::string> text = ReadInput(path);
+    absl::StatusOr<ModelFields> model =
+        text.ok() ? ParseModelConfig(*text, path) : absl::StatusOr<ModelFields>(text.status());
+    if (!model.ok()) {
+      // Named by the flag: "--model_config=PATH: <why>" (the reader's message names the path).
+      absl::string_view why = model.status().message();
+      absl::ConsumePrefix(&why, absl::StrCat(path, ": "));
+      return absl::InvalidArgumentError(absl::StrCat("--model_config=", path, ": ", why));
+    }
+    r.model = *std::move(model);
   }
   // In the CLI's order (the table's `json` column): the first bad name is the one reported.
   for (int position = 0; position < std::ssize(planner::schema::kPlanOptions); ++position) {
@@ -214,6 +236,23 @@ absl::StatusOr<std::optional<JsonlField>> JsonlFieldFromFlags() {
 }
 
 bool ProgressFromFlags() { return absl::GetFlag(FLAGS_progress); }
+
+namespace {
+
+absl::Status CheckPath(absl::string_view flag, const std::string& path, bool input) {
+  if (path.empty() || (input && path == "-")) return absl::OkStatus();
+  const absl::Status s = input ? CheckReadableInput(path) : CheckReadableFile(path);
+  if (s.ok()) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat("--", flag, "=", path, ": ", s.message()));
+}
+
+}  // namespace
+
+absl::Status CheckInputFlags() {
+  RETURN_IF_ERROR(CheckPath("lengths", absl::GetFlag(FLAGS_lengths), /*input=*/true));
+  RETURN_IF_ERROR(CheckPath("tree", absl::GetFlag(FLAGS_tree), /*input=*/true));
+  return CheckPath("model_config", absl::GetFlag(FLAGS_model_config), /*input=*/false);
+}
 
 std::string HelpText() {
   const absl::string_view cap = planner::schema::OptionNamed("Cap");

@@ -15,9 +15,10 @@ namespace packsched::cli {
 enum class OutputFormat { kTable, kJson };
 
 // The request the parsed flags describe. Returns InvalidArgument naming the flag and value for
-// an unknown name (--algorithm, --cap_mode, --cost, --overlong, --order), a malformed
-// --attention_cost, or --attention_cost without --cost=attention. Value ranges are the
-// planner's to check. REQUIRES: absl::ParseCommandLine has run.
+// an unknown name (--algorithm, --cap_mode, --cost, --overlong, --order, --sync), a malformed
+// --attention_cost or one whose weights are outside [0, 2^32], --attention_cost without
+// --cost=attention, or a --model_config that cannot be read or parsed. The options' other
+// ranges are checked by CheckRequest. REQUIRES: absl::ParseCommandLine has run.
 absl::StatusOr<PlanRequest> RequestFromFlags();
 
 // --format; InvalidArgument for anything but "table" or "json".
@@ -35,6 +36,11 @@ absl::StatusOr<std::optional<JsonlField>> JsonlFieldFromFlags();
 
 // --progress: whether a long run reports on stderr.
 bool ProgressFromFlags();
+
+// The files the flags name, before any is read: --lengths and --tree (unless empty or "-" for
+// stdin) exist and can be read (a regular file, a pipe or a character device: not a directory),
+// --model_config is a readable regular file. InvalidArgument "--flag=path: <why>".
+absl::Status CheckInputFlags();
 
 // The usage text: synopsis, examples and every flag of `packsched plan` with its default.
 std::string HelpText();

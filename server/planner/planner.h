@@ -91,6 +91,12 @@ absl::StatusOr<MicroBatchPlan> PackDataset(absl::Span<const int64_t> lengths,
                                            const PlanOptions& options,
                                            absl::Span<const int64_t> costs = {});
 
+// Checks `options` alone, before any length is read: the ranges, names and rules between
+// fields that the entry points above and BalanceBatch check (and in the same words). A cap of
+// 0 passes (PartitionFixedK needs none), and the algorithm may be a balancing or a packing one
+// (the entry point it suits is the caller's choice). Returns InvalidArgument naming the field.
+absl::Status CheckOptions(const PlanOptions& options);
+
 // Coordinator mode (docs/design.md §2): the whole global batch, balanced over `world_size` DP
 // ranks, then each rank's micro-batches with one common k.
 struct RankBatch {

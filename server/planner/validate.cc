@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "server/base/checked_math.h"
 #include "server/base/status_macros.h"
+#include "server/planner/planner.h"
 #include "server/planner/prepared.h"
 
 namespace packsched::planner::internal {
@@ -224,3 +225,13 @@ int64_t MaxCost(const Parts& parts, absl::Span<const Item> items) {
 }
 
 }  // namespace packsched::planner::internal
+
+namespace packsched::planner {
+
+absl::Status CheckOptions(const PlanOptions& options) {
+  const bool balancing =
+      options.algorithm == Algorithm::kKarmarkarKarp || options.algorithm == Algorithm::kLpt;
+  return internal::CheckOptions(options, /*cap_required=*/false, balancing);
+}
+
+}  // namespace packsched::planner

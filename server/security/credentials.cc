@@ -14,6 +14,7 @@
 #include "grpcpp/create_channel.h"
 #include "server/base/address.h"
 #include "server/base/status_macros.h"
+#include "server/security/pem_check.h"
 
 namespace packsched::security {
 namespace {
@@ -42,6 +43,9 @@ absl::StatusOr<std::string> ReadPemFile(const NamedPath& file) {
 }
 
 absl::StatusOr<std::string> ReadTokenFile(const NamedPath& file) {
+  // Reading a directory through a stream throws (and aborts the process).
+  std::error_code error;
+  if (std::filesystem::is_directory(file.path, error)) return Unreadable(file);
   std::ifstream in(file.path);
   if (!in) return Unreadable(file);
   const std::string contents((std::istreambuf_iterator<char>(in)),
@@ -66,11 +70,14 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(
   grpc::SslServerCredentialsOptions::PemKeyCertPair pair;
   ASSIGN_OR_RETURN(pair.private_key, ReadPemFile({"--tls_key", files.key}));
   ASSIGN_OR_RETURN(pair.cert_chain, ReadPemFile({"--tls_cert", files.cert}));
-  ssl.pem_key_cert_pairs.push_back(std::move(pair));
   if (!files.client_ca.empty()) {
     ASSIGN_OR_RETURN(ssl.pem_root_certs, ReadPemFile({"--tls_client_ca", files.client_ca}));
     ssl.client_certificate_request = GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY;
   }
+  // gRPC would take a key of another certificate and then only fail to listen.
+  RETURN_IF_ERROR(CheckKeyPair({"--tls_cert", files.cert}, pair.cert_chain,
+                               {"--tls_key", files.key}, pair.private_key));
+  ssl.pem_key_cert_pairs.push_back(std::move(pair));
   return grpc::SslServerCredentials(ssl);
 }
 

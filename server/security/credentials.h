@@ -7,7 +7,8 @@
 // (server/service/health_probe.cc) and the C++ client (client/cpp/scheduler_client.cc, which
 // links this library privately: its public header promises no gRPC).
 //
-//   files     ReadPemFile, ReadTokenFile: errors name the flag or option the path came from
+//   files     ReadPemFile, ReadTokenFile: errors name the flag or option the path came from;
+//             what the PEM files hold (a key that matches its certificate): pem_check.h
 //   servers   MakeServerCredentials (plaintext, or TLS optionally requiring client
 //             certificates); CheckTokenMayBeAccepted
 //   channels  MakeChannel (plaintext, or TLS with a CA, a client certificate and a server-name
@@ -51,7 +52,8 @@ struct NamedPath {
 absl::StatusOr<std::string> ReadPemFile(const NamedPath& file);
 
 // A bearer token: the file's contents without surrounding whitespace. InvalidArgument when it
-// cannot be read or holds nothing but whitespace ("<name> = '<path>' is empty").
+// cannot be read (or is a directory) or holds nothing but whitespace ("<name> = '<path>' is
+// empty").
 absl::StatusOr<std::string> ReadTokenFile(const NamedPath& file);
 
 // ---- Servers --------------------------------------------------------------------------------
@@ -67,7 +69,8 @@ struct ServerTlsFiles {
 
 // Plaintext credentials when no file is given; TLS with cert + key, requiring and verifying
 // client certificates when client_ca is set too. InvalidArgument for a cert without its key (or
-// the reverse), a client CA without TLS, or a file that cannot be read.
+// the reverse), a client CA without TLS, a file that cannot be read, or a key that is not the
+// certificate's (naming both files: pem_check.h, CheckKeyPair).
 absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(
     const ServerTlsFiles& files);
 

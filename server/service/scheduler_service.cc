@@ -65,6 +65,14 @@ void SchedulerService::RefuseNewCalls() { refusing_.store(true, std::memory_orde
 
 void SchedulerService::StopPlanning() { planning_.Shutdown(); }
 
+absl::Status SchedulerService::PlanningStarted() const {
+  const absl::Status started = planning_.started();
+  if (started.ok()) return absl::OkStatus();
+  return absl::Status(started.code(),
+                      absl::StrCat("--planning_threads = ", options_.planning_threads,
+                                   ": cannot start the planning workers: ", started.message()));
+}
+
 void SchedulerService::RunOnWorker(
     metrics::Method method, grpc::CallbackServerContext* context, ServiceCall* call,
     absl::AnyInvocable<absl::Status(const std::function<absl::Status()>& stop) &&> work,
@@ -78,10 +86,12 @@ void SchedulerService::RunOnWorker(
           if (stopping.load(std::memory_order_acquire)) {
             return absl::UnavailableError("the sidecar is shutting down: planning stopped");
           }
-          if (context->IsCancelled()) return absl::CancelledError("the caller cancelled the call");
+          // The deadline first: gRPC cancels a call whose deadline passed too, and that call
+          // (one that waited in the queue past it, or ran past it) is DEADLINE_EXCEEDED.
           if (std::chrono::system_clock::now() >= deadline) {
             return absl::DeadlineExceededError("the caller's deadline passed: planning stopped");
           }
+          if (context->IsCancelled()) return absl::CancelledError("the caller cancelled the call");
           return absl::OkStatus();
         };
         absl::Status status = stop();

@@ -82,6 +82,9 @@ class SchedulerService final
   // (UNAVAILABLE, not marked as served); later ones are refused. The second step of a shutdown.
   // Thread-safe.
   void StopPlanning();
+  // OK when every planning worker asked for (Options::planning_threads) could be started;
+  // otherwise ResourceExhausted naming --planning_threads and the system's reason.
+  absl::Status PlanningStarted() const;
   // Calls of this process not yet done: from their arrival until their response has been
   // written (service_call.h). Thread-safe.
   static int64_t CallsInProgress();

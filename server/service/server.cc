@@ -76,6 +76,7 @@ absl::StatusOr<std::unique_ptr<SchedulerServer>> SchedulerServer::Start(
   service_options.planning_queue = options.planning_queue;
   state->service =
       std::make_unique<SchedulerService>(state->coordinator.get(), std::move(service_options));
+  RETURN_IF_ERROR(state->service->PlanningStarted());
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();

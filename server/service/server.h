@@ -60,9 +60,10 @@ struct ServerOptions {
 
 class SchedulerServer {
  public:
-  // Builds and starts the server. Returns InvalidArgument for unreadable TLS files or without
-  // agreements, FailedPrecondition for a token without TLS on a non-loopback address,
-  // Unavailable if it cannot bind.
+  // Builds and starts the server. Returns InvalidArgument for unreadable TLS files, a key that
+  // is not its certificate's (naming both files) or without agreements, FailedPrecondition for
+  // a token without TLS on a non-loopback address, ResourceExhausted when the system refuses a
+  // planning worker thread, Unavailable if it cannot bind.
   static absl::StatusOr<std::unique_ptr<SchedulerServer>> Start(const ServerOptions& options);
 
   ~SchedulerServer();  // Shutdown(absl::ZeroDuration()) if not done.

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <string>
+#include <system_error>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -16,10 +17,18 @@ WorkPool::WorkPool(int64_t threads, int64_t queue, const std::string& name)
   threads = std::max<int64_t>(threads, 1);
   workers_.reserve(threads);
   for (int64_t i = 0; i < threads; ++i) {
-    workers_.emplace_back([this, thread_name = absl::StrCat(name, "-", i)] {
-      NameThisThread(thread_name);
-      Work();
-    });
+    // std::thread throws when the system refuses a thread (RLIMIT_NPROC, pids.max): the one
+    // place this code catches, so that the caller can refuse to start instead of aborting.
+    try {
+      workers_.emplace_back([this, thread_name = absl::StrCat(name, "-", i)] {
+        NameThisThread(thread_name);
+        Work();
+      });
+    } catch (const std::system_error& e) {
+      started_ = absl::ResourceExhaustedError(
+          absl::StrCat("started ", i, " of ", threads, " threads: ", e.what()));
+      break;
+    }
   }
 }
 

@@ -28,7 +28,8 @@ class WorkPool {
   // A task: runs once on a worker. `stopping` reads true once the pool is shutting down.
   using Task = absl::AnyInvocable<void(const std::atomic<bool>& stopping) &&>;
 
-  // `threads` >= 1 workers (named `name`-N), at most `queue` (>= 0) tasks waiting for one.
+  // `threads` >= 1 workers (named `name`-N), at most `queue` (>= 0) tasks waiting for one. A
+  // worker the system refuses to create ends the starting there: started() says so.
   WorkPool(int64_t threads, int64_t queue, const std::string& name);
   // Shutdown(), then joins the workers.
   ~WorkPool();
@@ -46,6 +47,10 @@ class WorkPool {
   static int64_t DefaultThreads();
 
   int64_t threads() const { return static_cast<int64_t>(workers_.size()); }
+
+  // OK when every worker asked for was started; otherwise ResourceExhausted "started N of M
+  // threads: <the system's reason>" (the pool still works with the N).
+  absl::Status started() const { return started_; }
   int64_t queue_capacity() const { return queue_capacity_; }
 
  private:
@@ -58,6 +63,7 @@ class WorkPool {
   int64_t idle_ ABSL_GUARDED_BY(mu_) = 0;
   bool exiting_ ABSL_GUARDED_BY(mu_) = false;
   std::vector<std::thread> workers_;
+  absl::Status started_;
 };
 
 }  // namespace packsched::service

@@ -8,7 +8,6 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "server/base/status_macros.h"
-#include "server/planner/options.h"
 #include "server/security/credentials.h"
 #include "server/service/limits.h"
 
@@ -112,14 +111,6 @@ ABSL_FLAG(absl::Duration, shutdown_grace, absl::Seconds(5),
           "on SIGTERM/SIGINT, how long calls in progress may take to finish");
 
 namespace packsched::sidecar {
-namespace {
-
-absl::Status Positive(absl::string_view flag, int64_t value, int64_t min = 1) {
-  if (value >= min) return absl::OkStatus();
-  return absl::InvalidArgumentError(absl::StrCat("--", flag, " = ", value, ": must be >= ", min));
-}
-
-}  // namespace
 
 absl::StatusOr<service::ServerOptions> ServerOptionsFromFlags() {
   service::ServerOptions o;
@@ -140,35 +131,12 @@ absl::StatusOr<service::ServerOptions> ServerOptionsFromFlags() {
   l.max_outstanding_rounds = absl::GetFlag(FLAGS_max_outstanding_rounds);
   l.max_inflight_bytes = absl::GetFlag(FLAGS_max_inflight_bytes);
   l.collective_timeout = absl::GetFlag(FLAGS_collective_timeout);
-  RETURN_IF_ERROR(Positive("max_sequences_per_request", l.max_sequences_per_request));
-  RETURN_IF_ERROR(Positive("max_micro_batches", l.max_micro_batches));
-  if (l.max_micro_batches > planner::kMaxSequences) {
-    return absl::InvalidArgumentError(absl::StrCat("--max_micro_batches = ", l.max_micro_batches,
-                                                   ": at most ", planner::kMaxSequences));
-  }
-  RETURN_IF_ERROR(Positive("max_streams", l.max_streams));
-  if (l.stream_idle_timeout < absl::ZeroDuration()) {
-    return absl::InvalidArgumentError("--stream_idle_timeout must not be negative");
-  }
-  RETURN_IF_ERROR(Positive("max_cached_rounds", l.max_cached_rounds, 0));
-  RETURN_IF_ERROR(Positive("max_cached_bytes", l.max_cached_bytes, 0));
-  RETURN_IF_ERROR(Positive("max_outstanding_rounds", l.max_outstanding_rounds));
-  RETURN_IF_ERROR(Positive("max_inflight_bytes", l.max_inflight_bytes, 0));
-  if (l.collective_timeout <= absl::ZeroDuration()) {
-    return absl::InvalidArgumentError("--collective_timeout must be positive");
-  }
   o.max_receive_message_bytes = absl::GetFlag(FLAGS_max_receive_message_bytes);
   o.max_concurrent_streams = absl::GetFlag(FLAGS_max_concurrent_streams);
   o.resource_quota_bytes = absl::GetFlag(FLAGS_resource_quota_bytes);
   o.max_threads = absl::GetFlag(FLAGS_max_threads);
   o.planning_threads = absl::GetFlag(FLAGS_planning_threads);
   o.planning_queue = absl::GetFlag(FLAGS_planning_queue);
-  RETURN_IF_ERROR(Positive("planning_threads", o.planning_threads, 0));
-  RETURN_IF_ERROR(Positive("planning_queue", o.planning_queue, 0));
-  RETURN_IF_ERROR(Positive("max_receive_message_bytes", o.max_receive_message_bytes, 1024));
-  RETURN_IF_ERROR(Positive("max_concurrent_streams", o.max_concurrent_streams));
-  RETURN_IF_ERROR(Positive("resource_quota_bytes", o.resource_quota_bytes, 1 << 20));
-  RETURN_IF_ERROR(Positive("max_threads", o.max_threads, 2));
   o.build_version = PACKSCHED_VERSION;
   // What GetStatus reports before a stream forms its collective (a group of one is local).
   o.backend = absl::GetFlag(FLAGS_world_size) > 1 ? absl::GetFlag(FLAGS_backend) : "local";

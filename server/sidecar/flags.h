@@ -2,9 +2,9 @@
 #define PACKSCHED_SERVER_SIDECAR_FLAGS_H_
 
 // The flags of packsched-server (every one is defined in flags.cc; `--helpfull` lists them) and
-// the options they turn into: the server's (checked), the rank group's, the probe's, the status
-// command's and the metrics endpoint's (as given; StartRankGroup, RunProbe, RunStatus and
-// ServeMetrics check theirs).
+// the options they turn into: the server's, the rank group's, the probe's, the status command's
+// and the metrics endpoint's, as given. CheckFlags (flag_checks.h) checks every value first;
+// StartRankGroup, RunProbe, RunStatus and ServeMetrics still check what they are handed.
 
 #include <string>
 
@@ -24,8 +24,9 @@ ABSL_DECLARE_FLAG(absl::Duration, shutdown_grace);
 
 namespace packsched::sidecar {
 
-// --listen, TLS, --auth_token_file (read here), the limits and the gRPC settings, checked:
-// InvalidArgument names the flag at fault.
+// --listen, TLS, --auth_token_file (read here), the limits and the gRPC settings. Returns
+// InvalidArgument naming --auth_token_file when the file cannot be read or is empty (it may
+// have changed since CheckFlags). REQUIRES: CheckFlags() passed.
 absl::StatusOr<service::ServerOptions> ServerOptionsFromFlags();
 
 // --rank, --world_size, --rendezvous*, --backend, --gloo_*, --local_gpu.

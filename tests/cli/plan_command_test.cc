@@ -62,5 +62,29 @@ TEST(RunPlanTest, RefusesInconsistentRequests) {
   EXPECT_EQ(RunPlan(kLengths, negative).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
+// Every option's range is checked before a length is read, in the planner's words after "--"
+// (the options are named as the flags).
+TEST(CheckRequestTest, OptionRangesAndLimitsBeforeAnyLength) {
+  PlanRequest r;
+  r.options.max_token_len = 10240;
+  EXPECT_TRUE(CheckRequest(r).ok());
+  r.options.min_micro_batches = 0;
+  EXPECT_EQ(CheckRequest(r).message(), "--min_micro_batches = 0: must be in [1, 1000000]");
+  r.options.min_micro_batches = 1;
+  r.options.context_parallel = 2;
+  r.options.align_to = 3;
+  EXPECT_THAT(CheckRequest(r).message(), HasSubstr("--align_to = 3 is not a multiple of 4"));
+  r.options.align_to = 1;
+  r.num_parts = 1000001;
+  EXPECT_EQ(CheckRequest(r).message(),
+            "--num_parts = 1000001: must be at most --max_micro_batches = 1000000");
+  r.num_parts = 0;
+  r.world_size = (int64_t{1} << 20) + 1;
+  EXPECT_EQ(CheckRequest(r).message(), "--world_size = 1048577: must be at most 1048576");
+  r.world_size = 2;
+  r.balance.micro_batch_cost = -1;
+  EXPECT_THAT(CheckRequest(r).message(), HasSubstr("--micro_batch_cost = -1: must be in [0, "));
+}
+
 }  // namespace
 }  // namespace packsched::cli

@@ -11,6 +11,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "server/planner/options.h"
+#include "tests/testing/temp_dir.h"
 
 ABSL_DECLARE_FLAG(std::string, algorithm);
 ABSL_DECLARE_FLAG(std::string, cost);
@@ -23,11 +24,16 @@ ABSL_DECLARE_FLAG(int64_t, max_token_len);
 ABSL_DECLARE_FLAG(int64_t, num_parts);
 ABSL_DECLARE_FLAG(int64_t, align_to);
 ABSL_DECLARE_FLAG(bool, equal_size);
+ABSL_DECLARE_FLAG(std::string, lengths);
+ABSL_DECLARE_FLAG(std::string, tree);
+ABSL_DECLARE_FLAG(std::string, model_config);
 
 namespace packsched::cli {
 namespace {
 
 using ::testing::HasSubstr;
+
+using ::packsched::testing::TempDir;
 
 TEST(PlanFlagsTest, DefaultsAreThePlannersDefaults) {
   absl::FlagSaver saver;
@@ -84,11 +90,36 @@ TEST(PlanFlagsTest, BadValuesNameTheFlag) {
     absl::SetFlag(&FLAGS_attention_cost, bad);
     EXPECT_THAT(RequestFromFlags().status().message(), HasSubstr("--attention_cost=")) << bad;
   }
+  absl::SetFlag(&FLAGS_attention_cost, "-1,1");
+  EXPECT_EQ(RequestFromFlags().status().message(),
+            "--attention_cost=-1,1: each weight must be 0..4294967296");
+  absl::SetFlag(&FLAGS_attention_cost, "0,0");
+  EXPECT_EQ(RequestFromFlags().status().message(),
+            "--attention_cost=0,0: both weights 0 make every cost 0");
   absl::SetFlag(&FLAGS_cost, "tokens");
   absl::SetFlag(&FLAGS_attention_cost, "1,1");
   EXPECT_THAT(RequestFromFlags().status().message(), HasSubstr("only with --cost=attention"));
   absl::SetFlag(&FLAGS_format, "yaml");
   EXPECT_THAT(FormatFromFlags().status().message(), HasSubstr("--format=yaml"));
+}
+
+// The files the flags name are checked before anything is read; "-" is stdin.
+TEST(PlanFlagsTest, InputFilesAreCheckedFirst) {
+  absl::FlagSaver saver;
+  TempDir dir;
+  EXPECT_TRUE(CheckInputFlags().ok());
+  absl::SetFlag(&FLAGS_lengths, "-");
+  absl::SetFlag(&FLAGS_tree, "/dev/null");
+  EXPECT_TRUE(CheckInputFlags().ok());
+  absl::SetFlag(&FLAGS_lengths, dir.path());
+  EXPECT_EQ(CheckInputFlags().message(),
+            "--lengths=" + dir.path() + ": is a directory, not a file");
+  absl::SetFlag(&FLAGS_lengths, "");
+  absl::SetFlag(&FLAGS_tree, dir.File("missing"));
+  EXPECT_EQ(CheckInputFlags().message(), "--tree=" + dir.File("missing") + ": no such file");
+  absl::SetFlag(&FLAGS_tree, "");
+  absl::SetFlag(&FLAGS_model_config, "/dev/null");  // a config is a regular file
+  EXPECT_EQ(CheckInputFlags().message(), "--model_config=/dev/null: is not a regular file");
 }
 
 TEST(PlanFlagsTest, HelpListsEveryPlanFlagWithItsDefault) {

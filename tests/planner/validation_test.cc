@@ -25,6 +25,24 @@ void ExpectInvalid(const absl::Status& status, const std::string& mentions) {
   EXPECT_THAT(std::string(status.message()), HasSubstr(mentions));
 }
 
+// The options alone, before any length: what the entry points would refuse, in their words.
+TEST(CheckOptions, TheEntryPointsRulesWithoutLengths) {
+  EXPECT_TRUE(CheckOptions(PlanOptions()).ok());  // no cap: PartitionFixedK needs none
+  PlanOptions packing = Capped(100);
+  packing.algorithm = Algorithm::kBestFitDecreasing;
+  EXPECT_TRUE(CheckOptions(packing).ok());
+  PlanOptions bad = Capped(100);
+  bad.min_micro_batches = 0;
+  ExpectInvalid(CheckOptions(bad), "min_micro_batches = 0: must be in [1, 1000000]");
+  EXPECT_EQ(CheckOptions(bad).message(), PlanMicroBatches({5}, bad).status().message());
+  bad = Capped(-1);
+  ExpectInvalid(CheckOptions(bad), "max_token_len = -1");
+  bad = Capped(100);
+  bad.context_parallel = 2;
+  bad.align_to = 3;
+  ExpectInvalid(CheckOptions(bad), "align_to = 3 is not a multiple of 4");
+}
+
 TEST(Validation, NonPositiveLengthNamesIndexAndValue) {
   ExpectInvalid(PlanMicroBatches({5, 0, 3}, Capped(100)).status(), "lengths[1] = 0");
   ExpectInvalid(PlanMicroBatches({-7}, Capped(100)).status(), "lengths[0] = -7");

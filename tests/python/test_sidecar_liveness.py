@@ -145,6 +145,30 @@ def test_planning_stops_at_the_deadline(sidecar):
         assert len(stub.BalanceBatch(small, timeout=2).ranks) == 2
 
 
+def test_an_expired_deadline_is_counted_as_deadline_exceeded(tmp_path):
+    """A call that ran past its deadline, and one that waited in the queue past it, are both
+    DEADLINE_EXCEEDED in the sidecar's counters (gRPC also marks them cancelled)."""
+    flags = ("--planning_threads=1", "--planning_queue=1")
+    with Sidecar(tmp_path, *flags) as sidecar, channel_of(sidecar) as channel:
+        stub = scheduler_pb2_grpc.SchedulerStub(channel)
+        running = stub.BalanceBatch.future(heavy_request(), timeout=1.5)
+        assert busy_cpu(sidecar) > 0.1
+        queued = stub.BalanceBatch.future(heavy_request(), timeout=0.5)
+        for call in (queued, running):
+            with pytest.raises(grpc.RpcError) as late:
+                call.result()
+            assert late.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+        # The queued one is answered when the worker takes it, after the running one stopped.
+        deadline = time.monotonic() + 5
+        while True:
+            status = stub.GetStatus(scheduler_pb2.GetStatusRequest(), timeout=2)
+            errors = dict(status.counters.errors_by_code)
+            if sum(errors.values()) >= 2 or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
+        assert errors == {"DEADLINE_EXCEEDED": 2}
+
+
 def test_planning_stops_when_the_caller_cancels(sidecar):
     with channel_of(sidecar) as channel:
         stub = scheduler_pb2_grpc.SchedulerStub(channel)

@@ -25,7 +25,6 @@
 #include "server/sidecar/status.h"
 #include "tests/testing/temp_dir.h"
 
-ABSL_DECLARE_FLAG(int64_t, max_threads);
 ABSL_DECLARE_FLAG(std::string, auth_token_file);
 ABSL_DECLARE_FLAG(std::string, rendezvous);
 ABSL_DECLARE_FLAG(int64_t, world_size);
@@ -60,14 +59,12 @@ TEST(Flags, DefaultsMakeValidOptions) {
   EXPECT_TRUE(ProbeFlagsFromFlags().target.empty());
 }
 
-TEST(Flags, LimitsAndTheTokenFileAreChecked) {
-  absl::SetFlag(&FLAGS_max_threads, 1);
-  EXPECT_EQ(Message(ServerOptionsFromFlags().status()), "--max_threads = 1: must be >= 2");
-  absl::SetFlag(&FLAGS_max_threads, 64);
-
+TEST(Flags, TheTokenFileIsRead) {
   TempDir dir;
   absl::SetFlag(&FLAGS_auth_token_file, dir.File("missing"));
   EXPECT_THAT(Message(ServerOptionsFromFlags().status()), HasSubstr("--auth_token_file = '"));
+  absl::SetFlag(&FLAGS_auth_token_file, dir.path());  // a directory: refused, not an abort
+  EXPECT_THAT(Message(ServerOptionsFromFlags().status()), HasSubstr("cannot be read"));
   std::ofstream(dir.File("token")) << "  s3cret\n";
   absl::SetFlag(&FLAGS_auth_token_file, dir.File("token"));
   const absl::StatusOr<service::ServerOptions> options = ServerOptionsFromFlags();
@@ -76,7 +73,7 @@ TEST(Flags, LimitsAndTheTokenFileAreChecked) {
   absl::SetFlag(&FLAGS_auth_token_file, "");
 }
 
-TEST(Flags, StreamIdleTimeoutIsZeroOrMore) {
+TEST(Flags, StreamIdleTimeoutZeroIsNever) {
   absl::StatusOr<service::ServerOptions> options = ServerOptionsFromFlags();
   ASSERT_TRUE(options.ok()) << options.status();
   EXPECT_EQ(options->limits.stream_idle_timeout, absl::Minutes(30));
@@ -84,9 +81,6 @@ TEST(Flags, StreamIdleTimeoutIsZeroOrMore) {
   options = ServerOptionsFromFlags();
   ASSERT_TRUE(options.ok()) << options.status();
   EXPECT_EQ(options->limits.stream_idle_timeout, absl::ZeroDuration());
-  absl::SetFlag(&FLAGS_stream_idle_timeout, absl::Seconds(-1));
-  EXPECT_EQ(Message(ServerOptionsFromFlags().status()),
-            "--stream_idle_timeout must not be negative");
   absl::SetFlag(&FLAGS_stream_idle_timeout, absl::Minutes(30));
 }
 
