@@ -25,7 +25,7 @@ import torch  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).parent / "helpers"))
 import trl_tree_grpo  # noqa: E402
-from tiny_lm import VOCAB, save_tiny, tiny_tokenizer  # noqa: E402
+from hf_tiny_lm import VOCAB, save_tiny, tiny_tokenizer  # noqa: E402
 from trl_tree_grpo import TREE, register_tree_attention, tree_grpo_trainer_class  # noqa: E402
 
 from packsched.compat.verl import tree_pack_batch  # noqa: E402

@@ -30,7 +30,7 @@ from packsched.integrations.trl import pack_dataset  # noqa: E402
 from packsched.integrations.transformers import VARLEN, register  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).parent / "helpers"))
-from tiny_lm import tiny_model, tiny_tokenizer, VOCAB  # noqa: E402
+from hf_tiny_lm import tiny_model, tiny_tokenizer, VOCAB  # noqa: E402
 
 # Losses of packed and unpacked runs of the same weights on the same tokens, float32: they differ
 # only in the order of additions (attention over another layout, the loss summed in another order).

@@ -37,7 +37,7 @@ import packsched.compat.verl as packsched_verl  # noqa: E402
 
 HELPERS = Path(__file__).parent / "helpers"
 sys.path.insert(0, str(HELPERS))
-from tiny_lm import VOCAB, save_tiny, tiny_model  # noqa: E402
+from hf_tiny_lm import VOCAB, save_tiny, tiny_model  # noqa: E402
 from verl_cpu import skip_trl_value_head_patch, use_cpu_platform  # noqa: E402
 
 PROMPT, RESPONSE, ROWS = 24, 40, 16
