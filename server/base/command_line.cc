@@ -2,14 +2,18 @@
 
 #include <cstdlib>
 #include <fstream>
+#include <iostream>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/flags/commandlineflag.h"
+#include "absl/flags/internal/parse.h"
 #include "absl/flags/internal/usage.h"
 #include "absl/flags/reflection.h"
+#include "absl/flags/usage.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
@@ -227,6 +231,18 @@ absl::Status CheckCommandLine(int argc, char** argv, const CommandLineRules& rul
     if (absl::Status s = CheckFlag(args, i, text, expander, rules); !s.ok()) return s;
   }
   return absl::OkStatus();
+}
+
+std::optional<std::vector<char*>> ParseCheckedCommandLine(int argc, char** argv) {
+  std::vector<char*> args = absl::flags_internal::ParseCommandLineImpl(
+      argc, argv, absl::flags_internal::ArgvListAction::kRemoveParsedArgs,
+      absl::flags_internal::UsageFlagsAction::kIgnoreUsage,
+      absl::flags_internal::OnUndefinedFlag::kAbortIfUndefined);
+  if (absl::flags_internal::HandleUsageFlags(std::cout, absl::ProgramUsageMessage()) != -1) {
+    std::cout.flush();
+    return std::nullopt;
+  }
+  return args;
 }
 
 }  // namespace packsched

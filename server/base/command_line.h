@@ -12,6 +12,7 @@
 // --fromenv=a[,b] and --tryfromenv take FLAGS_a from the environment; --undefok=a[,b] lets
 // those unknown flags pass. Abseil's help flags (--help, --helpfull, --version, ...) pass.
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -36,6 +37,12 @@ struct CommandLineRules {
 // for an error inside it, "--fromenv=a: FLAGS_a is not set". Sets the flags it reads (the
 // parser then sets them again, to the same values).
 absl::Status CheckCommandLine(int argc, char** argv, const CommandLineRules& rules);
+
+// Runs Abseil's parser over a command line that CheckCommandLine accepted, leaving Abseil's help
+// flags to the program (Abseil itself would exit 1 after them). Returns the arguments that are
+// not flags (argv[0] first), or std::nullopt once the help a help flag asked for (--help,
+// --helpfull, --version, ...) is printed on stdout: the program then exits 0.
+std::optional<std::vector<char*>> ParseCheckedCommandLine(int argc, char** argv);
 
 }  // namespace packsched
 

@@ -10,14 +10,11 @@
 // cannot be read — all found before any input is read.
 
 #include <cstdio>
-#include <iostream>
 #include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
-#include "absl/flags/internal/parse.h"
-#include "absl/flags/internal/usage.h"
 #include "absl/flags/usage.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -145,16 +142,9 @@ int Main(int argc, char** argv) {
   if (absl::Status status = CheckCommandLine(argc, argv, rules); !status.ok()) {
     return Fail(status, kUsage);
   }
-  // Abseil's parser, told to leave its other help flags (--helpfull, --version, ...) to us: it
-  // would exit 1 after them.
-  const std::vector<char*> args = absl::flags_internal::ParseCommandLineImpl(
-      argc, argv, absl::flags_internal::ArgvListAction::kRemoveParsedArgs,
-      absl::flags_internal::UsageFlagsAction::kIgnoreUsage,
-      absl::flags_internal::OnUndefinedFlag::kAbortIfUndefined);
-  if (absl::flags_internal::HandleUsageFlags(std::cout, absl::ProgramUsageMessage()) != -1) {
-    std::cout.flush();
-    return 0;
-  }
+  const std::optional<std::vector<char*>> parsed = ParseCheckedCommandLine(argc, argv);
+  if (!parsed) return 0;  // help printed
+  const std::vector<char*>& args = *parsed;
   if (args.size() < 2) {
     return Fail(absl::InvalidArgumentError("missing the command; usage: packsched plan [flags]"),
                 kUsage);

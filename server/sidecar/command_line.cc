@@ -1,11 +1,8 @@
 #include "server/sidecar/command_line.h"
 
 #include <cstdio>
-#include <iostream>
 #include <string>
 
-#include "absl/flags/internal/parse.h"
-#include "absl/flags/internal/usage.h"
 #include "absl/flags/usage.h"
 #include "absl/flags/usage_config.h"
 #include "absl/status/status.h"
@@ -42,15 +39,7 @@ std::optional<int> ParseCommandLine(int argc, char** argv) {
     std::fprintf(stderr, "packsched-server: %s\n", std::string(checked.message()).c_str());
     return kUsageError;
   }
-  // absl's parser itself, told to leave the help flags to us: it would exit 1 after --help.
-  (void)absl::flags_internal::ParseCommandLineImpl(
-      argc, argv, absl::flags_internal::ArgvListAction::kRemoveParsedArgs,
-      absl::flags_internal::UsageFlagsAction::kIgnoreUsage,
-      absl::flags_internal::OnUndefinedFlag::kAbortIfUndefined);
-  if (absl::flags_internal::HandleUsageFlags(std::cout, absl::ProgramUsageMessage()) != -1) {
-    std::cout.flush();
-    return 0;
-  }
+  if (!ParseCheckedCommandLine(argc, argv)) return 0;  // help printed
   return std::nullopt;
 }
 
