@@ -1,6 +1,7 @@
 """`cmake --install` puts the programs and a working Python package under the prefix."""
 
 import pathlib
+import re
 import subprocess
 import sys
 
@@ -17,7 +18,10 @@ def test_install_gives_programs_and_an_importable_package(tmp_path):
     )
     assert (tmp_path / "bin" / "packsched-server").exists()
     assert (tmp_path / "bin" / "packsched").exists()
-    site = next(tmp_path.glob("lib/python3*/dist-packages"))
+    # Debian's interpreter reads dist-packages; any other (the venv's) site-packages.
+    python = re.search(r"^PACKSCHED_PYTHON:\w+=(.*)$", (BUILD / "CMakeCache.txt").read_text(), re.M)
+    site_dir = "dist-packages" if python.group(1) == "/usr/bin/python3" else "site-packages"
+    (site,) = tmp_path.glob(f"lib/python3*/{site_dir}")
     code = (
         "import packsched, packsched.client, packsched.compat.verl; "
         "print(packsched.planner.plan_local([5, 3, 9, 1], 10).micro_batches)"
