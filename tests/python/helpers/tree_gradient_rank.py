@@ -159,4 +159,6 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    from rank_exit import run
+
+    run(main)

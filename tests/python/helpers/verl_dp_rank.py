@@ -51,4 +51,6 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    from rank_exit import run
+
+    run(main)
