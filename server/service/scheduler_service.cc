@@ -87,11 +87,21 @@ void SchedulerService::RunOnWorker(
             return absl::UnavailableError("the sidecar is shutting down: planning stopped");
           }
           // The deadline first: gRPC cancels a call whose deadline passed too, and that call
-          // (one that waited in the queue past it, or ran past it) is DEADLINE_EXCEEDED.
-          if (std::chrono::system_clock::now() >= deadline) {
+          // (one that waited in the queue past it, or ran past it) is DEADLINE_EXCEEDED. gRPC's
+          // timer runs on its own clock, which context->deadline() is converted from: a call it
+          // cancelled for its deadline can be seen here a little before system_clock reaches
+          // that deadline, so a cancellation within kDeadlineSkew of it is the deadline's.
+          constexpr std::chrono::milliseconds kDeadlineSkew{100};
+          const auto now = std::chrono::system_clock::now();
+          if (now >= deadline) {
             return absl::DeadlineExceededError("the caller's deadline passed: planning stopped");
           }
-          if (context->IsCancelled()) return absl::CancelledError("the caller cancelled the call");
+          if (context->IsCancelled()) {
+            if (now + kDeadlineSkew >= deadline) {
+              return absl::DeadlineExceededError("the caller's deadline passed: planning stopped");
+            }
+            return absl::CancelledError("the caller cancelled the call");
+          }
           return absl::OkStatus();
         };
         absl::Status status = stop();
