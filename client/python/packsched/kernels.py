@@ -72,6 +72,15 @@ from ._packing import (
     unpack_aligned,
     unpad,
 )
+from ._recurrent import (
+    causal_conv1d,
+    flat_prev_rows,
+    gated_delta_rule,
+    micro_batch_prev_rows,
+    selective_scan,
+    states_alive,
+    tree_prev_rows,
+)
 from .tree_kernels import multi_target_cross_entropy, tree_attention, tree_position_ids
 
 if "torch" in _sys.modules:  # register torch.ops.packsched now (else with the first torch tensor)
@@ -101,4 +110,11 @@ __all__ = [
     "tree_attention",
     "tree_position_ids",
     "multi_target_cross_entropy",
+    "causal_conv1d",
+    "gated_delta_rule",
+    "selective_scan",
+    "flat_prev_rows",
+    "tree_prev_rows",
+    "micro_batch_prev_rows",
+    "states_alive",
 ]
