@@ -231,3 +231,40 @@ def test_reference_is_transformers_gated_delta_rule():
         qwen3_next.l2norm(q) * kd**-0.5, qwen3_next.l2norm(k), v, g, beta, [-1] + list(range(44))
     )
     assert float((packed - ours).abs().max()) < TOL
+
+
+def test_selective_scan_and_conv_are_transformers_mamba2_mixer():
+    """Mamba-2's mixer built from causal_conv1d and selective_scan equals transformers'
+    Mamba2Mixer.torch_forward (its chunked SSD in float32, hence 1e-5) on one sequence."""
+    mamba2 = pytest.importorskip("transformers.models.mamba2.modeling_mamba2")
+    from transformers import Mamba2Config
+
+    cfg = Mamba2Config(
+        hidden_size=16, num_heads=4, head_dim=8, n_groups=2, state_size=5, conv_kernel=4,
+        chunk_size=8, use_conv_bias=True, expand=2,
+    )  # fmt: skip
+    torch.manual_seed(9)
+    mixer = mamba2.Mamba2Mixer(cfg, layer_idx=0).double()
+    with torch.no_grad():
+        for p in (mixer.D, mixer.dt_bias, mixer.conv1d.bias):
+            p.normal_()
+    x = torch.randn(1, 21, 16, dtype=F64)
+    theirs = mixer.torch_forward(x)[0]
+
+    heads, hd, gn = 4, 8, 2 * 5
+    gate, xbc, dt = mixer.in_proj(x[0]).split([heads * hd, mixer.conv_dim, heads], dim=-1)
+    prev = kernels.flat_prev_rows([0, 21])
+    xbc = kernels.causal_conv1d(xbc, mixer.conv1d.weight[:, 0], mixer.conv1d.bias, prev)
+    xs, B, C = xbc.split([heads * hd, gn, gn], dim=-1)
+    y = kernels.selective_scan(
+        xs.reshape(21, heads, hd),
+        torch.nn.functional.softplus(dt + mixer.dt_bias),
+        -mixer.A_log.exp(),
+        B.reshape(21, 2, 5),
+        C.reshape(21, 2, 5),
+        mixer.D,
+        prev,
+    )
+    ours = mixer.out_proj(mixer.norm(y.reshape(21, heads * hd), gate))
+    error = float((ours - theirs).detach().abs().max())
+    assert error < 1e-5 * max(1.0, float(theirs.detach().abs().max()))
