@@ -37,69 +37,79 @@ PACKSCHED_HD_INLINE Acc ConvDPre(Acc pre, Acc d_out, bool silu) {
   return d_out * s * (Acc(1) + pre * (Acc(1) - s));
 }
 
-// One step: s_out = Ŝ + k δᵀ with Ŝ = exp(g) s_in, δ = beta (v - Ŝᵀk) (has_beta) or v;
-// out = s_outᵀ q. `s_in` may be null (zero); it may not alias s_out.
+// Column j of one step (state columns evolve independently): s_in / s_out point at the column's
+// first element, `stride` apart (the state's vd). With Ŝ = a s_in: δ = beta (v - Ŝᵀk) (has_beta)
+// or v; s_out = Ŝ + k δ; returns out_j = s_outᵀ q. `s_in` may be null (zero); not aliasing s_out.
 template <typename T, typename Acc>
-PACKSCHED_HD_INLINE void RecurrenceStep(const Acc* s_in, Acc* s_out, const T* q, const T* k,
-                                        const T* v, Acc g, bool has_beta, Acc beta, int kd, int vd,
-                                        T* out) {
-  const Acc a = exp(g);
-  for (int j = 0; j < vd; ++j) {
-    Acc u = 0;  // (Ŝᵀk)_j
-    if (s_in != nullptr && has_beta) {
-      for (int i = 0; i < kd; ++i) u += a * s_in[i * vd + j] * Acc(k[i]);
-    }
-    const Acc delta = has_beta ? beta * (Acc(v[j]) - u) : Acc(v[j]);
-    Acc o = 0;
-    for (int i = 0; i < kd; ++i) {
-      const Acc s = (s_in != nullptr ? a * s_in[i * vd + j] : Acc(0)) + Acc(k[i]) * delta;
-      s_out[i * vd + j] = s;
-      o += s * Acc(q[i]);
-    }
-    out[j] = T(o);
+PACKSCHED_HD_INLINE Acc RecurrenceColumn(const Acc* s_in, Acc* s_out, int stride, const T* q,
+                                         const T* k, Acc v, Acc a, bool has_beta, Acc beta,
+                                         int kd) {
+  Acc u = 0;  // (Ŝᵀk)_j
+  if (s_in != nullptr && has_beta) {
+    for (int i = 0; i < kd; ++i) u += a * s_in[i * stride] * Acc(k[i]);
   }
+  const Acc delta = has_beta ? beta * (v - u) : v;
+  Acc o = 0;
+  for (int i = 0; i < kd; ++i) {
+    const Acc s = (s_in != nullptr ? a * s_in[i * stride] : Acc(0)) + Acc(k[i]) * delta;
+    s_out[i * stride] = s;
+    o += s * Acc(q[i]);
+  }
+  return o;
 }
 
-// The backward of RecurrenceStep. In: the step's inputs, its state s (= s_out) and ds, the
-// gradient reaching s from later rows (updated in place to ds + q doᵀ). Out: dq, dk, dv (Acc [kd],
-// [kd], [vd]), *dg, *d_beta, and ds_in += exp(g) dŜ (skipped when s_in is null).
+// What the backward's row phase needs from column j.
+template <typename Acc>
+struct ColumnGrad {
+  Acc delta;   // δ_j
+  Acc du;      // d(Ŝᵀk)_j = -beta dδ_j (0 without beta)
+  Acc dv;      // d v_j
+  Acc d_beta;  // column j's share of d beta: dδ_j (v_j - u_j)
+};
+
+// The backward's column phase for column j (pointers as in RecurrenceColumn): ds, the gradient
+// reaching s_out from later rows, becomes dS = ds + q do_j in place; ds_in (null: skipped) gets
+// a (dS + k du_j), the gradient of s_in through this row.
 template <typename T, typename Acc>
-PACKSCHED_HD_INLINE void RecurrenceStepBackward(const Acc* s_in, const Acc* s, const T* q,
-                                                const T* k, const T* v, Acc g, bool has_beta,
-                                                Acc beta, const T* d_out, int kd, int vd, Acc* ds,
-                                                Acc* ds_in, Acc* dq, Acc* dk, Acc* dv, Acc* dg,
-                                                Acc* d_beta) {
-  const Acc a = exp(g);
+PACKSCHED_HD_INLINE ColumnGrad<Acc> RecurrenceColumnBackward(const Acc* s_in, int stride,
+                                                             const T* q, const T* k, Acc v, Acc a,
+                                                             bool has_beta, Acc beta, Acc d_out,
+                                                             int kd, Acc* ds, Acc* ds_in) {
+  Acc u = 0, d_delta = 0;  // u = (Ŝᵀk)_j, dδ = (dSᵀk)_j
   for (int i = 0; i < kd; ++i) {
-    Acc acc = 0;  // dq = S do
-    for (int j = 0; j < vd; ++j) {
-      acc += s[i * vd + j] * Acc(d_out[j]);
-      ds[i * vd + j] += Acc(q[i]) * Acc(d_out[j]);
-    }
-    dq[i] = acc;
-    dk[i] = 0;
+    if (s_in != nullptr && has_beta) u += a * s_in[i * stride] * Acc(k[i]);
+    ds[i * stride] += Acc(q[i]) * d_out;
+    d_delta += ds[i * stride] * Acc(k[i]);
   }
-  Acc sum_dg = 0, sum_db = 0;
+  ColumnGrad<Acc> c;
+  c.delta = has_beta ? beta * (v - u) : v;
+  c.du = has_beta ? -beta * d_delta : Acc(0);
+  c.dv = has_beta ? beta * d_delta : d_delta;
+  c.d_beta = has_beta ? d_delta * (v - u) : Acc(0);
+  if (ds_in != nullptr) {
+    for (int i = 0; i < kd; ++i) ds_in[i * stride] += a * (ds[i * stride] + Acc(k[i]) * c.du);
+  }
+  return c;
+}
+
+// The backward's row phase for row i of the state (s_in_row, s_row, ds_row: row i's vd entries,
+// ds after the column phase; delta, du, d_out: per column). Returns dq_i = Σ_j S[i,j] do_j and
+// dk_i = Σ_j dS[i,j] δ_j + Ŝ[i,j] du_j, and adds Σ_j dŜ[i,j] Ŝ[i,j] (row i's share of dg) to *dg.
+template <typename Acc>
+PACKSCHED_HD_INLINE void RecurrenceRowBackward(const Acc* s_in_row, const Acc* s_row,
+                                               const Acc* ds_row, const Acc* delta, const Acc* du,
+                                               const Acc* d_out, Acc k_i, Acc a, int vd, Acc* dq,
+                                               Acc* dk, Acc* dg) {
+  Acc q_acc = 0, k_acc = 0, g_acc = 0;
   for (int j = 0; j < vd; ++j) {
-    Acc u = 0, d_delta = 0;  // u = (Ŝᵀk)_j, dδ = (dSᵀk)_j
-    for (int i = 0; i < kd; ++i) {
-      if (s_in != nullptr && has_beta) u += a * s_in[i * vd + j] * Acc(k[i]);
-      d_delta += ds[i * vd + j] * Acc(k[i]);
-    }
-    const Acc delta = has_beta ? beta * (Acc(v[j]) - u) : Acc(v[j]);
-    const Acc du = has_beta ? -beta * d_delta : Acc(0);
-    dv[j] = has_beta ? beta * d_delta : d_delta;
-    if (has_beta) sum_db += d_delta * (Acc(v[j]) - u);
-    for (int i = 0; i < kd; ++i) {
-      const Acc s_hat = s_in != nullptr ? a * s_in[i * vd + j] : Acc(0);
-      const Acc d_hat = ds[i * vd + j] + Acc(k[i]) * du;  // dŜ
-      dk[i] += ds[i * vd + j] * delta + s_hat * du;
-      sum_dg += d_hat * s_hat;
-      if (ds_in != nullptr) ds_in[i * vd + j] += a * d_hat;
-    }
+    const Acc s_hat = s_in_row != nullptr ? a * s_in_row[j] : Acc(0);
+    q_acc += s_row[j] * d_out[j];
+    k_acc += ds_row[j] * delta[j] + s_hat * du[j];
+    g_acc += (ds_row[j] + k_i * du[j]) * s_hat;
   }
-  *dg = sum_dg;
-  *d_beta = sum_db;
+  *dq = q_acc;
+  *dk = k_acc;
+  *dg += g_acc;
 }
 
 }  // namespace packsched::kernels::common

@@ -4,6 +4,7 @@
 // child; the backward stores every state of the head once (T x K x V) and walks the rows
 // backwards, carrying dS to prev_row[t] and summing a branch point's dS over its children.
 
+#include <cmath>
 #include <cstdint>
 #include <vector>
 
@@ -14,10 +15,12 @@
 namespace packsched::kernels::internal::cpu {
 namespace {
 
+using common::ColumnGrad;
 using common::ConvDPre;
 using common::ConvPre;
-using common::RecurrenceStep;
-using common::RecurrenceStepBackward;
+using common::RecurrenceColumn;
+using common::RecurrenceColumnBackward;
+using common::RecurrenceRowBackward;
 
 // For each row, how many later rows jump back to it (not counting its direct successor).
 std::vector<int32_t> JumpCounts(const int32_t* prev_row, int64_t rows) {
@@ -86,13 +89,22 @@ struct HeadView {
     return a.beta != nullptr ? double(static_cast<const T*>(a.beta)[t * a.heads + h]) : 1.0;
   }
   int64_t at(int64_t t, int64_t width) const { return (t * a.heads + h) * width; }
+
+  // Row t's step: s_out from s_in (null: zero), out [vd].
+  void Step(int64_t t, const double* s_in, double* s_out, T* out) const {
+    const double decay = std::exp(g(t));
+    for (int j = 0; j < a.vd; ++j) {
+      out[j] = T(RecurrenceColumn<T, double>(s_in != nullptr ? s_in + j : nullptr, s_out + j, a.vd,
+                                             q(t), k(t), double(v(t)[j]), decay, a.beta != nullptr,
+                                             beta(t), a.kd));
+    }
+  }
 };
 
 template <typename T>
 void RecurrenceForward(const RecurrenceArgs& a) {
   const int64_t size = int64_t{a.kd} * a.vd;
   const std::vector<int32_t> jumps = JumpCounts(a.prev_row, a.rows);
-  const bool has_beta = a.beta != nullptr;
   for (int64_t h = 0; h < a.heads; ++h) {
     const HeadView<T> view{a, h};
     std::vector<int32_t> left = jumps;
@@ -102,9 +114,7 @@ void RecurrenceForward(const RecurrenceArgs& a) {
     for (int64_t t = 0; t < a.rows; ++t) {
       const int32_t p = a.prev_row[t];
       const double* s_in = p < 0 ? nullptr : p == t - 1 ? cur.data() : saved[p].data();
-      RecurrenceStep<T, double>(s_in, next.data(), view.q(t), view.k(t), view.v(t), view.g(t),
-                                has_beta, view.beta(t), a.kd, a.vd,
-                                static_cast<T*>(a.out) + view.at(t, a.vd));
+      view.Step(t, s_in, next.data(), static_cast<T*>(a.out) + view.at(t, a.vd));
       if (p >= 0 && p != t - 1 && --left[p] == 0) std::vector<double>().swap(saved[p]);
       cur.swap(next);
       if (jumps[t] > 0) saved[t] = cur;
@@ -117,16 +127,14 @@ void RecurrenceBackward(const RecurrenceArgs& a) {
   const int64_t size = int64_t{a.kd} * a.vd;
   const std::vector<int32_t> jumps = JumpCounts(a.prev_row, a.rows);
   const bool has_beta = a.beta != nullptr;
-  std::vector<double> states(a.rows * size), scratch_out(a.vd);
+  std::vector<double> states(a.rows * size);
   std::vector<T> out_row(a.vd);
-  std::vector<double> dq(a.kd), dk(a.kd), dv(a.vd);
+  std::vector<double> delta(a.vd), du(a.vd), d_out_acc(a.vd);
   for (int64_t h = 0; h < a.heads; ++h) {
     const HeadView<T> view{a, h};
     for (int64_t t = 0; t < a.rows; ++t) {
       const int32_t p = a.prev_row[t];
-      RecurrenceStep<T, double>(p < 0 ? nullptr : &states[p * size], &states[t * size], view.q(t),
-                                view.k(t), view.v(t), view.g(t), has_beta, view.beta(t), a.kd, a.vd,
-                                out_row.data());
+      view.Step(t, p < 0 ? nullptr : &states[p * size], &states[t * size], out_row.data());
     }
     // d_saved[r]: the summed dS of a branch point's children that jumped back to it.
     std::vector<std::vector<double>> d_saved(a.rows);
@@ -147,16 +155,33 @@ void RecurrenceBackward(const RecurrenceArgs& a) {
         if (d_saved[p].empty()) d_saved[p].assign(size, 0.0);
         into = d_saved[p].data();
       }
-      double dg = 0, d_beta = 0;
-      RecurrenceStepBackward<T, double>(
-          p < 0 ? nullptr : &states[p * size], &states[t * size], view.q(t), view.k(t), view.v(t),
-          view.g(t), has_beta, view.beta(t), static_cast<const T*>(a.d_out) + view.at(t, a.vd),
-          a.kd, a.vd, ds.data(), into, dq.data(), dk.data(), dv.data(), &dg, &d_beta);
+      const double* s_in = p < 0 ? nullptr : &states[p * size];
+      const double* s = &states[t * size];
+      const double decay = std::exp(view.g(t));
+      const T* d_out = static_cast<const T*>(a.d_out) + view.at(t, a.vd);
+      T* dv_out = static_cast<T*>(a.dv) + view.at(t, a.vd);
+      double d_beta = 0, dg = 0;
+      for (int j = 0; j < a.vd; ++j) {
+        d_out_acc[j] = double(d_out[j]);
+        const ColumnGrad<double> c = RecurrenceColumnBackward<T, double>(
+            s_in != nullptr ? s_in + j : nullptr, a.vd, view.q(t), view.k(t), double(view.v(t)[j]),
+            decay, has_beta, view.beta(t), d_out_acc[j], a.kd, &ds[j],
+            into != nullptr ? into + j : nullptr);
+        delta[j] = c.delta;
+        du[j] = c.du;
+        dv_out[j] = T(c.dv);
+        d_beta += c.d_beta;
+      }
       T* dq_out = static_cast<T*>(a.dq) + view.at(t, a.kd);
       T* dk_out = static_cast<T*>(a.dk) + view.at(t, a.kd);
-      T* dv_out = static_cast<T*>(a.dv) + view.at(t, a.vd);
-      for (int i = 0; i < a.kd; ++i) dq_out[i] = T(dq[i]), dk_out[i] = T(dk[i]);
-      for (int j = 0; j < a.vd; ++j) dv_out[j] = T(dv[j]);
+      for (int i = 0; i < a.kd; ++i) {
+        double dq = 0, dk = 0;
+        RecurrenceRowBackward<double>(s_in != nullptr ? s_in + i * a.vd : nullptr, s + i * a.vd,
+                                      &ds[i * a.vd], delta.data(), du.data(), d_out_acc.data(),
+                                      double(view.k(t)[i]), decay, a.vd, &dq, &dk, &dg);
+        dq_out[i] = T(dq);
+        dk_out[i] = T(dk);
+      }
       static_cast<T*>(a.dg)[t * a.heads + h] = T(dg);
       if (has_beta) static_cast<T*>(a.d_beta)[t * a.heads + h] = T(d_beta);
       carried = p == t - 1 && p >= 0;

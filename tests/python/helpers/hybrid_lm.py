@@ -99,7 +99,8 @@ class Attention(torch.nn.Module):
 
 
 class TinyHybridLM(torch.nn.Module):
-    def __init__(self, vocab=61, dim=24, max_len=512, seed=0, dtype=torch.float64):
+    def __init__(self, vocab=61, dim=24, max_len=512, seed=0, dtype=torch.float64, sizes=None):
+        """sizes: per layer kind ("gdn", "mamba", "attn"), keyword arguments of its mixer."""
         super().__init__()
         state = torch.random.get_rng_state()
         torch.manual_seed(seed)
@@ -107,7 +108,10 @@ class TinyHybridLM(torch.nn.Module):
         self.pos = torch.nn.Embedding(max_len, dim)
         mixers = {"gdn": GatedDeltaNet, "mamba": Mamba2, "attn": Attention}
         self.norms = torch.nn.ModuleList(torch.nn.LayerNorm(dim) for _ in LAYERS)
-        self.mixers = torch.nn.ModuleList(mixers[kind](dim) for kind in LAYERS)
+        sizes = sizes or {}
+        self.mixers = torch.nn.ModuleList(
+            mixers[kind](dim, **sizes.get(kind, {})) for kind in LAYERS
+        )
         self.final = torch.nn.LayerNorm(dim)
         self.head = torch.nn.Linear(dim, vocab)
         torch.random.set_rng_state(state)
