@@ -1,6 +1,6 @@
-// The front end of the recurrent kernels (recurrent.h): validates every argument on the host,
-// including each prev_row value, fills internal::ConvArgs / RecurrenceArgs and runs the CPU
-// backend. CUDA tensors are refused with Unimplemented until a device path exists.
+// The front end of the recurrent kernels (recurrent.h): validates every argument on the host
+// (each prev_row value too, for host tensors), fills internal::ConvArgs / RecurrenceArgs and
+// dispatches on the device type.
 
 #include <cstdint>
 #include <initializer_list>
@@ -28,17 +28,6 @@ using internal::Invalid;
 constexpr int kMaxConvWidth = 8;
 constexpr int64_t kMaxHeadDim = 512;
 
-// The call's backend from `first`; only the host runs these kernels.
-absl::Status CheckHost(absl::string_view op, absl::string_view name, const DLTensor& first) {
-  ASSIGN_OR_RETURN(const Backend backend, internal::BackendOf(op, name, &first));
-  if (backend != Backend::kHost) {
-    return absl::UnimplementedError(
-        absl::StrCat(op, ": only the CPU backend runs the recurrent kernels; ", name, " is on ",
-                     internal::DeviceString(first.device)));
-  }
-  return absl::OkStatus();
-}
-
 absl::StatusOr<FloatType> CheckFloat(absl::string_view op, absl::string_view name,
                                      const DLTensor& t, const CallDevice& call) {
   RETURN_IF_ERROR(CheckTensor(op, name, &t, call));
@@ -58,13 +47,14 @@ absl::Status CheckLike(absl::string_view op, absl::string_view name, const DLTen
   return CheckShape(op, name, *t, shape, meaning);
 }
 
-// int32 [rows], each value in [-1, t).
+// int32 [rows], each value in [-1, t) (read on the host only).
 absl::StatusOr<const int32_t*> CheckPrevRow(absl::string_view op, const DLTensor& prev_row,
-                                            int64_t rows, const CallDevice& call) {
+                                            int64_t rows, const CallDevice& call, Backend backend) {
   RETURN_IF_ERROR(CheckTensor(op, "prev_row", &prev_row, call));
   RETURN_IF_ERROR(internal::CheckDType(op, "prev_row", prev_row, kDLInt, 32));
   RETURN_IF_ERROR(CheckShape(op, "prev_row", prev_row, {rows}, "[T]"));
   const auto* p = static_cast<const int32_t*>(Data(prev_row));
+  if (backend != Backend::kHost) return p;
   for (int64_t t = 0; t < rows; ++t) {
     if (p[t] < -1 || p[t] >= t) {
       return Invalid(op,
@@ -78,7 +68,7 @@ absl::StatusOr<const int32_t*> CheckPrevRow(absl::string_view op, const DLTensor
 absl::StatusOr<internal::ConvArgs> CheckConv(absl::string_view op, const DLTensor& x,
                                              const DLTensor& weight, const DLTensor* bias,
                                              const DLTensor& prev_row, bool silu,
-                                             const CallDevice& call) {
+                                             const CallDevice& call, Backend backend) {
   internal::ConvArgs a{};
   ASSIGN_OR_RETURN(a.dtype, CheckFloat(op, "x", x, call));
   if (x.ndim != 2) {
@@ -99,7 +89,7 @@ absl::StatusOr<internal::ConvArgs> CheckConv(absl::string_view op, const DLTenso
     RETURN_IF_ERROR(CheckLike(op, "bias", bias, "x", x, {a.channels}, "[C]", call));
     a.bias = Data(*bias);
   }
-  ASSIGN_OR_RETURN(a.prev_row, CheckPrevRow(op, prev_row, a.rows, call));
+  ASSIGN_OR_RETURN(a.prev_row, CheckPrevRow(op, prev_row, a.rows, call, backend));
   a.x = Data(x);
   a.weight = Data(weight);
   a.silu = silu;
@@ -110,7 +100,7 @@ absl::StatusOr<internal::RecurrenceArgs> CheckRecurrence(absl::string_view op, c
                                                          const DLTensor& k, const DLTensor& v,
                                                          const DLTensor& g, const DLTensor* beta,
                                                          const DLTensor& prev_row,
-                                                         const CallDevice& call) {
+                                                         const CallDevice& call, Backend backend) {
   internal::RecurrenceArgs a{};
   ASSIGN_OR_RETURN(a.dtype, CheckFloat(op, "q", q, call));
   if (q.ndim != 3 || q.shape[2] < 1 || q.shape[2] > kMaxHeadDim) {
@@ -134,7 +124,7 @@ absl::StatusOr<internal::RecurrenceArgs> CheckRecurrence(absl::string_view op, c
     RETURN_IF_ERROR(CheckLike(op, "beta", beta, "q", q, {a.rows, a.heads}, "[T, H]", call));
     a.beta = Data(*beta);
   }
-  ASSIGN_OR_RETURN(a.prev_row, CheckPrevRow(op, prev_row, a.rows, call));
+  ASSIGN_OR_RETURN(a.prev_row, CheckPrevRow(op, prev_row, a.rows, call, backend));
   a.q = Data(q);
   a.k = Data(k);
   a.v = Data(v);
@@ -146,24 +136,28 @@ absl::StatusOr<internal::RecurrenceArgs> CheckRecurrence(absl::string_view op, c
 
 absl::Status CausalConv1dForward(const DLTensor& x, const DLTensor& weight, const DLTensor* bias,
                                  const DLTensor& prev_row, bool silu, const DLTensor& out,
-                                 Stream /*stream*/) {
+                                 Stream stream) {
   constexpr absl::string_view op = "CausalConv1dForward";
-  RETURN_IF_ERROR(CheckHost(op, "x", x));
+  ASSIGN_OR_RETURN(const Backend backend, internal::BackendOf(op, "x", &x));
   const CallDevice call{x.device, "x"};
-  ASSIGN_OR_RETURN(internal::ConvArgs a, CheckConv(op, x, weight, bias, prev_row, silu, call));
+  ASSIGN_OR_RETURN(internal::ConvArgs a,
+                   CheckConv(op, x, weight, bias, prev_row, silu, call, backend));
   RETURN_IF_ERROR(CheckLike(op, "out", &out, "x", x, {a.rows, a.channels}, "[T, C]", call));
   a.out = Data(out);
-  return internal::cpu::CausalConv1dForward(a);
+  return backend == Backend::kHost
+             ? internal::cpu::CausalConv1dForward(a)
+             : internal::cuda::CausalConv1dForward(a, call.device.device_id, stream);
 }
 
 absl::Status CausalConv1dBackward(const DLTensor& x, const DLTensor& weight, const DLTensor* bias,
                                   const DLTensor& prev_row, bool silu, const DLTensor& d_out,
                                   const DLTensor& dx, const DLTensor& d_weight,
-                                  const DLTensor* d_bias, Stream /*stream*/) {
+                                  const DLTensor* d_bias, Stream stream) {
   constexpr absl::string_view op = "CausalConv1dBackward";
-  RETURN_IF_ERROR(CheckHost(op, "x", x));
+  ASSIGN_OR_RETURN(const Backend backend, internal::BackendOf(op, "x", &x));
   const CallDevice call{x.device, "x"};
-  ASSIGN_OR_RETURN(internal::ConvArgs a, CheckConv(op, x, weight, bias, prev_row, silu, call));
+  ASSIGN_OR_RETURN(internal::ConvArgs a,
+                   CheckConv(op, x, weight, bias, prev_row, silu, call, backend));
   RETURN_IF_ERROR(CheckLike(op, "d_out", &d_out, "x", x, {a.rows, a.channels}, "[T, C]", call));
   RETURN_IF_ERROR(CheckLike(op, "dx", &dx, "x", x, {a.rows, a.channels}, "[T, C]", call));
   RETURN_IF_ERROR(
@@ -178,34 +172,36 @@ absl::Status CausalConv1dBackward(const DLTensor& x, const DLTensor& weight, con
   a.d_out = Data(d_out);
   a.dx = Data(dx);
   a.d_weight = Data(d_weight);
-  return internal::cpu::CausalConv1dBackward(a);
+  return backend == Backend::kHost
+             ? internal::cpu::CausalConv1dBackward(a)
+             : internal::cuda::CausalConv1dBackward(a, call.device.device_id, stream);
 }
 
 absl::Status GatedRecurrenceForward(const DLTensor& q, const DLTensor& k, const DLTensor& v,
                                     const DLTensor& g, const DLTensor* beta,
-                                    const DLTensor& prev_row, const DLTensor& out,
-                                    Stream /*stream*/) {
+                                    const DLTensor& prev_row, const DLTensor& out, Stream stream) {
   constexpr absl::string_view op = "GatedRecurrenceForward";
-  RETURN_IF_ERROR(CheckHost(op, "q", q));
+  ASSIGN_OR_RETURN(const Backend backend, internal::BackendOf(op, "q", &q));
   const CallDevice call{q.device, "q"};
   ASSIGN_OR_RETURN(internal::RecurrenceArgs a,
-                   CheckRecurrence(op, q, k, v, g, beta, prev_row, call));
+                   CheckRecurrence(op, q, k, v, g, beta, prev_row, call, backend));
   RETURN_IF_ERROR(CheckLike(op, "out", &out, "q", q, {a.rows, a.heads, a.vd}, "[T, H, V]", call));
   a.out = Data(out);
-  return internal::cpu::GatedRecurrenceForward(a);
+  return backend == Backend::kHost
+             ? internal::cpu::GatedRecurrenceForward(a)
+             : internal::cuda::GatedRecurrenceForward(a, call.device.device_id, stream);
 }
 
 absl::Status GatedRecurrenceBackward(const DLTensor& q, const DLTensor& k, const DLTensor& v,
                                      const DLTensor& g, const DLTensor* beta,
                                      const DLTensor& prev_row, const DLTensor& d_out,
                                      const DLTensor& dq, const DLTensor& dk, const DLTensor& dv,
-                                     const DLTensor& dg, const DLTensor* d_beta,
-                                     Stream /*stream*/) {
+                                     const DLTensor& dg, const DLTensor* d_beta, Stream stream) {
   constexpr absl::string_view op = "GatedRecurrenceBackward";
-  RETURN_IF_ERROR(CheckHost(op, "q", q));
+  ASSIGN_OR_RETURN(const Backend backend, internal::BackendOf(op, "q", &q));
   const CallDevice call{q.device, "q"};
   ASSIGN_OR_RETURN(internal::RecurrenceArgs a,
-                   CheckRecurrence(op, q, k, v, g, beta, prev_row, call));
+                   CheckRecurrence(op, q, k, v, g, beta, prev_row, call, backend));
   RETURN_IF_ERROR(
       CheckLike(op, "d_out", &d_out, "q", q, {a.rows, a.heads, a.vd}, "[T, H, V]", call));
   RETURN_IF_ERROR(CheckLike(op, "dq", &dq, "q", q, {a.rows, a.heads, a.kd}, "[T, H, K]", call));
@@ -224,7 +220,9 @@ absl::Status GatedRecurrenceBackward(const DLTensor& q, const DLTensor& k, const
   a.dk = Data(dk);
   a.dv = Data(dv);
   a.dg = Data(dg);
-  return internal::cpu::GatedRecurrenceBackward(a);
+  return backend == Backend::kHost
+             ? internal::cpu::GatedRecurrenceBackward(a)
+             : internal::cuda::GatedRecurrenceBackward(a, call.device.device_id, stream);
 }
 
 }  // namespace packsched::kernels

@@ -1,8 +1,8 @@
 #ifndef PACKSCHED_KERNELS_INTERNAL_RECURRENT_ARGS_H_
 #define PACKSCHED_KERNELS_INTERNAL_RECURRENT_ARGS_H_
 
-// Checked, plain-pointer arguments of the recurrent kernels (recurrent.h) and the CPU backend's
-// entry points. prev_row values are checked by the front end before these run.
+// Checked, plain-pointer arguments of the recurrent kernels (recurrent.h) and the backends' entry
+// points. On the host the front end checks the prev_row values before these run.
 
 #include <cstdint>
 
@@ -50,6 +50,15 @@ absl::Status CausalConv1dBackward(const ConvArgs& a);
 absl::Status GatedRecurrenceForward(const RecurrenceArgs& a);
 absl::Status GatedRecurrenceBackward(const RecurrenceArgs& a);
 }  // namespace cpu
+
+namespace cuda {
+// As the CPU's, enqueued on `stream` on `device` (backend.h's CUDA conventions); the prev_row
+// values are trusted (not read on the host).
+absl::Status CausalConv1dForward(const ConvArgs& a, int device, void* stream);
+absl::Status CausalConv1dBackward(const ConvArgs& a, int device, void* stream);
+absl::Status GatedRecurrenceForward(const RecurrenceArgs& a, int device, void* stream);
+absl::Status GatedRecurrenceBackward(const RecurrenceArgs& a, int device, void* stream);
+}  // namespace cuda
 
 }  // namespace packsched::kernels::internal
 

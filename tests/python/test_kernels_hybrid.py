@@ -268,3 +268,23 @@ def test_selective_scan_and_conv_are_transformers_mamba2_mixer():
     ours = mixer.out_proj(mixer.norm(y.reshape(21, heads * hd), gate))
     error = float((ours - theirs).detach().abs().max())
     assert error < 1e-5 * max(1.0, float(theirs.detach().abs().max()))
+
+
+@pytest.mark.skipif(
+    not (torch.cuda.is_available() and kernels.built_with_cuda()),
+    reason="needs a GPU and the CUDA backend",
+)
+@pytest.mark.parametrize("kind", KINDS)
+def test_cuda_equals_cpu(kind):
+    gen = torch.Generator().manual_seed(10)
+    begin, end, parent, leaves = _forest(gen, 2, "turns")
+    prev = kernels.tree_prev_rows(begin, end, parent, end[-1])
+    base = _inputs(gen, end[-1], kind)
+    results = []
+    for device in ("cpu", "cuda"):
+        leaves_ = {n: v.to(device).requires_grad_(True) for n, v in base.items()}
+        out = _packed(kind, leaves_, prev)
+        out.backward(torch.ones_like(out))
+        results.append([out.detach().cpu()] + [leaves_[n].grad.cpu() for n in base])
+    for cpu, gpu in zip(*results):
+        assert float((cpu - gpu).abs().max()) < 1e-12

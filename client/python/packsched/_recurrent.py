@@ -1,7 +1,8 @@
 """The recurrent kernels of hybrid models (docs/design.md "Hybrid layers"): the short causal
 depthwise convolution, the gated delta rule (Gated DeltaNet) and the Mamba-2 selective scan over
 packed and tree-packed rows, each a torch.autograd.Function over the C++ kernels
-(packsched/kernels/recurrent.h; CPU tensors, float32 or float64). The layout is one int32 array,
+(packsched/kernels/recurrent.h; float32 or float64; CPU tensors, and CUDA tensors where the
+experimental CUDA backend is built). The layout is one int32 array,
 ``prev_row`` [T]: the row whose state row t continues, -1 for zero state (``flat_prev_rows`` from
 cu_seqlens, ``tree_prev_rows`` from the nodes' row ranges and parents)."""
 
@@ -78,7 +79,7 @@ def causal_conv1d(x, weight, bias, prev_row, silu=True):
     """The short causal depthwise convolution over packed rows: out[t] = act(bias + sum_i
     weight[:, W-1-i] * x[r_i]) over row t's history r_0 = t, r_{i+1} = prev_row[r_i] (zero once
     it ends), act = SiLU or identity. x [T, C], weight [C, W] (transformers' [C, 1, W] squeezed),
-    bias [C] or None: torch CPU tensors, float32 or float64. Differentiable in x, weight, bias."""
+    bias [C] or None: torch tensors, float32 or float64. Differentiable in x, weight, bias."""
     from ._ops_recurrent import causal_conv1d as f
 
     return f(x, weight, bias, prev_row, silu)

@@ -11,8 +11,10 @@
 // node's first row, -1 at a root. Row t's token history is then t, prev_row[t],
 // prev_row[prev_row[t]], ... (its rollout's earlier tokens, newest first), so both kernels equal
 // running every rollout on its own. REQUIRES: -1 <= prev_row[t] < t (parents before children).
-// Conventions of kernels.h apply (outputs caller-provided, a stream per call). CPU backend only
-// for now: CUDA tensors return Unimplemented.
+// Conventions of kernels.h apply (outputs caller-provided, a stream per call). The CPU backend
+// checks every prev_row value; the CUDA backend (experimental: compiled, not yet run on a GPU)
+// trusts them and takes a workspace of rows x heads x K x V doubles (two for the backward) from
+// its device pool.
 
 #include <cstdint>
 
@@ -33,7 +35,7 @@ namespace packsched::kernels {
 //   out      [T, C]  output, x's dtype
 //
 // Accumulates in float64. Returns InvalidArgument naming the argument on a bad shape, dtype or
-// device, or a prev_row value outside [-1, t) (naming the row).
+// device, or (CPU) a prev_row value outside [-1, t) (naming the row).
 absl::Status CausalConv1dForward(const DLTensor& x, const DLTensor& weight, const DLTensor* bias,
                                  const DLTensor& prev_row, bool silu, const DLTensor& out,
                                  Stream stream);
