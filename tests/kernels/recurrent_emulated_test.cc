@@ -8,7 +8,6 @@
 #include <barrier>
 #include <cmath>
 #include <cstdint>
-#include <random>
 #include <thread>
 #include <vector>
 
@@ -17,11 +16,14 @@
 #include "kernels/cuda/recurrent_device.cuh"
 #include "packsched/kernels/recurrent.h"
 #include "tests/kernels/host_tensor.h"
+#include "tests/kernels/recurrent_rows.h"
 
 namespace packsched::kernels::internal::cuda {
 namespace {
 
 using testing::HostTensor;
+using testing::TwoTreeRows;
+using testing::UniformValues;
 
 // Runs `kernel()` for every thread of `blocks` blocks of kBlock threads.
 template <typename Kernel>
@@ -44,28 +46,6 @@ void RunGrid(int blocks, Kernel kernel) {
   emu::block_barrier = nullptr;
 }
 
-// Two trees in one row: root [0, 4) with children [4, 7) (its children [7, 9) and [9, 11)) and
-// [11, 14); a second root [14, 18) with one child [18, 20).
-std::vector<int32_t> TreeRows() {
-  const int begin[] = {0, 4, 7, 9, 11, 14, 18};
-  const int end[] = {4, 7, 9, 11, 14, 18, 20};
-  const int parent[] = {-1, 0, 1, 1, 0, -1, 5};
-  std::vector<int32_t> prev(20);
-  for (int n = 0; n < 7; ++n) {
-    for (int t = begin[n]; t < end[n]; ++t) prev[t] = t - 1;
-    prev[begin[n]] = parent[n] < 0 ? -1 : end[parent[n]] - 1;
-  }
-  return prev;
-}
-
-std::vector<double> Random(int64_t n, uint32_t seed, double lo, double hi) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<double> d(lo, hi);
-  std::vector<double> v(n);
-  for (double& x : v) x = d(rng);
-  return v;
-}
-
 void ExpectNear(const std::vector<double>& got, const std::vector<double>& want, const char* what) {
   ASSERT_EQ(got.size(), want.size()) << what;
   for (size_t i = 0; i < got.size(); ++i) {
@@ -78,15 +58,17 @@ class RecurrentEmulated : public ::testing::TestWithParam<bool> {};  // with bet
 
 TEST_P(RecurrentEmulated, GatedRecurrenceEqualsTheCpuBackend) {
   const bool with_beta = GetParam();
-  const std::vector<int32_t> prev = TreeRows();
+  const std::vector<int32_t> prev = TwoTreeRows();
   const int64_t rows = 20, heads = 2;
   const int kd = 5, vd = 7;
-  auto q = HostTensor::Of<double>({rows, heads, kd}, Random(rows * heads * kd, 1, -1, 1));
-  auto k = HostTensor::Of<double>({rows, heads, kd}, Random(rows * heads * kd, 2, -0.6, 0.6));
-  auto v = HostTensor::Of<double>({rows, heads, vd}, Random(rows * heads * vd, 3, -1, 1));
-  auto g = HostTensor::Of<double>({rows, heads}, Random(rows * heads, 4, -1, 0));
-  auto beta = HostTensor::Of<double>({rows, heads}, Random(rows * heads, 5, 0, 1));
-  auto d_out = HostTensor::Of<double>({rows, heads, vd}, Random(rows * heads * vd, 6, -1, 1));
+  auto q = HostTensor::Of<double>({rows, heads, kd}, UniformValues(rows * heads * kd, 1, -1, 1));
+  auto k =
+      HostTensor::Of<double>({rows, heads, kd}, UniformValues(rows * heads * kd, 2, -0.6, 0.6));
+  auto v = HostTensor::Of<double>({rows, heads, vd}, UniformValues(rows * heads * vd, 3, -1, 1));
+  auto g = HostTensor::Of<double>({rows, heads}, UniformValues(rows * heads, 4, -1, 0));
+  auto beta = HostTensor::Of<double>({rows, heads}, UniformValues(rows * heads, 5, 0, 1));
+  auto d_out =
+      HostTensor::Of<double>({rows, heads, vd}, UniformValues(rows * heads * vd, 6, -1, 1));
   auto prev_t = HostTensor::Of<int32_t>({rows}, prev);
   const DLTensor* b = with_beta ? &beta.view() : nullptr;
 
@@ -140,13 +122,13 @@ TEST_P(RecurrentEmulated, GatedRecurrenceEqualsTheCpuBackend) {
 INSTANTIATE_TEST_SUITE_P(Beta, RecurrentEmulated, ::testing::Bool());
 
 TEST(RecurrentEmulatedConv, ConvolutionEqualsTheCpuBackend) {
-  const std::vector<int32_t> prev = TreeRows();
+  const std::vector<int32_t> prev = TwoTreeRows();
   const int64_t rows = 20, channels = 3;
   const int width = 4;
-  auto x = HostTensor::Of<double>({rows, channels}, Random(rows * channels, 7, -1, 1));
-  auto w = HostTensor::Of<double>({channels, width}, Random(channels * width, 8, -1, 1));
-  auto bias = HostTensor::Of<double>({channels}, Random(channels, 9, -1, 1));
-  auto d_out = HostTensor::Of<double>({rows, channels}, Random(rows * channels, 10, -1, 1));
+  auto x = HostTensor::Of<double>({rows, channels}, UniformValues(rows * channels, 7, -1, 1));
+  auto w = HostTensor::Of<double>({channels, width}, UniformValues(channels * width, 8, -1, 1));
+  auto bias = HostTensor::Of<double>({channels}, UniformValues(channels, 9, -1, 1));
+  auto d_out = HostTensor::Of<double>({rows, channels}, UniformValues(rows * channels, 10, -1, 1));
   auto prev_t = HostTensor::Of<int32_t>({rows}, prev);
   auto out = HostTensor::Zeros<double>({rows, channels});
   auto dx = HostTensor::Zeros<double>({rows, channels});
