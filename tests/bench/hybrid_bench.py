@@ -16,7 +16,8 @@ varlen attention); tree packing plans the forest (plan_local on build_forest's F
 micro_batch_prev_rows, tree attention), both at the same cap; both arms run the same model on
 the same rollouts, alternating within each step, after an untimed warm-up of both. "states" is
 the peak of states_alive over the tree arm's micro-batches (branch-point states held besides the
-running one, per layer and head).
+running one, per layer and head) in the plan's order (children in ascending node index); "best
+order" the peak if each node's children ran with the one needing most states last.
 
     PYTHONPATH=build/python .venv/bin/python tests/bench/hybrid_bench.py [--seed 11] [--steps 3]
 """
@@ -84,10 +85,23 @@ def step(model, ids, positions, ops, rows, rollouts):
     (loss * torch.as_tensor(targets.weights, dtype=loss.dtype)).sum().backward()
 
 
+def fewest_states(parent):
+    """The peak of states alive under the best child order (entries' parents, -1 for roots): a
+    node is held while its children but the last run, so the child needing most goes last."""
+    children = {}
+    for e, p in enumerate(parent):
+        children.setdefault(int(p), []).append(e)
+    peak = {}
+    for e in reversed(range(len(parent))):  # children come after their parent
+        kids = sorted((peak[c] for c in children.get(e, [])), reverse=True)
+        peak[e] = max([kids[0]] + [k + 1 for k in kids[1:]]) if kids else 0
+    return max((peak[r] for r in children.get(-1, [])), default=0)
+
+
 def run_tree(model, rollouts, group_ids, cap):
     forest = build_forest(rollouts, group_ids)
     plan = planner.plan_local(forest, cap, progress=False)
-    forwarded, states = 0, 0
+    forwarded, states, best = 0, 0, 0
     start = time.perf_counter()
     for mb in plan.micro_batches:
         positions, subtree_end = mb.rows(forest)
@@ -96,12 +110,13 @@ def run_tree(model, rollouts, group_ids, cap):
             cu.append(int(mb.meta.total))
         prev = kernels.micro_batch_prev_rows(mb, forest)
         states = max(states, kernels.states_alive(prev))
+        best = max(best, fewest_states(mb.parent))
         rows = [mb.rollout_rows(forest, i) for i in range(len(mb.rollouts))]
         held = [np.asarray(forest.rollout_token_ids(int(r))) for r in mb.rollouts]
         ops = hybrid_lm.Packed(prev, cu, torch.as_tensor(subtree_end, dtype=torch.int32))
         step(model, mb.input_ids(forest), positions.astype(np.int64), ops, rows, held)
         forwarded += int(mb.meta.total)
-    return time.perf_counter() - start, forwarded, states, len(plan.micro_batches)
+    return time.perf_counter() - start, forwarded, (states, best), len(plan.micro_batches)
 
 
 def run_flat(model, rollouts, cap):
@@ -134,19 +149,24 @@ def main():
     warm = grpo(random.Random(0), 1)  # first calls (imports, allocator) outside the timings
     run_flat(model, warm[0], args.cap)
     run_tree(model, *warm, args.cap)
-    print("| workload, step | micro-batches flat / tree | tokens forwarded flat / tree | "
-          "step time flat | tree, same run | speed-up | states alive (peak) |")  # fmt: skip
-    print("|---|---|---|---|---|---|---|")
+    print(
+        "| workload, step | micro-batches flat / tree | tokens forwarded flat / tree | "
+        "step time flat | tree, same run | speed-up | states alive (peak) | best order |"
+    )
+    print("|---|---|---|---|---|---|---|---|")
     for name in ("grpo", "turns"):
         for s in range(args.steps):
             rollouts, group_ids = (
                 grpo(rng, args.groups) if name == "grpo" else turns(rng, args.trees)
             )
             flat_time, flat_tokens, flat_k = run_flat(model, rollouts, args.cap)
-            tree_time, tree_tokens, states, tree_k = run_tree(model, rollouts, group_ids, args.cap)
+            tree_time, tree_tokens, (states, best), tree_k = run_tree(
+                model, rollouts, group_ids, args.cap
+            )
             print(
                 f"| {name}, {s} | {flat_k} / {tree_k} | {flat_tokens:,} / {tree_tokens:,} | "
-                f"{flat_time:.2f} s | {tree_time:.2f} s | {flat_time / tree_time:.2f}x | {states} |"
+                f"{flat_time:.2f} s | {tree_time:.2f} s | {flat_time / tree_time:.2f}x | "
+                f"{states} | {best} |"
             )
 
 
