@@ -1,11 +1,15 @@
-// The CPU backend of the recurrent kernels (recurrent.h): rows in order, one head at a time, the
-// per-row math of common/recurrent.h in double. The forward keeps only the states a later row
-// jumps back to (branch points: prev_row[t] = r with t != r + 1), each freed after its last
-// child; the backward stores every state of the head once (T x K x V) and walks the rows
+// The CPU backend of the recurrent kernels (recurrent.h): rows in order, the heads on a few
+// threads, the per-row math of common/recurrent.h in double. The forward keeps only the states a
+// later row jumps back to (branch points: prev_row[t] = r with t != r + 1), each freed after its
+// last child; the backward stores every state of the head once (T x K x V) and walks the rows
 // backwards, carrying dS to prev_row[t] and summing a branch point's dS over its children.
 
+#include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdint>
+#include <functional>
+#include <thread>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -21,6 +25,26 @@ using common::ConvPre;
 using common::RecurrenceColumn;
 using common::RecurrenceColumnBackward;
 using common::RecurrenceRowBackward;
+
+// Runs body(h) for every head h in [0, heads) on up to hardware_concurrency threads, heads
+// claimed in order from a shared counter. Heads write disjoint outputs, so results do not depend
+// on the thread count.
+void ParallelFor(int64_t heads, const std::function<void(int64_t)>& body) {
+  const int64_t workers =
+      std::min<int64_t>(heads, std::max(1, static_cast<int>(std::thread::hardware_concurrency())));
+  if (workers <= 1) {
+    for (int64_t h = 0; h < heads; ++h) body(h);
+    return;
+  }
+  std::atomic<int64_t> next{0};
+  auto run = [&] {
+    for (int64_t h = next.fetch_add(1); h < heads; h = next.fetch_add(1)) body(h);
+  };
+  std::vector<std::thread> pool;
+  for (int64_t w = 1; w < workers; ++w) pool.emplace_back(run);
+  run();
+  for (std::thread& t : pool) t.join();
+}
 
 // For each row, how many later rows jump back to it (not counting its direct successor).
 std::vector<int32_t> JumpCounts(const int32_t* prev_row, int64_t rows) {
@@ -105,7 +129,7 @@ template <typename T>
 void RecurrenceForward(const RecurrenceArgs& a) {
   const int64_t size = int64_t{a.kd} * a.vd;
   const std::vector<int32_t> jumps = JumpCounts(a.prev_row, a.rows);
-  for (int64_t h = 0; h < a.heads; ++h) {
+  ParallelFor(a.heads, [&](int64_t h) {
     const HeadView<T> view{a, h};
     std::vector<int32_t> left = jumps;
     // saved[r]: the state after row r while a jump to r is pending (a branch point).
@@ -119,7 +143,7 @@ void RecurrenceForward(const RecurrenceArgs& a) {
       cur.swap(next);
       if (jumps[t] > 0) saved[t] = cur;
     }
-  }
+  });
 }
 
 template <typename T>
@@ -127,10 +151,10 @@ void RecurrenceBackward(const RecurrenceArgs& a) {
   const int64_t size = int64_t{a.kd} * a.vd;
   const std::vector<int32_t> jumps = JumpCounts(a.prev_row, a.rows);
   const bool has_beta = a.beta != nullptr;
-  std::vector<double> states(a.rows * size);
-  std::vector<T> out_row(a.vd);
-  std::vector<double> delta(a.vd), du(a.vd), d_out_acc(a.vd);
-  for (int64_t h = 0; h < a.heads; ++h) {
+  ParallelFor(a.heads, [&](int64_t h) {
+    std::vector<double> states(a.rows * size);
+    std::vector<T> out_row(a.vd);
+    std::vector<double> delta(a.vd), du(a.vd), d_out_acc(a.vd);
     const HeadView<T> view{a, h};
     for (int64_t t = 0; t < a.rows; ++t) {
       const int32_t p = a.prev_row[t];
@@ -187,7 +211,7 @@ void RecurrenceBackward(const RecurrenceArgs& a) {
       carried = p == t - 1 && p >= 0;
       if (carried) ds.swap(ds_in);
     }
-  }
+  });
 }
 
 }  // namespace
