@@ -288,3 +288,31 @@ def test_cuda_equals_cpu(kind):
         results.append([out.detach().cpu()] + [leaves_[n].grad.cpu() for n in base])
     for cpu, gpu in zip(*results):
         assert float((cpu - gpu).abs().max()) < 1e-12
+
+
+def test_micro_batch_prev_rows_follow_every_planned_rollout():
+    """Over a real forest plan (split trees included), each rollout's rows chain through
+    prev_row: its first row starts from zero and every later row continues the row before it in
+    the rollout."""
+    from packsched import planner
+    from packsched.tree import build_forest
+
+    gen = np.random.default_rng(12)
+    rollouts, groups = [], []
+    for g in range(3):
+        prompt = list(gen.integers(0, 50, 40))
+        for _ in range(6):
+            turn = list(gen.integers(0, 50, int(gen.integers(5, 30))))
+            rollouts.append(prompt + turn + list(gen.integers(0, 50, int(gen.integers(1, 20)))))
+            groups.append(g)
+    forest = build_forest(rollouts, groups)
+    plan = planner.plan_local(forest, 160, progress=False)
+    checked = 0
+    for mb in plan.micro_batches:
+        prev = kernels.micro_batch_prev_rows(mb, forest)
+        for i in range(len(mb.rollouts)):
+            rows = mb.rollout_rows(forest, i)
+            assert prev[rows[0]] == -1
+            assert prev[rows[1:]].tolist() == rows[:-1].tolist()
+            checked += 1
+    assert checked >= len(rollouts) and len(plan.micro_batches) >= 2
