@@ -161,14 +161,14 @@ Grid GridOfPlans(const BalancedBatch& out, absl::Span<const SlotItem> items, int
 
 // Sequences up to which every Sync::kMicroBatch candidate is shortened by moves before they are
 // compared (above it, only the shortest is).
-constexpr int64_t kImproveEvery = int64_t{1} << 14;
+constexpr int64_t kImproveEvery = int64_t{1} << 12;
 
-// Rounds of ImproveRankTotals for n sequences over W ranks x k: up to 4 W, and about 2^24 steps
-// in all (a round: the largest rank's items against every cell of a few ranks, a binary search in
-// every rank for each, and the ranks sorted).
-int64_t RankRounds(int64_t n, int64_t world_size, int64_t k) {
+// Rounds of ImproveRankTotals for n sequences over W ranks x k: up to 4 W, and about `steps`
+// steps in all (a round: the largest rank's items against every cell of a few ranks, a binary
+// search in every rank for each, and the ranks sorted).
+int64_t RankRounds(int64_t n, int64_t world_size, int64_t k, int64_t steps = int64_t{1} << 24) {
   const int64_t per_round = (n / world_size + 1) * (k + 1) * 4 + 4 * n + 20 * world_size;
-  return std::clamp<int64_t>((int64_t{1} << 24) / per_round, 1, 4 * world_size);
+  return std::clamp<int64_t>(steps / per_round, 1, 4 * world_size);
 }
 
 }  // namespace
@@ -382,15 +382,18 @@ absl::StatusOr<BalancedBatch> BalanceBatch(absl::Span<const int64_t> lengths, in
         const int64_t equal_step = internal::CostsOf(traded, items, alpha).step_sync;
         if (equal_step < step) grid = traded;
         // Counts free, up to the k bound: moves of single sequences as well, from the
-        // equal-count plan and from the FFD bins by rank total. The shorter is taken only when
-        // it shortens the step by more than 1/1024 (equal counts are kept otherwise).
-        Grid from_bins =
-            internal::GridFromBins(bins, items, world_size, k_bound, /*by_rank_total=*/true);
-        Grid from_equal = Widened(std::move(traded), k_bound);
+        // equal-count plan and from the FFD bins by rank total (about 2^22 steps each). The shorter
+        // is taken only when it shortens the step by more than 1/1024 (equal counts are kept
+        // otherwise), so none is searched for when the lower bound rules that out.
         int64_t free_step = equal_step - equal_step / 1024;
+        const bool may_gain = internal::StepLowerBound(v, world_size, alpha) < free_step;
+        Grid from_bins =
+            may_gain ? internal::GridFromBins(bins, items, world_size, k_bound, true) : Grid{};
+        Grid from_equal = may_gain ? Widened(std::move(traded), k_bound) : Grid{};
         for (Grid* free : {&from_equal, &from_bins}) {
+          if (!may_gain) break;
           internal::ImproveRankTotals(*free, items, v.capacity, alpha,
-                                      RankRounds(kept, world_size, k_bound),
+                                      RankRounds(kept, world_size, k_bound, int64_t{1} << 22),
                                       /*keep_counts=*/false, &stop);
           RETURN_IF_ERROR(stop.status());
           const int64_t cost = internal::CostsOf(*free, items, alpha).step_sync;

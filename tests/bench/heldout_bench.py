@@ -167,7 +167,9 @@ def child():
         job = json.loads(line)
         answer = {}
         for sync in ("step", "micro_batch"):
+            start = time.process_time()
             grid, _, _ = plan(job["lengths"], job["world"], job["cap"], sync)
+            answer[sync + "_ms"] = (time.process_time() - start) * 1e3
             answer[sync] = grid
         print(json.dumps(answer), flush=True)
 
@@ -191,7 +193,7 @@ def run(args):
     jobs = inputs(base, args.count, args.quick)
     old = baseline_plans(args.baseline, jobs) if args.baseline else None
     rows = []
-    start = time.time()
+    wall = time.time()
     for number, (name, heavy, world, cap, seed, lengths) in enumerate(jobs):
         peers = {
             "verl-retry": bench.verl(lengths, world, cap, retry=True),
@@ -204,7 +206,9 @@ def run(args):
         row = dict(name=name, heavy=heavy, world=world, cap=cap, seed=seed, greedy=g["eff_mb"])
         row["greedy_in"] = g["k"] <= bound_k
         for sync, key in (("step", "eff_step"), ("micro_batch", "eff_mb")):
+            start = time.process_time()
             grid, lower, ideal = plan(lengths, world, cap, sync)
+            row[sync + "_ms"] = (time.process_time() - start) * 1e3
             ours = bench.measure(lengths, world, cap, grid)
             row[sync] = ours[key]
             row[sync + "_k"] = ours["k"]
@@ -214,12 +218,13 @@ def run(args):
             row[sync + "_peer_in"] = max(within) if within else 0.0
             if old:
                 row[sync + "_old"] = bench.measure(lengths, world, cap, old[number][sync])[key]
+                row[sync + "_old_ms"] = old[number][sync + "_ms"]
             if sync == "micro_batch":
                 row["bound"] = ideal / max(lower, slot_bound(lengths, world, cap))
             else:
                 row["bound_step"] = ideal / lower
         rows.append(row)
-    print(f"{len(rows)} inputs, seeds {base}..{base + len(rows) - 1}, {time.time() - start:.0f} s")
+    print(f"{len(rows)} inputs, seeds {base}..{base + len(rows) - 1}, {time.time() - wall:.0f} s")
     return rows
 
 
@@ -260,6 +265,13 @@ def summary(rows, has_old):
                 f"| {statistics.mean(margin):+.4f} / {min(margin):+.4f} | {old} | {greedy} "
                 f"| {statistics.mean(gap):.4f} / {max(gap):.4f} | {over} |"
             )
+    for sync in ("step", "micro_batch"):
+        ms = [r[sync + "_ms"] for r in rows]
+        line = f"plan CPU ms, sync={sync}: mean {statistics.mean(ms):.1f}, most {max(ms):.1f}"
+        if has_old:
+            old = [r[sync + "_old_ms"] for r in rows]
+            line += f"; previous build: mean {statistics.mean(old):.1f}, most {max(old):.1f}"
+        lines.append(line)
     return "\n".join(lines)
 
 
