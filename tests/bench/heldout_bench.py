@@ -24,6 +24,11 @@ descending, whose tokens with those before it pass (j - 1) W cap).
 
 Run: PYTHONPATH=build/python python3 tests/bench/heldout_bench.py [--baseline DIR] [--tuning]
      [--count N] [--quick]
+The previous build in its own tree (build-*/ is ignored by git):
+  mkdir -p build-base/src && git archive <commit> | tar -x -C build-base/src
+  cmake -S build-base/src -B build-base/build -G Ninja -DCMAKE_BUILD_TYPE=Release
+        -DPACKSCHED_WITH_CUDA=OFF && cmake --build build-base/build --target packsched_python
+  then --baseline build-base/build/python.
 """
 
 import argparse
@@ -265,6 +270,22 @@ def summary(rows, has_old):
                 f"| {statistics.mean(margin):+.4f} / {min(margin):+.4f} | {old} | {greedy} "
                 f"| {statistics.mean(gap):.4f} / {max(gap):.4f} | {over} |"
             )
+    if has_old:
+        for sync in ("step", "micro_batch"):
+            behind_in = sum(1 for r in rows if r[sync + "_old"] - r[sync + "_peer_in"] < -0.002)
+            behind = sum(1 for r in rows if r[sync + "_old"] - r[sync + "_peer"] < -0.002)
+            worst = min(r[sync + "_old"] - r[sync + "_peer"] for r in rows)
+            line = (
+                f"previous build, sync={sync}: behind best capped peer > 0.002: {behind_in} / "
+                f"{behind} (worst {worst:+.4f})"
+            )
+            if sync == "micro_batch":
+                ahead = [(r["greedy"] - r[sync + "_old"], r["greedy_in"]) for r in rows]
+                ahead_in = sum(1 for a, inside in ahead if inside and a > 0.002)
+                ahead_any = sum(1 for a, _ in ahead if a > 0.002)
+                line += f"; greedy ahead > 0.002: {ahead_in} / {ahead_any}"
+                line += f" (most {max(a for a, _ in ahead):+.4f})"
+            lines.append(line)
     for sync in ("step", "micro_batch"):
         ms = [r[sync + "_ms"] for r in rows]
         line = f"plan CPU ms, sync={sync}: mean {statistics.mean(ms):.1f}, most {max(ms):.1f}"
@@ -279,10 +300,15 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--baseline", help="build/python of the previous build (a child process)")
     parser.add_argument("--tuning", action="store_true", help="the tuning seeds, not held out")
-    parser.add_argument("--count", type=int, default=2, help="seeds per mix, W, cap and count")
+    parser.add_argument("--count", type=int, default=3, help="seeds per mix, W, cap and count")
     parser.add_argument("--quick", action="store_true", help="W = 8, 16 a rank only")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
-    parser.add_argument("--worst", type=int, default=0, help="list the N worst step inputs")
+    parser.add_argument(
+        "--worst",
+        type=int,
+        default=0,
+        help="list the N inputs furthest behind the best capped peer",
+    )
     args = parser.parse_args()
     if args.child:
         child()
@@ -292,8 +318,14 @@ def main():
     for sync in ("step", "micro_batch"):
         worst = sorted(rows, key=lambda r: r[sync] - r[sync + "_peer"])[: args.worst]
         for r in worst:
-            print(sync, r["name"], r["world"], r["cap"], r["seed"],
-                  f"ours {r[sync]:.4f} peer {r[sync + '_peer']:.4f} greedy {r['greedy']:.4f}")
+            print(
+                sync,
+                r["name"],
+                r["world"],
+                r["cap"],
+                r["seed"],
+                f"ours {r[sync]:.4f} peer {r[sync + '_peer']:.4f} greedy {r['greedy']:.4f}",
+            )
 
 
 if __name__ == "__main__":
