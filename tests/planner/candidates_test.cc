@@ -241,5 +241,38 @@ TEST(CellGreedy, StepPlanNeverBehindTheBinsByRankTotal) {
   }
 }
 
+// Where the cell greedy and the free-count step search run (n k W within their limits, ranks
+// holding more than one sequence), a stop at any of the run's asks ends it with that answer and
+// asks no more.
+TEST(CellGreedy, TheNewSearchesHonourTheStop) {
+  std::mt19937_64 rng(41);
+  const int64_t w = 32;
+  const PlanOptions o = Options(16384);
+  const std::vector<int64_t> lengths = Pareto(48 * w, 16384, 1.3, rng);
+  for (Sync sync : {Sync::kStep, Sync::kMicroBatch}) {
+    BalanceOptions counting;
+    counting.sync = sync;
+    counting.micro_batch_cost = kAlpha;
+    int64_t total = 0;
+    counting.stop = [&total] {
+      ++total;
+      return absl::OkStatus();
+    };
+    ASSERT_TRUE(BalanceBatch(lengths, w, o, {}, counting).ok());
+    ASSERT_GE(total, 4);
+    for (int64_t stop_at = 1; stop_at <= total; stop_at += std::max<int64_t>(1, total / 7)) {
+      BalanceOptions stopping = counting;
+      int64_t asks = 0;
+      stopping.stop = [&asks, stop_at] {
+        ++asks;
+        return asks >= stop_at ? absl::CancelledError("gone") : absl::OkStatus();
+      };
+      const absl::StatusOr<BalancedBatch> b = BalanceBatch(lengths, w, o, {}, stopping);
+      EXPECT_EQ(b.status().code(), absl::StatusCode::kCancelled) << "stop at " << stop_at;
+      EXPECT_EQ(asks, stop_at);
+    }
+  }
+}
+
 }  // namespace
 }  // namespace packsched::planner
