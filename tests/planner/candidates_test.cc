@@ -27,12 +27,13 @@ using testing::CostOf;
 
 constexpr int64_t kAlpha = int64_t{2048} * 24576;
 
-// Heavy-tailed lengths: 256 x Pareto(shape), at most the cap.
-std::vector<int64_t> Pareto(int64_t n, int64_t cap, double shape, std::mt19937_64& rng) {
+// Heavy-tailed lengths: scale x Pareto(shape), at most the cap.
+std::vector<int64_t> Pareto(int64_t n, int64_t cap, double shape, std::mt19937_64& rng,
+                            double scale = 256.0) {
   std::uniform_real_distribution<double> unit(0.0, 1.0);
   std::vector<int64_t> out(n);
   for (int64_t& l : out) {
-    const double x = 256.0 * std::pow(1.0 - unit(rng), -1.0 / shape);
+    const double x = scale * std::pow(1.0 - unit(rng), -1.0 / shape);
     l = std::clamp<int64_t>(static_cast<int64_t>(x), 1, cap);
   }
   return out;
@@ -167,11 +168,11 @@ TEST(CellGreedy, MicroBatchPlanNeverBehindTheGreedy) {
   std::mt19937_64 rng(23);
   int compared = 0;
   for (int trial = 0; trial < 120; ++trial) {
-    const int64_t w = std::uniform_int_distribution<int64_t>(1, 16)(rng);
-    const int64_t n = std::uniform_int_distribution<int64_t>(w, 12 * w)(rng);
-    const int64_t cap = trial % 2 == 0 ? 8192 : 32768;
+    const int64_t w = std::uniform_int_distribution<int64_t>(1, 32)(rng);
+    const int64_t n = std::uniform_int_distribution<int64_t>(w, 48 * w)(rng);
+    const int64_t cap = int64_t{16384} << (trial % 4);
     const PlanOptions o = Options(cap);
-    const std::vector<int64_t> lengths = Pareto(n, cap, 1.1 + 0.012 * trial, rng);
+    const std::vector<int64_t> lengths = Pareto(n, cap, 1.1 + 0.008 * trial, rng, 1024.0);
     std::vector<int64_t> costs;
     for (int64_t l : lengths) costs.push_back(CostOf(l, o));
     const Reference greedy = CellGreedy(lengths, costs, w, cap, kAlpha);
