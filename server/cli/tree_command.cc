@@ -20,19 +20,28 @@ bool IsPacker(Algorithm a) {
          a == Algorithm::kSequential;
 }
 
-void WriteTreePlanFields(const planner::TreePlan& plan, JsonWriter& w) {
+void WriteTreePlanFields(const planner::TreePlan& plan, const planner::Forest& forest,
+                         JsonWriter& w) {
   w.Key("num_micro_batches");
   w.Int(static_cast<int64_t>(plan.parts.size()));
   w.Key(MicroBatchesKey());
   w.BeginArray();
   for (const planner::TreeMicroBatch& part : plan.parts) {
     const planner::TreeLayout& l = part.layout;
+    const planner::TreeEntries e = planner::Entries(part, forest);
     w.BeginObject();
     WriteMicroBatchFields(part.batch, w);
     const std::pair<const char*, const std::vector<int64_t>*> arrays[] = {
-        {"nodes", &l.nodes},       {"piece_begin", &l.piece_begin},    {"row", &l.row},
-        {"position", &l.position}, {"subtree_end", &l.subtree_end},    {"parent", &l.parent},
-        {"rollouts", &l.rollouts}, {"rollout_entry", &l.rollout_entry}};
+        {"rollouts", &l.rollouts},
+        {"piece_rollouts", &l.piece_rollouts},
+        {"piece_rollout_begin", &l.piece_rollout_begin},
+        {"nodes", &e.nodes},
+        {"piece_begin", &e.piece_begin},
+        {"row", &e.row},
+        {"position", &e.position},
+        {"subtree_end", &e.subtree_end},
+        {"parent", &e.parent},
+        {"rollout_entry", &e.rollout_entry}};
     for (const auto& [key, values] : arrays) {
       w.Key(key);
       w.IntArray(*values);
@@ -66,6 +75,7 @@ absl::StatusOr<TreePlanRun> RunTreePlan(const planner::Forest& forest, const Pla
   }
   TreePlanRun out;
   out.unique_tokens = index.unique_tokens;
+  out.forest = forest;
   out.run.request = costed;
   const auto start = std::chrono::steady_clock::now();
   absl::StatusOr<planner::TreePlan> plan;
@@ -106,7 +116,7 @@ std::string TreePlanJson(const TreePlanRun& run) {
     w.BeginArray();
     for (const planner::TreePlan& rank : run.batch->ranks) {
       w.BeginObject();
-      WriteTreePlanFields(rank, w);
+      WriteTreePlanFields(rank, run.forest, w);
       w.EndObject();
     }
     w.EndArray();
@@ -115,7 +125,7 @@ std::string TreePlanJson(const TreePlanRun& run) {
     w.Key("step");
     WriteStep(run.batch->step, w);
   } else {
-    WriteTreePlanFields(*run.plan, w);
+    WriteTreePlanFields(*run.plan, run.forest, w);
   }
   w.Key("unique_tokens");
   w.Int(run.unique_tokens);
