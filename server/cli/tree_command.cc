@@ -20,6 +20,11 @@ bool IsPacker(Algorithm a) {
          a == Algorithm::kSequential;
 }
 
+// Real tokens forwarded per logical token (1 when nothing is planned).
+double TreeTokenRatio(int64_t forwarded, int64_t logical) {
+  return logical > 0 ? static_cast<double>(forwarded) / static_cast<double>(logical) : 1.0;
+}
+
 void WriteTreePlanFields(const planner::TreePlan& plan, const planner::Forest& forest,
                          JsonWriter& w) {
   w.Key("num_micro_batches");
@@ -57,6 +62,8 @@ void WriteTreePlanFields(const planner::TreePlan& plan, const planner::Forest& f
   w.Int(plan.forwarded_tokens);
   w.Key("rollout_tokens");
   w.Int(plan.rollout_tokens);
+  w.Key("tree_token_ratio");
+  w.Double(TreeTokenRatio(plan.forwarded_tokens, plan.rollout_tokens));
   w.Key("stats");
   WriteStats(plan.stats, w);
 }
@@ -149,10 +156,11 @@ std::string TreePlanTable(const TreePlanRun& run) {
   } else {
     plans.push_back(&*run.plan);
   }
-  int64_t forwarded = 0, flat = 0, k = 0;
+  int64_t forwarded = 0, flat = 0, executed = 0, k = 0;
   for (const planner::TreePlan* plan : plans) {
     forwarded += plan->forwarded_tokens;
     flat += plan->rollout_tokens;
+    executed += plan->stats.packed_tokens;
     k = static_cast<int64_t>(plan->parts.size());
   }
   std::string out = absl::StrFormat(
@@ -161,6 +169,10 @@ std::string TreePlanTable(const TreePlanRun& run) {
       run.run.mode, k, run.batch ? absl::StrCat(" on each of ", plans.size(), " ranks") : "",
       forwarded, flat, flat > 0 ? static_cast<double>(forwarded) / static_cast<double>(flat) : 0.0,
       run.unique_tokens, run.run.plan_seconds * 1e3);
+  absl::StrAppend(&out,
+                  absl::StrFormat("tokens: logical %d, executed %d (rows, padding included), "
+                                  "forwarded %d, tree token ratio %.4f\n",
+                                  flat, executed, forwarded, TreeTokenRatio(forwarded, flat)));
   absl::StrAppend(&out, absl::StrFormat("%6s %5s %7s %9s %10s %14s  %s\n", "rank", "mb", "pieces",
                                         "rollouts", "tokens", "cost", "flags"));
   for (size_t r = 0; r < plans.size(); ++r) {

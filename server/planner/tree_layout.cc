@@ -179,6 +179,7 @@ MicroBatchPlan RolloutView(const TreePlan& plan, const ForestIndex& index) {
   view.stats.num_sequences = plan.num_rollouts;
   view.stats.num_kept = static_cast<int64_t>(view.reorder.size());
   view.stats.total_tokens = plan.rollout_tokens;
+  view.stats.forwarded_tokens = plan.forwarded_tokens;
   return view;
 }
 

@@ -342,6 +342,12 @@ TEST(TreePlan, LayoutIsLinearInTheForest) {
   EXPECT_GT(occurrences, n * (n - 64) / 2);  // the isolated rollouts' paths
   EXPECT_LE(stored, 4 * n);  // rollouts twice, piece offsets: at most one piece per rollout
   EXPECT_EQ(CheckTreePlan(f, o, *plan, /*check_mask=*/false), "");
+  // Token accounting over rollouts: logical = every rollout's path, forwarded = the pieces'.
+  const MicroBatchPlan view = RolloutView(*plan, *IndexForest(f));
+  EXPECT_EQ(view.stats.total_tokens, n * (n + 1) / 2);
+  EXPECT_EQ(view.stats.forwarded_tokens, plan->forwarded_tokens);
+  EXPECT_EQ(view.stats.forwarded_tokens, occurrences);  // one-token nodes
+  EXPECT_EQ(view.stats.packed_tokens, plan->stats.packed_tokens);
 }
 
 TEST(TreePlan, ContextParallelIsRefused) {

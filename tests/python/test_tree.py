@@ -273,3 +273,26 @@ def test_layout_needs_its_forest_and_checks_its_arrays():
     short = type(mb)(mb.meta, mb.rollouts, mb.piece_rollouts, mb.piece_rollout_begin[:1], forest)
     with pytest.raises(ValueError, match="piece_rollout_begin"):
         short.rows()
+
+
+def test_token_accounting_of_flat_and_tree_plans():
+    rng = np.random.default_rng(11)
+    forest = forest_from_groups(rng.integers(100, 900, 5), [rng.integers(1, 300, 6)] * 5)
+    loss = rng.integers(0, 50, forest.num_rollouts).tolist()
+    tree = planner.plan_local(forest, 1024, align_to=8, loss_tokens=loss)
+    t = tree.tokens
+    assert t.logical == forest.rollout_tokens
+    assert (
+        t.forwarded
+        == tree.forwarded_tokens
+        == sum(int(forest.node_len[mb.nodes].sum()) for mb in tree.micro_batches)
+    )
+    assert t.executed == sum(mb.meta.total for mb in tree.micro_batches) > t.forwarded
+    assert t.loss_bearing == sum(loss)
+    assert t.tree_token_ratio == t.forwarded / t.logical < 1
+    flat = planner.plan_local(forest.rollout_len, 1024, align_to=8)
+    f = flat.tokens
+    assert f.logical == f.forwarded == forest.rollout_tokens
+    assert f.executed == sum(m.total for m in flat.metadata)
+    assert f.loss_bearing == 0  # no loss_tokens given
+    assert f.tree_token_ratio == 1.0

@@ -549,6 +549,19 @@ class TreePlan:
             global_counts=plan.global_counts,
         )
 
+    @property
+    def tokens(self):
+        """The plan's TokenAccounting (logical: the rollouts' own tokens; forwarded: the pieces'
+        tokens; ``tokens.tree_token_ratio`` the tree token ratio)."""
+        from .plan import TokenAccounting
+
+        return TokenAccounting(
+            self.rollout_tokens,
+            self.stats.packed_tokens,
+            self.forwarded_tokens,
+            self.stats.loss_tokens,
+        )
+
     def restore(self, forest, outputs, fill=None):
         """Per-rollout outputs from per-micro-batch packed outputs: ``outputs[i]`` has
         ``micro_batches[i].meta.total`` rows (numpy arrays or torch tensors, rows on dim 0);

@@ -276,6 +276,7 @@ void AddLossWeights(const MicroBatchPlan& plan, const py::dict& loss, py::dict& 
   out[py::str(std::string(schema::ResponseNamed("Weights")))] = w.weights;
   out["loss_scales"] = w.loss_scales;
   out["loss_counts"] = ToTuple(local);
+  if (out.contains("stats")) out["stats"].cast<py::dict>()["loss_tokens"] = w.loss_tokens;
 }
 
 // This rank's bound before agreement (packsched.planner.Bound's fields) of a Problem or a
