@@ -391,9 +391,8 @@ planner::TreePlan TreePlanFromProto(const v1::TreePlan& tree, const planner::Mic
     const v1::TreeLayout& l = tree.layouts(i);
     planner::TreeMicroBatch part;
     if (static_cast<size_t>(i) < plan.parts.size()) part.batch = plan.parts[i];
-    part.layout = planner::TreeLayout{Ints(l.nodes()),    Ints(l.piece_begin()),  Ints(l.row()),
-                                      Ints(l.position()), Ints(l.subtree_end()),  Ints(l.parent()),
-                                      Ints(l.rollouts()), Ints(l.rollout_entry())};
+    part.layout = planner::TreeLayout{Ints(l.rollouts()), Ints(l.piece_rollouts()),
+                                      Ints(l.piece_rollout_begin())};
     out.parts.push_back(std::move(part));
   }
   out.dropped = plan.dropped;

@@ -107,7 +107,8 @@ struct PlanResult {
   absl::Duration wait_time;       // sidecar: agreeing with the peers
   absl::Duration partition_time;  // sidecar: partition and loss weights
   // A forest request's plan: plan.parts are its micro-batches over pieces (also in tree->parts
-  // with their layouts); reorder, revert, dropped and loss_weights are over rollouts.
+  // with their layouts, linear in the pieces: planner::Entries(part, forest) gives the rows);
+  // reorder, revert, dropped and loss_weights are over rollouts.
   std::optional<planner::TreePlan> tree;
 };
 

@@ -142,6 +142,8 @@ std::string PlanTable(const PlanRun& run) {
                       " of them padding; packed ", s.packed_tokens, " (",
                       Percent(s.packed_tokens - s.total_tokens, s.packed_tokens), " padding)"));
   }
+  line("tokens", absl::StrCat("logical ", s.total_tokens, ", executed ", s.packed_tokens,
+                              " (rows, padding included), forwarded ", s.forwarded_tokens));
   line("planning time", absl::StrFormat("%.3f ms", run.plan_seconds * 1e3));
   return out;
 }

@@ -20,19 +20,33 @@ bool IsPacker(Algorithm a) {
          a == Algorithm::kSequential;
 }
 
-void WriteTreePlanFields(const planner::TreePlan& plan, JsonWriter& w) {
+// Real tokens forwarded per logical token (1 when nothing is planned).
+double TreeTokenRatio(int64_t forwarded, int64_t logical) {
+  return logical > 0 ? static_cast<double>(forwarded) / static_cast<double>(logical) : 1.0;
+}
+
+void WriteTreePlanFields(const planner::TreePlan& plan, const planner::Forest& forest,
+                         JsonWriter& w) {
   w.Key("num_micro_batches");
   w.Int(static_cast<int64_t>(plan.parts.size()));
   w.Key(MicroBatchesKey());
   w.BeginArray();
   for (const planner::TreeMicroBatch& part : plan.parts) {
     const planner::TreeLayout& l = part.layout;
+    const planner::TreeEntries e = planner::Entries(part, forest);
     w.BeginObject();
     WriteMicroBatchFields(part.batch, w);
     const std::pair<const char*, const std::vector<int64_t>*> arrays[] = {
-        {"nodes", &l.nodes},       {"piece_begin", &l.piece_begin},    {"row", &l.row},
-        {"position", &l.position}, {"subtree_end", &l.subtree_end},    {"parent", &l.parent},
-        {"rollouts", &l.rollouts}, {"rollout_entry", &l.rollout_entry}};
+        {"rollouts", &l.rollouts},
+        {"piece_rollouts", &l.piece_rollouts},
+        {"piece_rollout_begin", &l.piece_rollout_begin},
+        {"nodes", &e.nodes},
+        {"piece_begin", &e.piece_begin},
+        {"row", &e.row},
+        {"position", &e.position},
+        {"subtree_end", &e.subtree_end},
+        {"parent", &e.parent},
+        {"rollout_entry", &e.rollout_entry}};
     for (const auto& [key, values] : arrays) {
       w.Key(key);
       w.IntArray(*values);
@@ -48,6 +62,8 @@ void WriteTreePlanFields(const planner::TreePlan& plan, JsonWriter& w) {
   w.Int(plan.forwarded_tokens);
   w.Key("rollout_tokens");
   w.Int(plan.rollout_tokens);
+  w.Key("tree_token_ratio");
+  w.Double(TreeTokenRatio(plan.forwarded_tokens, plan.rollout_tokens));
   w.Key("stats");
   WriteStats(plan.stats, w);
 }
@@ -66,6 +82,7 @@ absl::StatusOr<TreePlanRun> RunTreePlan(const planner::Forest& forest, const Pla
   }
   TreePlanRun out;
   out.unique_tokens = index.unique_tokens;
+  out.forest = forest;
   out.run.request = costed;
   const auto start = std::chrono::steady_clock::now();
   absl::StatusOr<planner::TreePlan> plan;
@@ -106,7 +123,7 @@ std::string TreePlanJson(const TreePlanRun& run) {
     w.BeginArray();
     for (const planner::TreePlan& rank : run.batch->ranks) {
       w.BeginObject();
-      WriteTreePlanFields(rank, w);
+      WriteTreePlanFields(rank, run.forest, w);
       w.EndObject();
     }
     w.EndArray();
@@ -115,7 +132,7 @@ std::string TreePlanJson(const TreePlanRun& run) {
     w.Key("step");
     WriteStep(run.batch->step, w);
   } else {
-    WriteTreePlanFields(*run.plan, w);
+    WriteTreePlanFields(*run.plan, run.forest, w);
   }
   w.Key("unique_tokens");
   w.Int(run.unique_tokens);
@@ -139,10 +156,11 @@ std::string TreePlanTable(const TreePlanRun& run) {
   } else {
     plans.push_back(&*run.plan);
   }
-  int64_t forwarded = 0, flat = 0, k = 0;
+  int64_t forwarded = 0, flat = 0, executed = 0, k = 0;
   for (const planner::TreePlan* plan : plans) {
     forwarded += plan->forwarded_tokens;
     flat += plan->rollout_tokens;
+    executed += plan->stats.packed_tokens;
     k = static_cast<int64_t>(plan->parts.size());
   }
   std::string out = absl::StrFormat(
@@ -151,6 +169,10 @@ std::string TreePlanTable(const TreePlanRun& run) {
       run.run.mode, k, run.batch ? absl::StrCat(" on each of ", plans.size(), " ranks") : "",
       forwarded, flat, flat > 0 ? static_cast<double>(forwarded) / static_cast<double>(flat) : 0.0,
       run.unique_tokens, run.run.plan_seconds * 1e3);
+  absl::StrAppend(&out,
+                  absl::StrFormat("tokens: logical %d, executed %d (rows, padding included), "
+                                  "forwarded %d, tree token ratio %.4f\n",
+                                  flat, executed, forwarded, TreeTokenRatio(forwarded, flat)));
   absl::StrAppend(&out, absl::StrFormat("%6s %5s %7s %9s %10s %14s  %s\n", "rank", "mb", "pieces",
                                         "rollouts", "tokens", "cost", "flags"));
   for (size_t r = 0; r < plans.size(); ++r) {

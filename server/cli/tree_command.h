@@ -19,6 +19,7 @@ struct TreePlanRun {
   std::optional<planner::TreePlan> plan;         // one rank's plan
   std::optional<planner::BalancedForest> batch;  // coordinator mode (--world_size)
   int64_t unique_tokens = 0;                     // the forest's: every token once
+  planner::Forest forest;                        // what was planned (the layout's entries)
 };
 
 // CheckRequest(request), then the forest's plan as RunPlan makes one for lengths: PlanForest,
@@ -29,8 +30,9 @@ struct TreePlanRun {
 absl::StatusOr<TreePlanRun> RunTreePlan(const planner::Forest& forest, const PlanRequest& request);
 
 // One JSON object and a newline: PlanJson's fields for the micro-batches (their "indices" are
-// piece ids) plus, per micro-batch, the layout arrays (nodes, piece_begin, row, position,
-// subtree_end, parent, rollouts, rollout_entry), and for the plan dropped, rollout_part,
+// piece ids) plus, per micro-batch, the layout (rollouts, piece_rollouts, piece_rollout_begin)
+// and its entries (planner::Entries: nodes, piece_begin, row, position, subtree_end, parent,
+// rollout_entry), and for the plan dropped, rollout_part,
 // forwarded_tokens, rollout_tokens and unique_tokens; in coordinator mode "ranks" holds one
 // such plan per rank, then dropped and step.
 std::string TreePlanJson(const TreePlanRun& run);

@@ -1,6 +1,7 @@
 #include "server/metrics/sidecar_metrics.h"
 
 #include <algorithm>
+#include <array>
 #include <limits>
 #include <utility>
 
@@ -174,6 +175,24 @@ class SidecarMetrics::StateCollector final : public prometheus::Collectable {
   std::function<Snapshot()> source_ ABSL_GUARDED_BY(mu_);
 };
 
+// The token accounting of a stream's successful rounds (RoundSample), one counter each.
+struct TokenKind {
+  const char* name;
+  const char* help;
+};
+constexpr std::array<TokenKind, 4> kTokenKinds = {{
+    {"packsched_stream_logical_tokens_total",
+     "The stream's successful rounds: logical tokens (the kept sequences' or rollouts' own "
+     "lengths)"},
+    {"packsched_stream_executed_tokens_total",
+     "The stream's successful rounds: executed tokens (rows forwarded, padding included)"},
+    {"packsched_stream_forwarded_tokens_total",
+     "The stream's successful rounds: real tokens forwarded (a tree's shared prefix once per "
+     "piece); over logical tokens, the tree token ratio"},
+    {"packsched_stream_loss_tokens_total",
+     "The stream's successful rounds: loss-bearing tokens (0 without loss_tokens)"},
+}};
+
 // What rounds record, under one lock, exported as counters, histograms and per-stream gauges.
 class SidecarMetrics::RecordedCollector final : public prometheus::Collectable {
  public:
@@ -221,6 +240,10 @@ class SidecarMetrics::RecordedCollector final : public prometheus::Collectable {
     stream.micro_batches = s.micro_batches;
     stream.imbalance = s.imbalance;
     stream.padding_saved = s.padding_saved_ratio;
+    stream.tokens[0] += s.logical_tokens;
+    stream.tokens[1] += s.executed_tokens;
+    stream.tokens[2] += s.forwarded_tokens;
+    stream.tokens[3] += s.loss_tokens;
   }
 
   void StreamRemoved(absl::string_view stream) {
@@ -239,6 +262,7 @@ class SidecarMetrics::RecordedCollector final : public prometheus::Collectable {
     int64_t micro_batches = 0;
     double imbalance = 0;
     double padding_saved = 0;
+    std::array<int64_t, 4> tokens = {};  // by kTokenKinds: summed over its successful rounds
   };
 
   const SidecarMetrics* const owner_;  // its request counters
@@ -330,10 +354,14 @@ std::vector<MetricFamily> SidecarMetrics::RecordedCollector::Collect() const {
                        "Time to form a stream's collective (a new generation)",
                        MetricType::Histogram, {formation_.ToMetric({})}));
   std::vector<ClientMetric> last_round, micro_batches, imbalance, padding, duration;
+  std::array<std::vector<ClientMetric>, 4> tokens;
   for (const auto& [name, stream] : streams_) {
     const std::vector<ClientMetric::Label> labels = {{"stream", name}};
     duration.push_back(Value(stream.duration, labels));
     if (!stream.has_ok) continue;
+    for (size_t i = 0; i < tokens.size(); ++i) {
+      tokens[i].push_back(Value(static_cast<double>(stream.tokens[i]), labels));
+    }
     last_round.push_back(Value(static_cast<double>(stream.last_round), labels));
     micro_batches.push_back(Value(static_cast<double>(stream.micro_batches), labels));
     imbalance.push_back(Value(stream.imbalance, labels));
@@ -351,6 +379,10 @@ std::vector<MetricFamily> SidecarMetrics::RecordedCollector::Collect() const {
   out.push_back(Family("packsched_stream_padding_saved_ratio",
                        "The stream's last successful round: padding saved", MetricType::Gauge,
                        std::move(padding)));
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    out.push_back(Family(kTokenKinds[i].name, kTokenKinds[i].help, MetricType::Counter,
+                         std::move(tokens[i])));
+  }
   out.push_back(Family("packsched_stream_round_duration_seconds",
                        "The stream's last round run: its whole duration", MetricType::Gauge,
                        std::move(duration)));

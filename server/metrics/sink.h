@@ -40,6 +40,12 @@ struct RoundSample {
   double imbalance = 0.0;     // largest part cost / mean part cost (1 = perfect)
   // 1 - packed rows / rows of a naive [n x longest] padded batch; 0 when there is no sequence.
   double padding_saved_ratio = 0.0;
+  // Token accounting (planner::PlanStats): logical, executed (rows, padding included), real
+  // tokens forwarded and loss-bearing tokens of this rank's plan.
+  int64_t logical_tokens = 0;
+  int64_t executed_tokens = 0;
+  int64_t forwarded_tokens = 0;
+  int64_t loss_tokens = 0;
   int64_t over_cap_unavoidable = 0;  // parts over the cap holding one overlong sequence
   int64_t over_cap_avoidable = 0;    // parts over the cap holding several sequences
   // The stream's collective: formations that succeeded so far (0 in a group of one) and how

@@ -141,6 +141,7 @@ MicroBatchPlan Assemble(const Validated& v, const Parts& parts, int64_t lower_bo
     if (v.capacity.Over(load)) ++s.over_cap_parts;
   }
   s.num_kept = static_cast<int64_t>(plan.reorder.size());
+  s.forwarded_tokens = s.total_tokens;
   s.naive_padded_tokens = s.num_kept * longest;
   s.imbalance = s.total_cost == 0 ? 0.0
                                   : static_cast<double>(s.max_part_cost) *

@@ -125,7 +125,10 @@ absl::StatusOr<LossWeights> ComputeLossWeights(const MicroBatchPlan& plan,
 
   LossWeights out;
   out.weights.assign(plan.revert.size(), 0.0);
-  for (int64_t index : plan.reorder) out.weights[index] = weight(loss_tokens[index]) * scale;
+  for (int64_t index : plan.reorder) {
+    out.weights[index] = weight(loss_tokens[index]) * scale;
+    out.loss_tokens += loss_tokens[index];
+  }
   out.loss_scales.reserve(plan.parts.size());
   for (const MicroBatch& part : plan.parts) {
     double common = part.empty ? 0.0 : out.weights[part.indices.front()];

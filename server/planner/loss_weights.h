@@ -47,6 +47,7 @@ struct LossWeights {
   std::vector<double> weights;      // per original sequence; 0 for dropped ones
   std::vector<double> loss_scales;  // per part: the common weight of its sequences, NaN if
                                     // they differ, 0 for an empty part (its dummy pass)
+  int64_t loss_tokens = 0;          // loss_tokens summed over the plan's kept sequences
 };
 
 // Local counts over the kept sequences of `plan`. `loss_tokens` has one entry per original

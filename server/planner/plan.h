@@ -62,6 +62,13 @@ struct PlanStats {
   // Tokens of a naive padded batch [num_kept, longest] and the rows the plan really uses.
   int64_t naive_padded_tokens = 0;
   int64_t packed_tokens = 0;  // sum of part totals
+  // Token accounting (docs/design.md "Token accounting"): total_tokens are the logical tokens
+  // (each kept sequence's or rollout's own length), packed_tokens the executed ones (rows
+  // forwarded, alignment padding included); forwarded_tokens the real tokens forwarded (a
+  // tree's shared prefix once per piece; total_tokens for sequences) and loss_tokens the
+  // loss-bearing ones (loss_tokens summed over the kept sequences or rollouts; 0 without them).
+  int64_t forwarded_tokens = 0;
+  int64_t loss_tokens = 0;
 };
 
 // A plan: exactly `parts.size()` micro-batches over the kept sequences.

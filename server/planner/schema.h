@@ -138,23 +138,25 @@
 //          Micros: wire only, a duration in microseconds; `alias` is the stem of the C++
 //                  absl::Duration member (alias_time) and of the Python milliseconds (alias_ms)
 //   Python's PlanStats lists the planner's fields first, then the wire-only ones.
-#define PACKSCHED_PLAN_STATS(X)      \
-  X(num_sequences, 1, Int, _)        \
-  X(num_kept, 2, Int, _)             \
-  X(total_tokens, 3, Int, _)         \
-  X(total_cost, 4, Int, _)           \
-  X(max_part_cost, 5, Int, _)        \
-  X(min_part_cost, 6, Int, _)        \
-  X(imbalance, 7, Double, _)         \
-  X(lower_bound_k, 8, Int, _)        \
-  X(local_k, 0, LocalK, _)           \
-  X(max_token_len, 9, Cap, cap)      \
-  X(over_cap_parts, 10, Int, _)      \
-  X(naive_padded_tokens, 11, Int, _) \
-  X(packed_tokens, 12, Int, _)       \
-  X(local_us, 13, Micros, local)     \
-  X(wait_us, 14, Micros, wait)       \
-  X(partition_us, 15, Micros, partition)
+#define PACKSCHED_PLAN_STATS(X)          \
+  X(num_sequences, 1, Int, _)            \
+  X(num_kept, 2, Int, _)                 \
+  X(total_tokens, 3, Int, _)             \
+  X(total_cost, 4, Int, _)               \
+  X(max_part_cost, 5, Int, _)            \
+  X(min_part_cost, 6, Int, _)            \
+  X(imbalance, 7, Double, _)             \
+  X(lower_bound_k, 8, Int, _)            \
+  X(local_k, 0, LocalK, _)               \
+  X(max_token_len, 9, Cap, cap)          \
+  X(over_cap_parts, 10, Int, _)          \
+  X(naive_padded_tokens, 11, Int, _)     \
+  X(packed_tokens, 12, Int, _)           \
+  X(local_us, 13, Micros, local)         \
+  X(wait_us, 14, Micros, wait)           \
+  X(partition_us, 15, Micros, partition) \
+  X(forwarded_tokens, 16, Int, _)        \
+  X(loss_tokens, 17, Int, _)
 
 // packsched.v1.GlobalCounts (the sidecar's and the C++ client's GlobalCounts value types have
 // these members).

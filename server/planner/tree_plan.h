@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/types/span.h"
 #include "server/planner/forest.h"
 #include "server/planner/loss_weights.h"
 #include "server/planner/options.h"
@@ -47,23 +48,30 @@ struct TreePiece {
   bool overlong = false;          // one rollout over the cap (kIsolate)
 };
 
-// The packed layout of one micro-batch, node by node. Its "entries" are the nodes of its
-// pieces, piece after piece in the micro-batch's order, each piece in depth-first preorder
-// (children in ascending node index); a node of a split tree may appear in several pieces.
-// Rows are packed rows of the micro-batch: piece b starts at cu_seqlens_aligned[b].
+// The layout of one micro-batch as the plan keeps it: linear in its pieces and rollouts (not in
+// the nodes its pieces repeat). Piece b of the micro-batch (batch.indices[b], in that order)
+// holds rollouts piece_rollouts[piece_rollout_begin[b] .. piece_rollout_begin[b + 1]) and every
+// node on their paths; its rows start at batch.cu_seqlens_aligned[b]. Everything per node or per
+// row is derived from it and the forest on demand (Entries, RowsOf, RolloutRows).
+struct TreeLayout {
+  std::vector<int64_t> rollouts;             // rollouts held, ascending
+  std::vector<int64_t> piece_rollouts;       // the pieces' rollouts, piece after piece, ascending
+  std::vector<int64_t> piece_rollout_begin;  // [P + 1]
+};
+
+// The layout node by node. Its "entries" are the nodes of the micro-batch's pieces, piece after
+// piece, each piece in depth-first preorder (children in ascending node index); a node of a
+// split tree may appear in several pieces.
 //   position of row t of entry e  = position[e] + (t - row[e])   (its depth on the root path)
 //   subtree_end of row t of entry e = subtree_end[e]
-// RowsOf() expands them; RolloutRows() gives a rollout's restore indices.
-struct TreeLayout {
-  std::vector<int64_t> nodes;  // [E] the forest node of each entry
-  std::vector<int64_t>
-      piece_begin;                // [P + 1] piece b's entries: [piece_begin[b], piece_begin[b + 1])
-  std::vector<int64_t> row;       // [E] its first packed row
-  std::vector<int64_t> position;  // [E] its first token's position (tokens above it)
+struct TreeEntries {
+  std::vector<int64_t> nodes;          // [E] the forest node of each entry
+  std::vector<int64_t> piece_begin;    // [P + 1] piece b's entries: [piece_begin[b], ...[b + 1])
+  std::vector<int64_t> row;            // [E] its first packed row
+  std::vector<int64_t> position;       // [E] its first token's position (tokens above it)
   std::vector<int64_t> subtree_end;    // [E] one past the last row of its subtree in the piece
   std::vector<int64_t> parent;         // [E] its parent's entry, -1 for a piece's root
-  std::vector<int64_t> rollouts;       // rollouts held, ascending
-  std::vector<int64_t> rollout_entry;  // [rollouts] the entry of each one's last node
+  std::vector<int64_t> rollout_entry;  // [layout.rollouts] the entry of each one's last node
 };
 
 struct TreeMicroBatch {
@@ -137,7 +145,16 @@ absl::StatusOr<BalancedForest> BalanceForest(const Forest& forest, int64_t world
                                              const PlanOptions& options,
                                              const BalanceOptions& balance = {});
 
-// Per packed row of `part` (batch.total rows): position and subtree_end as the layout defines
+// The entries of a micro-batch, in O(entries log entries): the one implementation of the
+// layout (the CLI, the C++ client's users and Python's TreeMicroBatch call it). The forest as
+// its three arrays, so that callers holding them elsewhere (numpy) need not copy them.
+// REQUIRES: `layout` and `batch` come from a plan of this forest (or its wire copy).
+TreeEntries Entries(const MicroBatch& batch, const TreeLayout& layout,
+                    absl::Span<const int64_t> node_len, absl::Span<const int64_t> node_parent,
+                    absl::Span<const int64_t> rollout_leaf);
+TreeEntries Entries(const TreeMicroBatch& part, const Forest& forest);
+
+// Per packed row of `batch` (batch.total rows): position and subtree_end as the entries define
 // them. A piece's alignment padding rows count positions 0, 1, ... and end at the piece's
 // aligned end; the tail rows past aligned_tokens count positions from 0 and end at `total`: no
 // real row sees a padding row or the reverse.
@@ -145,10 +162,14 @@ struct TreeRows {
   std::vector<int32_t> position;
   std::vector<int32_t> subtree_end;
 };
+TreeRows RowsOf(const MicroBatch& batch, const TreeEntries& entries,
+                absl::Span<const int64_t> node_len);
 TreeRows RowsOf(const TreeMicroBatch& part, const Forest& forest);
 
-// The packed rows of rollout layout.rollouts[i], in its token order (restore indices).
-std::vector<int64_t> RolloutRows(const TreeMicroBatch& part, const Forest& forest, size_t i);
+// The packed rows of rollout layout.rollouts[i], in its token order (restore indices): the
+// rows of the entries from rollout_entry[i] up through `parent`, root first.
+std::vector<int64_t> RolloutRows(const TreeEntries& entries, absl::Span<const int64_t> node_len,
+                                 size_t i);
 
 // The plan as a plan over rollouts, for CountLoss and ComputeLossWeights (loss_weights.h):
 // part p's indices are the rollouts it holds; revert and reorder are over all R rollouts (-1

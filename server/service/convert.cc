@@ -435,6 +435,7 @@ void PlanToProto(const planner::MicroBatchPlan& plan, const planner::LossWeights
   PACKSCHED_PLAN_RESPONSE(PACKSCHED_LISTS)
   v1::PlanStats* stats = response->mutable_stats();
   PACKSCHED_PLAN_STATS(PACKSCHED_STATS)
+  if (loss != nullptr) stats->set_loss_tokens(loss->loss_tokens);  // the planner cannot know
 }
 
 // A round's own figures, beside its plan: the counts (PACKSCHED_PLAN_RESPONSE's Count and LocalK

@@ -47,14 +47,9 @@ void TreePlanToProto(const planner::TreePlan& plan, v1::TreePlan* out) {
   for (const planner::TreeMicroBatch& part : plan.parts) {
     const planner::TreeLayout& l = part.layout;
     v1::TreeLayout* layout = out->add_layouts();
-    Assign(l.nodes, layout->mutable_nodes());
-    Assign(l.piece_begin, layout->mutable_piece_begin());
-    Assign(l.row, layout->mutable_row());
-    Assign(l.position, layout->mutable_position());
-    Assign(l.subtree_end, layout->mutable_subtree_end());
-    Assign(l.parent, layout->mutable_parent());
     Assign(l.rollouts, layout->mutable_rollouts());
-    Assign(l.rollout_entry, layout->mutable_rollout_entry());
+    Assign(l.piece_rollouts, layout->mutable_piece_rollouts());
+    Assign(l.piece_rollout_begin, layout->mutable_piece_rollout_begin());
   }
   Assign(plan.rollout_part, out->mutable_rollout_part());
   out->set_forwarded_tokens(plan.forwarded_tokens);

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "server/base/checked_math.h"
@@ -61,8 +62,70 @@ int64_t ForestItems(const v1::Forest& forest) {
 
 RequestMemory MemoryOf(int64_t sequences, int64_t micro_batches, int64_t wire_bytes,
                        int64_t ranks = 0) {
-  return {sequences, micro_batches, wire_bytes, ranks,
-          PeakBytes(sequences, micro_batches, wire_bytes, ranks)};
+  RequestMemory m;
+  m.sequences = sequences;
+  m.micro_batches = micro_batches;
+  m.wire_bytes = wire_bytes;
+  m.ranks = ranks;
+  m.bytes = PeakBytes(sequences, micro_batches, wire_bytes, ranks);
+  return m;
+}
+
+// The node occurrences a forest's pieces may hold (I and S in request_memory.h), O(N + R).
+struct ForestEntries {
+  int64_t isolated = 0;
+  int64_t split = 0;
+};
+
+ForestEntries EntriesOf(const v1::Forest& forest, const planner::PlanOptions& o) {
+  const int n = forest.node_len_size();
+  if (forest.node_parent_size() != n) return {};
+  int64_t room = std::numeric_limits<int64_t>::max();
+  if (o.max_token_len > 0) {
+    const int64_t align = planner::EffectiveAlignTo(o);
+    const int64_t cap = o.max_token_len - o.max_token_len % std::max<int64_t>(o.align_total_to, 1);
+    room = cap / align * align;
+  }
+  std::vector<int32_t> depth(n);  // nodes on the root path, the node included
+  std::vector<int32_t> root(n);
+  std::vector<int64_t> through(n);  // tokens on the root path, the node included
+  std::vector<int64_t> tree(n, 0);  // per root: its tree's tokens
+  for (int i = 0; i < n; ++i) {
+    const int64_t parent = forest.node_parent(i);
+    const int64_t len = forest.node_len(i);
+    if (parent < -1 || parent >= i || len < 1 || len > planner::kMaxLength) return {};
+    const bool is_root = parent < 0;
+    depth[i] = is_root ? 1 : depth[parent] + 1;
+    root[i] = is_root ? i : root[parent];
+    through[i] = is_root ? len : SatAdd(through[parent], len);
+    tree[root[i]] = SatAdd(tree[root[i]], len);
+  }
+  ForestEntries out;
+  for (const int64_t leaf : forest.rollout_leaf()) {
+    if (leaf < 0 || leaf >= n) return {};
+    if (tree[root[leaf]] <= room) continue;  // one piece: its nodes are counted in n
+    if (through[leaf] > room) {
+      if (o.overlong == planner::OverlongPolicy::kIsolate) out.isolated += depth[leaf];
+    } else {
+      out.split += depth[leaf];
+    }
+  }
+  return out;
+}
+
+// `m` for a forest: the terms a forest adds (request_memory.h).
+RequestMemory WithForest(RequestMemory m, const v1::Forest& forest,
+                         const absl::StatusOr<planner::PlanOptions>& o) {
+  m.forest = true;
+  if (o.ok()) {
+    const ForestEntries entries = EntriesOf(forest, *o);
+    m.isolated_entries = entries.isolated;
+    m.split_entries = entries.split;
+  }
+  m.bytes = SatAdd(SatAdd(m.bytes, SatMul(kPeakPerTreeMicroBatch, m.micro_batches)),
+                   SatAdd(SatMul(kPeakPerIsolatedEntry, m.isolated_entries),
+                          SatMul(kPeakPerSplitEntry, m.split_entries)));
+  return m;
 }
 
 }  // namespace
@@ -80,8 +143,9 @@ RequestMemory EstimatePlanMemory(const v1::PlanRequest& request, const ServiceLi
       ToPlanOptions(request.options(), limits, /*planner_picks_k=*/true);
   if (request.has_forest()) {  // at most one piece per rollout
     const int64_t rollouts = request.forest().rollout_leaf_size();
-    return MemoryOf(ForestItems(request.forest()), o.ok() ? CountBound(*o, rollouts) : 0,
-                    static_cast<int64_t>(request.ByteSizeLong()));
+    return WithForest(MemoryOf(ForestItems(request.forest()), o.ok() ? CountBound(*o, rollouts) : 0,
+                               static_cast<int64_t>(request.ByteSizeLong())),
+                      request.forest(), o);
   }
   const int64_t k = o.ok() ? CountBound(*o, ItemPartsBound(request.lengths(), *o)) : 0;
   return MemoryOf(request.lengths().size(), k, static_cast<int64_t>(request.ByteSizeLong()));
@@ -93,8 +157,9 @@ RequestMemory EstimatePartitionMemory(const v1::PartitionRequest& request,
       ToPlanOptions(request.options(), limits, /*planner_picks_k=*/false);
   const int64_t k = request.num_micro_batches();
   const int64_t n = request.has_forest() ? ForestItems(request.forest()) : request.lengths().size();
-  return MemoryOf(n, o.ok() && k >= 1 && k <= o->max_micro_batches ? k : 0,
-                  static_cast<int64_t>(request.ByteSizeLong()));
+  const RequestMemory m = MemoryOf(n, o.ok() && k >= 1 && k <= o->max_micro_batches ? k : 0,
+                                   static_cast<int64_t>(request.ByteSizeLong()));
+  return request.has_forest() ? WithForest(m, request.forest(), o) : m;
 }
 
 RequestMemory EstimateBalanceBatchMemory(const v1::BalanceBatchRequest& request,
@@ -116,7 +181,8 @@ RequestMemory EstimateBalanceBatchMemory(const v1::BalanceBatchRequest& request,
     parts =
         SatMul(world_size, CountBound(*o, std::min(share, ItemPartsBound(request.lengths(), *o))));
   }
-  return MemoryOf(n, parts, static_cast<int64_t>(request.ByteSizeLong()), ranks);
+  const RequestMemory m = MemoryOf(n, parts, static_cast<int64_t>(request.ByteSizeLong()), ranks);
+  return request.has_forest() ? WithForest(m, request.forest(), o) : m;
 }
 
 }  // namespace packsched::service

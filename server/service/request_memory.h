@@ -30,13 +30,27 @@ inline constexpr int64_t kPeakPerSequence = 160;
 inline constexpr int64_t kPeakPerMicroBatch = 400;
 inline constexpr int64_t kPeakPerWireByte = 2;
 inline constexpr int64_t kPeakPerRank = 1536;
+// A forest adds (docs/design.md §3, "Memory per request"; tests/python/test_memory_guarantee.py)
+//   + kPeakPerTreeMicroBatch·k + kPeakPerIsolatedEntry·I + kPeakPerSplitEntry·S
+// A tree micro-batch holds a piece (its nodes and rollouts), its layout and its rollout view:
+// fan-out at cap 2 (one leaf a micro-batch) peaks at about 820 bytes each, all terms together.
+// A piece repeats the nodes on its rollouts' paths: I bounds the node occurrences of isolated
+// pieces (the path of each rollout over the cap: 8 bytes each, up to 16 while its vector
+// grows) and S those of the pieces of trees over the cap (each kept rollout's path: the cut's
+// memberships and its (piece, node) set, measured at up to 75 bytes each).
+inline constexpr int64_t kPeakPerTreeMicroBatch = 512;
+inline constexpr int64_t kPeakPerIsolatedEntry = 24;
+inline constexpr int64_t kPeakPerSplitEntry = 128;
 
 struct RequestMemory {
   int64_t sequences = 0;      // n
   int64_t micro_batches = 0;  // k: the most micro-batches the request can make this sidecar build
   int64_t wire_bytes = 0;     // the request's serialized size
   int64_t ranks = 0;          // W: BalanceBatch's world_size (when valid); 0 otherwise
-  int64_t bytes = 0;          // the estimated peak (saturates at INT64_MAX)
+  int64_t isolated_entries = 0;  // I (forests): nodes on the paths of rollouts over the cap
+  int64_t split_entries = 0;     // S (forests): nodes on the paths of rollouts of split trees
+  bool forest = false;           // the request plans a forest
+  int64_t bytes = 0;             // the estimated peak (saturates at INT64_MAX)
 };
 
 // The formula above.
@@ -51,7 +65,11 @@ int64_t PeakBytes(int64_t sequences, int64_t micro_batches, int64_t wire_bytes, 
 //    round whose peers raise k above this is not reserved again (docs/design.md §3).
 //  - Partition: num_micro_batches.
 //  - BalanceBatch: world_size x the per-rank count of Plan over the largest rank's share.
-// With a forest, n is its nodes + rollouts, and b its rollouts (at most one piece each).
+// With a forest, n is its nodes + rollouts, and b its rollouts (at most one piece each). I and
+// S come from one pass over the forest under the request's cap: a tree whose tokens fit the
+// room (the cap after align_total_to, rounded down to align_to) is one piece and adds none; of
+// a larger tree, each rollout longer than the room adds its path's nodes to I (under the
+// isolate policy), each other one to S. A forest that validation refuses adds none.
 RequestMemory EstimatePlanMemory(const v1::PlanRequest& request, const ServiceLimits& limits);
 RequestMemory EstimatePartitionMemory(const v1::PartitionRequest& request,
                                       const ServiceLimits& limits);

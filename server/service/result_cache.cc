@@ -34,10 +34,8 @@ int64_t EstimatedBytes(const RoundResult& result) {
     for (const planner::TreeMicroBatch& part : result.tree->parts) {
       const planner::TreeLayout& l = part.layout;
       bytes += VectorBytes(part.batch.indices) + VectorBytes(part.batch.cu_seqlens) +
-               VectorBytes(part.batch.cu_seqlens_aligned) + VectorBytes(l.nodes) +
-               VectorBytes(l.piece_begin) + VectorBytes(l.row) + VectorBytes(l.position) +
-               VectorBytes(l.subtree_end) + VectorBytes(l.parent) + VectorBytes(l.rollouts) +
-               VectorBytes(l.rollout_entry);
+               VectorBytes(part.batch.cu_seqlens_aligned) + VectorBytes(l.rollouts) +
+               VectorBytes(l.piece_rollouts) + VectorBytes(l.piece_rollout_begin);
     }
   }
   return bytes;

@@ -29,6 +29,10 @@ metrics::RoundSample RoundSampleOf(absl::string_view stream, int64_t round,
   s.sequences = stats.num_sequences;
   s.dropped = static_cast<int64_t>(r.plan.dropped.size());
   s.imbalance = stats.imbalance;
+  s.logical_tokens = stats.total_tokens;
+  s.executed_tokens = stats.packed_tokens;
+  s.forwarded_tokens = stats.forwarded_tokens;
+  s.loss_tokens = r.loss ? r.loss->loss_tokens : 0;
   if (stats.naive_padded_tokens > 0) {
     s.padding_saved_ratio = 1.0 - static_cast<double>(stats.packed_tokens) /
                                       static_cast<double>(stats.naive_padded_tokens);

@@ -57,8 +57,11 @@ absl::StatusOr<MemoryBudget::Reservation> SchedulerService::Reserve(const Reques
   return budget_.Reserve(
       memory.bytes,
       absl::StrCat(what, " (n = ", memory.sequences, ", k up to ", memory.micro_batches,
-                   memory.ranks > 0 ? absl::StrCat(", W = ", memory.ranks) : std::string(), ", ",
-                   memory.wire_bytes, " bytes on the wire)"));
+                   memory.ranks > 0 ? absl::StrCat(", W = ", memory.ranks) : std::string(),
+                   memory.forest ? absl::StrCat(", node occurrences up to ",
+                                                memory.isolated_entries + memory.split_entries)
+                                 : std::string(),
+                   ", ", memory.wire_bytes, " bytes on the wire)"));
 }
 
 void SchedulerService::RefuseNewCalls() { refusing_.store(true, std::memory_order_release); }

@@ -43,6 +43,13 @@ TEST(PlanTableTest, OneRowPerMicroBatchThenASummary) {
   EXPECT_THAT(table, HasSubstr("over the cap         1 micro-batches (1 holding one sequence"));
   EXPECT_THAT(table, HasSubstr("a naive [5 x 12] batch holds 60 tokens"));
   EXPECT_THAT(table, HasSubstr("planning time"));
+  // No alignment: every row is a real token, executed = logical = forwarded.
+  EXPECT_THAT(table, HasSubstr("logical 32, executed 32 (rows, padding included), forwarded 32"));
+  request.options.align_to = 4;
+  run = RunPlan(lengths, request);
+  ASSERT_TRUE(run.ok()) << run.status();
+  // Aligned lengths 8, 4, 8, 8, 12: 40 rows for the same 32 tokens.
+  EXPECT_THAT(PlanTable(*run), HasSubstr("logical 32, executed 40"));
 }
 
 TEST(PlanTableTest, WithoutACapFillIsAgainstTheLargestPart) {

@@ -68,6 +68,12 @@ TEST(TreeCommand, PlansAndPrints) {
   EXPECT_THAT(json, HasSubstr("\"forwarded_tokens\":195"));
   EXPECT_THAT(json, HasSubstr("\"subtree_end\":["));
   EXPECT_THAT(TreePlanTable(*run), HasSubstr("195 tokens forwarded (flat packing: 395"));
+  // Token accounting: the rollouts' 395 tokens, 195 forwarded (no alignment: 195 rows).
+  EXPECT_THAT(TreePlanTable(*run),
+              HasSubstr("tokens: logical 395, executed 195 (rows, padding included), forwarded "
+                        "195, tree token ratio 0.4937"));
+  EXPECT_THAT(json, HasSubstr("\"tree_token_ratio\":0.4936"));
+  EXPECT_THAT(json, HasSubstr("\"packed_tokens\":195"));
 
   request.world_size = 2;
   const absl::StatusOr<TreePlanRun> batch = RunTreePlan(Grpo(), request);

@@ -65,6 +65,8 @@ void ExpectSame(const PlanResult& a, const PlanResult& b) {
   EXPECT_EQ(s.over_cap_parts, t.over_cap_parts);
   EXPECT_EQ(s.naive_padded_tokens, t.naive_padded_tokens);
   EXPECT_EQ(s.packed_tokens, t.packed_tokens);
+  EXPECT_EQ(s.forwarded_tokens, t.forwarded_tokens);
+  EXPECT_EQ(s.loss_tokens, t.loss_tokens);
   EXPECT_EQ(Bits(a.loss_weights), Bits(b.loss_weights));
   EXPECT_EQ(Bits(a.loss_scales), Bits(b.loss_scales));
   EXPECT_EQ(a.global.num_sequences, b.global.num_sequences);
@@ -234,7 +236,7 @@ TEST(PlanDecoder, KnowsEveryFieldOfTheMessages) {
   EXPECT_EQ(v1::PlanResponse::descriptor()->field_count(), 10);
   EXPECT_EQ(v1::MicroBatch::descriptor()->field_count(), 13);
   EXPECT_EQ(v1::GlobalCounts::descriptor()->field_count(), 4);
-  EXPECT_EQ(v1::PlanStats::descriptor()->field_count(), 15);
+  EXPECT_EQ(v1::PlanStats::descriptor()->field_count(), 17);
 }
 
 }  // namespace

@@ -127,8 +127,11 @@ TEST(ServerE2E, ForestPlansWithItsLayout) {
   ASSERT_TRUE(plan->tree.has_value());
   ASSERT_EQ(plan->tree->parts.size(), alone->parts.size());
   for (size_t m = 0; m < alone->parts.size(); ++m) {
-    EXPECT_EQ(plan->tree->parts[m].layout.nodes, alone->parts[m].layout.nodes);
-    EXPECT_EQ(plan->tree->parts[m].layout.subtree_end, alone->parts[m].layout.subtree_end);
+    const planner::TreeEntries got = planner::Entries(plan->tree->parts[m], *request.forest);
+    const planner::TreeEntries want = planner::Entries(alone->parts[m], *request.forest);
+    EXPECT_EQ(got.nodes, want.nodes);
+    EXPECT_EQ(got.subtree_end, want.subtree_end);
+    EXPECT_EQ(plan->tree->parts[m].layout.piece_rollouts, alone->parts[m].layout.piece_rollouts);
     EXPECT_EQ(plan->tree->parts[m].batch.cu_seqlens, alone->parts[m].batch.cu_seqlens);
   }
   EXPECT_EQ(plan->tree->forwarded_tokens, 2450);

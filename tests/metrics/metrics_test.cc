@@ -58,6 +58,10 @@ RoundSample Ok(absl::string_view stream, int64_t round, absl::Duration whole) {
   s.sequences = 100;
   s.imbalance = 1.01;
   s.padding_saved_ratio = 0.5;
+  s.logical_tokens = 1000;
+  s.executed_tokens = 1200;
+  s.forwarded_tokens = 600;
+  s.loss_tokens = 400;
   return s;
 }
 
@@ -106,6 +110,11 @@ TEST(SidecarMetricsTest, RoundsCountedByOutcomeWithPhaseHistograms) {
   EXPECT_EQ(Value(text, "packsched_plan_micro_batches_count"), 3);
   EXPECT_EQ(Value(text, "packsched_stream_last_round{stream=\"a\"}"), 2);  // the failed 9 is not
   EXPECT_EQ(Value(text, "packsched_stream_round_duration_seconds{stream=\"a\"}"), 1);
+  // Token counters per stream, summed over its successful rounds only.
+  EXPECT_EQ(Value(text, "packsched_stream_logical_tokens_total{stream=\"a\"}"), 3 * 1000);
+  EXPECT_EQ(Value(text, "packsched_stream_executed_tokens_total{stream=\"a\"}"), 3 * 1200);
+  EXPECT_EQ(Value(text, "packsched_stream_forwarded_tokens_total{stream=\"a\"}"), 3 * 600);
+  EXPECT_EQ(Value(text, "packsched_stream_loss_tokens_total{stream=\"a\"}"), 3 * 400);
   EXPECT_EQ(Value(text, "packsched_build_info{proto_version=\"1\",rank=\"3\",version=\"9.9.9\"}"),
             1);
 }

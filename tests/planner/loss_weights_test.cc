@@ -117,6 +117,9 @@ TEST(LossWeights, LossScaleIsCommonWeightOrNaN) {
   const LossWeights sample = *ComputeLossWeights(plan, tokens, {LossMode::kSampleMean}, counts, 1);
   EXPECT_DOUBLE_EQ(sample.weights[0], 1.0 / (5 * 3));
   EXPECT_DOUBLE_EQ(sample.weights[2], 0.0);
+  // The loss-bearing tokens of this plan's kept sequences, whatever the global counts.
+  EXPECT_EQ(sample.loss_tokens, 23);
+  EXPECT_EQ(ComputeLossWeights(plan, tokens, {LossMode::kSum}, {1000, 50}, 4)->loss_tokens, 23);
   PlanOptions one;
   one.max_token_len = 1000;
   const MicroBatchPlan together = *PlanMicroBatches({10, 20}, one);

@@ -243,10 +243,11 @@ TEST(TreeModelCost, GrpoForestIsBalancedUnderTheModelWeights) {
       EXPECT_EQ(part.layout.rollouts, same->ranks[r].parts[p].layout.rollouts);
       EXPECT_LE(part.batch.aligned_tokens, cap);
       int64_t cost = 0;
-      for (size_t b = 0; b + 1 < part.layout.piece_begin.size(); ++b) {
+      const TreeEntries entries = Entries(part, f);
+      for (size_t b = 0; b + 1 < entries.piece_begin.size(); ++b) {
         int64_t tokens = 0, quadratic = 0;
-        for (int64_t e = part.layout.piece_begin[b]; e < part.layout.piece_begin[b + 1]; ++e) {
-          const int64_t node = part.layout.nodes[e];
+        for (int64_t e = entries.piece_begin[b]; e < entries.piece_begin[b + 1]; ++e) {
+          const int64_t node = entries.nodes[e];
           const int64_t d = index.depth[node], l = f.node_len[node];
           tokens += l;
           quadratic += l * (2 * d + l);

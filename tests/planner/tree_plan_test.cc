@@ -90,7 +90,7 @@ std::string CheckTreePlan(const Forest& f, const PlanOptions& o, const TreePlan&
   for (size_t p = 0; p < plan.parts.size(); ++p) {
     const TreeMicroBatch& part = plan.parts[p];
     const MicroBatch& b = part.batch;
-    const TreeLayout& l = part.layout;
+    const TreeEntries l = Entries(part, f);
     if (o.max_token_len > 0 && !b.overlong && b.total > cap) return "a part passes the cap";
     if (l.piece_begin.size() != b.indices.size() + 1) return "piece_begin size";
     // Labels of every real row.
@@ -115,11 +115,11 @@ std::string CheckTreePlan(const Forest& f, const PlanOptions& o, const TreePlan&
       forwarded += tokens;
     }
     const TreeRows rows = RowsOf(part, f);
-    for (size_t i = 0; i < l.rollouts.size(); ++i) {
-      const int64_t r = l.rollouts[i];
+    for (size_t i = 0; i < part.layout.rollouts.size(); ++i) {
+      const int64_t r = part.layout.rollouts[i];
       ++seen[r];
       if (plan.rollout_part[r] != static_cast<int64_t>(p)) return "rollout_part";
-      const std::vector<int64_t> rr = RolloutRows(part, f, i);
+      const std::vector<int64_t> rr = RolloutRows(l, f.node_len, i);
       const auto want = PathTokens(f, r);
       if (rr.size() != want.size()) return "rollout rows: wrong length";
       for (size_t t = 0; t < rr.size(); ++t) {
@@ -316,6 +316,40 @@ TEST(TreePlan, OverlongRolloutFollowsThePolicy) {
   EXPECT_EQ(CheckTreePlan(f, o, *plan, /*check_mask=*/true), "");
 }
 
+// A trunk with a rollout at every node, under a cap that isolates the deep ones: each isolated
+// piece repeats the trunk above its rollout (about N^2 / 2 node occurrences), but the plan's
+// layout holds one value per rollout and one per piece, and its entries, derived, still keep
+// every promise.
+TEST(TreePlan, LayoutIsLinearInTheForest) {
+  const int64_t n = 400;
+  Forest f;
+  for (int64_t i = 0; i < n; ++i) {
+    f.node_len.push_back(1);
+    f.node_parent.push_back(i - 1);
+    f.rollout_leaf.push_back(i);
+  }
+  PlanOptions o = Capped(64);
+  o.overlong = OverlongPolicy::kIsolate;
+  const absl::StatusOr<TreePlan> plan = PlanForest(f, o);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  int64_t stored = 0, occurrences = 0;
+  for (const TreeMicroBatch& part : plan->parts) {
+    const TreeLayout& l = part.layout;
+    stored += static_cast<int64_t>(l.rollouts.size() + l.piece_rollouts.size() +
+                                   l.piece_rollout_begin.size());
+    occurrences += static_cast<int64_t>(Entries(part, f).nodes.size());
+  }
+  EXPECT_GT(occurrences, n * (n - 64) / 2);  // the isolated rollouts' paths
+  EXPECT_LE(stored, 4 * n);  // rollouts twice, piece offsets: at most one piece per rollout
+  EXPECT_EQ(CheckTreePlan(f, o, *plan, /*check_mask=*/false), "");
+  // Token accounting over rollouts: logical = every rollout's path, forwarded = the pieces'.
+  const MicroBatchPlan view = RolloutView(*plan, *IndexForest(f));
+  EXPECT_EQ(view.stats.total_tokens, n * (n + 1) / 2);
+  EXPECT_EQ(view.stats.forwarded_tokens, plan->forwarded_tokens);
+  EXPECT_EQ(view.stats.forwarded_tokens, occurrences);  // one-token nodes
+  EXPECT_EQ(view.stats.packed_tokens, plan->stats.packed_tokens);
+}
+
 TEST(TreePlan, ContextParallelIsRefused) {
   PlanOptions o = Capped(1024);
   o.context_parallel = 2;
@@ -401,7 +435,8 @@ TEST(TreePlan, RandomForestsKeepEveryPromise) {
     ASSERT_TRUE(again.ok());
     ASSERT_EQ(again->parts.size(), plan->parts.size());
     for (size_t p = 0; p < plan->parts.size(); ++p) {
-      EXPECT_EQ(again->parts[p].layout.nodes, plan->parts[p].layout.nodes);
+      EXPECT_EQ(Entries(again->parts[p], f).nodes, Entries(plan->parts[p], f).nodes);
+      EXPECT_EQ(again->parts[p].layout.piece_rollouts, plan->parts[p].layout.piece_rollouts);
       EXPECT_EQ(again->parts[p].layout.rollouts, plan->parts[p].layout.rollouts);
     }
     // A tree within the cap is one piece: its tokens forwarded exactly once.
@@ -456,7 +491,8 @@ TEST(TreePlan, BalanceForestGivesEveryRankTheSameK) {
       for (size_t p = 0; p < plan.parts.size(); ++p) {
         for (size_t i = 0; i < plan.parts[p].layout.rollouts.size(); ++i) {
           const int64_t r = plan.parts[p].layout.rollouts[i];
-          EXPECT_EQ(RolloutRows(plan.parts[p], f, i).size(), PathTokens(f, r).size());
+          EXPECT_EQ(RolloutRows(Entries(plan.parts[p], f), f.node_len, i).size(),
+                    PathTokens(f, r).size());
         }
       }
     }
@@ -467,8 +503,9 @@ TEST(TreePlan, BalanceForestGivesEveryRankTheSameK) {
     std::map<int64_t, int> pieces_of_tree;
     for (size_t rank = 0; rank < batch->ranks.size(); ++rank) {
       for (const TreeMicroBatch& part : batch->ranks[rank].parts) {
-        for (size_t b = 0; b + 1 < part.layout.piece_begin.size(); ++b) {
-          const int64_t root = index.root[part.layout.nodes[part.layout.piece_begin[b]]];
+        const TreeEntries entries = Entries(part, f);
+        for (size_t b = 0; b + 1 < entries.piece_begin.size(); ++b) {
+          const int64_t root = index.root[entries.nodes[entries.piece_begin[b]]];
           ranks_of_tree[root].insert(rank);
           ++pieces_of_tree[root];
         }

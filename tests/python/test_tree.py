@@ -241,3 +241,58 @@ def test_context_parallel_is_refused():
     forest = forest_from_groups([10], [[5]])
     with pytest.raises(ValueError, match="context_parallel = 2"):
         planner.plan_local(forest, 64, context_parallel=2)
+
+
+def test_layout_is_linear_and_its_rows_are_derived_from_the_forest():
+    # A trunk with a rollout at every node, the deep ones isolated: their pieces repeat the
+    # trunk (about n^2 / 2 node occurrences), the plan keeps one value per rollout and piece.
+    n, cap = 300, 48
+    forest = Forest(np.ones(n, dtype=np.int64), np.arange(n) - 1, np.arange(n))
+    rollouts = [list(range(r + 1)) for r in range(n)]
+    plan = planner.plan_local(forest, cap, overlong="isolate")
+    stored = sum(
+        len(mb.rollouts) + len(mb.piece_rollouts) + len(mb.piece_rollout_begin)
+        for mb in plan.micro_batches
+    )
+    assert stored <= 4 * n
+    assert sum(len(mb.nodes) for mb in plan.micro_batches) > n * (n - cap) // 2
+    tokens = Forest(forest.node_len, forest.node_parent, forest.rollout_leaf, np.arange(n))
+    check_plan(tokens, rollouts, plan, cap)
+
+
+def test_layout_needs_its_forest_and_checks_its_arrays():
+    forest = forest_from_groups([5], [[3, 4]])
+    mb = planner.plan_local(forest, 64).micro_batches[0]
+    bare = type(mb)(mb.meta, mb.rollouts, mb.piece_rollouts, mb.piece_rollout_begin)
+    with pytest.raises(ValueError, match="no forest"):
+        bare.rows()
+    assert np.array_equal(bare.rows(forest)[0], mb.rows()[0])
+    bad = type(mb)(mb.meta, mb.rollouts, mb.piece_rollouts + 5, mb.piece_rollout_begin, forest)
+    with pytest.raises(ValueError, match="is not a rollout of the forest"):
+        bad.entries()
+    short = type(mb)(mb.meta, mb.rollouts, mb.piece_rollouts, mb.piece_rollout_begin[:1], forest)
+    with pytest.raises(ValueError, match="piece_rollout_begin"):
+        short.rows()
+
+
+def test_token_accounting_of_flat_and_tree_plans():
+    rng = np.random.default_rng(11)
+    forest = forest_from_groups(rng.integers(100, 900, 5), [rng.integers(1, 300, 6)] * 5)
+    loss = rng.integers(0, 50, forest.num_rollouts).tolist()
+    tree = planner.plan_local(forest, 1024, align_to=8, loss_tokens=loss)
+    t = tree.tokens
+    assert t.logical == forest.rollout_tokens
+    assert (
+        t.forwarded
+        == tree.forwarded_tokens
+        == sum(int(forest.node_len[mb.nodes].sum()) for mb in tree.micro_batches)
+    )
+    assert t.executed == sum(mb.meta.total for mb in tree.micro_batches) > t.forwarded
+    assert t.loss_bearing == sum(loss)
+    assert t.tree_token_ratio == t.forwarded / t.logical < 1
+    flat = planner.plan_local(forest.rollout_len, 1024, align_to=8)
+    f = flat.tokens
+    assert f.logical == f.forwarded == forest.rollout_tokens
+    assert f.executed == sum(m.total for m in flat.metadata)
+    assert f.loss_bearing == 0  # no loss_tokens given
+    assert f.tree_token_ratio == 1.0

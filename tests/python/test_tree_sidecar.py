@@ -28,6 +28,17 @@ def test_a_sidecar_plans_a_forest_as_the_in_process_planner(tmp_path):
         assert remote.num_micro_batches == local.num_micro_batches
         assert remote.forwarded_tokens == local.forwarded_tokens == forest.unique_tokens
         assert np.allclose(remote.loss_weights, local.loss_weights)
+        # The token accounting, through the sidecar as in process, from the plan's own figures.
+        assert remote.tokens == local.tokens
+        assert remote.tokens.logical == forest.rollout_tokens
+        assert remote.tokens.forwarded == forest.unique_tokens
+        assert remote.tokens.executed == sum(mb.meta.total for mb in remote.micro_batches)
+        assert remote.tokens.loss_bearing == sum(tokens)
+        assert remote.tokens.tree_token_ratio == forest.unique_tokens / forest.rollout_tokens
+        flat = client.plan(5, forest.rollout_len, 8192, loss_tokens=tokens)
+        assert flat.tokens.logical == flat.tokens.forwarded == forest.rollout_tokens
+        assert flat.tokens.loss_bearing == sum(tokens)
+        assert flat.tokens.tree_token_ratio == 1.0
         for a, b in zip(remote.micro_batches, local.micro_batches):
             assert a.meta.indices == b.meta.indices
             assert np.array_equal(a.nodes, b.nodes)

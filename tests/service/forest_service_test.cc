@@ -113,6 +113,50 @@ TEST(ForestRequest, MemoryEstimateCountsNodesAndRollouts) {
   EXPECT_LE(memory.micro_batches, 12);
 }
 
+// A trunk of one-token nodes with a rollout at every node: under a cap of 10 tokens the tree is
+// split, rollouts 0..9 fit the room and add their paths (1 + 2 + ... + 10 nodes) to the split
+// occurrences, the deeper ones, isolated, add theirs (11 + ... + 30) to the isolated ones; with
+// drop they add none, and a cap the whole trunk fits adds nothing at all.
+TEST(ForestRequest, MemoryEstimateCountsTheNodesPiecesRepeat) {
+  v1::PlanRequest request;
+  request.set_stream("s");
+  request.set_round(1);
+  for (int i = 0; i < 30; ++i) {
+    request.mutable_forest()->add_node_len(1);
+    request.mutable_forest()->add_node_parent(i - 1);
+    request.mutable_forest()->add_rollout_leaf(i);
+  }
+  request.mutable_options()->set_max_token_len(10);
+  request.mutable_options()->set_overlong(v1::OVERLONG_POLICY_ISOLATE);
+  const RequestMemory isolate = EstimatePlanMemory(request, {});
+  EXPECT_EQ(isolate.split_entries, 55);
+  EXPECT_EQ(isolate.isolated_entries, 465 - 55);
+  EXPECT_EQ(isolate.bytes, PeakBytes(60, 30, static_cast<int64_t>(request.ByteSizeLong()), 0) +
+                               kPeakPerTreeMicroBatch * 30 + kPeakPerSplitEntry * 55 +
+                               kPeakPerIsolatedEntry * (465 - 55));
+  request.mutable_options()->set_overlong(v1::OVERLONG_POLICY_DROP);
+  EXPECT_EQ(EstimatePlanMemory(request, {}).isolated_entries, 0);
+  request.mutable_options()->set_max_token_len(30);
+  const RequestMemory whole = EstimatePlanMemory(request, {});
+  EXPECT_EQ(whole.split_entries + whole.isolated_entries, 0);
+  // Partition and BalanceBatch count them as Plan does.
+  v1::PartitionRequest partition;
+  *partition.mutable_forest() = request.forest();
+  partition.set_num_micro_batches(30);
+  partition.mutable_options()->set_max_token_len(10);
+  partition.mutable_options()->set_overlong(v1::OVERLONG_POLICY_ISOLATE);
+  EXPECT_EQ(EstimatePartitionMemory(partition, {}).isolated_entries, 465 - 55);
+  v1::BalanceBatchRequest balance;
+  *balance.mutable_forest() = request.forest();
+  balance.set_world_size(2);
+  *balance.mutable_options() = partition.options();
+  EXPECT_EQ(EstimateBalanceBatchMemory(balance, {}).split_entries, 55);
+  // A forest that validation refuses (a parent after its child) counts none.
+  request.mutable_forest()->set_node_parent(3, 7);
+  request.mutable_options()->set_max_token_len(10);
+  EXPECT_EQ(EstimatePlanMemory(request, {}).split_entries, 0);
+}
+
 TEST(ForestRound, PlansAndAnswersWithTheLayout) {
   RoundCoordinator coordinator(OfOne());
   v1::PlanRequest request = ForestRequest("s", 3, {300, 500, 200}, 1000);

@@ -116,6 +116,16 @@ TEST(RoundMetrics, SampleSplitsOverTheCapAndCountsPadding) {
   EXPECT_EQ(s.sequences, 6);
   EXPECT_EQ(s.micro_batches, result->num_micro_batches);
   EXPECT_NEAR(s.padding_saved_ratio, 1.0 - packed / naive, 1e-12);
+  // Token accounting: the lengths summed, the rows packed; no loss tokens, no loss-bearing ones.
+  EXPECT_EQ(s.logical_tokens, 6100);
+  EXPECT_EQ(s.forwarded_tokens, 6100);
+  EXPECT_EQ(s.executed_tokens, packed);
+  EXPECT_EQ(s.loss_tokens, 0);
+  result->loss = planner::LossWeights{{}, {}, 77};
+  EXPECT_EQ(RoundSampleOf("s", 4, std::shared_ptr<const RoundResult>(result), absl::Milliseconds(3),
+                          nullptr)
+                .loss_tokens,
+            77);
 
   const metrics::RoundSample failed = RoundSampleOf(
       "s", 5, absl::DeadlineExceededError("rank 1 missing"), absl::Seconds(1), nullptr);

@@ -375,11 +375,11 @@ def _fill_input(request, seq_lens, allow_empty=False):
 
 
 def _answer(response, seq_lens):
-    return _to_tree_plan(response) if isinstance(seq_lens, Forest) else _to_plan(response)
+    return _to_tree_plan(response, seq_lens) if isinstance(seq_lens, Forest) else _to_plan(response)
 
 
-def _to_tree_plan(response):
-    """TreePlan of a packsched.v1.PlanResponse to a forest request."""
+def _to_tree_plan(response, forest):
+    """TreePlan of a packsched.v1.PlanResponse to a request for ``forest``."""
     tree = response.tree
     layouts = [
         {f.name: list(getattr(layout, f.name)) for f in layout.DESCRIPTOR.fields}
@@ -391,6 +391,7 @@ def _to_tree_plan(response):
         list(tree.rollout_part),
         tree.forwarded_tokens,
         tree.rollout_tokens,
+        forest,
     )
 
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field, fields
 
 from ._options import SCHEMA
 
-__all__ = ["MicroBatchMeta", "PlanStats", "Plan"]
+__all__ = ["MicroBatchMeta", "PlanStats", "Plan", "TokenAccounting"]
 
 
 _PYTHON_TYPES = {
@@ -124,6 +124,29 @@ class PlanStats:
     in-process planner's wait)."""
 
 
+@dataclass(frozen=True)
+class TokenAccounting:
+    """What a plan forwards, in tokens (docs/design.md "Token accounting").
+
+    logical       the kept sequences' (rollouts') own lengths summed
+    executed      rows forwarded: alignment padding and each micro-batch's tail included
+    forwarded     real tokens forwarded: a tree's shared prefix once per piece that holds it
+                  (= logical for sequences)
+    loss_bearing  loss_tokens summed over the kept sequences (rollouts), 0 without loss_tokens
+    """
+
+    logical: int
+    executed: int
+    forwarded: int
+    loss_bearing: int
+
+    @property
+    def tree_token_ratio(self):
+        """forwarded / logical: below 1 when shared prefixes are forwarded once (1.0 when
+        nothing is planned)."""
+        return self.forwarded / self.logical if self.logical else 1.0
+
+
 _LOSS_SCALE = next(f["name"] for f in SCHEMA["micro_batch"] if f["kind"] == "LossScale")
 _LOCAL_K = next(f["name"] for f in SCHEMA["plan_stats"] if f["kind"] == "LocalK")
 _INDEX_LISTS = [f["name"] for f in SCHEMA["plan_response"] if f["kind"] == "Indices"]
@@ -182,6 +205,12 @@ class Plan:
             stats=stats,
             global_counts=global_counts or raw.get("loss_counts"),
         )
+
+    @property
+    def tokens(self):
+        """The plan's TokenAccounting."""
+        s = self.stats
+        return TokenAccounting(s.total_tokens, s.packed_tokens, s.forwarded_tokens, s.loss_tokens)
 
     def split(self, rows):
         """Splits row-indexed data into one piece per micro-batch, rows in each micro-batch's

@@ -141,7 +141,7 @@ def plan_local(seq_lens, max_token_len, *, progress=True, **options):
         weights = _loss(loss, forest.num_rollouts, None, 1)
         with _forest_progress("plan_local", forest, progress):
             raw = _planner.forest_plan(*_forest_arrays(forest), plan_options, 0, weights)
-        return TreePlan.from_raw(raw, cap=max_token_len)
+        return TreePlan.from_raw(raw, forest=forest, cap=max_token_len)
     with _progress("plan_local", lengths, progress):
         raw = _planner.plan(lengths, plan_options, 0, _loss(loss, len(lengths), None, 1))
     return Plan.from_raw(raw, cap=max_token_len)
@@ -190,7 +190,7 @@ def partition(
         weights = _loss(loss, forest.num_rollouts, global_counts, world_size)
         with _forest_progress("partition", forest, progress):
             raw = _planner.forest_plan(*_forest_arrays(forest), plan_options, int(k), weights)
-        return TreePlan.from_raw(raw, cap=max_token_len, global_counts=counts)
+        return TreePlan.from_raw(raw, forest=forest, cap=max_token_len, global_counts=counts)
     with _progress("partition", lengths, progress):
         raw = _planner.plan(
             lengths, plan_options, int(k), _loss(loss, len(lengths), global_counts, world_size)
@@ -272,7 +272,7 @@ def _balance_forest(forest, world_size, plan_options, sync, micro_batch_cost, in
     )
     ranks = []
     for r in raw["ranks"]:
-        plan = TreePlan.from_raw(r, cap=plan_options[CAP])
+        plan = TreePlan.from_raw(r, forest=forest, cap=plan_options[CAP])
         indices = np.flatnonzero(plan.rollout_part >= 0).tolist()
         ranks.append(RankPlan(indices, r["cost"], plan))
     return Balanced(ranks, raw["num_micro_batches"], raw["dropped"], StepStats(**raw["step"]))

@@ -346,79 +346,133 @@ def build_forest(rollouts, group_ids=None):
     return Forest(node_len, node_parent, leaf, node_tokens)
 
 
+_ENTRY_FIELDS = (
+    "nodes",
+    "piece_begin",
+    "row",
+    "position",
+    "subtree_end",
+    "parent",
+    "rollout_entry",
+)
+
+
 @dataclass(frozen=True, eq=False)
 class TreeMicroBatch:
     """One tree-packed micro-batch (docs/design.md "Tree packing"). ``meta``: its MicroBatchMeta
     as for sequences, over pieces (``meta.indices``: piece ids; ``cu_seqlens`` /
-    ``cu_seqlens_aligned`` delimit the pieces, the varlen kernels' sequences). Its entries are
-    the nodes of its pieces, piece after piece, each in depth-first preorder:
+    ``cu_seqlens_aligned`` delimit the pieces, the varlen kernels' sequences). The layout as the
+    plan keeps it, linear in its pieces and rollouts:
+
+        rollouts                          held rollouts, ascending
+        piece_rollouts, piece_rollout_begin   piece b holds piece_rollouts[begin[b]:begin[b + 1]]
+                                          and every node on their paths
+
+    ``forest``: the forest planned. Its entries (the nodes of its pieces, piece after piece,
+    each in depth-first preorder) are computed from it on first use, by the planner's own
+    function (``planner::Entries``, through the binding), and kept:
 
         nodes, row, position, subtree_end, parent   per entry (int64 arrays)
         piece_begin                                  [P + 1] piece b's entries
-        rollouts, rollout_entry                      held rollouts (ascending), their last entries
+        rollout_entry                                per held rollout, its last entry
 
     Row t of entry e has position ``position[e] + t - row[e]`` and subtree_end
     ``subtree_end[e]``; ``rows()`` expands them over the ``meta.total`` packed rows."""
 
     meta: object
-    nodes: np.ndarray
-    piece_begin: np.ndarray
-    row: np.ndarray
-    position: np.ndarray
-    subtree_end: np.ndarray
-    parent: np.ndarray
     rollouts: np.ndarray
-    rollout_entry: np.ndarray
+    piece_rollouts: np.ndarray
+    piece_rollout_begin: np.ndarray
+    forest: Forest = field(default=None, repr=False)
+    _cache: dict = field(default_factory=dict, init=False, repr=False)
 
-    def _entry_rows(self, node_len):
-        lens = node_len[self.nodes]
-        offsets = np.arange(int(lens.sum()), dtype=np.int64) - np.repeat(
-            np.cumsum(lens) - lens, lens
+    def _forest(self, forest):
+        forest = self.forest if forest is None else forest
+        if forest is None:
+            raise ValueError("tree layout: no forest (give the forest that was planned)")
+        return forest
+
+    def _layout_args(self):
+        return (
+            np.asarray(self.rollouts, dtype=np.int64),
+            np.asarray(self.piece_rollouts, dtype=np.int64),
+            np.asarray(self.piece_rollout_begin, dtype=np.int64),
         )
-        return lens, np.repeat(self.row, lens) + offsets, offsets
 
-    def rows(self, forest):
+    def entries(self, forest=None):
+        """The entries as a dict of int64 arrays (``nodes`` ... ``rollout_entry``), computed
+        once per forest."""
+        forest = self._forest(forest)
+        key = ("entries", id(forest))
+        if key not in self._cache:
+            from . import _planner
+
+            self._cache.clear()
+            self._cache[key] = _planner.tree_entries(
+                forest.node_len,
+                forest.node_parent,
+                forest.rollout_leaf,
+                list(self.meta.cu_seqlens_aligned),
+                *self._layout_args(),
+            )
+            self._cache["forest"] = forest  # keeps id(forest) from being reused
+        return self._cache[key]
+
+    def __getattr__(self, name):
+        if name in _ENTRY_FIELDS:
+            return self.entries()[name]
+        raise AttributeError(name)
+
+    def rows(self, forest=None):
         """(position, subtree_end): int32 arrays over the ``meta.total`` packed rows. A piece's
         alignment padding counts positions 0, 1, ... and ends at the piece's aligned end; the
         tail past the aligned tokens counts from 0 and ends at ``total``: no real row sees a
         padding row, or the reverse."""
-        total = self.meta.total
-        position = np.zeros(total, dtype=np.int32)
-        subtree_end = np.zeros(total, dtype=np.int32)
-        cu = np.asarray(self.meta.cu_seqlens, dtype=np.int64)
-        cua = np.asarray(self.meta.cu_seqlens_aligned, dtype=np.int64)
-        bounds = [(cua[b] + cu[b + 1] - cu[b], cua[b + 1]) for b in range(len(cu) - 1)]
-        bounds.append((cua[-1], total))
-        for a, b in bounds:
-            position[a:b] = np.arange(b - a)
-            subtree_end[a:b] = b
-        lens, rows, offsets = self._entry_rows(forest.node_len)
-        position[rows] = np.repeat(self.position, lens) + offsets
-        subtree_end[rows] = np.repeat(self.subtree_end, lens)
-        return position, subtree_end
+        from . import _planner
 
-    def rollout_rows(self, forest, i):
-        """The packed rows of ``rollouts[i]`` in its token order: its restore indices."""
-        path = []
-        e = int(self.rollout_entry[i])
-        while e >= 0:
-            path.append(e)
-            e = int(self.parent[e])
-        return np.concatenate(
-            [
-                np.arange(self.row[e], self.row[e] + forest.node_len[self.nodes[e]])
-                for e in reversed(path)
-            ]
+        forest = self._forest(forest)
+        return _planner.tree_rows(
+            forest.node_len,
+            forest.node_parent,
+            forest.rollout_leaf,
+            list(self.meta.cu_seqlens),
+            list(self.meta.cu_seqlens_aligned),
+            int(self.meta.aligned_tokens),
+            int(self.meta.total),
+            *self._layout_args(),
         )
 
-    def input_ids(self, forest, pad=0):
+    def rollout_rows(self, forest=None, i=0):
+        """The packed rows of ``rollouts[i]`` in its token order: its restore indices (the rows
+        of the entries from ``rollout_entry[i]`` up through ``parent``, root first)."""
+        forest = self._forest(forest)
+        e = self.entries(forest)
+        path = []
+        j = int(e["rollout_entry"][i])
+        while j >= 0:
+            path.append(j)
+            j = int(e["parent"][j])
+        path = np.asarray(path[::-1], dtype=np.int64)
+        lens = forest.node_len[e["nodes"][path]]
+        starts = e["row"][path]
+        return np.repeat(starts - (np.cumsum(lens) - lens), lens) + np.arange(
+            int(lens.sum()), dtype=np.int64
+        )
+
+    def input_ids(self, forest=None, pad=0):
         """The packed token ids [total] (needs ``forest.node_tokens``); padding holds ``pad``."""
+        forest = self._forest(forest)
         if forest.node_tokens is None:
             raise ValueError("forest: no node_tokens (build the forest with build_forest)")
+        e = self.entries(forest)
+        lens = forest.node_len[e["nodes"]]
+        offsets = np.arange(int(lens.sum()), dtype=np.int64) - np.repeat(
+            np.cumsum(lens) - lens, lens
+        )
         out = np.full(self.meta.total, pad, dtype=np.int64)
-        _, rows, offsets = self._entry_rows(forest.node_len)
-        lens = forest.node_len[self.nodes]
-        out[rows] = forest.node_tokens[np.repeat(forest.node_start[self.nodes], lens) + offsets]
+        out[np.repeat(e["row"], lens) + offsets] = forest.node_tokens[
+            np.repeat(forest.node_start[e["nodes"]], lens) + offsets
+        ]
         return out
 
 
@@ -444,7 +498,7 @@ class TreePlan:
     global_counts: tuple = None
 
     @classmethod
-    def from_raw(cls, raw, *, cap=0, local_k=None, global_counts=None):
+    def from_raw(cls, raw, *, forest=None, cap=0, local_k=None, global_counts=None):
         from .plan import PlanStats, meta_of, _LOCAL_K, _LOSS_SCALE
 
         scales = raw.get("loss_scales")
@@ -452,7 +506,7 @@ class TreePlan:
         for i, p in enumerate(raw["parts"]):
             meta = meta_of({**p["batch"], _LOSS_SCALE: None if scales is None else scales[i]})
             arrays = {k: np.asarray(v, dtype=np.int64) for k, v in p.items() if k != "batch"}
-            parts.append(TreeMicroBatch(meta, **arrays))
+            parts.append(TreeMicroBatch(meta, **arrays, forest=forest))
         stats = PlanStats(**raw["stats"], cap=cap or 0)
         return cls(
             num_micro_batches=len(parts),
@@ -469,12 +523,16 @@ class TreePlan:
         )
 
     @classmethod
-    def from_plan(cls, plan, layouts, rollout_part, forwarded_tokens, rollout_tokens):
+    def from_plan(cls, plan, layouts, rollout_part, forwarded_tokens, rollout_tokens, forest=None):
         """A TreePlan from the sidecar's answer: ``plan`` (a packsched.plan.Plan over pieces and
-        rollouts), one dict of lists per micro-batch (the TreeLayout fields) and the tree's
-        figures."""
+        rollouts), one dict of lists per micro-batch (the TreeLayout fields), the tree's
+        figures and the forest that was planned."""
         parts = [
-            TreeMicroBatch(meta, **{k: np.asarray(v, dtype=np.int64) for k, v in layout.items()})
+            TreeMicroBatch(
+                meta,
+                **{k: np.asarray(v, dtype=np.int64) for k, v in layout.items()},
+                forest=forest,
+            )
             for meta, layout in zip(plan.metadata, layouts)
         ]
         return cls(
@@ -489,6 +547,19 @@ class TreePlan:
             loss_weights=plan.loss_weights,
             loss_scales=plan.loss_scales,
             global_counts=plan.global_counts,
+        )
+
+    @property
+    def tokens(self):
+        """The plan's TokenAccounting (logical: the rollouts' own tokens; forwarded: the pieces'
+        tokens; ``tokens.tree_token_ratio`` the tree token ratio)."""
+        from .plan import TokenAccounting
+
+        return TokenAccounting(
+            self.rollout_tokens,
+            self.stats.packed_tokens,
+            self.forwarded_tokens,
+            self.stats.loss_tokens,
         )
 
     def restore(self, forest, outputs, fill=None):

@@ -8,6 +8,8 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <algorithm>
+#include <climits>
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -274,6 +276,7 @@ void AddLossWeights(const MicroBatchPlan& plan, const py::dict& loss, py::dict& 
   out[py::str(std::string(schema::ResponseNamed("Weights")))] = w.weights;
   out["loss_scales"] = w.loss_scales;
   out["loss_counts"] = ToTuple(local);
+  if (out.contains("stats")) out["stats"].cast<py::dict>()["loss_tokens"] = w.loss_tokens;
 }
 
 // This rank's bound before agreement (packsched.planner.Bound's fields) of a Problem or a
@@ -345,14 +348,9 @@ py::dict ToDict(const TreePlan& plan, const ForestIndex& index, const py::object
     py::dict p;
     p["batch"] = ToDict(part.batch, ints);
     const TreeLayout& l = part.layout;
-    p["nodes"] = Array(l.nodes);
-    p["piece_begin"] = Array(l.piece_begin);
-    p["row"] = Array(l.row);
-    p["position"] = Array(l.position);
-    p["subtree_end"] = Array(l.subtree_end);
-    p["parent"] = Array(l.parent);
     p["rollouts"] = Array(l.rollouts);
-    p["rollout_entry"] = Array(l.rollout_entry);
+    p["piece_rollouts"] = Array(l.piece_rollouts);
+    p["piece_rollout_begin"] = Array(l.piece_rollout_begin);
     parts.append(p);
   }
   d["parts"] = parts;
@@ -363,6 +361,57 @@ py::dict ToDict(const TreePlan& plan, const ForestIndex& index, const py::object
   d["rollout_tokens"] = plan.rollout_tokens;
   d["forwarded_tokens"] = plan.forwarded_tokens;
   if (!loss.is_none()) AddLossWeights(RolloutView(plan, index), loss.cast<py::dict>(), d);
+  return d;
+}
+
+// A micro-batch's layout as packsched.tree.TreeMicroBatch holds it, checked against the forest
+// (ValueError naming the field) so that Entries' preconditions hold for any arrays given.
+struct LayoutInput {
+  MicroBatch batch;
+  TreeLayout layout;
+};
+
+LayoutInput ToLayout(const Lengths& rollout_leaf, const std::vector<int64_t>& cu_seqlens_aligned,
+                     const Lengths& rollouts, const Lengths& piece_rollouts,
+                     const Lengths& piece_rollout_begin) {
+  LayoutInput in;
+  in.batch.cu_seqlens_aligned.assign(cu_seqlens_aligned.begin(), cu_seqlens_aligned.end());
+  TreeLayout& l = in.layout;
+  l.rollouts.assign(rollouts.data(), rollouts.data() + rollouts.size());
+  l.piece_rollouts.assign(piece_rollouts.data(), piece_rollouts.data() + piece_rollouts.size());
+  l.piece_rollout_begin.assign(piece_rollout_begin.data(),
+                               piece_rollout_begin.data() + piece_rollout_begin.size());
+  const int64_t r = rollout_leaf.size();
+  const auto& begin = l.piece_rollout_begin;
+  if (begin.size() != in.batch.cu_seqlens_aligned.size() || begin.empty() || begin[0] != 0 ||
+      begin.back() != static_cast<int64_t>(l.piece_rollouts.size()) ||
+      !std::is_sorted(begin.begin(), begin.end())) {
+    throw py::value_error(
+        "tree layout: piece_rollout_begin must rise from 0 to len(piece_rollouts), one more "
+        "entry than the pieces");
+  }
+  if (!std::is_sorted(l.rollouts.begin(), l.rollouts.end()) ||
+      l.rollouts.size() != l.piece_rollouts.size()) {
+    throw py::value_error("tree layout: rollouts must be piece_rollouts in ascending order");
+  }
+  for (const int64_t x : l.piece_rollouts) {
+    if (x < 0 || x >= r || !std::binary_search(l.rollouts.begin(), l.rollouts.end(), x)) {
+      throw py::value_error("tree layout: rollout " + std::to_string(x) +
+                            " is not a rollout of the forest held in rollouts");
+    }
+  }
+  return in;
+}
+
+py::dict EntriesDict(const TreeEntries& e) {
+  py::dict d;
+  d["nodes"] = Array(e.nodes);
+  d["piece_begin"] = Array(e.piece_begin);
+  d["row"] = Array(e.row);
+  d["position"] = Array(e.position);
+  d["subtree_end"] = Array(e.subtree_end);
+  d["parent"] = Array(e.parent);
+  d["rollout_entry"] = Array(e.rollout_entry);
   return d;
 }
 
@@ -489,6 +538,61 @@ PYBIND11_MODULE(_planner, m) {
       py::arg("options"), py::arg("k") = 0, py::arg("loss") = py::none(),
       "Plans a forest of rollouts (server/planner/tree_plan.h); k > 0 partitions into exactly k "
       "parts. `loss` as for plan(), per rollout.");
+
+  m.def(
+      "tree_entries",
+      [](const Lengths& node_len, const Lengths& node_parent, const Lengths& rollout_leaf,
+         const std::vector<int64_t>& cu_seqlens_aligned, const Lengths& rollouts,
+         const Lengths& piece_rollouts, const Lengths& piece_rollout_begin) {
+        const LayoutInput in = ToLayout(rollout_leaf, cu_seqlens_aligned, rollouts, piece_rollouts,
+                                        piece_rollout_begin);
+        return EntriesDict(
+            Entries(in.batch, in.layout, Span(node_len), Span(node_parent), Span(rollout_leaf)));
+      },
+      py::arg("node_len"), py::arg("node_parent"), py::arg("rollout_leaf"),
+      py::arg("cu_seqlens_aligned"), py::arg("rollouts"), py::arg("piece_rollouts"),
+      py::arg("piece_rollout_begin"),
+      "A micro-batch's entries (planner::Entries) from its layout and a validated forest.");
+
+  m.def(
+      "tree_rows",
+      [](const Lengths& node_len, const Lengths& node_parent, const Lengths& rollout_leaf,
+         const std::vector<int64_t>& cu_seqlens, const std::vector<int64_t>& cu_seqlens_aligned,
+         int64_t aligned_tokens, int64_t total, const Lengths& rollouts,
+         const Lengths& piece_rollouts, const Lengths& piece_rollout_begin) {
+        LayoutInput in = ToLayout(rollout_leaf, cu_seqlens_aligned, rollouts, piece_rollouts,
+                                  piece_rollout_begin);
+        const TreeEntries e =
+            Entries(in.batch, in.layout, Span(node_len), Span(node_parent), Span(rollout_leaf));
+        const size_t pieces = cu_seqlens_aligned.size() - 1;
+        bool fits = cu_seqlens.size() == pieces + 1 && aligned_tokens <= total &&
+                    cu_seqlens_aligned.back() <= aligned_tokens && total <= INT32_MAX;
+        for (size_t b = 0; fits && b < pieces; ++b) {
+          const int64_t end = e.piece_begin[b + 1] > e.piece_begin[b]
+                                  ? e.subtree_end[e.piece_begin[b]]
+                                  : cu_seqlens_aligned[b];
+          fits = end - cu_seqlens_aligned[b] == cu_seqlens[b + 1] - cu_seqlens[b] &&
+                 end <= cu_seqlens_aligned[b + 1];
+        }
+        if (!fits) {
+          throw py::value_error(
+              "tree layout: the pieces' tokens do not match the micro-batch's cu_seqlens, "
+              "cu_seqlens_aligned, aligned_tokens and total");
+        }
+        in.batch.cu_seqlens.assign(cu_seqlens.begin(), cu_seqlens.end());
+        in.batch.aligned_tokens = aligned_tokens;
+        in.batch.total = total;
+        TreeRows rows = RowsOf(in.batch, e, Span(node_len));
+        return py::make_tuple(
+            py::array_t<int32_t>(static_cast<py::ssize_t>(rows.position.size()),
+                                 rows.position.data()),
+            py::array_t<int32_t>(static_cast<py::ssize_t>(rows.subtree_end.size()),
+                                 rows.subtree_end.data()));
+      },
+      py::arg("node_len"), py::arg("node_parent"), py::arg("rollout_leaf"), py::arg("cu_seqlens"),
+      py::arg("cu_seqlens_aligned"), py::arg("aligned_tokens"), py::arg("total"),
+      py::arg("rollouts"), py::arg("piece_rollouts"), py::arg("piece_rollout_begin"),
+      "Per packed row (position, subtree_end) as int32 arrays (planner::RowsOf).");
 
   m.def(
       "forest_local_bound",
