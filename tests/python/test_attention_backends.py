@@ -196,11 +196,17 @@ def test_each_distinct_choice_is_logged_once(caplog, monkeypatch):
     ]
 
 
-def test_explicit_flex_with_gradients_on_the_cpu_is_refused():
+def test_explicit_backends_that_cannot_run_the_call_are_refused():
     q = torch.randn(12, 2, 8, requires_grad=True)
     cu = torch.tensor([0, 5, 12], dtype=torch.int32)
     with pytest.raises(ValueError, match="no FlexAttention backward on the CPU"):
         kernels.varlen_attention(q, q, q, cu, cu, 7, 7, causal=True, backend="flex")
+    used = torch.tensor([4, 7], dtype=torch.int32)
+    with torch.no_grad(), pytest.raises(ValueError, match="q and k must have the same layout"):
+        kernels.varlen_attention(q, q, q, cu, cu, 7, 7, seqused_q=used, backend="flex")
+    with torch.no_grad(), pytest.raises(ValueError, match="q and k must have the same layout"):
+        other = torch.tensor([0, 6, 12], dtype=torch.int32)
+        kernels.varlen_attention(q, q, q, cu, other, 7, 7, backend="flex")
 
 
 # --- the same results from every backend -----------------------------------------------------

@@ -171,12 +171,12 @@ def unsupported(backend, call, is_available=None):
             (call.seqused or call.tail, "it has no pad slots (seqused) or tail"),
             (call.lse, "its lse is not packsched's layout"),
             (call.softcap and backend == "varlen_attn", "it has no softcap"),
-            (call.cross and backend == "varlen_attn", "q and k offsets must be the same"),
+            (call.cross and backend == "varlen_attn", "q and k must have the same layout"),
         ]
     else:  # flex
         problems = [
             (call.device.split(":")[0] not in ("cpu", "cuda"), f"it does not run on {call.device}"),
-            (call.cross, "q and k offsets must be the same"),
+            (call.cross, "q and k must have the same layout"),
             (call.grad and call.device == "cpu", "torch has no FlexAttention backward on the CPU"),
         ]
     reasons = [why for bad, why in problems if bad]

@@ -69,7 +69,10 @@ def describe_varlen(q, k, layout, need_lse):
         seqused=used_q is not None or used_k is not None,
         tail=_has_tail(total_q, _host_list(host_q), q.shape[0])
         or _has_tail(total_k, _host_list(host_k), k.shape[0]),
-        cross=not same_offsets or int(max_q) != int(max_k) or q.shape[0] != k.shape[0],
+        cross=not same_offsets
+        or used_q is not used_k
+        or int(max_q) != int(max_k)
+        or q.shape[0] != k.shape[0],
         grad=_needs_grad(q, k),
         lse=need_lse,
     )
