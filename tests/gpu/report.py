@@ -328,6 +328,7 @@ def judge_attention_throughput(inputs):
             for call in ("fwd packsched", "bwd packsched", "bwd packsched_onepass"):
                 if kernels.get(call):
                     parts[-1] += f"; {call} kernels: {kernel_text(kernels, call)}"
+    metrics["table_entries"] = data.get("table_entries", [])
     if not parts:
         return check("unavailable", "varlen_attn not timed", **metrics)
     return check("pass", "speed vs varlen_attn: " + "; ".join(parts), **metrics)
