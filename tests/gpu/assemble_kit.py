@@ -62,6 +62,8 @@ KERNELS_MODULES = [
     "_context_parallel",
     "tree_kernels",
     "_cp_layout",
+    "_recurrent",
+    "_ops_recurrent",
     "_torch_ops",
     "_torch_args",
     "_ops_attention",
