@@ -53,6 +53,7 @@ LIBRARIES = {
     "torch": ((), ("torch",)),
     "transformers": ((), ("transformers",)),
     "tensordict": ((), ("tensordict",)),
+    "flash_attn": ((), ("flash_attn",)),  # FlashAttention's Python package, when installed
     "datasets": ((), ("datasets", "pyarrow")),
 }
 
@@ -164,9 +165,12 @@ LAYERS = {
             "packsched._ops_loss",
             "packsched._ops_packing",
             "packsched._ops_recurrent",
+            # Which backend runs a torch attention call, and the calls to the others.
+            "packsched._attention_backends",
+            "packsched._attention_dispatch",
         ),
         ("py/ext", "py/cp_layout"),
-        ("numpy", "torch", "cuda"),
+        ("numpy", "torch", "cuda", "flash_attn"),
     ),
     "py/stubs": Layer(("packsched.v1",), ("proto",), ("grpc", "protobuf")),
     "py/client": Layer(

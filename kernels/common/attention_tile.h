@@ -14,6 +14,7 @@
 
 #include "kernels/common/elementwise.h"
 #include "kernels/common/macros.h"
+#include "kernels/common/tree.h"
 
 namespace packsched::kernels {
 
@@ -63,15 +64,14 @@ PACKSCHED_HD_INLINE KeyRange VisibleKeys(const AttnMask& m, int64_t i) {
 }
 
 // The tree rule for query i and key j of one sequence (in-sequence indices, j already in i's
-// causal range): key j is visible while i is inside the subtree of j's node, and, with a left
-// window, when the depth difference is within it. Always true without a tree.
+// causal range): TreeKeyVisible (common/tree.h) on their packed rows. Always true without a tree.
 PACKSCHED_HD_INLINE bool TreeVisible(const AttnTree& t, int64_t i, int64_t j) {
   if (t.subtree_end == nullptr) return true;
   const int64_t qi = t.row0 + i;
   const int64_t kj = t.row0 + j;
-  if (qi >= t.subtree_end[kj]) return false;
-  return t.window_left < 0 ||
-         static_cast<int64_t>(t.positions[qi]) - t.positions[kj] <= t.window_left;
+  const bool window = t.window_left >= 0;
+  return TreeKeyVisible(qi, t.subtree_end[kj], window ? t.positions[qi] : 0,
+                        window ? t.positions[kj] : 0, t.window_left);
 }
 
 // Whether query i sees key j: inside VisibleKeys(m, i) and, with a tree, TreeVisible.

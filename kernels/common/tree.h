@@ -14,6 +14,17 @@ namespace packsched::kernels {
 // node, so j is on t's root path (the attention mask's rule without the causal half).
 PACKSCHED_HD_INLINE bool OpenAt(int32_t subtree_end_j, int64_t t) { return t < subtree_end_j; }
 
+// The tree mask rule of attention (docs/design.md, "Mask rule"), the one predicate every kernel
+// applies per element (the CPU backend, the scalar and the tensor-core CUDA kernels): query row
+// qi sees key row kj of its sequence, packed indices with kj <= qi (the causal half is the varlen
+// rule's), while qi is inside the subtree of kj's node (key_subtree_end = subtree_end[kj]) and,
+// with a left window (window_left >= 0), when the depths differ by at most the window. The depths
+// are read only with a window: pass 0 without one.
+PACKSCHED_HD_INLINE bool TreeKeyVisible(int64_t qi, int32_t key_subtree_end, int64_t q_depth,
+                                        int64_t k_depth, int64_t window_left) {
+  return OpenAt(key_subtree_end, qi) && (window_left < 0 || q_depth - k_depth <= window_left);
+}
+
 // The first index in [lo, hi) whose row is >= `row` (rows non-decreasing): the targets of a row
 // are [LowerBound(row), LowerBound(row + 1)).
 template <typename Index>

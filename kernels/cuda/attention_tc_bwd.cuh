@@ -213,17 +213,18 @@ __global__ void __launch_bounds__(128) AttentionTcBackwardDqKernel(const TcAttnP
   const TcMask mask = MakeTcMask(p, seq);
   const TcSoftmax sm = MakeTcSoftmax(a);
 
+  using L = TcSmemLayout<Tr>;
   unsigned char* smem = ptx::DynamicSmem();
-  T* qs = reinterpret_cast<T*>(smem);                                    // [kBr][kD]
-  T* dos = qs + kBr * kD;                                                // [kBr][kD]
-  T* ks = dos + kBr * kD;                                                // [2][kBc][kD]
-  T* vs = ks + 2 * kBc * kD;                                             // [2][kBc][kD]
-  T* dss = vs + 2 * kBc * kD;                                            // dS [kBr][kBc]
-  int32_t* key_end = reinterpret_cast<int32_t*>(smem + Tr::kTileBytes);  // [2][kV]
-  int32_t* key_pos = key_end + 2 * kV;                                   // [2][kV]
-  int32_t* row_lo = reinterpret_cast<int32_t*>(smem + Tr::kTileBytes + Tr::kVectorBytes);  // [kBr]
-  int32_t* row_hi = row_lo + kBr;                                                          // [kBr]
-  int32_t* row_pos = row_hi + kBr;                                                         // [kBr]
+  T* qs = reinterpret_cast<T*>(smem + L::kQAt);                           // [kBr][kD]
+  T* dos = reinterpret_cast<T*>(smem + L::kDoutAt);                       // [kBr][kD]
+  T* ks = reinterpret_cast<T*>(smem + L::kKAt);                           // [2][kBc][kD]
+  T* vs = reinterpret_cast<T*>(smem + L::kVAt);                           // [2][kBc][kD]
+  T* dss = reinterpret_cast<T*>(smem + L::kScoresAt);                     // dS [kBr][kBc]
+  int32_t* key_end = reinterpret_cast<int32_t*>(smem + L::Vector(0));     // [2][kV]
+  int32_t* key_pos = reinterpret_cast<int32_t*>(smem + L::Vector(1));     // [2][kV]
+  int32_t* row_lo = reinterpret_cast<int32_t*>(smem + L::RowVector(0));   // [kBr]
+  int32_t* row_hi = reinterpret_cast<int32_t*>(smem + L::RowVector(1));   // [kBr]
+  int32_t* row_pos = reinterpret_cast<int32_t*>(smem + L::RowVector(2));  // [kBr]
 
   const int warp = threadIdx.x / 32;
   const int lane = threadIdx.x % 32;

@@ -74,18 +74,19 @@ __device__ void BackwardKeyTile(const TcAttnParams& p, DqSink& sink) {
   const TcMask mask = MakeTcMask(p, seq);
   const TcSoftmax sm = MakeTcSoftmax(a);
 
+  using L = TcSmemLayout<Tr>;
   unsigned char* smem = ptx::DynamicSmem();
-  T* ks = reinterpret_cast<T*>(smem);                              // [kBc][kD]
-  T* vs = ks + kBc * kD;                                           // [kBc][kD]
-  T* qs = vs + kBc * kD;                                           // [2][kBr][kD]
-  T* dos = qs + 2 * kBr * kD;                                      // [2][kBr][kD]
-  T* pts = dos + 2 * kBr * kD;                                     // Pᵀ [kBc][kBr]
-  T* dsts = pts + kBc * kBr;                                       // dSᵀ [kBc][kBr]
-  float* q_lse = reinterpret_cast<float*>(smem + Tr::kTileBytes);  // [2][kV]
-  float* q_d = q_lse + 2 * kV;                                     // [2][kV]
-  int32_t* q_pos = reinterpret_cast<int32_t*>(q_d + 2 * kV);       // [2][kV]
-  int32_t* q_lo = q_pos + 2 * kV;                                  // [2][kV]
-  int32_t* q_hi = q_lo + 2 * kV;                                   // [2][kV]
+  T* ks = reinterpret_cast<T*>(smem + L::kKAt);                      // [kBc][kD]
+  T* vs = reinterpret_cast<T*>(smem + L::kVAt);                      // [kBc][kD]
+  T* qs = reinterpret_cast<T*>(smem + L::kQAt);                      // [2][kBr][kD]
+  T* dos = reinterpret_cast<T*>(smem + L::kDoutAt);                  // [2][kBr][kD]
+  T* pts = reinterpret_cast<T*>(smem + L::kScoresAt);                // Pᵀ [kBc][kBr]
+  T* dsts = pts + kBc * kBr;                                         // dSᵀ [kBc][kBr]
+  float* q_lse = reinterpret_cast<float*>(smem + L::Vector(0));      // [2][kV]
+  float* q_d = reinterpret_cast<float*>(smem + L::Vector(1));        // [2][kV]
+  int32_t* q_pos = reinterpret_cast<int32_t*>(smem + L::Vector(2));  // [2][kV]
+  int32_t* q_lo = reinterpret_cast<int32_t*>(smem + L::Vector(3));   // [2][kV]
+  int32_t* q_hi = reinterpret_cast<int32_t*>(smem + L::Vector(4));   // [2][kV]
 
   const int warp = threadIdx.x / 32;
   const int lane = threadIdx.x % 32;

@@ -191,8 +191,7 @@ __device__ inline TcRow MakeTcRow(const TcMask& m, int64_t i) {
 // subtree end and position.
 __device__ inline bool TreeVisible(const TcMask& m, const TcRow& r, int64_t j, int32_t end,
                                    int32_t pos) {
-  if (j > r.i || r.packed >= end) return false;
-  return m.window < 0 || static_cast<int64_t>(r.position) - pos <= m.window;
+  return j <= r.i && TreeKeyVisible(r.packed, end, r.position, pos, m.window);
 }
 
 // Whether the row sees key j (segment index), column c of the key tile whose tree vectors are

@@ -55,15 +55,16 @@ __global__ void __launch_bounds__(128) AttentionTcForwardKernel(const TcAttnPara
   const TcMask mask = MakeTcMask(p, seq);
   const TcSoftmax sm = MakeTcSoftmax(a);
 
+  using L = TcSmemLayout<Tr>;
   unsigned char* smem = ptx::DynamicSmem();
-  T* qs = reinterpret_cast<T*>(smem);                                    // [kBr][kD]
-  T* ks = qs + kBr * kD;                                                 // [2][kBc][kD]
-  T* vs = ks + 2 * kBc * kD;                                             // [2][kBc][kD]
-  int32_t* key_end = reinterpret_cast<int32_t*>(smem + Tr::kTileBytes);  // [2][kV]
-  int32_t* key_pos = key_end + 2 * kV;                                   // [2][kV]
-  int32_t* row_lo = reinterpret_cast<int32_t*>(smem + Tr::kTileBytes + Tr::kVectorBytes);  // [kBr]
-  int32_t* row_hi = row_lo + kBr;                                                          // [kBr]
-  int32_t* row_pos = row_hi + kBr;                                                         // [kBr]
+  T* qs = reinterpret_cast<T*>(smem + L::kQAt);                           // [kBr][kD]
+  T* ks = reinterpret_cast<T*>(smem + L::kKAt);                           // [2][kBc][kD]
+  T* vs = reinterpret_cast<T*>(smem + L::kVAt);                           // [2][kBc][kD]
+  int32_t* key_end = reinterpret_cast<int32_t*>(smem + L::Vector(0));     // [2][kV]
+  int32_t* key_pos = reinterpret_cast<int32_t*>(smem + L::Vector(1));     // [2][kV]
+  int32_t* row_lo = reinterpret_cast<int32_t*>(smem + L::RowVector(0));   // [kBr]
+  int32_t* row_hi = reinterpret_cast<int32_t*>(smem + L::RowVector(1));   // [kBr]
+  int32_t* row_pos = reinterpret_cast<int32_t*>(smem + L::RowVector(2));  // [kBr]
 
   const int warp = threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
@@ -156,8 +157,8 @@ __global__ void __launch_bounds__(128) AttentionTcForwardKernel(const TcAttnPara
         // On partial tiles (the diagonal, window edges, trees), which of this lane's scores the
         // mask lets through, computed before S is live: bit 16 half + 2 nt + e of visible[mi] for
         // row slot 2 mi + half, column 8 nt + 2 t + e. The varlen rule by the row's column range;
-        // with a tree, the tree rule by its packed index and position (TreeVisible; the varlen rule
-        // already keeps j <= i, a tree being causal).
+        // with a tree, the tree rule by its packed index and position (TreeKeyVisible; the
+        // varlen rule already keeps j <= i, a tree being causal).
         uint32_t visible[kM];
 #pragma unroll
         for (int mi = 0; mi < kM; ++mi) visible[mi] = ~0u;
@@ -177,10 +178,7 @@ __global__ void __launch_bounds__(128) AttentionTcForwardKernel(const TcAttnPara
               for (int e = 0; e < 2; ++e) {
                 const int c = nt * 8 + 2 * t + e;
                 bool v = c >= lo && c < hi;
-                if (v && tree) {
-                  v = packed < end[c] &&
-                      (mask.window < 0 || static_cast<int64_t>(position) - pos[c] <= mask.window);
-                }
+                if (v && tree) v = TreeKeyVisible(packed, end[c], position, pos[c], mask.window);
                 bits |= static_cast<uint32_t>(v) << (nt * 2 + e);
               }
             }

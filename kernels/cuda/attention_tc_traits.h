@@ -26,6 +26,7 @@ constexpr int TcDefaultWarpTiles(TcKernel kind) { return kind == TcKernel::kForw
 
 template <int kHeadDimValue, TcKernel kKind, int kWarpTilesValue = TcDefaultWarpTiles(kKind)>
 struct TcTraits {
+  static constexpr TcKernel kKernel = kKind;
   static constexpr int kHeadDim = kHeadDimValue;
   static constexpr int kWarps = kKind == TcKernel::kBackwardDkDv ? 8 : 4;
   static constexpr int kThreads = 32 * kWarps;
@@ -70,6 +71,48 @@ struct TcTraits {
   static_assert(kKind == TcKernel::kBackwardDkDv || kBc <= kVectorLen, "per-key vectors");
   static_assert(kKind == TcKernel::kForward || kBr <= kVectorLen, "per-row vectors");
   static_assert(kSharedBytes <= 163 * 1024, "shared-memory budget of sm_80");
+};
+
+// The dynamic shared memory of the tensor-core kernel of traits Tr, carved from one typed layout:
+// each region's byte offset from the block's base, in the kernel's order, and the total, which
+// equals the budget TcTraits computes (Tr::kSharedBytes, what the launch asks for; asserted). A
+// region the kernel does not have is empty. Tiles are rows of kHeadDim 16-bit elements; vectors
+// hold 4-byte values.
+//   forward  Q [kBr][kD], K and V [2][kBc][kD] (double-buffered), the key vectors, row vectors
+//   dq       Q and dO [kBr][kD], K and V [2][kBc][kD], dS [kBr][kBc], key vectors, row vectors
+//   dk/dv    K and V [kBc][kD], Q and dO [2][kBr][kD], Pᵀ and dSᵀ [kBc][kBr], query vectors
+// Vectors: 5 of [2][kVectorLen], Vector(i): forward and dq the key tile's subtree ends (0) and
+// positions (1), the others unused; dk/dv the query tile's lse (0), D (1), positions (2) and
+// visible key range (3: lo, 4: hi). Row vectors (forward and dq): 3 of [kBr], RowVector(i): the
+// visible key range (0: lo, 1: hi) and position (2) of each row of the block's query tile.
+template <typename Tr>
+struct TcSmemLayout {
+  static constexpr bool kKeyBlock = Tr::kKernel == TcKernel::kBackwardDkDv;  // K, V held
+  static constexpr size_t kQBytes = (kKeyBlock ? 2 : 1) * Tr::kRowTileBytes;
+  static constexpr size_t kDoutBytes = Tr::kKernel == TcKernel::kForward ? 0 : kQBytes;
+  static constexpr size_t kKvBytes = (kKeyBlock ? 1 : 2) * Tr::kKeyTileBytes;
+  static constexpr int kScoreTiles = Tr::kKernel == TcKernel::kForward ? 0 : kKeyBlock ? 2 : 1;
+
+  static constexpr size_t kQAt = kKeyBlock ? 2 * kKvBytes : 0;
+  static constexpr size_t kDoutAt = kQAt + kQBytes;
+  static constexpr size_t kKAt = kKeyBlock ? 0 : kDoutAt + kDoutBytes;
+  static constexpr size_t kVAt = kKAt + kKvBytes;
+  // dS (dq); Pᵀ, then dSᵀ at kScoresAt + kScoreTileBytes (dk/dv).
+  static constexpr size_t kScoresAt = kKeyBlock ? kDoutAt + kDoutBytes : kVAt + kKvBytes;
+  static constexpr size_t kVectors = kScoresAt + kScoreTiles * Tr::kScoreTileBytes;
+  static constexpr int kVectorCount = 5;
+  static constexpr size_t kOneVectorBytes = 2 * static_cast<size_t>(Tr::kVectorLen) * 4;
+  static constexpr size_t Vector(int i) { return kVectors + i * kOneVectorBytes; }
+  static constexpr size_t kRows = kVectors + kVectorCount * kOneVectorBytes;
+  static constexpr int kRowVectorCount = kKeyBlock ? 0 : 3;
+  static constexpr size_t RowVector(int i) { return kRows + i * static_cast<size_t>(Tr::kBr) * 4; }
+  static constexpr size_t kBytes = RowVector(kRowVectorCount);
+
+  static_assert(kVectors == Tr::kTileBytes, "the tiles are the traits' tile budget");
+  static_assert(kBytes == Tr::kSharedBytes, "the layout is what the launch asks for");
+  static_assert(kQAt % 16 == 0 && kDoutAt % 16 == 0 && kKAt % 16 == 0 && kVAt % 16 == 0 &&
+                    kScoresAt % 16 == 0 && kVectors % 16 == 0 && kRows % 16 == 0,
+                "16-byte aligned regions (cp.async, ldmatrix)");
 };
 
 // The most dynamic shared memory a tensor-core kernel of head dim kD asks for per block (the

@@ -51,7 +51,8 @@ HOST_LIBRARIES = re.compile(
 # Needed but never carried: the driver's libraries and NCCL (from the GPU machine).
 EXTERNAL_LIBRARIES = re.compile(r"^(libcuda\.so|libnvidia-|libnccl\.so)")
 
-# The Python modules of packsched.kernels: its face and the modules it imports.
+# The Python modules of packsched.kernels: its face and the modules it imports (the torch path
+# included: _torch_ops and what it imports, the attention backend choice).
 KERNELS_MODULES = [
     "kernels",
     "_arrays",
@@ -61,6 +62,15 @@ KERNELS_MODULES = [
     "_context_parallel",
     "tree_kernels",
     "_cp_layout",
+    "_recurrent",
+    "_ops_recurrent",
+    "_torch_ops",
+    "_torch_args",
+    "_ops_attention",
+    "_ops_loss",
+    "_ops_packing",
+    "_attention_backends",
+    "_attention_dispatch",
 ]
 
 # Scripts copied to the kit: (source relative to the repository, destination relative to KIT).
@@ -69,6 +79,8 @@ SCRIPTS = [
     ("tests/gpu/README.md", "README.md"),
     ("tests/gpu/report.py", "scripts/report.py"),
     ("tests/gpu/attention_vs_torch.py", "scripts/attention_vs_torch.py"),
+    ("tests/gpu/tree_vs_flex.py", "scripts/tree_vs_flex.py"),
+    ("client/python/packsched/attention_backends.json", "module/packsched/attention_backends.json"),
     ("tests/gpu/build_module.sh", "scripts/build_module.sh"),
     ("tests/gpu/preflight.sh", "scripts/preflight.sh"),
     ("deploy/gen_lengths.py", "scripts/gen_lengths.py"),

@@ -29,6 +29,8 @@ H = 16, Hk = 4, D = 128, causal (q and k share cu_seqlens). For each batch:
   - "packsched_onepass": the one-pass tensor-core backward (PACKSCHED_ATTENTION_TC_BWD=onepass;
     dq by atomics), errors of dq, dk, dv and its backward time, right after the default
     backward's ("bwd_onepass" in "speed_vs_varlen_attn");
+  - "table_entries" (top level): entries for client/python/packsched/attention_backends.json,
+    per token bucket packsched and varlen_attn ordered by forward + backward time;
   - "kernel_ms": for one call each of packsched's forward, backward and one-pass backward and
     varlen_attn's forward and backward, the GPU milliseconds of every kernel the call ran (torch's
     profiler, CUDA activity only; a kernel launched more than once summed), so that a run shows
@@ -409,6 +411,41 @@ def run_batch(torch, kernels, impl, lengths, seed, budget, device):
     return result
 
 
+def table_entries(batches, device_kind):
+    """Entries for client/python/packsched/attention_backends.json from the timed batches: per
+    token bucket, packsched and varlen_attn ordered by forward + backward time summed over the
+    bucket's batches (bf16, D = 128, causal)."""
+    sums = {}
+    for batch in batches:
+        fwd, bwd = batch["time_ms"]["fwd"], batch["time_ms"]["bwd"]
+        if not all(name in fwd and name in bwd for name in ("packsched", "varlen_attn")):
+            continue
+        bucket = 1 << max(0, batch["tokens"] - 1).bit_length()
+        acc = sums.setdefault(bucket, {"packsched": 0.0, "varlen_attn": 0.0, "tokens": []})
+        for name in ("packsched", "varlen_attn"):
+            acc[name] += fwd[name] + bwd[name]
+        acc["tokens"].append(batch["tokens"])
+    entries = []
+    for bucket, acc in sorted(sums.items()):
+        order = sorted(("varlen_attn", "packsched"), key=lambda name: acc[name])
+        entries.append(
+            {
+                "device": device_kind,
+                "dtype": "bfloat16",
+                "head_dim": HEAD_DIM,
+                "mask": "causal",
+                "tokens_bucket": bucket,
+                "backends": order,
+                "evidence": (
+                    f"attention_vs_torch {time.strftime('%Y-%m-%d')}: fwd+bwd packsched "
+                    f"{acc['packsched']:.2f} ms, varlen_attn {acc['varlen_attn']:.2f} ms "
+                    f"({', '.join(str(t) for t in acc['tokens'])} tokens)"
+                ),
+            }
+        )
+    return entries
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", required=True, help="the JSON file to write")
@@ -476,6 +513,8 @@ def main():
             )
         if device == "cuda":
             torch.cuda.empty_cache()
+            major, minor = torch.cuda.get_device_capability()
+            report["table_entries"] = table_entries(report["batches"], f"cuda:sm_{major}{minor}")
         write()  # what is measured so far survives a timeout
     if not report["batches"]:
         report.update(status="fail", reason="no batch completed")

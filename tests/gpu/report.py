@@ -44,6 +44,7 @@ CHECKS = [
     ("attention_error", "attention error vs torch bf16 (FlashAttention's 2x rule)"),
     ("attention_throughput", "attention speed vs varlen_attn (reported, not a target)"),
     ("attention_speed_targets", "tensor-core attention: fwd >= 50%, bwd >= 40% of varlen_attn"),
+    ("tree_vs_flex", "tree attention vs FlexAttention: errors (2x rule), speed reported"),
     ("packing_bandwidth", "unpad/pad/pack bandwidth as a fraction of a device copy"),
     ("collective_nccl_test", "NCCL backend test (one rank)"),
     ("nccl_round", "NCCL: a planning round on the GPU and its latency"),
@@ -327,6 +328,7 @@ def judge_attention_throughput(inputs):
             for call in ("fwd packsched", "bwd packsched", "bwd packsched_onepass"):
                 if kernels.get(call):
                     parts[-1] += f"; {call} kernels: {kernel_text(kernels, call)}"
+    metrics["table_entries"] = data.get("table_entries", [])
     if not parts:
         return check("unavailable", "varlen_attn not timed", **metrics)
     return check("pass", "speed vs varlen_attn: " + "; ".join(parts), **metrics)
@@ -354,6 +356,51 @@ def judge_attention_speed_targets(inputs):
     if bad:
         return check("fail", "; ".join(bad), **metrics)
     return check("pass", "every timed batch meets fwd >= 0.5x, bwd >= 0.4x", **metrics)
+
+
+def judge_tree_vs_flex(inputs):
+    """packsched's tree attention errors at most ERROR_FACTOR x FlexAttention's (the same
+    float64 reference), every batch and tensor; the times, the speed against FlexAttention
+    with and without its mask build and the rows for docs/benchmarks.md reported."""
+    early = not_run(inputs, "tree_vs_flex")
+    data = inputs.data("tree_vs_flex")
+    if data is None:
+        why = early["reason"] if early else f"no JSON: {last_lines(inputs.log('tree_vs_flex'))}"
+        return check(early["status"] if early else "fail", why)
+    if data.get("status") == "unavailable":
+        return check("unavailable", data.get("reason", "unavailable"))
+    if not data.get("batches"):
+        return check("fail", "; ".join(data.get("exceptions", []))[:600] or "no batch")
+    bad, parts, metrics = [], [], {}
+    for batch in data["batches"]:
+        label = f"{batch['name']} @ {batch['tokens']}"
+        for tensor, entry in batch["error"].items():
+            ours, theirs = float(entry.get("packsched", "nan")), float(entry.get("flex", "nan"))
+            if math.isnan(theirs):
+                continue  # FlexAttention did not give this tensor (no backward on the CPU)
+            if not ours <= ERROR_FACTOR * theirs:
+                bad.append(f"{tensor} @ {label}: {ours:.3g} > 2 x {theirs:.3g}")
+        speed = batch.get("speed_vs_flex", {})
+        metrics[label] = {
+            "fwd_bwd_ms": batch.get("fwd_bwd_ms", {}),
+            "mask_ms": batch["time_ms"]["fwd"].get("mask"),
+            "speed_vs_flex": speed,
+            "tree_vs_causal_per_useful_flop": batch.get("tree_vs_causal_per_useful_flop", {}),
+        }
+        if "flex_with_mask" in speed:
+            parts.append(
+                f"{label}: flex {speed.get('flex', float('nan')):.2f}x, "
+                f"with its mask {speed['flex_with_mask']:.2f}x packsched's time"
+            )
+    metrics["rows"] = data.get("rows", [])
+    metrics["table_entries"] = data.get("table_entries", [])
+    if bad:
+        return check("fail", "; ".join(bad)[:600], **metrics)
+    return check(
+        "pass",
+        "errors within 2x FlexAttention's" + (("; " + "; ".join(parts)) if parts else ""),
+        **metrics,
+    )
 
 
 def judge_packing(inputs):
@@ -522,6 +569,7 @@ def judge_all(inputs, sanitizer):
         "attention_error": lambda: judge_attention_error(inputs),
         "attention_throughput": lambda: judge_attention_throughput(inputs),
         "attention_speed_targets": lambda: judge_attention_speed_targets(inputs),
+        "tree_vs_flex": lambda: judge_tree_vs_flex(inputs),
         "packing_bandwidth": lambda: judge_packing(inputs),
         "collective_nccl_test": lambda: judge_gtest(inputs, "collective_nccl_test"),
         "nccl_round": lambda: judge_nccl_round(inputs),

@@ -1,6 +1,6 @@
 // The tree-packing kernels of tree.h on the CPU backend: depths from subtree_end against the
 // forests' own depths, and the multi-target cross entropy (forward and backward) against a direct
-// float64 computation.
+// float64 computation; the attention's tree predicate (TreeKeyVisible) against the rollouts' paths.
 
 #include "packsched/kernels/tree.h"
 
@@ -13,6 +13,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kernels/common/half.h"
+#include "kernels/common/tree.h"
 #include "tests/kernels/host_tensor.h"
 #include "tests/kernels/tree_forest.h"
 
@@ -29,6 +30,41 @@ MATCHER_P(InvalidArgumentWith, text, "") {
   *result_listener << "status: " << arg;
   return arg.code() == absl::StatusCode::kInvalidArgument &&
          std::string(arg.message()).find(text) != std::string::npos;
+}
+
+// Query i sees key j <= i exactly when some rollout's path holds both (within the window, on
+// depths): the mask rule every attention kernel applies through TreeKeyVisible.
+TEST(TreeKeyVisibleTest, EqualsSharingARolloutPath) {
+  for (const int64_t window : {int64_t{-1}, int64_t{0}, int64_t{3}}) {
+    const PackedForest f = RandomForest(/*seed=*/5, /*trees=*/3, /*max_nodes=*/9, /*max_len=*/4);
+    const size_t rows = f.subtree_end.size();
+    std::vector<std::vector<bool>> shared(rows, std::vector<bool>(rows, false));
+    for (const std::vector<int64_t>& path : f.rollout_rows) {
+      for (size_t a = 0; a < path.size(); ++a) {
+        for (size_t b = 0; b <= a; ++b) {
+          const int64_t gap = f.positions[path[a]] - f.positions[path[b]];
+          if (window < 0 || gap <= window) shared[path[a]][path[b]] = true;
+        }
+      }
+    }
+    int64_t seen = 0;
+    for (size_t piece = 0; piece + 1 < f.cu.size(); ++piece) {
+      for (int64_t i = f.cu[piece]; i < f.cu[piece + 1]; ++i) {
+        for (int64_t j = f.cu[piece]; j <= i; ++j) {
+          const bool visible =
+              TreeKeyVisible(i, f.subtree_end[j], f.positions[i], f.positions[j], window);
+          EXPECT_EQ(visible, shared[i][j]) << "i " << i << " j " << j << " window " << window;
+          seen += visible;
+        }
+      }
+    }
+    // Each row sees itself; with a window of 0 nothing else (depths grow along a path).
+    if (window == 0) {
+      EXPECT_EQ(seen, static_cast<int64_t>(rows));
+    } else {
+      EXPECT_GT(seen, static_cast<int64_t>(rows));
+    }
+  }
 }
 
 TEST(TreePositionIdsTest, DepthsOfRandomForestsWithATail) {

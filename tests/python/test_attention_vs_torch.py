@@ -81,3 +81,27 @@ def test_report_names_the_largest_kernels_of_a_call():
         == "DkDvKernel 5.12, DqKernel 4, DotOut 0.2 ms"
     )
     assert report.kernel_text(kernel_ms, "fwd packsched") == ""
+
+
+def test_table_entries_order_backends_per_token_bucket():
+    from packsched import _attention_backends
+
+    def batch(tokens, ours, theirs):
+        return {
+            "tokens": tokens,
+            "time_ms": {
+                "fwd": {"packsched": ours / 4, "varlen_attn": theirs / 4},
+                "bwd": {"packsched": 3 * ours / 4, "varlen_attn": 3 * theirs / 4},
+            },
+        }
+
+    batches = [batch(32755, 19.0, 6.0), batch(30000, 10.0, 12.0), batch(65473, 50.0, 60.0)]
+    batches.append({"tokens": 1000, "time_ms": {"fwd": {"packsched": 1.0}, "bwd": {}}})
+    entries = attention_vs_torch.table_entries(batches, "cuda:sm_90")
+    assert [(e["tokens_bucket"], e["backends"]) for e in entries] == [
+        (32768, ["varlen_attn", "packsched"]),  # 18 ms against 29
+        (65536, ["packsched", "varlen_attn"]),
+    ]
+    table = _attention_backends.check_table({"entries": entries})
+    call = _attention_backends.Call("cuda:sm_90", "bfloat16", 128, "causal", 40000)
+    assert _attention_backends.lookup(table, call)[1] is entries[1]

@@ -248,6 +248,7 @@ def varlen_attention(
     cu_seqlens_k_host=None,
     total_q=None,
     total_k=None,
+    backend=None,
 ):
     """Drop-in for flash_attn_varlen_func (FlashAttention 2.6+): the same sixteen parameters in
     the same positions, so positional and keyword calls (HF transformers, verl) work unchanged.
@@ -264,7 +265,11 @@ def varlen_attention(
 
     Beyond FlashAttention (keyword-only): seqused_q/k (int32 [B] real lengths of an aligned
     layout), return_lse (returns (out, lse)), cu_seqlens_q_host/k_host (host offsets: no sync),
-    total_q/total_k (the rows of q resp. k when they end with a tail past the last offset).
+    total_q/total_k (the rows of q resp. k when they end with a tail past the last offset),
+    backend (torch tensors: which implementation runs the call, "auto" by default: the
+    environment variable PACKSCHED_ATTENTION_BACKEND, else the shipped table of measured
+    backends; "packsched", "varlen_attn", "flash_attn" or "flex" forces one, ValueError if it
+    cannot run the call; packsched._attention_backends has the rules).
 
     For torch tensors this is the custom op packsched::varlen_attention_forward, differentiable
     in q, k and v (through packsched::varlen_attention_backward) and traced by torch.compile.
@@ -302,7 +307,10 @@ def varlen_attention(
             total_q,
             total_k,
         )  # _LAYOUT_PARAMETERS' order, spelled out: dynamo before torch 2.5 cannot trace locals()
-        out, lse = _torch_ops().varlen_attention(q, k, v, layout, grad=True)
+        from . import _attention_dispatch
+
+        need_lse = bool(return_lse or return_attn_probs)
+        out, lse = _attention_dispatch.varlen(q, k, v, layout, backend, need_lse)
     else:
         lib, q, layout = _layout_of(locals())
         out, lse = _forward(lib, q, k, v, layout)

@@ -48,9 +48,12 @@ The implementation lives in one private module per job, re-exported here: _array
 adapters and argument checks), _packing (unpad/pad, aligned layouts, positions, labels),
 _cross_entropy (packed cross entropy and its gradient), _attention (varlen attention),
 _context_parallel (context parallelism and 3-D positions), tree_kernels (tree packing: the tree
-mask, depths, multi-target cross entropy). None imports this module. The torch path is
-_torch_ops (imported here when torch already is, else with the first torch tensor): the ops of
-_ops_attention, _ops_loss and _ops_packing over the jobs' own functions, and _torch_args.
+mask, depths, multi-target cross entropy), _attention_backends and _attention_dispatch (which
+implementation runs a torch call of varlen_attention or tree_attention: packsched's kernels,
+torch's varlen_attn, flash_attn or FlexAttention, from the shipped table attention_backends.json,
+the ``backend=`` argument or PACKSCHED_ATTENTION_BACKEND). None imports this module. The torch
+path is _torch_ops (imported here when torch already is, else with the first torch tensor): the
+ops of _ops_attention, _ops_loss and _ops_packing over the jobs' own functions, and _torch_args.
 """
 
 import sys as _sys

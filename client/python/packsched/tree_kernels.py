@@ -84,6 +84,7 @@ def tree_attention(
     cu_seqlens_host=None,
     total=None,
     return_lse=False,
+    backend=None,
 ):
     """Causal self-attention of a tree-packed micro-batch (the mask rule above).
 
@@ -94,7 +95,12 @@ def tree_attention(
     cu_seqlens_host and total (a tail) as in varlen_attention; seqused (int32 [B]) the real
     lengths of an aligned layout's pieces (their pad slots are then never keys and see no key).
 
-    Returns out [T, H, D] (and lse [H, T] with return_lse). For torch tensors the custom op
+    backend (torch tensors): which implementation runs the call, "auto" by default (the
+    environment variable PACKSCHED_ATTENTION_BACKEND, else the shipped table); "packsched" or
+    "flex" (FlexAttention with a block mask of this layout) forces one, ValueError if it cannot
+    run the call; varlen_attn and flash_attn take no tree mask.
+
+    Returns out [T, H, D] (and lse [H, T] with return_lse). For torch tensors by default the op
     packsched::tree_attention_forward (gradients to q, k, v through
     packsched::tree_attention_backward; traced by torch.compile); other inputs run the forward
     only. Invalid arguments raise ValueError naming the argument.
@@ -114,7 +120,9 @@ def tree_attention(
             cu_seqlens_host=cu_seqlens_host,
             total=total,
         )
-        out, lse = _torch_ops().tree_attention(q, k, v, params)
+        from . import _attention_dispatch
+
+        out, lse = _attention_dispatch.tree(q, k, v, params, backend, bool(return_lse))
     else:
         out, lse = _forward(lib, q, k, v, _TreeLayout(lib, q, locals()))
     return (out, lse) if return_lse else out
