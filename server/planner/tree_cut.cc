@@ -1,6 +1,7 @@
 #include "server/planner/tree_cut.h"
 
 #include <algorithm>
+#include <bit>
 #include <limits>
 #include <optional>
 #include <string>
@@ -11,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "server/base/checked_math.h"
 #include "server/base/status_macros.h"
+#include "server/planner/tree_cut_exact.h"
 
 namespace packsched::planner::internal {
 namespace {
@@ -46,7 +48,7 @@ std::optional<int64_t> PieceCost(const PlanOptions& o, const TreePiece& piece, c
 class Cutter {
  public:
   Cutter(const Forest& forest, const ForestIndex& index, const PlanOptions& o, int64_t align_to,
-         const Capacity& capacity)
+         const Capacity& capacity, StopCheck* stop)
       : forest_(forest),
         index_(index),
         o_(o),
@@ -54,7 +56,8 @@ class Cutter {
         capacity_(capacity),
         // aligned(t) <= cap  <=>  t <= the largest multiple of align_to within the cap.
         room_(capacity.has_cap() ? capacity.cap() / align_to * align_to
-                                 : std::numeric_limits<int64_t>::max()) {}
+                                 : std::numeric_limits<int64_t>::max()),
+        stop_(stop) {}
 
   absl::StatusOr<Cut> Run();
 
@@ -73,6 +76,13 @@ class Cutter {
   // Adds rollout j's nodes not yet in open piece q to it.
   void Add(int64_t q, int64_t j);
   absl::Status Overlong(int64_t j, int64_t root);
+  // The floor under the tokens of any cut of the tree's kept rollouts (tree_cut.h), from the
+  // scratch arrays HeavyFirst set.
+  int64_t Floor(int64_t root, const std::vector<int64_t>& order);
+  // The open pieces replaced by the exact cut of `order` (at most kExactCutRollouts) when it
+  // forwards fewer tokens. The stop check's status once it says stop.
+  absl::Status CutExactly(const std::vector<int64_t>& order);
+  void ClearOpen();
 
   const Forest& forest_;
   const ForestIndex& index_;
@@ -80,6 +90,7 @@ class Cutter {
   const int64_t align_to_;
   const Capacity& capacity_;
   const int64_t room_;  // the most tokens a piece may hold
+  StopCheck* const stop_;
   Cut cut_;
 
   // Per tree over the cap, reset after it.
@@ -92,6 +103,10 @@ class Cutter {
   std::vector<int64_t> first_at_;       // [N] the first kept rollout ending at the node
   std::vector<int64_t> next_at_;        // [R] the next kept rollout ending at the same node
   std::vector<int64_t> touched_;        // nodes whose scratch entries are set
+  std::vector<int64_t> longest_;        // [N] the longest kept rollout through the node
+  std::vector<int64_t> pieces_;         // [N] the fewest pieces that hold the node
+  std::vector<int64_t> wide_;           // [N] children no two of whose rollouts share a piece
+  std::vector<uint32_t> through_;       // [N] the rollouts of the exact cut through the node
 };
 
 absl::Status Cutter::Close(TreePiece piece) {
@@ -228,6 +243,82 @@ void Cutter::Add(int64_t q, int64_t j) {
   piece.rollouts.push_back(j);
 }
 
+int64_t Cutter::Floor(int64_t root, const std::vector<int64_t>& order) {
+  for (int64_t j : order) {
+    int64_t& longest = longest_[forest_.rollout_leaf[j]];
+    longest = std::max(longest, index_.rollout_len[j]);
+  }
+  // touched_ is in decreasing preorder: children before their parents.
+  int64_t floor = 0;
+  for (int64_t node : touched_) {
+    const int64_t len = forest_.node_len[node];
+    const int64_t through = index_.depth[node] + len;
+    const int64_t below = subtree_[node] - len;
+    int64_t& pieces = pieces_[node];
+    pieces = std::max<int64_t>(pieces, 1);
+    if (below > 0) {
+      // A kept rollout below the node fits the room, so the room passes `through`.
+      const int64_t free = room_ - through;
+      pieces = std::max({pieces, (below + free - 1) / free, wide_[node]});
+    }
+    floor += len * pieces;
+    if (node == root) continue;
+    const int64_t up = forest_.node_parent[node];
+    const int64_t up_through = index_.depth[up] + forest_.node_len[up];
+    pieces_[up] = std::max(pieces_[up], pieces);
+    longest_[up] = std::max(longest_[up], longest_[node]);
+    // Two rollouts that each need more than half the room left below the parent never share
+    // a piece.
+    if (2 * (longest_[node] - up_through) > room_ - up_through) ++wide_[up];
+  }
+  return floor;
+}
+
+void Cutter::ClearOpen() {
+  for (int64_t node : touched_) head_[node] = -1;
+  open_.clear();
+  seen_.clear();
+  members_.clear();
+  held_.clear();
+}
+
+absl::Status Cutter::CutExactly(const std::vector<int64_t>& order) {
+  const int m = static_cast<int>(order.size());
+  // common[i][k]: the tokens of the nodes on both paths.
+  for (int i = 0; i < m; ++i) {
+    for (int64_t node = forest_.rollout_leaf[order[i]]; node >= 0;
+         node = forest_.node_parent[node]) {
+      through_[node] |= uint32_t{1} << i;
+    }
+  }
+  std::vector<int64_t> len(m);
+  std::vector<int64_t> common(static_cast<size_t>(m) * m, 0);
+  for (int i = 0; i < m; ++i) {
+    len[i] = index_.rollout_len[order[i]];
+    for (int64_t node = forest_.rollout_leaf[order[i]]; node >= 0;
+         node = forest_.node_parent[node]) {
+      for (uint32_t mask = through_[node]; mask != 0; mask &= mask - 1) {
+        common[i * m + std::countr_zero(mask)] += forest_.node_len[node];
+      }
+    }
+  }
+  for (int64_t node : touched_) through_[node] = 0;
+  int64_t greedy = 0;
+  for (const TreePiece& piece : open_) greedy += piece.tokens;
+  const std::optional<ExactPieces> exact = ExactCut(len, common, room_, greedy, stop_);
+  if (!exact) return stop_->status();
+  if (exact->pieces.empty()) return absl::OkStatus();
+  const int64_t root = open_.front().root;
+  ClearOpen();
+  for (uint32_t mask : exact->pieces) {
+    const int64_t q = static_cast<int64_t>(open_.size());
+    open_.emplace_back().root = root;
+    seen_.push_back(-1);
+    for (uint32_t b = mask; b != 0; b &= b - 1) Add(q, order[std::countr_zero(b)]);
+  }
+  return absl::OkStatus();
+}
+
 absl::Status Cutter::CutTree(int64_t root, const std::vector<int64_t>& rollouts) {
   std::vector<int64_t> normal;
   for (int64_t j : rollouts) {
@@ -238,7 +329,8 @@ absl::Status Cutter::CutTree(int64_t root, const std::vector<int64_t>& rollouts)
     }
   }
   if (normal.empty()) return absl::OkStatus();
-  for (int64_t j : HeavyFirst(root, normal)) {
+  const std::vector<int64_t> order = HeavyFirst(root, normal);
+  for (int64_t j : order) {
     int64_t q = Place(root, j);
     if (q < 0) {
       q = static_cast<int64_t>(open_.size());
@@ -247,17 +339,21 @@ absl::Status Cutter::CutTree(int64_t root, const std::vector<int64_t>& rollouts)
     }
     Add(q, j);
   }
+  if (order.size() <= static_cast<size_t>(kExactCutRollouts) && open_.size() > 1) {
+    int64_t greedy = 0;
+    for (const TreePiece& piece : open_) greedy += piece.tokens;
+    if (greedy > Floor(root, order)) RETURN_IF_ERROR(CutExactly(order));
+  }
   for (TreePiece& piece : open_) RETURN_IF_ERROR(Close(std::move(piece)));
+  ClearOpen();
   for (int64_t node : touched_) {
-    head_[node] = -1;
     subtree_[node] = 0;
     first_at_[node] = -1;
+    longest_[node] = 0;
+    pieces_[node] = 0;
+    wide_[node] = 0;
   }
   touched_.clear();
-  open_.clear();
-  seen_.clear();
-  members_.clear();
-  held_.clear();
   return absl::OkStatus();
 }
 
@@ -300,6 +396,10 @@ absl::StatusOr<Cut> Cutter::Run() {
       subtree_.assign(n, 0);
       first_at_.assign(n, -1);
       next_at_.assign(r, -1);
+      longest_.assign(n, 0);
+      pieces_.assign(n, 0);
+      wide_.assign(n, 0);
+      through_.assign(n, 0);
     }
     RETURN_IF_ERROR(CutTree(root, rollouts));
   }
@@ -311,8 +411,8 @@ absl::StatusOr<Cut> Cutter::Run() {
 
 absl::StatusOr<Cut> CutForest(const Forest& forest, const ForestIndex& index,
                               const PlanOptions& options, int64_t align_to,
-                              const Capacity& capacity) {
-  return Cutter(forest, index, options, align_to, capacity).Run();
+                              const Capacity& capacity, StopCheck* stop) {
+  return Cutter(forest, index, options, align_to, capacity, stop).Run();
 }
 
 }  // namespace packsched::planner::internal

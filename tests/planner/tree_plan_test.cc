@@ -269,12 +269,9 @@ TEST(TreePlan, SplitTraceRepeatsItsShortestPrefixes) {
   EXPECT_EQ(plan->forwarded_tokens, 11000);
   EXPECT_EQ(CheckTreePlan(f, Capped(7000), *plan, /*check_mask=*/true), "");
 
-  // Traces of random lengths: never under the fewest tokens possible (the DP and the plan agree
-  // on what fits), and within 2% of them over all traces.
+  // Traces of random lengths (at most 9 rollouts): cut at the fewest tokens possible.
   std::mt19937_64 rng(11);
   std::uniform_int_distribution<int64_t> len(50, 2000);
-  int64_t forwarded = 0;
-  int64_t fewest = 0;
   for (int trial = 0; trial < 40; ++trial) {
     const Forest trace = Trace(3 + trial % 6, [&] { return len(rng); });
     const ForestIndex index = *IndexForest(trace);
@@ -284,12 +281,8 @@ TEST(TreePlan, SplitTraceRepeatsItsShortestPrefixes) {
     const absl::StatusOr<TreePlan> traced = PlanForest(trace, Capped(cap));
     ASSERT_TRUE(traced.ok()) << traced.status();
     EXPECT_EQ(CheckTreePlan(trace, Capped(cap), *traced, /*check_mask=*/false), "");
-    const int64_t best = FewestTokens(trace, 0, cap);
-    EXPECT_GE(traced->forwarded_tokens, best) << "trial " << trial;
-    forwarded += traced->forwarded_tokens;
-    fewest += best;
+    EXPECT_EQ(traced->forwarded_tokens, FewestTokens(trace, 0, cap)) << "trial " << trial;
   }
-  EXPECT_LE(static_cast<double>(forwarded), 1.02 * static_cast<double>(fewest));
 }
 
 TEST(TreePlan, OverlongRolloutFollowsThePolicy) {
