@@ -407,7 +407,72 @@ absl::StatusOr<Cut> Cutter::Run() {
   return std::move(cut_);
 }
 
+// The piece of `rollouts` of the tree at `root`: the nodes on their paths, its tokens and cost.
+absl::StatusOr<TreePiece> MakePiece(const Forest& forest, const ForestIndex& index,
+                                    const PlanOptions& o, int64_t align_to, int64_t root,
+                                    std::vector<int64_t> rollouts) {
+  TreePiece piece;
+  piece.root = root;
+  std::sort(rollouts.begin(), rollouts.end());
+  absl::flat_hash_set<int64_t> held;
+  for (int64_t j : rollouts) {
+    for (int64_t node = forest.rollout_leaf[j]; node >= 0 && held.insert(node).second;
+         node = forest.node_parent[node]) {
+      piece.nodes.push_back(node);
+      piece.tokens += forest.node_len[node];
+    }
+  }
+  piece.rollouts = std::move(rollouts);
+  std::sort(piece.nodes.begin(), piece.nodes.end(),
+            [&](int64_t a, int64_t b) { return index.preorder_pos[a] < index.preorder_pos[b]; });
+  piece.aligned = *CheckedRoundUp(piece.tokens, align_to);
+  const std::optional<int64_t> cost = PieceCost(o, piece, forest, index);
+  if (!cost) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the ", Name(o.cost), " cost of the tree at node ", root,
+                     " overflows int64; lower attention.linear/attention.quadratic"));
+  }
+  piece.cost = *cost;
+  return piece;
+}
+
 }  // namespace
+
+absl::Status SplitPieces(const Forest& forest, const ForestIndex& index, const PlanOptions& options,
+                         int64_t align_to, int64_t want, std::vector<TreePiece>& pieces) {
+  while (static_cast<int64_t>(pieces.size()) < want) {
+    int64_t at = -1;
+    for (size_t b = 0; b < pieces.size(); ++b) {
+      if (pieces[b].rollouts.size() >= 2 && (at < 0 || pieces[b].cost > pieces[at].cost)) {
+        at = static_cast<int64_t>(b);
+      }
+    }
+    if (at < 0) return absl::OkStatus();
+    std::vector<int64_t> rollouts = pieces[at].rollouts;
+    std::sort(rollouts.begin(), rollouts.end(), [&](int64_t a, int64_t b) {
+      const int64_t pa = index.preorder_pos[forest.rollout_leaf[a]];
+      const int64_t pb = index.preorder_pos[forest.rollout_leaf[b]];
+      return pa != pb ? pa < pb : a < b;
+    });
+    int64_t total = 0;
+    for (int64_t j : rollouts) total += index.rollout_len[j];
+    size_t cut = 1;
+    for (int64_t sum = index.rollout_len[rollouts[0]]; cut + 1 < rollouts.size() && 2 * sum < total;
+         ++cut) {
+      sum += index.rollout_len[rollouts[cut]];
+    }
+    const int64_t root = pieces[at].root;
+    ASSIGN_OR_RETURN(TreePiece first,
+                     MakePiece(forest, index, options, align_to, root,
+                               std::vector<int64_t>(rollouts.begin(), rollouts.begin() + cut)));
+    ASSIGN_OR_RETURN(TreePiece second,
+                     MakePiece(forest, index, options, align_to, root,
+                               std::vector<int64_t>(rollouts.begin() + cut, rollouts.end())));
+    pieces[at] = std::move(first);
+    pieces.insert(pieces.begin() + at + 1, std::move(second));
+  }
+  return absl::OkStatus();
+}
 
 absl::StatusOr<Cut> CutForest(const Forest& forest, const ForestIndex& index,
                               const PlanOptions& options, int64_t align_to,

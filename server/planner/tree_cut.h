@@ -51,6 +51,14 @@ absl::StatusOr<Cut> CutForest(const Forest& forest, const ForestIndex& index,
                               const PlanOptions& options, int64_t align_to,
                               const Capacity& capacity, StopCheck* stop = nullptr);
 
+// Splits pieces at rollout boundaries until there are `want` or none holds two rollouts: each
+// time the costliest piece of two or more rollouts (ties: the first), its rollouts in preorder
+// of their leaves, into the first ones up to half its rollouts' tokens and the rest, the two
+// halves in its place (a tree's pieces stay together). Pieces keep their fields' meanings
+// (tree_plan.h). InvalidArgument for a piece cost that overflows int64.
+absl::Status SplitPieces(const Forest& forest, const ForestIndex& index, const PlanOptions& options,
+                         int64_t align_to, int64_t want, std::vector<TreePiece>& pieces);
+
 }  // namespace packsched::planner::internal
 
 #endif  // PACKSCHED_SERVER_PLANNER_TREE_CUT_H_

@@ -241,3 +241,24 @@ def test_context_parallel_is_refused():
     forest = forest_from_groups([10], [[5]])
     with pytest.raises(ValueError, match="context_parallel = 2"):
         planner.plan_local(forest, 64, context_parallel=2)
+
+
+@pytest.mark.parametrize("trees", [1, 3, 7])
+@pytest.mark.parametrize("sync", ["step", "micro_batch"])
+def test_balance_gives_every_rank_a_piece_at_world_8(trees, sync):
+    rng = np.random.default_rng(trees)
+    forest = forest_from_groups(
+        rng.integers(1000, 3001, trees), [rng.integers(200, 1501, 16) for _ in range(trees)]
+    )
+    for cap in (65536, 8192):  # trees whole, and trees over the cap
+        balanced = planner.balance(forest, 8, cap, sync=sync, min_micro_batches=3, divisible_by=2)
+        assert balanced.num_micro_batches >= 3 and balanced.num_micro_batches % 2 == 0
+        seen = []
+        for rank in balanced.ranks:
+            assert rank.plan.num_micro_batches == balanced.num_micro_batches
+            held = [r for mb in rank.plan.micro_batches for r in mb.rollouts.tolist()]
+            assert held, f"a rank holds no rollout ({trees} trees, cap {cap})"
+            seen.extend(held)
+        assert sorted(seen) == list(range(forest.num_rollouts))
+        flat = planner.balance(forest.rollout_len, 8, cap, sync=sync)
+        assert balanced.step.step_sync_cost <= flat.step.step_sync_cost
