@@ -4,6 +4,7 @@
 #include <bit>
 #include <limits>
 #include <optional>
+#include <queue>
 #include <string>
 #include <utility>
 
@@ -331,6 +332,7 @@ absl::Status Cutter::CutTree(int64_t root, const std::vector<int64_t>& rollouts)
   if (normal.empty()) return absl::OkStatus();
   const std::vector<int64_t> order = HeavyFirst(root, normal);
   for (int64_t j : order) {
+    if (stop_ != nullptr && !stop_->Continue(kCandidates)) return stop_->status();
     int64_t q = Place(root, j);
     if (q < 0) {
       q = static_cast<int64_t>(open_.size());
@@ -374,6 +376,7 @@ absl::StatusOr<Cut> Cutter::Run() {
   std::vector<int64_t> rollouts;
   size_t next = 0;
   for (int64_t root : index_.roots) {
+    if (stop_ != nullptr && !stop_->Continue()) return stop_->status();
     rollouts.clear();
     while (next < by_leaf.size() && index_.root[forest_.rollout_leaf[by_leaf[next]]] == root) {
       rollouts.push_back(by_leaf[next++]);
@@ -389,6 +392,9 @@ absl::StatusOr<Cut> Cutter::Run() {
       piece.tokens = tree_tokens[root];
       piece.rollouts = rollouts;
       RETURN_IF_ERROR(Close(std::move(piece)));
+      if (stop_ != nullptr && !stop_->Continue(static_cast<int64_t>(rollouts.size()))) {
+        return stop_->status();
+      }
       continue;
     }
     if (head_.empty()) {  // the first tree over the cap sizes the scratch arrays
@@ -439,16 +445,21 @@ absl::StatusOr<TreePiece> MakePiece(const Forest& forest, const ForestIndex& ind
 }  // namespace
 
 absl::Status SplitPieces(const Forest& forest, const ForestIndex& index, const PlanOptions& options,
-                         int64_t align_to, int64_t want, std::vector<TreePiece>& pieces) {
-  while (static_cast<int64_t>(pieces.size()) < want) {
-    int64_t at = -1;
-    for (size_t b = 0; b < pieces.size(); ++b) {
-      if (pieces[b].rollouts.size() >= 2 && (at < 0 || pieces[b].cost > pieces[at].cost)) {
-        at = static_cast<int64_t>(b);
-      }
-    }
-    if (at < 0) return absl::OkStatus();
+                         int64_t align_to, int64_t want, std::vector<TreePiece>& pieces,
+                         StopCheck* stop) {
+  // The splittable pieces, costliest first (ties: the first).
+  std::priority_queue<std::pair<int64_t, int64_t>> costliest;
+  for (size_t b = 0; b < pieces.size(); ++b) {
+    if (pieces[b].rollouts.size() >= 2) costliest.emplace(pieces[b].cost, -static_cast<int64_t>(b));
+  }
+  while (static_cast<int64_t>(pieces.size()) < want && !costliest.empty()) {
+    const int64_t at = -costliest.top().second;
+    costliest.pop();
     std::vector<int64_t> rollouts = pieces[at].rollouts;
+    if (stop != nullptr && !stop->Continue(static_cast<int64_t>(rollouts.size()) +
+                                           static_cast<int64_t>(pieces[at].nodes.size()))) {
+      return stop->status();
+    }
     std::sort(rollouts.begin(), rollouts.end(), [&](int64_t a, int64_t b) {
       const int64_t pa = index.preorder_pos[forest.rollout_leaf[a]];
       const int64_t pb = index.preorder_pos[forest.rollout_leaf[b]];
@@ -469,8 +480,14 @@ absl::Status SplitPieces(const Forest& forest, const ForestIndex& index, const P
                      MakePiece(forest, index, options, align_to, root,
                                std::vector<int64_t>(rollouts.begin() + cut, rollouts.end())));
     pieces[at] = std::move(first);
-    pieces.insert(pieces.begin() + at + 1, std::move(second));
+    pieces.push_back(std::move(second));
+    const int64_t added = static_cast<int64_t>(pieces.size()) - 1;
+    if (pieces[at].rollouts.size() >= 2) costliest.emplace(pieces[at].cost, -at);
+    if (pieces[added].rollouts.size() >= 2) costliest.emplace(pieces[added].cost, -added);
   }
+  // A tree's pieces together again, trees in root order.
+  std::stable_sort(pieces.begin(), pieces.end(),
+                   [](const TreePiece& a, const TreePiece& b) { return a.root < b.root; });
   return absl::OkStatus();
 }
 

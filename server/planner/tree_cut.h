@@ -53,11 +53,13 @@ absl::StatusOr<Cut> CutForest(const Forest& forest, const ForestIndex& index,
 
 // Splits pieces at rollout boundaries until there are `want` or none holds two rollouts: each
 // time the costliest piece of two or more rollouts (ties: the first), its rollouts in preorder
-// of their leaves, into the first ones up to half its rollouts' tokens and the rest, the two
-// halves in its place (a tree's pieces stay together). Pieces keep their fields' meanings
-// (tree_plan.h). InvalidArgument for a piece cost that overflows int64.
+// of their leaves, into the first ones up to half its rollouts' tokens and the rest; then a
+// tree's pieces together, trees in root order. O(want log want + the split pieces' sizes).
+// Pieces keep their fields' meanings (tree_plan.h). InvalidArgument for a piece cost that
+// overflows int64; the stop check's status once it says stop (`stop` may be null).
 absl::Status SplitPieces(const Forest& forest, const ForestIndex& index, const PlanOptions& options,
-                         int64_t align_to, int64_t want, std::vector<TreePiece>& pieces);
+                         int64_t align_to, int64_t want, std::vector<TreePiece>& pieces,
+                         StopCheck* stop = nullptr);
 
 }  // namespace packsched::planner::internal
 

@@ -10,6 +10,7 @@
 #include "server/base/checked_math.h"
 #include "server/base/status_macros.h"
 #include "server/planner/prepared.h"
+#include "server/planner/stop_check.h"
 #include "server/planner/tree_cut.h"
 #include "server/planner/tree_layout.h"
 
@@ -51,7 +52,8 @@ int64_t RanksHeld(const BalancedBatch& batch) {
 // The forest validated and cut into pieces under `options`, without the planner's problem.
 absl::StatusOr<std::shared_ptr<internal::TreeState>> Prepare(const Forest& forest,
                                                              const PlanOptions& options,
-                                                             bool cap_required, bool balancing) {
+                                                             bool cap_required, bool balancing,
+                                                             internal::StopCheck* stop = nullptr) {
   if (options.context_parallel > 1) {
     return absl::InvalidArgumentError(absl::StrCat(
         "context_parallel = ", options.context_parallel,
@@ -64,8 +66,9 @@ absl::StatusOr<std::shared_ptr<internal::TreeState>> Prepare(const Forest& fores
   auto state = std::make_shared<internal::TreeState>();
   state->forest = forest;
   ASSIGN_OR_RETURN(state->index, IndexForest(state->forest));
-  ASSIGN_OR_RETURN(internal::Cut cut, internal::CutForest(state->forest, state->index, options,
-                                                          none.options.align_to, none.capacity));
+  ASSIGN_OR_RETURN(internal::Cut cut,
+                   internal::CutForest(state->forest, state->index, options, none.options.align_to,
+                                       none.capacity, stop));
   state->pieces = std::move(cut.pieces);
   state->dropped = std::move(cut.dropped);
   state->align_to = none.options.align_to;
@@ -140,12 +143,15 @@ absl::StatusOr<TreePlan> PackForest(const Forest& forest, const PlanOptions& opt
 absl::StatusOr<BalancedForest> BalanceForest(const Forest& forest, int64_t world_size,
                                              const PlanOptions& options,
                                              const BalanceOptions& balance) {
+  // The cut and the layouts ask the caller's stop as BalanceBatch does.
+  internal::StopCheck stop(balance.stop);
   ASSIGN_OR_RETURN(std::shared_ptr<internal::TreeState> state,
-                   Prepare(forest, options, /*cap_required=*/true, /*balancing=*/true));
+                   Prepare(forest, options, /*cap_required=*/true, /*balancing=*/true, &stop));
+  if (!stop.ContinueNow()) return stop.status();
   // Fewer pieces than ranks: pieces split at rollout boundaries first, so that a rank holds one.
   if (static_cast<int64_t>(state->pieces.size()) < world_size) {
     RETURN_IF_ERROR(internal::SplitPieces(state->forest, state->index, options, state->align_to,
-                                          world_size, state->pieces));
+                                          world_size, state->pieces, &stop));
     SetItems(*state);
   }
   // Two candidates when a tree is split: its pieces spread over the ranks as any pieces are,
@@ -183,6 +189,7 @@ absl::StatusOr<BalancedForest> BalanceForest(const Forest& forest, int64_t world
   out.step = batch.step;
   out.ranks.reserve(batch.ranks.size());
   for (RankBatch& rank : batch.ranks) {
+    if (!stop.Continue(static_cast<int64_t>(rank.indices.size()) + 64)) return stop.status();
     for (MicroBatch& part : rank.plan.parts) {
       for (int64_t& local : part.indices) local = rank.indices[local];
     }

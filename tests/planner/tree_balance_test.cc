@@ -7,6 +7,7 @@
 #include <random>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "gtest/gtest.h"
 #include "server/planner/forest.h"
 #include "server/planner/planner.h"
@@ -107,6 +108,44 @@ TEST(TreeBalance, FewerRolloutsThanRanksLeaveRanksWithoutOne) {
   const absl::StatusOr<BalancedForest> batch = BalanceForest(f, kWorld, Capped(1000));
   ASSERT_TRUE(batch.ok()) << batch.status();
   EXPECT_EQ(CheckRanks(f, *batch), 3);
+}
+
+// 8 groups of 8,192 rollouts: the cut places 65,536 rollouts, about 4M steps, into about 500
+// pieces, which BalanceBatch balances in well under 2^16 steps.
+Forest Large() {
+  std::vector<std::vector<int64_t>> completions(8);
+  for (int g = 0; g < 8; ++g) {
+    for (int i = 0; i < 8192; ++i) completions[g].push_back(100 + (i * 7919 + g) % 900);
+  }
+  return Groups({1000, 2000, 3000, 4000, 1000, 2000, 3000, 4000}, completions);
+}
+
+TEST(TreeBalance, TheCutAsksTheStopAllThroughIt) {
+  const Forest f = Large();
+  int64_t asks = 0;
+  BalanceOptions counting;
+  counting.stop = [&asks] {
+    ++asks;
+    return absl::OkStatus();
+  };
+  const absl::StatusOr<BalancedForest> batch = BalanceForest(f, kWorld, Capped(65536), counting);
+  ASSERT_TRUE(batch.ok()) << batch.status();
+  // One ask about every 2^16 steps of the cut: 65,536 rollouts at 64 steps each.
+  EXPECT_GE(asks, 64);
+}
+
+TEST(TreeBalance, EndsWithTheFirstNonOkAnswer) {
+  const Forest f = Large();
+  for (int64_t at : {1, 3, 40}) {
+    int64_t asks = 0;
+    BalanceOptions stopping;
+    stopping.stop = [&asks, at] {
+      return ++asks < at ? absl::OkStatus() : absl::DeadlineExceededError("past the deadline");
+    };
+    const absl::StatusOr<BalancedForest> batch = BalanceForest(f, kWorld, Capped(65536), stopping);
+    EXPECT_EQ(batch.status().code(), absl::StatusCode::kDeadlineExceeded) << "at " << at;
+    EXPECT_EQ(asks, at);
+  }
 }
 
 }  // namespace
