@@ -56,6 +56,7 @@ void WriteTreePlanFields(const planner::TreePlan& plan, JsonWriter& w) {
 
 absl::StatusOr<TreePlanRun> RunTreePlan(const planner::Forest& forest, const PlanRequest& request) {
   RETURN_IF_ERROR(CheckRequest(request));
+  RETURN_IF_ERROR(planner::CheckHasRollouts(forest));  // any mode, as for lengths
   ASSIGN_OR_RETURN(const planner::ForestIndex index, planner::IndexForest(forest));
   PlanRequest costed = request;  // with the model's cost, when given one
   if (costed.model) {

@@ -116,6 +116,7 @@ absl::StatusOr<TreePlan> PlanForest(const Forest& forest, const PlanOptions& opt
     return absl::InvalidArgumentError(
         "equal_size needs a fixed number of micro-batches (PartitionForestFixedK, --num_parts)");
   }
+  RETURN_IF_ERROR(CheckHasRollouts(forest));
   ASSIGN_OR_RETURN(TreeProblem problem, TreeProblem::Create(forest, options));
   return problem.Partition(problem.local_k());
 }
@@ -133,6 +134,7 @@ absl::StatusOr<TreePlan> PartitionForestFixedK(const Forest& forest, int64_t k,
 }
 
 absl::StatusOr<TreePlan> PackForest(const Forest& forest, const PlanOptions& options) {
+  RETURN_IF_ERROR(CheckHasRollouts(forest));
   ASSIGN_OR_RETURN(std::shared_ptr<internal::TreeState> state,
                    Prepare(forest, options, /*cap_required=*/true, /*balancing=*/false));
   ASSIGN_OR_RETURN(MicroBatchPlan plan, PackDataset(state->lengths, options, state->costs));
@@ -143,6 +145,7 @@ absl::StatusOr<TreePlan> PackForest(const Forest& forest, const PlanOptions& opt
 absl::StatusOr<BalancedForest> BalanceForest(const Forest& forest, int64_t world_size,
                                              const PlanOptions& options,
                                              const BalanceOptions& balance) {
+  RETURN_IF_ERROR(CheckHasRollouts(forest));
   // The cut and the layouts ask the caller's stop as BalanceBatch does.
   internal::StopCheck stop(balance.stop);
   ASSIGN_OR_RETURN(std::shared_ptr<internal::TreeState> state,

@@ -457,6 +457,21 @@ TEST(TreePlan, BalanceForestGivesEveryRankTheSameK) {
   }
 }
 
+TEST(TreePlan, AForestWithNoRolloutsIsNothingToPlan) {
+  const Forest empty;
+  ExpectInvalid(PlanForest(empty, Capped(100)).status(), "nothing to plan");
+  PlanOptions packing = Capped(100);
+  packing.algorithm = Algorithm::kFirstFitDecreasing;
+  ExpectInvalid(PackForest(empty, packing).status(), "nothing to plan");
+  ExpectInvalid(BalanceForest(empty, 2, Capped(100)).status(), "nothing to plan");
+  // A rank with no rollouts joins a round: the problem and a fixed k take it.
+  const absl::StatusOr<TreeProblem> problem = TreeProblem::Create(empty, Capped(100));
+  ASSERT_TRUE(problem.ok()) << problem.status();
+  const absl::StatusOr<TreePlan> fixed = PartitionForestFixedK(empty, 2, Capped(100));
+  ASSERT_TRUE(fixed.ok()) << fixed.status();
+  EXPECT_EQ(fixed->parts.size(), 2u);
+}
+
 TEST(TreePlan, LossWeightsArePerRollout) {
   const Forest f = Groups({10, 20}, {{3, 4}, {5}});
   const absl::StatusOr<TreePlan> plan = PlanForest(f, Capped(30));

@@ -262,3 +262,21 @@ def test_balance_gives_every_rank_a_piece_at_world_8(trees, sync):
         assert sorted(seen) == list(range(forest.num_rollouts))
         flat = planner.balance(forest.rollout_len, 8, cap, sync=sync)
         assert balanced.step.step_sync_cost <= flat.step.step_sync_cost
+
+
+def test_an_empty_input_is_nothing_to_plan_for_plan_local_and_balance():
+    empty = Forest(np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64))
+    for call in (
+        lambda: planner.plan_local(empty, 100),
+        lambda: planner.plan_local(empty, 100, algorithm="ffd"),
+        lambda: planner.balance(empty, 2, 100),
+    ):
+        with pytest.raises(ValueError, match="forest: no rollouts .*nothing to plan"):
+            call()
+    for call in (lambda: planner.plan_local([], 100), lambda: planner.balance([], 2, 100)):
+        with pytest.raises(ValueError, match="seq_lens is empty: nothing to plan"):
+            call()
+    # A rank with nothing joins a round: local_bound and partition take both.
+    assert planner.partition(empty, 2, 100).num_micro_batches == 2
+    assert planner.partition([], 2, 100).num_micro_batches == 2
+    assert planner.local_bound(empty, 100).k == planner.local_bound([], 100).k
