@@ -51,6 +51,17 @@ def test_a_sidecar_plans_a_forest_as_the_in_process_planner(tmp_path):
         assert "context_parallel = 2" in e.value.message
         assert client.plan(4, forest, 8192).num_micro_batches == local.num_micro_batches
 
+        # A forest with no rollouts is nothing to plan, as in process and in the CLI.
+        empty = Forest(np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64))
+        for call in (
+            lambda: client.plan(5, empty, 8192),
+            lambda: client.balance_batch(empty, 2, 8192),
+        ):
+            with pytest.raises(SchedulerError) as e:
+                call()
+            assert e.value.code == "INVALID_ARGUMENT"
+            assert "forest: no rollouts (rollout_leaf is empty): nothing to plan" in e.value.message
+
 
 def test_two_ranks_planning_forests_agree_on_k(tmp_path):
     forests = [grpo(2, 24), build_forest([[1, 2, 3], [1, 2, 4]])]
