@@ -160,7 +160,9 @@ std::string TreePlanTable(const TreePlanRun& run) {
       absl::StrAppend(
           &out, absl::StrFormat("%6d %5d %7d %9d %10d %14d  %s\n", r, i, part.batch.indices.size(),
                                 part.layout.rollouts.size(), part.batch.tokens, part.batch.cost,
-                                part.batch.overlong ? "overlong" : ""));
+                                part.batch.overlong ? "overlong"
+                                : part.batch.filler ? "filler"
+                                                    : ""));
     }
   }
   const planner::TreePlan& first = *plans.front();

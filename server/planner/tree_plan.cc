@@ -193,6 +193,10 @@ absl::StatusOr<BalancedForest> BalanceForest(const Forest& forest, int64_t world
   out.ranks.reserve(batch.ranks.size());
   for (RankBatch& rank : batch.ranks) {
     if (!stop.Continue(static_cast<int64_t>(rank.indices.size()) + 64)) return stop.status();
+    // Fewer kept rollouts than ranks: this rank's passes are filler.
+    if (rank.indices.empty()) {
+      for (MicroBatch& part : rank.plan.parts) part.filler = true;
+    }
     for (MicroBatch& part : rank.plan.parts) {
       for (int64_t& local : part.indices) local = rank.indices[local];
     }

@@ -101,13 +101,31 @@ TEST(TreeBalance, CountsFollowMinMicroBatchesAndDivisibleBy) {
   }
 }
 
-TEST(TreeBalance, FewerRolloutsThanRanksLeaveRanksWithoutOne) {
+TEST(TreeBalance, FewerRolloutsThanRanksGiveTheOthersFiller) {
   // 3 rollouts on 8 ranks: each rollout its own piece on its own rank, the other 5 ranks only
-  // empty micro-batches.
+  // empty micro-batches, each named filler; no micro-batch of a rank with a rollout is.
   const Forest f = Groups({100}, {{10, 20, 30}});
   const absl::StatusOr<BalancedForest> batch = BalanceForest(f, kWorld, Capped(1000));
   ASSERT_TRUE(batch.ok()) << batch.status();
   EXPECT_EQ(CheckRanks(f, *batch), 3);
+  int64_t filler_ranks = 0;
+  for (const TreePlan& rank : batch->ranks) {
+    bool holds = false;
+    for (const TreeMicroBatch& part : rank.parts) holds |= !part.layout.rollouts.empty();
+    for (const TreeMicroBatch& part : rank.parts) {
+      EXPECT_EQ(part.batch.filler, !holds);
+      if (part.batch.filler) EXPECT_TRUE(part.batch.empty);
+    }
+    filler_ranks += holds ? 0 : 1;
+  }
+  EXPECT_EQ(filler_ranks, kWorld - 3);
+  // With a rollout for every rank there is no filler.
+  const Forest enough = Groups({100}, {{10, 20, 30, 40, 50, 60, 70, 80}});
+  const absl::StatusOr<BalancedForest> full = BalanceForest(enough, kWorld, Capped(1000));
+  ASSERT_TRUE(full.ok()) << full.status();
+  for (const TreePlan& rank : full->ranks) {
+    for (const TreeMicroBatch& part : rank.parts) EXPECT_FALSE(part.batch.filler);
+  }
 }
 
 // 8 groups of 8,192 rollouts: the cut places 65,536 rollouts, about 4M steps, into about 500

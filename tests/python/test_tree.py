@@ -280,3 +280,16 @@ def test_an_empty_input_is_nothing_to_plan_for_plan_local_and_balance():
     assert planner.partition(empty, 2, 100).num_micro_batches == 2
     assert planner.partition([], 2, 100).num_micro_batches == 2
     assert planner.local_bound(empty, 100).k == planner.local_bound([], 100).k
+
+
+def test_fewer_rollouts_than_ranks_name_the_filler():
+    forest = forest_from_groups([100], [[10, 20, 30]])
+    balanced = planner.balance(forest, 8, 1000)
+    fillers = 0
+    for rank in balanced.ranks:
+        holds = any(len(mb.rollouts) for mb in rank.plan.micro_batches)
+        for mb in rank.plan.micro_batches:
+            assert mb.meta.filler == (not holds)
+            assert mb.meta.empty or holds
+        fillers += not holds
+    assert fillers == 5

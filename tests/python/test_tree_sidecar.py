@@ -38,6 +38,12 @@ def test_a_sidecar_plans_a_forest_as_the_in_process_planner(tmp_path):
         balanced = client.balance_batch(forest, 2, 8192)
         held = sorted(r for rank in balanced.ranks for r in rank.indices)
         assert held == list(range(forest.num_rollouts))
+        # Fewer rollouts than ranks: the ranks without one get micro-batches named filler.
+        few = client.balance_batch(forest_from_groups([100], [[10, 20, 30]]), 8, 8192)
+        fillers = [all(mb.meta.filler for mb in rank.plan.micro_batches) for rank in few.ranks]
+        assert sum(fillers) == 5
+        for rank, filler in zip(few.ranks, fillers):
+            assert (not rank.indices) == filler
 
         # A bad forest names the node; the sidecar keeps serving.
         bad = Forest(forest.node_len, forest.node_parent, forest.rollout_leaf)
