@@ -72,6 +72,7 @@ void WriteTreePlanFields(const planner::TreePlan& plan, const planner::Forest& f
 
 absl::StatusOr<TreePlanRun> RunTreePlan(const planner::Forest& forest, const PlanRequest& request) {
   RETURN_IF_ERROR(CheckRequest(request));
+  RETURN_IF_ERROR(planner::CheckHasRollouts(forest));  // any mode, as for lengths
   ASSIGN_OR_RETURN(const planner::ForestIndex index, planner::IndexForest(forest));
   PlanRequest costed = request;  // with the model's cost, when given one
   if (costed.model) {
@@ -181,7 +182,9 @@ std::string TreePlanTable(const TreePlanRun& run) {
       absl::StrAppend(
           &out, absl::StrFormat("%6d %5d %7d %9d %10d %14d  %s\n", r, i, part.batch.indices.size(),
                                 part.layout.rollouts.size(), part.batch.tokens, part.batch.cost,
-                                part.batch.overlong ? "overlong" : ""));
+                                part.batch.overlong ? "overlong"
+                                : part.batch.filler ? "filler"
+                                                    : ""));
     }
   }
   const planner::TreePlan& first = *plans.front();

@@ -119,4 +119,9 @@ absl::StatusOr<ForestIndex> IndexForest(const Forest& forest) {
   return index;
 }
 
+absl::Status CheckHasRollouts(const Forest& forest) {
+  if (!forest.rollout_leaf.empty()) return absl::OkStatus();
+  return absl::InvalidArgumentError("forest: no rollouts (rollout_leaf is empty): nothing to plan");
+}
+
 }  // namespace packsched::planner

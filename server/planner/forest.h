@@ -51,6 +51,14 @@ struct ForestIndex {
 // declared rollout length that is not its path's, or a token total that overflows int64.
 absl::StatusOr<ForestIndex> IndexForest(const Forest& forest);
 
+// The rule for an empty input (docs/design.md "The forest and the plan"): a forest with no
+// rollouts is nothing to plan for PlanForest, PackForest, BalanceForest, `packsched plan
+// --tree` and the sidecar, as no lengths are for the sequence doors; TreeProblem::Create and
+// PartitionForestFixedK take it (a rank with no rollouts joins the agreed count with empty
+// micro-batches). InvalidArgument "forest: no rollouts (rollout_leaf is empty): nothing to
+// plan" when `forest` has none, else OK.
+absl::Status CheckHasRollouts(const Forest& forest);
+
 }  // namespace packsched::planner
 
 #endif  // PACKSCHED_SERVER_PLANNER_FOREST_H_

@@ -41,6 +41,10 @@ struct MicroBatch {
   bool empty = true;
   // Holds one sequence longer than the cap (OverlongPolicy::kIsolate).
   bool overlong = false;
+  // A filler: an empty micro-batch of a rank that holds nothing in the whole plan (coordinator
+  // mode over a forest with fewer kept rollouts than ranks, the last resort after splitting
+  // trees at rollout boundaries). The rank runs its zero-loss dummy passes for it.
+  bool filler = false;
 };
 
 struct PlanStats {

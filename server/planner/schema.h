@@ -127,7 +127,8 @@
   X(cu_seqlens_aligned, 10, Ints) \
   X(empty, 11, Bool)              \
   X(overlong, 12, Bool)           \
-  X(loss_scale, 13, LossScale)
+  X(loss_scale, 13, LossScale)    \
+  X(filler, 14, Bool)
 
 // packsched.v1.PlanStats and planner::PlanStats (their union, in proto order).
 //   X(name, number, Kind, alias)

@@ -1,8 +1,10 @@
 #include "server/planner/tree_cut.h"
 
 #include <algorithm>
+#include <bit>
 #include <limits>
 #include <optional>
+#include <queue>
 #include <string>
 #include <utility>
 
@@ -11,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "server/base/checked_math.h"
 #include "server/base/status_macros.h"
+#include "server/planner/tree_cut_exact.h"
 
 namespace packsched::planner::internal {
 namespace {
@@ -46,7 +49,7 @@ std::optional<int64_t> PieceCost(const PlanOptions& o, const TreePiece& piece, c
 class Cutter {
  public:
   Cutter(const Forest& forest, const ForestIndex& index, const PlanOptions& o, int64_t align_to,
-         const Capacity& capacity)
+         const Capacity& capacity, StopCheck* stop)
       : forest_(forest),
         index_(index),
         o_(o),
@@ -54,7 +57,8 @@ class Cutter {
         capacity_(capacity),
         // aligned(t) <= cap  <=>  t <= the largest multiple of align_to within the cap.
         room_(capacity.has_cap() ? capacity.cap() / align_to * align_to
-                                 : std::numeric_limits<int64_t>::max()) {}
+                                 : std::numeric_limits<int64_t>::max()),
+        stop_(stop) {}
 
   absl::StatusOr<Cut> Run();
 
@@ -73,6 +77,13 @@ class Cutter {
   // Adds rollout j's nodes not yet in open piece q to it.
   void Add(int64_t q, int64_t j);
   absl::Status Overlong(int64_t j, int64_t root);
+  // The floor under the tokens of any cut of the tree's kept rollouts (tree_cut.h), from the
+  // scratch arrays HeavyFirst set.
+  int64_t Floor(int64_t root, const std::vector<int64_t>& order);
+  // The open pieces replaced by the exact cut of `order` (at most kExactCutRollouts) when it
+  // forwards fewer tokens. The stop check's status once it says stop.
+  absl::Status CutExactly(const std::vector<int64_t>& order);
+  void ClearOpen();
 
   const Forest& forest_;
   const ForestIndex& index_;
@@ -80,6 +91,7 @@ class Cutter {
   const int64_t align_to_;
   const Capacity& capacity_;
   const int64_t room_;  // the most tokens a piece may hold
+  StopCheck* const stop_;
   Cut cut_;
 
   // Per tree over the cap, reset after it.
@@ -92,6 +104,10 @@ class Cutter {
   std::vector<int64_t> first_at_;       // [N] the first kept rollout ending at the node
   std::vector<int64_t> next_at_;        // [R] the next kept rollout ending at the same node
   std::vector<int64_t> touched_;        // nodes whose scratch entries are set
+  std::vector<int64_t> longest_;        // [N] the longest kept rollout through the node
+  std::vector<int64_t> pieces_;         // [N] the fewest pieces that hold the node
+  std::vector<int64_t> wide_;           // [N] children no two of whose rollouts share a piece
+  std::vector<uint32_t> through_;       // [N] the rollouts of the exact cut through the node
 };
 
 absl::Status Cutter::Close(TreePiece piece) {
@@ -228,6 +244,82 @@ void Cutter::Add(int64_t q, int64_t j) {
   piece.rollouts.push_back(j);
 }
 
+int64_t Cutter::Floor(int64_t root, const std::vector<int64_t>& order) {
+  for (int64_t j : order) {
+    int64_t& longest = longest_[forest_.rollout_leaf[j]];
+    longest = std::max(longest, index_.rollout_len[j]);
+  }
+  // touched_ is in decreasing preorder: children before their parents.
+  int64_t floor = 0;
+  for (int64_t node : touched_) {
+    const int64_t len = forest_.node_len[node];
+    const int64_t through = index_.depth[node] + len;
+    const int64_t below = subtree_[node] - len;
+    int64_t& pieces = pieces_[node];
+    pieces = std::max<int64_t>(pieces, 1);
+    if (below > 0) {
+      // A kept rollout below the node fits the room, so the room passes `through`.
+      const int64_t free = room_ - through;
+      pieces = std::max({pieces, (below + free - 1) / free, wide_[node]});
+    }
+    floor += len * pieces;
+    if (node == root) continue;
+    const int64_t up = forest_.node_parent[node];
+    const int64_t up_through = index_.depth[up] + forest_.node_len[up];
+    pieces_[up] = std::max(pieces_[up], pieces);
+    longest_[up] = std::max(longest_[up], longest_[node]);
+    // Two rollouts that each need more than half the room left below the parent never share
+    // a piece.
+    if (2 * (longest_[node] - up_through) > room_ - up_through) ++wide_[up];
+  }
+  return floor;
+}
+
+void Cutter::ClearOpen() {
+  for (int64_t node : touched_) head_[node] = -1;
+  open_.clear();
+  seen_.clear();
+  members_.clear();
+  held_.clear();
+}
+
+absl::Status Cutter::CutExactly(const std::vector<int64_t>& order) {
+  const int m = static_cast<int>(order.size());
+  // common[i][k]: the tokens of the nodes on both paths.
+  for (int i = 0; i < m; ++i) {
+    for (int64_t node = forest_.rollout_leaf[order[i]]; node >= 0;
+         node = forest_.node_parent[node]) {
+      through_[node] |= uint32_t{1} << i;
+    }
+  }
+  std::vector<int64_t> len(m);
+  std::vector<int64_t> common(static_cast<size_t>(m) * m, 0);
+  for (int i = 0; i < m; ++i) {
+    len[i] = index_.rollout_len[order[i]];
+    for (int64_t node = forest_.rollout_leaf[order[i]]; node >= 0;
+         node = forest_.node_parent[node]) {
+      for (uint32_t mask = through_[node]; mask != 0; mask &= mask - 1) {
+        common[i * m + std::countr_zero(mask)] += forest_.node_len[node];
+      }
+    }
+  }
+  for (int64_t node : touched_) through_[node] = 0;
+  int64_t greedy = 0;
+  for (const TreePiece& piece : open_) greedy += piece.tokens;
+  const std::optional<ExactPieces> exact = ExactCut(len, common, room_, greedy, stop_);
+  if (!exact) return stop_->status();
+  if (exact->pieces.empty()) return absl::OkStatus();
+  const int64_t root = open_.front().root;
+  ClearOpen();
+  for (uint32_t mask : exact->pieces) {
+    const int64_t q = static_cast<int64_t>(open_.size());
+    open_.emplace_back().root = root;
+    seen_.push_back(-1);
+    for (uint32_t b = mask; b != 0; b &= b - 1) Add(q, order[std::countr_zero(b)]);
+  }
+  return absl::OkStatus();
+}
+
 absl::Status Cutter::CutTree(int64_t root, const std::vector<int64_t>& rollouts) {
   std::vector<int64_t> normal;
   for (int64_t j : rollouts) {
@@ -238,7 +330,9 @@ absl::Status Cutter::CutTree(int64_t root, const std::vector<int64_t>& rollouts)
     }
   }
   if (normal.empty()) return absl::OkStatus();
-  for (int64_t j : HeavyFirst(root, normal)) {
+  const std::vector<int64_t> order = HeavyFirst(root, normal);
+  for (int64_t j : order) {
+    if (stop_ != nullptr && !stop_->Continue(kCandidates)) return stop_->status();
     int64_t q = Place(root, j);
     if (q < 0) {
       q = static_cast<int64_t>(open_.size());
@@ -247,17 +341,21 @@ absl::Status Cutter::CutTree(int64_t root, const std::vector<int64_t>& rollouts)
     }
     Add(q, j);
   }
+  if (order.size() <= static_cast<size_t>(kExactCutRollouts) && open_.size() > 1) {
+    int64_t greedy = 0;
+    for (const TreePiece& piece : open_) greedy += piece.tokens;
+    if (greedy > Floor(root, order)) RETURN_IF_ERROR(CutExactly(order));
+  }
   for (TreePiece& piece : open_) RETURN_IF_ERROR(Close(std::move(piece)));
+  ClearOpen();
   for (int64_t node : touched_) {
-    head_[node] = -1;
     subtree_[node] = 0;
     first_at_[node] = -1;
+    longest_[node] = 0;
+    pieces_[node] = 0;
+    wide_[node] = 0;
   }
   touched_.clear();
-  open_.clear();
-  seen_.clear();
-  members_.clear();
-  held_.clear();
   return absl::OkStatus();
 }
 
@@ -278,6 +376,7 @@ absl::StatusOr<Cut> Cutter::Run() {
   std::vector<int64_t> rollouts;
   size_t next = 0;
   for (int64_t root : index_.roots) {
+    if (stop_ != nullptr && !stop_->Continue()) return stop_->status();
     rollouts.clear();
     while (next < by_leaf.size() && index_.root[forest_.rollout_leaf[by_leaf[next]]] == root) {
       rollouts.push_back(by_leaf[next++]);
@@ -293,6 +392,9 @@ absl::StatusOr<Cut> Cutter::Run() {
       piece.tokens = tree_tokens[root];
       piece.rollouts = rollouts;
       RETURN_IF_ERROR(Close(std::move(piece)));
+      if (stop_ != nullptr && !stop_->Continue(static_cast<int64_t>(rollouts.size()))) {
+        return stop_->status();
+      }
       continue;
     }
     if (head_.empty()) {  // the first tree over the cap sizes the scratch arrays
@@ -300,6 +402,10 @@ absl::StatusOr<Cut> Cutter::Run() {
       subtree_.assign(n, 0);
       first_at_.assign(n, -1);
       next_at_.assign(r, -1);
+      longest_.assign(n, 0);
+      pieces_.assign(n, 0);
+      wide_.assign(n, 0);
+      through_.assign(n, 0);
     }
     RETURN_IF_ERROR(CutTree(root, rollouts));
   }
@@ -307,12 +413,88 @@ absl::StatusOr<Cut> Cutter::Run() {
   return std::move(cut_);
 }
 
+// The piece of `rollouts` of the tree at `root`: the nodes on their paths, its tokens and cost.
+absl::StatusOr<TreePiece> MakePiece(const Forest& forest, const ForestIndex& index,
+                                    const PlanOptions& o, int64_t align_to, int64_t root,
+                                    std::vector<int64_t> rollouts) {
+  TreePiece piece;
+  piece.root = root;
+  std::sort(rollouts.begin(), rollouts.end());
+  absl::flat_hash_set<int64_t> held;
+  for (int64_t j : rollouts) {
+    for (int64_t node = forest.rollout_leaf[j]; node >= 0 && held.insert(node).second;
+         node = forest.node_parent[node]) {
+      piece.nodes.push_back(node);
+      piece.tokens += forest.node_len[node];
+    }
+  }
+  piece.rollouts = std::move(rollouts);
+  std::sort(piece.nodes.begin(), piece.nodes.end(),
+            [&](int64_t a, int64_t b) { return index.preorder_pos[a] < index.preorder_pos[b]; });
+  piece.aligned = *CheckedRoundUp(piece.tokens, align_to);
+  const std::optional<int64_t> cost = PieceCost(o, piece, forest, index);
+  if (!cost) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the ", Name(o.cost), " cost of the tree at node ", root,
+                     " overflows int64; lower attention.linear/attention.quadratic"));
+  }
+  piece.cost = *cost;
+  return piece;
+}
+
 }  // namespace
+
+absl::Status SplitPieces(const Forest& forest, const ForestIndex& index, const PlanOptions& options,
+                         int64_t align_to, int64_t want, std::vector<TreePiece>& pieces,
+                         StopCheck* stop) {
+  // The splittable pieces, costliest first (ties: the first).
+  std::priority_queue<std::pair<int64_t, int64_t>> costliest;
+  for (size_t b = 0; b < pieces.size(); ++b) {
+    if (pieces[b].rollouts.size() >= 2) costliest.emplace(pieces[b].cost, -static_cast<int64_t>(b));
+  }
+  while (static_cast<int64_t>(pieces.size()) < want && !costliest.empty()) {
+    const int64_t at = -costliest.top().second;
+    costliest.pop();
+    std::vector<int64_t> rollouts = pieces[at].rollouts;
+    if (stop != nullptr && !stop->Continue(static_cast<int64_t>(rollouts.size()) +
+                                           static_cast<int64_t>(pieces[at].nodes.size()))) {
+      return stop->status();
+    }
+    std::sort(rollouts.begin(), rollouts.end(), [&](int64_t a, int64_t b) {
+      const int64_t pa = index.preorder_pos[forest.rollout_leaf[a]];
+      const int64_t pb = index.preorder_pos[forest.rollout_leaf[b]];
+      return pa != pb ? pa < pb : a < b;
+    });
+    int64_t total = 0;
+    for (int64_t j : rollouts) total += index.rollout_len[j];
+    size_t cut = 1;
+    for (int64_t sum = index.rollout_len[rollouts[0]]; cut + 1 < rollouts.size() && 2 * sum < total;
+         ++cut) {
+      sum += index.rollout_len[rollouts[cut]];
+    }
+    const int64_t root = pieces[at].root;
+    ASSIGN_OR_RETURN(TreePiece first,
+                     MakePiece(forest, index, options, align_to, root,
+                               std::vector<int64_t>(rollouts.begin(), rollouts.begin() + cut)));
+    ASSIGN_OR_RETURN(TreePiece second,
+                     MakePiece(forest, index, options, align_to, root,
+                               std::vector<int64_t>(rollouts.begin() + cut, rollouts.end())));
+    pieces[at] = std::move(first);
+    pieces.push_back(std::move(second));
+    const int64_t added = static_cast<int64_t>(pieces.size()) - 1;
+    if (pieces[at].rollouts.size() >= 2) costliest.emplace(pieces[at].cost, -at);
+    if (pieces[added].rollouts.size() >= 2) costliest.emplace(pieces[added].cost, -added);
+  }
+  // A tree's pieces together again, trees in root order.
+  std::stable_sort(pieces.begin(), pieces.end(),
+                   [](const TreePiece& a, const TreePiece& b) { return a.root < b.root; });
+  return absl::OkStatus();
+}
 
 absl::StatusOr<Cut> CutForest(const Forest& forest, const ForestIndex& index,
                               const PlanOptions& options, int64_t align_to,
-                              const Capacity& capacity) {
-  return Cutter(forest, index, options, align_to, capacity).Run();
+                              const Capacity& capacity, StopCheck* stop) {
+  return Cutter(forest, index, options, align_to, capacity, stop).Run();
 }
 
 }  // namespace packsched::planner::internal

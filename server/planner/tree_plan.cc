@@ -10,6 +10,7 @@
 #include "server/base/checked_math.h"
 #include "server/base/status_macros.h"
 #include "server/planner/prepared.h"
+#include "server/planner/stop_check.h"
 #include "server/planner/tree_cut.h"
 #include "server/planner/tree_layout.h"
 
@@ -23,6 +24,7 @@ struct TreeState {
   std::vector<int64_t> dropped;
   std::vector<int64_t> lengths;  // of the pieces
   std::vector<int64_t> costs;    // of the pieces
+  int64_t align_to = 1;          // the effective one
   std::optional<Problem> problem;
 };
 
@@ -30,10 +32,28 @@ struct TreeState {
 
 namespace {
 
+// The pieces' lengths and costs, the sequence planner's items.
+void SetItems(internal::TreeState& state) {
+  state.lengths.clear();
+  state.costs.clear();
+  for (const TreePiece& piece : state.pieces) {
+    state.lengths.push_back(piece.tokens);
+    state.costs.push_back(piece.cost);
+  }
+}
+
+// Ranks that hold at least one piece.
+int64_t RanksHeld(const BalancedBatch& batch) {
+  int64_t held = 0;
+  for (const RankBatch& rank : batch.ranks) held += rank.indices.empty() ? 0 : 1;
+  return held;
+}
+
 // The forest validated and cut into pieces under `options`, without the planner's problem.
 absl::StatusOr<std::shared_ptr<internal::TreeState>> Prepare(const Forest& forest,
                                                              const PlanOptions& options,
-                                                             bool cap_required, bool balancing) {
+                                                             bool cap_required, bool balancing,
+                                                             internal::StopCheck* stop = nullptr) {
   if (options.context_parallel > 1) {
     return absl::InvalidArgumentError(absl::StrCat(
         "context_parallel = ", options.context_parallel,
@@ -46,14 +66,13 @@ absl::StatusOr<std::shared_ptr<internal::TreeState>> Prepare(const Forest& fores
   auto state = std::make_shared<internal::TreeState>();
   state->forest = forest;
   ASSIGN_OR_RETURN(state->index, IndexForest(state->forest));
-  ASSIGN_OR_RETURN(internal::Cut cut, internal::CutForest(state->forest, state->index, options,
-                                                          none.options.align_to, none.capacity));
+  ASSIGN_OR_RETURN(internal::Cut cut,
+                   internal::CutForest(state->forest, state->index, options, none.options.align_to,
+                                       none.capacity, stop));
   state->pieces = std::move(cut.pieces);
   state->dropped = std::move(cut.dropped);
-  for (const TreePiece& piece : state->pieces) {
-    state->lengths.push_back(piece.tokens);
-    state->costs.push_back(piece.cost);
-  }
+  state->align_to = none.options.align_to;
+  SetItems(*state);
   return state;
 }
 
@@ -97,6 +116,7 @@ absl::StatusOr<TreePlan> PlanForest(const Forest& forest, const PlanOptions& opt
     return absl::InvalidArgumentError(
         "equal_size needs a fixed number of micro-batches (PartitionForestFixedK, --num_parts)");
   }
+  RETURN_IF_ERROR(CheckHasRollouts(forest));
   ASSIGN_OR_RETURN(TreeProblem problem, TreeProblem::Create(forest, options));
   return problem.Partition(problem.local_k());
 }
@@ -114,6 +134,7 @@ absl::StatusOr<TreePlan> PartitionForestFixedK(const Forest& forest, int64_t k,
 }
 
 absl::StatusOr<TreePlan> PackForest(const Forest& forest, const PlanOptions& options) {
+  RETURN_IF_ERROR(CheckHasRollouts(forest));
   ASSIGN_OR_RETURN(std::shared_ptr<internal::TreeState> state,
                    Prepare(forest, options, /*cap_required=*/true, /*balancing=*/false));
   ASSIGN_OR_RETURN(MicroBatchPlan plan, PackDataset(state->lengths, options, state->costs));
@@ -124,9 +145,21 @@ absl::StatusOr<TreePlan> PackForest(const Forest& forest, const PlanOptions& opt
 absl::StatusOr<BalancedForest> BalanceForest(const Forest& forest, int64_t world_size,
                                              const PlanOptions& options,
                                              const BalanceOptions& balance) {
+  RETURN_IF_ERROR(CheckHasRollouts(forest));
+  // The cut and the layouts ask the caller's stop as BalanceBatch does.
+  internal::StopCheck stop(balance.stop);
   ASSIGN_OR_RETURN(std::shared_ptr<internal::TreeState> state,
-                   Prepare(forest, options, /*cap_required=*/true, /*balancing=*/true));
-  // The pieces of a split tree form a group (one rank holds them all); whole trees need none.
+                   Prepare(forest, options, /*cap_required=*/true, /*balancing=*/true, &stop));
+  if (!stop.ContinueNow()) return stop.status();
+  // Fewer pieces than ranks: pieces split at rollout boundaries first, so that a rank holds one.
+  if (static_cast<int64_t>(state->pieces.size()) < world_size) {
+    RETURN_IF_ERROR(internal::SplitPieces(state->forest, state->index, options, state->align_to,
+                                          world_size, state->pieces, &stop));
+    SetItems(*state);
+  }
+  // Two candidates when a tree is split: its pieces spread over the ranks as any pieces are,
+  // and its pieces kept on one rank (BalanceBatch's group_ids). The one that leaves fewer ranks
+  // without a piece wins, then the shorter step under the request's sync; ties to one rank.
   std::vector<int64_t> tree_of;
   for (size_t b = 1; b < state->pieces.size(); ++b) {
     if (state->pieces[b].root == state->pieces[b - 1].root) {
@@ -134,14 +167,36 @@ absl::StatusOr<BalancedForest> BalanceForest(const Forest& forest, int64_t world
       break;
     }
   }
-  ASSIGN_OR_RETURN(BalancedBatch batch, BalanceBatch(state->lengths, world_size, options, tree_of,
-                                                     balance, state->costs));
+  absl::StatusOr<BalancedBatch> chosen =
+      BalanceBatch(state->lengths, world_size, options, tree_of, balance, state->costs);
+  if (!tree_of.empty() &&
+      (chosen.ok() || chosen.status().code() == absl::StatusCode::kInvalidArgument)) {
+    absl::StatusOr<BalancedBatch> spread =
+        BalanceBatch(state->lengths, world_size, options, {}, balance, state->costs);
+    if (!spread.ok() && spread.status().code() != absl::StatusCode::kInvalidArgument) {
+      return spread.status();
+    }
+    auto step = [&](const BalancedBatch& b) {
+      return balance.sync == Sync::kStep ? b.step.step_sync_cost : b.step.micro_batch_sync_cost;
+    };
+    if (spread.ok() &&
+        (!chosen.ok() || RanksHeld(*spread) > RanksHeld(*chosen) ||
+         (RanksHeld(*spread) == RanksHeld(*chosen) && step(*spread) < step(*chosen)))) {
+      chosen = std::move(spread);
+    }
+  }
+  ASSIGN_OR_RETURN(BalancedBatch batch, std::move(chosen));
   BalancedForest out;
   out.num_micro_batches = batch.num_micro_batches;
   out.dropped = state->dropped;
   out.step = batch.step;
   out.ranks.reserve(batch.ranks.size());
   for (RankBatch& rank : batch.ranks) {
+    if (!stop.Continue(static_cast<int64_t>(rank.indices.size()) + 64)) return stop.status();
+    // Fewer kept rollouts than ranks: this rank's passes are filler.
+    if (rank.indices.empty()) {
+      for (MicroBatch& part : rank.plan.parts) part.filler = true;
+    }
     for (MicroBatch& part : rank.plan.parts) {
       for (int64_t& local : part.indices) local = rank.indices[local];
     }

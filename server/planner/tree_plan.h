@@ -121,20 +121,30 @@ class TreeProblem {
   std::shared_ptr<const internal::TreeState> state_;
 };
 
-// TreeProblem::Create + Partition(local_k()).
+// TreeProblem::Create + Partition(local_k()). InvalidArgument for a forest with no rollouts
+// (CheckHasRollouts, forest.h), or as TreeProblem::Create.
 absl::StatusOr<TreePlan> PlanForest(const Forest& forest, const PlanOptions& options);
 
-// Exactly `k` micro-batches, the cap optional (as PartitionFixedK).
+// Exactly `k` micro-batches, the cap optional (as PartitionFixedK); a forest with no rollouts
+// gets k empty ones.
 absl::StatusOr<TreePlan> PartitionForestFixedK(const Forest& forest, int64_t k,
                                                const PlanOptions& options);
 
 // Dataset packing of the pieces (options.algorithm ffd, bfd or sequential; as PackDataset).
+// InvalidArgument for a forest with no rollouts, or as PackDataset.
 absl::StatusOr<TreePlan> PackForest(const Forest& forest, const PlanOptions& options);
 
 // Coordinator mode over a forest: the pieces balanced over ranks as BalanceBatch balances
-// sequences, the pieces of a split tree as one group (BalanceBatch's group_ids): every tree's
-// rollouts are on one rank. Rank r's plan holds global piece and rollout ids; its rollout_part
-// marks only its own rollouts.
+// sequences. With fewer pieces than ranks, pieces are first split at rollout boundaries
+// (tree_cut.h SplitPieces) until there are world_size of them or every piece holds one
+// rollout. When a tree is split, two plans are made: its pieces spread over the ranks like
+// any others, and its pieces on one rank (BalanceBatch's group_ids); the plan with more ranks
+// holding a piece wins, then the one with the shorter step under balance.sync (ties: one
+// rank). So every rank holds a piece whenever the forest has at least world_size kept
+// rollouts. Rank r's plan holds global piece and rollout ids; its rollout_part marks only its
+// own rollouts. The cut, the splits and the layouts ask balance.stop as BalanceBatch's loops
+// do (its first non-OK answer is returned). InvalidArgument for a forest with no rollouts;
+// else errors as BalanceBatch, and as TreeProblem::Create for the forest.
 struct BalancedForest {
   std::vector<TreePlan> ranks;
   int64_t num_micro_batches = 0;

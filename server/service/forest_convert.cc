@@ -33,12 +33,9 @@ absl::StatusOr<planner::Forest> ToForest(const v1::Forest& forest, const Service
   RETURN_IF_ERROR(WithinLimit("nodes", forest.node_parent_size(), limits));
   RETURN_IF_ERROR(WithinLimit("rollouts", forest.rollout_leaf_size(), limits));
   RETURN_IF_ERROR(WithinLimit("rollouts", forest.rollout_len_size(), limits));
-  if (forest.rollout_leaf().empty()) {
-    return absl::InvalidArgumentError(
-        "forest: no rollouts (rollout_leaf is empty): nothing to plan");
-  }
   planner::Forest out{Copy(forest.node_len()), Copy(forest.node_parent()),
                       Copy(forest.rollout_leaf()), Copy(forest.rollout_len())};
+  RETURN_IF_ERROR(planner::CheckHasRollouts(out));
   RETURN_IF_ERROR(planner::IndexForest(out).status());
   return out;
 }

@@ -40,14 +40,24 @@ def lognormal(rng, median, sigma, lo, hi):
     return int(min(max(rng.lognormvariate(math.log(median), sigma), lo), hi))
 
 
-def grpo_forest(rollouts, n, rng):
+# Mix shapes: (prompt median, sigma, min, max), (completion median, sigma, min, max), agentic
+# (system prompt range, turns range, tool output range).
+SHAPES = {
+    "base": ((1024, 1.0, 256, 8192), (512, 1.0, 128, 4096), ((256, 2048), (3, 10), (200, 2000))),
+    "long": ((3072, 0.7, 512, 12288), (1024, 0.6, 64, 4096), ((1024, 4096), (2, 6), (500, 4000))),
+}
+
+
+def grpo_forest(rollouts, n, rng, shape="base"):
+    prompt, completion, _ = SHAPES[shape]
     groups = max(1, rollouts // n)
-    prompts = [lognormal(rng, 1024, 1.0, 256, 8192) for _ in range(groups)]
-    completions = [[lognormal(rng, 512, 1.0, 128, 4096) for _ in range(n)] for _ in range(groups)]
+    prompts = [lognormal(rng, *prompt) for _ in range(groups)]
+    completions = [[lognormal(rng, *completion) for _ in range(n)] for _ in range(groups)]
     return forest_from_groups(prompts, completions)
 
 
-def agentic_forest(rollouts, rng):
+def agentic_forest(rollouts, rng, shape="base"):
+    system, turns, tool = SHAPES[shape][2]
     node_len, parent, leaf = [], [], []
 
     def node(length, up):
@@ -56,21 +66,23 @@ def agentic_forest(rollouts, rng):
         return len(node_len) - 1
 
     while len(leaf) < rollouts:
-        at = node(rng.randint(256, 2048), -1)
-        for _ in range(rng.randint(3, 10)):
+        at = node(rng.randint(*system), -1)
+        for _ in range(rng.randint(*turns)):
             action = lambda: lognormal(rng, 128, 1.0, 32, 1024)  # noqa: E731
             branch = node(action(), at)
-            leaf.append(node(rng.randint(200, 2000), branch))
-            at = node(rng.randint(200, 2000), node(action(), at))
+            leaf.append(node(rng.randint(*tool), branch))
+            at = node(rng.randint(*tool), node(action(), at))
         leaf.append(at)
     return Forest(np.array(node_len), np.array(parent), np.array(leaf))
 
 
 def fewest_tokens(forest, cap, exact_up_to=14):
     """A floor under the tokens any plan of ``forest`` forwards at ``cap`` (overlong rollouts
-    isolated): per tree, its unique tokens when it fits; the exact minimum over every partition
-    of its rollouts into pieces within the cap (a subset DP) when it has at most
-    ``exact_up_to`` rollouts within the cap; else Forest.forwarded_lower_bound of the tree."""
+    isolated), per split tree (a tree over the cap): {root: (floor, exact)}. The floor is the
+    exact minimum over every partition of its rollouts into pieces within the cap (a subset DP,
+    ``exact`` True) when it has at most ``exact_up_to`` rollouts within the cap, else
+    Forest.forwarded_lower_bound of the tree; a tree within the cap forwards its unique tokens
+    and is left out."""
     n = forest.num_nodes
     root = np.arange(n)
     for i in range(n):
@@ -78,14 +90,13 @@ def fewest_tokens(forest, cap, exact_up_to=14):
             root[i] = root[forest.node_parent[i]]
     tree_tokens = np.bincount(root, weights=forest.node_len, minlength=n).astype(np.int64)
     leaf_root = root[forest.rollout_leaf]
-    total = 0
+    split = {}
     for r in np.flatnonzero(forest.node_parent < 0):
         rollouts = np.flatnonzero(leaf_root == r)
         if tree_tokens[r] <= cap:
-            total += int(tree_tokens[r])
             continue
         lens = forest.rollout_len[rollouts]
-        total += int(lens[lens > cap].sum())  # isolated: forwarded alone
+        over = int(lens[lens > cap].sum())  # isolated: forwarded alone
         kept = rollouts[lens <= cap]
         nodes = np.flatnonzero(root == r)
         if len(kept) > exact_up_to:
@@ -93,12 +104,27 @@ def fewest_tokens(forest, cap, exact_up_to=14):
             tree = Forest(
                 forest.node_len[nodes],
                 [index[int(p)] if p >= 0 else -1 for p in forest.node_parent[nodes]],
-                [index[int(forest.rollout_leaf[j])] for j in kept],
+                [index[int(forest.rollout_leaf[j])] for j in rollouts],
             )
-            total += tree.forwarded_lower_bound(cap)
-            continue
-        total += exact_tree_minimum(forest, kept, cap)
-    return total
+            split[int(r)] = (tree.forwarded_lower_bound(cap), False)
+        else:
+            split[int(r)] = (over + exact_tree_minimum(forest, kept, cap), True)
+    whole = int(tree_tokens[forest.node_parent < 0].sum()) - int(sum(tree_tokens[r] for r in split))
+    return whole, split
+
+
+def tree_tokens_of(plan, forest):
+    """The tokens ``plan`` forwards per tree: {root: tokens}."""
+    root = np.arange(forest.num_nodes)
+    for i in range(forest.num_nodes):
+        if forest.node_parent[i] >= 0:
+            root[i] = root[forest.node_parent[i]]
+    out = {}
+    for mb in plan.micro_batches:
+        per = np.bincount(root[mb.nodes], weights=forest.node_len[mb.nodes], minlength=len(root))
+        for r in np.flatnonzero(per):
+            out[int(r)] = out.get(int(r), 0) + int(per[r])
+    return out
 
 
 def exact_tree_minimum(forest, rollouts, cap):
@@ -141,6 +167,10 @@ def measure(name, forest, cap):
     tree = planner.plan_local(forest, cap, overlong="isolate")
     flat_attention = attention_pairs_flat(forest.rollout_len)
     tree_attention = attention_pairs_tree(tree, forest)
+    whole, split = fewest_tokens(forest, cap)
+    planned = tree_tokens_of(tree, forest)
+    above = [planned[r] / floor - 1.0 for r, (floor, exact) in split.items() if exact]
+    above_bound = [planned[r] / floor - 1.0 for r, (floor, exact) in split.items() if not exact]
     return {
         "mix": name,
         "rollouts": forest.num_rollouts,
@@ -148,7 +178,12 @@ def measure(name, forest, cap):
         "flat_tokens": forest.rollout_tokens,
         "tree_tokens": tree.forwarded_tokens,
         "over_unique": tree.forwarded_tokens / forest.unique_tokens - 1.0,
-        "fewest": fewest_tokens(forest, cap),
+        "fewest": whole + sum(floor for floor, _ in split.values()),
+        "split": len(split),
+        "exact": len(above),
+        "above_exact": sum(1 for a in above if a > 0),
+        "worst_exact": max(above, default=0.0),
+        "worst_bound": max(above_bound, default=0.0),
         "flat_attention": flat_attention,
         "tree_attention": tree_attention,
         "flat_k": flat.num_micro_batches,
@@ -172,17 +207,22 @@ def main():
     parser.add_argument("--cap", type=int, default=65536)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--shape", choices=sorted(SHAPES), default="base")
     args = parser.parse_args()
     rng = random.Random(args.seed)
-    forests = {f"grpo-{n}": grpo_forest(args.rollouts, n, rng) for n in (8, 16, 64)}
-    forests["agentic"] = agentic_forest(args.rollouts, rng)
+    forests = {f"grpo-{n}": grpo_forest(args.rollouts, n, rng, args.shape) for n in (8, 16, 64)}
+    forests["agentic"] = agentic_forest(args.rollouts, rng, args.shape)
 
-    print(f"cap {args.cap} tokens, about {args.rollouts} rollouts per mix, seed {args.seed}")
+    print(
+        f"cap {args.cap} tokens, about {args.rollouts} rollouts per mix, seed {args.seed}, "
+        f"shape {args.shape}"
+    )
     print(
         "| mix | rollouts | flat tokens | tree tokens | tree / unique | flat attention | "
         "tree attention | flat k | tree k | pieces | fewest / unique | tree / fewest |"
     )
     print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    cuts = []
     for name, forest in forests.items():
         m = measure(name, forest, args.cap)
         print(
@@ -192,6 +232,18 @@ def main():
             f"({m['tree_attention'] / m['flat_attention']:.3f}x) | {m['flat_k']} | {m['tree_k']} "
             f"| {m['pieces']} | {m['fewest'] / m['unique']:.4f} | "
             f"{m['tree_tokens'] / m['fewest']:.4f} |"
+        )
+        cuts.append(m)
+    print()
+    print(
+        "| mix | split trees | of them exact (<= 14 rollouts) | above the exact minimum | "
+        "worst over it | worst over the bound (> 14 rollouts) |"
+    )
+    print("|---|---|---|---|---|---|")
+    for m in cuts:
+        print(
+            f"| {m['mix']} | {m['split']} | {m['exact']} | {m['above_exact']} | "
+            f"{100 * m['worst_exact']:.2f}% | {100 * m['worst_bound']:.2f}% |"
         )
     print()
     print("| mix | rollouts | nodes | flat plan_local ms | tree plan_local ms |")

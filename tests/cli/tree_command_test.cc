@@ -149,5 +149,20 @@ TEST(TreeCommand, BadForestAndRequestAreErrors) {
   EXPECT_EQ(RunTreePlan(Grpo(), request).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
+TEST(TreeCommand, AForestWithNoRolloutsIsNothingToPlan) {
+  // As an input with no lengths: in every mode (plan, pack, fixed k, coordinator).
+  const planner::Forest empty;
+  for (int mode = 0; mode < 4; ++mode) {
+    PlanRequest request;
+    request.options.max_token_len = 160;
+    if (mode == 1) request.options.algorithm = planner::Algorithm::kFirstFitDecreasing;
+    if (mode == 2) request.num_parts = 2;
+    if (mode == 3) request.world_size = 2;
+    const absl::StatusOr<TreePlanRun> run = RunTreePlan(empty, request);
+    EXPECT_EQ(run.status().code(), absl::StatusCode::kInvalidArgument) << "mode " << mode;
+    EXPECT_THAT(std::string(run.status().message()), HasSubstr("nothing to plan"));
+  }
+}
+
 }  // namespace
 }  // namespace packsched::cli

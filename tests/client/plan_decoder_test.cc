@@ -234,7 +234,7 @@ TEST(PlanDecoder, KnowsEveryFieldOfTheMessages) {
   // 10 with `tree`, which the decoder skips on purpose (a forest request's layout; this client
   // sends lengths only).
   EXPECT_EQ(v1::PlanResponse::descriptor()->field_count(), 10);
-  EXPECT_EQ(v1::MicroBatch::descriptor()->field_count(), 13);
+  EXPECT_EQ(v1::MicroBatch::descriptor()->field_count(), 14);
   EXPECT_EQ(v1::GlobalCounts::descriptor()->field_count(), 4);
   EXPECT_EQ(v1::PlanStats::descriptor()->field_count(), 17);
 }

@@ -269,12 +269,9 @@ TEST(TreePlan, SplitTraceRepeatsItsShortestPrefixes) {
   EXPECT_EQ(plan->forwarded_tokens, 11000);
   EXPECT_EQ(CheckTreePlan(f, Capped(7000), *plan, /*check_mask=*/true), "");
 
-  // Traces of random lengths: never under the fewest tokens possible (the DP and the plan agree
-  // on what fits), and within 2% of them over all traces.
+  // Traces of random lengths (at most 9 rollouts): cut at the fewest tokens possible.
   std::mt19937_64 rng(11);
   std::uniform_int_distribution<int64_t> len(50, 2000);
-  int64_t forwarded = 0;
-  int64_t fewest = 0;
   for (int trial = 0; trial < 40; ++trial) {
     const Forest trace = Trace(3 + trial % 6, [&] { return len(rng); });
     const ForestIndex index = *IndexForest(trace);
@@ -284,12 +281,8 @@ TEST(TreePlan, SplitTraceRepeatsItsShortestPrefixes) {
     const absl::StatusOr<TreePlan> traced = PlanForest(trace, Capped(cap));
     ASSERT_TRUE(traced.ok()) << traced.status();
     EXPECT_EQ(CheckTreePlan(trace, Capped(cap), *traced, /*check_mask=*/false), "");
-    const int64_t best = FewestTokens(trace, 0, cap);
-    EXPECT_GE(traced->forwarded_tokens, best) << "trial " << trial;
-    forwarded += traced->forwarded_tokens;
-    fewest += best;
+    EXPECT_EQ(traced->forwarded_tokens, FewestTokens(trace, 0, cap)) << "trial " << trial;
   }
-  EXPECT_LE(static_cast<double>(forwarded), 1.02 * static_cast<double>(fewest));
 }
 
 TEST(TreePlan, OverlongRolloutFollowsThePolicy) {
@@ -497,27 +490,22 @@ TEST(TreePlan, BalanceForestGivesEveryRankTheSameK) {
       }
     }
     for (int s : seen) EXPECT_EQ(s, 1);
-    // A tree's rollouts are on one rank, split trees (there are some under this cap) included.
-    const ForestIndex index = *IndexForest(f);
-    std::map<int64_t, std::set<size_t>> ranks_of_tree;
-    std::map<int64_t, int> pieces_of_tree;
-    for (size_t rank = 0; rank < batch->ranks.size(); ++rank) {
-      for (const TreeMicroBatch& part : batch->ranks[rank].parts) {
-        const TreeEntries entries = Entries(part, f);
-        for (size_t b = 0; b + 1 < entries.piece_begin.size(); ++b) {
-          const int64_t root = index.root[entries.nodes[entries.piece_begin[b]]];
-          ranks_of_tree[root].insert(rank);
-          ++pieces_of_tree[root];
-        }
-      }
-    }
-    int split = 0;
-    for (const auto& [root, ranks] : ranks_of_tree) {
-      EXPECT_EQ(ranks.size(), 1u) << "tree " << root;
-      split += pieces_of_tree[root] > 1;
-    }
-    EXPECT_GT(split, 0);
   }
+}
+
+TEST(TreePlan, AForestWithNoRolloutsIsNothingToPlan) {
+  const Forest empty;
+  ExpectInvalid(PlanForest(empty, Capped(100)).status(), "nothing to plan");
+  PlanOptions packing = Capped(100);
+  packing.algorithm = Algorithm::kFirstFitDecreasing;
+  ExpectInvalid(PackForest(empty, packing).status(), "nothing to plan");
+  ExpectInvalid(BalanceForest(empty, 2, Capped(100)).status(), "nothing to plan");
+  // A rank with no rollouts joins a round: the problem and a fixed k take it.
+  const absl::StatusOr<TreeProblem> problem = TreeProblem::Create(empty, Capped(100));
+  ASSERT_TRUE(problem.ok()) << problem.status();
+  const absl::StatusOr<TreePlan> fixed = PartitionForestFixedK(empty, 2, Capped(100));
+  ASSERT_TRUE(fixed.ok()) << fixed.status();
+  EXPECT_EQ(fixed->parts.size(), 2u);
 }
 
 TEST(TreePlan, LossWeightsArePerRollout) {

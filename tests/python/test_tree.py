@@ -296,3 +296,55 @@ def test_token_accounting_of_flat_and_tree_plans():
     assert f.executed == sum(m.total for m in flat.metadata)
     assert f.loss_bearing == 0  # no loss_tokens given
     assert f.tree_token_ratio == 1.0
+
+
+@pytest.mark.parametrize("trees", [1, 3, 7])
+@pytest.mark.parametrize("sync", ["step", "micro_batch"])
+def test_balance_gives_every_rank_a_piece_at_world_8(trees, sync):
+    rng = np.random.default_rng(trees)
+    forest = forest_from_groups(
+        rng.integers(1000, 3001, trees), [rng.integers(200, 1501, 16) for _ in range(trees)]
+    )
+    for cap in (65536, 8192):  # trees whole, and trees over the cap
+        balanced = planner.balance(forest, 8, cap, sync=sync, min_micro_batches=3, divisible_by=2)
+        assert balanced.num_micro_batches >= 3 and balanced.num_micro_batches % 2 == 0
+        seen = []
+        for rank in balanced.ranks:
+            assert rank.plan.num_micro_batches == balanced.num_micro_batches
+            held = [r for mb in rank.plan.micro_batches for r in mb.rollouts.tolist()]
+            assert held, f"a rank holds no rollout ({trees} trees, cap {cap})"
+            seen.extend(held)
+        assert sorted(seen) == list(range(forest.num_rollouts))
+        flat = planner.balance(forest.rollout_len, 8, cap, sync=sync)
+        assert balanced.step.step_sync_cost <= flat.step.step_sync_cost
+
+
+def test_an_empty_input_is_nothing_to_plan_for_plan_local_and_balance():
+    empty = Forest(np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64))
+    for call in (
+        lambda: planner.plan_local(empty, 100),
+        lambda: planner.plan_local(empty, 100, algorithm="ffd"),
+        lambda: planner.balance(empty, 2, 100),
+    ):
+        with pytest.raises(ValueError, match="forest: no rollouts .*nothing to plan"):
+            call()
+    for call in (lambda: planner.plan_local([], 100), lambda: planner.balance([], 2, 100)):
+        with pytest.raises(ValueError, match="seq_lens is empty: nothing to plan"):
+            call()
+    # A rank with nothing joins a round: local_bound and partition take both.
+    assert planner.partition(empty, 2, 100).num_micro_batches == 2
+    assert planner.partition([], 2, 100).num_micro_batches == 2
+    assert planner.local_bound(empty, 100).k == planner.local_bound([], 100).k
+
+
+def test_fewer_rollouts_than_ranks_name_the_filler():
+    forest = forest_from_groups([100], [[10, 20, 30]])
+    balanced = planner.balance(forest, 8, 1000)
+    fillers = 0
+    for rank in balanced.ranks:
+        holds = any(len(mb.rollouts) for mb in rank.plan.micro_batches)
+        for mb in rank.plan.micro_batches:
+            assert mb.meta.filler == (not holds)
+            assert mb.meta.empty or holds
+        fillers += not holds
+    assert fillers == 5

@@ -49,6 +49,12 @@ def test_a_sidecar_plans_a_forest_as_the_in_process_planner(tmp_path):
         balanced = client.balance_batch(forest, 2, 8192)
         held = sorted(r for rank in balanced.ranks for r in rank.indices)
         assert held == list(range(forest.num_rollouts))
+        # Fewer rollouts than ranks: the ranks without one get micro-batches named filler.
+        few = client.balance_batch(forest_from_groups([100], [[10, 20, 30]]), 8, 8192)
+        fillers = [all(mb.meta.filler for mb in rank.plan.micro_batches) for rank in few.ranks]
+        assert sum(fillers) == 5
+        for rank, filler in zip(few.ranks, fillers):
+            assert (not rank.indices) == filler
 
         # A bad forest names the node; the sidecar keeps serving.
         bad = Forest(forest.node_len, forest.node_parent, forest.rollout_leaf)
@@ -61,6 +67,17 @@ def test_a_sidecar_plans_a_forest_as_the_in_process_planner(tmp_path):
             client.plan(3, forest, 8192, context_parallel=2, align_to=4)
         assert "context_parallel = 2" in e.value.message
         assert client.plan(4, forest, 8192).num_micro_batches == local.num_micro_batches
+
+        # A forest with no rollouts is nothing to plan, as in process and in the CLI.
+        empty = Forest(np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64))
+        for call in (
+            lambda: client.plan(5, empty, 8192),
+            lambda: client.balance_batch(empty, 2, 8192),
+        ):
+            with pytest.raises(SchedulerError) as e:
+                call()
+            assert e.value.code == "INVALID_ARGUMENT"
+            assert "forest: no rollouts (rollout_leaf is empty): nothing to plan" in e.value.message
 
 
 def test_two_ranks_planning_forests_agree_on_k(tmp_path):

@@ -220,9 +220,12 @@ def balance(
     fixed cost per non-empty micro-batch. ``model_config``: a Hugging Face style config (a dict
     or the path of a config.json): the cost becomes the model's FLOPs (attention weights and
     ``micro_batch_cost``, see ``packsched.model_cost``), whatever the cost options say.
-    A Forest instead of ``seq_lens``: its pieces balanced (no ``group_ids``: a tree is one item;
-    ``model_config`` costs the model over the forest, see ``packsched.model_cost``); each rank's
-    plan is a TreePlan with global rollout ids.
+    A Forest instead of ``seq_lens``: its pieces balanced (no ``group_ids``; ``model_config``
+    costs the model over the forest, see ``packsched.model_cost``); each rank's plan is a
+    TreePlan with global rollout ids. With fewer pieces than ranks, pieces are split at rollout
+    boundaries first, and a split tree's pieces spread over ranks when that balances better:
+    every rank holds a rollout whenever the forest has at least ``world_size`` (docs/design.md,
+    "Tree packing"). A forest with no rollouts is a ValueError (nothing to plan).
     -> Balanced"""
     if sync not in SYNCS:
         raise ValueError(f"sync = {sync!r}: must be one of {', '.join(SYNCS)}")
