@@ -442,10 +442,11 @@ PYBIND11_MODULE(_planner, m) {
         const absl::flat_hash_map<std::string, std::string> s(strings.begin(), strings.end());
         const ModelConfig config = Value(ModelConfigFromFields(i, s));
         const ModelCost c = Value(CostOfModel(config, max_batch_tokens, longest, overhead_tokens));
-        return py::make_tuple(c.linear, c.quadratic, c.micro_batch, c.shift);
+        return py::make_tuple(c.linear, c.quadratic, c.micro_batch, c.shift, c.windowed, c.window,
+                              c.chunked, c.chunk);
       },
-      "(linear, quadratic, micro_batch, shift) of a model's config.json fields "
-      "(server/planner/model_cost.h)",
+      "(linear, quadratic, micro_batch, shift, windowed, window, chunked, chunk) of a model's "
+      "config.json fields (server/planner/model_cost.h)",
       py::arg("ints"), py::arg("strings"), py::arg("max_batch_tokens"), py::arg("longest"),
       py::arg("overhead_tokens") = 2048);
 
