@@ -128,6 +128,7 @@ _LOSS_SCALE = next(f["name"] for f in SCHEMA["micro_batch"] if f["kind"] == "Los
 _LOCAL_K = next(f["name"] for f in SCHEMA["plan_stats"] if f["kind"] == "LocalK")
 _INDEX_LISTS = [f["name"] for f in SCHEMA["plan_response"] if f["kind"] == "Indices"]
 _WEIGHTS = next(f["name"] for f in SCHEMA["plan_response"] if f["kind"] == "Weights")
+_INDICES = SCHEMA["micro_batch"][0]["name"]
 
 
 @dataclass(frozen=True)
@@ -183,6 +184,43 @@ class Plan:
             global_counts=global_counts or raw.get("loss_counts"),
         )
 
+    @classmethod
+    def from_columns(cls, columns, r=0, *, local_k=None, cap=0, global_counts=None):
+        """Plan ``r`` of the numpy columns packsched._planner returns (plan_columns,
+        balance_columns; client/python/src/plan_columns.h). Its counts and stats are read now;
+        its lists (micro_batches, metadata, reorder, revert, dropped, empty) are built from the
+        columns when first read, and are then the same lists a from_raw plan holds."""
+        stats = PlanStats(
+            **{key: values[r].item() for key, values in columns["stats"].items()}, cap=cap or 0
+        )
+        first, end = columns["plan_parts"][r : r + 2].tolist()
+        plan = object.__new__(cls)
+        plan.__dict__.update(
+            num_micro_batches=end - first,
+            local_num_micro_batches=getattr(stats, _LOCAL_K) if local_k is None else local_k,
+            loss_weights=columns.get(_WEIGHTS),
+            loss_scales=columns.get("loss_scales"),
+            stats=stats,
+            global_counts=global_counts or columns.get("loss_counts"),
+            _columns=(columns, r, first, end),
+        )
+        return plan
+
+    def __getattr__(self, name):
+        # Only reached for an attribute the instance does not hold: a list of a from_columns plan
+        # not read yet.
+        build = _LAZY.get(name)
+        lazy = self.__dict__.get("_columns")
+        if build is None or lazy is None:
+            raise AttributeError(f"{type(self).__name__!s} has no attribute {name!r}")
+        value = build(*lazy)
+        self.__dict__[name] = value
+        return value
+
+    def __getstate__(self):
+        # A from_columns plan pickles as the plain plan it reads as, without the columns.
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
     def split(self, rows):
         """Splits row-indexed data into one piece per micro-batch, rows in each micro-batch's
         index order.
@@ -217,6 +255,48 @@ class Plan:
             flat = [row for piece in outputs for row in piece]
             return [fill if pos < 0 else flat[pos] for pos in self.revert]
         return _scatter(outputs, self.reorder, n, 0 if fill is None else fill)
+
+
+def _span(columns, name, r):
+    """Plan r's slice of the index list ``name`` (reorder, revert, dropped) as a list."""
+    start, end = columns[name + "_offsets"][r : r + 2].tolist()
+    return columns[name][start:end].tolist()
+
+
+def _lists(columns, name, first, end):
+    """The lists ``name`` (indices, cu_seqlens, ...) of micro-batches [first, end)."""
+    offsets = columns[name + "_offsets"][first : end + 1].tolist()
+    flat = columns[name][offsets[0] : offsets[-1]].tolist()
+    base = offsets[0]
+    return [flat[a - base : b - base] for a, b in zip(offsets, offsets[1:])]
+
+
+def _metadata(columns, r, first, end):
+    values = {}
+    for f in SCHEMA["micro_batch"]:
+        name, kind = f["name"], f["kind"]
+        if kind == "Ints":
+            values[name] = _lists(columns, name, first, end)
+        elif kind == "LossScale":
+            scales = columns.get("loss_scales")
+            values[name] = [None] * (end - first) if scales is None else list(scales)
+        else:
+            values[name] = columns[name][first:end].tolist()
+    names = list(values)
+    return [
+        meta_of(dict(zip(names, row)), adopt=True) for row in zip(*(values[n] for n in names))
+    ]
+
+
+_LAZY = {
+    "micro_batches": lambda c, r, first, end: _lists(c, _INDICES, first, end),
+    "metadata": _metadata,
+    "empty": lambda c, r, first, end: c["empty"][first:end].tolist(),
+    **{
+        name: (lambda name: lambda c, r, first, end: _span(c, name, r))(name)
+        for name in _INDEX_LISTS
+    },
+}
 
 
 def _check_rows(got, want, what):
