@@ -129,6 +129,7 @@ _LOCAL_K = next(f["name"] for f in SCHEMA["plan_stats"] if f["kind"] == "LocalK"
 _INDEX_LISTS = [f["name"] for f in SCHEMA["plan_response"] if f["kind"] == "Indices"]
 _WEIGHTS = next(f["name"] for f in SCHEMA["plan_response"] if f["kind"] == "Weights")
 _INDICES = SCHEMA["micro_batch"][0]["name"]
+_STATS_DEFAULTS = {f.name: f.default for f in fields(PlanStats)}
 
 
 @dataclass(frozen=True)
@@ -190,10 +191,12 @@ class Plan:
         balance_columns; client/python/src/plan_columns.h). Its counts and stats are read now;
         its lists (micro_batches, metadata, reorder, revert, dropped, empty) are built from the
         columns when first read, and are then the same lists a from_raw plan holds."""
-        stats = PlanStats(
-            **{key: values[r].item() for key, values in columns["stats"].items()}, cap=cap or 0
-        )
-        first, end = columns["plan_parts"][r : r + 2].tolist()
+        lists = lists_of(columns)
+        stats = object.__new__(PlanStats)
+        stats.__dict__.update(_STATS_DEFAULTS, cap=cap or 0)
+        stats.__dict__.update({key: values[r] for key, values in lists["stats"].items()})
+        parts = lists["plan_parts"]
+        first, end = parts[r], parts[r + 1]
         plan = object.__new__(cls)
         plan.__dict__.update(
             num_micro_batches=end - first,
@@ -202,7 +205,7 @@ class Plan:
             loss_scales=columns.get("loss_scales"),
             stats=stats,
             global_counts=global_counts or columns.get("loss_counts"),
-            _columns=(columns, r, first, end),
+            _columns=(lists, r, first, end, columns.get("loss_scales")),
         )
         return plan
 
@@ -257,43 +260,85 @@ class Plan:
         return _scatter(outputs, self.reorder, n, 0 if fill is None else fill)
 
 
-def _span(columns, name, r):
-    """Plan r's slice of the index list ``name`` (reorder, revert, dropped) as a list."""
-    start, end = columns[name + "_offsets"][r : r + 2].tolist()
-    return columns[name][start:end].tolist()
+class _Converted(dict):
+    """The columns as Python lists, each converted when read; with ``keep``, converted once and
+    kept."""
+
+    def __init__(self, columns, keep):
+        super().__init__()
+        self._columns = columns
+        self._keep = keep
+
+    def __missing__(self, name):
+        column = self._columns[name]
+        value = (
+            {key: values.tolist() for key, values in column.items()}
+            if isinstance(column, dict)
+            else column.tolist()
+        )
+        if self._keep:
+            self[name] = value
+        return value
 
 
-def _lists(columns, name, first, end):
+def lists_of(columns):
+    """The columns as Python lists (numpy arrays -> lists, the stats dict -> a dict of lists).
+    With several plans (balance's ranks) they are converted once, in full, and kept with the
+    columns: each plan's lists are then slices of them. A single plan's are converted field by
+    field as it reads them, and not kept beyond the lists made from them."""
+    if len(columns["plan_parts"]) <= 2:
+        return _Converted(columns, keep=False)
+    lists = columns.get("_lists")
+    if lists is None:
+        lists = columns["_lists"] = _Converted(columns, keep=True)
+        for name, column in list(columns.items()):
+            if name != "_lists" and hasattr(column, "tolist") or name == "stats":
+                lists[name]  # noqa: B018 (converts)
+    return lists
+
+
+def _span(lists, name, r):
+    """Plan r's slice of the index list ``name`` (reorder, revert, dropped)."""
+    offsets = lists[name + "_offsets"]
+    values = lists[name]
+    if not lists._keep and offsets[r] == 0 and offsets[r + 1] == len(values):
+        return values  # converted for this plan alone
+    return values[offsets[r] : offsets[r + 1]]
+
+
+def _lists(lists, name, first, end):
     """The lists ``name`` (indices, cu_seqlens, ...) of micro-batches [first, end)."""
-    offsets = columns[name + "_offsets"][first : end + 1].tolist()
-    flat = columns[name][offsets[0] : offsets[-1]].tolist()
-    base = offsets[0]
-    return [flat[a - base : b - base] for a, b in zip(offsets, offsets[1:])]
+    offsets = lists[name + "_offsets"]
+    values = lists[name]
+    return [values[offsets[i] : offsets[i + 1]] for i in range(first, end)]
 
 
-def _metadata(columns, r, first, end):
-    values = {}
-    for f in SCHEMA["micro_batch"]:
-        name, kind = f["name"], f["kind"]
+def _metadata(lists, r, first, end, loss_scales):
+    values = []
+    for name, kind in _META_KINDS:
         if kind == "Ints":
-            values[name] = _lists(columns, name, first, end)
+            values.append(_lists(lists, name, first, end))
         elif kind == "LossScale":
-            scales = columns.get("loss_scales")
-            values[name] = [None] * (end - first) if scales is None else list(scales)
+            values.append([None] * (end - first) if loss_scales is None else list(loss_scales))
         else:
-            values[name] = columns[name][first:end].tolist()
-    names = list(values)
-    return [
-        meta_of(dict(zip(names, row)), adopt=True) for row in zip(*(values[n] for n in names))
-    ]
+            values.append(lists[name][first:end])
+    # Every field, by construction: meta_of's check is not needed.
+    names = [name for name, _ in _META_KINDS]
+    out = []
+    for row in zip(*values):
+        meta = object.__new__(MicroBatchMeta)
+        object.__setattr__(meta, "__dict__", dict(zip(names, row)))
+        out.append(meta)
+    return out
 
 
+_META_KINDS = [(f["name"], f["kind"]) for f in SCHEMA["micro_batch"]]
 _LAZY = {
-    "micro_batches": lambda c, r, first, end: _lists(c, _INDICES, first, end),
+    "micro_batches": lambda lists, r, first, end, scales: _lists(lists, _INDICES, first, end),
     "metadata": _metadata,
-    "empty": lambda c, r, first, end: c["empty"][first:end].tolist(),
+    "empty": lambda lists, r, first, end, scales: lists["empty"][first:end],
     **{
-        name: (lambda name: lambda c, r, first, end: _span(c, name, r))(name)
+        name: (lambda name: lambda lists, r, first, end, scales: _span(lists, name, r))(name)
         for name in _INDEX_LISTS
     },
 }

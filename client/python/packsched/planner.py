@@ -34,7 +34,7 @@ from ._inputs import int_array
 from ._options import CAP, check_world_size, split_options
 from ._progress import Progress
 from .model_cost import model_fields
-from .plan import Plan
+from .plan import Plan, lists_of
 from .tree import Forest, TreePlan
 
 __all__ = [
@@ -286,10 +286,10 @@ def balance(
         )
 
     def rank(r):
-        start, end = raw["rank_indices_offsets"][r : r + 2].tolist()
-        indices = raw["rank_indices"][start:end].tolist()
-        plan = Plan.from_columns(raw, r, cap=max_token_len)
-        return RankPlan(indices, raw["rank_cost"][r].item(), plan)
+        lists = lists_of(raw)
+        offsets = lists["rank_indices_offsets"]
+        indices = lists["rank_indices"][offsets[r] : offsets[r + 1]]
+        return RankPlan(indices, lists["rank_cost"][r], Plan.from_columns(raw, r, cap=max_token_len))
 
     ranks = Lazy(len(raw["rank_cost"]), rank)
     return Balanced(ranks, raw["num_micro_batches"], raw["batch_dropped"], StepStats(**raw["step"]))
