@@ -46,6 +46,7 @@ __all__ = [
     "RankPlan",
     "Balanced",
     "StepStats",
+    "Lazy",
     "SYNCS",
 ]
 
