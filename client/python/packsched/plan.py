@@ -218,6 +218,8 @@ class Plan:
             raise AttributeError(f"{type(self).__name__!s} has no attribute {name!r}")
         value = build(*lazy)
         self.__dict__[name] = value
+        if all(key in self.__dict__ for key in _LAZY):
+            del self.__dict__["_columns"]  # every list made: the columns can go
         return value
 
     def __getstate__(self):
@@ -292,7 +294,7 @@ def lists_of(columns):
     if lists is None:
         lists = columns["_lists"] = _Converted(columns, keep=True)
         for name, column in list(columns.items()):
-            if name != "_lists" and hasattr(column, "tolist") or name == "stats":
+            if name == "stats" or (name != "_lists" and hasattr(column, "tolist")):
                 lists[name]  # noqa: B018 (converts)
     return lists
 
