@@ -160,6 +160,7 @@ absl::Status ReadLayerAttention(const absl::flat_hash_map<std::string, int64_t>&
       }
       if (item == "sliding_attention") m.layer_attention[i] = Attention::kSliding;
       if (item == "chunked_attention") m.layer_attention[i] = Attention::kChunked;
+      if (item == "linear_attention") m.layer_attention[i] = Attention::kRecurrent;
     }
   } else if (is({"llama4", "llama4_text"})) {
     const std::string text = string_of("no_rope_layers");
@@ -471,7 +472,7 @@ absl::StatusOr<ModelCost> CostOfModel(const ModelConfig& config, int64_t max_bat
       ++sliding_layers;
     } else if (kind == ModelConfig::Attention::kChunked && m.attention_chunk > 0) {
       ++chunked_layers;
-    } else {
+    } else if (kind != ModelConfig::Attention::kRecurrent) {
       ++full_layers;
     }
   }

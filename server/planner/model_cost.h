@@ -70,8 +70,9 @@ struct ModelConfig {
   // What each layer's attention sees (ModelConfigFromFields reads it as transformers builds it):
   // empty = every layer the whole sequence. A sliding layer sees `sliding_window` keys back
   // (itself included), a chunked one its chunk of `attention_chunk` tokens; with that size 0 the
-  // layer sees the whole sequence.
-  enum class Attention { kFull, kSliding, kChunked };
+  // layer sees the whole sequence. A recurrent layer (linear attention) has no scores: its cost
+  // grows linearly with the sequence.
+  enum class Attention { kFull, kSliding, kChunked, kRecurrent };
   std::vector<Attention> layer_attention;
   int64_t sliding_window = 0;
   int64_t attention_chunk = 0;
@@ -116,7 +117,8 @@ struct ModelCost {
 // names it: transformers' Llama4TextMoe always builds it).
 //
 // Attention per layer, as transformers' config classes derive it: a `layer_types` list
-// ("sliding_attention", "chunked_attention"; any other type sees the whole sequence) of
+// ("sliding_attention", "chunked_attention", "linear_attention": Qwen3-Next's recurrent layers,
+// no scores; any other type sees the whole sequence) of
 // num_hidden_layers entries wins, except for mistral / mixtral (whose classes ignore it: every
 // layer is sliding). Without it, by model_type: llama4 / llama4_text chunked where
 // no_rope_layers is 1 (default: every layer but each no_rope_layer_interval-th, 4), gemma2 and

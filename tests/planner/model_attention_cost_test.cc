@@ -308,6 +308,24 @@ TEST(ModelAttentionCost, Qwen2MoeSharedExpert) {
   ExpectMatches(CostOf(qwen, {{"model_type", "qwen2_moe"}}), hand);
 }
 
+// Qwen3-Next's linear-attention layers are recurrent: no scores, whatever the sequence's length.
+TEST(ModelAttentionCost, LinearAttentionLayersHaveNoScores) {
+  const Ints dense = {{"hidden_size", 2048},       {"intermediate_size", 5120},
+                      {"num_attention_heads", 16}, {"num_key_value_heads", 2},
+                      {"head_dim", 256},           {"num_hidden_layers", 8},
+                      {"vocab_size", 151936}};
+  std::string types = "[";
+  for (int i = 0; i < 8; ++i) {
+    types +=
+        std::string(i ? ", " : "") + ((i + 1) % 4 ? "\"linear_attention\"" : "\"full_attention\"");
+  }
+  const ModelCost c = CostOf(dense, {{"model_type", "qwen3_next"}, {"layer_types", types + "]"}});
+  EXPECT_NEAR(c.quadratic * std::ldexp(1.0, c.shift), 2 * 3.0 * 16 * (256 + 256),
+              std::ldexp(1.0, c.shift));
+  EXPECT_EQ(c.windowed, 0);
+  EXPECT_EQ(c.chunked, 0);
+}
+
 TEST(ModelAttentionCost, RejectsBadLayerFields) {
   const Ints base = {{"hidden_size", 2048},
                      {"num_hidden_layers", 4},
