@@ -1,10 +1,10 @@
 #ifndef PACKSCHED_CLIENT_PYTHON_SRC_PLAN_COLUMNS_H_
 #define PACKSCHED_CLIENT_PYTHON_SRC_PLAN_COLUMNS_H_
 
-// Plans as columns for Python (packsched._plan_columns): numpy arrays over all the micro-batches
-// and sequences of one or many plans, handed over without converting a value to a Python object,
-// so that a call returns in about the planner's own time; packsched.plan builds a rank's Plan and
-// its lists only when they are read.
+// Plans as columns for Python (packsched._planner.plan_columns, balance_columns): numpy arrays
+// over all the micro-batches and sequences of one or many plans, handed over without converting a
+// value to a Python object, so that a call returns in about the planner's own time;
+// packsched.plan builds a rank's Plan and its lists only when they are read.
 
 #include <pybind11/pybind11.h>
 
