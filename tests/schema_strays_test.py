@@ -31,7 +31,8 @@ Files checked (CHECKED below):
   server/service/convert.*    the sidecar's proto <-> planner conversion, and what reads the
   server/service/{options_hash,request_memory,partition,balance_batch}.cc  options beside it
   client/cpp/ (.cc, plan_decoder.h)  the C++ client's request building and wire decoder
-  client/python/src/planner_{module,schema}.cc  pybind dicts <-> planner value types; the schema
+  client/python/src/planner_{module,schema}.cc, plan_columns.cc  pybind dicts and numpy columns
+                              <-> planner value types; the schema
   client/python/packsched/{_options,client,plan,planner}.py  option defaults and checks, proto
                               <-> Python, the pybind dicts -> Plan
 Not checked, on purpose: the declarations of value types, which are where the names live
@@ -73,6 +74,7 @@ CHECKED = [
     "client/cpp/plan_decoder.h",
     "client/cpp/scheduler_client.cc",
     "client/python/src/planner_module.cc",
+    "client/python/src/plan_columns.cc",
     "client/python/src/planner_schema.cc",
     "client/python/packsched/_options.py",
     "client/python/packsched/client.py",
@@ -92,17 +94,17 @@ ALLOWED = {
         "packsched.planner's public signatures: the cap is the positional max_token_len",
     ),
     ("client/python/packsched/plan.py", "micro_batches"): (
-        8,
+        9,
         "a field of the public Plan type (lists of indices, not the proto's messages)",
     ),
     ("client/python/packsched/plan.py", "local_num_micro_batches"): (
-        2,
+        3,
         "a field of the public Plan type",
     ),
-    ("client/python/packsched/plan.py", "loss_weights"): (2, "a field of the public Plan type"),
+    ("client/python/packsched/plan.py", "loss_weights"): (3, "a field of the public Plan type"),
     ("client/python/packsched/plan.py", "local_k"): (
-        3,
-        "Plan.from_raw's keyword (a public classmethod)",
+        6,
+        "Plan.from_raw's and Plan.from_columns' keyword (public classmethods)",
     ),
     ("client/python/packsched/client.py", "micro_batches"): (1, "the public Plan type's keyword"),
     ("client/python/packsched/client.py", "local_num_micro_batches"): (

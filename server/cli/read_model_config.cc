@@ -41,9 +41,10 @@ class Reader {
   }
 
   // An object's members into `out`: integers (whole numbers written with a fraction or an
-  // exponent too) and strings; other numbers and arrays as their JSON text among the strings
-  // (the model cost refuses a non-integer where it reads an integer, and reads mlp_only_layers as
-  // a list); other values checked and dropped. With `nested`, a text_config object member is
+  // exponent too) and strings; other numbers, arrays, true, false and null as their JSON text
+  // among the strings (the model cost refuses a non-integer where it reads an integer, and reads
+  // mlp_only_layers and layer_types as lists, use_sliding_window as a bool); objects checked and
+  // dropped. With `nested`, a text_config object member is
   // read the same way into it.
   bool Object(ModelFields& out, ModelFields* nested) {
     SkipSpace();
@@ -70,6 +71,10 @@ class Reader {
           out.strings[key] = std::string(number);
         }
       } else if (Peek() == '[') {
+        const size_t start = pos_;
+        if (!Value(1)) return false;
+        out.strings[key] = std::string(text_.substr(start, pos_ - start));
+      } else if (Peek() == 't' || Peek() == 'f' || Peek() == 'n') {
         const size_t start = pos_;
         if (!Value(1)) return false;
         out.strings[key] = std::string(text_.substr(start, pos_ - start));

@@ -16,8 +16,9 @@ namespace packsched::cli {
 struct ModelFields {
   // Integer members, whole numbers written as reals included (4096.0; not true).
   absl::flat_hash_map<std::string, int64_t> ints;
-  // String members, unescaped; and the JSON text of the other numbers (0.5, 1e30) and of arrays
-  // (the model cost refuses a non-integer where it reads an integer; mlp_only_layers is a list).
+  // String members, unescaped; and the JSON text of the other numbers (0.5, 1e30), of arrays and
+  // of true, false and null (the model cost refuses a non-integer where it reads an integer;
+  // mlp_only_layers and layer_types are lists, use_sliding_window a bool, null a missing size).
   absl::flat_hash_map<std::string, std::string> strings;
 };
 

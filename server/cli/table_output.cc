@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <string>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -10,6 +11,14 @@
 
 namespace packsched::cli {
 namespace {
+
+// The attention cost's formula with its weights (options.h, AttentionCost).
+std::string CostFormula(const planner::AttentionCost& a) {
+  std::string out = absl::StrCat(a.linear, "*L + ", a.quadratic, "*L^2");
+  if (a.windowed > 0) absl::StrAppend(&out, " + ", a.windowed, "*window(L, ", a.window, ")");
+  if (a.chunked > 0) absl::StrAppend(&out, " + ", a.chunked, "*chunks(L, ", a.chunk, ")");
+  return out;
+}
 
 constexpr int kBarWidth = 30;
 
@@ -44,7 +53,7 @@ std::string BatchTable(const PlanRun& run) {
                   batch.num_micro_batches, " micro-batches each (sync ",
                   planner::Name(run.request.balance.sync), ", cap ", o.max_token_len);
   if (o.cost == planner::CostModel::kAttention) {
-    absl::StrAppend(&out, ", cost ", o.attention.linear, "*L + ", o.attention.quadratic, "*L^2");
+    absl::StrAppend(&out, ", cost ", CostFormula(o.attention));
   }
   if (run.request.balance.micro_batch_cost > 0) {
     absl::StrAppend(&out, " + ", run.request.balance.micro_batch_cost, " a micro-batch");
@@ -88,7 +97,7 @@ std::string PlanTable(const PlanRun& run) {
   }
   if (run.request.num_parts > 0) absl::StrAppend(&out, ", fixed k");
   if (o.cost == planner::CostModel::kAttention) {
-    absl::StrAppend(&out, ", cost ", o.attention.linear, "*L + ", o.attention.quadratic, "*L^2");
+    absl::StrAppend(&out, ", cost ", CostFormula(o.attention));
   }
   absl::StrAppend(&out, ")\n\n");
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <initializer_list>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -71,6 +72,148 @@ absl::StatusOr<std::vector<int64_t>> LayerList(absl::string_view field, absl::st
   return out;
 }
 
+// The items of a JSON list's text "[a, b, ...]", stripped; nullopt when it is not a list.
+std::optional<std::vector<absl::string_view>> ListItems(absl::string_view text) {
+  text = absl::StripAsciiWhitespace(text);
+  if (!absl::ConsumePrefix(&text, "[") || !absl::ConsumeSuffix(&text, "]")) return std::nullopt;
+  std::vector<absl::string_view> out;
+  if (absl::StripAsciiWhitespace(text).empty()) return out;
+  for (absl::string_view part : absl::StrSplit(text, ',')) {
+    out.push_back(absl::StripAsciiWhitespace(part));
+  }
+  return out;
+}
+
+using Attention = ModelConfig::Attention;
+
+// Every layer `kind` where `pick(i)` holds, else full.
+template <typename Pick>
+std::vector<Attention> LayersWhere(int64_t layers, Attention kind, Pick pick) {
+  std::vector<Attention> out(layers, Attention::kFull);
+  for (int64_t i = 0; i < layers; ++i) {
+    if (pick(i)) out[i] = kind;
+  }
+  return out;
+}
+
+// A field that may be an integer, missing (`fallback`) or null (0: none).
+absl::StatusOr<int64_t> SizeOrNone(const absl::flat_hash_map<std::string, int64_t>& ints,
+                                   const absl::flat_hash_map<std::string, std::string>& strings,
+                                   const char* key, int64_t fallback) {
+  if (auto it = strings.find(key); it != strings.end()) {
+    if (it->second == "null") return 0;
+    return absl::InvalidArgumentError(absl::StrCat("model config: ", key, " = ",
+                                                   it->second.substr(0, 40),
+                                                   ": must be a positive integer or null"));
+  }
+  auto it = ints.find(key);
+  if (it == ints.end()) return fallback;
+  if (it->second < 1 || it->second > kMaxLength) {
+    return absl::InvalidArgumentError(absl::StrCat("model config: ", key, " = ", it->second,
+                                                   ": must be in [1, ", kMaxLength, "] or null"));
+  }
+  return it->second;
+}
+
+// What each layer's attention sees (ModelConfigFromFields' rules), with its window and chunk.
+absl::Status ReadLayerAttention(const absl::flat_hash_map<std::string, int64_t>& ints,
+                                const absl::flat_hash_map<std::string, std::string>& strings,
+                                ModelConfig& m) {
+  auto string_of = [&](const char* key) -> std::string {
+    auto it = strings.find(key);
+    return it == strings.end() ? "" : it->second;
+  };
+  const std::string type = string_of("model_type");
+  auto is = [&](std::initializer_list<const char*> types) {
+    return std::any_of(types.begin(), types.end(), [&](const char* t) { return type == t; });
+  };
+  auto positive = [&](const char* key, int64_t fallback) -> absl::StatusOr<int64_t> {
+    const int64_t value = Get(ints, key, fallback);
+    if (value < 1) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("model config: ", key, " = ", value, ": must be >= 1"));
+    }
+    return value;
+  };
+  const std::string use_text = string_of("use_sliding_window");
+  if (!use_text.empty() && use_text != "true" && use_text != "false" && use_text != "null") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "model config: use_sliding_window = ", use_text.substr(0, 40), ": must be true or false"));
+  }
+  const bool use_sliding = use_text == "true";
+  const int64_t layers = m.num_layers;
+  const bool mistral = is({"mistral", "mixtral"});
+  if (strings.contains("layer_types") && !mistral) {
+    const std::string& text = strings.at("layer_types");
+    const std::optional<std::vector<absl::string_view>> items = ListItems(text);
+    if (!items || static_cast<int64_t>(items->size()) != layers) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("model config: layer_types = ", text.substr(0, 40),
+                       ": must be a list of num_hidden_layers = ", layers, " layer types"));
+    }
+    m.layer_attention.assign(layers, Attention::kFull);
+    for (int64_t i = 0; i < layers; ++i) {
+      absl::string_view item = (*items)[i];
+      if (!absl::ConsumePrefix(&item, "\"") || !absl::ConsumeSuffix(&item, "\"")) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "model config: layer_types[", i, "] = ", (*items)[i].substr(0, 40), ": not a string"));
+      }
+      if (item == "sliding_attention") m.layer_attention[i] = Attention::kSliding;
+      if (item == "chunked_attention") m.layer_attention[i] = Attention::kChunked;
+      if (item == "linear_attention") m.layer_attention[i] = Attention::kRecurrent;
+    }
+  } else if (is({"llama4", "llama4_text"})) {
+    const std::string text = string_of("no_rope_layers");
+    const std::optional<std::vector<absl::string_view>> items = ListItems(text);
+    if (!text.empty() && text != "null" &&
+        (!items || (!items->empty() && static_cast<int64_t>(items->size()) != layers))) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("model config: no_rope_layers = ", text.substr(0, 40),
+                       ": must be a list of num_hidden_layers = ", layers, " flags (0 or 1)"));
+    }
+    if (items && !items->empty()) {
+      m.layer_attention.assign(layers, Attention::kFull);
+      for (int64_t i = 0; i < layers; ++i) {
+        int64_t flag = 0;
+        if (!absl::SimpleAtoi((*items)[i], &flag) || (flag != 0 && flag != 1)) {
+          return absl::InvalidArgumentError(absl::StrCat("model config: no_rope_layers[", i,
+                                                         "] = ", (*items)[i].substr(0, 40),
+                                                         ": must be 0 or 1"));
+        }
+        if (flag == 1) m.layer_attention[i] = Attention::kChunked;
+      }
+    } else {
+      ASSIGN_OR_RETURN(const int64_t interval, positive("no_rope_layer_interval", 4));
+      m.layer_attention =
+          LayersWhere(layers, Attention::kChunked, [&](int64_t i) { return (i + 1) % interval; });
+    }
+  } else if (is({"gemma2", "gpt_oss"})) {
+    m.layer_attention =
+        LayersWhere(layers, Attention::kSliding, [](int64_t i) { return i % 2 == 0; });
+  } else if (is({"gemma3", "gemma3_text"})) {
+    ASSIGN_OR_RETURN(const int64_t pattern, positive("sliding_window_pattern", 6));
+    m.layer_attention =
+        LayersWhere(layers, Attention::kSliding, [&](int64_t i) { return (i + 1) % pattern; });
+  } else if (mistral) {
+    m.layer_attention = LayersWhere(layers, Attention::kSliding, [](int64_t) { return true; });
+  } else if (use_sliding && is({"qwen3_moe"})) {
+    m.layer_attention = LayersWhere(layers, Attention::kSliding, [](int64_t) { return true; });
+  } else if (use_sliding && is({"qwen2", "qwen3", "qwen2_moe"})) {
+    ASSIGN_OR_RETURN(const int64_t below, positive("max_window_layers", 28));
+    const bool moe = type == "qwen2_moe";
+    m.layer_attention = LayersWhere(layers, Attention::kSliding, [&](int64_t i) {
+      return moe ? i % 2 == 0 && i < below : i >= below;
+    });
+  }
+  // transformers' defaults where the field is missing.
+  const int64_t window = type == "gpt_oss" ? 128 : type == "mixtral" ? 0 : 4096;
+  ASSIGN_OR_RETURN(m.sliding_window, SizeOrNone(ints, strings, "sliding_window", window));
+  ASSIGN_OR_RETURN(m.attention_chunk, SizeOrNone(ints, strings, "attention_chunk_size", 8192));
+  // The Qwen classes window only with use_sliding_window.
+  if (is({"qwen2", "qwen3", "qwen2_moe", "qwen3_moe"}) && !use_sliding) m.sliding_window = 0;
+  return absl::OkStatus();
+}
+
 // The layers that use the experts (ModelConfig's rules). REQUIRES: moe_layer_freq and
 // moe_layer_step >= 1, mlp_only_layers and moe_layers sorted.
 int64_t MoeLayers(const ModelConfig& m) {
@@ -89,7 +232,8 @@ int64_t MoeLayers(const ModelConfig& m) {
 // cost.
 int64_t Use(const ModelCost& cost, PlanOptions& options) {
   options.cost = CostModel::kAttention;
-  options.attention = AttentionCost{cost.linear, cost.quadratic};
+  options.attention = AttentionCost{cost.linear, cost.quadratic, cost.windowed,
+                                    cost.window, cost.chunked,   cost.chunk};
   return cost.micro_batch;
 }
 
@@ -123,7 +267,7 @@ absl::StatusOr<ModelConfig> ModelConfigFromFields(
                           "qk_nope_head_dim",
                           "qk_rope_head_dim",
                           "v_head_dim"}) {
-    if (auto it = strings.find(key); it != strings.end()) {
+    if (auto it = strings.find(key); it != strings.end() && it->second != "null") {
       return absl::InvalidArgumentError(absl::StrCat(
           "model config: ", key, " = ", it->second.substr(0, 40), ": must be an integer (int64)"));
     }
@@ -150,10 +294,7 @@ absl::StatusOr<ModelConfig> ModelConfigFromFields(
   m.experts_per_token = Get(ints, "num_experts_per_tok");
   m.moe_intermediate_size = Get(ints, "moe_intermediate_size", m.intermediate_size);
   m.shared_experts = Get(ints, "n_shared_experts");
-  if (const int64_t shared = Get(ints, "shared_expert_intermediate_size");
-      shared > 0 && m.moe_intermediate_size > 0) {
-    m.shared_experts = std::max<int64_t>(1, shared / m.moe_intermediate_size);
-  }
+  m.shared_intermediate_size = Get(ints, "shared_expert_intermediate_size");
   const char* width = "n_routed_experts";
   for (const char* key : {"n_routed_experts", "num_experts", "num_local_experts"}) {
     if (ints.contains(key)) {
@@ -177,10 +318,15 @@ absl::StatusOr<ModelConfig> ModelConfigFromFields(
       if (it->second == ungated) m.gated_mlp = false;
     }
   }
-  if (auto it = strings.find("mlp_only_layers"); it != strings.end()) {
+  if (auto it = strings.find("model_type");
+      it != strings.end() && (it->second == "llama4" || it->second == "llama4_text")) {
+    m.shared_experts = 1;
+  }
+  RETURN_IF_ERROR(ReadLayerAttention(ints, strings, m));
+  if (auto it = strings.find("mlp_only_layers"); it != strings.end() && it->second != "null") {
     ASSIGN_OR_RETURN(m.mlp_only_layers, LayerList("mlp_only_layers", it->second, m.num_layers));
   }
-  if (auto it = strings.find("moe_layers"); it != strings.end()) {
+  if (auto it = strings.find("moe_layers"); it != strings.end() && it->second != "null") {
     ASSIGN_OR_RETURN(m.moe_layers, LayerList("moe_layers", it->second, m.num_layers));
     m.moe_layers_listed = true;
   }
@@ -242,7 +388,8 @@ absl::StatusOr<ModelCost> CostOfModel(const ModelConfig& config, int64_t max_bat
                                     {"kv_lora_rank", m.kv_lora_rank},
                                     {"qk_nope_head_dim", m.qk_nope_head_dim},
                                     {"qk_rope_head_dim", m.qk_rope_head_dim},
-                                    {"v_head_dim", m.v_head_dim}}) {
+                                    {"v_head_dim", m.v_head_dim},
+                                    {"shared_intermediate_size", m.shared_intermediate_size}}) {
     if (value < 0 || value > kMaxField) {
       return absl::InvalidArgumentError(
           absl::StrCat("model config: ", name, " = ", value, ": must be in [0, ", kMaxField, "]"));
@@ -254,6 +401,18 @@ absl::StatusOr<ModelCost> CostOfModel(const ModelConfig& config, int64_t max_bat
     return absl::InvalidArgumentError(
         "model config: moe_layer_freq and moe_layer_step must be >= 1, mlp_only_layers and "
         "moe_layers sorted");
+  }
+  if (!m.layer_attention.empty() &&
+      static_cast<int64_t>(m.layer_attention.size()) != m.num_layers) {
+    return absl::InvalidArgumentError(absl::StrCat("model config: layer_attention has ",
+                                                   m.layer_attention.size(),
+                                                   " entries for num_layers = ", m.num_layers));
+  }
+  if (m.sliding_window < 0 || m.sliding_window > kMaxLength || m.attention_chunk < 0 ||
+      m.attention_chunk > kMaxLength) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "model config: sliding_window = ", m.sliding_window,
+        " and attention_chunk = ", m.attention_chunk, ": must be in [0, ", kMaxLength, "]"));
   }
   if (m.hidden_size < 1 || m.num_layers < 1 || m.num_heads < 1) {
     return absl::InvalidArgumentError(
@@ -290,31 +449,64 @@ absl::StatusOr<ModelCost> CostOfModel(const ModelConfig& config, int64_t max_bat
       Mul({mats, h,
            U128(m.dense_intermediate_size > 0 ? m.dense_intermediate_size : m.intermediate_size)});
   const bool moe = m.experts_per_token > 0;
-  const U128 moe_mlp = Add(Mul({mats, h, U128(m.moe_intermediate_size),
-                                U128(m.experts_per_token) + U128(m.shared_experts)}),
-                           Mul(h, m.num_experts));
+  // The shared experts: one MLP of shared_intermediate_size with its one-output gate, or
+  // shared_experts of the routed experts' size.
+  const U128 shared_mlp =
+      m.shared_intermediate_size > 0
+          ? Add(Mul({mats, h, U128(m.shared_intermediate_size)}), h)
+          : Mul({mats, h, U128(m.moe_intermediate_size), U128(m.shared_experts)});
+  const U128 moe_mlp =
+      Add(Add(Mul({mats, h, U128(m.moe_intermediate_size), U128(m.experts_per_token)}), shared_mlp),
+          Mul(h, m.num_experts));
   const int64_t moe_layers = moe ? MoeLayers(m) : 0;
   const int64_t dense_layers = m.num_layers - moe_layers;
   U128 params = Mul(h, m.vocab_size);
   params = Add(params, Mul(Add(attention, dense_mlp), dense_layers));
   params = Add(params, Mul(Add(attention, moe_mlp), moe_layers));
   const U128 linear = Mul(6, params);
-  const U128 quadratic = Mul({U128(3), U128(m.num_layers), heads, qk_dim + v_dim});
+  // Scores per layer kind: a sliding or chunked layer without its size sees the whole sequence.
+  int64_t full_layers = m.layer_attention.empty() ? m.num_layers : 0, sliding_layers = 0,
+          chunked_layers = 0;
+  for (const ModelConfig::Attention kind : m.layer_attention) {
+    if (kind == ModelConfig::Attention::kSliding && m.sliding_window > 0) {
+      ++sliding_layers;
+    } else if (kind == ModelConfig::Attention::kChunked && m.attention_chunk > 0) {
+      ++chunked_layers;
+    } else if (kind != ModelConfig::Attention::kRecurrent) {
+      ++full_layers;
+    }
+  }
+  const U128 per_layer = Mul({U128(3), heads, qk_dim + v_dim});
+  const U128 quadratic = Mul(per_layer, full_layers);
+  const U128 windowed = Mul(per_layer, sliding_layers);
+  const U128 chunked = Mul(per_layer, chunked_layers);
 
   // The least shift that keeps every weight and the largest batch's cost in range.
   const U128 tokens = max_batch_tokens;
   const U128 seq = std::min(longest, max_batch_tokens);
   for (int shift = 0; shift < 127; ++shift) {
     const U128 a = Scaled(linear, shift), b = Scaled(quadratic, shift);
+    const U128 bw = Scaled(windowed, shift), bc = Scaled(chunked, shift);
     const U128 c = Mul(a, overhead_tokens);
-    if (a > static_cast<U128>(kMaxAttentionWeight) || b > static_cast<U128>(kMaxAttentionWeight) ||
+    constexpr U128 kMaxWeight = kMaxAttentionWeight;
+    if (a > kMaxWeight || b > kMaxWeight || bw > kMaxWeight || bc > kMaxWeight ||
         c > static_cast<U128>(kMaxMicroBatchCost)) {
       continue;
     }
-    const U128 batch = Add(Add(Mul(a, tokens), Mul({b, tokens, seq})), Mul(c, tokens));
+    // A windowed or chunked layer's scores are at most a full layer's (L^2).
+    const U128 batch =
+        Add(Add(Mul(a, tokens), Mul({Add(Add(b, bw), bc), tokens, seq})), Mul(c, tokens));
     if (batch > (U128{1} << 62)) continue;
-    return ModelCost{static_cast<int64_t>(a), static_cast<int64_t>(b), static_cast<int64_t>(c),
-                     shift};
+    ModelCost out{static_cast<int64_t>(a), static_cast<int64_t>(b), static_cast<int64_t>(c), shift};
+    if (bw > 0) {
+      out.windowed = static_cast<int64_t>(bw);
+      out.window = m.sliding_window;
+    }
+    if (bc > 0) {
+      out.chunked = static_cast<int64_t>(bc);
+      out.chunk = m.attention_chunk;
+    }
+    return out;
   }
   return absl::InvalidArgumentError("model cost: no scale fits the batch in int64");
 }

@@ -8,7 +8,10 @@
 //   linear    = 6 x (active parameters a token passes through: per layer the attention
 //               projections and the MLP or the routed + shared experts it uses, plus the LM head)
 //   quadratic = 3 x layers x heads x (qk head dim + v head dim)   (causal: L^2 / 2 scores,
-//               2 FLOPs each, for QK^T and for AV)
+//               2 FLOPs each, for QK^T and for AV), over the layers that see the whole sequence;
+//   windowed, chunked = the same over the sliding-window layers and over the chunked layers, with
+//               their window and chunk (AttentionCost's Scores and Chunks, options.h: a token
+//               there sees min(p + 1, window) keys, or those of its own chunk of `chunk` tokens)
 //   micro_batch = linear x overhead_tokens (a fixed per-micro-batch cost worth that many tokens:
 //               FSDP's parameter gather, launch overheads; 2,048 by default)
 // then scaled down by one power of two so that each weight is at most kMaxAttentionWeight and
@@ -61,6 +64,18 @@ struct ModelConfig {
   int64_t qk_nope_head_dim = 0;
   int64_t qk_rope_head_dim = 0;
   int64_t v_head_dim = 0;
+  // The shared experts' MLP size in all (Qwen-MoE's shared_expert_intermediate_size); 0 =
+  // shared_experts x moe_intermediate_size (DeepSeek's n_shared_experts, Llama 4's one).
+  int64_t shared_intermediate_size = 0;
+  // What each layer's attention sees (ModelConfigFromFields reads it as transformers builds it):
+  // empty = every layer the whole sequence. A sliding layer sees `sliding_window` keys back
+  // (itself included), a chunked one its chunk of `attention_chunk` tokens; with that size 0 the
+  // layer sees the whole sequence. A recurrent layer (linear attention) has no scores: its cost
+  // grows linearly with the sequence.
+  enum class Attention { kFull, kSliding, kChunked, kRecurrent };
+  std::vector<Attention> layer_attention;
+  int64_t sliding_window = 0;
+  int64_t attention_chunk = 0;
 };
 
 struct ModelCost {
@@ -68,6 +83,12 @@ struct ModelCost {
   int64_t quadratic = 0;
   int64_t micro_batch = 0;
   int shift = 0;  // the FLOPs are these x 2^shift
+  // The sliding-window and chunked layers' weights and sizes (AttentionCost, options.h); 0 when
+  // the model has none.
+  int64_t windowed = 0;
+  int64_t window = 0;
+  int64_t chunked = 0;
+  int64_t chunk = 0;
 };
 
 // A ModelConfig from the top-level fields of a Hugging Face config.json: its integers
@@ -89,6 +110,27 @@ struct ModelCost {
 // moe_layer_freq or decoder_sparse_step below 1, mlp_only_layers or moe_layers not a list of
 // layer indices, or kv_lora_rank > 0 (MLA) with qk_nope_head_dim + qk_rope_head_dim or
 // v_head_dim 0.
+//
+// Shared experts: n_shared_experts (DeepSeek) of moe_intermediate_size each,
+// shared_expert_intermediate_size (Qwen2-MoE: one MLP of that size, plus its one-output gate),
+// and for model_type llama4 / llama4_text one of intermediate_size on every MoE layer (no field
+// names it: transformers' Llama4TextMoe always builds it).
+//
+// Attention per layer, as transformers' config classes derive it: a `layer_types` list
+// ("sliding_attention", "chunked_attention", "linear_attention": Qwen3-Next's recurrent layers,
+// no scores; any other type sees the whole sequence) of
+// num_hidden_layers entries wins, except for mistral / mixtral (whose classes ignore it: every
+// layer is sliding). Without it, by model_type: llama4 / llama4_text chunked where
+// no_rope_layers is 1 (default: every layer but each no_rope_layer_interval-th, 4), gemma2 and
+// gpt_oss sliding on even layers (i % 2 == 0), gemma3 / gemma3_text sliding except each
+// sliding_window_pattern-th (6), qwen3_moe every layer and qwen2 / qwen3 the layers from
+// max_window_layers (28) on when use_sliding_window is true, qwen2_moe the even layers below
+// max_window_layers when it is. The window is sliding_window (transformers' default where the
+// field is missing: 4,096; gpt_oss 128; mixtral none), the chunk attention_chunk_size (8,192);
+// null means none (the layers then see the whole sequence). JSON null, true and false come as
+// the strings "null", "true", "false" (an integer field that is "null" counts as missing).
+// InvalidArgument naming the field for a layer_types or no_rope_layers list of the wrong length
+// or kind, a window, chunk or pattern below 1, and use_sliding_window not a bool.
 absl::StatusOr<ModelConfig> ModelConfigFromFields(
     const absl::flat_hash_map<std::string, int64_t>& ints,
     const absl::flat_hash_map<std::string, std::string>& strings);

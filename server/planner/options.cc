@@ -1,6 +1,7 @@
 #include "server/planner/options.h"
 
 #include <array>
+#include <limits>
 #include <string>
 #include <utility>
 
@@ -51,6 +52,14 @@ absl::StatusOr<Enum> Parse(const NameTable<Enum, N>& table, absl::string_view wh
                    })));
 }
 
+using I128 = __int128;
+
+// Scores(n, w) of options.h: n^2 while n <= w, else w^2 + (2w - 1)(n - w).
+I128 WindowScores(I128 n, I128 w) { return n <= w ? n * n : w * w + (2 * w - 1) * (n - w); }
+
+// Chunks(n, c) of options.h: (n / c) c^2 + (n mod c)^2.
+I128 ChunkScores(I128 n, I128 c) { return (n / c) * c * c + (n % c) * (n % c); }
+
 }  // namespace
 
 int64_t ParallelAlign(const PlanOptions& o) {
@@ -84,5 +93,18 @@ absl::StatusOr<PartOrder> ParsePartOrder(absl::string_view n) {
   return Parse(kPartOrders, "order", n);
 }
 absl::StatusOr<Sync> ParseSync(absl::string_view n) { return Parse(kSyncs, "sync", n); }
+
+std::optional<int64_t> AttentionScores(const AttentionCost& a, int64_t from, int64_t to) {
+  // Each weight is below 2^33 and each difference below 2^63: every product fits in 128 bits.
+  I128 sum = I128{a.quadratic} * (I128{to} * to - I128{from} * from);
+  if (a.windowed > 0) {
+    sum += I128{a.windowed} * (WindowScores(to, a.window) - WindowScores(from, a.window));
+  }
+  if (a.chunked > 0) {
+    sum += I128{a.chunked} * (ChunkScores(to, a.chunk) - ChunkScores(from, a.chunk));
+  }
+  if (sum > std::numeric_limits<int64_t>::max()) return std::nullopt;
+  return static_cast<int64_t>(sum);
+}
 
 }  // namespace packsched::planner

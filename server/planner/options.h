@@ -5,6 +5,7 @@
 // default below is the documented one, shared by the CLI, the sidecar and the Python package.
 
 #include <cstdint>
+#include <optional>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -52,13 +53,32 @@ enum class Sync {
                 // over slots i of max over ranks of micro-batch i's cost
 };
 
-// Integer weights of the attention cost model, cost(L) = linear * L + quadratic * L^2.
-// The defaults are the FLOP ratio of a causal decoder layer with hidden size 2048: about
-// 24·h² FLOPs per token in the matmuls against 2·h·L for causal attention, i.e. 12·h : 1.
+// Integer weights of the attention cost model, cost(L) = linear * L + quadratic * L^2, plus the
+// terms of layers whose attention does not see the whole sequence (a model's sliding-window and
+// chunked layers, model_cost.h; never set by the wire options, only by a model config):
+//   + windowed * Scores(L, window) + chunked * Chunks(L, chunk)
+// where, over the positions p < L of the sequence, a query that sees k keys counts 2k - 1 (so
+// that a full causal sequence counts L^2 in all, the quadratic term's L^2):
+//   Scores(L, w) = sum_p (2 min(p + 1, w) - 1)    = L^2 while L <= w, else w^2 + (2w - 1)(L - w)
+//   Chunks(L, c) = sum_p (2 (p mod c + 1) - 1)    = (L / c) c^2 + (L mod c)^2
+// Scores(L, w) is the kernels' count for a left window of w - 1 (kernels/common/attention_tile.h:
+// key j seen by query i iff i - j <= w - 1), as transformers' sliding window w is. The defaults
+// are the FLOP ratio of a causal decoder layer with hidden size 2048: about 24·h² FLOPs per token
+// in the matmuls against 2·h·L for causal attention, i.e. 12·h : 1.
 struct AttentionCost {
   int64_t linear = 24576;
   int64_t quadratic = 1;
+  int64_t windowed = 0;  // weight of the sliding-window layers' scores, [0, kMaxAttentionWeight]
+  int64_t window = 0;    // their window in tokens, [1, kMaxLength] when windowed > 0
+  int64_t chunked = 0;   // weight of the chunked layers' scores, [0, kMaxAttentionWeight]
+  int64_t chunk = 0;     // their chunk in tokens, [1, kMaxLength] when chunked > 0
 };
+
+// The attention terms of cost(L) above for the positions [from, to) of a sequence (a tree node
+// at depth `from`; the whole sequence from 0): quadratic (to^2 - from^2) + windowed (Scores(to)
+// - Scores(from)) + chunked (Chunks(to) - Chunks(from)). nullopt on int64 overflow. REQUIRES:
+// 0 <= from <= to <= kMaxLength, the weights and sizes in their ranges.
+std::optional<int64_t> AttentionScores(const AttentionCost& a, int64_t from, int64_t to);
 
 // Documented limits: larger values are InvalidArgument naming the field and value.
 inline constexpr int64_t kMaxSequences = int64_t{1} << 26;  // sequences per call

@@ -28,17 +28,17 @@ std::optional<int64_t> PieceCost(const PlanOptions& o, const TreePiece& piece, c
   int64_t quadratic = 0;
   for (int64_t node : piece.nodes) {
     const int64_t d = index.depth[node];
-    const int64_t l = forest.node_len[node];
-    // (d + l)^2 - d^2 = l (2d + l); d + l < 2^31, so the product fits int64.
-    const std::optional<int64_t> sum = CheckedAdd(quadratic, l * (2 * d + l));
+    // The node's tokens are at depths [d, d + l) of its root path; d + l < 2^31.
+    const std::optional<int64_t> node_scores =
+        AttentionScores(o.attention, d, d + forest.node_len[node]);
+    const std::optional<int64_t> sum =
+        node_scores ? CheckedAdd(quadratic, *node_scores) : std::nullopt;
     if (!sum) return std::nullopt;
     quadratic = *sum;
   }
-  const std::optional<int64_t> square = CheckedMul(piece.aligned, piece.aligned);
-  if (!square) return std::nullopt;
-  // tokens <= aligned: the padding's term is >= 0 and below aligned^2.
-  std::optional<int64_t> q = CheckedAdd(quadratic, *square - piece.tokens * piece.tokens);
-  if (q) q = CheckedMul(o.attention.quadratic, *q);
+  // The padding continues the piece: tokens <= aligned, so its term is >= 0.
+  const std::optional<int64_t> padding = AttentionScores(o.attention, piece.tokens, piece.aligned);
+  const std::optional<int64_t> q = padding ? CheckedAdd(quadratic, *padding) : std::nullopt;
   const std::optional<int64_t> lin = CheckedMul(o.attention.linear, piece.aligned);
   if (!q || !lin) return std::nullopt;
   return CheckedAdd(*q, *lin);

@@ -13,7 +13,9 @@
 //   linear x aligned + quadratic x (sum over its nodes of (d + l)^2 - d^2  +  aligned^2 - tokens^2)
 // for a node of l tokens after d tokens on its root path: each query token against its whole
 // ancestor path, so that a chain (one rollout) costs exactly what the same sequence costs flat
-// and the alignment padding costs what it costs there.
+// and the alignment padding costs what it costs there. A model's windowed and chunked layers
+// count the same positions their way (AttentionScores(attention, d, d + l) per node, options.h:
+// the window and the chunks run along the root path's depths, as the kernels' tree window does).
 //
 // The overlong policy applies to a rollout whose aligned length alone passes the cap: kReject
 // names it, kDrop leaves it out (and every node only it uses), kIsolate makes it a piece of its

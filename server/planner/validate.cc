@@ -78,7 +78,16 @@ absl::Status CheckOptions(const PlanOptions& o, bool cap_required, bool balancin
     RETURN_IF_ERROR(CheckRange("attention.linear", o.attention.linear, 0, kMaxAttentionWeight));
     RETURN_IF_ERROR(
         CheckRange("attention.quadratic", o.attention.quadratic, 0, kMaxAttentionWeight));
-    if (o.attention.linear == 0 && o.attention.quadratic == 0) {
+    RETURN_IF_ERROR(CheckRange("attention.windowed", o.attention.windowed, 0, kMaxAttentionWeight));
+    RETURN_IF_ERROR(CheckRange("attention.chunked", o.attention.chunked, 0, kMaxAttentionWeight));
+    if (o.attention.windowed > 0) {
+      RETURN_IF_ERROR(CheckRange("attention.window", o.attention.window, 1, kMaxLength));
+    }
+    if (o.attention.chunked > 0) {
+      RETURN_IF_ERROR(CheckRange("attention.chunk", o.attention.chunk, 1, kMaxLength));
+    }
+    if (o.attention.linear == 0 && o.attention.quadratic == 0 && o.attention.windowed == 0 &&
+        o.attention.chunked == 0) {
       return absl::InvalidArgumentError("attention cost weights are both 0: every cost would be 0");
     }
   }
@@ -102,14 +111,13 @@ absl::Status CheckOptions(const PlanOptions& o, bool cap_required, bool balancin
 // Cost of one aligned sequence; nullopt on int64 overflow.
 std::optional<int64_t> CostOf(const PlanOptions& o, int64_t aligned) {
   if (o.cost == CostModel::kTokens) return aligned;
-  const std::optional<int64_t> square = CheckedMul(aligned, aligned);
-  if (!square) return std::nullopt;
-  const std::optional<int64_t> quad = CheckedMul(o.attention.quadratic, *square);
+  const std::optional<int64_t> quad = AttentionScores(o.attention, 0, aligned);
   const std::optional<int64_t> lin = CheckedMul(o.attention.linear, aligned);
   if (!quad || !lin) return std::nullopt;
   const std::optional<int64_t> cost = CheckedAdd(*quad, *lin);
   // Under CP every rank runs an equal share of each sequence's attention (head-tail layout;
-  // aligned is a multiple of 2 * cp, so the division is exact).
+  // aligned is a multiple of 2 * cp, so the division is exact for full attention and rounds
+  // down with windowed or chunked layers).
   if (!cost) return std::nullopt;
   return *cost / o.context_parallel;
 }

@@ -1,11 +1,13 @@
 // `packsched plan --world_size`: coordinator mode through RunPlan, its JSON, its refusals, and
 // --model_config's reader.
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "server/cli/json_output.h"
@@ -121,6 +123,42 @@ TEST(CoordinatorTest, ModelConfigNumbersAndLists) {
   absl::Status status = planner::ModelConfigFromFields(fields->ints, fields->strings).status();
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(status.message(), HasSubstr("num_key_value_heads = 7.5"));
+}
+
+// JSON true, false and null and lists of strings reach the model cost as their text: a Gemma 3
+// config's sliding layers (layer_types), a null rope_scaling or head_dim that is not an integer
+// field's value, and the plan's costs count the window.
+TEST(CoordinatorTest, ModelConfigLayerTypesAndLiterals) {
+  std::string types;
+  for (int i = 0; i < 6; ++i) {
+    absl::StrAppend(&types, i ? ", " : "", i == 5 ? "\"full_attention\"" : "\"sliding_attention\"");
+  }
+  absl::StatusOr<ModelFields> fields = ParseModelConfig(
+      absl::StrCat(R"({"model_type": "gemma3_text", "hidden_size": 1152, "num_hidden_layers": 6,
+      "num_attention_heads": 4, "num_key_value_heads": 1, "head_dim": 256, "intermediate_size":
+      6912, "vocab_size": 262144, "sliding_window": 512, "rope_scaling": null, "final_logit_softcapping":
+      null, "use_bidirectional_attention": false, "attention_bias": false, "layer_types": [)",
+                   types, "]}"),
+      "config.json");
+  ASSERT_TRUE(fields.ok()) << fields.status();
+  EXPECT_EQ(fields->strings.at("rope_scaling"), "null");
+  EXPECT_EQ(fields->strings.at("attention_bias"), "false");
+  absl::StatusOr<planner::ModelConfig> model =
+      planner::ModelConfigFromFields(fields->ints, fields->strings);
+  ASSERT_TRUE(model.ok()) << model.status();
+  EXPECT_EQ(model->sliding_window, 512);
+  EXPECT_EQ(std::count(model->layer_attention.begin(), model->layer_attention.end(),
+                       planner::ModelConfig::Attention::kSliding),
+            5);
+  PlanRequest request;
+  request.options.max_token_len = 10240;
+  request.world_size = 2;
+  request.model = *fields;
+  absl::StatusOr<PlanRun> run = RunPlan(kLengths, request);
+  ASSERT_TRUE(run.ok()) << run.status();
+  EXPECT_EQ(run->request.options.attention.window, 512);
+  EXPECT_GT(run->request.options.attention.windowed, 0);
+  EXPECT_EQ(run->request.options.attention.windowed, 5 * run->request.options.attention.quadratic);
 }
 
 // A vision-language config: the language model's fields come from text_config, whose values win

@@ -52,6 +52,17 @@ TEST(PlanTableTest, OneRowPerMicroBatchThenASummary) {
   EXPECT_THAT(PlanTable(*run), HasSubstr("logical 32, executed 40"));
 }
 
+TEST(PlanTableTest, TheCostFormulaNamesTheWindowedAndChunkedTerms) {
+  PlanRequest request;
+  request.options.max_token_len = 10;
+  request.options.cost = planner::CostModel::kAttention;
+  request.options.attention = {
+      .linear = 7, .quadratic = 1, .windowed = 3, .window = 4, .chunked = 2, .chunk = 8};
+  absl::StatusOr<PlanRun> run = RunPlan(std::vector<int64_t>{6, 4, 5}, request);
+  ASSERT_TRUE(run.ok()) << run.status();
+  EXPECT_THAT(PlanTable(*run), HasSubstr("cost 7*L + 1*L^2 + 3*window(L, 4) + 2*chunks(L, 8)"));
+}
+
 TEST(PlanTableTest, WithoutACapFillIsAgainstTheLargestPart) {
   PlanRequest request;
   request.num_parts = 2;

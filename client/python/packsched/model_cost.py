@@ -4,8 +4,10 @@
 dict, or the path of the file) and returns ``(linear, quadratic, micro_batch)``: integer
 weights with forward + backward FLOPs of a sequence of L tokens = linear * L + quadratic * L^2
 (times a power of two), plus ``micro_batch`` per micro-batch (the linear cost of
-``overhead_tokens`` tokens). The arithmetic is the planner's own (server/planner/model_cost.h),
-so ``packsched plan --model_config`` gives the same weights.
+``overhead_tokens`` tokens); a model with sliding-window or chunked layers adds their terms
+(``ModelCost.windowed`` / ``chunked``; ``ModelCost.sequence_cost(L)`` sums them all). The
+arithmetic is the planner's own (server/planner/model_cost.h), so ``packsched plan
+--model_config`` gives the same weights.
 """
 
 import json
@@ -14,14 +16,16 @@ import os
 
 from . import _planner
 
-__all__ = ["model_cost", "model_fields"]
+__all__ = ["ModelCost", "model_cost", "model_fields"]
 
 
 def _fields_of(config, ints, strings):
     for key, value in config.items():
         if isinstance(value, bool) or value is None:
-            continue
-        if isinstance(value, int) and -(2**63) <= value < 2**63:
+            # JSON's true / false / null, as the CLI's reader passes them.
+            strings[key] = json.dumps(value)
+            ints.pop(key, None)
+        elif isinstance(value, int) and -(2**63) <= value < 2**63:
             ints[key] = value
             strings.pop(key, None)
         elif isinstance(value, float) and math.isfinite(value) and value.is_integer():
@@ -32,10 +36,12 @@ def _fields_of(config, ints, strings):
             # where it reads an integer.
             strings[key] = value if isinstance(value, str) else repr(value)
             ints.pop(key, None)
-        elif isinstance(value, list) and all(
-            isinstance(v, int) and not isinstance(v, bool) for v in value
+        elif isinstance(value, list) and (
+            all(isinstance(v, int) and not isinstance(v, bool) for v in value)
+            or all(isinstance(v, str) for v in value)
         ):
-            strings[key] = json.dumps(value)  # mlp_only_layers: read as a list of layers
+            # mlp_only_layers, no_rope_layers, layer_types: read as lists
+            strings[key] = json.dumps(value)
             ints.pop(key, None)
 
 
@@ -58,14 +64,53 @@ def model_fields(config):
     return ints, strings
 
 
+class ModelCost(tuple):
+    """``(linear, quadratic, micro_batch)``, with the sliding-window and chunked layers' terms as
+    attributes: ``windowed``, ``window``, ``chunked``, ``chunk`` (0 when the model has none) and
+    ``shift`` (the FLOPs are the weights times 2**shift). ``sequence_cost(L)`` is the cost of one
+    sequence of L tokens as the planner counts it."""
+
+    def __new__(cls, linear, quadratic, micro_batch, shift, windowed, window, chunked, chunk):
+        self = super().__new__(cls, (linear, quadratic, micro_batch))
+        self.shift, self.windowed, self.window = shift, windowed, window
+        self.chunked, self.chunk = chunked, chunk
+        return self
+
+    def __repr__(self):
+        return (
+            f"ModelCost(linear={self[0]}, quadratic={self[1]}, micro_batch={self[2]}, "
+            f"windowed={self.windowed}, window={self.window}, chunked={self.chunked}, "
+            f"chunk={self.chunk}, shift={self.shift})"
+        )
+
+    linear = property(lambda self: self[0])
+    quadratic = property(lambda self: self[1])
+    micro_batch = property(lambda self: self[2])
+
+    def sequence_cost(self, length):
+        """linear * L + quadratic * L^2 + windowed * Scores(L, window) + chunked * Chunks(L,
+        chunk) (server/planner/options.h, AttentionCost)."""
+        n = int(length)
+        cost = self.linear * n + self.quadratic * n * n
+        if self.windowed:
+            w = self.window
+            cost += self.windowed * (n * n if n <= w else w * w + (2 * w - 1) * (n - w))
+        if self.chunked:
+            c = self.chunk
+            cost += self.chunked * ((n // c) * c * c + (n % c) ** 2)
+        return cost
+
+
 def model_cost(config, max_batch_tokens, longest, overhead_tokens=2048):
-    """-> (linear, quadratic, micro_batch) for ``config`` (dict or path of a config.json), scaled
-    so that ``max_batch_tokens`` tokens in sequences of at most ``longest`` cost at most 2^62."""
+    """-> ModelCost ``(linear, quadratic, micro_batch)`` for ``config`` (dict or path of a
+    config.json), scaled so that ``max_batch_tokens`` tokens in sequences of at most ``longest``
+    cost at most 2^62; its ``windowed`` / ``window`` and ``chunked`` / ``chunk`` attributes hold
+    the sliding-window and chunked layers' terms."""
     ints, strings = model_fields(config)
     try:
-        linear, quadratic, micro_batch, _ = _planner.model_cost(
+        out = _planner.model_cost(
             ints, strings, int(max_batch_tokens), int(longest), int(overhead_tokens)
         )
     except OverflowError as e:
         raise ValueError(f"model_config: a value does not fit in int64 ({e})") from e
-    return linear, quadratic, micro_batch
+    return ModelCost(*out)

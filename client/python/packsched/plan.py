@@ -151,6 +151,8 @@ _LOSS_SCALE = next(f["name"] for f in SCHEMA["micro_batch"] if f["kind"] == "Los
 _LOCAL_K = next(f["name"] for f in SCHEMA["plan_stats"] if f["kind"] == "LocalK")
 _INDEX_LISTS = [f["name"] for f in SCHEMA["plan_response"] if f["kind"] == "Indices"]
 _WEIGHTS = next(f["name"] for f in SCHEMA["plan_response"] if f["kind"] == "Weights")
+_INDICES = SCHEMA["micro_batch"][0]["name"]
+_STATS_DEFAULTS = {f.name: f.default for f in fields(PlanStats)}
 
 
 @dataclass(frozen=True)
@@ -212,6 +214,47 @@ class Plan:
         s = self.stats
         return TokenAccounting(s.total_tokens, s.packed_tokens, s.forwarded_tokens, s.loss_tokens)
 
+    @classmethod
+    def from_columns(cls, columns, r=0, *, local_k=None, cap=0, global_counts=None):
+        """Plan ``r`` of the numpy columns packsched._planner returns (plan_columns,
+        balance_columns; client/python/src/plan_columns.h). Its counts and stats are read now;
+        its lists (micro_batches, metadata, reorder, revert, dropped, empty) are built from the
+        columns when first read, and are then the same lists a from_raw plan holds."""
+        lists = lists_of(columns)
+        stats = object.__new__(PlanStats)
+        stats.__dict__.update(_STATS_DEFAULTS, cap=cap or 0)
+        stats.__dict__.update({key: values[r] for key, values in lists["stats"].items()})
+        parts = lists["plan_parts"]
+        first, end = parts[r], parts[r + 1]
+        plan = object.__new__(cls)
+        plan.__dict__.update(
+            num_micro_batches=end - first,
+            local_num_micro_batches=getattr(stats, _LOCAL_K) if local_k is None else local_k,
+            loss_weights=columns.get(_WEIGHTS),
+            loss_scales=columns.get("loss_scales"),
+            stats=stats,
+            global_counts=global_counts or columns.get("loss_counts"),
+            _columns=(lists, r, first, end, columns.get("loss_scales")),
+        )
+        return plan
+
+    def __getattr__(self, name):
+        # Only reached for an attribute the instance does not hold: a list of a from_columns plan
+        # not read yet.
+        build = _LAZY.get(name)
+        lazy = self.__dict__.get("_columns")
+        if build is None or lazy is None:
+            raise AttributeError(f"{type(self).__name__!s} has no attribute {name!r}")
+        value = build(*lazy)
+        self.__dict__[name] = value
+        if all(key in self.__dict__ for key in _LAZY):
+            del self.__dict__["_columns"]  # every list made: the columns can go
+        return value
+
+    def __getstate__(self):
+        # A from_columns plan pickles as the plain plan it reads as, without the columns.
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
     def split(self, rows):
         """Splits row-indexed data into one piece per micro-batch, rows in each micro-batch's
         index order.
@@ -246,6 +289,90 @@ class Plan:
             flat = [row for piece in outputs for row in piece]
             return [fill if pos < 0 else flat[pos] for pos in self.revert]
         return _scatter(outputs, self.reorder, n, 0 if fill is None else fill)
+
+
+class _Converted(dict):
+    """The columns as Python lists, each converted when read; with ``keep``, converted once and
+    kept."""
+
+    def __init__(self, columns, keep):
+        super().__init__()
+        self._columns = columns
+        self._keep = keep
+
+    def __missing__(self, name):
+        column = self._columns[name]
+        value = (
+            {key: values.tolist() for key, values in column.items()}
+            if isinstance(column, dict)
+            else column.tolist()
+        )
+        if self._keep:
+            self[name] = value
+        return value
+
+
+def lists_of(columns):
+    """The columns as Python lists (numpy arrays -> lists, the stats dict -> a dict of lists).
+    With several plans (balance's ranks) they are converted once, in full, and kept with the
+    columns: each plan's lists are then slices of them. A single plan's are converted field by
+    field as it reads them, and not kept beyond the lists made from them."""
+    if len(columns["plan_parts"]) <= 2:
+        return _Converted(columns, keep=False)
+    lists = columns.get("_lists")
+    if lists is None:
+        lists = columns["_lists"] = _Converted(columns, keep=True)
+        for name, column in list(columns.items()):
+            if name == "stats" or (name != "_lists" and hasattr(column, "tolist")):
+                lists[name]  # noqa: B018 (converts)
+    return lists
+
+
+def _span(lists, name, r):
+    """Plan r's slice of the index list ``name`` (reorder, revert, dropped)."""
+    offsets = lists[name + "_offsets"]
+    values = lists[name]
+    if not lists._keep and offsets[r] == 0 and offsets[r + 1] == len(values):
+        return values  # converted for this plan alone
+    return values[offsets[r] : offsets[r + 1]]
+
+
+def _lists(lists, name, first, end):
+    """The lists ``name`` (indices, cu_seqlens, ...) of micro-batches [first, end)."""
+    offsets = lists[name + "_offsets"]
+    values = lists[name]
+    return [values[offsets[i] : offsets[i + 1]] for i in range(first, end)]
+
+
+def _metadata(lists, r, first, end, loss_scales):
+    values = []
+    for name, kind in _META_KINDS:
+        if kind == "Ints":
+            values.append(_lists(lists, name, first, end))
+        elif kind == "LossScale":
+            values.append([None] * (end - first) if loss_scales is None else list(loss_scales))
+        else:
+            values.append(lists[name][first:end])
+    # Every field, by construction: meta_of's check is not needed.
+    names = [name for name, _ in _META_KINDS]
+    out = []
+    for row in zip(*values):
+        meta = object.__new__(MicroBatchMeta)
+        object.__setattr__(meta, "__dict__", dict(zip(names, row)))
+        out.append(meta)
+    return out
+
+
+_META_KINDS = [(f["name"], f["kind"]) for f in SCHEMA["micro_batch"]]
+_LAZY = {
+    "micro_batches": lambda lists, r, first, end, scales: _lists(lists, _INDICES, first, end),
+    "metadata": _metadata,
+    "empty": lambda lists, r, first, end, scales: lists["empty"][first:end],
+    **{
+        name: (lambda name: lambda lists, r, first, end, scales: _span(lists, name, r))(name)
+        for name in _INDEX_LISTS
+    },
+}
 
 
 def _check_rows(got, want, what):

@@ -24,6 +24,7 @@ with the planner's message. An empty ``seq_lens`` is nothing to plan for ``plan_
 a data-parallel rank with no sequences joins the agreed count and gets k empty micro-batches.
 """
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -33,7 +34,7 @@ from ._inputs import int_array
 from ._options import CAP, check_world_size, split_options
 from ._progress import Progress
 from .model_cost import model_fields
-from .plan import Plan
+from .plan import Plan, lists_of
 from .tree import Forest, TreePlan
 
 __all__ = [
@@ -45,6 +46,7 @@ __all__ = [
     "RankPlan",
     "Balanced",
     "StepStats",
+    "Lazy",
     "SYNCS",
 ]
 
@@ -93,9 +95,40 @@ class StepStats:
     lower_bound_efficiency: float
 
 
+class Lazy(Sequence):
+    """A read-only list whose items are made on first access (``make(i)``) and kept: a balanced
+    batch of 10^5 ranks returns without building a RankPlan, and each rank costs what reading it
+    costs. Compares equal to a list or tuple of the same items."""
+
+    def __init__(self, size, make):
+        self._items = [None] * size
+        self._make = make
+
+    def __len__(self):
+        return len(self._items)
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self._items)))]
+        item = self._items[i]  # IndexError past the end, as a list
+        if item is None:
+            item = self._items[i] = self._make(i % len(self._items))
+        return item
+
+    def __eq__(self, other):
+        if isinstance(other, (Lazy, list, tuple)):
+            return len(self) == len(other) and all(a == b for a, b in zip(self, other))
+        return NotImplemented
+
+    __hash__ = None
+
+    def __repr__(self):
+        return repr(list(self))
+
+
 @dataclass(frozen=True)
 class Balanced:
-    ranks: list  # RankPlan per DP rank
+    ranks: Sequence  # RankPlan per DP rank (a Lazy list: each made when first read)
     num_micro_batches: int  # the common k
     dropped: list  # global indices dropped (overlong="drop")
     step: StepStats = None
@@ -143,8 +176,8 @@ def plan_local(seq_lens, max_token_len, *, progress=True, **options):
             raw = _planner.forest_plan(*_forest_arrays(forest), plan_options, 0, weights)
         return TreePlan.from_raw(raw, forest=forest, cap=max_token_len)
     with _progress("plan_local", lengths, progress):
-        raw = _planner.plan(lengths, plan_options, 0, _loss(loss, len(lengths), None, 1))
-    return Plan.from_raw(raw, cap=max_token_len)
+        raw = _planner.plan_columns(lengths, plan_options, 0, _loss(loss, len(lengths), None, 1))
+    return Plan.from_columns(raw, cap=max_token_len)
 
 
 def local_bound(seq_lens, max_token_len, *, progress=True, **options):
@@ -192,10 +225,10 @@ def partition(
             raw = _planner.forest_plan(*_forest_arrays(forest), plan_options, int(k), weights)
         return TreePlan.from_raw(raw, forest=forest, cap=max_token_len, global_counts=counts)
     with _progress("partition", lengths, progress):
-        raw = _planner.plan(
+        raw = _planner.plan_columns(
             lengths, plan_options, int(k), _loss(loss, len(lengths), global_counts, world_size)
         )
-    return Plan.from_raw(raw, cap=max_token_len, global_counts=counts)
+    return Plan.from_columns(raw, cap=max_token_len, global_counts=counts)
 
 
 def balance(
@@ -246,7 +279,7 @@ def balance(
         [] if group_ids is None else int_array(group_ids, "group_ids", allow_empty=True).tolist()
     )
     with _progress("balance", lengths, progress):
-        raw = _planner.balance(
+        raw = _planner.balance_columns(
             lengths,
             int(world_size),
             plan_options,
@@ -256,11 +289,15 @@ def balance(
             ints,
             strings,
         )
-    ranks = [
-        RankPlan(r["indices"], r["cost"], Plan.from_raw(r["plan"], cap=max_token_len))
-        for r in raw["ranks"]
-    ]
-    return Balanced(ranks, raw["num_micro_batches"], raw["dropped"], StepStats(**raw["step"]))
+
+    def rank(r):
+        lists = lists_of(raw)
+        offsets = lists["rank_indices_offsets"]
+        indices = lists["rank_indices"][offsets[r] : offsets[r + 1]]
+        return RankPlan(indices, lists["rank_cost"][r], Plan.from_columns(raw, r, cap=max_token_len))
+
+    ranks = Lazy(len(raw["rank_cost"]), rank)
+    return Balanced(ranks, raw["num_micro_batches"], raw["batch_dropped"], StepStats(**raw["step"]))
 
 
 def _balance_forest(forest, world_size, plan_options, sync, micro_batch_cost, ints, strings):

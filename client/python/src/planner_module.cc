@@ -9,6 +9,7 @@
 #include <pybind11/stl.h>
 
 #include <algorithm>
+#include <chrono>
 #include <climits>
 #include <cstdint>
 #include <map>
@@ -24,6 +25,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "client/python/src/plan_columns.h"
 #include "client/python/src/planner_schema.h"
 #include "server/planner/loss_weights.h"
 #include "server/planner/model_cost.h"
@@ -474,6 +476,43 @@ PYBIND11_MODULE(_planner, m) {
       "weights, loss_scales and loss_counts.");
 
   m.def(
+      "plan_columns",
+      [](const Lengths& lengths, const py::dict& options, int64_t k, const py::object& loss) {
+        MicroBatchPlan plan = PlanOne(lengths, ToPlanOptions(options), k);
+        py::dict loss_dict;
+        if (!loss.is_none()) AddLossWeights(plan, loss.cast<py::dict>(), loss_dict);
+        py::dict d = python::PlanColumns({&plan});
+        for (const auto& [key, value] : loss_dict) d[key] = value;
+        return d;
+      },
+      py::arg("lengths"), py::arg("options"), py::arg("k") = 0, py::arg("loss") = py::none(),
+      "plan() with the plan as numpy columns (client/python/src/plan_columns.h) and the loss "
+      "weights' keys as plan() gives them.");
+
+  m.def(
+      "planner_seconds",
+      [](const Lengths& lengths, const py::dict& options, int64_t k, int64_t world_size,
+         const std::string& sync) {
+        const PlanOptions o = ToPlanOptions(options);
+        const BalanceOptions balance{Value(ParseSync(sync)), 0, /*stop=*/{}};
+        const auto span = Span(lengths);
+        py::gil_scoped_release release;
+        const auto start = std::chrono::steady_clock::now();
+        if (world_size > 0) {
+          Check(BalanceBatch(span, world_size, o, {}, balance).status());
+        } else if (k > 0) {
+          Check(PartitionFixedK(span, k, o).status());
+        } else {
+          Check(PlanMicroBatches(span, o).status());
+        }
+        return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      },
+      py::arg("lengths"), py::arg("options"), py::arg("k") = 0, py::arg("world_size") = 0,
+      py::arg("sync") = "step",
+      "Seconds the planner itself takes (no conversion): BalanceBatch with world_size > 0, else "
+      "PartitionFixedK with k > 0, else PlanMicroBatches. For benchmarks.");
+
+  m.def(
       "local_bound",
       [](const Lengths& lengths, const py::dict& options, const py::object& loss_tokens) {
         const PlanOptions o = ToPlanOptions(options);
@@ -491,10 +530,11 @@ PYBIND11_MODULE(_planner, m) {
         const absl::flat_hash_map<std::string, std::string> s(strings.begin(), strings.end());
         const ModelConfig config = Value(ModelConfigFromFields(i, s));
         const ModelCost c = Value(CostOfModel(config, max_batch_tokens, longest, overhead_tokens));
-        return py::make_tuple(c.linear, c.quadratic, c.micro_batch, c.shift);
+        return py::make_tuple(c.linear, c.quadratic, c.micro_batch, c.shift, c.windowed, c.window,
+                              c.chunked, c.chunk);
       },
-      "(linear, quadratic, micro_batch, shift) of a model's config.json fields "
-      "(server/planner/model_cost.h)",
+      "(linear, quadratic, micro_batch, shift, windowed, window, chunked, chunk) of a model's "
+      "config.json fields (server/planner/model_cost.h)",
       py::arg("ints"), py::arg("strings"), py::arg("max_batch_tokens"), py::arg("longest"),
       py::arg("overhead_tokens") = 2048);
 
@@ -525,6 +565,45 @@ PYBIND11_MODULE(_planner, m) {
       py::arg("lengths"), py::arg("world_size"), py::arg("options"), py::arg("group_ids"),
       py::arg("sync") = "step", py::arg("micro_batch_cost") = 0, py::arg("model_ints") = py::none(),
       py::arg("model_strings") = std::map<std::string, std::string>());
+  m.def(
+      "balance_columns",
+      [](const Lengths& lengths, int64_t world_size, const py::dict& options,
+         const std::vector<int64_t>& group_ids, const std::string& sync, int64_t micro_batch_cost,
+         const std::optional<std::map<std::string, int64_t>>& model_ints,
+         const std::map<std::string, std::string>& model_strings) {
+        PlanOptions o = ToPlanOptions(options);
+        BalanceOptions balance{Value(ParseSync(sync)), micro_batch_cost, /*stop=*/{}};
+        if (model_ints) {
+          balance.micro_batch_cost = CostFromModel(*model_ints, model_strings, Span(lengths), o);
+        }
+        BalancedBatch b = WithoutGil(
+            [&] { return Value(BalanceBatch(Span(lengths), world_size, o, group_ids, balance)); });
+        std::vector<MicroBatchPlan*> plans;
+        plans.reserve(b.ranks.size());
+        std::vector<int64_t> rank_indices, rank_offsets{0}, rank_cost;
+        rank_offsets.reserve(b.ranks.size() + 1);
+        rank_cost.reserve(b.ranks.size());
+        for (RankBatch& rank : b.ranks) {
+          plans.push_back(&rank.plan);
+          rank_indices.insert(rank_indices.end(), rank.indices.begin(), rank.indices.end());
+          rank_offsets.push_back(static_cast<int64_t>(rank_indices.size()));
+          rank_cost.push_back(rank.cost);
+        }
+        py::dict d = python::PlanColumns(std::move(plans));
+        d["rank_indices"] = Array(rank_indices);
+        d["rank_indices_offsets"] = Array(rank_offsets);
+        d["rank_cost"] = Array(rank_cost);
+        d["num_micro_batches"] = b.num_micro_batches;
+        d["batch_dropped"] = b.dropped;
+        d["step"] = ToDict(b.step);
+        return d;
+      },
+      py::arg("lengths"), py::arg("world_size"), py::arg("options"), py::arg("group_ids"),
+      py::arg("sync") = "step", py::arg("micro_batch_cost") = 0, py::arg("model_ints") = py::none(),
+      py::arg("model_strings") = std::map<std::string, std::string>(),
+      "balance() with the ranks' plans as numpy columns (client/python/src/plan_columns.h) and "
+      "rank_indices (+ _offsets), rank_cost and batch_dropped beside them.");
+
   m.def(
       "forest_plan",
       [](const Lengths& node_len, const Lengths& node_parent, const Lengths& rollout_leaf,
