@@ -18,7 +18,8 @@ namespace {
 // be).
 constexpr size_t kMaxPending = 1024;
 // How long a lookup waits for the result at a time while some rank has not yet written what it
-// keeps into the epoch (then the marks are read again).
+// keeps into the epoch (then the folded mark is read again), and rank 0 for a missing mark at a
+// time (then it drains its writes).
 constexpr absl::Duration kMarkPoll = absl::Milliseconds(50);
 
 }  // namespace
@@ -103,6 +104,7 @@ absl::Status ResultReplica::Replicate(const std::string& epoch) {
 void ResultReplica::Run() {
   const GroupOptions& options = group_.options_;
   std::string replicated;  // the epoch that holds everything kept here
+  int64_t fold_next = 1;   // rank 0: the next rank whose mark FoldMarks waits for
   while (!WaitUnlessStopped(absl::ZeroDuration(), false)) {
     // Rank 0: its own epoch, no store call. Others: one read, which also tells a restarted rank 0.
     absl::StatusOr<std::string> epoch = group_.Epoch(absl::Now() + options_.poll);
@@ -157,8 +159,16 @@ void ResultReplica::Run() {
       if (WaitUnlessStopped(options_.retry, false)) return;
       continue;
     }
-    // Idle: rank 0 until work arrives; the others also wake every poll to read the epoch.
-    const absl::Duration idle = options.rank == 0 ? absl::InfiniteDuration() : options_.poll;
+    // Rank 0 folds the marks of its epoch (it never changes in this process) until all are in.
+    const bool folding = options.rank == 0 && fold_next <= options.world_size;
+    const bool waited = folding && FoldMarks(*epoch, fold_next);
+    // Idle: rank 0 until work arrives (while it still folds marks: at once after a wait for a
+    // mark, a retry period after a store error); the others also wake every poll to read the
+    // epoch.
+    const absl::Duration idle = options.rank != 0 ? options_.poll
+                                : !folding        ? absl::InfiniteDuration()
+                                : waited          ? absl::ZeroDuration()
+                                                  : options_.retry;
     if (WaitUnlessStopped(idle, true)) return;
   }
 }
@@ -166,26 +176,39 @@ void ResultReplica::Run() {
 bool ResultReplica::AllMarked(collective::KeyValueStore& store, const std::string& epoch,
                               absl::Time deadline) {
   const GroupOptions& options = group_.options_;
-  const std::string epoch_root = keys::EpochRoot(options.key_root, epoch);
   absl::MutexLock lock(&marks_mu_);
-  if (marks_epoch_ != epoch) {
-    marks_epoch_ = epoch;
-    marked_.assign(options.world_size, false);
-    marked_[0] = true;  // rank 0's results are in its own store
-    marked_[options.rank] = true;
+  if (marked_epoch_ == epoch) return true;
+  if (options.world_size <= 2 && options.rank != 0) {
+    marked_epoch_ = epoch;  // no rank but rank 0 and this one
+    return true;
   }
-  bool all = true;
-  for (int64_t rank = 1; rank < options.world_size; ++rank) {
-    if (marked_[rank]) continue;
-    absl::StatusOr<std::optional<std::string>> mark =
-        store.TryGet(keys::Replicated(epoch_root, rank), deadline);
-    if (mark.ok() && mark->has_value()) {
-      marked_[rank] = true;  // for the rest of this epoch
-    } else {
-      all = false;  // not back yet, or the store could not tell: asked again at the next poll
+  absl::StatusOr<std::optional<std::string>> all =
+      store.TryGet(keys::AllReplicated(keys::EpochRoot(options.key_root, epoch)), deadline);
+  // Not there yet, or the store could not tell: asked again at the next poll.
+  if (!all.ok() || !all->has_value()) return false;
+  marked_epoch_ = epoch;  // for the rest of this epoch
+  return true;
+}
+
+bool ResultReplica::FoldMarks(const std::string& epoch, int64_t& next) {
+  const GroupOptions& options = group_.options_;
+  const std::string epoch_root = keys::EpochRoot(options.key_root, epoch);
+  // In rank order; a mark not there within a poll is waited for again at the next pass (the
+  // writer's queue is drained in between).
+  while (next < options.world_size) {
+    absl::StatusOr<std::string> mark =
+        group_.store_->Get(keys::Replicated(epoch_root, next), absl::Now() + kMarkPoll);
+    if (!mark.ok()) return absl::IsDeadlineExceeded(mark.status());
+    ++next;
+  }
+  if (next == options.world_size) {
+    if (!group_.store_->Set(keys::AllReplicated(epoch_root), "1", absl::Now() + options_.poll)
+             .ok()) {
+      return false;
     }
+    ++next;
   }
-  return all;
+  return true;
 }
 
 absl::StatusOr<std::optional<std::string>> ResultReplica::Lookup(const std::string& stream,
