@@ -263,10 +263,11 @@ int Run(int64_t w) {
   }
   auto count = [](int64_t c) { return c < 0 ? std::string("—") : absl::StrCat(c); };
   std::printf(
-      "| %lld | %.2f s | %.2f s | %s | %s | %.1f / %.1f ms | %.1f%% | %.1f MiB | %s | %s |\n",
+      "| %lld | %.2f s | %.2f s | %s / %s | %s | %.1f / %.1f ms | %.1f%% | %.1f MiB | %s | %s |\n",
       static_cast<long long>(w), absl::ToDoubleSeconds(formation), formation_cpu,
-      count(most).c_str(), count(rank_zero).c_str(), Percentile(steady, 0.5),
-      Percentile(steady, 0.99), 100 * idle_cpu, rss, heal1.c_str(), heal0.c_str());
+      count(most_first).c_str(), count(most).c_str(), count(rank_zero).c_str(),
+      Percentile(steady, 0.5), Percentile(steady, 0.99), 100 * idle_cpu, rss, heal1.c_str(),
+      heal0.c_str());
   std::fflush(stdout);
   return 0;
 }
