@@ -137,18 +137,25 @@ class Group {
 
   // Starts rank `r` (again); false with its stderr printed if it does not come up.
   bool Start(int64_t r) {
-    metrics_ports_[r] = FreePort();
+    // Port 0 and a port file: a port picked in advance may be taken by then (W sidecars open
+    // many ephemeral ports).
+    const std::string metrics_file =
+        absl::StrCat("/tmp/scale_bench_metrics_", getpid(), "_", r, "_", ++starts_);
     servers_[r] = std::make_unique<ServerProcess>(
         std::vector<std::string>{absl::StrCat("--rank=", r), absl::StrCat("--world_size=", w_),
                                  absl::StrCat("--rendezvous=", rendezvous_), "--backend=gloo",
                                  "--collective_timeout=30s", "--log_level=warn",
-                                 absl::StrCat("--metrics_listen=127.0.0.1:", metrics_ports_[r])},
+                                 "--metrics_listen=127.0.0.1:0",
+                                 absl::StrCat("--metrics_port_file=", metrics_file)},
         binary_);
     if (!servers_[r]->started()) {
       std::fprintf(stderr, "rank %lld did not start:\n%s\n", static_cast<long long>(r),
                    servers_[r]->stderr_text().c_str());
       return false;
     }
+    // The sidecar writes its metrics port file before its own port file.
+    metrics_ports_[r] = std::atoi(packsched::testing::ReadAll(metrics_file).c_str());
+    std::remove(metrics_file.c_str());
     packsched::client::ClientOptions options;
     options.target = servers_[r]->target();
     options.timeout = absl::Seconds(60);
@@ -204,6 +211,7 @@ class Group {
   std::vector<std::unique_ptr<ServerProcess>> servers_;  // stopped by pid when destroyed
   std::vector<std::unique_ptr<SchedulerClient>> clients_;
   std::vector<int> metrics_ports_;
+  int64_t starts_ = 0;
 };
 
 std::string Seconds(absl::Duration d) {
@@ -227,7 +235,8 @@ int Run(int64_t w) {
     std::fprintf(stderr, "W = %lld: the group did not form\n", static_cast<long long>(w));
     return 1;
   }
-  absl::SleepFor(absl::Milliseconds(500));  // the replicas' writes of round 1
+  // The replicas' writes of round 1; and the exposition is rebuilt at most once a second.
+  absl::SleepFor(absl::Milliseconds(1200));
   int64_t most = -1, most_first = -1;
   for (int64_t r = 1; r < w; ++r) {
     const int64_t now = StoreRequests(group.metrics_port(r));
