@@ -95,7 +95,7 @@ int main(int argc, char** argv) {
   std::unique_ptr<packsched::metrics::MetricsEndpoint> metrics_endpoint;
   if (metrics != nullptr) {
     absl::StatusOr<std::unique_ptr<packsched::metrics::MetricsEndpoint>> served =
-        sidecar::ServeMetrics(metrics_flags, *metrics, **server);
+        sidecar::ServeMetrics(metrics_flags, *metrics, **server, group->counted.get());
     if (!served.ok()) return Fail(served.status());
     metrics_endpoint = *std::move(served);
   }

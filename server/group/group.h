@@ -27,9 +27,11 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "server/collective/backend.h"
+#include "server/collective/collective.h"
 #include "server/collective/gloo_collective.h"
 #include "server/collective/nccl_collective.h"
 #include "server/collective/store.h"
@@ -52,6 +54,13 @@ struct GroupOptions {
   int64_t kept_results = 64;
   // Whether this rank can use NCCL for --backend=auto; unset: CanUseNccl(). (Tests set it.)
   std::optional<bool> can_use_nccl;
+  // Forms the collective of a generation in place of the backend (collective::FormCollective):
+  // for simulations of thousands of ranks in one process (tests/bench), which drive the group's
+  // own formation and store protocol without thousands of Gloo contexts. Empty: the backend's.
+  std::function<absl::StatusOr<std::unique_ptr<collective::Collective>>(
+      collective::KeyValueStore& store, absl::string_view prefix, int64_t rank, int64_t world_size,
+      absl::Time deadline)>
+      form_collective;
 };
 
 class StreamGroup;  // stream_group.h

@@ -11,6 +11,9 @@
 //   <root><epoch>/complete                        every rank has joined (written by rank 0)
 //   <root><epoch>/replicated/<rank>               a rank has written every agreed result it
 //                                                 keeps into this epoch (result_replica.h)
+//   <root><epoch>/all_replicated                  every rank but rank 0 has its replicated/
+//                                                 mark here (written by rank 0: one read
+//                                                 tells a lookup what W - 1 reads would)
 //   <root><epoch>/s/<stream>/generation           the stream's current generation (decimal)
 //   <root><epoch>/s/<stream>/g<gen>/joined/<rank> a rank came to form this generation
 //   <root><epoch>/s/<stream>/g<gen>/<backend>/... the backend's own rendezvous keys
@@ -76,6 +79,10 @@ inline std::string Complete(absl::string_view epoch_root) {
 
 inline std::string Replicated(absl::string_view epoch_root, int64_t rank) {
   return absl::StrCat(epoch_root, "replicated/", rank);
+}
+
+inline std::string AllReplicated(absl::string_view epoch_root) {
+  return absl::StrCat(epoch_root, "all_replicated");
 }
 
 inline std::string StreamRoot(absl::string_view epoch_root, absl::string_view stream) {

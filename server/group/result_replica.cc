@@ -17,9 +17,15 @@ namespace {
 // them and write everything kept once it is back instead (kept_ is bounded; the queue would not
 // be).
 constexpr size_t kMaxPending = 1024;
-// How long a lookup waits for the result at a time while some rank has not yet written what it
-// keeps into the epoch (then the marks are read again).
+// How long a lookup waits for the folded mark at a time while some rank has not yet written what
+// it keeps into the epoch (then the result is read again): the first wait, doubled after each up
+// to the longest, so that a lookup makes O(log) requests however long the marks take (all of a
+// group's ranks may be waiting at once, on a rank 0 that is still folding the marks).
 constexpr absl::Duration kMarkPoll = absl::Milliseconds(50);
+constexpr absl::Duration kLongestMarkPoll = absl::Milliseconds(800);
+// How long rank 0 waits for a missing mark at a time (then it drains its writes): long enough for
+// a rank 0 loaded by thousands of peers to answer its own store (a shutdown cancels the wait).
+constexpr absl::Duration kFoldWait = absl::Seconds(1);
 
 }  // namespace
 
@@ -103,6 +109,7 @@ absl::Status ResultReplica::Replicate(const std::string& epoch) {
 void ResultReplica::Run() {
   const GroupOptions& options = group_.options_;
   std::string replicated;  // the epoch that holds everything kept here
+  int64_t fold_next = 1;   // rank 0: the next rank whose mark FoldMarks waits for
   while (!WaitUnlessStopped(absl::ZeroDuration(), false)) {
     // Rank 0: its own epoch, no store call. Others: one read, which also tells a restarted rank 0.
     absl::StatusOr<std::string> epoch = group_.Epoch(absl::Now() + options_.poll);
@@ -157,35 +164,57 @@ void ResultReplica::Run() {
       if (WaitUnlessStopped(options_.retry, false)) return;
       continue;
     }
-    // Idle: rank 0 until work arrives; the others also wake every poll to read the epoch.
-    const absl::Duration idle = options.rank == 0 ? absl::InfiniteDuration() : options_.poll;
+    // Rank 0 folds the marks of its epoch (it never changes in this process) until all are in.
+    const bool folding = options.rank == 0 && fold_next <= options.world_size;
+    const bool waited = folding && FoldMarks(*epoch, fold_next);
+    // Idle: rank 0 until work arrives (while it still folds marks: at once after a wait for a
+    // mark, a retry period after a store error); the others also wake every poll to read the
+    // epoch.
+    const absl::Duration idle = options.rank != 0 ? options_.poll
+                                : !folding        ? absl::InfiniteDuration()
+                                : waited          ? absl::ZeroDuration()
+                                                  : options_.retry;
     if (WaitUnlessStopped(idle, true)) return;
   }
 }
 
 bool ResultReplica::AllMarked(collective::KeyValueStore& store, const std::string& epoch,
-                              absl::Time deadline) {
+                              absl::Time until) {
+  const GroupOptions& options = group_.options_;
+  {
+    absl::MutexLock lock(&marks_mu_);
+    if (marked_epoch_ == epoch) return true;
+  }
+  if (options.world_size > 2 || options.rank == 0) {
+    // Not there by `until`, or the store could not tell: asked again at the next wait.
+    if (!store.Get(keys::AllReplicated(keys::EpochRoot(options.key_root, epoch)), until).ok()) {
+      return false;
+    }
+  }  // else no rank but rank 0 and this one
+  absl::MutexLock lock(&marks_mu_);
+  marked_epoch_ = epoch;  // for the rest of this epoch
+  return true;
+}
+
+bool ResultReplica::FoldMarks(const std::string& epoch, int64_t& next) {
   const GroupOptions& options = group_.options_;
   const std::string epoch_root = keys::EpochRoot(options.key_root, epoch);
-  absl::MutexLock lock(&marks_mu_);
-  if (marks_epoch_ != epoch) {
-    marks_epoch_ = epoch;
-    marked_.assign(options.world_size, false);
-    marked_[0] = true;  // rank 0's results are in its own store
-    marked_[options.rank] = true;
+  // In rank order; a mark not there within kFoldWait is waited for again at the next pass (the
+  // writer's queue is drained in between).
+  while (next < options.world_size) {
+    absl::StatusOr<std::string> mark =
+        group_.store_->Get(keys::Replicated(epoch_root, next), absl::Now() + kFoldWait);
+    if (!mark.ok()) return absl::IsDeadlineExceeded(mark.status());
+    ++next;
   }
-  bool all = true;
-  for (int64_t rank = 1; rank < options.world_size; ++rank) {
-    if (marked_[rank]) continue;
-    absl::StatusOr<std::optional<std::string>> mark =
-        store.TryGet(keys::Replicated(epoch_root, rank), deadline);
-    if (mark.ok() && mark->has_value()) {
-      marked_[rank] = true;  // for the rest of this epoch
-    } else {
-      all = false;  // not back yet, or the store could not tell: asked again at the next poll
+  if (next == options.world_size) {
+    if (!group_.store_->Set(keys::AllReplicated(epoch_root), "1", absl::Now() + options_.poll)
+             .ok()) {
+      return false;
     }
+    ++next;
   }
-  return all;
+  return true;
 }
 
 absl::StatusOr<std::optional<std::string>> ResultReplica::Lookup(const std::string& stream,
@@ -199,14 +228,21 @@ absl::StatusOr<std::optional<std::string>> ResultReplica::Lookup(const std::stri
   const std::string key = keys::Result(keys::StreamRoot(epoch_root, stream), round);
   // The store may have just started empty (rank 0 restarted): until every other rank has written
   // what it keeps into this epoch (its mark), a result not found may still come from any of
-  // them. So the result is waited for, a poll at a time, while a mark is missing: found as soon
-  // as one rank that finished the round has written it, however many ranks are still down.
+  // them. So while a mark is missing the result is read again after each wait for the folded
+  // mark: found once one rank that finished the round has written it, however many ranks are
+  // still down.
   ASSIGN_OR_RETURN(std::optional<std::string> found, store.TryGet(key, deadline));
-  while (!found.has_value() && !AllMarked(store, epoch, deadline)) {
+  for (absl::Duration poll = kMarkPoll; !found.has_value();
+       poll = std::min(2 * poll, kLongestMarkPoll)) {
+    {
+      absl::MutexLock lock(&marks_mu_);
+      if (marked_epoch_ == epoch) break;  // every rank's results were in before this read
+    }
+    const bool all = AllMarked(store, epoch, std::min(deadline, absl::Now() + poll));
+    // Read again either way: a rank writes its results before its mark.
+    ASSIGN_OR_RETURN(found, store.TryGet(key, deadline));
+    if (all) break;
     if (absl::Now() >= deadline) return std::nullopt;  // the round fails on its own deadline
-    absl::StatusOr<std::string> late = store.Get(key, std::min(deadline, absl::Now() + kMarkPoll));
-    if (late.ok()) return std::optional<std::string>(*std::move(late));
-    if (!absl::IsDeadlineExceeded(late.status())) return late.status();
   }
   if (found.has_value() || settle <= absl::ZeroDuration()) return found;
   absl::StatusOr<std::string> late = store.Get(key, std::min(deadline, absl::Now() + settle));

@@ -9,7 +9,8 @@
 // the current run epoch, in the background, off the round's path. When rank 0 restarts, its store
 // starts empty under a new epoch: every other rank notices the new epoch (it reads the epoch
 // once a `poll` when idle), writes everything it keeps into it, publishes its membership there
-// (so the restarted rank 0 becomes ready without a round) and then its "replicated" mark. So a
+// (so the restarted rank 0 becomes ready without a round) and then its "replicated" mark; rank 0
+// folds the marks into one key once all are there. A lookup costs O(1) store requests. So a
 // rank that missed a round its peers finished — it was restarted, or its collective failed while
 // theirs completed — finds the agreed values in the store (Lookup), as long as one rank that
 // finished the round is alive.
@@ -62,14 +63,15 @@ class ResultReplica {
   void Forget(const std::string& stream);
 
   // The agreed result of `stream`'s `round` as some rank recorded it, or std::nullopt if none has.
-  // Any rank: while some other rank (rank 0 aside) has not yet written what it keeps into the
-  // current epoch (its "replicated" mark; all there at once unless rank 0 has just restarted, or
-  // a rank is down), the result is waited for, and returned as soon as any rank has written it —
-  // so a restarted rank 0, or a rank restarted with it, finds a round the live ranks finished
-  // while other ranks are still down. Once every mark is there and the result is not, it is
-  // waited for up to `settle` more (a write still on its way from a rank that finished the round
-  // just before a link was cut). Never waits past `deadline`: std::nullopt then. Returns the
-  // store's error if it cannot be read. Thread-safe.
+  // Any rank: while some rank (rank 0 aside) has not yet written what it keeps into the current
+  // epoch (its "replicated" mark, which rank 0 folds into one key once every rank's is there; all
+  // there at once unless rank 0 has just restarted, or a rank is down), the result is read again
+  // after each wait for the folded mark (50 ms, doubling up to 800 ms) and returned once any rank
+  // has written it — so a restarted rank 0, or a rank restarted with it, finds a round the live
+  // ranks finished while other ranks are still down. Once every
+  // mark is there and the result is not, it is waited for up to `settle` more (a write still on its
+  // way from a rank that finished the round just before a link was cut). Never waits past
+  // `deadline`: std::nullopt then. Returns the store's error if it cannot be read. Thread-safe.
   absl::StatusOr<std::optional<std::string>> Lookup(const std::string& stream, int64_t round,
                                                     absl::Duration settle, absl::Time deadline);
 
@@ -104,13 +106,18 @@ class ResultReplica {
   // everything kept again.
   bool resync_ ABSL_GUARDED_BY(mu_) = false;
   int64_t epochs_replicated_ ABSL_GUARDED_BY(mu_) = 0;
-  // Whether every rank but rank 0 and this one has marked `epoch` as holding what it keeps; the
-  // marks seen stay seen for that epoch.
-  bool AllMarked(collective::KeyValueStore& store, const std::string& epoch, absl::Time deadline);
+  // Whether every rank but rank 0 has marked `epoch` as holding what it keeps: the key rank 0
+  // folds the marks into (FoldMarks), waited for until `until`, remembered for the rest of that
+  // epoch. Never holds marks_mu_ while it waits.
+  bool AllMarked(collective::KeyValueStore& store, const std::string& epoch, absl::Time until);
+  // Rank 0: waits a moment for the next missing mark of its own epoch and, once every rank's is
+  // there, writes the folded key. `next` is the lowest rank whose mark is not yet seen; W + 1
+  // once the folded key is written. False if the store failed (not a mark still missing): the
+  // caller waits a retry period before the next pass.
+  bool FoldMarks(const std::string& epoch, int64_t& next);
 
   absl::Mutex marks_mu_;
-  std::string marks_epoch_ ABSL_GUARDED_BY(marks_mu_);   // the epoch `marked_` is about
-  std::vector<bool> marked_ ABSL_GUARDED_BY(marks_mu_);  // per rank: seen to have replicated
+  std::string marked_epoch_ ABSL_GUARDED_BY(marks_mu_);  // the epoch seen fully marked
 
   std::thread thread_;  // last: started once everything above is constructed
 };

@@ -203,6 +203,9 @@ absl::Status StreamGroup::FormIfNeeded(absl::Time deadline) {
     absl::StatusOr<collective::Backend> backend = group_.ResolveBackend(epoch_root, deadline);
     if (!backend.ok())
       return absl::StatusOr<std::unique_ptr<collective::Collective>>(backend.status());
+    if (options.form_collective) {
+      return options.form_collective(store, formation, options.rank, options.world_size, deadline);
+    }
     collective::GlooOptions gloo = options.gloo;
     gloo.wait_timeout = options.collective_timeout;  // every round's deadline is within it
     return collective::FormCollective(*backend, store, formation, options.rank, options.world_size,

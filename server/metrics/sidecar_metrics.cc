@@ -167,6 +167,17 @@ class SidecarMetrics::StateCollector final : public prometheus::Collectable {
                MetricType::Gauge, 1);
     backend.metric[0].label.push_back({"backend", s.backend});
     out.push_back(std::move(backend));
+    if (!s.store_requests.empty()) {
+      std::vector<ClientMetric> by_method;
+      for (const auto& [method, count] : s.store_requests) {
+        ClientMetric metric = Value(static_cast<double>(count));
+        metric.label.push_back({"method", method});
+        by_method.push_back(std::move(metric));
+      }
+      out.push_back(Family("packsched_rendezvous_requests_total",
+                           "Requests this rank made to the rendezvous store, by store method",
+                           MetricType::Counter, std::move(by_method)));
+    }
     return out;
   }
 

@@ -12,8 +12,8 @@
 //    streams, the rank group) from a Snapshot source, and the process's CPU and memory
 //    (process_collector.h).
 // Naming follows Prometheus' conventions: the packsched_ prefix, base units, _total counters;
-// labels have bounded values (method, code, outcome, phase, cause, kind, backend; `stream`, at
-// most --max_streams live, its series removed when the stream is reclaimed).
+// labels have bounded values (method, code, outcome, phase, cause, kind, backend, store method;
+// `stream`, at most --max_streams live, its series removed when the stream is reclaimed).
 
 #include <array>
 #include <atomic>
@@ -21,6 +21,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "prometheus/collectable.h"
@@ -42,6 +43,10 @@ struct Snapshot {
   bool group_ready = true;
   int64_t generation = 0;  // the highest of the streams' generations
   std::string backend;     // "local", "gloo", "nccl"
+  // Requests this rank made to the rendezvous store so far, by method ("set", "get", "try_get",
+  // "compare_and_set", "delete_prefix"; 0 for a group of one, which has no store). Empty: not
+  // exported.
+  std::vector<std::pair<std::string, int64_t>> store_requests;
 };
 
 class SidecarMetrics final : public Sink {

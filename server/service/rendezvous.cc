@@ -10,6 +10,7 @@
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
@@ -277,6 +278,19 @@ struct RendezvousStore::State {
   bool cancelled ABSL_GUARDED_BY(mu) = false;
   absl::flat_hash_set<grpc::ClientContext*> active ABSL_GUARDED_BY(mu);  // calls in progress
 
+  // Whether a call that ended with `status` is made again: a connection the channel dropped
+  // because rank 0 did not answer a keepalive ping within kKeepalive (a rank 0 busy or stalled
+  // for seconds, or a link cut), ended before the call's deadline, in the waiting view. The call
+  // is made again on the channel's next connection, within the same deadline; a rank 0 that died
+  // (its connections reset) fails the call as before. Every method may be made again: Set, Get,
+  // TryGet and DeletePrefix are idempotent, and a CompareAndSet made again answers the value
+  // stored, `desired` if the first one took.
+  bool Retried(const grpc::Status& status, absl::Time deadline) const {
+    return wait_for_ready && status.error_code() == grpc::StatusCode::UNAVAILABLE &&
+           absl::StrContains(absl::AsciiStrToLower(status.error_message()), "keepalive") &&
+           absl::Now() < deadline;
+  }
+
   void Prepare(grpc::ClientContext& context, absl::Time deadline) const {
     context.set_deadline(absl::ToChronoTime(deadline));
     // Rank 0 may not be up yet: wait for the channel (bounded by the deadline) instead of failing.
@@ -383,45 +397,52 @@ collective::KeyValueStore& RendezvousStore::FailFast() {
 
 absl::Status RendezvousStore::Set(absl::string_view key, absl::string_view value,
                                   absl::Time deadline) {
-  Call call(*state_, deadline);
-  RETURN_IF_ERROR(call.Refused());
   pb::RendezvousSetRequest request;
   request.set_key(std::string(key));
   request.set_value(std::string(value));
   pb::RendezvousSetResponse response;
-  return call.Finish(state_->stub->Set(call.context(), request, &response),
-                     absl::StrCat("set '", key, "'"));
+  for (;;) {
+    Call call(*state_, deadline);
+    RETURN_IF_ERROR(call.Refused());
+    const grpc::Status status = state_->stub->Set(call.context(), request, &response);
+    if (state_->Retried(status, deadline)) continue;
+    return call.Finish(status, absl::StrCat("set '", key, "'"));
+  }
 }
 
 absl::StatusOr<std::string> RendezvousStore::Get(absl::string_view key, absl::Time deadline) {
-  Call call(*state_, deadline);
-  RETURN_IF_ERROR(call.Refused());
   pb::RendezvousGetRequest request;
   request.set_key(std::string(key));
   pb::RendezvousGetResponse response;
-  RETURN_IF_ERROR(call.Finish(state_->stub->Get(call.context(), request, &response),
-                              absl::StrCat("get '", key, "'")));
-  return std::move(*response.mutable_value());
+  for (;;) {
+    Call call(*state_, deadline);
+    RETURN_IF_ERROR(call.Refused());
+    const grpc::Status status = state_->stub->Get(call.context(), request, &response);
+    if (state_->Retried(status, deadline)) continue;
+    RETURN_IF_ERROR(call.Finish(status, absl::StrCat("get '", key, "'")));
+    return std::move(*response.mutable_value());
+  }
 }
 
 absl::StatusOr<std::optional<std::string>> RendezvousStore::TryGet(absl::string_view key,
                                                                    absl::Time deadline) {
-  Call call(*state_, deadline);
-  RETURN_IF_ERROR(call.Refused());
   pb::RendezvousGetRequest request;
   request.set_key(std::string(key));
   pb::RendezvousTryGetResponse response;
-  RETURN_IF_ERROR(call.Finish(state_->stub->TryGet(call.context(), request, &response),
-                              absl::StrCat("try-get '", key, "'")));
-  if (!response.found()) return std::nullopt;
-  return std::move(*response.mutable_value());
+  for (;;) {
+    Call call(*state_, deadline);
+    RETURN_IF_ERROR(call.Refused());
+    const grpc::Status status = state_->stub->TryGet(call.context(), request, &response);
+    if (state_->Retried(status, deadline)) continue;
+    RETURN_IF_ERROR(call.Finish(status, absl::StrCat("try-get '", key, "'")));
+    if (!response.found()) return std::nullopt;
+    return std::move(*response.mutable_value());
+  }
 }
 
 absl::StatusOr<std::string> RendezvousStore::CompareAndSet(
     absl::string_view key, std::optional<absl::string_view> expected, absl::string_view desired,
     absl::Time deadline) {
-  Call call(*state_, deadline);
-  RETURN_IF_ERROR(call.Refused());
   pb::RendezvousCompareAndSetRequest request;
   request.set_key(std::string(key));
   if (expected) {
@@ -430,21 +451,29 @@ absl::StatusOr<std::string> RendezvousStore::CompareAndSet(
   }
   request.set_desired(std::string(desired));
   pb::RendezvousCompareAndSetResponse response;
-  RETURN_IF_ERROR(call.Finish(state_->stub->CompareAndSet(call.context(), request, &response),
-                              absl::StrCat("compare-and-set '", key, "'")));
-  return std::move(*response.mutable_value());
+  for (;;) {
+    Call call(*state_, deadline);
+    RETURN_IF_ERROR(call.Refused());
+    const grpc::Status status = state_->stub->CompareAndSet(call.context(), request, &response);
+    if (state_->Retried(status, deadline)) continue;
+    RETURN_IF_ERROR(call.Finish(status, absl::StrCat("compare-and-set '", key, "'")));
+    return std::move(*response.mutable_value());
+  }
 }
 
 absl::StatusOr<int64_t> RendezvousStore::DeletePrefix(absl::string_view prefix,
                                                       absl::Time deadline) {
-  Call call(*state_, deadline);
-  RETURN_IF_ERROR(call.Refused());
   pb::RendezvousDeletePrefixRequest request;
   request.set_prefix(std::string(prefix));
   pb::RendezvousDeletePrefixResponse response;
-  RETURN_IF_ERROR(call.Finish(state_->stub->DeletePrefix(call.context(), request, &response),
-                              absl::StrCat("delete-prefix '", prefix, "'")));
-  return response.deleted();
+  for (;;) {
+    Call call(*state_, deadline);
+    RETURN_IF_ERROR(call.Refused());
+    const grpc::Status status = state_->stub->DeletePrefix(call.context(), request, &response);
+    if (state_->Retried(status, deadline)) continue;
+    RETURN_IF_ERROR(call.Finish(status, absl::StrCat("delete-prefix '", prefix, "'")));
+    return response.deleted();
+  }
 }
 
 absl::StatusOr<std::string> LocalAddressTowards(absl::string_view address) {

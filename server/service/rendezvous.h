@@ -67,8 +67,10 @@ struct RendezvousClientOptions {
 
 // A KeyValueStore backed by a remote RendezvousServer. Thread-safe. Every call is bounded by its
 // deadline; calls wait (within it) for an unreachable server to come up, and then fail with
-// DeadlineExceeded, except through FailFast(), where they fail at once with Unavailable. Errors
-// name the rendezvous address.
+// DeadlineExceeded, except through FailFast(), where they fail at once with Unavailable. A call
+// whose connection the channel dropped because rank 0 missed a keepalive ping (busy or stalled
+// for seconds) is made again within its deadline, not failed (waiting view only). Errors name the
+// rendezvous address.
 class RendezvousStore final : public collective::KeyValueStore {
  public:
   static absl::StatusOr<std::unique_ptr<RendezvousStore>> Create(

@@ -10,7 +10,8 @@
 
 namespace packsched::sidecar {
 
-metrics::Snapshot SnapshotOf(const service::RoundCoordinator::Stats& stats) {
+metrics::Snapshot SnapshotOf(const service::RoundCoordinator::Stats& stats,
+                             const collective::CountingStore* store) {
   metrics::Snapshot s;
   for (const service::RoundCoordinator::StreamStats& stream : stats.streams) {
     s.rounds_running += stream.running;
@@ -26,6 +27,14 @@ metrics::Snapshot SnapshotOf(const service::RoundCoordinator::Stats& stats) {
   s.group_ready = stats.group_ready;
   s.generation = stats.generation;
   s.backend = stats.backend;
+  // A group of one has no store: its counts stay 0.
+  const collective::StoreRequests r =
+      store != nullptr ? store->requests() : collective::StoreRequests();
+  s.store_requests = {{"set", r.set},
+                      {"get", r.get},
+                      {"try_get", r.try_get},
+                      {"compare_and_set", r.compare_and_set},
+                      {"delete_prefix", r.delete_prefix}};
   return s;
 }
 
@@ -41,8 +50,8 @@ std::unique_ptr<metrics::SidecarMetrics> MakeMetrics(const MetricsFlags& flags,
 
 absl::StatusOr<std::unique_ptr<metrics::MetricsEndpoint>> ServeMetrics(
     const MetricsFlags& flags, metrics::SidecarMetrics& metrics,
-    const service::SchedulerServer& server) {
-  metrics.SetSnapshotSource([&server] { return SnapshotOf(server.GetStats()); });
+    const service::SchedulerServer& server, const collective::CountingStore* store) {
+  metrics.SetSnapshotSource([&server, store] { return SnapshotOf(server.GetStats(), store); });
   ASSIGN_OR_RETURN(std::unique_ptr<metrics::MetricsEndpoint> endpoint,
                    metrics::MetricsEndpoint::Start(flags.listen, metrics));
   if (!flags.port_file.empty()) RETURN_IF_ERROR(WritePortFile(flags.port_file, endpoint->port()));

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "server/collective/counting_store.h"
 #include "server/metrics/exposer.h"
 #include "server/metrics/sidecar_metrics.h"
 #include "server/service/server.h"
@@ -32,16 +33,17 @@ struct SidecarMetricsEndpoint {
 std::unique_ptr<metrics::SidecarMetrics> MakeMetrics(const MetricsFlags& flags,
                                                      const service::ServerOptions& options);
 
-// Serves `metrics` (not null) at flags.listen, its gauges reading `server` (which must outlive
-// the returned endpoint), logs the bound address (and a warning off loopback: the endpoint is
-// unauthenticated) and writes flags.port_file. Errors: MetricsEndpoint::Start's, and the port
-// file's.
+// Serves `metrics` (not null) at flags.listen, its gauges reading `server` and `store` (the rank
+// group's counted store, null for a group of one; both must outlive the returned endpoint), logs
+// the bound address (and a warning off loopback: the endpoint is unauthenticated) and writes
+// flags.port_file. Errors: MetricsEndpoint::Start's, and the port file's.
 absl::StatusOr<std::unique_ptr<metrics::MetricsEndpoint>> ServeMetrics(
     const MetricsFlags& flags, metrics::SidecarMetrics& metrics,
-    const service::SchedulerServer& server);
+    const service::SchedulerServer& server, const collective::CountingStore* store);
 
-// The gauges' snapshot from the coordinator's figures.
-metrics::Snapshot SnapshotOf(const service::RoundCoordinator::Stats& stats);
+// The gauges' snapshot from the coordinator's figures and the store's requests (null: none).
+metrics::Snapshot SnapshotOf(const service::RoundCoordinator::Stats& stats,
+                             const collective::CountingStore* store);
 
 }  // namespace packsched::sidecar
 

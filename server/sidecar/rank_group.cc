@@ -115,7 +115,8 @@ absl::StatusOr<RankGroup> StartRankGroup(const RankGroupFlags& flags,
     }
   }
   options.nccl.device = static_cast<int>(gpu);
-  ASSIGN_OR_RETURN(g.group, group::Group::Create(g.store.get(), std::move(options)));
+  g.counted = std::make_unique<collective::CountingStore>(*g.store);
+  ASSIGN_OR_RETURN(g.group, group::Group::Create(g.counted.get(), std::move(options)));
   g.agreements = std::make_shared<group::GroupAgreements>(*g.group);
   if (world_size > 1) g.readiness = std::make_unique<group::ReadinessWatch>(*g.group, nullptr);
   return g;
@@ -136,6 +137,7 @@ void StopRankGroup(RankGroup& group) {
   group.readiness.reset();
   group.agreements.reset();
   group.group.reset();
+  group.counted.reset();
   group.store.reset();
   if (group.server != nullptr) group.server->Shutdown();
 }

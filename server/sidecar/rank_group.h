@@ -12,6 +12,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "server/collective/counting_store.h"
 #include "server/collective/store.h"
 #include "server/group/group.h"
 #include "server/group/readiness.h"
@@ -41,6 +42,8 @@ struct RankGroup {
   std::unique_ptr<collective::InMemoryStore> served;
   std::unique_ptr<service::RendezvousServer> server;
   std::unique_ptr<service::RendezvousStore> store;
+  // `store` with its requests counted (packsched_rendezvous_requests_total): what the Group uses.
+  std::unique_ptr<collective::CountingStore> counted;
   std::unique_ptr<group::Group> group;
   // The agreement port the server is handed: GroupAgreements over `group`, or a group of one
   // (CollectiveAgreements: a LocalCollective per stream). Never null once started.

@@ -51,8 +51,10 @@ inline std::string ReadAll(const std::string& path) {
 class ServerProcess {
  public:
   // Starts PACKSCHED_SERVER_PATH with `flags` (plus --port_file, and --listen=127.0.0.1:0 unless
-  // `flags` has a --listen). Check started() / port().
-  explicit ServerProcess(std::vector<std::string> flags) {
+  // `flags` has a --listen). Check started() / port(). `binary`: another build's server (a
+  // benchmark's baseline).
+  explicit ServerProcess(std::vector<std::string> flags,
+                         std::string binary = PACKSCHED_SERVER_PATH) {
     const std::string port_file = dir_.File("port");
     bool has_listen = false;
     for (const std::string& flag : flags) has_listen |= flag.rfind("--listen=", 0) == 0;
@@ -64,7 +66,6 @@ class ServerProcess {
       const int fd = open(stderr_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
       if (fd >= 0) dup2(fd, STDERR_FILENO);
       std::vector<char*> argv;
-      std::string binary = PACKSCHED_SERVER_PATH;
       argv.push_back(binary.data());
       for (std::string& flag : flags) argv.push_back(flag.data());
       argv.push_back(nullptr);

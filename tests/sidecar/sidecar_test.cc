@@ -17,6 +17,8 @@
 #include "absl/time/time.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "server/collective/counting_store.h"
+#include "server/collective/store.h"
 #include "server/sidecar/flags.h"
 #include "server/sidecar/metrics.h"
 #include "server/sidecar/probe.h"
@@ -260,13 +262,27 @@ TEST(Metrics, SnapshotSumsTheStreams) {
   stats.streams[1].cached = 2;
   stats.generation = 5;
   stats.backend = "gloo";
-  const metrics::Snapshot s = SnapshotOf(stats);
+  const metrics::Snapshot s = SnapshotOf(stats, nullptr);
   EXPECT_EQ(s.rounds_running, 1);
   EXPECT_EQ(s.rounds_queued, 3);
   EXPECT_EQ(s.cache_entries, 6);
   EXPECT_EQ(s.streams, 2);
   EXPECT_EQ(s.generation, 5);
   EXPECT_EQ(s.backend, "gloo");
+  for (const auto& [method, count] : s.store_requests) {
+    EXPECT_EQ(count, 0) << method;  // a group of one has no store
+  }
+  collective::InMemoryStore store;
+  collective::CountingStore counted(store);
+  ASSERT_TRUE(counted.Set("k", "v", absl::InfiniteFuture()).ok());
+  ASSERT_TRUE(counted.TryGet("k", absl::InfiniteFuture()).ok());
+  ASSERT_TRUE(counted.TryGet("other", absl::InfiniteFuture()).ok());
+  const metrics::Snapshot with_store = SnapshotOf(stats, &counted);
+  EXPECT_THAT(
+      with_store.store_requests,
+      ::testing::ElementsAre(::testing::Pair("set", 1), ::testing::Pair("get", 0),
+                             ::testing::Pair("try_get", 2), ::testing::Pair("compare_and_set", 0),
+                             ::testing::Pair("delete_prefix", 0)));
 }
 
 }  // namespace
