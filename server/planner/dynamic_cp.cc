@@ -30,7 +30,7 @@ namespace packsched::planner {
 namespace {
 
 // Steps of the search for a slot height (each one packing).
-constexpr int kSearchSteps = 7;
+constexpr int kSearchSteps = 6;
 
 absl::Status Overflow() {
   return absl::InvalidArgumentError(
@@ -74,22 +74,38 @@ class Packer {
     return aligned && *aligned / c <= o_.max_tokens_per_rank;
   }
 
-  // The levels for sizes `cp` (one per sequence, each fitting the cap), each level at least
-  // `target` high.
-  absl::StatusOr<std::vector<Level>> Pack(const std::vector<int64_t>& cp, int64_t target) const {
+  // Per-sequence facts at sizes `cp` (one per sequence, each fitting the cap): cost, rows a
+  // rank, and the packing order (larger groups first, then costlier).
+  struct Sized {
+    std::vector<int64_t> cp, h, tok;
+    std::vector<int32_t> order;
+  };
+  absl::StatusOr<Sized> Prepare(std::vector<int64_t> cp) const {
     const int64_t n = static_cast<int64_t>(lengths_.size());
-    std::vector<int64_t> h(n), tok(n);
+    Sized s;
+    s.h.resize(n);
+    s.tok.resize(n);
     for (int32_t i = 0; i < n; ++i) {
       const auto at = At(i, cp[i]);
       if (!at) return Overflow();
-      tok[i] = at->first / cp[i];
-      h[i] = at->second;
+      s.tok[i] = at->first / cp[i];
+      s.h[i] = at->second;
     }
-    std::vector<int32_t> order(n);
-    std::iota(order.begin(), order.end(), 0);
-    std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) {
-      return cp[a] != cp[b] ? cp[a] > cp[b] : h[a] > h[b];
+    s.order.resize(n);
+    std::iota(s.order.begin(), s.order.end(), 0);
+    std::stable_sort(s.order.begin(), s.order.end(), [&](int32_t a, int32_t b) {
+      return cp[a] != cp[b] ? cp[a] > cp[b] : s.h[a] > s.h[b];
     });
+    s.cp = std::move(cp);
+    return s;
+  }
+
+  // The levels for `sized`, each level at least `target` high.
+  absl::StatusOr<std::vector<Level>> Pack(const Sized& sized, int64_t target) const {
+    const std::vector<int64_t>& cp = sized.cp;
+    const std::vector<int64_t>& h = sized.h;
+    const std::vector<int64_t>& tok = sized.tok;
+    const std::vector<int32_t>& order = sized.order;
     std::vector<Level> levels;
     // Per level and size, the groups by cost ascending: (cost, column) min-heaps.
     using Heap = std::priority_queue<std::pair<int64_t, int32_t>,
@@ -257,6 +273,10 @@ absl::Status Validate(absl::Span<const int64_t> lengths, const DynamicCpOptions&
   if (o.cost.quadratic < 0) return bad("cost.quadratic", o.cost.quadratic, "must be >= 0");
   if (o.cost.comm < 0) return bad("cost.comm", o.cost.comm, "must be >= 0");
   if (o.cost.micro_batch < 0) return bad("cost.micro_batch", o.cost.micro_batch, "must be >= 0");
+  if (o.cost.node_ranks < 0) return bad("cost.node_ranks", o.cost.node_ranks, "must be >= 0");
+  if (o.cost.comm_across_nodes < 0) {
+    return bad("cost.comm_across_nodes", o.cost.comm_across_nodes, "must be >= 0");
+  }
   if (lengths.size() > (size_t{1} << 26)) {
     return absl::InvalidArgumentError("dynamic_cp: more than 2^26 sequences");
   }
@@ -284,7 +304,9 @@ std::optional<int64_t> CpSequenceCost(const CpCostModel& cost, int64_t aligned, 
   const std::optional<int64_t> sq = CheckedMul(aligned, per_rank);
   if (!lin || !sq) return std::nullopt;
   const std::optional<int64_t> quad = CheckedMul(cost.quadratic, *sq);
-  const std::optional<int64_t> comm = CheckedMul(cost.comm, per_rank * (cp - 1));
+  const int64_t weight =
+      cost.node_ranks == 0 || cp <= cost.node_ranks ? cost.comm : cost.comm_across_nodes;
+  const std::optional<int64_t> comm = CheckedMul(weight, per_rank * (cp - 1));
   if (!quad || !comm) return std::nullopt;
   const std::optional<int64_t> sum = CheckedAdd(*lin, *quad);
   if (!sum) return std::nullopt;
@@ -380,21 +402,23 @@ absl::StatusOr<DynamicCpPlan> PlanDynamicCp(absl::Span<const int64_t> lengths,
         }
       }
     }
+    absl::StatusOr<Packer::Sized> sized = packer.Prepare(cp);
+    if (!sized.ok()) return sized.status();
     // Targets: none (each slot as high as its first sequence), and the height that k slots of
     // equal cost would have, k the fewest slots the cap allows at these sizes, with some slack.
     double floor_area = 0;
     double aligned_total = 0;
     for (int32_t i = 0; i < n; ++i) {
-      const auto at = packer.At(i, cp[i]);
-      if (!at) return Overflow();
-      floor_area += static_cast<double>(at->second) * static_cast<double>(cp[i]);
-      aligned_total += static_cast<double>(at->first);
+      floor_area += static_cast<double>(sized->h[i]) * static_cast<double>(cp[i]);
+      aligned_total += static_cast<double>(sized->tok[i]) * static_cast<double>(cp[i]);
     }
+    // No plan at these sizes beats the best so far: skip them.
+    if (best && floor_area / static_cast<double>(R) >= static_cast<double>(best_cost)) continue;
     const double k_cap = std::max(
         1.0, std::ceil(aligned_total / (static_cast<double>(R) *
                                         static_cast<double>(options.max_tokens_per_rank))));
     auto consider = [&](int64_t target) -> absl::StatusOr<size_t> {
-      absl::StatusOr<std::vector<Level>> levels = packer.Pack(cp, target);
+      absl::StatusOr<std::vector<Level>> levels = packer.Pack(*sized, target);
       if (!levels.ok()) return levels.status();
       int64_t cost = 0;
       for (const Level& level : *levels) {
@@ -412,7 +436,7 @@ absl::StatusOr<DynamicCpPlan> PlanDynamicCp(absl::Span<const int64_t> lengths,
     if (absl::StatusOr<size_t> c = consider(0); !c.ok()) return c.status();
     // For k slots, the lowest height at which k slots take every sequence: k slots of equal
     // cost would be floor_area / (R k) high; search up to twice that.
-    for (double k = k_cap; k < k_cap + 3; k += 1) {
+    for (double k = k_cap; k < k_cap + 2; k += 1) {
       const double even = floor_area / (static_cast<double>(R) * k);
       if (!(even < 0x1p61)) break;
       int64_t lo = static_cast<int64_t>(even);

@@ -34,12 +34,16 @@ enum class CpSizeRule {
   kAny,          // "any": every size
 };
 
-// Integer weights of h(L, c) above, in one unit (FLOPs, scaled as ModelCost is).
+// Integer weights of h(L, c) above, in one unit (FLOPs, scaled as ModelCost is). The
+// communication weight depends on the group: `comm` for a group of at most `node_ranks` ranks
+// (consecutive ranks within a node, e.g. NVLink), `comm_across_nodes` for a larger one.
 struct CpCostModel {
-  int64_t linear = 1;       // per token
-  int64_t quadratic = 0;    // per token^2 (causal attention)
-  int64_t comm = 0;         // per token a rank receives and sends, FLOP-equivalents
-  int64_t micro_batch = 0;  // per non-empty micro-batch of a group
+  int64_t linear = 1;             // per token
+  int64_t quadratic = 0;          // per token^2 (causal attention)
+  int64_t comm = 0;               // per token a rank receives and sends, FLOP-equivalents
+  int64_t micro_batch = 0;        // per non-empty micro-batch of a group
+  int64_t node_ranks = 0;         // 0: every group is within a node
+  int64_t comm_across_nodes = 0;  // `comm` for groups larger than node_ranks
 };
 
 struct DynamicCpOptions {

@@ -69,8 +69,11 @@ int64_t CheckPlan(const std::vector<int64_t>& lengths, const DynamicCpOptions& o
         EXPECT_EQ(plan.cp_of_sequence[i], g.size);
         EXPECT_EQ(plan.slot_of_sequence[i], static_cast<int64_t>(s));
         // h(L, c) by its definition.
+        const int64_t comm_weight = o.cost.node_ranks == 0 || g.size <= o.cost.node_ranks
+                                        ? o.cost.comm
+                                        : o.cost.comm_across_nodes;
         cost += (o.cost.linear * len + o.cost.quadratic * len * len) / g.size +
-                o.cost.comm * len * (g.size - 1) / g.size;
+                comm_weight * len * (g.size - 1) / g.size;
         comm += len * (g.size - 1);
       }
       EXPECT_EQ(g.cu_seqlens.back() % g.size, 0);
@@ -250,7 +253,9 @@ TEST(DynamicCpTest, RandomInputsGiveValidPlansOrAJustifiedError) {
     o.cost = {.linear = std::uniform_int_distribution<int64_t>(0, 100)(rng),
               .quadratic = std::uniform_int_distribution<int64_t>(0, 3)(rng),
               .comm = std::uniform_int_distribution<int64_t>(0, 200)(rng),
-              .micro_batch = std::uniform_int_distribution<int64_t>(0, 10000)(rng)};
+              .micro_batch = std::uniform_int_distribution<int64_t>(0, 10000)(rng),
+              .node_ranks = std::uniform_int_distribution<int64_t>(0, 8)(rng),
+              .comm_across_nodes = std::uniform_int_distribution<int64_t>(0, 2000)(rng)};
     std::vector<int64_t> lengths(std::uniform_int_distribution<int>(0, 60)(rng));
     for (int64_t& l : lengths) l = std::uniform_int_distribution<int64_t>(1, 4000)(rng);
     absl::StatusOr<DynamicCpPlan> plan = PlanDynamicCp(lengths, o);
@@ -260,7 +265,8 @@ TEST(DynamicCpTest, RandomInputsGiveValidPlansOrAJustifiedError) {
       continue;
     }
     ASSERT_EQ(plan.status().code(), absl::StatusCode::kInvalidArgument) << plan.status();
-    // Justified: no split of the ranks, or a sequence that fits no allowed size.
+    // Justified: min_cp above max_cp, no split of the ranks, or a sequence that fits no
+    // allowed size.
     bool fits_all = true;
     for (int64_t l : lengths) {
       bool fits = false;
@@ -272,7 +278,8 @@ TEST(DynamicCpTest, RandomInputsGiveValidPlansOrAJustifiedError) {
     }
     const std::string message(plan.status().message());
     EXPECT_TRUE(!fits_all || message.find("cannot split") != std::string::npos ||
-                message.find("allows no CP size") != std::string::npos)
+                message.find("allows no CP size") != std::string::npos ||
+                message.find("exceeds max_cp") != std::string::npos)
         << message;
   }
   EXPECT_GT(ok, 100);
