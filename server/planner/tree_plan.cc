@@ -34,12 +34,6 @@ namespace {
 absl::StatusOr<std::shared_ptr<internal::TreeState>> Prepare(const Forest& forest,
                                                              const PlanOptions& options,
                                                              bool cap_required, bool balancing) {
-  if (options.context_parallel > 1) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "context_parallel = ", options.context_parallel,
-        ": tree packing does not shard a tree over context-parallel ranks; plan a forest with "
-        "context_parallel = 1"));
-  }
   // The options alone, checked as the sequence planner checks them.
   ASSIGN_OR_RETURN(internal::Validated none,
                    internal::Validate({}, options, cap_required, balancing));
@@ -52,7 +46,9 @@ absl::StatusOr<std::shared_ptr<internal::TreeState>> Prepare(const Forest& fores
   state->dropped = std::move(cut.dropped);
   for (const TreePiece& piece : state->pieces) {
     state->lengths.push_back(piece.tokens);
-    state->costs.push_back(piece.cost);
+    // Under CP each rank runs about 1 / cp of a piece's attention (the tree shard map,
+    // packsched._tree_cp, balances it), as CostOf divides a sequence's cost.
+    state->costs.push_back(piece.cost / options.context_parallel);
   }
   return state;
 }
