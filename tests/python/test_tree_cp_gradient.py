@@ -12,6 +12,7 @@ multi-turn trees (tests/python/test_tree_gradient_equivalence.py's forests). The
 rows that see their sibling branches' keys must differ (the negative control).
 """
 
+import functools
 import os
 import pathlib
 import subprocess
@@ -26,9 +27,10 @@ HERE = pathlib.Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parents[1] / "client" / "python" / "examples"))
 sys.path.insert(0, str(HERE / "helpers"))
 
-from test_tree_gradient_equivalence import reference_gradient  # noqa: E402
+import test_tree_gradient_equivalence  # noqa: E402
 
 DP = 2
+reference_gradient = functools.lru_cache(test_tree_gradient_equivalence.reference_gradient)
 
 
 @pytest.mark.parametrize("cp", [2, 4])

@@ -7,12 +7,12 @@ start and in shard order; the shard of a micro-batch is its segments' rows in se
 member's query sees exactly the keys the mask of its segment lets the same row see unsharded (for a
 tree: j <= i < subtree_end[j]), which an all-gather of the group's shards provides.
 
-The tree map: a segment of L rows (a multiple of 2 * cp) is cut into 2 * cp chunks of L / (2 * cp)
-rows; a query row i works in proportion to the keys it sees, positions[i] + 1 (its depth plus one:
-the rows on its root path); the chunks are ordered by that work (ties by index) and the k-th
-lightest goes with the k-th heaviest to member k of the order of their lighter chunk's index. For
-a flat segment the work grows with the row, so the pairs are (c, 2 * cp - 1 - c) and the map is
-segment_rows' head-tail map, row for row.
+The tree map: a segment of L rows (a multiple of 2 * cp) gives each member L / cp rows, a head
+run and a tail run as flat CP's head-tail chunks are, but of the lengths that balance the work: a
+query row i works in proportion to the keys it sees, positions[i] + 1 (its depth plus one: the
+rows on its root path). Members take their runs from the outside in, each the split whose work is
+nearest an equal share of what is left (tree_segment_rows). For a flat segment that split is the
+middle, and the map is segment_rows' head-tail map, row for row.
 """
 
 import numpy as np
@@ -34,20 +34,35 @@ __all__ = [
 def tree_segment_rows(positions, cp, rank):
     """The rows of one tree segment that member ``rank`` of a CP group of ``cp`` ranks holds:
     ``positions`` are the segment's depths (int [L], L a multiple of 2 * cp), the result is a
-    list of (start, stop) ranges relative to the segment's start, ascending (2 chunks of
-    L / (2 cp) rows; none for an empty segment). ValueError for a bad cp, rank or length."""
+    list of (start, stop) ranges relative to the segment's start, ascending: a head run and a tail
+    run of L / cp rows together (an empty run left out; none for an empty segment). ValueError for
+    a bad cp, rank or length.
+
+    Members take their runs from the outside in: member c, given the rows [lo, hi) the members
+    before it left, takes [lo, lo + a) and [hi - (L / cp - a), hi) with the a in [0, L / cp]
+    whose work (positions + 1 summed) is nearest the remaining work / (cp - c), ties to the a
+    nearest L / (2 cp). On a flat segment the work is strictly monotone in a and a = L / (2 cp)
+    hits the target exactly, so this is segment_rows' head-tail map row for row."""
     cp = check_cp(cp, rank)
     work = np.asarray(positions, dtype=np.int64).reshape(-1) + 1
     length = len(work)
     if length % (2 * cp) != 0:
         raise ValueError(f"segment length {length} is not a multiple of 2 * cp = {2 * cp}")
-    m = length // (2 * cp)
-    if m == 0:
+    n = length // cp
+    if n == 0:
         return []
-    chunk_work = work.reshape(2 * cp, m).sum(axis=1)
-    order = sorted(range(2 * cp), key=lambda c: (int(chunk_work[c]), c))
-    pairs = sorted(tuple(sorted((order[k], order[2 * cp - 1 - k]))) for k in range(cp))
-    return [(c * m, (c + 1) * m) for c in pairs[rank]]
+    prefix = np.concatenate([[0], np.cumsum(work)])
+    a = np.arange(n + 1)
+    lo, hi = 0, length
+    for member in range(rank + 1):
+        remaining = int(prefix[hi] - prefix[lo])
+        held = (prefix[lo + a] - prefix[lo]) + (prefix[hi] - prefix[hi - n + a])
+        # |held - remaining / (cp - member)|, in integers; then the distance from the middle.
+        take = int(a[np.lexsort((np.abs(2 * a - n), np.abs(held * (cp - member) - remaining)))[0]])
+        if member == rank:
+            return [r for r in ((lo, lo + take), (hi - (n - take), hi)) if r[1] > r[0]]
+        lo, hi = lo + take, hi - (n - take)
+    raise AssertionError("unreachable")
 
 
 def _host_list(values):
