@@ -134,5 +134,23 @@ def test_shard_losses_add_up_to_the_micro_batch_loss(cp):
             total += float(loss.detach())
             held.append(mine.index)
         assert sorted(np.concatenate(held).tolist()) == list(range(len(targets.rows)))
-        assert abs(total - float(full)) <= 1e-12 * max(1.0, abs(float(full)))
+        full = float(full.detach())
+        assert abs(total - full) <= 1e-12 * max(1.0, abs(full))
         assert float((logits.grad - expected).abs().max()) <= 1e-13
+
+
+@pytest.mark.parametrize("shape", ["grpo", "multiturn"])
+def test_two_ranks_split_every_piece_within_one_row_of_work(shape):
+    # At cp = 2 rank 0's head and tail runs of a = 0 and a = L / 2 hold the two halves, whose
+    # work sums to the piece's; one step of a moves one row's work, so some a is within half a
+    # row's work of an equal split.
+    for seed in range(4):
+        _, layouts = planned_layouts(2, 100 + seed, shape)
+        for layout in layouts:
+            pos = np.asarray(layout.positions, dtype=np.int64)
+            for a, b in zip(layout.cu, layout.cu[1:]):
+                work = [
+                    sum(int((pos[a + lo : a + hi] + 1).sum()) for lo, hi in runs)
+                    for runs in (tree_kernels.tree_segment_rows(pos[a:b], 2, r) for r in (0, 1))
+                ]
+                assert abs(work[0] - work[1]) <= int(pos[a:b].max()) + 1
