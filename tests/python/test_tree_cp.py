@@ -32,7 +32,10 @@ def planned_layouts(cp, seed, shape):
     else:
         forest = tree_layout.multiturn_forest(rng, trees=3, depth=3, turn_len=(1, 12))
     tree_forest, rollouts = tree_layout.to_tree_forest(forest, forest.roots())
-    plan = planner.plan_local(tree_forest, 10_000, context_parallel=cp, align_to=2 * cp)
+    # align_total_to leaves a tail after the pieces: one more segment of the shard map.
+    plan = planner.plan_local(
+        tree_forest, 10_000, context_parallel=cp, align_to=2 * cp, align_total_to=16 * cp
+    )
     return forest, tree_layout.planner_layouts(tree_forest, rollouts, plan)
 
 
