@@ -25,6 +25,7 @@ struct TreeState {
   std::vector<int64_t> lengths;  // of the pieces
   std::vector<int64_t> costs;    // of the pieces
   int64_t align_to = 1;          // the effective one
+  int64_t context_parallel = 1;  // the CP group size each piece is sharded over
   std::optional<Problem> problem;
 };
 
@@ -38,7 +39,9 @@ void SetItems(internal::TreeState& state) {
   state.costs.clear();
   for (const TreePiece& piece : state.pieces) {
     state.lengths.push_back(piece.tokens);
-    state.costs.push_back(piece.cost);
+    // Under CP each rank runs about 1 / cp of a piece's attention (the tree shard map,
+    // packsched._tree_cp, balances it), as CostOf divides a sequence's cost.
+    state.costs.push_back(piece.cost / state.context_parallel);
   }
 }
 
@@ -54,12 +57,6 @@ absl::StatusOr<std::shared_ptr<internal::TreeState>> Prepare(const Forest& fores
                                                              const PlanOptions& options,
                                                              bool cap_required, bool balancing,
                                                              internal::StopCheck* stop = nullptr) {
-  if (options.context_parallel > 1) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "context_parallel = ", options.context_parallel,
-        ": tree packing does not shard a tree over context-parallel ranks; plan a forest with "
-        "context_parallel = 1"));
-  }
   // The options alone, checked as the sequence planner checks them.
   ASSIGN_OR_RETURN(internal::Validated none,
                    internal::Validate({}, options, cap_required, balancing));
@@ -72,6 +69,7 @@ absl::StatusOr<std::shared_ptr<internal::TreeState>> Prepare(const Forest& fores
   state->pieces = std::move(cut.pieces);
   state->dropped = std::move(cut.dropped);
   state->align_to = none.options.align_to;
+  state->context_parallel = options.context_parallel;
   SetItems(*state);
   return state;
 }

@@ -20,7 +20,9 @@
 // The overlong policy applies to a rollout whose aligned length alone passes the cap: kReject
 // names it, kDrop leaves it out (and every node only it uses), kIsolate makes it a piece of its
 // own, alone in a micro-batch flagged overlong. max_seqs_per_micro_batch counts pieces.
-// context_parallel > 1 is InvalidArgument (the head-tail shards of a tree are not defined yet).
+// With context_parallel = cp > 1 pieces are aligned as sequences are (align_to = 2 * cp * tp by
+// default), so each splits into 2 * cp equal chunks for the tree shard map, and a piece's cost is
+// divided by cp (the work of one CP rank, as for a sequence).
 
 #include <cstdint>
 #include <memory>
@@ -98,9 +100,8 @@ struct TreePlan {
 // Immutable after Create(); safe to share across threads; cheap to copy.
 class TreeProblem {
  public:
-  // InvalidArgument for a bad forest (IndexForest), bad options (as Problem::Create),
-  // context_parallel > 1, a rollout over the cap under kReject (naming it), or a piece cost
-  // that overflows int64.
+  // InvalidArgument for a bad forest (IndexForest), bad options (as Problem::Create), a rollout
+  // over the cap under kReject (naming it), or a piece cost that overflows int64.
   static absl::StatusOr<TreeProblem> Create(const Forest& forest, const PlanOptions& options,
                                             bool cap_optional = false);
 

@@ -343,10 +343,40 @@ TEST(TreePlan, LayoutIsLinearInTheForest) {
   EXPECT_EQ(view.stats.packed_tokens, plan->stats.packed_tokens);
 }
 
-TEST(TreePlan, ContextParallelIsRefused) {
-  PlanOptions o = Capped(1024);
+// With CP every piece is aligned to 2 * cp * tp (the tree shard map cuts it into 2 * cp equal
+// chunks) and costs 1 / cp of what it costs with cp = 1.
+TEST(TreePlan, ContextParallelAlignsEveryPiece) {
+  const Forest f = Groups({37, 11, 90}, {{5, 8, 13}, {3}, {41, 2}});
+  PlanOptions flat = Capped(1024);
+  flat.cost = CostModel::kAttention;
+  flat.attention = {1, 1};
+  flat.align_to = 4;
+  PlanOptions o = flat;
   o.context_parallel = 2;
-  ExpectInvalid(PlanForest(Groups({10}, {{5}}), o).status(), "context_parallel = 2");
+  const absl::StatusOr<TreePlan> plan = PlanForest(f, o);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(CheckTreePlan(f, o, *plan, /*check_mask=*/true), "");
+  const absl::StatusOr<TreePlan> one = PlanForest(f, flat);
+  ASSERT_TRUE(one.ok()) << one.status();
+  int64_t pieces = 0;
+  for (const TreeMicroBatch& part : plan->parts) {
+    const std::vector<int32_t>& cu = part.batch.cu_seqlens_aligned;
+    for (size_t b = 0; b + 1 < cu.size(); ++b) {
+      EXPECT_EQ((cu[b + 1] - cu[b]) % 4, 0) << "piece " << b;
+      ++pieces;
+    }
+  }
+  EXPECT_EQ(pieces, 3);
+  // Each piece's cost is floor(its cp = 1 cost / 2).
+  EXPECT_LE(2 * plan->stats.total_cost, one->stats.total_cost);
+  EXPECT_GT(2 * plan->stats.total_cost + pieces, one->stats.total_cost - 1);
+  o.tensor_parallel = 2;
+  o.align_to = 1;  // the default: 2 * cp * tp
+  const absl::StatusOr<TreePlan> tp = PlanForest(f, o);
+  ASSERT_TRUE(tp.ok()) << tp.status();
+  for (const TreeMicroBatch& part : tp->parts) {
+    for (int32_t offset : part.batch.cu_seqlens_aligned) EXPECT_EQ(offset % 8, 0);
+  }
 }
 
 TEST(TreePlan, BadForestIsInvalidArgument) {

@@ -74,7 +74,7 @@ def test_misaligned_lengths_and_bad_ranks_are_refused():
         kernels.cp_unshard([torch.zeros(4)], ok, 2)
 
 
-@pytest.mark.parametrize("cp", [2, 3, 4, 8])
+@pytest.mark.parametrize("cp", [1, 2, 3, 4, 8])
 def test_every_rank_gets_the_same_causal_work_for_every_sequence(cp):
     """Causal work of a query row = keys it sees = its global position + 1."""
     g = torch.Generator().manual_seed(cp)
@@ -96,7 +96,7 @@ def shift_reference(targets, cu_real, cu_pad, ignore):
     return labels
 
 
-@pytest.mark.parametrize("cp", [2, 4])
+@pytest.mark.parametrize("cp", CP_SIZES)
 def test_shard_labels_are_shifted_before_sharding(cp):
     lengths = [9, 3, 16, 1]
     cu_real = [0]
@@ -131,7 +131,7 @@ def dense_causal(q, k, v, cu, scale):
     return out
 
 
-@pytest.mark.parametrize("cp", [1, 2, 4])
+@pytest.mark.parametrize("cp", CP_SIZES)
 def test_shard_attention_equals_the_shard_of_full_causal_attention(cp):
     g = torch.Generator().manual_seed(7 + cp)
     cu = aligned_offsets([13, 0, 40, 8], cp)
@@ -162,7 +162,7 @@ def test_shard_attention_equals_the_shard_of_full_causal_attention(cp):
         assert torch.allclose(got, ref, atol=1e-11, rtol=0)
 
 
-@pytest.mark.parametrize("cp", [2, 4])
+@pytest.mark.parametrize("cp", CP_SIZES)
 def test_sharded_cross_entropy_sums_to_the_weighted_full_loss(cp):
     g = torch.Generator().manual_seed(cp)
     cu = aligned_offsets([7, 12, 4], cp)
@@ -215,3 +215,16 @@ def test_cuda_matches_cpu():
         types.cuda(), cu_m.cuda(), [[1, 4, 6]], [1, 0], cu_seqlens_host=[0, 8, 10], total=12
     )
     assert torch.equal(pos_gpu.cpu(), pos_cpu)
+
+
+@pytest.mark.parametrize("cp", CP_SIZES)
+def test_segment_rows_partition_every_segment_over_the_group(cp):
+    from packsched._cp_layout import segment_rows
+
+    for length in (0, 2 * cp, 6 * cp, 40 * cp):
+        rows = sorted(
+            row for r in range(cp) for a, b in segment_rows(length, cp, r) for row in range(a, b)
+        )
+        assert rows == list(range(length))  # each row on exactly one member
+    with pytest.raises(ValueError, match="not a multiple of 2 \\* cp"):
+        segment_rows(2 * cp + 1, cp, 0)

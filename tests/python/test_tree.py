@@ -237,10 +237,18 @@ def test_restore_gathers_each_rollouts_rows():
         assert restored[r].tolist() == [10.0 * t for t in tokens]
 
 
-def test_context_parallel_is_refused():
-    forest = forest_from_groups([10], [[5]])
-    with pytest.raises(ValueError, match="context_parallel = 2"):
-        planner.plan_local(forest, 64, context_parallel=2)
+def test_context_parallel_aligns_every_piece_for_its_shards():
+    forest = forest_from_groups([10, 7], [[5, 3], [9]])
+    plan = planner.plan_local(forest, 64, context_parallel=2)
+    for part in plan.micro_batches:
+        cu = list(part.meta.cu_seqlens_aligned)
+        assert all(b - a > 0 and (b - a) % 4 == 0 for a, b in zip(cu, cu[1:]))
+        positions, subtree_end = part.rows(forest)
+        assert len(positions) == part.meta.total
+    flat = planner.plan_local(forest, 64)
+    assert sum(p.meta.tokens for p in plan.micro_batches) == sum(
+        p.meta.tokens for p in flat.micro_batches
+    )
 
 
 def test_layout_is_linear_and_its_rows_are_derived_from_the_forest():

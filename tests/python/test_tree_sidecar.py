@@ -63,9 +63,11 @@ def test_a_sidecar_plans_a_forest_as_the_in_process_planner(tmp_path):
             client.plan(2, bad, 8192)
         assert e.value.code == "INVALID_ARGUMENT"
         assert "node 1 has node_parent = 5" in e.value.message
-        with pytest.raises(SchedulerError) as e:
-            client.plan(3, forest, 8192, context_parallel=2, align_to=4)
-        assert "context_parallel = 2" in e.value.message
+        cp = client.plan(3, forest, 8192, context_parallel=2)  # pieces aligned to 2 * cp
+        local_cp = planner.plan_local(forest, 8192, context_parallel=2)
+        for a, b in zip(cp.micro_batches, local_cp.micro_batches):
+            assert a.meta.cu_seqlens_aligned == b.meta.cu_seqlens_aligned
+            assert all(c % 4 == 0 for c in a.meta.cu_seqlens_aligned)
         assert client.plan(4, forest, 8192).num_micro_batches == local.num_micro_batches
 
         # A forest with no rollouts is nothing to plan, as in process and in the CLI.

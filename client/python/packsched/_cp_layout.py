@@ -31,6 +31,24 @@ def chunk_lengths(host, cp):
     return chunks
 
 
+def segment_rows(length, cp, rank):
+    """The rows of one segment (a sequence, or later a tree-packed row) of ``length`` rows (a
+    multiple of 2 * cp) that member ``rank`` of a CP group of ``cp`` ranks holds, relative to the
+    segment's start and in shard order: [(rank * m, (rank + 1) * m), ((2cp - 1 - rank) * m,
+    (2cp - rank) * m)] with m = length / (2 cp); none for an empty segment. Any cp >= 1. Under
+    causal attention by position every member then does the same work. This map is the whole
+    shard contract: the shard of a micro-batch is its segments' rows in segment order, and a
+    member's attention needs, for each of its queries, the keys of its segment that the mask lets
+    it see (a causal prefix here), which an all-gather of the group's shards provides."""
+    cp = check_cp(cp, rank)
+    if length % (2 * cp) != 0:
+        raise ValueError(f"segment length {length} is not a multiple of 2 * cp = {2 * cp}")
+    m = length // (2 * cp)
+    if m == 0:
+        return []
+    return [(c * m, (c + 1) * m) for c in (rank, 2 * cp - 1 - rank)]
+
+
 def cp_layout(cu_seqlens, cp, rank):
     """The shard layout of CP rank ``rank`` for an aligned micro-batch whose offsets are
     ``cu_seqlens`` (B + 1 ints, every length a multiple of 2 * cp): what an all-gather (or ring)
@@ -49,10 +67,9 @@ def cp_layout(cu_seqlens, cp, rank):
     chunks = chunk_lengths(host, cp)
     ranges, positions = [], []
     for start, chunk in zip(host, chunks):
-        for c in (rank, 2 * cp - 1 - rank):
-            if chunk:
-                ranges.append((start + c * chunk, start + (c + 1) * chunk))
-                positions.extend(range(c * chunk, (c + 1) * chunk))
+        for a, b in segment_rows(2 * cp * chunk, cp, rank):
+            ranges.append((start + a, start + b))
+            positions.extend(range(a, b))
     lengths = [b - a for a, b in zip(host, host[1:])]
     return {
         "row_ranges": ranges,

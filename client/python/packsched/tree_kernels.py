@@ -15,6 +15,11 @@ Loss rule: rollout r with tokens x_0..x_{L-1} at rows rows[r] adds, for p < L - 
 w_r(p) * CE(logits[rows[r][p]], x_{p+1}); tree_targets turns that into (row, label, weight)
 targets with identical (row, label) pairs merged (summed weights), so a node's last row carries
 one target per distinct next token of its children.
+
+Context parallelism (packsched._tree_cp): tree_cp_rows gives a CP rank's row map (the tree shard
+map, balanced by the work under the mask; segment_rows' head-tail map on a flat segment),
+tree_cp_shard / tree_cp_unshard move rows, tree_cp_attention runs the shard's queries against the
+gathered keys, tree_cp_targets and tree_cp_cross_entropy give the shard's loss.
 """
 
 import numpy as np
@@ -22,6 +27,16 @@ import numpy as np
 from . import _kernels
 from ._arrays import _Torch, _host, _is_float64, _lib_of, _rows, _same_lib, _torch_ops
 from ._attention import _AttentionLayout, _forward
+from ._tree_cp import (
+    tree_cp_attention,
+    tree_cp_cross_entropy,
+    tree_cp_rows,
+    tree_cp_shard,
+    tree_cp_targets,
+    tree_cp_unshard,
+    tree_cp_work,
+    tree_segment_rows,
+)
 
 __all__ = [
     "tree_attention",
@@ -31,6 +46,14 @@ __all__ = [
     "TreeTargets",
     "restore",
     "tree_mrope_position_ids",
+    "tree_segment_rows",
+    "tree_cp_rows",
+    "tree_cp_shard",
+    "tree_cp_unshard",
+    "tree_cp_attention",
+    "tree_cp_targets",
+    "tree_cp_cross_entropy",
+    "tree_cp_work",
 ]
 
 
