@@ -391,10 +391,15 @@ absl::StatusOr<DynamicCpPlan> PlanDynamicCp(absl::Span<const int64_t> lengths,
     tallest = std::max(tallest, best_h + options.cost.micro_batch);
   }
 
-  // Floors: the powers of two among the sizes, the smallest and the largest (fixed CP).
+  // Floors: the smallest and the largest size (fixed CP), and the powers of two up to twice the
+  // largest size a sequence needs (a higher floor only widens every group, which the free-rank
+  // pass does where it pays).
+  const int64_t needed = n > 0 ? *std::max_element(smallest.begin(), smallest.end()) : 1;
   std::vector<int64_t> floors;
   for (const int64_t c : sizes) {
-    if (c == sizes.front() || c == sizes.back() || (c & (c - 1)) == 0) floors.push_back(c);
+    if (c == sizes.front() || c == sizes.back() || ((c & (c - 1)) == 0 && c <= 2 * needed)) {
+      floors.push_back(c);
+    }
   }
   std::optional<std::vector<Level>> best;
   int64_t best_cost = 0;
