@@ -79,7 +79,8 @@ def test_mixed_group_sizes_give_the_full_batch_gradient(tmp_path, sizes, expecte
         assert error <= 1e-10, f"{sizes} {mode}: max error {error:.3g}"
 
 
-@pytest.mark.parametrize("control", ["drop", "duplicate"])
-def test_a_dropped_or_repeated_shard_breaks_the_gradient(tmp_path, control):
-    grads = run_step(tmp_path, "powers_of_two", control)
-    assert relative_error(grads["token_mean"], reference("token_mean")) > 1e-6
+def test_a_dropped_or_repeated_shard_breaks_the_gradient(tmp_path):
+    grads = run_step(tmp_path, "powers_of_two", "controls")
+    expected = reference("token_mean")
+    for control in ("drop", "duplicate"):
+        assert relative_error(grads[control], expected) > 1e-6, control

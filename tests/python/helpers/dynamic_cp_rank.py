@@ -6,8 +6,9 @@ name, and in every slot runs its group's micro-batch as CP rank (its index in th
 group of that size: its head-tail shard of the ids, positions and shifted labels, attention
 against the group's all-gathered keys and values, the weighted cross entropy of its rows
 (tiny_lm.cp_packed_backward). The gradients are summed over all processes; rank 0 saves them
-with the sizes the plan used. CONTROL "drop" skips the first non-empty micro-batch of slot 0,
-"duplicate" runs it twice (token_mean only): the gradient must then differ.
+with the sizes the plan used. CONTROL "controls" runs token_mean twice more instead, skipping
+the first non-empty micro-batch of slot 0 ("drop") and running it twice ("duplicate"): the
+gradient must then differ.
 
 Usage: dynamic_cp_rank.py RANK RANKS SIZES DIST_PORT OUT_PREFIX CONTROL
 """
@@ -49,7 +50,12 @@ def main():
     lengths = [len(x) for x in ids]
     grads = {}
     groups = {}
-    for mode in MODES if control == "none" else MODES[:1]:
+    # (key, loss mode, fault): every mode as planned, or token_mean with one group's
+    # micro-batch dropped and with it run twice.
+    runs = [(m, m, "none") for m in MODES] if control == "none" else []
+    if control == "controls":
+        runs = [("drop", MODES[0], "drop"), ("duplicate", MODES[0], "duplicate")]
+    for key, mode, fault in runs:
         plan = dynamic_cp(
             lengths,
             ranks,
@@ -68,12 +74,12 @@ def main():
         for mb in plan.for_rank(rank):
             if not mb.sequences:
                 continue
-            runs = 1
-            if mb.slot == 0 and not dropped and control != "none":
+            times = 1
+            if mb.slot == 0 and not dropped and fault != "none":
                 dropped = True  # the first non-empty group of slot 0 (every member alike)
                 first_group = next(g for g in plan.slots[0]["groups"] if g["sequences"])
                 if first_group["first_rank"] == mb.group[0]:
-                    runs = 0 if control == "drop" else 2
+                    times = 0 if fault == "drop" else 2
             real = [0]
             for s in mb.sequences:
                 real.append(real[-1] + lengths[s])
@@ -89,7 +95,7 @@ def main():
                 ],
                 loss_weights=plan.loss_weights,
             )
-            for _ in range(runs):
+            for _ in range(times):
                 tiny_lm.cp_packed_backward(
                     model, shim, ids, masks, mb.cp, mb.cp_rank, groups[mb.group[0], mb.cp]
                 )
@@ -97,8 +103,8 @@ def main():
             if p.grad is None:
                 p.grad = torch.zeros_like(p)
             dist.all_reduce(p.grad, op=dist.ReduceOp.SUM)
-        grads[mode] = tiny_lm.flat_grad(model)
-        grads[f"{mode}/sizes"] = torch.tensor(sorted(set(plan.cp_of_sequence)))
+        grads[key] = tiny_lm.flat_grad(model)
+        grads[f"{key}/sizes"] = torch.tensor(sorted(set(plan.cp_of_sequence)))
     if rank == 0:
         torch.save(grads, f"{out}.grads.pt")
     dist.destroy_process_group()
