@@ -8,6 +8,7 @@
 #include "absl/strings/string_view.h"
 #include "kernels/cuda/launch.h"
 #include "kernels/cuda/launch_result.cuh"
+#include "kernels/cuda/recurrent_launch.h"
 #include "kernels/cuda/tree_launch.h"
 #include "kernels/internal/backend.h"
 
@@ -119,6 +120,28 @@ absl::Status MultiTargetCrossEntropy(const MultiTargetArgs& a, int device, void*
 absl::Status MultiTargetCrossEntropyBackward(const MultiTargetArgs& a, int device, void* stream) {
   return OnDevice("MultiTargetCrossEntropyBackward", device,
                   [&] { return LaunchMultiTargetCrossEntropyBackward(a, stream); });
+}
+
+}  // namespace packsched::kernels::internal::cuda
+
+// Recurrent layers (recurrent.h).
+namespace packsched::kernels::internal::cuda {
+
+absl::Status CausalConv1dForward(const ConvArgs& a, int device, void* stream) {
+  return OnDevice("CausalConv1dForward", device,
+                  [&] { return LaunchCausalConv1d(a, /*backward=*/false, stream); });
+}
+absl::Status CausalConv1dBackward(const ConvArgs& a, int device, void* stream) {
+  return OnDevice("CausalConv1dBackward", device,
+                  [&] { return LaunchCausalConv1d(a, /*backward=*/true, stream); });
+}
+absl::Status GatedRecurrenceForward(const RecurrenceArgs& a, int device, void* stream) {
+  return OnDevice("GatedRecurrenceForward", device,
+                  [&] { return LaunchGatedRecurrence(a, /*backward=*/false, stream); });
+}
+absl::Status GatedRecurrenceBackward(const RecurrenceArgs& a, int device, void* stream) {
+  return OnDevice("GatedRecurrenceBackward", device,
+                  [&] { return LaunchGatedRecurrence(a, /*backward=*/true, stream); });
 }
 
 }  // namespace packsched::kernels::internal::cuda

@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "kernels/internal/backend.h"
+#include "kernels/internal/recurrent_args.h"
 
 namespace packsched::kernels::internal::cuda {
 namespace {
@@ -52,6 +53,24 @@ absl::Status MultiTargetCrossEntropy(const MultiTargetArgs&, int, void*) {
 }
 absl::Status MultiTargetCrossEntropyBackward(const MultiTargetArgs&, int, void*) {
   return NotBuilt("MultiTargetCrossEntropyBackward");
+}
+
+}  // namespace packsched::kernels::internal::cuda
+
+// Recurrent layers (recurrent.h).
+namespace packsched::kernels::internal::cuda {
+
+absl::Status CausalConv1dForward(const ConvArgs&, int, void*) {
+  return NotBuilt("CausalConv1dForward");
+}
+absl::Status CausalConv1dBackward(const ConvArgs&, int, void*) {
+  return NotBuilt("CausalConv1dBackward");
+}
+absl::Status GatedRecurrenceForward(const RecurrenceArgs&, int, void*) {
+  return NotBuilt("GatedRecurrenceForward");
+}
+absl::Status GatedRecurrenceBackward(const RecurrenceArgs&, int, void*) {
+  return NotBuilt("GatedRecurrenceBackward");
 }
 
 }  // namespace packsched::kernels::internal::cuda

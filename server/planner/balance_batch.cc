@@ -14,6 +14,7 @@
 #include "server/base/checked_math.h"
 #include "server/base/status_macros.h"
 #include "server/planner/bin_packing.h"
+#include "server/planner/cell_greedy.h"
 #include "server/planner/grid_plans.h"
 #include "server/planner/local_search.h"
 #include "server/planner/lpt.h"
@@ -119,6 +120,16 @@ Grid Trimmed(Grid grid, int64_t least_k, int64_t divisible_by) {
   return out;
 }
 
+// `grid` with empty slots added up to k (none when it has k or more).
+Grid Widened(Grid grid, int64_t k) {
+  if (k <= grid.k) return grid;
+  Grid out{grid.world_size, k, std::vector<std::vector<int32_t>>(grid.world_size * k)};
+  for (int64_t r = 0; r < grid.world_size; ++r) {
+    for (int64_t i = 0; i < grid.k; ++i) out.cell(r, i) = std::move(grid.cell(r, i));
+  }
+  return out;
+}
+
 // The per-rank plans of `out` as a grid over `items` (slot i of rank r: its i-th micro-batch, or
 // with `by_cost` its micro-batches by cost descending).
 Grid GridOfPlans(const BalancedBatch& out, absl::Span<const SlotItem> items, int64_t num_sequences,
@@ -148,12 +159,16 @@ Grid GridOfPlans(const BalancedBatch& out, absl::Span<const SlotItem> items, int
   return grid;
 }
 
-// Rounds of ImproveRankTotals for n sequences over W ranks x k: up to 4 W, and about 2^24 steps
-// in all (a round: the largest rank's items against every cell of a few ranks, a binary search in
-// every rank for each, and the ranks sorted).
-int64_t RankRounds(int64_t n, int64_t world_size, int64_t k) {
+// Sequences up to which every Sync::kMicroBatch candidate is shortened by moves before they are
+// compared (above it, only the shortest is).
+constexpr int64_t kImproveEvery = int64_t{1} << 12;
+
+// Rounds of ImproveRankTotals for n sequences over W ranks x k: up to 4 W, and about `steps`
+// steps in all (a round: the largest rank's items against every cell of a few ranks, a binary
+// search in every rank for each, and the ranks sorted).
+int64_t RankRounds(int64_t n, int64_t world_size, int64_t k, int64_t steps = int64_t{1} << 24) {
   const int64_t per_round = (n / world_size + 1) * (k + 1) * 4 + 4 * n + 20 * world_size;
-  return std::clamp<int64_t>((int64_t{1} << 24) / per_round, 1, 4 * world_size);
+  return std::clamp<int64_t>(steps / per_round, 1, 4 * world_size);
 }
 
 }  // namespace
@@ -234,48 +249,74 @@ absl::StatusOr<BalancedBatch> BalanceBatch(absl::Span<const int64_t> lengths, in
   out.dropped = v.dropped;
   std::optional<Grid> grid;  // the plan as a grid; nullopt: the per-rank problems below
 
-  // Sync::kMicroBatch without groups: the greedy at each k from the cap's bound up to the k bound
-  // (at most three; past about 2^23 cell visits, only until one fits), the row greedy and the FFD
-  // bins dealt slot by slot; the shortest step wins (ties: the fewer micro-batches, then the
-  // earlier), then moves shorten it.
+  // Sync::kMicroBatch without groups, the candidates: the slot greedy at each k from the cap's
+  // bound up to the k bound (at most three; past about 2^23 cell visits, only until one fits),
+  // the row greedy, the FFD bins dealt slot by slot and the cell greedy (cell_greedy.h; inputs
+  // with n k W up to kCellGreedyVisits), each shortened by moves before they are compared.
   if (!grouped && balance.sync == Sync::kMicroBatch) {
     RETURN_IF_ERROR(bounded(k_bound));
     RETURN_IF_ERROR(fits(k_bound));
+    const int64_t alpha = balance.micro_batch_cost;
     const int64_t k_low =
         RoundUpTo(std::max(CeilDiv(FewestCells(v), world_size), least_k), options.divisible_by);
-    int64_t best_cost = 0;
-    auto consider = [&](Grid candidate) {
-      const int64_t cost =
-          internal::CostsOf(candidate, items, balance.micro_batch_cost).micro_batch_sync;
-      if (!grid || cost < best_cost || (cost == best_cost && candidate.k < grid->k)) {
-        best_cost = cost;
-        grid = std::move(candidate);
-      }
-    };
+    std::vector<Grid> candidates;
     const std::vector<int32_t> order = internal::PlacementOrder(items);
     const int64_t n = static_cast<int64_t>(items.size());
     int64_t work = 0;
     for (int64_t k = k_low, tries = 0; k <= k_bound && tries < 3; k += options.divisible_by) {
-      if (grid && work > (int64_t{1} << 23)) break;
+      if (!candidates.empty() && work > (int64_t{1} << 23)) break;
       ++tries;
       work += n * (k + world_size);
-      std::optional<Grid> filled = internal::FillSlots(items, order, v.capacity, world_size, k,
-                                                       balance.micro_batch_cost, &stop);
+      std::optional<Grid> filled =
+          internal::FillSlots(items, order, v.capacity, world_size, k, alpha, &stop);
       RETURN_IF_ERROR(stop.status());
-      if (filled) consider(*std::move(filled));
+      if (filled) candidates.push_back(*std::move(filled));
     }
     // The slots filled one after the other (better on some heavy-tailed batches).
-    std::optional<Grid> rows = internal::FillRows(items, order, v.capacity, world_size, k_bound,
-                                                  balance.micro_batch_cost, &stop);
+    std::optional<Grid> rows =
+        internal::FillRows(items, order, v.capacity, world_size, k_bound, alpha, &stop);
     RETURN_IF_ERROR(stop.status());
-    if (rows) consider(Trimmed(*std::move(rows), least_k, options.divisible_by));
-    consider(internal::GridFromBins(bins, items, world_size, k_bound, /*by_rank_total=*/false));
+    if (rows) candidates.push_back(Trimmed(*std::move(rows), least_k, options.divisible_by));
+    candidates.push_back(
+        internal::GridFromBins(bins, items, world_size, k_bound, /*by_rank_total=*/false));
+    const size_t constructions = candidates.size();  // the cell greedy's, if any, follows
+    if (n <= internal::kCellGreedyVisits / (k_bound * world_size)) {
+      std::optional<Grid> cells =
+          internal::FillCells(items, order, v.capacity, world_size, k_bound, alpha, &stop);
+      RETURN_IF_ERROR(stop.status());
+      if (cells) candidates.push_back(Trimmed(*std::move(cells), least_k, options.divisible_by));
+    }
+    // The shortest of candidates[first, last) (ties: the fewer micro-batches, then the earlier).
+    auto shortest = [&](size_t first, size_t last) {
+      size_t best = first;
+      int64_t best_cost = 0;
+      for (size_t c = first; c < last; ++c) {
+        const int64_t cost = internal::CostsOf(candidates[c], items, alpha).micro_batch_sync;
+        if (c == first || cost < best_cost ||
+            (cost == best_cost && candidates[c].k < candidates[best].k)) {
+          best = c;
+          best_cost = cost;
+        }
+      }
+      return best;
+    };
+    // Moves shorten every candidate on inputs of up to kImproveEvery sequences; above it, the
+    // shortest of the other constructions and the cell greedy's. The shortest after them wins.
+    std::vector<char> improve(candidates.size(), n <= kImproveEvery ? 1 : 0);
+    improve[shortest(0, constructions)] = 1;
+    if (candidates.size() > constructions) improve[constructions] = 1;
     // Swaps search every cell's members for each member of a slot's costliest cell: about
     // n^2 / W a pass, affordable below 2^24.
     const bool swaps = n * n / world_size <= (int64_t{1} << 24);
-    internal::ImproveSlots(*grid, items, v.capacity, balance.micro_batch_cost, swaps ? 16 : 4,
-                           swaps, &stop);
-    RETURN_IF_ERROR(stop.status());
+    std::vector<Grid> improved;
+    for (size_t c = 0; c < candidates.size(); ++c) {
+      if (!improve[c]) continue;
+      internal::ImproveSlots(candidates[c], items, v.capacity, alpha, swaps ? 16 : 4, swaps, &stop);
+      RETURN_IF_ERROR(stop.status());
+      improved.push_back(std::move(candidates[c]));
+    }
+    candidates = std::move(improved);
+    grid = std::move(candidates[shortest(0, candidates.size())]);
   } else {
     // Ranks first (today's Sync::kStep), each rank's own bound, k = the largest.
     const Units units = MakeUnits(v, group_ids);
@@ -312,7 +353,9 @@ absl::StatusOr<BalancedBatch> BalanceBatch(absl::Span<const int64_t> lengths, in
       RETURN_IF_ERROR(fits(k_bound));
       grid = internal::GridFromBins(bins, items, world_size, k_bound, /*by_rank_total=*/true);
       internal::ImproveRankTotals(*grid, items, v.capacity, balance.micro_batch_cost,
-                                  RankRounds(kept, world_size, k_bound), /*keep_counts=*/false);
+                                  RankRounds(kept, world_size, k_bound), /*keep_counts=*/false,
+                                  &stop);
+      RETURN_IF_ERROR(stop.status());
     } else {
       RETURN_IF_ERROR(bounded(out.num_micro_batches));
       RETURN_IF_ERROR(fits(out.num_micro_batches));
@@ -332,9 +375,33 @@ absl::StatusOr<BalancedBatch> BalanceBatch(absl::Span<const int64_t> lengths, in
           step = std::max(step, total);
         }
         Grid traded = GridOfPlans(out, items, v.num_sequences, /*by_cost=*/false);
-        internal::ImproveRankTotals(traded, items, v.capacity, alpha,
-                                    RankRounds(kept, world_size, traded.k), /*keep_counts=*/true);
-        if (internal::CostsOf(traded, items, alpha).step_sync < step) grid = std::move(traded);
+        const int64_t rounds = RankRounds(kept, world_size, traded.k);
+        internal::ImproveRankTotals(traded, items, v.capacity, alpha, rounds,
+                                    /*keep_counts=*/true, &stop);
+        RETURN_IF_ERROR(stop.status());
+        const int64_t equal_step = internal::CostsOf(traded, items, alpha).step_sync;
+        if (equal_step < step) grid = traded;
+        // Counts free, up to the k bound: moves of single sequences as well, from the
+        // equal-count plan and from the FFD bins by rank total (about 2^22 steps each). The shorter
+        // is taken only when it shortens the step by more than 1/1024 (equal counts are kept
+        // otherwise), so none is searched for when the lower bound rules that out.
+        int64_t free_step = equal_step - equal_step / 1024;
+        const bool may_gain = internal::StepLowerBound(v, world_size, alpha) < free_step;
+        Grid from_bins =
+            may_gain ? internal::GridFromBins(bins, items, world_size, k_bound, true) : Grid{};
+        Grid from_equal = may_gain ? Widened(std::move(traded), k_bound) : Grid{};
+        for (Grid* free : {&from_equal, &from_bins}) {
+          if (!may_gain) break;
+          internal::ImproveRankTotals(*free, items, v.capacity, alpha,
+                                      RankRounds(kept, world_size, k_bound, int64_t{1} << 22),
+                                      /*keep_counts=*/false, &stop);
+          RETURN_IF_ERROR(stop.status());
+          const int64_t cost = internal::CostsOf(*free, items, alpha).step_sync;
+          if (cost < free_step) {
+            free_step = cost;
+            grid = Trimmed(std::move(*free), least_k, options.divisible_by);
+          }
+        }
       }
       if (grouped && balance.sync == Sync::kMicroBatch) {
         // The ranks stay; their sequences are placed slot by slot, or each rank's partition

@@ -41,6 +41,18 @@ int64_t FewestCells(const Validated& v) {
   return cells + static_cast<int64_t>(v.isolated.size());
 }
 
+int64_t StepLowerBound(const Validated& v, int64_t world_size, int64_t alpha) {
+  int64_t cost = 0, largest = 0;
+  for (const auto* list : {&v.items, &v.isolated}) {
+    for (const Item& item : *list) {
+      cost += item.cost;
+      largest = std::max(largest, item.cost);
+    }
+  }
+  if (cost == 0) return 0;
+  return std::max(CeilDiv(cost + alpha * FewestCells(v), world_size), alpha + largest);
+}
+
 absl::StatusOr<std::vector<RankBatch>> RanksOfGrid(const Grid& grid,
                                                    absl::Span<const SlotItem> items,
                                                    absl::Span<const int64_t> lengths,
@@ -152,22 +164,19 @@ StepStats StepOf(const BalancedBatch& out, const Validated& v, int64_t world_siz
     s.step_sync_cost = std::max(s.step_sync_cost, total);
   }
   for (int64_t cost : slot_max) s.micro_batch_sync_cost += cost;
-  int64_t cost = 0, aligned = 0, largest = 0;
+  int64_t cost = 0, aligned = 0;
   for (const auto* list : {&v.items, &v.isolated}) {
     for (const Item& item : *list) {
       cost += item.cost;
       aligned += item.aligned;
-      largest = std::max(largest, item.cost);
     }
   }
   const int64_t k_min = CeilDiv(aligned, world_size * v.options.max_token_len);
   s.ideal = (static_cast<double>(cost) + static_cast<double>(alpha) * static_cast<double>(k_min) *
                                              static_cast<double>(world_size)) /
             static_cast<double>(world_size);
-  if (cost > 0) {
-    // Within int64: the plan itself has at least FewestCells micro-batches, each paying alpha.
-    s.lower_bound = std::max(CeilDiv(cost + alpha * FewestCells(v), world_size), alpha + largest);
-  }
+  // Within int64: the plan itself has at least FewestCells micro-batches, each paying alpha.
+  s.lower_bound = StepLowerBound(v, world_size, alpha);
   const int64_t actual = balance.sync == Sync::kStep ? s.step_sync_cost : s.micro_batch_sync_cost;
   s.efficiency = actual == 0 ? 1.0 : s.ideal / static_cast<double>(actual);
   s.lower_bound_efficiency =

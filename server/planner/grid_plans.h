@@ -20,6 +20,12 @@ namespace packsched::planner::internal {
 // over the items planned normally, plus one per isolated item.
 int64_t FewestCells(const Validated& v);
 
+// No plan of `v` over world_size ranks has a step below this under either sync, with a non-empty
+// micro-batch costing alpha + its items' costs: max(ceil((total cost + alpha x FewestCells) /
+// world_size), alpha + the costliest item); 0 when the total cost is 0.
+// REQUIRES: that sum fits in int64 (the plan's own step does).
+int64_t StepLowerBound(const Validated& v, int64_t world_size, int64_t alpha);
+
 // The plans of a grid over `items` (positions into v.items then v.isolated of the global batch
 // `lengths`): rank r's micro-batch in slot i is the grid's cell (r, i), each rank's plan made as
 // Problem makes one (Assemble over the rank's own validated lengths), the slots put in

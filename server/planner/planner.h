@@ -150,10 +150,11 @@ struct BalancedBatch {
 // n % world_size != 0) and balanced rank costs; each rank's micro-batches follow `options`
 // exactly as Problem::Create + Partition(k) would, with k the largest of the ranks' local
 // bounds, or, where trades of sequences between those micro-batches of different ranks (counts
-// unchanged, each within the cap) shorten the step, the traded ones. Unless that k is above the
-// k bound below (no group_ids): then the ranks take whole first-fit-decreasing bins of the
-// global batch, balanced by cost, then moves and trades of sequences between ranks, and counts
-// may differ.
+// unchanged, each within the cap) shorten the step, the traded ones. Without group_ids, a plan
+// with counts free (moves as well as trades, up to the k bound below) replaces it when its step
+// is shorter by more than 1/1024; and when that k is above the k bound, the ranks take whole
+// first-fit-decreasing bins of the global batch, balanced by cost, then moves and trades of
+// sequences between ranks. Counts may then differ.
 //
 // balance.sync == kMicroBatch: every rank's micro-batch in slot i costs nearly the same, so a
 // step whose ranks meet at every micro-batch is short; ranks may hold different numbers of

@@ -20,7 +20,7 @@ struct Change {
 }  // namespace
 
 void ImproveRankTotals(Grid& grid, absl::Span<const SlotItem> items, const Capacity& capacity,
-                       int64_t alpha, int64_t rounds, bool keep_counts) {
+                       int64_t alpha, int64_t rounds, bool keep_counts, StopCheck* stop) {
   const int64_t w = grid.world_size;
   const int64_t k = grid.k;
   std::vector<PartLoad> load(w * k);
@@ -63,6 +63,7 @@ void ImproveRankTotals(Grid& grid, absl::Span<const SlotItem> items, const Capac
   }
   std::vector<int64_t> ranks(w);
   for (int64_t round = 0; round < rounds; ++round) {
+    if (!stop->Continue(static_cast<int64_t>(items.size()) + w * (k + 1))) return;
     int64_t top = 0;
     for (int64_t r = 1; r < w; ++r) {
       if (total[r] > total[top]) top = r;

@@ -10,6 +10,7 @@
 #include "absl/types/span.h"
 #include "server/planner/prepared.h"
 #include "server/planner/slot_grid.h"
+#include "server/planner/stop_check.h"
 
 namespace packsched::planner::internal {
 
@@ -20,9 +21,10 @@ namespace packsched::planner::internal {
 // items to another rank's cell that takes it within `capacity` (unless `keep_counts`), or
 // (tokens mode) a trade with a cheaper item of another rank whose two cells stay within the
 // cap. Isolated items and items with a rank stay. Never makes the step longer; at most `rounds`
-// changes, each round O(n log n + W k) or so.
+// changes, each round O(n log n + W k) or so; fewer once `stop` says stop (the grid stays valid;
+// stop->status() tells why).
 void ImproveRankTotals(Grid& grid, absl::Span<const SlotItem> items, const Capacity& capacity,
-                       int64_t alpha, int64_t rounds, bool keep_counts);
+                       int64_t alpha, int64_t rounds, bool keep_counts, StopCheck* stop);
 
 }  // namespace packsched::planner::internal
 

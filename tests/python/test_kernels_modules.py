@@ -19,6 +19,7 @@ JOB_MODULES = (
     "_attention",
     "_context_parallel",
     "tree_kernels",
+    "_recurrent",
 )
 
 # tree_kernels is also a public module of its own (its targets builder and restore belong to the
@@ -53,6 +54,13 @@ PUBLIC_API = [
     "tree_attention",
     "tree_position_ids",
     "multi_target_cross_entropy",
+    "causal_conv1d",
+    "gated_delta_rule",
+    "selective_scan",
+    "flat_prev_rows",
+    "tree_prev_rows",
+    "micro_batch_prev_rows",
+    "states_alive",
 ]
 
 PACKAGE_DIR = pathlib.Path(packsched.__file__).resolve().parent

@@ -22,6 +22,11 @@ tree_position_ids without ``total``) need ``cu_seqlens_host``: without it the fu
 offsets tensor first (a graph break under torch.compile). Host offsets trace as ints, symbolic
 under dynamic shapes (one graph per batch size B). Numpy inputs call the kernels directly.
 
+Hybrid models' recurrent layers (causal_conv1d, gated_delta_rule, selective_scan; torch tensors,
+autograd) take the layout as ``prev_row``, the row whose state each row continues (-1: zero
+state): ``flat_prev_rows`` from cu_seqlens, ``tree_prev_rows`` / ``micro_batch_prev_rows`` for
+trees, where a node's first row continues its parent's last row.
+
 Packed layout: B sequences stored as rows [0, total) of one tensor, sequence b in rows
 [cu_seqlens[b], cu_seqlens[b+1]). ``cu_seqlens`` is int32 [B+1], cu_seqlens[0] == 0,
 non-decreasing (empty sequences allowed). Aligned layout: sequence b occupies rows
@@ -72,6 +77,15 @@ from ._packing import (
     unpack_aligned,
     unpad,
 )
+from ._recurrent import (
+    causal_conv1d,
+    flat_prev_rows,
+    gated_delta_rule,
+    micro_batch_prev_rows,
+    selective_scan,
+    states_alive,
+    tree_prev_rows,
+)
 from .tree_kernels import multi_target_cross_entropy, tree_attention, tree_position_ids
 
 if "torch" in _sys.modules:  # register torch.ops.packsched now (else with the first torch tensor)
@@ -101,4 +115,11 @@ __all__ = [
     "tree_attention",
     "tree_position_ids",
     "multi_target_cross_entropy",
+    "causal_conv1d",
+    "gated_delta_rule",
+    "selective_scan",
+    "flat_prev_rows",
+    "tree_prev_rows",
+    "micro_batch_prev_rows",
+    "states_alive",
 ]

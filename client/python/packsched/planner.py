@@ -213,7 +213,8 @@ def balance(
     """Coordinator mode: balances the whole global batch over ``world_size`` DP ranks (members of
     a ``group_ids`` group stay on one rank), then plans each rank's micro-batches with one common
     k: ``ranks[r].plan.micro_batches[i]`` is rank r's micro-batch in slot i.
-    ``sync="step"``: equal counts, balanced rank totals (ranks meet once per step);
+    ``sync="step"``: balanced rank totals (ranks meet once per step), equal counts unless free
+    counts shorten the step by more than 1/1024 (docs/design.md, "Coordinator mode's sync");
     ``sync="micro_batch"``: every slot balanced over the ranks (ranks meet at every micro-batch:
     FSDP/ZeRO-3, pipeline or context parallelism), counts may differ. ``micro_batch_cost``: a
     fixed cost per non-empty micro-batch. ``model_config``: a Hugging Face style config (a dict

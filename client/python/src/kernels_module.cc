@@ -17,6 +17,7 @@
 #include "packsched/kernels/attention.h"
 #include "packsched/kernels/context_parallel.h"
 #include "packsched/kernels/kernels.h"
+#include "packsched/kernels/recurrent.h"
 #include "packsched/kernels/tree.h"
 
 namespace py = pybind11;
@@ -371,6 +372,78 @@ PYBIND11_MODULE(_kernels, m) {
       },
       py::arg("logits"), py::arg("row_lse"), py::arg("rows"), py::arg("labels"), py::arg("d_loss"),
       py::arg("d_logits"), py::arg("stream"));
+
+  // The recurrent kernels (recurrent.h); None stands for an absent bias / beta.
+  m.def(
+      "causal_conv1d_forward",
+      [](const py::object& x, const py::object& weight, const py::object& bias,
+         const py::object& prev_row, bool silu, const py::object& out, uintptr_t stream) {
+        Borrowed bx(x, stream), bw(weight, stream), bp(prev_row, stream), bo(out, stream);
+        std::optional<Borrowed> bb;
+        if (!bias.is_none()) bb.emplace(bias, stream);
+        CheckWithoutGil([&] {
+          return CausalConv1dForward(*bx, *bw, bb ? bb->get() : nullptr, *bp, silu, *bo,
+                                     AsStream(stream));
+        });
+      },
+      py::arg("x"), py::arg("weight"), py::arg("bias"), py::arg("prev_row"), py::arg("silu"),
+      py::arg("out"), py::arg("stream"));
+
+  m.def(
+      "causal_conv1d_backward",
+      [](const py::object& x, const py::object& weight, const py::object& bias,
+         const py::object& prev_row, bool silu, const py::object& d_out, const py::object& dx,
+         const py::object& d_weight, const py::object& d_bias, uintptr_t stream) {
+        Borrowed bx(x, stream), bw(weight, stream), bp(prev_row, stream), bd(d_out, stream),
+            bdx(dx, stream), bdw(d_weight, stream);
+        std::optional<Borrowed> bb, bdb;
+        if (!bias.is_none()) bb.emplace(bias, stream);
+        if (!d_bias.is_none()) bdb.emplace(d_bias, stream);
+        CheckWithoutGil([&] {
+          return CausalConv1dBackward(*bx, *bw, bb ? bb->get() : nullptr, *bp, silu, *bd, *bdx,
+                                      *bdw, bdb ? bdb->get() : nullptr, AsStream(stream));
+        });
+      },
+      py::arg("x"), py::arg("weight"), py::arg("bias"), py::arg("prev_row"), py::arg("silu"),
+      py::arg("d_out"), py::arg("dx"), py::arg("d_weight"), py::arg("d_bias"), py::arg("stream"));
+
+  m.def(
+      "gated_recurrence_forward",
+      [](const py::object& q, const py::object& k, const py::object& v, const py::object& g,
+         const py::object& beta, const py::object& prev_row, const py::object& out,
+         uintptr_t stream) {
+        Borrowed bq(q, stream), bk(k, stream), bv(v, stream), bg(g, stream), bp(prev_row, stream),
+            bo(out, stream);
+        std::optional<Borrowed> bb;
+        if (!beta.is_none()) bb.emplace(beta, stream);
+        CheckWithoutGil([&] {
+          return GatedRecurrenceForward(*bq, *bk, *bv, *bg, bb ? bb->get() : nullptr, *bp, *bo,
+                                        AsStream(stream));
+        });
+      },
+      py::arg("q"), py::arg("k"), py::arg("v"), py::arg("g"), py::arg("beta"), py::arg("prev_row"),
+      py::arg("out"), py::arg("stream"));
+
+  m.def(
+      "gated_recurrence_backward",
+      [](const py::object& q, const py::object& k, const py::object& v, const py::object& g,
+         const py::object& beta, const py::object& prev_row, const py::object& d_out,
+         const py::object& dq, const py::object& dk, const py::object& dv, const py::object& dg,
+         const py::object& d_beta, uintptr_t stream) {
+        Borrowed bq(q, stream), bk(k, stream), bv(v, stream), bg(g, stream), bp(prev_row, stream),
+            bd(d_out, stream), bdq(dq, stream), bdk(dk, stream), bdv(dv, stream), bdg(dg, stream);
+        std::optional<Borrowed> bb, bdb;
+        if (!beta.is_none()) bb.emplace(beta, stream);
+        if (!d_beta.is_none()) bdb.emplace(d_beta, stream);
+        CheckWithoutGil([&] {
+          return GatedRecurrenceBackward(*bq, *bk, *bv, *bg, bb ? bb->get() : nullptr, *bp, *bd,
+                                         *bdq, *bdk, *bdv, *bdg, bdb ? bdb->get() : nullptr,
+                                         AsStream(stream));
+        });
+      },
+      py::arg("q"), py::arg("k"), py::arg("v"), py::arg("g"), py::arg("beta"), py::arg("prev_row"),
+      py::arg("d_out"), py::arg("dq"), py::arg("dk"), py::arg("dv"), py::arg("dg"),
+      py::arg("d_beta"), py::arg("stream"));
 }
 
 }  // namespace
