@@ -141,6 +141,8 @@ LAYERS = {
     # Forests of rollouts and the tree plan's value types (tree packing).
     "py/tree": Layer(("packsched.tree",), ("py/plan", "py/inputs"), ("numpy", "torch")),
     "py/model_cost": Layer(("packsched.model_cost",), ("py/ext",)),
+    # Dynamic context parallelism in-process (server/planner/dynamic_cp.h through the extension).
+    "py/dynamic_cp": Layer(("packsched.dynamic_cp",), ("py/ext", "py/model_cost")),
     # The checks of request data and the progress lines, shared by the planner and the client.
     "py/inputs": Layer(("packsched._inputs", "packsched._progress"), (), ("numpy",)),
     "py/planner": Layer(

@@ -14,6 +14,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <numeric>
 #include <optional>
 #include <queue>
@@ -30,7 +31,7 @@ namespace packsched::planner {
 namespace {
 
 // Steps of the search for a slot height (each one packing).
-constexpr int kSearchSteps = 6;
+constexpr int kSearchSteps = 5;
 
 absl::Status Overflow() {
   return absl::InvalidArgumentError(
@@ -58,7 +59,10 @@ class Packer {
       : lengths_(lengths),
         o_(options),
         sizes_(std::move(sizes)),
-        splittable_(std::move(splittable)) {}
+        splittable_(std::move(splittable)),
+        size_index_(options.ranks + 1, 0) {
+    for (size_t j = 0; j < sizes_.size(); ++j) size_index_[sizes_[j]] = static_cast<int32_t>(j);
+  }
 
   // Aligned length and one rank's cost of sequence i at size c; nullopt on overflow.
   std::optional<std::pair<int64_t, int64_t>> At(int32_t i, int64_t c) const {
@@ -100,8 +104,10 @@ class Packer {
     return s;
   }
 
-  // The levels for `sized`, each level at least `target` high.
-  absl::StatusOr<std::vector<Level>> Pack(const Sized& sized, int64_t target) const {
+  // The levels for `sized`, each level at least `target` high; an empty result when more than
+  // `max_levels` would be needed.
+  absl::StatusOr<std::vector<Level>> Pack(const Sized& sized, int64_t target,
+                                          size_t max_levels) const {
     const std::vector<int64_t>& cp = sized.cp;
     const std::vector<int64_t>& h = sized.h;
     const std::vector<int64_t>& tok = sized.tok;
@@ -110,7 +116,7 @@ class Packer {
     // Per level and size, the groups by cost ascending: (cost, column) min-heaps.
     using Heap = std::priority_queue<std::pair<int64_t, int32_t>,
                                      std::vector<std::pair<int64_t, int32_t>>, std::greater<>>;
-    std::vector<absl::flat_hash_map<int64_t, Heap>> heaps;
+    std::vector<std::vector<Heap>> heaps;  // [level][index of the size]
     const int64_t alpha = o_.cost.micro_batch;
     for (const int32_t i : order) {
       const int64_t c = cp[i];
@@ -119,16 +125,16 @@ class Packer {
       bool placed = false;
       for (size_t l = 0; l < levels.size() && !placed; ++l) {
         Level& level = levels[l];
-        auto it = heaps[l].find(c);
-        if (it != heaps[l].end() && !it->second.empty()) {
-          const auto [cost, col] = it->second.top();
+        Heap& heap = heaps[l][size_index_[c]];
+        if (!heap.empty()) {
+          const auto [cost, col] = heap.top();
           Column& column = level.columns[col];
           if (cost + h[i] <= level.height && column.tokens + tok[i] <= o_.max_tokens_per_rank) {
-            it->second.pop();
+            heap.pop();
             column.cost += h[i];
             column.tokens += tok[i];
             column.items.push_back(i);
-            it->second.emplace(column.cost, col);
+            heap.emplace(column.cost, col);
             placed = true;
             break;
           }
@@ -136,38 +142,37 @@ class Packer {
         if (level.free >= c && splittable_[level.free - c] && *need <= level.height) {
           level.free -= c;
           level.columns.push_back({c, *need, tok[i], {i}});
-          heaps[l][c].emplace(*need, static_cast<int32_t>(level.columns.size() - 1));
+          heaps[l][size_index_[c]].emplace(*need, static_cast<int32_t>(level.columns.size() - 1));
           placed = true;
         }
       }
       if (placed) continue;
+      if (levels.size() == max_levels) return std::vector<Level>();
       Level level;
       level.height = std::max(*need, target);
       level.free = o_.ranks - c;
       level.columns.push_back({c, *need, tok[i], {i}});
       levels.push_back(std::move(level));
-      heaps.emplace_back();
-      heaps.back()[c].emplace(*need, 0);
+      heaps.emplace_back(sizes_.size());
+      heaps.back()[size_index_[c]].emplace(*need, 0);
     }
     for (Level& level : levels) Shorten(level, h, tok);
     return levels;
   }
 
  private:
-  // The column of `level` with the largest cost (the first on ties).
-  static size_t Costliest(const Level& level) {
-    size_t best = 0;
-    for (size_t j = 1; j < level.columns.size(); ++j) {
-      if (level.columns[j].cost > level.columns[best].cost) best = j;
-    }
-    return best;
-  }
-
   // Spends the level's free ranks on its costliest group while that lowers the level's cost.
   void Shorten(Level& level, const std::vector<int64_t>& h, const std::vector<int64_t>& tok) const {
     const int64_t alpha = o_.cost.micro_batch;
-    while (level.free > 0) {
-      const size_t j = Costliest(level);
+    // The columns by cost descending, then index ascending: (cost, -index); only the top one
+    // changes, so the heap stays exact.
+    std::priority_queue<std::pair<int64_t, int64_t>> by_cost;
+    for (size_t j = 0; j < level.columns.size(); ++j) {
+      by_cost.emplace(level.columns[j].cost, -static_cast<int64_t>(j));
+    }
+    while (level.free > 0 && !by_cost.empty()) {
+      const size_t j = static_cast<size_t>(-by_cost.top().second);
+      by_cost.pop();
       const Column& col = level.columns[j];
       const int64_t before = col.cost;
       // Split: the group's sequences dealt to it and a new group of its size, LPT.
@@ -211,9 +216,12 @@ class Packer {
         level.free -= col.width;
         level.columns[j] = std::move(split->first);
         level.columns.push_back(std::move(split->second));
+        by_cost.emplace(level.columns[j].cost, -static_cast<int64_t>(j));
+        by_cost.emplace(level.columns.back().cost, -static_cast<int64_t>(level.columns.size() - 1));
       } else if (wide) {
         level.free -= wide->width - col.width;
         level.columns[j] = std::move(*wide);
+        by_cost.emplace(level.columns[j].cost, -static_cast<int64_t>(j));
       } else {
         break;
       }
@@ -222,8 +230,9 @@ class Packer {
 
   absl::Span<const int64_t> lengths_;
   const DynamicCpOptions& o_;
-  std::vector<int64_t> sizes_;    // allowed sizes, ascending
-  std::vector<bool> splittable_;  // [w]: w ranks split exactly into allowed sizes
+  std::vector<int64_t> sizes_;       // allowed sizes, ascending
+  std::vector<bool> splittable_;     // [w]: w ranks split exactly into allowed sizes
+  std::vector<int32_t> size_index_;  // [c]: the position of c in sizes_
 };
 
 int64_t LevelCost(const Level& level) {
@@ -382,10 +391,15 @@ absl::StatusOr<DynamicCpPlan> PlanDynamicCp(absl::Span<const int64_t> lengths,
     tallest = std::max(tallest, best_h + options.cost.micro_batch);
   }
 
-  // Floors: the powers of two among the sizes, the smallest and the largest (fixed CP).
+  // Floors: the smallest and the largest size (fixed CP), and the powers of two up to twice the
+  // largest size a sequence needs (a higher floor only widens every group, which the free-rank
+  // pass does where it pays).
+  const int64_t needed = n > 0 ? *std::max_element(smallest.begin(), smallest.end()) : 1;
   std::vector<int64_t> floors;
   for (const int64_t c : sizes) {
-    if (c == sizes.front() || c == sizes.back() || (c & (c - 1)) == 0) floors.push_back(c);
+    if (c == sizes.front() || c == sizes.back() || ((c & (c - 1)) == 0 && c <= 2 * needed)) {
+      floors.push_back(c);
+    }
   }
   std::optional<std::vector<Level>> best;
   int64_t best_cost = 0;
@@ -404,8 +418,8 @@ absl::StatusOr<DynamicCpPlan> PlanDynamicCp(absl::Span<const int64_t> lengths,
     }
     absl::StatusOr<Packer::Sized> sized = packer.Prepare(cp);
     if (!sized.ok()) return sized.status();
-    // Targets: none (each slot as high as its first sequence), and the height that k slots of
-    // equal cost would have, k the fewest slots the cap allows at these sizes, with some slack.
+    // Targets: the height that k slots of equal cost would have, k the fewest slots the cap
+    // allows at these sizes (or one more), raised until k slots take every sequence.
     double floor_area = 0;
     double aligned_total = 0;
     for (int32_t i = 0; i < n; ++i) {
@@ -417,9 +431,13 @@ absl::StatusOr<DynamicCpPlan> PlanDynamicCp(absl::Span<const int64_t> lengths,
     const double k_cap = std::max(
         1.0, std::ceil(aligned_total / (static_cast<double>(R) *
                                         static_cast<double>(options.max_tokens_per_rank))));
-    auto consider = [&](int64_t target) -> absl::StatusOr<size_t> {
-      absl::StatusOr<std::vector<Level>> levels = packer.Pack(*sized, target);
+    // Packs at `target`; returns the slot count, or above `k` slots when more are needed and a
+    // plan exists already.
+    auto consider = [&](int64_t target, size_t k) -> absl::StatusOr<size_t> {
+      absl::StatusOr<std::vector<Level>> levels =
+          packer.Pack(*sized, target, best ? k : std::numeric_limits<size_t>::max());
       if (!levels.ok()) return levels.status();
+      if (levels->empty() && n > 0) return k + 1;
       int64_t cost = 0;
       for (const Level& level : *levels) {
         const std::optional<int64_t> sum = CheckedAdd(cost, LevelCost(level));
@@ -433,7 +451,6 @@ absl::StatusOr<DynamicCpPlan> PlanDynamicCp(absl::Span<const int64_t> lengths,
       }
       return count;
     };
-    if (absl::StatusOr<size_t> c = consider(0); !c.ok()) return c.status();
     // For k slots, the lowest height at which k slots take every sequence: k slots of equal
     // cost would be floor_area / (R k) high; search up to twice that.
     for (double k = k_cap; k < k_cap + 2; k += 1) {
@@ -443,7 +460,7 @@ absl::StatusOr<DynamicCpPlan> PlanDynamicCp(absl::Span<const int64_t> lengths,
       int64_t hi = 2 * lo + 1;
       for (int step = 0; step < kSearchSteps && lo < hi; ++step) {
         const int64_t mid = lo + (hi - lo) / 2;
-        absl::StatusOr<size_t> count = consider(mid);
+        absl::StatusOr<size_t> count = consider(mid, static_cast<size_t>(k));
         if (!count.ok()) return count.status();
         if (static_cast<double>(*count) <= k) {
           hi = mid;

@@ -97,7 +97,8 @@ struct DynamicCpPlan {
 // no allowed size in [min_cp, max_cp], allowed sizes that cannot split R ranks exactly (e.g. powers
 // of two of at least 4 for R = 6); naming the sequence for a length < 1 or a sequence that exceeds
 // the cap even on the largest allowed group; and for costs that overflow int64. Planning n
-// sequences on R ranks takes O(F n (log n + slots)) with F <= 10 candidate size floors.
+// sequences takes O(F n (log n + 10 slots)) plus the free-rank passes: F size floors (at most
+// about log2 R + 2), each sorted once and packed 10 times.
 absl::StatusOr<DynamicCpPlan> PlanDynamicCp(absl::Span<const int64_t> lengths,
                                             const DynamicCpOptions& options);
 

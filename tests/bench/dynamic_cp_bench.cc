@@ -49,8 +49,9 @@
 namespace packsched::planner {
 namespace {
 
-constexpr int64_t kCap = 32768;
-constexpr int64_t kCpMax = 8;
+// The setting of the current table: the cap on a rank's rows, and fixed CP's size.
+int64_t g_cap = 32768;
+int64_t g_cp_max = 8;
 constexpr int64_t kNodeRanks = 8;
 constexpr double kFlops = 400e12;
 constexpr double kNvlink = 450e9;
@@ -307,7 +308,7 @@ Figures CostOfMegatron(const std::vector<int64_t>& lengths, int64_t ranks, const
                        const ModelCost& mc, const ModelConfig& m) {
   Figures f;
   const auto start = std::chrono::steady_clock::now();
-  MegatronHybridCp scheduler(kCap, ranks);
+  MegatronHybridCp scheduler(g_cap, ranks);
   const auto slots = scheduler.Schedule(lengths);
   f.plan_ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
@@ -326,7 +327,7 @@ Figures CostOfMegatron(const std::vector<int64_t>& lengths, int64_t ranks, const
         const int64_t c = holders[s.first];
         const int64_t aligned = *CpAlignedLength(s.second, c, 1);
         t += cost.micro_batch + *CpSequenceCost(cost, aligned, c);
-        f.over_cap += std::max<int64_t>(0, aligned / c - kCap);
+        f.over_cap += std::max<int64_t>(0, aligned / c - g_cap);
       }
       busiest = std::max(busiest, t);
     }
@@ -358,7 +359,7 @@ Figures CostOfPlan(const std::vector<int64_t>& lengths, const DynamicCpOptions& 
   for (const CpSlotPlan& slot : plan->slots) {
     for (const CpGroupPlan& g : slot.groups) {
       for (int64_t i : g.sequences) ++runs[i];
-      f.over_cap += std::max<int64_t>(0, g.tokens_per_rank - kCap) * g.size;
+      f.over_cap += std::max<int64_t>(0, g.tokens_per_rank - g_cap) * g.size;
     }
   }
   for (int64_t r : runs) f.missing += r == 1 ? 0 : 1;
@@ -371,7 +372,7 @@ Figures CostOfPlan(const std::vector<int64_t>& lengths, const DynamicCpOptions& 
 // ---- Mixes: the step's sequences, about `slots` full micro-batches of tokens per rank ----
 std::vector<int64_t> Mix(const std::string& name, int64_t ranks, std::mt19937_64& rng) {
   std::uniform_real_distribution<double> u(0.0, 1.0);
-  const double budget = static_cast<double>(ranks) * kCap * 6;  // ~6 micro-batches a rank
+  const double budget = static_cast<double>(ranks) * g_cap * 6;  // ~6 micro-batches a rank
   std::vector<int64_t> out;
   double total = 0;
   while (total < budget) {
@@ -406,63 +407,89 @@ int Main(int argc, char** argv) {
     if (absl::StartsWith(arg, "--steps=")) (void)absl::SimpleAtoi(arg.substr(8), &steps);
   }
   const ModelConfig m = Llama8B();
+  auto options_for = [&](const std::vector<int64_t>& lengths, int64_t ranks, const ModelCost& mc) {
+    DynamicCpOptions o;
+    o.ranks = ranks;
+    o.max_tokens_per_rank = g_cap;
+    o.sizes = CpSizeRule::kPowersOfTwo;
+    o.cost.linear = mc.linear;
+    o.cost.quadratic = mc.quadratic;
+    o.cost.micro_batch = mc.micro_batch;
+    o.cost.comm = *CpCommWeight(m, mc, kFlops / kNvlink, 2);
+    o.cost.node_ranks = kNodeRanks;
+    o.cost.comm_across_nodes = *CpCommWeight(m, mc, kFlops / kNetwork, 2);
+    return o;
+  };
   std::printf(
-      "| mix | R | n | Megatron hybrid CP (s) | fixed CP=%ld (s) | packsched (s) | vs Megatron | "
-      "vs fixed | over cap M/F/P | KV GB M/F/P | slots M/F/P | plan ms (packsched) |\n"
-      "|---|---|---|---|---|---|---|---|---|---|---|---|\n",
-      static_cast<long>(kCpMax));
-  for (const char* mix : {"sft_heavy", "rl_long", "vlm_bimodal"}) {
-    for (const int64_t ranks : {8, 16, 64, 256}) {
-      Figures meg, fix, dyn;
-      int64_t n_total = 0;
-      for (int s = 0; s < steps; ++s) {
-        std::mt19937_64 rng(seed + 1000003 * s + ranks * 7 + std::string(mix).size());
-        const std::vector<int64_t> lengths = Mix(mix, ranks, rng);
-        n_total += static_cast<int64_t>(lengths.size());
-        const absl::StatusOr<ModelCost> mc = CostOfModelForBatch(m, lengths, 2 * ranks);
-        if (!mc.ok()) return 1;
-        DynamicCpOptions o;
-        o.ranks = ranks;
-        o.max_tokens_per_rank = kCap;
-        o.sizes = CpSizeRule::kPowersOfTwo;
-        o.cost.linear = mc->linear;
-        o.cost.quadratic = mc->quadratic;
-        o.cost.micro_batch = mc->micro_batch;
-        o.cost.comm = *CpCommWeight(m, *mc, kFlops / kNvlink, 2);
-        o.cost.node_ranks = kNodeRanks;
-        o.cost.comm_across_nodes = *CpCommWeight(m, *mc, kFlops / kNetwork, 2);
-        DynamicCpOptions fixed = o;
-        fixed.min_cp = kCpMax;
-        fixed.max_cp = kCpMax;
-        auto add = [](Figures& a, const Figures& b) {
-          a.step_s += b.step_s;
-          a.over_cap += b.over_cap;
-          a.comm_gb += b.comm_gb;
-          a.slots += b.slots;
-          a.missing += b.missing;
-          a.plan_ms = std::max(a.plan_ms, b.plan_ms);
-        };
-        add(meg, CostOfMegatron(lengths, ranks, o.cost, *mc, m));
-        add(fix, CostOfPlan(lengths, fixed, *mc, m));
-        add(dyn, CostOfPlan(lengths, o, *mc, m));
+      "| cap | mix | R | n | Megatron hybrid CP (s) | fixed CP (s) | packsched (s) | vs Megatron | "
+      "vs fixed | over cap M/F/P | KV GB M/F/P | slots M/F/P |\n"
+      "|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+  for (const auto [cap, cp_max] : {std::pair<int64_t, int64_t>{32768, 8}, {16384, 16}}) {
+    g_cap = cap;
+    g_cp_max = cp_max;
+    for (const char* mix : {"sft_heavy", "rl_long", "vlm_bimodal"}) {
+      for (const int64_t ranks : {8, 16, 64, 256}) {
+        if (ranks < cp_max) continue;
+        Figures meg, fix, dyn;
+        int64_t n_total = 0;
+        for (int s = 0; s < steps; ++s) {
+          std::mt19937_64 rng(seed + 1000003 * s + ranks * 7 + std::string(mix).size() + cap);
+          const std::vector<int64_t> lengths = Mix(mix, ranks, rng);
+          n_total += static_cast<int64_t>(lengths.size());
+          const absl::StatusOr<ModelCost> mc = CostOfModelForBatch(m, lengths, 2 * ranks);
+          if (!mc.ok()) return 1;
+          const DynamicCpOptions o = options_for(lengths, ranks, *mc);
+          DynamicCpOptions fixed = o;
+          fixed.min_cp = g_cp_max;
+          fixed.max_cp = g_cp_max;
+          auto add = [](Figures& a, const Figures& b) {
+            a.step_s += b.step_s;
+            a.over_cap += b.over_cap;
+            a.comm_gb += b.comm_gb;
+            a.slots += b.slots;
+            a.missing += b.missing;
+          };
+          add(meg, CostOfMegatron(lengths, ranks, o.cost, *mc, m));
+          add(fix, CostOfPlan(lengths, fixed, *mc, m));
+          add(dyn, CostOfPlan(lengths, o, *mc, m));
+        }
+        if (meg.missing + fix.missing + dyn.missing > 0) {
+          std::fprintf(stderr, "a plan dropped or repeated a sequence (%ld/%ld/%ld)\n",
+                       static_cast<long>(meg.missing), static_cast<long>(fix.missing),
+                       static_cast<long>(dyn.missing));
+          return 1;
+        }
+        std::printf(
+            "| %ldk, CP %ld | %s | %ld | %ld | %.2f | %.2f | %.2f | %+.1f%% | %+.1f%% | "
+            "%ld/%ld/%ld | %.0f/%.0f/%.0f | %ld/%ld/%ld |\n",
+            static_cast<long>(cap / 1024), static_cast<long>(cp_max), mix, static_cast<long>(ranks),
+            static_cast<long>(n_total / steps), meg.step_s / steps, fix.step_s / steps,
+            dyn.step_s / steps, 100.0 * (dyn.step_s / meg.step_s - 1),
+            100.0 * (dyn.step_s / fix.step_s - 1), static_cast<long>(meg.over_cap),
+            static_cast<long>(fix.over_cap), static_cast<long>(dyn.over_cap), meg.comm_gb / steps,
+            fix.comm_gb / steps, dyn.comm_gb / steps, static_cast<long>(meg.slots / steps),
+            static_cast<long>(fix.slots / steps), static_cast<long>(dyn.slots / steps));
       }
-      if (meg.missing + fix.missing + dyn.missing > 0) {
-        std::fprintf(stderr, "a plan dropped or repeated a sequence (%ld/%ld/%ld)\n",
-                     static_cast<long>(meg.missing), static_cast<long>(fix.missing),
-                     static_cast<long>(dyn.missing));
-        return 1;
-      }
-      std::printf(
-          "| %s | %ld | %ld | %.2f | %.2f | %.2f | %+.1f%% | %+.1f%% | %ld/%ld/%ld | "
-          "%.0f/%.0f/%.0f | "
-          "%ld/%ld/%ld | %.1f |\n",
-          mix, static_cast<long>(ranks), static_cast<long>(n_total / steps), meg.step_s / steps,
-          fix.step_s / steps, dyn.step_s / steps, 100.0 * (dyn.step_s / meg.step_s - 1),
-          100.0 * (dyn.step_s / fix.step_s - 1), static_cast<long>(meg.over_cap),
-          static_cast<long>(fix.over_cap), static_cast<long>(dyn.over_cap), meg.comm_gb / steps,
-          fix.comm_gb / steps, dyn.comm_gb / steps, static_cast<long>(meg.slots / steps),
-          static_cast<long>(fix.slots / steps), static_cast<long>(dyn.slots / steps), dyn.plan_ms);
     }
+  }
+  // Planning time: R = 256, 4,096 sequences of the heavy-tailed mix, CPU time of this thread.
+  g_cap = 32768;
+  for (const char* mix : {"sft_heavy", "rl_long", "vlm_bimodal"}) {
+    std::mt19937_64 rng(seed + 17);
+    std::vector<int64_t> lengths;
+    while (lengths.size() < 4096) {
+      const std::vector<int64_t> more = Mix(mix, 256, rng);
+      lengths.insert(lengths.end(), more.begin(), more.end());
+    }
+    lengths.resize(4096);
+    const absl::StatusOr<ModelCost> mc = CostOfModelForBatch(m, lengths, 512);
+    if (!mc.ok()) return 1;
+    const DynamicCpOptions o = options_for(lengths, 256, *mc);
+    std::vector<double> ms;
+    for (int rep = 0; rep < 5; ++rep) ms.push_back(CostOfPlan(lengths, o, *mc, m).plan_ms);
+    std::sort(ms.begin(), ms.end());
+    std::printf("plan time, R = 256, n = 4096, %s: median %.1f ms, min %.1f, max %.1f (CPU)\n", mix,
+                ms[2], ms[0], ms[4]);
   }
   return 0;
 }

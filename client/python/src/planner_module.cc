@@ -25,6 +25,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "client/python/src/dynamic_cp_module.h"
 #include "client/python/src/plan_columns.h"
 #include "client/python/src/planner_schema.h"
 #include "server/planner/loss_weights.h"
@@ -456,6 +457,7 @@ py::dict BalanceDict(const py::list& ranks, const Balanced& b) {
 
 PYBIND11_MODULE(_planner, m) {
   m.doc() = "Low-level bindings of the packsched planner; use packsched.planner instead.";
+  python::AddDynamicCp(m);
 
   m.def("schema", &python::Schema,
         "The plan / options schema table (server/planner/schema.h), one list of field dicts "
