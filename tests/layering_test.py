@@ -159,6 +159,7 @@ LAYERS = {
             "packsched._attention",
             "packsched._context_parallel",
             "packsched.tree_kernels",
+            "packsched._tree_cp",
             "packsched._recurrent",
             # The torch path: custom ops over the modules above (imported with torch only).
             "packsched._torch_ops",

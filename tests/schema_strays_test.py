@@ -123,6 +123,26 @@ ALLOWED = {
     ("client/python/src/planner_module.cc", "num_sequences"): (3, "Bound's key; Problem's"),
     ("client/python/src/planner_module.cc", "num_kept"): (2, "Bound's key; Problem's"),
     ("client/python/src/planner_module.cc", "total_tokens"): (2, "Bound's key; Problem's"),
+    ("client/python/src/planner_module.cc", "cu_seqlens"): (
+        2,
+        "tree_rows' keyword and its error: the micro-batch arrays the tree layout is checked on",
+    ),
+    ("client/python/src/planner_module.cc", "cu_seqlens_aligned"): (
+        3,
+        "tree_entries' and tree_rows' keywords and tree_rows' error (the tree layout's input)",
+    ),
+    ("client/python/src/planner_module.cc", "aligned_tokens"): (
+        2,
+        "tree_rows' keyword and its error (the tree layout's input)",
+    ),
+    ("client/python/packsched/plan.py", "total_tokens"): (
+        1,
+        "Plan.tokens: the logical count of TokenAccounting",
+    ),
+    ("client/python/packsched/plan.py", "packed_tokens"): (
+        1,
+        "Plan.tokens: the executed count of TokenAccounting",
+    ),
 }
 
 

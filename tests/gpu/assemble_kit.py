@@ -61,6 +61,7 @@ KERNELS_MODULES = [
     "_attention",
     "_context_parallel",
     "tree_kernels",
+    "_tree_cp",
     "_cp_layout",
     "_recurrent",
     "_ops_recurrent",

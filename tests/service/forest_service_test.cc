@@ -98,11 +98,20 @@ TEST(ForestRequest, ConvertsAndNamesBadInput) {
   EXPECT_EQ(Error(ok, small).code(), absl::StatusCode::kResourceExhausted);
   EXPECT_THAT(Message(Error(ok, small)), HasSubstr("--max_sequences_per_request"));
 
+  // With context parallelism every piece is aligned to 2 * cp (its CP shards), over the wire too.
   v1::PlanRequest cp = ok;
   cp.mutable_options()->set_context_parallel(2);
   RoundCoordinator coordinator(OfOne());
-  const Result refused = SubmitAndWait(coordinator, Input(cp));
-  EXPECT_THAT(Message(refused.status()), HasSubstr("context_parallel = 2"));
+  const Result sharded = SubmitAndWait(coordinator, Input(cp));
+  ASSERT_TRUE(sharded.ok()) << sharded.status();
+  v1::PlanResponse response;
+  RoundResultToProto(**sharded, &response);
+  ASSERT_GT(response.micro_batches_size(), 0);
+  for (const v1::MicroBatch& mb : response.micro_batches()) {
+    for (int b = 0; b + 1 < mb.cu_seqlens_aligned_size(); ++b) {
+      EXPECT_EQ((mb.cu_seqlens_aligned(b + 1) - mb.cu_seqlens_aligned(b)) % 4, 0) << "piece " << b;
+    }
+  }
 }
 
 TEST(ForestRequest, MemoryEstimateCountsNodesAndRollouts) {

@@ -59,6 +59,10 @@ TEST(RendezvousStall, AGetThroughAStalledRankZeroIsAnsweredWhenItRunsAgain) {
   ASSERT_TRUE((*store)->Set("k", "v", absl::Now() + absl::Seconds(10)).ok());
 
   ASSERT_EQ(kill(pid, SIGSTOP), 0);
+  // kill() only queues the stop: wait until every thread of rank 0 has stopped.
+  int wait_status = 0;
+  ASSERT_EQ(waitpid(pid, &wait_status, WUNTRACED), pid);
+  ASSERT_TRUE(WIFSTOPPED(wait_status));
   const absl::Time start = absl::Now();
   absl::StatusOr<std::string> got = absl::UnknownError("not run");
   absl::Duration took;

@@ -294,7 +294,9 @@ def balance(
         lists = lists_of(raw)
         offsets = lists["rank_indices_offsets"]
         indices = lists["rank_indices"][offsets[r] : offsets[r + 1]]
-        return RankPlan(indices, lists["rank_cost"][r], Plan.from_columns(raw, r, cap=max_token_len))
+        return RankPlan(
+            indices, lists["rank_cost"][r], Plan.from_columns(raw, r, cap=max_token_len)
+        )
 
     ranks = Lazy(len(raw["rank_cost"]), rank)
     return Balanced(ranks, raw["num_micro_batches"], raw["batch_dropped"], StepStats(**raw["step"]))
