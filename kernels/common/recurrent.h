@@ -6,6 +6,7 @@
 // K x V arrays of Acc; a null state stands for zero (a sequence start or a root).
 
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
 
 #include "kernels/common/macros.h"
@@ -41,9 +42,9 @@ PACKSCHED_HD_INLINE Acc ConvDPre(Acc pre, Acc d_out, bool silu) {
 // first element, `stride` apart (the state's vd). With Ŝ = a s_in: δ = beta (v - Ŝᵀk) (has_beta)
 // or v; s_out = Ŝ + k δ; returns out_j = s_outᵀ q. `s_in` may be null (zero); not aliasing s_out.
 template <typename T, typename Acc>
-PACKSCHED_HD_INLINE Acc RecurrenceColumn(const Acc* s_in, Acc* s_out, int stride, const T* q,
-                                         const T* k, Acc v, Acc a, bool has_beta, Acc beta,
-                                         int kd) {
+PACKSCHED_HD_INLINE Acc RecurrenceColumn(const Acc* s_in, Acc* s_out, std::ptrdiff_t stride,
+                                         const T* q, const T* k, Acc v, Acc a, bool has_beta,
+                                         Acc beta, int kd) {
   Acc u = 0;  // (Ŝᵀk)_j
   if (s_in != nullptr && has_beta) {
     for (int i = 0; i < kd; ++i) u += a * s_in[i * stride] * Acc(k[i]);
@@ -71,7 +72,7 @@ struct ColumnGrad {
 // reaching s_out from later rows, becomes dS = ds + q do_j in place; ds_in (null: skipped) gets
 // a (dS + k du_j), the gradient of s_in through this row.
 template <typename T, typename Acc>
-PACKSCHED_HD_INLINE ColumnGrad<Acc> RecurrenceColumnBackward(const Acc* s_in, int stride,
+PACKSCHED_HD_INLINE ColumnGrad<Acc> RecurrenceColumnBackward(const Acc* s_in, std::ptrdiff_t stride,
                                                              const T* q, const T* k, Acc v, Acc a,
                                                              bool has_beta, Acc beta, Acc d_out,
                                                              int kd, Acc* ds, Acc* ds_in) {

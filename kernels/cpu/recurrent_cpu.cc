@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <thread>
@@ -200,8 +201,9 @@ void RecurrenceBackward(const RecurrenceArgs& a) {
       T* dk_out = static_cast<T*>(a.dk) + view.at(t, a.kd);
       for (int i = 0; i < a.kd; ++i) {
         double dq = 0, dk = 0;
-        RecurrenceRowBackward<double>(s_in != nullptr ? s_in + i * a.vd : nullptr, s + i * a.vd,
-                                      &ds[i * a.vd], delta.data(), du.data(), d_out_acc.data(),
+        const std::ptrdiff_t row = std::ptrdiff_t{i} * a.vd;
+        RecurrenceRowBackward<double>(s_in != nullptr ? s_in + row : nullptr, s + row, &ds[row],
+                                      delta.data(), du.data(), d_out_acc.data(),
                                       double(view.k(t)[i]), decay, a.vd, &dq, &dk, &dg);
         dq_out[i] = T(dq);
         dk_out[i] = T(dk);

@@ -62,7 +62,7 @@ struct Concatenated {
 #define PACKSCHED_PY_COLUMN_MEMBER_Int(name) std::vector<int64_t> name;
 #define PACKSCHED_PY_COLUMN_MEMBER_Bool(name) std::vector<uint8_t> name;
 #define PACKSCHED_PY_COLUMN_MEMBER_Ints(name) \
-  Concatenated<typename decltype(MicroBatch::name)::value_type> name;
+  Concatenated<typename decltype(MicroBatch::name)::value_type> name; /* NOLINT: a declarator */
 #define PACKSCHED_PY_COLUMN_MEMBER_LossScale(name)
 #define PACKSCHED_PY_COLUMN_MEMBER(name, number, Kind) PACKSCHED_PY_COLUMN_MEMBER_##Kind(name)
 
@@ -144,7 +144,7 @@ struct StatsColumns {
   PACKSCHED_PLAN_STATS(PACKSCHED_PY_STATS_MEMBER)
 };
 
-py::dict PlanColumns(std::vector<MicroBatchPlan*> plans) {
+py::dict PlanColumns(const std::vector<MicroBatchPlan*>& plans) {
   PartColumns parts;
   IndexColumns indices;
   StatsColumns stats;

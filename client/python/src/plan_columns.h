@@ -30,7 +30,7 @@ namespace packsched::planner::python {
 //   "stats"                      per PlanStats field the planner fills, an [R] array (int64 or
 //                                float64), keyed by its name
 // Requires the GIL.
-pybind11::dict PlanColumns(std::vector<MicroBatchPlan*> plans);
+pybind11::dict PlanColumns(const std::vector<MicroBatchPlan*>& plans);
 
 }  // namespace packsched::planner::python
 
