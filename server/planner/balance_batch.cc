@@ -257,7 +257,7 @@ absl::StatusOr<BalancedBatch> BalanceBatch(absl::Span<const int64_t> lengths, in
   // only when the lower bound leaves such a gain possible (`worth_one_more`).
   const int64_t k_plus = k_bound + options.divisible_by;
   auto worth_one_more = [&](int64_t best_step) {
-    return bounded(k_plus).ok() && fits(k_plus).ok() &&
+    return world_size > 1 && bounded(k_plus).ok() && fits(k_plus).ok() &&
            internal::StepLowerBound(v, world_size, balance.micro_batch_cost) <
                best_step - best_step / 1024;
   };
