@@ -249,6 +249,44 @@ absl::StatusOr<BalancedBatch> BalanceBatch(absl::Span<const int64_t> lengths, in
   out.dropped = v.dropped;
   std::optional<Grid> grid;  // the plan as a grid; nullopt: the per-rank problems below
 
+  // Sync::kStep, one step of divisible_by above the k bound: `best` (the plan so far, a grid of
+  // step `best_step`) widened to k_bound + divisible_by slots, the FFD bins by rank total in
+  // that many slots and `extra` (if any, widened alike), each with its sequences moved and traded
+  // between ranks; the shortest replaces the plan only when it shortens the step by more than
+  // 1/1024 (the smaller k wins otherwise). Tried only within max_micro_batches and int64, and
+  // only when the lower bound leaves such a gain possible (`worth_one_more`).
+  const int64_t k_plus = k_bound + options.divisible_by;
+  auto worth_one_more = [&](int64_t best_step) {
+    return world_size > 1 && bounded(k_plus).ok() && fits(k_plus).ok() &&
+           internal::StepLowerBound(v, world_size, balance.micro_batch_cost) <
+               best_step - best_step / 1024;
+  };
+  auto one_step_more = [&](const Grid& best, int64_t best_step, int64_t kept,
+                           std::optional<Grid> extra) -> absl::Status {
+    if (!worth_one_more(best_step)) return absl::OkStatus();
+    const int64_t alpha = balance.micro_batch_cost;
+    const int64_t wanted = best_step - best_step / 1024;
+    Grid wider = Widened(best, k_plus);
+    Grid from_bins = internal::GridFromBins(bins, items, world_size, k_plus, true);
+    Grid from_extra = extra ? Widened(*std::move(extra), k_plus) : Grid{};
+    std::optional<Grid> shortest;
+    int64_t shortest_step = wanted;
+    for (Grid* start : {&wider, &from_bins, &from_extra}) {
+      if (start->k == 0) continue;
+      internal::ImproveRankTotals(*start, items, v.capacity, alpha,
+                                  RankRounds(kept, world_size, k_plus, int64_t{1} << 22),
+                                  /*keep_counts=*/false, &stop);
+      RETURN_IF_ERROR(stop.status());
+      const int64_t cost = internal::CostsOf(*start, items, alpha).step_sync;
+      if (cost < shortest_step) {
+        shortest_step = cost;
+        shortest = std::move(*start);
+      }
+    }
+    if (shortest) grid = Trimmed(*std::move(shortest), least_k, options.divisible_by);
+    return absl::OkStatus();
+  };
+
   // Sync::kMicroBatch without groups, the candidates: the slot greedy at each k from the cap's
   // bound up to the k bound (at most three; past about 2^23 cell visits, only until one fits),
   // the row greedy, the FFD bins dealt slot by slot and the cell greedy (cell_greedy.h; inputs
@@ -356,6 +394,19 @@ absl::StatusOr<BalancedBatch> BalanceBatch(absl::Span<const int64_t> lengths, in
                                   RankRounds(kept, world_size, k_bound), /*keep_counts=*/false,
                                   &stop);
       RETURN_IF_ERROR(stop.status());
+      const int64_t bins_step = internal::CostsOf(*grid, items, balance.micro_batch_cost).step_sync;
+      if (balance.sync == Sync::kStep && worth_one_more(bins_step)) {
+        // The equal-count plan starts the search as well when it needs one step more at most.
+        std::optional<Grid> equal;
+        if (out.num_micro_batches <= k_plus) {
+          for (int64_t r = 0; r < world_size; ++r) {
+            if (!stop.Continue(problems[r].num_sequences() + 64)) return stop.status();
+            ASSIGN_OR_RETURN(out.ranks[r].plan, problems[r].Partition(out.num_micro_batches));
+          }
+          equal = GridOfPlans(out, items, v.num_sequences, /*by_cost=*/false);
+        }
+        RETURN_IF_ERROR(one_step_more(*grid, bins_step, kept, std::move(equal)));
+      }
     } else {
       RETURN_IF_ERROR(bounded(out.num_micro_batches));
       RETURN_IF_ERROR(fits(out.num_micro_batches));
@@ -385,6 +436,7 @@ absl::StatusOr<BalancedBatch> BalanceBatch(absl::Span<const int64_t> lengths, in
         // equal-count plan and from the FFD bins by rank total (about 2^22 steps each). The shorter
         // is taken only when it shortens the step by more than 1/1024 (equal counts are kept
         // otherwise), so none is searched for when the lower bound rules that out.
+        int64_t best_step = equal_step;
         int64_t free_step = equal_step - equal_step / 1024;
         const bool may_gain = internal::StepLowerBound(v, world_size, alpha) < free_step;
         Grid from_bins =
@@ -399,8 +451,14 @@ absl::StatusOr<BalancedBatch> BalanceBatch(absl::Span<const int64_t> lengths, in
           const int64_t cost = internal::CostsOf(*free, items, alpha).step_sync;
           if (cost < free_step) {
             free_step = cost;
+            best_step = cost;
             grid = Trimmed(std::move(*free), least_k, options.divisible_by);
           }
+        }
+        if (may_gain) {
+          RETURN_IF_ERROR(one_step_more(
+              grid ? *grid : GridOfPlans(out, items, v.num_sequences, /*by_cost=*/false), best_step,
+              kept, std::nullopt));
         }
       }
       if (grouped && balance.sync == Sync::kMicroBatch) {

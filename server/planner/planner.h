@@ -154,7 +154,10 @@ struct BalancedBatch {
 // with counts free (moves as well as trades, up to the k bound below) replaces it when its step
 // is shorter by more than 1/1024; and when that k is above the k bound, the ranks take whole
 // first-fit-decreasing bins of the global batch, balanced by cost, then moves and trades of
-// sequences between ranks. Counts may then differ.
+// sequences between ranks. Counts may then differ. Last, the plan so far, the FFD bins and (when
+// it needs no more) the equal-count plan, each given one step of divisible_by above the k bound
+// and shortened by moves and trades, replace it when the shortest of them is shorter by more
+// than 1/1024 (alpha per non-empty micro-batch counted), within max_micro_batches.
 //
 // balance.sync == kMicroBatch: every rank's micro-batch in slot i costs nearly the same, so a
 // step whose ranks meet at every micro-batch is short; ranks may hold different numbers of
@@ -162,8 +165,9 @@ struct BalancedBatch {
 // smallest global index: the same permutation on every rank.
 //
 // Under both: no micro-batch breaks the cap (the cap guarantee of Problem::Partition), and
-// without group_ids k <= ceil(FFD bins of the global batch / world_size), rounded up to
-// divisible_by (and at least min_micro_batches). With `group_ids` (one per sequence, any
+// without group_ids k <= the k bound, ceil(FFD bins of the global batch / world_size) rounded up
+// to divisible_by (and at least min_micro_batches), or under kStep one step of divisible_by more
+// when that shortens the step by more than 1/1024. With `group_ids` (one per sequence, any
 // int64) the members of a group stay on one rank (no rank holds more than ceil(n / world_size)
 // + (largest group - 1) sequences); k is then at least the largest rank's own bound.
 // Returns InvalidArgument for bad lengths/options (as Problem::Create), world_size < 1 or

@@ -178,8 +178,15 @@ RequestMemory EstimateBalanceBatchMemory(const v1::BalanceBatchRequest& request,
     ranks = world_size;
     // The largest rank's share: ceil(n / W), or all of them with groups (a group stays whole).
     const int64_t share = request.group_ids().empty() ? CeilDiv(n, world_size) : n;
-    parts =
-        SatMul(world_size, CountBound(*o, std::min(share, ItemPartsBound(request.lengths(), *o))));
+    int64_t per_rank = CountBound(*o, std::min(share, ItemPartsBound(request.lengths(), *o)));
+    // Sync step without groups may take one step of divisible_by above the k bound, within
+    // max_micro_batches over all ranks; never with one sequence a rank (that plan is optimal).
+    const int64_t wider = SatAdd(per_rank, o->divisible_by);
+    if (request.sync() != v1::SYNC_MICRO_BATCH && request.group_ids().empty() && share > 1 &&
+        SatMul(world_size, wider) <= o->max_micro_batches) {
+      per_rank = wider;
+    }
+    parts = SatMul(world_size, per_rank);
   }
   const RequestMemory m = MemoryOf(n, parts, static_cast<int64_t>(request.ByteSizeLong()), ranks);
   return request.has_forest() ? WithForest(m, request.forest(), o) : m;

@@ -64,7 +64,9 @@ int64_t PeakBytes(int64_t sequences, int64_t micro_batches, int64_t wire_bytes, 
 //    plus the sequences over the cap (best fit leaves at most one part at most half full). A
 //    round whose peers raise k above this is not reserved again (docs/design.md §3).
 //  - Partition: num_micro_batches.
-//  - BalanceBatch: world_size x the per-rank count of Plan over the largest rank's share.
+//  - BalanceBatch: world_size x the per-rank count of Plan over the largest rank's share, plus d
+//    under sync step without groups when the share is above one sequence and world_size x that
+//    is within K (the one step above the k bound that sync may take).
 // With a forest, n is its nodes + rollouts, and b its rollouts (at most one piece each). I and
 // S come from one pass over the forest under the request's cap: a tree whose tokens fit the
 // room (the cap after align_total_to, rounded down to align_to) is one piece and adds none; of

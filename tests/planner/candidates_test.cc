@@ -237,8 +237,57 @@ TEST(CellGreedy, StepPlanNeverBehindTheBinsByRankTotal) {
     balance.micro_batch_cost = kAlpha;
     const absl::StatusOr<BalancedBatch> b = BalanceBatch(lengths, w, o, {}, balance);
     ASSERT_TRUE(b.ok()) << b.status();
-    EXPECT_LE(b->num_micro_batches, k) << "trial " << trial;
+    EXPECT_LE(b->num_micro_batches, k + 1) << "trial " << trial;
     EXPECT_LE(b->step.step_sync_cost, dealt) << "trial " << trial << ": n " << n << " W " << w;
+  }
+}
+
+// One micro-batch above the k bound under sync = step, on a batch worked out by hand: W = 2,
+// cap 10 units of 1,024 tokens, cost = tokens; three sequences of 6 units (each alone in a
+// micro-batch: 6 + 5 > 10) and six of 5 (two to a micro-batch). FFD makes 6 bins, so the bound
+// is 3. A rank with s sixes and f fives needs s + ceil(f / 2) micro-batches: within 3 on both
+// ranks the larger rank holds at least 26 units (s = 1, f = 4 against s = 2, f = 2); with 4, the
+// three sixes and one five (23 units, 4 micro-batches) against five fives (25 units, 3). 24
+// each is out of reach at any k (6 s + 5 f = 24 has no solution with s <= 3, f <= 6).
+struct HandBatch {
+  std::vector<int64_t> lengths{6144, 6144, 6144, 5120, 5120, 5120, 5120, 5120, 5120};
+  PlanOptions options;
+  HandBatch() {
+    options.max_token_len = 10240;
+    options.cost = CostModel::kTokens;
+  }
+};
+
+// alpha = 64: at k = 3 the step is at least 26 units + 3 alpha = 26,816; at k = 4 the plan above
+// takes max(25 units + 3 alpha, 23 units + 4 alpha) = 25,792 (the least any plan can), shorter
+// by far more than 1/1024. The plan must use the fourth slot and beat k = 3 by that margin.
+TEST(OneStepMore, TakenWhenTheExtraSlotShortensTheStep) {
+  const HandBatch hand;
+  const int64_t alpha = 64;
+  const absl::StatusOr<BalancedBatch> b =
+      BalanceBatch(hand.lengths, 2, hand.options, {}, BalanceOptions{Sync::kStep, alpha});
+  ASSERT_TRUE(b.ok()) << b.status();
+  EXPECT_EQ(b->num_micro_batches, 4);
+  const int64_t at_bound = 26 * 1024 + 3 * alpha;
+  EXPECT_LT(b->step.step_sync_cost, at_bound - at_bound / 1024);
+  EXPECT_GE(b->step.step_sync_cost, 25 * 1024 + 3 * alpha);
+  for (const RankBatch& rank : b->ranks) {
+    for (const MicroBatch& part : rank.plan.parts) EXPECT_LE(part.tokens, 10240);
+  }
+}
+
+// alpha = 3,072 (3 units): k = 4's plan ties k = 3's (max(25 + 9, 23 + 12) = 35 units against
+// 26 + 9), and any plan with a rank of 4 micro-batches holds at most 22 units there (35 - 12
+// + 0 is its limit to tie), leaving 26 on the other rank. alpha = 4,096: k = 4 is longer. Both:
+// the bound's k and its step, 26 units + 3 alpha.
+TEST(OneStepMore, NotTakenWhenItsFixedCostsEatTheGain) {
+  const HandBatch hand;
+  for (int64_t alpha : {3072, 4096}) {
+    const absl::StatusOr<BalancedBatch> b =
+        BalanceBatch(hand.lengths, 2, hand.options, {}, BalanceOptions{Sync::kStep, alpha});
+    ASSERT_TRUE(b.ok()) << b.status();
+    EXPECT_EQ(b->num_micro_batches, 3) << "alpha " << alpha;
+    EXPECT_EQ(b->step.step_sync_cost, 26 * 1024 + 3 * alpha) << "alpha " << alpha;
   }
 }
 

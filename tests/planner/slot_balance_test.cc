@@ -156,7 +156,9 @@ TEST(SlotBalance, PropertiesUnderBothSyncs) {
       ASSERT_TRUE(b.ok()) << b.status();
       SCOPED_TRACE(absl::StrCat("w=", c.w, " n=", c.lengths.size(), " sync=", Name(sync)));
       ExpectValid(c.lengths, c.o, *b, c.w);
-      EXPECT_LE(b->num_micro_batches, KBound(c.lengths, c.o, c.w));
+      // Under step sync one step of divisible_by more may be taken (when it shortens the step).
+      EXPECT_LE(b->num_micro_batches,
+                KBound(c.lengths, c.o, c.w) + (sync == Sync::kStep ? c.o.divisible_by : 0));
       // The stats agree with a recomputation from the plans.
       const Steps s = StepsOf(c.lengths, c.o, *b, alpha);
       EXPECT_EQ(b->step.step_sync_cost, s.step_sync);
@@ -229,7 +231,7 @@ TEST(SlotBalance, OrdersPermuteWholeSlots) {
   }
 }
 
-TEST(SlotBalance, StepSyncStaysWithinTheKBound) {
+TEST(SlotBalance, StepSyncStaysWithinOneStepOfTheKBound) {
   for (uint64_t seed = 0; seed < 10; ++seed) {
     PlanOptions o;
     o.max_token_len = 131072;
@@ -238,7 +240,7 @@ TEST(SlotBalance, StepSyncStaysWithinTheKBound) {
     const absl::StatusOr<BalancedBatch> b = BalanceBatch(lengths, 8, o);
     ASSERT_TRUE(b.ok()) << b.status();
     ExpectValid(lengths, o, *b, 8);
-    EXPECT_LE(b->num_micro_batches, KBound(lengths, o, 8)) << "seed " << seed;
+    EXPECT_LE(b->num_micro_batches, KBound(lengths, o, 8) + 1) << "seed " << seed;
   }
 }
 

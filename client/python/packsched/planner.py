@@ -247,7 +247,10 @@ def balance(
     a ``group_ids`` group stay on one rank), then plans each rank's micro-batches with one common
     k: ``ranks[r].plan.micro_batches[i]`` is rank r's micro-batch in slot i.
     ``sync="step"``: balanced rank totals (ranks meet once per step), equal counts unless free
-    counts shorten the step by more than 1/1024 (docs/design.md, "Coordinator mode's sync");
+    counts shorten the step by more than 1/1024 (docs/design.md, "Coordinator mode's sync"),
+    k at most the k bound (ceil(FFD bins of the batch / world_size), rounded up to
+    ``divisible_by``, at least ``min_micro_batches``), or one step of ``divisible_by`` more when
+    that shortens the step by more than 1/1024 (``micro_batch_cost`` counted);
     ``sync="micro_batch"``: every slot balanced over the ranks (ranks meet at every micro-batch:
     FSDP/ZeRO-3, pipeline or context parallelism), counts may differ. ``micro_batch_cost``: a
     fixed cost per non-empty micro-batch. ``model_config``: a Hugging Face style config (a dict
