@@ -73,12 +73,12 @@ def test_a_sidecar_plans_a_forest_as_the_in_process_planner(tmp_path):
         # A forest with no rollouts is nothing to plan, as in process and in the CLI.
         empty = Forest(np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64))
         for call in (
-            lambda: client.plan(5, empty, 8192),
+            lambda: client.plan(6, empty, 8192),
             lambda: client.balance_batch(empty, 2, 8192),
         ):
             with pytest.raises(SchedulerError) as e:
                 call()
-            assert e.value.code == "INVALID_ARGUMENT"
+            assert e.value.code == "INVALID_ARGUMENT", e.value.message
             assert "forest: no rollouts (rollout_leaf is empty): nothing to plan" in e.value.message
 
 

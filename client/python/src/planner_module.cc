@@ -265,9 +265,10 @@ LossCounts LocalCounts(int64_t n, const std::vector<int64_t>& dropped,
   return Value(CountLoss(kept, loss_tokens));
 }
 
-// Adds loss_weights, loss_scales and loss_counts (this rank's) to the plan dict `out`. Without
-// `global_counts` the round is this rank alone (its own counts are the global ones).
-void AddLossWeights(const MicroBatchPlan& plan, const py::dict& loss, py::dict& out) {
+// Adds loss_weights, loss_scales and loss_counts (this rank's) to the plan dict `out` (and the
+// loss-bearing tokens to its stats, when it has them). Without `global_counts` the round is this
+// rank alone (its own counts are the global ones). Returns the loss-bearing tokens.
+int64_t AddLossWeights(const MicroBatchPlan& plan, const py::dict& loss, py::dict& out) {
   const auto loss_tokens = loss["loss_tokens"].cast<std::vector<int64_t>>();
   const LossCounts local = Value(CountLoss(plan, loss_tokens));
   LossCounts global = local;
@@ -280,6 +281,7 @@ void AddLossWeights(const MicroBatchPlan& plan, const py::dict& loss, py::dict& 
   out["loss_scales"] = w.loss_scales;
   out["loss_counts"] = ToTuple(local);
   if (out.contains("stats")) out["stats"].cast<py::dict>()["loss_tokens"] = w.loss_tokens;
+  return w.loss_tokens;
 }
 
 // This rank's bound before agreement (packsched.planner.Bound's fields) of a Problem or a
@@ -482,7 +484,9 @@ PYBIND11_MODULE(_planner, m) {
       [](const Lengths& lengths, const py::dict& options, int64_t k, const py::object& loss) {
         MicroBatchPlan plan = PlanOne(lengths, ToPlanOptions(options), k);
         py::dict loss_dict;
-        if (!loss.is_none()) AddLossWeights(plan, loss.cast<py::dict>(), loss_dict);
+        if (!loss.is_none()) {
+          plan.stats.loss_tokens = AddLossWeights(plan, loss.cast<py::dict>(), loss_dict);
+        }
         py::dict d = python::PlanColumns({&plan});
         for (const auto& [key, value] : loss_dict) d[key] = value;
         return d;
