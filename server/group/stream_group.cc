@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <utility>
+#include <vector>
 
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/numbers.h"
@@ -227,16 +228,36 @@ absl::Status StreamGroup::FormIfNeeded(absl::Time deadline) {
     // A rank that never joined is the cause whether this rank waited for it (a deadline) or a
     // peer that waited for it gave up first and closed its connections (aborted, unavailable).
     std::optional<std::string> missing;
+    std::vector<int64_t> missing_ranks;
     if (absl::IsDeadlineExceeded(status) || absl::IsAborted(status) ||
         absl::IsUnavailable(status)) {
-      missing = MissingRanks(cleanup, options.world_size,
-                             [&](int64_t rank) { return keys::Joined(formation, rank); });
+      missing = MissingRanks(
+          cleanup, options.world_size, [&](int64_t rank) { return keys::Joined(formation, rank); },
+          &missing_ranks);
     }
     const std::string what = absl::StrCat("stream '", stream_, "': generation ", generation);
+    // A peer whose own transport could not come up said why; this rank's own failure is told
+    // to the peers the same way.
+    std::optional<std::string> not_ready;
+    if (IsOwnFormationFailure(status)) {
+      PublishNotReady(cleanup, epoch_root, formation, options.rank, status);
+      published_not_ready_ = true;
+    } else if (cleanup.unreachable().ok()) {
+      // Ranks that did not come may have failed an earlier generation on their own side (and
+      // ended it, so the others came to this one without them).
+      not_ready = NotReadyReason(cleanup, epoch_root, formation, options.rank);
+      if (!not_ready.has_value() && !missing_ranks.empty()) {
+        not_ready = NotReadyReasons(cleanup, epoch_root, missing_ranks);
+      }
+    }
     if (missing.has_value() && *missing != "[]") {
       status = absl::DeadlineExceededError(absl::StrCat(
           what, " did not form within ", absl::FormatDuration(options.collective_timeout),
-          ": ranks ", *missing, " did not join (", status.message(), ")"));
+          ": ranks ", *missing, " did not join", not_ready.has_value() ? "; " : "",
+          not_ready.value_or(""), " (", status.message(), ")"));
+    } else if (not_ready.has_value()) {
+      status = absl::Status(status.code(), absl::StrCat(what, " did not form: ", *not_ready, " (",
+                                                        status.message(), ")"));
     } else if (!cleanup.unreachable().ok()) {
       status =
           absl::Status(status.code(), absl::StrCat(what, " did not form: ", status.message(), "; ",
@@ -247,6 +268,10 @@ absl::Status StreamGroup::FormIfNeeded(absl::Time deadline) {
     }
     EndGeneration(generation, status, "formation", cleanup);
     return status;
+  }
+  if (published_not_ready_) {
+    ClearNotReady(store, epoch_root, options.rank, deadline);
+    published_not_ready_ = false;
   }
   if (options.rank == 0)
     CleanEndedGenerations(generation, kGenerationsCleanedPerFormation, deadline);
