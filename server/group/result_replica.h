@@ -52,7 +52,8 @@ class ResultReplica {
   // Starts the background writer. REQUIRES: `group` (and its store) outlive this.
   explicit ResultReplica(Group& group, ReplicaOptions options = {});
   // Stops the writer and joins it: within one store call (bounded by the group's collective
-  // timeout; at once when the store's waits are cancelled, as at shutdown).
+  // timeout; at once when the store's waits are cancelled, as at shutdown); and the connection
+  // watcher, within 200 ms.
   ~ResultReplica();
 
   ResultReplica(const ResultReplica&) = delete;
