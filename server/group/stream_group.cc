@@ -139,6 +139,7 @@ absl::Status StreamGroup::FormIfNeeded(absl::Time deadline) {
 
   ASSIGN_OR_RETURN(const std::string epoch, group_.Epoch(deadline));
   const std::string epoch_root = keys::EpochRoot(options.key_root, epoch);
+  epoch_root_ = epoch_root;
   stream_root_ = keys::StreamRoot(epoch_root, stream_);
   auto parse = [&](absl::string_view text) -> absl::StatusOr<int64_t> {
     int64_t value;
@@ -395,9 +396,10 @@ absl::StatusOr<AgreedRound> StreamGroup::AgreeOnce(const RoundRecord& record, ab
         "rank takes the plan they agreed (",
         status.message(), ")"));
   } else if (absl::IsDeadlineExceeded(status) && !recorded) {
-    const std::optional<std::string> missing =
-        MissingRanks(cleanup, options.world_size,
-                     [&](int64_t rank) { return keys::Arrival(formation, record.round, rank); });
+    std::vector<int64_t> missing_ranks;
+    const std::optional<std::string> missing = MissingRanks(
+        cleanup, options.world_size,
+        [&](int64_t rank) { return keys::Arrival(formation, record.round, rank); }, &missing_ranks);
     if (!missing.has_value()) {
       status = absl::DeadlineExceededError(absl::StrCat(
           what, ": did not complete within ", absl::FormatDuration(options.collective_timeout),
@@ -408,9 +410,13 @@ absl::StatusOr<AgreedRound> StreamGroup::AgreeOnce(const RoundRecord& record, ab
           what, ": every rank arrived but the collective did not complete within ",
           absl::FormatDuration(options.collective_timeout), " (", status.message(), ")"));
     } else {
+      // A rank that did not come may be failing to form on its own side (after a restart).
+      const std::optional<std::string> not_ready =
+          NotReadyReasons(cleanup, epoch_root_, missing_ranks);
       status = absl::DeadlineExceededError(
           absl::StrCat(what, ": ranks ", *missing, " did not arrive within ",
-                       absl::FormatDuration(options.collective_timeout)));
+                       absl::FormatDuration(options.collective_timeout),
+                       not_ready.has_value() ? "; " : "", not_ready.value_or("")));
       cleanup.Set(timeout_key, status.message()).IgnoreError();
     }
   } else if (!cleanup.unreachable().ok() && !recorded) {
