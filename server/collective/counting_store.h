@@ -52,6 +52,10 @@ class CountingStore final : public KeyValueStore {
                                             absl::Time deadline) override;
   absl::StatusOr<int64_t> DeletePrefix(absl::string_view prefix, absl::Time deadline) override;
   KeyValueStore& FailFast() override;
+  // inner's: it makes no request, so nothing is counted.
+  absl::StatusOr<bool> AwaitDisconnect(absl::Time deadline) override {
+    return inner_.AwaitDisconnect(deadline);
+  }
 
  private:
   struct Counters {

@@ -63,6 +63,14 @@ class KeyValueStore {
   // end a failed round, which must not wait for a rank 0 that has died. A store that is always
   // reachable (in memory) returns itself. The view lives as long as this store.
   virtual KeyValueStore& FailFast() { return *this; }
+
+  // For a store reached over a connection (rank 0's, from another rank): waits until
+  // `deadline` for a connection that is up to drop, making no request. Returns true once it has
+  // dropped (rank 0 may have restarted: read the epoch again), false at the deadline (also while
+  // no connection is up). Unimplemented for a store without one (in memory): the default.
+  virtual absl::StatusOr<bool> AwaitDisconnect(absl::Time /*deadline*/) {
+    return absl::UnimplementedError("this store has no connection to watch");
+  }
 };
 
 // A KeyValueStore in this process's memory. Get waits on a condition variable; nothing is

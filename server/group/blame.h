@@ -10,6 +10,7 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -77,9 +78,41 @@ class CleanupCalls {
 
 // "[1, 3]" for the ranks in [0, world_size) whose `key(rank)` is absent from the store (16 named
 // at most, then "and N more"); std::nullopt if the store could not tell (cleanup.unreachable()
-// says why).
+// says why). `named`, if given, receives the ranks named.
 std::optional<std::string> MissingRanks(CleanupCalls& cleanup, int64_t world_size,
-                                        const std::function<std::string(int64_t)>& key);
+                                        const std::function<std::string(int64_t)>& key,
+                                        std::vector<int64_t>* named = nullptr);
+
+// A rank whose own side of a formation failed (not a wait for its peers: its transport could not
+// come up) tells its peers why: its reason (at most keys::kNotReadyReasonBytes) under its
+// per-epoch key, then its rank as the generation's first such rank (first writer wins). Best
+// effort: a store error is ignored (the rank's own error says it already).
+void PublishNotReady(CleanupCalls& cleanup, absl::string_view epoch_root,
+                     absl::string_view formation, int64_t rank, const absl::Status& reason);
+
+// "rank 3 not ready: <its reason>" for the first rank that published a reason in `formation`
+// (PublishNotReady), other than `self`; std::nullopt if none did or the store cannot tell. Two
+// store reads.
+std::optional<std::string> NotReadyReason(CleanupCalls& cleanup, absl::string_view epoch_root,
+                                          absl::string_view formation, int64_t self);
+
+// The same for ranks that did not come to a formation (MissingRanks' named ranks): the last
+// reason each of the first kNotReadyAsked of `ranks` published in this epoch, "; "-joined;
+// std::nullopt if none has one. At most kNotReadyAsked store reads. A reason stays until the
+// rank forms again (ClearNotReady), so a rank restarted with its fault fixed that has not formed
+// yet is still reported with its old reason.
+inline constexpr size_t kNotReadyAsked = 4;
+std::optional<std::string> NotReadyReasons(CleanupCalls& cleanup, absl::string_view epoch_root,
+                                           const std::vector<int64_t>& ranks);
+
+// Clears this rank's reason once it has formed (best effort, one store call).
+void ClearNotReady(collective::KeyValueStore& store, absl::string_view epoch_root, int64_t rank,
+                   absl::Time deadline);
+
+// Whether a formation's error is this rank's own (its transport could not come up) rather than
+// a wait for its peers that ended (a deadline, a peer that went away, an unreachable store) or a
+// cancellation.
+bool IsOwnFormationFailure(const absl::Status& error);
 
 // How a failure's message says that the store could not be asked who was at fault.
 std::string StoreUnreachable(const absl::Status& error);

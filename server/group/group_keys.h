@@ -14,12 +14,19 @@
 //   <root><epoch>/all_replicated                  every rank but rank 0 has its replicated/
 //                                                 mark here (written by rank 0: one read
 //                                                 tells a lookup what W - 1 reads would)
+//   <root><epoch>/not_ready/<rank>/               why this rank's own side of its last
+//                                                 formation failed (its transport could not
+//                                                 come up: an interface it cannot bind, ...;
+//                                                 at most kNotReadyReasonBytes)
 //   <root><epoch>/s/<stream>/generation           the stream's current generation (decimal)
 //   <root><epoch>/s/<stream>/g<gen>/joined/<rank> a rank came to form this generation
 //   <root><epoch>/s/<stream>/g<gen>/<backend>/... the backend's own rendezvous keys
 //   <root><epoch>/s/<stream>/g<gen>/timeout/<round>/  why a round of this generation timed out
 //   <root><epoch>/s/<stream>/g<gen>/arrive/<round>/<rank>/  a rank is waiting in this round of
 //                                                 this generation (slow rounds only)
+//   <root><epoch>/s/<stream>/g<gen>/not_ready     the first rank that failed this generation's
+//                                                 formation on its own side (its reason is
+//                                                 under not_ready/<rank>/; first writer wins)
 //   <root><epoch>/s/<stream>/g<gen>/ended         what ended it: "round <r>", "formation",
 //                                                 "restart"
 //   <root><epoch>/s/<stream>/result/<round>/      the agreed result of a finished round (written
@@ -45,6 +52,7 @@
 // segment.
 // clang-format on
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 
@@ -83,6 +91,17 @@ inline std::string Replicated(absl::string_view epoch_root, int64_t rank) {
 
 inline std::string AllReplicated(absl::string_view epoch_root) {
   return absl::StrCat(epoch_root, "all_replicated");
+}
+
+// At most this many bytes of a rank's reason are kept under NotReady.
+inline constexpr size_t kNotReadyReasonBytes = 512;
+
+inline std::string NotReady(absl::string_view epoch_root, int64_t rank) {
+  return absl::StrCat(epoch_root, "not_ready/", rank, "/");
+}
+
+inline std::string FormationNotReady(absl::string_view formation) {
+  return absl::StrCat(formation, "not_ready");
 }
 
 inline std::string StreamRoot(absl::string_view epoch_root, absl::string_view stream) {

@@ -26,11 +26,16 @@ constexpr absl::Duration kLongestMarkPoll = absl::Milliseconds(800);
 // How long rank 0 waits for a missing mark at a time (then it drains its writes): long enough for
 // a rank 0 loaded by thousands of peers to answer its own store (a shutdown cancels the wait).
 constexpr absl::Duration kFoldWait = absl::Seconds(1);
+// How long the watcher waits on the connection at a time before it checks whether it is stopped
+// (a local wait: no request).
+constexpr absl::Duration kWatchSlice = absl::Milliseconds(200);
 
 }  // namespace
 
 ResultReplica::ResultReplica(Group& group, ReplicaOptions options)
-    : group_(group), options_(options), thread_(&ResultReplica::Run, this) {}
+    : group_(group), options_(options), thread_(&ResultReplica::Run, this) {
+  if (group_.options_.rank != 0) watcher_ = std::thread(&ResultReplica::Watch, this);
+}
 
 ResultReplica::~ResultReplica() {
   {
@@ -38,6 +43,22 @@ ResultReplica::~ResultReplica() {
     stop_ = true;
   }
   thread_.join();
+  if (watcher_.joinable()) watcher_.join();
+}
+
+void ResultReplica::Watch() {
+  for (;;) {
+    {
+      absl::MutexLock lock(&mu_);
+      if (stop_) return;
+    }
+    absl::StatusOr<bool> dropped = group_.store_->AwaitDisconnect(absl::Now() + kWatchSlice);
+    if (!dropped.ok()) return;  // no connection to watch: the poll alone
+    if (*dropped) {
+      absl::MutexLock lock(&mu_);
+      disconnected_ = true;
+    }
+  }
 }
 
 void ResultReplica::Record(const std::string& stream, int64_t round, std::string result) {
@@ -70,7 +91,7 @@ int64_t ResultReplica::epochs_replicated() const {
 bool ResultReplica::WaitUnlessStopped(absl::Duration d, bool wake_on_work) {
   absl::MutexLock lock(&mu_);
   auto done = [this, wake_on_work]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return stop_ || (wake_on_work && !pending_.empty());
+    return stop_ || (wake_on_work && (!pending_.empty() || disconnected_));
   };
   mu_.AwaitWithTimeout(absl::Condition(&done), d);
   return stop_;
@@ -111,7 +132,12 @@ void ResultReplica::Run() {
   std::string replicated;  // the epoch that holds everything kept here
   int64_t fold_next = 1;   // rank 0: the next rank whose mark FoldMarks waits for
   while (!WaitUnlessStopped(absl::ZeroDuration(), false)) {
+    {
+      absl::MutexLock lock(&mu_);
+      disconnected_ = false;  // the read below is the one it asked for
+    }
     // Rank 0: its own epoch, no store call. Others: one read, which also tells a restarted rank 0.
+    // It waits (within the poll) for a restarted rank 0 to come up and publish its epoch.
     absl::StatusOr<std::string> epoch = group_.Epoch(absl::Now() + options_.poll);
     if (!epoch.ok()) {
       if (WaitUnlessStopped(options_.retry, false)) return;
@@ -168,8 +194,8 @@ void ResultReplica::Run() {
     const bool folding = options.rank == 0 && fold_next <= options.world_size;
     const bool waited = folding && FoldMarks(*epoch, fold_next);
     // Idle: rank 0 until work arrives (while it still folds marks: at once after a wait for a
-    // mark, a retry period after a store error); the others also wake every poll to read the
-    // epoch.
+    // mark, a retry period after a store error); the others also wake every poll, and when their
+    // connection to rank 0 drops, to read the epoch.
     const absl::Duration idle = options.rank != 0 ? options_.poll
                                 : !folding        ? absl::InfiniteDuration()
                                 : waited          ? absl::ZeroDuration()

@@ -38,7 +38,10 @@
 namespace packsched::group {
 
 struct ReplicaOptions {
-  // How often an idle rank (not rank 0) reads the run epoch, to notice that rank 0 restarted.
+  // How often an idle rank (not rank 0) reads the run epoch, to notice that rank 0 restarted,
+  // and how long one of its store calls waits. Over a store with a connection to watch
+  // (KeyValueStore::AwaitDisconnect: rank 0's rendezvous store over gRPC) the epoch is also read
+  // as soon as that connection drops, so this is only a backstop there (the sidecar: 10 s).
   absl::Duration poll = absl::Seconds(1);
   // Wait after a failed store write before the next try.
   absl::Duration retry = absl::Milliseconds(100);
@@ -49,7 +52,8 @@ class ResultReplica {
   // Starts the background writer. REQUIRES: `group` (and its store) outlive this.
   explicit ResultReplica(Group& group, ReplicaOptions options = {});
   // Stops the writer and joins it: within one store call (bounded by the group's collective
-  // timeout; at once when the store's waits are cancelled, as at shutdown).
+  // timeout; at once when the store's waits are cancelled, as at shutdown); and the connection
+  // watcher, within 200 ms.
   ~ResultReplica();
 
   ResultReplica(const ResultReplica&) = delete;
@@ -119,7 +123,15 @@ class ResultReplica {
   absl::Mutex marks_mu_;
   std::string marked_epoch_ ABSL_GUARDED_BY(marks_mu_);  // the epoch seen fully marked
 
-  std::thread thread_;  // last: started once everything above is constructed
+  // Set by the watcher when the store's connection to rank 0 dropped: the writer reads the epoch
+  // at once instead of at its next poll.
+  bool disconnected_ ABSL_GUARDED_BY(mu_) = false;
+  // Ranks other than 0: waits on the store's connection (no requests) and sets disconnected_.
+  // Returns when stopped, or at once for a store without a connection.
+  void Watch();
+
+  std::thread thread_;   // started once everything above is constructed
+  std::thread watcher_;  // last: ranks other than 0 only
 };
 
 }  // namespace packsched::group

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <utility>
+#include <vector>
 
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/numbers.h"
@@ -138,6 +139,7 @@ absl::Status StreamGroup::FormIfNeeded(absl::Time deadline) {
 
   ASSIGN_OR_RETURN(const std::string epoch, group_.Epoch(deadline));
   const std::string epoch_root = keys::EpochRoot(options.key_root, epoch);
+  epoch_root_ = epoch_root;
   stream_root_ = keys::StreamRoot(epoch_root, stream_);
   auto parse = [&](absl::string_view text) -> absl::StatusOr<int64_t> {
     int64_t value;
@@ -227,16 +229,36 @@ absl::Status StreamGroup::FormIfNeeded(absl::Time deadline) {
     // A rank that never joined is the cause whether this rank waited for it (a deadline) or a
     // peer that waited for it gave up first and closed its connections (aborted, unavailable).
     std::optional<std::string> missing;
+    std::vector<int64_t> missing_ranks;
     if (absl::IsDeadlineExceeded(status) || absl::IsAborted(status) ||
         absl::IsUnavailable(status)) {
-      missing = MissingRanks(cleanup, options.world_size,
-                             [&](int64_t rank) { return keys::Joined(formation, rank); });
+      missing = MissingRanks(
+          cleanup, options.world_size, [&](int64_t rank) { return keys::Joined(formation, rank); },
+          &missing_ranks);
     }
     const std::string what = absl::StrCat("stream '", stream_, "': generation ", generation);
+    // A peer whose own transport could not come up said why; this rank's own failure is told
+    // to the peers the same way.
+    std::optional<std::string> not_ready;
+    if (IsOwnFormationFailure(status)) {
+      PublishNotReady(cleanup, epoch_root, formation, options.rank, status);
+      published_not_ready_ = true;
+    } else if (cleanup.unreachable().ok()) {
+      // Ranks that did not come may have failed an earlier generation on their own side (and
+      // ended it, so the others came to this one without them).
+      not_ready = NotReadyReason(cleanup, epoch_root, formation, options.rank);
+      if (!not_ready.has_value() && !missing_ranks.empty()) {
+        not_ready = NotReadyReasons(cleanup, epoch_root, missing_ranks);
+      }
+    }
     if (missing.has_value() && *missing != "[]") {
       status = absl::DeadlineExceededError(absl::StrCat(
           what, " did not form within ", absl::FormatDuration(options.collective_timeout),
-          ": ranks ", *missing, " did not join (", status.message(), ")"));
+          ": ranks ", *missing, " did not join", not_ready.has_value() ? "; " : "",
+          not_ready.value_or(""), " (", status.message(), ")"));
+    } else if (not_ready.has_value()) {
+      status = absl::Status(status.code(), absl::StrCat(what, " did not form: ", *not_ready, " (",
+                                                        status.message(), ")"));
     } else if (!cleanup.unreachable().ok()) {
       status =
           absl::Status(status.code(), absl::StrCat(what, " did not form: ", status.message(), "; ",
@@ -247,6 +269,10 @@ absl::Status StreamGroup::FormIfNeeded(absl::Time deadline) {
     }
     EndGeneration(generation, status, "formation", cleanup);
     return status;
+  }
+  if (published_not_ready_) {
+    ClearNotReady(store, epoch_root, options.rank, deadline);
+    published_not_ready_ = false;
   }
   if (options.rank == 0)
     CleanEndedGenerations(generation, kGenerationsCleanedPerFormation, deadline);
@@ -370,9 +396,10 @@ absl::StatusOr<AgreedRound> StreamGroup::AgreeOnce(const RoundRecord& record, ab
         "rank takes the plan they agreed (",
         status.message(), ")"));
   } else if (absl::IsDeadlineExceeded(status) && !recorded) {
-    const std::optional<std::string> missing =
-        MissingRanks(cleanup, options.world_size,
-                     [&](int64_t rank) { return keys::Arrival(formation, record.round, rank); });
+    std::vector<int64_t> missing_ranks;
+    const std::optional<std::string> missing = MissingRanks(
+        cleanup, options.world_size,
+        [&](int64_t rank) { return keys::Arrival(formation, record.round, rank); }, &missing_ranks);
     if (!missing.has_value()) {
       status = absl::DeadlineExceededError(absl::StrCat(
           what, ": did not complete within ", absl::FormatDuration(options.collective_timeout),
@@ -383,9 +410,13 @@ absl::StatusOr<AgreedRound> StreamGroup::AgreeOnce(const RoundRecord& record, ab
           what, ": every rank arrived but the collective did not complete within ",
           absl::FormatDuration(options.collective_timeout), " (", status.message(), ")"));
     } else {
+      // A rank that did not come may be failing to form on its own side (after a restart).
+      const std::optional<std::string> not_ready =
+          NotReadyReasons(cleanup, epoch_root_, missing_ranks);
       status = absl::DeadlineExceededError(
           absl::StrCat(what, ": ranks ", *missing, " did not arrive within ",
-                       absl::FormatDuration(options.collective_timeout)));
+                       absl::FormatDuration(options.collective_timeout),
+                       not_ready.has_value() ? "; " : "", not_ready.value_or("")));
       cleanup.Set(timeout_key, status.message()).IgnoreError();
     }
   } else if (!cleanup.unreachable().ok() && !recorded) {

@@ -97,9 +97,11 @@ class StreamGroup {
   const std::string stream_;
 
   // Touched only by the calling thread (one at a time).
-  std::string stream_root_;     // under the epoch the collective was formed in
-  bool tried_to_form_ = false;  // a restarted rank ends the generation its old self joined
-  bool stale_ = false;          // the last AgreeOnce dropped a generation that had ended
+  std::string epoch_root_;            // the epoch the collective was formed in
+  std::string stream_root_;           // under that epoch
+  bool tried_to_form_ = false;        // a restarted rank ends the generation its old self joined
+  bool published_not_ready_ = false;  // a formation failed on this rank's side (blame.h)
+  bool stale_ = false;                // the last AgreeOnce dropped a generation that had ended
   // A generation this rank ended while the store was unreachable (recorded at the next formation).
   struct UnrecordedEnd {
     std::string stream_root;

@@ -273,6 +273,8 @@ void RendezvousServer::Shutdown() {
 struct RendezvousStore::State {
   RendezvousClientOptions options;
   std::shared_ptr<pb::Rendezvous::Stub> stub;  // shared by the store and its fail-fast view
+  std::shared_ptr<grpc::Channel> channel;      // the stub's, for its connectivity
+  std::atomic<bool> watched_ready{false};      // AwaitDisconnect last saw a connection up
   bool wait_for_ready = true;
   absl::Mutex mu;
   bool cancelled ABSL_GUARDED_BY(mu) = false;
@@ -381,10 +383,12 @@ absl::StatusOr<std::unique_ptr<RendezvousStore>> RendezvousStore::Create(
                    security::MakeChannel(options.address, tls, args));
   auto state = std::make_unique<State>();
   state->options = options;
+  state->channel = channel;
   state->stub = pb::Rendezvous::NewStub(std::move(channel));
   auto fail_fast_state = std::make_unique<State>();
   fail_fast_state->options = options;
   fail_fast_state->stub = state->stub;
+  fail_fast_state->channel = state->channel;
   fail_fast_state->wait_for_ready = false;
   std::unique_ptr<RendezvousStore> store(new RendezvousStore(std::move(state)));
   store->fail_fast_.reset(new RendezvousStore(std::move(fail_fast_state)));
@@ -393,6 +397,21 @@ absl::StatusOr<std::unique_ptr<RendezvousStore>> RendezvousStore::Create(
 
 collective::KeyValueStore& RendezvousStore::FailFast() {
   return fail_fast_ != nullptr ? *fail_fast_ : *this;
+}
+
+absl::StatusOr<bool> RendezvousStore::AwaitDisconnect(absl::Time deadline) {
+  grpc::Channel& channel = *state_->channel;
+  const grpc_connectivity_state state = channel.GetState(/*try_to_connect=*/false);
+  if (state != GRPC_CHANNEL_READY) {
+    // A connection that dropped between two calls (this thread was not running) still counts.
+    if (state_->watched_ready.exchange(false)) return true;
+    channel.WaitForStateChange(state, absl::ToChronoTime(deadline));
+    return false;
+  }
+  state_->watched_ready = true;
+  if (!channel.WaitForStateChange(state, absl::ToChronoTime(deadline))) return false;
+  state_->watched_ready = false;
+  return true;
 }
 
 absl::Status RendezvousStore::Set(absl::string_view key, absl::string_view value,

@@ -88,6 +88,9 @@ class RendezvousStore final : public collective::KeyValueStore {
   absl::StatusOr<int64_t> DeletePrefix(absl::string_view prefix, absl::Time deadline) override;
   // The same channel, with calls that do not wait for the server to be reachable.
   collective::KeyValueStore& FailFast() override;
+  // The channel's connectivity: true when it leaves READY before `deadline`, or left it since the
+  // previous call (no request). One caller at a time.
+  absl::StatusOr<bool> AwaitDisconnect(absl::Time deadline) override;
 
   // Ends every call in progress (a Get blocked until its deadline included) with Cancelled, and
   // makes every later call return Cancelled at once: what lets a shutting-down sidecar's stream

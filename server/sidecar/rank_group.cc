@@ -6,6 +6,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
 #include "server/base/address.h"
 #include "server/base/status_macros.h"
 #include "server/collective/backend.h"
@@ -15,6 +16,10 @@
 
 namespace packsched::sidecar {
 namespace {
+
+// How often a rank other than 0 reads the run epoch when idle (result_replica.h: a restart of
+// rank 0 is noticed when the store's connection drops; this read is the backstop).
+constexpr absl::Duration kEpochBackstop = absl::Seconds(10);
 
 // The rendezvous address rank 0 binds: --rendezvous_listen, else --rendezvous's port on
 // loopback when its host is loopback, else on every interface.
@@ -117,7 +122,10 @@ absl::StatusOr<RankGroup> StartRankGroup(const RankGroupFlags& flags,
   options.nccl.device = static_cast<int>(gpu);
   g.counted = std::make_unique<collective::CountingStore>(*g.store);
   ASSIGN_OR_RETURN(g.group, group::Group::Create(g.counted.get(), std::move(options)));
-  g.agreements = std::make_shared<group::GroupAgreements>(*g.group);
+  // The rendezvous store's connection tells a restart of rank 0 at once (ResultReplica watches
+  // it); the epoch read is a backstop, so it is rare: 0.1 requests a second per rank when idle.
+  g.agreements = std::make_shared<group::GroupAgreements>(
+      *g.group, group::ReplicaOptions{.poll = kEpochBackstop});
   if (world_size > 1) g.readiness = std::make_unique<group::ReadinessWatch>(*g.group, nullptr);
   return g;
 }

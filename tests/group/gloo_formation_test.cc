@@ -1,7 +1,8 @@
 // Gloo formation when a peer publishes its addresses and then goes away before connecting (a
 // process killed between its store write and its connect): formation ends by its deadline,
-// whatever Gloo's own connection wait would be, and names that peer; and an abort (a shutdown)
-// ends it at once, both for GlooCollective::Create and for a StreamGroup forming its collective.
+// whatever Gloo's own connection wait would be, and names that peer; an abort (a shutdown)
+// ends it at once, both for GlooCollective::Create and for a StreamGroup forming its collective;
+// and a rank whose transport cannot come up is named by its peers with its reason.
 
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -237,6 +238,55 @@ TEST(GlooFormation, AnAbortBeforeFormationStartsIsNotLost) {
   EXPECT_EQ(status.code(), absl::StatusCode::kAborted) << status;
   EXPECT_THAT(std::string(status.message()), HasSubstr("shutting down"));
   EXPECT_FALSE(stream->info().formed);
+}
+
+// A rank whose own transport cannot come up (an interface it cannot bind: an operator's typo)
+// tells its peers why: they fail by their deadline naming it and its reason, not only that it
+// did not connect.
+TEST(GlooFormation, ARankThatCannotBringUpItsTransportNamesItsReasonToItsPeers) {
+  constexpr int64_t kWorld = 3;
+  constexpr int64_t kBroken = 2;
+  InMemoryStore store;
+  std::vector<std::unique_ptr<Group>> groups;
+  for (int64_t r = 0; r < kWorld; ++r) {
+    GroupOptions options;
+    options.rank = r;
+    options.world_size = kWorld;
+    options.backend = Backend::kGloo;
+    options.collective_timeout = kDeadline;
+    options.gloo = Loopback();
+    if (r == kBroken) {
+      options.gloo.hostname.clear();
+      options.gloo.iface = "psnoiface9";
+    }
+    auto group = Group::Create(&store, options);
+    ASSERT_TRUE(group.ok()) << group.status();
+    groups.push_back(std::move(group).value());
+  }
+  std::vector<std::unique_ptr<StreamGroup>> streams;
+  for (auto& group : groups) streams.push_back(group->ForStream("actor"));
+  std::vector<absl::Status> status(kWorld);
+  std::vector<absl::Duration> took(kWorld);
+  const absl::Time start = absl::Now();
+  std::vector<std::thread> threads;
+  for (int64_t r = 0; r < kWorld; ++r) {
+    threads.emplace_back([&, r] {
+      status[r] = streams[r]->Form();
+      took[r] = absl::Now() - start;
+    });
+  }
+  for (std::thread& t : threads) t.join();
+
+  EXPECT_EQ(status[kBroken].code(), absl::StatusCode::kInvalidArgument) << status[kBroken];
+  EXPECT_THAT(std::string(status[kBroken].message()), HasSubstr("psnoiface9"));
+  for (int64_t r = 0; r < kWorld; ++r) {
+    if (r == kBroken) continue;
+    EXPECT_FALSE(status[r].ok()) << "rank " << r;
+    EXPECT_THAT(std::string(status[r].message()),
+                HasSubstr("rank 2 not ready: gloo: no network interface named 'psnoiface9'"))
+        << "rank " << r << ": " << status[r];
+    EXPECT_LT(took[r], kDeadline + kMargin) << "rank " << r;
+  }
 }
 
 }  // namespace

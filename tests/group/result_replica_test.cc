@@ -14,6 +14,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "gmock/gmock.h"
@@ -23,6 +24,7 @@
 #include "server/group/group_agreement.h"
 #include "server/group/group_keys.h"
 #include "server/group/round.h"
+#include "tests/group/group_testing.h"
 #include "tests/testing/ignore_sigpipe.h"  // Gloo groups whose peers go away
 
 namespace packsched::group {
@@ -117,6 +119,63 @@ TEST(ResultReplica, ARestartedRankZeroFindsWhatTheOthersKept) {
   const absl::Time again = absl::Now();
   EXPECT_EQ(*restarted.Lookup("actor", 5, absl::ZeroDuration(), again + kTimeout), std::nullopt);
   EXPECT_LT(absl::Now() - again, kTimeout / 2);
+}
+
+// Rank 0's store as a rank other than 0 reaches it over a connection: the in-memory store, and a
+// connection that the test drops (rank 0 died) with Drop().
+class ConnectedStore final : public group::testing::ForwardingStore {
+ public:
+  explicit ConnectedStore(InMemoryStore& inner) : inner_(inner) {}
+  void Drop() {
+    absl::MutexLock lock(&mu_);
+    dropped_ = true;
+  }
+  absl::StatusOr<bool> AwaitDisconnect(absl::Time deadline) override {
+    absl::MutexLock lock(&mu_);
+    mu_.AwaitWithDeadline(absl::Condition(&dropped_), deadline);
+    return std::exchange(dropped_, false);
+  }
+
+ private:
+  KeyValueStore& Inner() override { return inner_; }
+  InMemoryStore& inner_;
+  absl::Mutex mu_;
+  bool dropped_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+// A rank reads the epoch as soon as its connection to rank 0 drops, not at its next poll: what
+// makes a restarted rank 0 heal within its reconnection.
+TEST(ResultReplica, ADroppedConnectionToRankZeroIsANewEpochReadAtOnce) {
+  InMemoryStore store;
+  ConnectedStore connection(store);
+  std::unique_ptr<Group> rank0 = MakeGroup(store, Options(0, 2));
+  absl::StatusOr<std::unique_ptr<Group>> created = Group::Create(&connection, Options(1, 2));
+  ASSERT_TRUE(created.ok()) << created.status();
+  std::unique_ptr<Group> rank1 = *std::move(created);
+  auto replica0 = std::make_unique<ResultReplica>(*rank0, kFast);
+  // A poll far beyond the test: only the watch can make it read the epoch again.
+  ResultReplica replica1(*rank1, ReplicaOptions{absl::Hours(1), absl::Milliseconds(20)});
+  ASSERT_TRUE(Eventually([&] { return replica1.epochs_replicated() == 1; }));
+  replica1.Record("actor", 4, "agreed-4");
+  // Written: the writer is idle again (it reads the epoch each time it wakes for work).
+  ASSERT_TRUE(Eventually([&] {
+    auto found = replica0->Lookup("actor", 4, absl::ZeroDuration(), absl::Now() + kTimeout);
+    return found.ok() && found->has_value();
+  }));
+
+  replica0.reset();
+  rank0 = MakeGroup(store, Options(0, 2));  // restarted: a new epoch
+  ResultReplica restarted(*rank0, kFast);
+  ASSERT_TRUE(rank0->AwaitMembers(absl::Now()).ok());
+  absl::SleepFor(absl::Milliseconds(300));
+  EXPECT_EQ(replica1.epochs_replicated(), 1);  // its connection has not dropped (yet)
+
+  const absl::Time dropped = absl::Now();
+  connection.Drop();
+  EXPECT_TRUE(Eventually([&] { return replica1.epochs_replicated() == 2; }, absl::Seconds(2)));
+  EXPECT_LT(absl::Now() - dropped, absl::Seconds(1));
+  EXPECT_EQ(*restarted.Lookup("actor", 4, absl::ZeroDuration(), absl::Now() + kTimeout),
+            "agreed-4");
 }
 
 TEST(ResultReplica, RankZeroWaitsForAMissingRanksMarkOnlyUntilTheDeadline) {

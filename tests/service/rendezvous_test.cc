@@ -150,6 +150,41 @@ TEST(Rendezvous, AClientStartedBeforeTheServerConnectsQuickly) {
   EXPECT_LT(got - set_at, absl::Milliseconds(900));
 }
 
+// How a rank notices that rank 0 died (and may have restarted under a new epoch) without
+// polling it: the channel's connection drops, seen at once and with no request.
+TEST(Rendezvous, AServerThatGoesAwayIsSeenThroughTheConnectionAtOnce) {
+  auto served = Serve();
+  ASSERT_NE(served, nullptr);
+  auto client = Connect(served->address);
+  ASSERT_NE(client, nullptr);
+  ASSERT_TRUE(client->Set("up", "1", In(absl::Seconds(5))).ok());  // connected
+
+  absl::StatusOr<bool> quiet = client->AwaitDisconnect(In(absl::Milliseconds(200)));
+  ASSERT_TRUE(quiet.ok()) << quiet.status();
+  EXPECT_FALSE(*quiet);  // nothing happened: the deadline
+
+  absl::Time seen = absl::InfiniteFuture();
+  std::thread watcher([&] {
+    const absl::Time give_up = In(absl::Seconds(5));
+    while (absl::Now() < give_up) {
+      absl::StatusOr<bool> dropped = client->AwaitDisconnect(In(absl::Milliseconds(200)));
+      if (dropped.ok() && *dropped) {
+        seen = absl::Now();
+        return;
+      }
+    }
+  });
+  absl::SleepFor(absl::Milliseconds(100));
+  const absl::Time gone = absl::Now();
+  served->server->Shutdown();
+  watcher.join();
+  EXPECT_LT(seen - gone, absl::Milliseconds(500)) << "not seen";
+
+  collective::InMemoryStore memory;
+  EXPECT_EQ(memory.AwaitDisconnect(In(absl::Seconds(1))).status().code(),
+            absl::StatusCode::kUnimplemented);
+}
+
 TEST(Rendezvous, TheBearerTokenIsRequired) {
   auto served = Serve("s3cret");
   ASSERT_NE(served, nullptr);
