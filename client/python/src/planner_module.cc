@@ -595,7 +595,7 @@ PYBIND11_MODULE(_planner, m) {
           rank_offsets.push_back(static_cast<int64_t>(rank_indices.size()));
           rank_cost.push_back(rank.cost);
         }
-        py::dict d = python::PlanColumns(std::move(plans));
+        py::dict d = python::PlanColumns(plans);
         d["rank_indices"] = Array(rank_indices);
         d["rank_indices_offsets"] = Array(rank_offsets);
         d["rank_cost"] = Array(rank_cost);
