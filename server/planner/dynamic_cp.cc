@@ -219,12 +219,12 @@ class Packer {
       const size_t at = l * k + s;
       std::vector<Packing::Entry>& heap = p.heaps[at];
       if (join) {
-        std::pop_heap(heap.begin(), heap.end(), std::greater<>());
-        Packing::Group& g = p.all[heap.back().second];
+        Packing::Group& g = p.all[heap.front().second];
         g.cost += h[i];
         g.tokens += tok[i];
         p.Append(g, i);
-        heap.back().first = g.cost;
+        heap.front().first = g.cost;
+        SiftDown(heap);
       } else {
         p.free[l] -= c;
         const int32_t id = static_cast<int32_t>(p.all.size());
@@ -232,8 +232,8 @@ class Packer {
         p.Append(p.all.back(), i);
         p.groups[l].push_back(id);
         heap.emplace_back(*need, id);
+        std::push_heap(heap.begin(), heap.end(), std::greater<>());
       }
-      std::push_heap(heap.begin(), heap.end(), std::greater<>());
       p.top_cost[at] = heap.front().first;
       p.top_tokens[at] = p.all[heap.front().second].tokens;
     }
@@ -242,6 +242,20 @@ class Packer {
   }
 
  private:
+  // Restores a min-heap whose top grew (entries are distinct: the top is the one least entry).
+  static void SiftDown(std::vector<Packing::Entry>& heap) {
+    const size_t n = heap.size();
+    const Packing::Entry top = heap[0];
+    size_t at = 0;
+    for (size_t child = 1; child < n; child = 2 * at + 1) {
+      if (child + 1 < n && heap[child + 1] < heap[child]) ++child;
+      if (!(heap[child] < top)) break;
+      heap[at] = heap[child];
+      at = child;
+    }
+    heap[at] = top;
+  }
+
   void AddLevel(Packing& p, int64_t height) const {
     const size_t k = sizes_.size();
     const size_t l = p.levels++;
