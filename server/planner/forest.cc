@@ -127,8 +127,8 @@ absl::Status CheckHasRollouts(const Forest& forest) {
   return absl::InvalidArgumentError("forest: no rollouts (rollout_leaf is empty): nothing to plan");
 }
 
-Forest SplitByGroup(const Forest& forest, const ForestIndex& index,
-                    absl::Span<const int64_t> group_ids) {
+absl::StatusOr<Forest> SplitByGroup(const Forest& forest, const ForestIndex& index,
+                                    absl::Span<const int64_t> group_ids) {
   // Every (node, group) some rollout of the group goes through: a path walked up to the first
   // copy its group already has.
   absl::flat_hash_map<std::pair<int64_t, int64_t>, int64_t> copy;
@@ -137,6 +137,12 @@ Forest SplitByGroup(const Forest& forest, const ForestIndex& index,
     for (int64_t node = forest.rollout_leaf[r]; node >= 0; node = forest.node_parent[node]) {
       if (!copy.emplace(std::make_pair(node, group_ids[r]), 0).second) break;
       copies.emplace_back(node, group_ids[r]);
+      if (static_cast<int64_t>(copies.size()) > kMaxForestNodes) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "group_ids: cutting the trees at the groups copies shared nodes into more than ",
+            kMaxForestNodes, " nodes (the forest limit); give rollouts that share a long prefix ",
+            "fewer groups"));
+      }
     }
   }
   std::sort(copies.begin(), copies.end());

@@ -66,10 +66,11 @@ absl::Status CheckHasRollouts(const Forest& forest);
 // per group. The copies are numbered by (node, group), so parents come before children and
 // each copy's children keep their order. Rollout r stays rollout r with the same path tokens
 // (rollout_len is kept), so a plan of the result, whose layouts name rollouts and not nodes, is
-// a plan of `forest`. O(copies log copies).
+// a plan of `forest`. O(copies log copies); InvalidArgument, found after at most
+// kMaxForestNodes steps, when the copies would pass kMaxForestNodes (as IndexForest refuses).
 // REQUIRES: `index` = IndexForest(forest); group_ids.size() == forest.rollout_leaf.size().
-Forest SplitByGroup(const Forest& forest, const ForestIndex& index,
-                    absl::Span<const int64_t> group_ids);
+absl::StatusOr<Forest> SplitByGroup(const Forest& forest, const ForestIndex& index,
+                                    absl::Span<const int64_t> group_ids);
 
 }  // namespace packsched::planner
 

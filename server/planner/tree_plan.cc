@@ -243,7 +243,7 @@ absl::StatusOr<BalancedForest> BalanceForest(const Forest& forest, int64_t world
   std::optional<Forest> grouped;  // each tree cut at its rollouts' groups
   if (!group_ids.empty()) {
     ASSIGN_OR_RETURN(const ForestIndex index, IndexForest(forest));
-    grouped = SplitByGroup(forest, index, group_ids);
+    ASSIGN_OR_RETURN(grouped, SplitByGroup(forest, index, group_ids));
   }
   ASSIGN_OR_RETURN(std::shared_ptr<internal::TreeState> state,
                    Prepare(grouped ? *grouped : forest, options, /*cap_required=*/true,

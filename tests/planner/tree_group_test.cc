@@ -220,7 +220,9 @@ TEST(TreeGroups, SplitByGroupKeepsEveryRolloutsPath) {
   for (size_t r = 0; r < f.rollout_leaf.size(); ++r) group_ids.push_back(r % 2 ? -3 : 7);
   const absl::StatusOr<ForestIndex> index = IndexForest(f);
   ASSERT_TRUE(index.ok());
-  const Forest split = SplitByGroup(f, *index, group_ids);
+  const absl::StatusOr<Forest> grouped = SplitByGroup(f, *index, group_ids);
+  ASSERT_TRUE(grouped.ok()) << grouped.status();
+  const Forest& split = *grouped;
   const absl::StatusOr<ForestIndex> split_index = IndexForest(split);  // checks rollout_len
   ASSERT_TRUE(split_index.ok()) << split_index.status();
   EXPECT_EQ(split_index->roots.size(), 4u);  // 2 trees x 2 groups
