@@ -160,6 +160,12 @@ TEST(ForestRequest, MemoryEstimateCountsTheNodesPiecesRepeat) {
   balance.set_world_size(2);
   *balance.mutable_options() = partition.options();
   EXPECT_EQ(EstimateBalanceBatchMemory(balance, {}).split_entries, 55);
+  // With group_ids every rollout's path counts, a tree that fits the cap included: a rollout a
+  // group on this chain copies every node on each path (1 + 2 + ... + 30 copies).
+  balance.mutable_options()->set_max_token_len(30);
+  EXPECT_EQ(EstimateBalanceBatchMemory(balance, {}).split_entries, 0);
+  for (int r = 0; r < 30; ++r) balance.add_group_ids(r);
+  EXPECT_EQ(EstimateBalanceBatchMemory(balance, {}).split_entries, 465);
   // A forest that validation refuses (a parent after its child) counts none.
   request.mutable_forest()->set_node_parent(3, 7);
   request.mutable_options()->set_max_token_len(10);
