@@ -135,12 +135,10 @@ absl::Status CheckGroupSizes(const internal::TreeState& state,
     if (!total || *total > options.max_micro_batches) {
       return absl::InvalidArgumentError(absl::StrCat(
           "group_ids: group ", group, " (", load.rollouts, " rollouts, ", load.aligned,
-          " aligned tokens in ", load.pieces,
-          " pieces) must stay on one rank, where it needs at "
-          "least ",
-          least, " micro-batches under max_token_len = ", options.max_token_len, "; world_size = ",
-          world_size, " x ", least, " is over max_micro_batches = ", options.max_micro_batches,
-          " (split the group, or raise max_micro_batches)"));
+          " aligned tokens in ", load.pieces, " pieces) must stay on one rank, where it needs ",
+          least, " micro-batches or more under max_token_len = ", options.max_token_len,
+          "; world_size = ", world_size, " x ", least, " is over max_micro_batches = ",
+          options.max_micro_batches, " (split the group, or raise max_micro_batches)"));
     }
   }
   return absl::OkStatus();
