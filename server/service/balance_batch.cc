@@ -64,9 +64,11 @@ void StepToProto(const planner::StepStats& s, v1::StepStats* step) {
 // index lists and `indices` (the rank's rollouts, ascending), its loss weights per rollout.
 absl::Status RunBalanceForest(const PlanInput& input, int64_t world_size,
                               const planner::BalanceOptions& balance,
+                              absl::Span<const int64_t> group_ids,
                               v1::BalanceBatchResponse* response) {
-  ASSIGN_OR_RETURN(planner::BalancedForest batch,
-                   planner::BalanceForest(*input.forest, world_size, input.options, balance));
+  ASSIGN_OR_RETURN(
+      planner::BalancedForest batch,
+      planner::BalanceForest(*input.forest, world_size, input.options, balance, group_ids));
   ASSIGN_OR_RETURN(const planner::ForestIndex index, planner::IndexForest(*input.forest));
   response->set_num_micro_batches(batch.num_micro_batches);
   StepToProto(batch.step, response->mutable_step());
@@ -129,12 +131,8 @@ absl::Status RunBalanceBatch(const v1::BalanceBatchRequest& request, const Servi
         "world_size = ", world_size, " exceeds the server limit --max_sequences_per_request = ",
         limits.max_sequences_per_request));
   }
-  if (input.forest && !request.group_ids().empty()) {
-    return absl::InvalidArgumentError(
-        "forest: group_ids must be unset (a tree is one item: its rollouts already stay "
-        "together)");
-  }
-  if (!request.group_ids().empty() &&
+  // With a forest, one group id per rollout (BalanceForest checks the count and names it).
+  if (!input.forest && !request.group_ids().empty() &&
       static_cast<size_t>(request.group_ids().size()) != input.lengths.size()) {
     return absl::InvalidArgumentError(absl::StrCat("group_ids has ", request.group_ids().size(),
                                                    " entries for ", input.lengths.size(),
@@ -180,7 +178,7 @@ absl::Status RunBalanceBatch(const v1::BalanceBatchRequest& request, const Servi
     }
     balance.micro_batch_cost = *micro_batch_cost;
   }
-  if (input.forest) return RunBalanceForest(input, world_size, balance, response);
+  if (input.forest) return RunBalanceForest(input, world_size, balance, group_ids, response);
   ASSIGN_OR_RETURN(
       planner::BalancedBatch batch,
       planner::BalanceBatch(input.lengths, world_size, input.options, group_ids, balance));

@@ -72,12 +72,14 @@ RequestMemory MemoryOf(int64_t sequences, int64_t micro_batches, int64_t wire_by
 }
 
 // The node occurrences a forest's pieces may hold (I and S in request_memory.h), O(N + R).
+// `grouped`: BalanceBatch's group_ids cut every tree at its groups first, copying shared nodes,
+// so every kept rollout's path counts in S, whether or not its tree fits the cap.
 struct ForestEntries {
   int64_t isolated = 0;
   int64_t split = 0;
 };
 
-ForestEntries EntriesOf(const v1::Forest& forest, const planner::PlanOptions& o) {
+ForestEntries EntriesOf(const v1::Forest& forest, const planner::PlanOptions& o, bool grouped) {
   const int n = forest.node_len_size();
   if (forest.node_parent_size() != n) return {};
   int64_t room = std::numeric_limits<int64_t>::max();
@@ -103,7 +105,7 @@ ForestEntries EntriesOf(const v1::Forest& forest, const planner::PlanOptions& o)
   ForestEntries out;
   for (const int64_t leaf : forest.rollout_leaf()) {
     if (leaf < 0 || leaf >= n) return {};
-    if (tree[root[leaf]] <= room) continue;  // one piece: its nodes are counted in n
+    if (!grouped && tree[root[leaf]] <= room) continue;  // one piece: its nodes are counted in n
     if (through[leaf] > room) {
       if (o.overlong == planner::OverlongPolicy::kIsolate) out.isolated += depth[leaf];
     } else {
@@ -115,10 +117,10 @@ ForestEntries EntriesOf(const v1::Forest& forest, const planner::PlanOptions& o)
 
 // `m` for a forest: the terms a forest adds (request_memory.h).
 RequestMemory WithForest(RequestMemory m, const v1::Forest& forest,
-                         const absl::StatusOr<planner::PlanOptions>& o) {
+                         const absl::StatusOr<planner::PlanOptions>& o, bool grouped = false) {
   m.forest = true;
   if (o.ok()) {
-    const ForestEntries entries = EntriesOf(forest, *o);
+    const ForestEntries entries = EntriesOf(forest, *o, grouped);
     m.isolated_entries = entries.isolated;
     m.split_entries = entries.split;
   }
@@ -189,7 +191,9 @@ RequestMemory EstimateBalanceBatchMemory(const v1::BalanceBatchRequest& request,
     parts = SatMul(world_size, per_rank);
   }
   const RequestMemory m = MemoryOf(n, parts, static_cast<int64_t>(request.ByteSizeLong()), ranks);
-  return request.has_forest() ? WithForest(m, request.forest(), o) : m;
+  return request.has_forest()
+             ? WithForest(m, request.forest(), o, /*grouped=*/!request.group_ids().empty())
+             : m;
 }
 
 }  // namespace packsched::service

@@ -697,15 +697,16 @@ PYBIND11_MODULE(_planner, m) {
          const py::object& rollout_len, int64_t world_size, const py::dict& options,
          const std::string& sync, int64_t micro_batch_cost,
          const std::optional<std::map<std::string, int64_t>>& model_ints,
-         const std::map<std::string, std::string>& model_strings) {
+         const std::map<std::string, std::string>& model_strings,
+         const std::vector<int64_t>& group_ids) {
         const Forest forest = ToForest(node_len, node_parent, rollout_leaf, rollout_len);
         PlanOptions o = ToPlanOptions(options);
         BalanceOptions balance{Value(ParseSync(sync)), micro_batch_cost, /*stop=*/{}};
         if (model_ints) {
           balance.micro_batch_cost = CostFromModel(*model_ints, model_strings, forest, o);
         }
-        const BalancedForest b =
-            WithoutGil([&] { return Value(BalanceForest(forest, world_size, o, balance)); });
+        const BalancedForest b = WithoutGil(
+            [&] { return Value(BalanceForest(forest, world_size, o, balance, group_ids)); });
         const ForestIndex index = Value(IndexForest(forest));
         py::list ranks;
         for (const TreePlan& rank : b.ranks) {
@@ -720,7 +721,8 @@ PYBIND11_MODULE(_planner, m) {
       py::arg("node_len"), py::arg("node_parent"), py::arg("rollout_leaf"), py::arg("rollout_len"),
       py::arg("world_size"), py::arg("options"), py::arg("sync") = "step",
       py::arg("micro_batch_cost") = 0, py::arg("model_ints") = py::none(),
-      py::arg("model_strings") = std::map<std::string, std::string>());
+      py::arg("model_strings") = std::map<std::string, std::string>(),
+      py::arg("group_ids") = std::vector<int64_t>());
 }
 
 }  // namespace
