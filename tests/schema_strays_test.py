@@ -60,6 +60,11 @@ TABLES = {
     "PlanStats": ("PLAN_STATS",),
     "GlobalCounts": ("GLOBAL_COUNTS",),
     "PlanResponse": ("PLAN_RESPONSE",),
+    "Forest": ("FOREST",),
+    "TreeLayout": ("TREE_LAYOUT",),
+    "TreePlan": ("TREE_PLAN",),
+    # planner::TreeEntries: derived from a TreeLayout, never on the wire (no proto message)
+    "TreeEntries": ("TREE_ENTRIES",),
 }
 
 CHECKED = [
@@ -70,6 +75,8 @@ CHECKED = [
     "server/service/request_memory.cc",
     "server/service/partition.cc",
     "server/service/balance_batch.cc",
+    "server/service/forest_convert.cc",
+    "server/service/forest_convert.h",
     "client/cpp/plan_decoder.cc",
     "client/cpp/plan_decoder.h",
     "client/cpp/scheduler_client.cc",
@@ -135,6 +142,34 @@ ALLOWED = {
         2,
         "tree_rows' keyword and its error (the tree layout's input)",
     ),
+    ("client/python/src/planner_module.cc", "piece_rollout_begin"): (
+        1,
+        "ToLayout's error: the layout array it checks (the binding's own check of its input)",
+    ),
+    ("client/python/src/planner_module.cc", "piece_rollouts"): (
+        2,
+        "ToLayout's errors: the layout arrays they check (the binding's own check of its input)",
+    ),
+    ("server/service/request_memory.cc", "node_len"): (
+        2,
+        "EntriesOf walks the forest's trees for the estimate (the lengths, parents and leaves)",
+    ),
+    ("server/service/request_memory.cc", "node_parent"): (
+        2,
+        "EntriesOf walks the forest's trees for the estimate (the lengths, parents and leaves)",
+    ),
+    ("server/service/request_memory.cc", "rollout_leaf"): (
+        1,
+        "EntriesOf walks the forest's trees for the estimate (the lengths, parents and leaves)",
+    ),
+    ("client/python/packsched/planner.py", "rollout_part"): (
+        1,
+        "a field of the public TreePlan type (packsched.tree): a rank's rollouts",
+    ),
+    ("client/python/packsched/plan.py", "forwarded_tokens"): (
+        1,
+        "Plan.tokens: the forwarded count of TokenAccounting",
+    ),
     ("client/python/packsched/plan.py", "total_tokens"): (
         1,
         "Plan.tokens: the logical count of TokenAccounting",
@@ -153,7 +188,7 @@ def table_names():
     for table in sorted({t for ts in TABLES.values() for t in ts}):
         match = re.search(rf"#define PACKSCHED_{table}\(X\)(.*?)(?:\n\n|\n//)", text, re.S)
         assert match, f"no table PACKSCHED_{table} in {SCHEMA}"
-        for row in re.finditer(r"X\((\w+),([^)]*)\)", match.group(1)):
+        for row in re.finditer(r"X\((\w+)(?:,([^)]*))?\)", match.group(1)):
             names[row.group(1)] = table
             if table == "LOSS_OPTIONS":  # the Python keyword (last column)
                 names[row.group(2).split(",")[-1].strip()] = table

@@ -384,23 +384,32 @@ std::vector<int64_t> Ints(const google::protobuf::RepeatedField<int64_t>& field)
   return std::vector<int64_t>(field.begin(), field.end());
 }
 
-// A forest request's tree plan: the layouts beside the plan's micro-batches (over pieces).
+// A forest request's tree plan (PACKSCHED_TREE_PLAN, each layout's PACKSCHED_TREE_LAYOUT; members
+// of the same name): the layouts beside the plan's micro-batches (over pieces). The rows
+//   X(rollouts, 7, Ints)   X(rollout_part, 2, Ints)   X(forwarded_tokens, 3, Int)
+// expand, through PACKSCHED_FROM_LAYOUT and PACKSCHED_FROM_TREE, to
+//   part.layout.rollouts = Ints(l.rollouts());   (in the loop over the layouts)
+//   out.rollout_part = Ints(tree.rollout_part());
+//   out.forwarded_tokens = tree.forwarded_tokens();
+#define PACKSCHED_FROM_LAYOUT(name, number, Kind) part.layout.name = Ints(l.name());
+#define PACKSCHED_FROM_TREE_Layouts(out, tree, plan, name)                          \
+  for (int i = 0; i < (tree).name##_size(); ++i) {                                  \
+    const v1::TreeLayout& l = (tree).name(i);                                       \
+    planner::TreeMicroBatch part;                                                   \
+    if (static_cast<size_t>(i) < (plan).parts.size()) part.batch = (plan).parts[i]; \
+    PACKSCHED_TREE_LAYOUT(PACKSCHED_FROM_LAYOUT)                                    \
+    (out).parts.push_back(std::move(part));                                         \
+  }
+#define PACKSCHED_FROM_TREE_Ints(out, tree, plan, name) (out).name = Ints((tree).name());
+#define PACKSCHED_FROM_TREE_Int(out, tree, plan, name) (out).name = (tree).name();
+#define PACKSCHED_FROM_TREE(name, number, Kind) PACKSCHED_FROM_TREE_##Kind(out, tree, plan, name)
+
 planner::TreePlan TreePlanFromProto(const v1::TreePlan& tree, const planner::MicroBatchPlan& plan) {
   planner::TreePlan out;
-  for (int i = 0; i < tree.layouts_size(); ++i) {
-    const v1::TreeLayout& l = tree.layouts(i);
-    planner::TreeMicroBatch part;
-    if (static_cast<size_t>(i) < plan.parts.size()) part.batch = plan.parts[i];
-    part.layout = planner::TreeLayout{Ints(l.rollouts()), Ints(l.piece_rollouts()),
-                                      Ints(l.piece_rollout_begin())};
-    out.parts.push_back(std::move(part));
-  }
+  PACKSCHED_TREE_PLAN(PACKSCHED_FROM_TREE)
   out.dropped = plan.dropped;
-  out.rollout_part = Ints(tree.rollout_part());
   out.stats = plan.stats;
   out.num_rollouts = static_cast<int64_t>(out.rollout_part.size());
-  out.rollout_tokens = tree.rollout_tokens();
-  out.forwarded_tokens = tree.forwarded_tokens();
   return out;
 }
 

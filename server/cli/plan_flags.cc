@@ -19,12 +19,13 @@
 #include "server/base/status_macros.h"
 #include "server/cli/read_lengths.h"
 #include "server/cli/read_model_config.h"
+#include "server/cli/read_tree.h"
 #include "server/planner/options.h"
 #include "server/planner/schema.h"
 
 ABSL_FLAG(std::string, tree, "",
-          "file of a forest of rollouts as JSON ({\"node_len\": [...], \"node_parent\": [...], "
-          "\"rollout_leaf\": [...]}): tree packing, each shared token once (instead of --lengths)");
+          absl::StrCat("file of a forest of rollouts as JSON (", packsched::cli::ForestShape(),
+                       "): tree packing, each shared token once (instead of --lengths)"));
 ABSL_FLAG(std::string, lengths, "",
           "file of sequence lengths: one integer per line, a JSON array, or JSON Lines with "
           "--length_field or --token_field (default: stdin)");

@@ -189,6 +189,51 @@
   X(stats, 9, Stats)                    \
   X(tree, 10, Tree)
 
+// packsched.v1.Forest (planner::Forest, packsched.tree.Forest): a forest request's input, also
+// the JSON object of `packsched plan --tree` and the binding's keywords, in this order.
+//   X(name, number, Kind)
+//   Kind  Nodes     repeated int64 [N], one per node: required
+//         Rollouts  repeated int64 [R], one per rollout: required
+//         Checked   repeated int64, empty or [R]: optional, checked against the rollouts' paths
+//                   (the clients derive it and do not send it)
+#define PACKSCHED_FOREST(X)    \
+  X(node_len, 1, Nodes)        \
+  X(node_parent, 2, Nodes)     \
+  X(rollout_leaf, 3, Rollouts) \
+  X(rollout_len, 4, Checked)
+
+// packsched.v1.TreeLayout (planner::TreeLayout): one micro-batch's layout as a plan keeps it.
+//   X(name, number, Kind)
+//   Kind  Ints  repeated int64, the planner::TreeLayout member of the same name
+#define PACKSCHED_TREE_LAYOUT(X) \
+  X(rollouts, 7, Ints)           \
+  X(piece_rollouts, 9, Ints)     \
+  X(piece_rollout_begin, 10, Ints)
+
+// packsched.v1.TreePlan (planner::TreePlan): a forest request's layout and figures, beside the
+// plan over pieces (PACKSCHED_PLAN_RESPONSE's Tree row).
+//   X(name, number, Kind)
+//   Kind  Layouts  repeated TreeLayout, one per micro-batch (planner::TreePlan::parts' layout)
+//         Ints     repeated int64 | Int: int64, the planner::TreePlan member of the same name
+#define PACKSCHED_TREE_PLAN(X) \
+  X(layouts, 1, Layouts)       \
+  X(rollout_part, 2, Ints)     \
+  X(forwarded_tokens, 3, Int)  \
+  X(rollout_tokens, 4, Int)
+
+// planner::TreeEntries (tree_plan.h): a micro-batch's layout node by node, derived from its
+// TreeLayout and the forest, never on the wire (the JSON of `packsched plan --tree` and the
+// binding's tree_entries dict list them in this order).
+//   X(name)   an int64 array, the planner::TreeEntries member of the same name
+#define PACKSCHED_TREE_ENTRIES(X) \
+  X(nodes)                        \
+  X(piece_begin)                  \
+  X(row)                          \
+  X(position)                     \
+  X(subtree_end)                  \
+  X(parent)                       \
+  X(rollout_entry)
+
 // Expands to nothing: the rule macros of a consumer that ignores a rule.
 #define PACKSCHED_SCHEMA_NOTHING(...)
 

@@ -346,17 +346,6 @@ def build_forest(rollouts, group_ids=None):
     return Forest(node_len, node_parent, leaf, node_tokens)
 
 
-_ENTRY_FIELDS = (
-    "nodes",
-    "piece_begin",
-    "row",
-    "position",
-    "subtree_end",
-    "parent",
-    "rollout_entry",
-)
-
-
 @dataclass(frozen=True, eq=False)
 class TreeMicroBatch:
     """One tree-packed micro-batch (docs/design.md "Tree packing"). ``meta``: its MicroBatchMeta
@@ -419,7 +408,9 @@ class TreeMicroBatch:
         return self._cache[key]
 
     def __getattr__(self, name):
-        if name in _ENTRY_FIELDS:
+        from ._options import SCHEMA
+
+        if name in SCHEMA["tree_entries"]:
             return self.entries()[name]
         raise AttributeError(name)
 
@@ -499,6 +490,7 @@ class TreePlan:
 
     @classmethod
     def from_raw(cls, raw, *, forest=None, cap=0, local_k=None, global_counts=None):
+        from ._options import SCHEMA
         from .plan import PlanStats, meta_of, _LOCAL_K, _LOSS_SCALE
 
         scales = raw.get("loss_scales")
@@ -508,14 +500,18 @@ class TreePlan:
             arrays = {k: np.asarray(v, dtype=np.int64) for k, v in p.items() if k != "batch"}
             parts.append(TreeMicroBatch(meta, **arrays, forest=forest))
         stats = PlanStats(**raw["stats"], cap=cap or 0)
+        figures = {}  # the tree table's rows but the layouts (the parts')
+        for f in SCHEMA["tree_plan"]:
+            if f["kind"] == "Ints":
+                figures[f["name"]] = np.asarray(raw[f["name"]], dtype=np.int64)
+            elif f["kind"] != "Layouts":
+                figures[f["name"]] = raw[f["name"]]
         return cls(
+            **figures,
             num_micro_batches=len(parts),
             local_num_micro_batches=getattr(stats, _LOCAL_K) if local_k is None else local_k,
             micro_batches=parts,
-            rollout_part=np.asarray(raw["rollout_part"], dtype=np.int64),
             dropped=list(raw["dropped"]),
-            forwarded_tokens=raw["forwarded_tokens"],
-            rollout_tokens=raw["rollout_tokens"],
             stats=stats,
             loss_weights=raw.get("loss_weights"),
             loss_scales=scales,
