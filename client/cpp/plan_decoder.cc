@@ -264,10 +264,8 @@ struct WireStats {
   planner::PlanStats plan;
 #define PACKSCHED_WIRE_STATS_Cap(name) int64_t name = 0;
 #define PACKSCHED_WIRE_STATS_Micros(name) int64_t name = 0;
-#define PACKSCHED_WIRE_STATS_Int PACKSCHED_SCHEMA_NOTHING
-#define PACKSCHED_WIRE_STATS_Double PACKSCHED_SCHEMA_NOTHING
-#define PACKSCHED_WIRE_STATS_LocalK PACKSCHED_SCHEMA_NOTHING
-#define PACKSCHED_WIRE_STATS(name, number, Kind, alias) PACKSCHED_WIRE_STATS_##Kind(name)
+#define PACKSCHED_WIRE_STATS(name, number, Kind, alias) \
+  PACKSCHED_SCHEMA_ONLY(PACKSCHED_WIRE_STATS, Kind, Cap, Micros)(name)
   PACKSCHED_PLAN_STATS(PACKSCHED_WIRE_STATS)
 };
 
@@ -288,9 +286,8 @@ struct WireStats {
     return Int64(wire_type, in, &(s)->name);
 #define PACKSCHED_DECODE_STATS_Cap PACKSCHED_DECODE_STATS_WIRE
 #define PACKSCHED_DECODE_STATS_Micros PACKSCHED_DECODE_STATS_WIRE
-#define PACKSCHED_DECODE_STATS_LocalK PACKSCHED_SCHEMA_NOTHING
 #define PACKSCHED_DECODE_STATS(name, number, Kind, alias) \
-  PACKSCHED_DECODE_STATS_##Kind(in, wire_type, s, name, number)
+  PACKSCHED_SCHEMA_EXCEPT(PACKSCHED_DECODE_STATS, Kind, LocalK)(in, wire_type, s, name, number)
 
 bool DecodeStats(Reader& r, WireStats* s) {
   return ForEachField(r, [&](uint32_t number, int wire_type, Reader& in) -> std::optional<bool> {
@@ -310,11 +307,8 @@ bool DecodeStats(Reader& r, WireStats* s) {
 #define PACKSCHED_TAKE_STATS_Cap(out, s, name, alias) (out)->name = (s).name;
 #define PACKSCHED_TAKE_STATS_Micros(out, s, name, alias) \
   (out)->alias##_time = absl::Microseconds((s).name);
-#define PACKSCHED_TAKE_STATS_Int PACKSCHED_SCHEMA_NOTHING
-#define PACKSCHED_TAKE_STATS_Double PACKSCHED_SCHEMA_NOTHING
-#define PACKSCHED_TAKE_STATS_LocalK PACKSCHED_SCHEMA_NOTHING
 #define PACKSCHED_TAKE_STATS(name, number, Kind, alias) \
-  PACKSCHED_TAKE_STATS_##Kind(out, s, name, alias)
+  PACKSCHED_SCHEMA_ONLY(PACKSCHED_TAKE_STATS, Kind, Cap, Micros)(out, s, name, alias)
 
 void TakeWireStats(const WireStats& s, PlanResult* out) {
   const int64_t local_k = out->plan.stats.local_k;
@@ -339,10 +333,8 @@ void TakeWireStats(const WireStats& s, PlanResult* out) {
   PACKSCHED_FROM_PART_##Kind(part, m, has_scales, name)
 // Only the LossScale kind is a loss scale: the others have nothing to do here.
 #define PACKSCHED_SCALE_LossScale(out, m, name) (out)->loss_scales.push_back((m).name());
-#define PACKSCHED_SCALE_Int PACKSCHED_SCHEMA_NOTHING
-#define PACKSCHED_SCALE_Bool PACKSCHED_SCHEMA_NOTHING
-#define PACKSCHED_SCALE_Ints PACKSCHED_SCHEMA_NOTHING
-#define PACKSCHED_SCALE(name, number, Kind) PACKSCHED_SCALE_##Kind(out, m, name)
+#define PACKSCHED_SCALE(name, number, Kind) \
+  PACKSCHED_SCHEMA_ONLY(PACKSCHED_SCALE, Kind, LossScale)(out, m, name)
 
 void PartsFromProto(const google::protobuf::RepeatedPtrField<v1::MicroBatch>& parts,
                     PlanResult* out) {
@@ -370,9 +362,8 @@ void PartsFromProto(const google::protobuf::RepeatedPtrField<v1::MicroBatch>& pa
 #define PACKSCHED_FROM_STATS_Cap(out, s, name, alias) (out)->name = (s).name();
 #define PACKSCHED_FROM_STATS_Micros(out, s, name, alias) \
   (out)->alias##_time = absl::Microseconds((s).name());
-#define PACKSCHED_FROM_STATS_LocalK PACKSCHED_SCHEMA_NOTHING
 #define PACKSCHED_FROM_STATS(name, number, Kind, alias) \
-  PACKSCHED_FROM_STATS_##Kind(out, s, name, alias)
+  PACKSCHED_SCHEMA_EXCEPT(PACKSCHED_FROM_STATS, Kind, LocalK)(out, s, name, alias)
 
 // A body of one macro without a semicolon, which clang-format 14 joins onto the signature.
 // clang-format off
@@ -498,9 +489,9 @@ PlanResult PlanResultFromProto(const v1::PlanResponse& r) {
     if ((wire_type) != kLengthDelimited) return std::nullopt;                                 \
     return (in).Sub(&(sub)) && DecodeStats(sub, &(stats));
 // A tree plan's layout answers a forest request; this decoder skips it as an unknown field.
-#define PACKSCHED_DECODE_RESPONSE_Tree PACKSCHED_SCHEMA_NOTHING
-#define PACKSCHED_DECODE_RESPONSE(name, number, Kind) \
-  PACKSCHED_DECODE_RESPONSE_##Kind(in, sub, wire_type, out, scales, stats, name, number)
+#define PACKSCHED_DECODE_RESPONSE(name, number, Kind)            \
+  PACKSCHED_SCHEMA_EXCEPT(PACKSCHED_DECODE_RESPONSE, Kind, Tree) \
+  (in, sub, wire_type, out, scales, stats, name, number)
 
 absl::StatusOr<PlanResult> DecodePlanResponse(absl::string_view bytes) {
   PlanResult out;

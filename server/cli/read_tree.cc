@@ -92,8 +92,8 @@ struct Member {
   Member{#name, &forest.name, PACKSCHED_TREE_REQUIRED_##Kind},
 #define PACKSCHED_REQUIRED_NAME_Nodes(name) #name,
 #define PACKSCHED_REQUIRED_NAME_Rollouts(name) #name,
-#define PACKSCHED_REQUIRED_NAME_Checked PACKSCHED_SCHEMA_NOTHING
-#define PACKSCHED_REQUIRED_NAME(name, number, Kind) PACKSCHED_REQUIRED_NAME_##Kind(name)
+#define PACKSCHED_REQUIRED_NAME(name, number, Kind) \
+  PACKSCHED_SCHEMA_EXCEPT(PACKSCHED_REQUIRED_NAME, Kind, Checked)(name)
 
 constexpr absl::string_view kRequired[] = {PACKSCHED_FOREST(PACKSCHED_REQUIRED_NAME)};
 

@@ -40,14 +40,14 @@ double TreeTokenRatio(int64_t forwarded, int64_t logical) {
 #define PACKSCHED_JSON_ENTRY(name) \
   w.Key(#name);                    \
   w.IntArray(e.name);
-#define PACKSCHED_JSON_TREE_Layouts PACKSCHED_SCHEMA_NOTHING
 #define PACKSCHED_JSON_TREE_Ints(w, plan, name) \
   (w).Key(#name);                               \
   (w).IntArray((plan).name);
 #define PACKSCHED_JSON_TREE_Int(w, plan, name) \
   (w).Key(#name);                              \
   (w).Int((plan).name);
-#define PACKSCHED_JSON_TREE(name, number, Kind) PACKSCHED_JSON_TREE_##Kind(w, plan, name)
+#define PACKSCHED_JSON_TREE(name, number, Kind) \
+  PACKSCHED_SCHEMA_EXCEPT(PACKSCHED_JSON_TREE, Kind, Layouts)(w, plan, name)
 
 void WriteTreePlanFields(const planner::TreePlan& plan, const planner::Forest& forest,
                          JsonWriter& w) {

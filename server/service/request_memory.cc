@@ -67,10 +67,9 @@ int64_t CountBound(const planner::PlanOptions& o, int64_t items) {
   (rollouts) = std::max((rollouts), (forest).name##_size());
 #define PACKSCHED_ITEMS_Checked PACKSCHED_ITEMS_Rollouts
 #define PACKSCHED_ITEMS(name, number, Kind) PACKSCHED_ITEMS_##Kind(forest, nodes, rollouts, name)
-#define PACKSCHED_ROLLOUTS_Nodes PACKSCHED_SCHEMA_NOTHING
 #define PACKSCHED_ROLLOUTS_Rollouts(forest, rollouts, name) (rollouts) = (forest).name##_size();
-#define PACKSCHED_ROLLOUTS_Checked PACKSCHED_SCHEMA_NOTHING
-#define PACKSCHED_ROLLOUTS(name, number, Kind) PACKSCHED_ROLLOUTS_##Kind(forest, rollouts, name)
+#define PACKSCHED_ROLLOUTS(name, number, Kind) \
+  PACKSCHED_SCHEMA_ONLY(PACKSCHED_ROLLOUTS, Kind, Rollouts)(forest, rollouts, name)
 
 int64_t ForestItems(const v1::Forest& forest) {
   int nodes = 0;

@@ -152,9 +152,8 @@ py::dict ToDict(const MicroBatch& part, IntCache& ints) {
 #define PACKSCHED_PY_STATS_Int(d, s, name) (d)[#name] = (s).name;
 #define PACKSCHED_PY_STATS_Double PACKSCHED_PY_STATS_Int
 #define PACKSCHED_PY_STATS_LocalK PACKSCHED_PY_STATS_Int
-#define PACKSCHED_PY_STATS_Cap PACKSCHED_SCHEMA_NOTHING
-#define PACKSCHED_PY_STATS_Micros PACKSCHED_SCHEMA_NOTHING
-#define PACKSCHED_PY_STATS(name, number, Kind, alias) PACKSCHED_PY_STATS_##Kind(d, s, name)
+#define PACKSCHED_PY_STATS(name, number, Kind, alias) \
+  PACKSCHED_SCHEMA_EXCEPT(PACKSCHED_PY_STATS, Kind, Cap, Micros)(d, s, name)
 
 py::dict ToDict(const PlanStats& s) {
   py::dict d;
@@ -164,19 +163,15 @@ py::dict ToDict(const PlanStats& s) {
 
 // A plan's index lists and stats (PACKSCHED_PLAN_RESPONSE) into the dict `d`, the lists through
 // the IntCache `ints`; its micro-batches go under "parts", and the counts, loss weights and
-// global counts are not the plan's (nothing to write). The row
+// global counts are not the plan's (nothing to write), and forest_plan adds a tree's layout.
+// The row
 //   X(reorder, 4, Indices)
 // expands, through PACKSCHED_PY_PLAN, to
 //   d["reorder"] = ints.List(plan.reorder);
 #define PACKSCHED_PY_PLAN_Indices(d, plan, ints, name) (d)[#name] = (ints).List((plan).name);
 #define PACKSCHED_PY_PLAN_Stats(d, plan, ints, name) (d)[#name] = ToDict((plan).name);
-#define PACKSCHED_PY_PLAN_Count PACKSCHED_SCHEMA_NOTHING
-#define PACKSCHED_PY_PLAN_LocalK PACKSCHED_SCHEMA_NOTHING
-#define PACKSCHED_PY_PLAN_Parts PACKSCHED_SCHEMA_NOTHING
-#define PACKSCHED_PY_PLAN_Weights PACKSCHED_SCHEMA_NOTHING
-#define PACKSCHED_PY_PLAN_Global PACKSCHED_SCHEMA_NOTHING
-#define PACKSCHED_PY_PLAN_Tree PACKSCHED_SCHEMA_NOTHING  // forest_plan adds its layout
-#define PACKSCHED_PY_PLAN(name, number, Kind) PACKSCHED_PY_PLAN_##Kind(d, plan, ints, name)
+#define PACKSCHED_PY_PLAN(name, number, Kind) \
+  PACKSCHED_SCHEMA_ONLY(PACKSCHED_PY_PLAN, Kind, Indices, Stats)(d, plan, ints, name)
 
 py::dict ToDict(const MicroBatchPlan& plan, IntCache& ints) {
   py::dict d;
@@ -225,9 +220,8 @@ LossOptions ToLossOptions(const py::dict& d) {
 //   out.append(c.loss_tokens);
 //   c.loss_tokens = values[next++].cast<int64_t>();
 #define PACKSCHED_PY_COUNTS_Loss(out, c, name) (out).append((c).name);
-#define PACKSCHED_PY_COUNTS_Kept PACKSCHED_SCHEMA_NOTHING
-#define PACKSCHED_PY_COUNTS_World PACKSCHED_SCHEMA_NOTHING
-#define PACKSCHED_PY_COUNTS(name, number, Kind) PACKSCHED_PY_COUNTS_##Kind(out, c, name)
+#define PACKSCHED_PY_COUNTS(name, number, Kind) \
+  PACKSCHED_SCHEMA_ONLY(PACKSCHED_PY_COUNTS, Kind, Loss)(out, c, name)
 
 py::tuple ToTuple(const LossCounts& c) {
   py::list out;
@@ -237,10 +231,8 @@ py::tuple ToTuple(const LossCounts& c) {
 
 #define PACKSCHED_PY_FROM_COUNTS_Loss(c, values, next, name) \
   (c).name = (values)[(next)++].cast<int64_t>();
-#define PACKSCHED_PY_FROM_COUNTS_Kept PACKSCHED_SCHEMA_NOTHING
-#define PACKSCHED_PY_FROM_COUNTS_World PACKSCHED_SCHEMA_NOTHING
 #define PACKSCHED_PY_FROM_COUNTS(name, number, Kind) \
-  PACKSCHED_PY_FROM_COUNTS_##Kind(c, values, next, name)
+  PACKSCHED_SCHEMA_ONLY(PACKSCHED_PY_FROM_COUNTS, Kind, Loss)(c, values, next, name)
 
 LossCounts ToLossCounts(const py::sequence& values) {
   LossCounts c;
@@ -350,8 +342,8 @@ void Assign(std::vector<int64_t>* out, const py::object& values) {
 #define PACKSCHED_PY_ARG(name, number, Kind) py::arg(#name),
 #define PACKSCHED_PY_REQUIRED_ARG_Nodes(name) py::arg(#name),
 #define PACKSCHED_PY_REQUIRED_ARG_Rollouts(name) py::arg(#name),
-#define PACKSCHED_PY_REQUIRED_ARG_Checked PACKSCHED_SCHEMA_NOTHING
-#define PACKSCHED_PY_REQUIRED_ARG(name, number, Kind) PACKSCHED_PY_REQUIRED_ARG_##Kind(name)
+#define PACKSCHED_PY_REQUIRED_ARG(name, number, Kind) \
+  PACKSCHED_SCHEMA_EXCEPT(PACKSCHED_PY_REQUIRED_ARG, Kind, Checked)(name)
 #define PACKSCHED_PY_LAYOUT_ARG(name, number, Kind) py::arg(#name),
 
 Forest ToForest(const Lengths& node_len, const Lengths& node_parent, const Lengths& rollout_leaf,
@@ -373,10 +365,10 @@ py::array_t<int64_t> Array(const std::vector<int64_t>& v) {
 //   p["rollouts"] = Array(l.rollouts);
 //   d["forwarded_tokens"] = plan.forwarded_tokens;
 #define PACKSCHED_PY_LAYOUT(name, number, Kind) p[#name] = Array(l.name);
-#define PACKSCHED_PY_TREE_Layouts PACKSCHED_SCHEMA_NOTHING
 #define PACKSCHED_PY_TREE_Ints(d, plan, name) (d)[#name] = Array((plan).name);
 #define PACKSCHED_PY_TREE_Int(d, plan, name) (d)[#name] = (plan).name;
-#define PACKSCHED_PY_TREE(name, number, Kind) PACKSCHED_PY_TREE_##Kind(d, plan, name)
+#define PACKSCHED_PY_TREE(name, number, Kind) \
+  PACKSCHED_SCHEMA_EXCEPT(PACKSCHED_PY_TREE, Kind, Layouts)(d, plan, name)
 
 py::dict ToDict(const TreePlan& plan, const ForestIndex& index, const py::object& loss) {
   py::dict d;
