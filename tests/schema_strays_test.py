@@ -26,10 +26,14 @@ What counts as a hit:
   Python  the name anywhere in code (names, attributes, keywords, strings); comments and
           docstrings are prose.
 
+Tables checked: the options, the plan and micro-batch fields, and the tree's (Forest,
+TreeLayout, TreePlan and TreeEntries, the last never on the wire).
+
 Files checked (CHECKED below):
-  server/cli/                 `packsched plan`: flags, parsing, JSON, table output
+  server/cli/                 `packsched plan`: flags, parsing, JSON, table output, --tree reader
   server/service/convert.*    the sidecar's proto <-> planner conversion, and what reads the
   server/service/{options_hash,request_memory,partition,balance_batch}.cc  options beside it
+  server/service/forest_convert.*  the sidecar's forest and tree plan conversion
   client/cpp/ (.cc, plan_decoder.h)  the C++ client's request building and wire decoder
   client/python/src/planner_{module,schema}.cc, plan_columns.cc  pybind dicts and numpy columns
                               <-> planner value types; the schema
@@ -40,7 +44,9 @@ Not checked, on purpose: the declarations of value types, which are where the na
 its sequences_with_loss member — client/cpp/scheduler_client.h's request and result structs),
 the round coordinator and the collective (they move those value types, not the schema),
 packsched/compat (drop-ins that mirror verl's and OpenRLHF's own signatures, e.g. verl's
-same_micro_num_in_dp), packsched/kernels.py, examples, tests, docs.
+same_micro_num_in_dp), packsched/tree.py (the Forest, TreeMicroBatch and TreePlan value types and
+the forest algorithms over their arrays; it reads the tree tables where it converts the
+binding's dicts), packsched/kernels.py, examples, tests, docs.
 """
 import io
 import pathlib
@@ -135,8 +141,9 @@ ALLOWED = {
         "tree_rows' keyword and its error: the micro-batch arrays the tree layout is checked on",
     ),
     ("client/python/src/planner_module.cc", "cu_seqlens_aligned"): (
-        3,
-        "tree_entries' and tree_rows' keywords and tree_rows' error (the tree layout's input)",
+        4,
+        "tree_entries', tree_rollout_rows' and tree_rows' keywords and tree_rows' error (the tree "
+        "layout's input)",
     ),
     ("client/python/src/planner_module.cc", "aligned_tokens"): (
         2,

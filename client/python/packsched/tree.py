@@ -435,20 +435,25 @@ class TreeMicroBatch:
 
     def rollout_rows(self, forest=None, i=0):
         """The packed rows of ``rollouts[i]`` in its token order: its restore indices (the rows
-        of the entries from ``rollout_entry[i]`` up through ``parent``, root first)."""
+        of the entries from ``rollout_entry[i]`` up through ``parent``, root first), by the
+        planner's own function (``planner::RolloutRows``), every held rollout's computed once
+        per forest and kept."""
         forest = self._forest(forest)
-        e = self.entries(forest)
-        path = []
-        j = int(e["rollout_entry"][i])
-        while j >= 0:
-            path.append(j)
-            j = int(e["parent"][j])
-        path = np.asarray(path[::-1], dtype=np.int64)
-        lens = forest.node_len[e["nodes"][path]]
-        starts = e["row"][path]
-        return np.repeat(starts - (np.cumsum(lens) - lens), lens) + np.arange(
-            int(lens.sum()), dtype=np.int64
-        )
+        key = ("rollout_rows", id(forest))
+        if key not in self._cache:
+            from . import _planner
+
+            self.entries(forest)  # the cache is per forest: entries first, then these beside
+            self._cache[key] = _planner.tree_rollout_rows(
+                forest.node_len,
+                forest.node_parent,
+                forest.rollout_leaf,
+                list(self.meta.cu_seqlens_aligned),
+                *self._layout_args(),
+            )
+        rows, offsets = self._cache[key]
+        i = range(len(offsets) - 1)[i]  # IndexError past the held rollouts, as a list's
+        return rows[offsets[i] : offsets[i + 1]].copy()
 
     def input_ids(self, forest=None, pad=0):
         """The packed token ids [total] (needs ``forest.node_tokens``); padding holds ``pad``."""

@@ -655,6 +655,29 @@ PYBIND11_MODULE(_planner, m) {
       "A micro-batch's entries (planner::Entries) from its layout and a validated forest.");
 
   m.def(
+      "tree_rollout_rows",
+      [](const Lengths& node_len, const Lengths& node_parent, const Lengths& rollout_leaf,
+         const std::vector<int64_t>& cu_seqlens_aligned, const Lengths& rollouts,
+         const Lengths& piece_rollouts, const Lengths& piece_rollout_begin) {
+        const LayoutInput in = ToLayout(rollout_leaf, cu_seqlens_aligned, rollouts, piece_rollouts,
+                                        piece_rollout_begin);
+        const TreeEntries e =
+            Entries(in.batch, in.layout, Span(node_len), Span(node_parent), Span(rollout_leaf));
+        std::vector<int64_t> rows;
+        std::vector<int64_t> offsets = {0};
+        for (size_t i = 0; i < e.rollout_entry.size(); ++i) {
+          const std::vector<int64_t> held = RolloutRows(e, Span(node_len), i);
+          rows.insert(rows.end(), held.begin(), held.end());
+          offsets.push_back(static_cast<int64_t>(rows.size()));
+        }
+        return py::make_tuple(Array(rows), Array(offsets));
+      },
+      PACKSCHED_FOREST(PACKSCHED_PY_REQUIRED_ARG) py::arg("cu_seqlens_aligned"),
+      PACKSCHED_TREE_LAYOUT(PACKSCHED_PY_LAYOUT_ARG)
+      "Every held rollout's packed rows in its token order (planner::RolloutRows), concatenated, "
+      "and their offsets [len(rollouts) + 1].");
+
+  m.def(
       "tree_rows",
       [](const Lengths& node_len, const Lengths& node_parent, const Lengths& rollout_leaf,
          const std::vector<int64_t>& cu_seqlens, const std::vector<int64_t>& cu_seqlens_aligned,
