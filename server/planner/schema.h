@@ -254,7 +254,8 @@
 //   PACKSCHED_SCHEMA_ONLY(PACKSCHED_HEAD, Kind, Count, LocalK)(response, k, plan, name)
 // A consumer that acts on a few kinds (the counts of a response, its index lists) lists them with
 // ONLY: a new kind does nothing there. One that converts every field lists with EXCEPT the kinds
-// that are not its own: a new kind without its rule there fails to compile.
+// that are not its own, or pastes PREFIX_##Kind itself when it has a rule for each: a new kind
+// without its rule there fails to compile.
 #define PACKSCHED_SCHEMA_ONLY(prefix, Kind, ...) \
   PACKSCHED_SCHEMA_CAT(PACKSCHED_SCHEMA_PICK_, PACKSCHED_SCHEMA_IN(Kind, __VA_ARGS__))(prefix, Kind)
 #define PACKSCHED_SCHEMA_EXCEPT(prefix, Kind, ...) \
@@ -324,6 +325,9 @@ PACKSCHED_FOREST(PACKSCHED_SCHEMA_KNOWN)
 PACKSCHED_TREE_LAYOUT(PACKSCHED_SCHEMA_KNOWN)
 PACKSCHED_TREE_PLAN(PACKSCHED_SCHEMA_KNOWN)
 #undef PACKSCHED_SCHEMA_KNOWN
+static_assert(PACKSCHED_SCHEMA_IN(Parts, Count, LocalK, Parts) &&
+                  !PACKSCHED_SCHEMA_IN(Parts, Count, LocalK, Indices, Weights, Global, Stats, Tree),
+              "PACKSCHED_SCHEMA_IN: a kind is in a list that names it, and only then");
 
 // The plan options' and the response's names and rules / kinds as constants, for code that names
 // one field (e.g. "--equal_size needs --num_parts=K"): schema::OptionNamed("FixedK"),
