@@ -38,9 +38,8 @@ constexpr size_t kRanksPerStopCheck = 1024;
 //   global->set_loss_tokens(total.loss_tokens);
 // Only the Loss counts are summed over the ranks' plans: Kept and World have nothing to sum.
 #define PACKSCHED_SUM_Loss(total, counts, name) (total).name += (counts).name;
-#define PACKSCHED_SUM_Kept PACKSCHED_SCHEMA_NOTHING
-#define PACKSCHED_SUM_World PACKSCHED_SCHEMA_NOTHING
-#define PACKSCHED_SUM_GLOBAL(name, number, Kind) PACKSCHED_SUM_##Kind(total, counts, name)
+#define PACKSCHED_SUM_GLOBAL(name, number, Kind) \
+  PACKSCHED_SCHEMA_ONLY(PACKSCHED_SUM, Kind, Loss)(total, counts, name)
 #define PACKSCHED_BATCH_Kept(global, total, kept, world_size, name) (global)->set_##name(kept);
 #define PACKSCHED_BATCH_Loss(global, total, kept, world_size, name) \
   (global)->set_##name((total).name);

@@ -31,7 +31,7 @@ import numpy as np
 
 from . import _planner
 from ._inputs import int_array
-from ._options import CAP, check_world_size, split_options
+from ._options import CAP, SCHEMA, check_world_size, split_options
 from ._progress import Progress
 from .model_cost import model_fields
 from .plan import Plan, lists_of
@@ -142,12 +142,16 @@ def _forest_progress(where, forest, report):
     return Progress(
         f"{where}: a forest of {forest.num_rollouts} rollouts",
         report,
-        size=len(forest.node_len),
+        size=forest.num_nodes,
     )
 
 
 def _forest_arrays(forest):
-    return (forest.node_len, forest.node_parent, forest.rollout_leaf, None)
+    """The binding's forest arguments (the schema's forest table, in order): the Checked rollout
+    lengths as None, the forest derived them from its paths."""
+    return tuple(
+        None if f["kind"] == "Checked" else getattr(forest, f["name"]) for f in SCHEMA["forest"]
+    )
 
 
 def _loss(loss, n, global_counts, world_size):
