@@ -146,7 +146,17 @@ def tree_cp_unshard(shards, row_maps, total=None):
 
 
 def tree_cp_attention(
-    q_shard, k, v, rows, cu_seqlens, max_seqlen, subtree_end, positions=None, **kwargs
+    q_shard,
+    k,
+    v,
+    rows,
+    cu_seqlens,
+    max_seqlen,
+    subtree_end,
+    positions=None,
+    *,
+    all_rows=False,
+    **kwargs,
 ):
     """The shard's queries against the whole micro-batch's keys and values under the tree mask
     (differentiable, torch): q_shard [rows / cp, H, D] (the rank's rows, ``rows`` its map), k and
@@ -155,18 +165,42 @@ def tree_cp_attention(
     total) as tree_attention takes them for the whole micro-batch. Returns [rows / cp, H, D]:
     row for row the unsharded tree_attention's output at the rank's rows.
 
-    It scatters the shard's queries into a zero query buffer of the whole micro-batch, runs
-    tree_attention and keeps the rank's rows. That is exact: a row's output depends on its own
+    It scatters the shard's queries into a zero query buffer of the whole micro-batch, runs the
+    tree attention and keeps the rank's rows. That is exact: a row's output depends on its own
     query only, and the rows not kept get a zero output gradient, so their share of the key and
     value gradients is exactly zero. The gradients of k and v are this rank's contribution (sum
-    them over the group: the all-gather's backward). It computes every row's attention, so it
-    costs what the unsharded call costs; the balanced work is what a query-subset kernel runs."""
+    them over the group: the all-gather's backward). On the CPU the call carries the rank's rows
+    as its query-row map (attention.h: AttentionSeqlens::query_rows), so it computes only those
+    queries, each against the keys it sees (its ancestors), bitwise what the unsharded call
+    gives them; ``all_rows=True``, and CUDA tensors (whose kernels take no map), compute every
+    row, as the unsharded call costs."""
+    from . import _arrays
     from .tree_kernels import tree_attention
 
     index = _index(rows, q_shard)
     full = q_shard.new_zeros((k.shape[0],) + tuple(q_shard.shape[1:]))
     full = full.index_copy(0, index, q_shard)
-    out = tree_attention(full, k, v, cu_seqlens, max_seqlen, subtree_end, positions, **kwargs)
+    if all_rows or q_shard.device.type != "cpu":
+        out = tree_attention(full, k, v, cu_seqlens, max_seqlen, subtree_end, positions, **kwargs)
+    else:
+        import torch
+
+        params = dict(
+            cu_seqlens=cu_seqlens,
+            max_seqlen=max_seqlen,
+            subtree_end=subtree_end,
+            positions=positions,
+            softmax_scale=kwargs.pop("softmax_scale", None),
+            window_left=kwargs.pop("window_left", -1),
+            softcap=kwargs.pop("softcap", 0.0),
+            seqused=kwargs.pop("seqused", None),
+            cu_seqlens_host=kwargs.pop("cu_seqlens_host", None),
+            total=kwargs.pop("total", None),
+            query_rows=torch.as_tensor(np.sort(np.asarray(rows, dtype=np.int64)).astype(np.int32)),
+        )
+        if kwargs:
+            raise TypeError(f"tree_cp_attention: unexpected keyword arguments {sorted(kwargs)}")
+        out, _ = _arrays._torch_ops().tree_attention(full, k, v, params)
     return out.index_select(0, index)
 
 

@@ -86,9 +86,16 @@ class _TreeLayout(_AttentionLayout):
         self.subtree_end = _same_lib(lib, params["subtree_end"])
         positions = params["positions"]
         self.positions = None if positions is None else _same_lib(lib, positions)
+        # The query-row map (host int32, CPU only; tree_cp_attention passes it).
+        self.query_rows = params.get("query_rows")
 
     def args(self):
-        return dict(super().args(), subtree_end=self.subtree_end, positions=self.positions)
+        return dict(
+            super().args(),
+            subtree_end=self.subtree_end,
+            positions=self.positions,
+            query_rows=self.query_rows,
+        )
 
 
 def tree_attention(
