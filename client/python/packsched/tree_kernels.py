@@ -19,7 +19,8 @@ one target per distinct next token of its children.
 Context parallelism (packsched._tree_cp): tree_cp_rows gives a CP rank's row map (the tree shard
 map, balanced by the work under the mask; segment_rows' head-tail map on a flat segment),
 tree_cp_shard / tree_cp_unshard move rows, tree_cp_attention runs the shard's queries against the
-gathered keys, tree_cp_targets and tree_cp_cross_entropy give the shard's loss.
+gathered keys (on the CPU computing only those rows: the kernels' query-row map), tree_cp_targets
+and tree_cp_cross_entropy give the shard's loss.
 """
 
 import numpy as np
