@@ -2,7 +2,8 @@
 tree_cp_attention computes only the rows it holds, and gives bitwise what computing every row
 gives (output and the gradients of q, k and v), on planned GRPO and multi-turn forests for
 cp = 2 and 4, float64 and bfloat16, with a left window on depths, a softcap and GQA. The raw call
-writes the rows outside the map as queries that see no key; a bad map is refused naming it.
+writes the rows outside the map as queries that see no key; a bad map is refused naming it; the
+own-row path never runs the every-row tree_attention.
 """
 
 import pathlib
@@ -55,6 +56,19 @@ def test_own_rows_are_bitwise_all_rows(cp, shape, dtype):
                     assert torch.equal(got, want), f"{name} differs (layout {n}, rank {rank})"
                 checked += 1
     assert checked >= 2 * cp
+
+
+def test_own_rows_take_the_map_path(monkeypatch):
+    # The every-row path goes through tree_kernels.tree_attention; the own-row path must not.
+    _, layouts = planned_layouts(2, 3, "grpo")
+
+    def every_row(*args, **kwargs):
+        raise AssertionError("tree_attention over every row")
+
+    monkeypatch.setattr(tree_kernels, "tree_attention", every_row)
+    _run(layouts[0], 2, 0, torch.float64, False, 1, softcap=2.0)
+    with pytest.raises(AssertionError, match="every row"):
+        _run(layouts[0], 2, 0, torch.float64, True, 1)
 
 
 def _params(cu, max_seqlen, subtree_end, host):

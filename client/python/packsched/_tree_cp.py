@@ -145,6 +145,12 @@ def tree_cp_unshard(shards, row_maps, total=None):
     return out.index_copy(0, index, stacked)
 
 
+# tree_attention's layout keywords and their defaults: what the query-row map path passes on.
+_LAYOUT_DEFAULTS = dict(
+    softmax_scale=None, window_left=-1, softcap=0.0, seqused=None, cu_seqlens_host=None, total=None
+)
+
+
 def tree_cp_attention(
     q_shard,
     k,
@@ -172,34 +178,28 @@ def tree_cp_attention(
     them over the group: the all-gather's backward). On the CPU the call carries the rank's rows
     as its query-row map (attention.h: AttentionSeqlens::query_rows), so it computes only those
     queries, each against the keys it sees (its ancestors), bitwise what the unsharded call
-    gives them; ``all_rows=True``, and CUDA tensors (whose kernels take no map), compute every
-    row, as the unsharded call costs."""
+    gives them; ``all_rows=True``, CUDA tensors (whose kernels take no map) and other keywords
+    of tree_attention (backend) compute every row, as the unsharded call costs."""
     from . import _arrays
     from .tree_kernels import tree_attention
 
     index = _index(rows, q_shard)
     full = q_shard.new_zeros((k.shape[0],) + tuple(q_shard.shape[1:]))
     full = full.index_copy(0, index, q_shard)
-    if all_rows or q_shard.device.type != "cpu":
+    if all_rows or q_shard.device.type != "cpu" or not set(kwargs) <= set(_LAYOUT_DEFAULTS):
+        # Every row (other keywords, such as backend, are tree_attention's to honour or refuse).
         out = tree_attention(full, k, v, cu_seqlens, max_seqlen, subtree_end, positions, **kwargs)
     else:
         import torch
 
-        params = dict(
+        params = dict(_LAYOUT_DEFAULTS, **kwargs)
+        params.update(
             cu_seqlens=cu_seqlens,
             max_seqlen=max_seqlen,
             subtree_end=subtree_end,
             positions=positions,
-            softmax_scale=kwargs.pop("softmax_scale", None),
-            window_left=kwargs.pop("window_left", -1),
-            softcap=kwargs.pop("softcap", 0.0),
-            seqused=kwargs.pop("seqused", None),
-            cu_seqlens_host=kwargs.pop("cu_seqlens_host", None),
-            total=kwargs.pop("total", None),
             query_rows=torch.as_tensor(np.sort(np.asarray(rows, dtype=np.int64)).astype(np.int32)),
         )
-        if kwargs:
-            raise TypeError(f"tree_cp_attention: unexpected keyword arguments {sorted(kwargs)}")
         out, _ = _arrays._torch_ops().tree_attention(full, k, v, params)
     return out.index_select(0, index)
 
