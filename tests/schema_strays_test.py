@@ -135,6 +135,11 @@ ALLOWED = {
         2,
         "tree_rows' keyword and its error (the tree layout's input)",
     ),
+    ("server/cli/dynamic_cp_command.cc", "cu_seqlens"): (
+        1,
+        "a dynamic-CP group's offsets (planner::CpGroupPlan, packsched.dynamic_cp's key), not a "
+        "MicroBatch's",
+    ),
     ("client/python/packsched/plan.py", "total_tokens"): (
         1,
         "Plan.tokens: the logical count of TokenAccounting",
