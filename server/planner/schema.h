@@ -225,7 +225,7 @@
     "with --dynamic_cp: cost per token^2 (without --model_config)")                               \
   X(comm, 9, Weight, int64, cost.comm, cp_comm, Own,                                              \
     "with --dynamic_cp: cost per token a rank receives and sends (without --model_config)")       \
-  X(micro_batch, 10, Weight, int64, cost.micro_batch, cp_micro_batch, Own,                        \
+  X(micro_batch_cost, 10, Weight, int64, cost.micro_batch, cp_micro_batch_cost, Own,              \
     "with --dynamic_cp: cost per non-empty micro-batch of a group (without --model_config)")      \
   X(node_ranks, 11, Nodes, int64, cost.node_ranks, cp_node_ranks, Own,                            \
     "with --dynamic_cp: ranks of a node; larger groups pay --cp_comm_across_nodes (0 = every "    \

@@ -8,6 +8,7 @@
 #include "server/base/checked_math.h"
 #include "server/planner/options.h"
 #include "server/service/convert.h"
+#include "server/service/dynamic_cp.h"
 
 namespace packsched::service {
 namespace {
@@ -190,6 +191,27 @@ RequestMemory EstimateBalanceBatchMemory(const v1::BalanceBatchRequest& request,
   }
   const RequestMemory m = MemoryOf(n, parts, static_cast<int64_t>(request.ByteSizeLong()), ranks);
   return request.has_forest() ? WithForest(m, request.forest(), o) : m;
+}
+
+RequestMemory EstimateDynamicCpMemory(const v1::PlanDynamicCpRequest& request,
+                                      const ServiceLimits& limits) {
+  const int64_t n = request.lengths_size();
+  const int64_t wire = static_cast<int64_t>(request.ByteSizeLong());
+  const int64_t world_size = request.world_size();
+  planner::CpModelLinks links;
+  const absl::StatusOr<planner::DynamicCpOptions> o =
+      ToDynamicCpOptions(request.options(), world_size, links);
+  if (!o.ok() || world_size < 1 || world_size > planner::kMaxWorldSize || o->divisible_by < 1 ||
+      o->max_cp < 0) {
+    return MemoryOf(n, 0, wire);
+  }
+  const int64_t slots = SatMul(CeilDiv(std::max<int64_t>(n, 1), o->divisible_by), o->divisible_by);
+  const int64_t ranks_asked = request.has_rank() ? 1 : world_size;
+  const int64_t copies = request.has_rank() ? 1 : (o->max_cp == 0 ? world_size : o->max_cp);
+  RequestMemory m = MemoryOf(n, slots, wire, world_size);
+  m.bytes = SatAdd(m.bytes, SatMul(kPeakPerCpView, SatMul(ranks_asked, slots)));
+  m.bytes = SatAdd(m.bytes, SatMul(kPeakPerCpSequenceView, SatMul(n, copies)));
+  return m;
 }
 
 }  // namespace packsched::service

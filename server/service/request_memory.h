@@ -78,6 +78,19 @@ RequestMemory EstimatePartitionMemory(const v1::PartitionRequest& request,
 RequestMemory EstimateBalanceBatchMemory(const v1::BalanceBatchRequest& request,
                                          const ServiceLimits& limits);
 
+// PlanDynamicCp: the formula above with k = S, the most slots (roundup(max(n, 1), d): every slot
+// but the trailing idle ones holds a sequence) and W = world_size, plus
+//   kPeakPerCpView·V + kPeakPerCpSequenceView·n·c
+// with V = S views (one per slot) of each rank asked for (world_size, or 1 with `rank`) and c the
+// views each sequence is in (max_cp, or 1 with `rank`): a CpRankSlot message and its wire copy,
+// and a sequence's entries in it (index, owner, owner index, offset, weight). Derived from the
+// messages' layout, not yet measured. A request whose world_size or options validation refuses
+// counts n alone.
+inline constexpr int64_t kPeakPerCpView = 256;
+inline constexpr int64_t kPeakPerCpSequenceView = 128;
+RequestMemory EstimateDynamicCpMemory(const v1::PlanDynamicCpRequest& request,
+                                      const ServiceLimits& limits);
+
 }  // namespace packsched::service
 
 #endif  // PACKSCHED_SERVER_SERVICE_REQUEST_MEMORY_H_

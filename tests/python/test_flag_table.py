@@ -130,9 +130,9 @@ BAD_PLAN = {
     "cp_linear": [["--cp_linear=2"], ["--dynamic_cp", "--world_size=4", "--cp_linear=-1"]],
     "cp_quadratic": [["--cp_quadratic=2"], ["--dynamic_cp", "--world_size=4", "--cp_quadratic=-1"]],
     "cp_comm": [["--cp_comm=2"], ["--dynamic_cp", "--world_size=4", "--cp_comm=-1"]],
-    "cp_micro_batch": [
-        ["--cp_micro_batch=2"],
-        ["--dynamic_cp", "--world_size=4", "--cp_micro_batch=-1"],
+    "cp_micro_batch_cost": [
+        ["--cp_micro_batch_cost=2"],
+        ["--dynamic_cp", "--world_size=4", "--cp_micro_batch_cost=-1"],
     ],
     "cp_node_ranks": [
         ["--cp_node_ranks=2"],

@@ -95,7 +95,7 @@ def test_identical_dynamic_cp_plans(tmp_path, options, cost):
     path.write_text(json.dumps(lengths))
     ranks, cap = 12, 12000
     flags = [f"--{'cp_sizes' if k == 'sizes' else k}={v}" for k, v in options.items()]
-    names = ("linear", "quadratic", "comm", "micro_batch", "node_ranks", "comm_across_nodes")
+    names = ("linear", "quadratic", "comm", "micro_batch_cost", "node_ranks", "comm_across_nodes")
     flags += [f"--cp_{n}={v}" for n, v in zip(names, cost or ())]
     out = subprocess.run(
         [
