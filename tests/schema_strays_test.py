@@ -149,6 +149,14 @@ ALLOWED = {
         4,
         "SchedulerClient.plan_dynamic_cp's public signature: the cap is its positional argument",
     ),
+    ("client/cpp/scheduler_client.cc", "cu_seqlens"): (
+        2,
+        "CpRankSlot's own field (a dynamic-CP rank's slot), read into the client's CpRankSlot",
+    ),
+    ("client/cpp/scheduler_client.cc", "loss_weights"): (
+        2,
+        "CpRankSlot's own field (a dynamic-CP rank's slot), read into the client's CpRankSlot",
+    ),
     ("client/python/packsched/plan.py", "total_tokens"): (
         1,
         "Plan.tokens: the logical count of TokenAccounting",
