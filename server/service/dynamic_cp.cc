@@ -1,5 +1,6 @@
 #include "server/service/dynamic_cp.h"
 
+#include <algorithm>
 #include <optional>
 #include <string>
 #include <utility>
@@ -14,6 +15,7 @@
 #include "server/planner/schema.h"
 #include "server/service/convert.h"
 #include "server/service/field_errors.h"
+#include "server/service/request_memory.h"
 
 namespace packsched::service {
 namespace {
@@ -162,6 +164,7 @@ void WriteView(const planner::CpGroupPlan& g, int64_t rank, const std::vector<in
 
 absl::Status RunPlanDynamicCp(const v1::PlanDynamicCpRequest& request, const ServiceLimits& limits,
                               const std::function<absl::Status()>& stop,
+                              const std::function<absl::Status(int64_t bytes)>& reserve,
                               v1::PlanDynamicCpResponse* response) {
   const int64_t world_size = request.world_size();
   if (world_size < 1 || world_size > planner::kMaxWorldSize) {
@@ -195,6 +198,20 @@ absl::Status RunPlanDynamicCp(const v1::PlanDynamicCpRequest& request, const Ser
     options.cost = *cost;
   }
   ASSIGN_OR_RETURN(const planner::DynamicCpPlan plan, planner::PlanDynamicCp(lengths, options));
+  const int64_t first_view = request.has_rank() ? request.rank() : 0;
+  const int64_t views = request.has_rank() ? 1 : world_size;
+  if (reserve) {
+    int64_t entries = 0;  // sequence entries over the views written below
+    for (const planner::CpSlotPlan& slot : plan.slots) {
+      for (const planner::CpGroupPlan& g : slot.groups) {
+        const int64_t members = std::min(g.first_rank + g.size, first_view + views) -
+                                std::max(g.first_rank, first_view);
+        if (members > 0) entries += members * static_cast<int64_t>(g.sequences.size());
+      }
+    }
+    RETURN_IF_ERROR(
+        reserve(DynamicCpResponseBytes(views * static_cast<int64_t>(plan.slots.size()), entries)));
+  }
   std::vector<double> weights;
   if (!request.loss_tokens().empty()) {
     const std::vector<int64_t> tokens(request.loss_tokens().begin(), request.loss_tokens().end());
@@ -223,8 +240,6 @@ absl::Status RunPlanDynamicCp(const v1::PlanDynamicCpRequest& request, const Ser
   OptionsToProto(options, links, request.has_model_config(), response->mutable_options());
   response->set_plan_fingerprint(PlanFingerprint(plan));
 
-  const int64_t first_view = request.has_rank() ? request.rank() : 0;
-  const int64_t views = request.has_rank() ? 1 : world_size;
   std::vector<v1::CpRankView*> out(views);
   for (int64_t v = 0; v < views; ++v) {
     out[v] = response->add_ranks();

@@ -30,10 +30,13 @@ absl::StatusOr<planner::DynamicCpOptions> ToDynamicCpOptions(const v1::DynamicCp
 // [0, world_size); the loss options; model_config as CpCostOfModelFields reads it; the options
 // and the lengths as PlanDynamicCp checks them (its messages) — then plans the step and writes
 // the group names, the requested views, the per-sequence figures, the options applied and the
-// plan's fingerprint into `response`. `stop` (may be empty) is asked every few thousand views
-// written: its first non-OK answer is returned at once.
+// plan's fingerprint into `response`. Before the views are written, `reserve` (may be empty) is
+// called once with their bytes (DynamicCpResponseBytes, request_memory.h): its error is returned
+// and nothing is written. `stop` (may be empty) is asked every few thousand views written: its
+// first non-OK answer is returned at once.
 absl::Status RunPlanDynamicCp(const v1::PlanDynamicCpRequest& request, const ServiceLimits& limits,
                               const std::function<absl::Status()>& stop,
+                              const std::function<absl::Status(int64_t bytes)>& reserve,
                               v1::PlanDynamicCpResponse* response);
 
 }  // namespace packsched::service

@@ -197,21 +197,16 @@ RequestMemory EstimateDynamicCpMemory(const v1::PlanDynamicCpRequest& request,
                                       const ServiceLimits& limits) {
   const int64_t n = request.lengths_size();
   const int64_t wire = static_cast<int64_t>(request.ByteSizeLong());
-  const int64_t world_size = request.world_size();
   planner::CpModelLinks links;
   const absl::StatusOr<planner::DynamicCpOptions> o =
-      ToDynamicCpOptions(request.options(), world_size, links);
-  if (!o.ok() || world_size < 1 || world_size > planner::kMaxWorldSize || o->divisible_by < 1 ||
-      o->max_cp < 0) {
-    return MemoryOf(n, 0, wire);
-  }
-  const int64_t slots = SatMul(CeilDiv(std::max<int64_t>(n, 1), o->divisible_by), o->divisible_by);
-  const int64_t ranks_asked = request.has_rank() ? 1 : world_size;
-  const int64_t copies = request.has_rank() ? 1 : (o->max_cp == 0 ? world_size : o->max_cp);
-  RequestMemory m = MemoryOf(n, slots, wire, world_size);
-  m.bytes = SatAdd(m.bytes, SatMul(kPeakPerCpView, SatMul(ranks_asked, slots)));
-  m.bytes = SatAdd(m.bytes, SatMul(kPeakPerCpSequenceView, SatMul(n, copies)));
-  return m;
+      ToDynamicCpOptions(request.options(), request.world_size(), links);
+  if (!o.ok() || o->divisible_by < 1) return MemoryOf(n, 0, wire);
+  return MemoryOf(n, SatMul(CeilDiv(std::max<int64_t>(n, 1), o->divisible_by), o->divisible_by),
+                  wire);
+}
+
+int64_t DynamicCpResponseBytes(int64_t views, int64_t entries) {
+  return SatAdd(SatMul(kPeakPerCpView, views), SatMul(kPeakPerCpSequenceView, entries));
 }
 
 }  // namespace packsched::service

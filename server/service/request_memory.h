@@ -78,18 +78,19 @@ RequestMemory EstimatePartitionMemory(const v1::PartitionRequest& request,
 RequestMemory EstimateBalanceBatchMemory(const v1::BalanceBatchRequest& request,
                                          const ServiceLimits& limits);
 
-// PlanDynamicCp: the formula above with k = S, the most slots (roundup(max(n, 1), d): every slot
-// but the trailing idle ones holds a sequence) and W = world_size, plus
-//   kPeakPerCpView·V + kPeakPerCpSequenceView·n·c
-// with V = S views (one per slot) of each rank asked for (world_size, or 1 with `rank`) and c the
-// views each sequence is in (max_cp, or 1 with `rank`): a CpRankSlot message and its wire copy,
-// and a sequence's entries in it (index, owner, owner index, offset, weight). Derived from the
-// messages' layout, not yet measured. A request whose world_size or options validation refuses
-// counts n alone.
+// PlanDynamicCp is admitted in two steps. Before planning: the formula above with k = S, the most
+// slots (roundup(max(n, 1), d): every slot but the trailing idle ones holds a sequence), W = 0.
+// After planning, before the response is written, its views are reserved too
+// (DynamicCpResponseBytes): kPeakPerCpView for each slot of each rank asked for (a CpRankSlot
+// message and its wire copy) and kPeakPerCpSequenceView for each sequence's entry in a view (its
+// index, owner, owner index, offset and weight, on the arena and on the wire). Measured on fresh
+// sidecars (docs/design.md §3, "Memory per request"): the two steps together cover the peak.
 inline constexpr int64_t kPeakPerCpView = 256;
 inline constexpr int64_t kPeakPerCpSequenceView = 128;
 RequestMemory EstimateDynamicCpMemory(const v1::PlanDynamicCpRequest& request,
                                       const ServiceLimits& limits);
+// The response of `views` rank views of a slot holding `entries` sequence entries in all.
+int64_t DynamicCpResponseBytes(int64_t views, int64_t entries);
 
 }  // namespace packsched::service
 

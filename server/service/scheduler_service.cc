@@ -271,7 +271,18 @@ grpc::ServerUnaryReactor* SchedulerService::PlanDynamicCp(grpc::CallbackServerCo
       metrics::Method::kPlanDynamicCp, context, call,
       [this, request, response,
        held = std::move(reservation)](const std::function<absl::Status()>& stop) {
-        return RunPlanDynamicCp(*request, options_.limits, stop, response);
+        // The views, once their size is known: held with the response, as the first part is
+        // (or, without an arena, until planning ends).
+        std::optional<MemoryBudget::Reservation> views;
+        const auto reserve = [this, response, &views](int64_t bytes) -> absl::Status {
+          absl::StatusOr<MemoryBudget::Reservation> reserved = budget_.Reserve(
+              bytes, absl::StrCat("this PlanDynamicCp response's views (", bytes, " bytes)"));
+          if (!reserved.ok()) return reserved.status();
+          views = *std::move(reserved);
+          HoldUntilFreed(response, &views);
+          return absl::OkStatus();
+        };
+        return RunPlanDynamicCp(*request, options_.limits, stop, reserve, response);
       },
       &dynamic_cp_plans_);
   return call;

@@ -127,13 +127,15 @@ def test_requests_over_the_limits_are_refused(tmp_path):
             c.plan_dynamic_cp([100] * 3001, 8, 1000, rank=0)
         assert e.value.code == "RESOURCE_EXHAUSTED"
         assert "--max_sequences_per_request = 3000" in str(e.value)
-        lengths = [100] * 2000
-        # Every rank's view of 2,000 slots over 1,024 ranks: far over the budget, refused whole.
+        # Sequences that each need all 1,024 ranks: 2,000 slots, and every rank's view of each.
+        # Planning is admitted (its estimate fits); the views are refused once their size is known.
+        lengths = [100_000] * 2000
         with pytest.raises(SchedulerError) as e:
-            c.plan_dynamic_cp(lengths, 1024, 1000, max_cp=1)
+            c.plan_dynamic_cp(lengths, 1024, 100)
         assert e.value.code == "RESOURCE_EXHAUSTED"
-        assert "PlanDynamicCp" in str(e.value)
+        assert "PlanDynamicCp response's views" in str(e.value)
         # One rank's view of the same step fits.
-        answer = c.plan_dynamic_cp(lengths, 1024, 1000, max_cp=1, rank=5)
-        assert [int(v["rank"]) for v in answer["ranks"]] == [5]
+        answer = c.plan_dynamic_cp(lengths, 1024, 100, rank=5)
+        assert answer["num_micro_batches"] == 2000
+        assert [v["rank"] for v in answer["ranks"]] == [5]
         assert c.status()["counters"]["dynamic_cp_plans"] == "1"  # MessageToDict: int64 as text
