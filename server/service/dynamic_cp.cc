@@ -181,6 +181,12 @@ absl::Status RunPlanDynamicCp(const v1::PlanDynamicCpRequest& request, const Ser
   planner::CpModelLinks links;
   ASSIGN_OR_RETURN(planner::DynamicCpOptions options,
                    ToDynamicCpOptions(request.options(), world_size, links));
+  // The slot count is a multiple of divisible_by: bounded as a micro-batch count is.
+  if (options.divisible_by > limits.max_micro_batches) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "options.divisible_by = ", options.divisible_by, " slots exceed the server limit --",
+        planner::schema::OptionNamed("Ceiling"), " = ", limits.max_micro_batches));
+  }
   ASSIGN_OR_RETURN(const planner::LossOptions loss, ToLossOptions(request.loss()));
   const std::vector<int64_t> lengths(request.lengths().begin(), request.lengths().end());
   // The options' and the lengths' own errors before the model's (which reads the lengths).

@@ -25,15 +25,15 @@ absl::StatusOr<planner::DynamicCpOptions> ToDynamicCpOptions(const v1::DynamicCp
                                                              planner::CpModelLinks& links);
 
 // Validates `request` — world_size in [1, 2^20]; the lengths at most
-// --max_sequences_per_request (ResourceExhausted); owner_ranks and loss_tokens empty or one per
-// sequence (owners in [0, world_size), loss tokens in [0, the length]); rank, when set, in
-// [0, world_size); the loss options; model_config as CpCostOfModelFields reads it; the options
-// and the lengths as PlanDynamicCp checks them (its messages) — then plans the step and writes
-// the group names, the requested views, the per-sequence figures, the options applied and the
-// plan's fingerprint into `response`. Before the views are written, `reserve` (may be empty) is
-// called once with their bytes (DynamicCpResponseBytes, request_memory.h): its error is returned
-// and nothing is written. `stop` (may be empty) is asked every few thousand views written: its
-// first non-OK answer is returned at once.
+// --max_sequences_per_request and divisible_by at most --max_micro_batches (ResourceExhausted);
+// owner_ranks and loss_tokens empty or one per sequence (owners in [0, world_size), loss tokens in
+// [0, the length]); rank, when set, in [0, world_size); the loss options; model_config as
+// CpCostOfModelFields reads it; the options and the lengths as PlanDynamicCp checks them (its
+// messages) — then plans the step and writes the group names, the requested views, the per-sequence
+// figures, the options applied and the plan's fingerprint into `response`. Before the views are
+// written, `reserve` (may be empty) is called once with their bytes (DynamicCpResponseBytes,
+// request_memory.h): its error is returned and nothing is written. `stop` (may be empty) is asked
+// every few thousand views written: its first non-OK answer is returned at once.
 absl::Status RunPlanDynamicCp(const v1::PlanDynamicCpRequest& request, const ServiceLimits& limits,
                               const std::function<absl::Status()>& stop,
                               const std::function<absl::Status(int64_t bytes)>& reserve,

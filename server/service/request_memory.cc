@@ -200,7 +200,10 @@ RequestMemory EstimateDynamicCpMemory(const v1::PlanDynamicCpRequest& request,
   planner::CpModelLinks links;
   const absl::StatusOr<planner::DynamicCpOptions> o =
       ToDynamicCpOptions(request.options(), request.world_size(), links);
-  if (!o.ok() || o->divisible_by < 1) return MemoryOf(n, 0, wire);
+  // Values validation refuses count nothing (a divisible_by above the ceiling: no slots).
+  if (!o.ok() || o->divisible_by < 1 || o->divisible_by > limits.max_micro_batches) {
+    return MemoryOf(n, 0, wire);
+  }
   return MemoryOf(n, SatMul(CeilDiv(std::max<int64_t>(n, 1), o->divisible_by), o->divisible_by),
                   wire);
 }

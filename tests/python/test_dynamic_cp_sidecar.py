@@ -127,6 +127,12 @@ def test_requests_over_the_limits_are_refused(tmp_path):
             c.plan_dynamic_cp([100] * 3001, 8, 1000, rank=0)
         assert e.value.code == "RESOURCE_EXHAUSTED"
         assert "--max_sequences_per_request = 3000" in str(e.value)
+        with pytest.raises(SchedulerError) as e:
+            c.plan_dynamic_cp([100] * 10, 8, 1000, divisible_by=10**9)
+        assert e.value.code == "RESOURCE_EXHAUSTED"
+        assert "divisible_by = 1000000000 slots exceed the server limit --max_micro_batches" in str(
+            e.value
+        )
         # Sequences that each need all 1,024 ranks: 2,000 slots, and every rank's view of each.
         # Planning is admitted (its estimate fits); the views are refused once their size is known.
         lengths = [100_000] * 2000
