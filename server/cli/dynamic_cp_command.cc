@@ -8,6 +8,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_replace.h"
 #include "absl/strings/string_view.h"
 #include "absl/strings/strip.h"
 #include "server/base/status_macros.h"
@@ -131,6 +132,25 @@ std::string RankRange(int64_t first, int64_t size) {
   return size == 1 ? absl::StrCat(first) : absl::StrCat(first, "-", first + size - 1);
 }
 
+// The planner's error with the cap named as its flag ("... above --max_token_len = 4096"): a
+// sequence that does not fit names the cap it passes.
+#define PACKSCHED_DCP_CAP_NAME_Cap(name, flag) {#name " = ", "--" #flag " = "},
+#define PACKSCHED_DCP_CAP_NAME_Int PACKSCHED_SCHEMA_NOTHING
+#define PACKSCHED_DCP_CAP_NAME_MaxCp PACKSCHED_SCHEMA_NOTHING
+#define PACKSCHED_DCP_CAP_NAME_Enum PACKSCHED_SCHEMA_NOTHING
+#define PACKSCHED_DCP_CAP_NAME_Weight PACKSCHED_SCHEMA_NOTHING
+#define PACKSCHED_DCP_CAP_NAME_Nodes PACKSCHED_SCHEMA_NOTHING
+#define PACKSCHED_DCP_CAP_NAME_Ratio PACKSCHED_SCHEMA_NOTHING
+#define PACKSCHED_DCP_CAP_NAME_Bytes PACKSCHED_SCHEMA_NOTHING
+#define PACKSCHED_DCP_CAP_NAME(name, number, Rule, Type, member, flag, Owner, help) \
+  PACKSCHED_DCP_CAP_NAME_##Rule(name, flag)
+
+absl::Status CapAsFlag(const absl::Status& s) {
+  return absl::Status(
+      s.code(),
+      absl::StrReplaceAll(s.message(), {PACKSCHED_DYNAMIC_CP_OPTIONS(PACKSCHED_DCP_CAP_NAME)}));
+}
+
 }  // namespace
 
 absl::Status CheckDynamicCpRequest(const DynamicCpRequest& request) {
@@ -152,7 +172,10 @@ absl::StatusOr<DynamicCpRun> RunDynamicCp(absl::Span<const int64_t> lengths,
                      planner::CpCostOfModelFields(request.model->ints, request.model->strings,
                                                   lengths, request.options, request.links));
   }
-  ASSIGN_OR_RETURN(run.plan, planner::PlanDynamicCp(lengths, run.request.options));
+  absl::StatusOr<planner::DynamicCpPlan> plan =
+      planner::PlanDynamicCp(lengths, run.request.options);
+  if (!plan.ok()) return CapAsFlag(plan.status());
+  run.plan = *std::move(plan);
   run.plan_seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return run;

@@ -384,6 +384,7 @@ class DynamicCp(unittest.TestCase):
         self.assertEqual((code, out), (1, ""))
         self.assertEqual(len(err.splitlines()), 1)
         self.assertIn("sequence 2 (length 401)", err)
+        self.assertIn("above --max_token_len = 100", err)
 
     def test_options_that_cannot_split_the_ranks_are_a_usage_error(self):
         code, out, err = run(
