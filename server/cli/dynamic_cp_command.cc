@@ -25,22 +25,11 @@ struct FlagName {
 };
 
 // The row
-//   X(min_cp, 3, Int, int64, min_cp, min_cp, Own, "...")
+//   X(micro_batch_cost, 10, Weight, int64, cost.micro_batch, cp_micro_batch_cost, Own, "...")
 // expands, through PACKSCHED_DCP_FLAG_NAME, to
-//   FlagName{"min_cp", "min_cp"},
-// and a Weight or Nodes row's option is the planner's "cost.<name>".
-#define PACKSCHED_DCP_FLAG_NAME_PLAIN(name, flag) FlagName{#name, #flag},
-#define PACKSCHED_DCP_FLAG_NAME_Cap PACKSCHED_DCP_FLAG_NAME_PLAIN
-#define PACKSCHED_DCP_FLAG_NAME_Int PACKSCHED_DCP_FLAG_NAME_PLAIN
-#define PACKSCHED_DCP_FLAG_NAME_MaxCp PACKSCHED_DCP_FLAG_NAME_PLAIN
-#define PACKSCHED_DCP_FLAG_NAME_Enum PACKSCHED_DCP_FLAG_NAME_PLAIN
-#define PACKSCHED_DCP_FLAG_NAME_Ratio PACKSCHED_DCP_FLAG_NAME_PLAIN
-#define PACKSCHED_DCP_FLAG_NAME_Bytes PACKSCHED_DCP_FLAG_NAME_PLAIN
-#define PACKSCHED_DCP_FLAG_NAME_COST(name, flag) FlagName{"cost." #name, #flag},
-#define PACKSCHED_DCP_FLAG_NAME_Weight PACKSCHED_DCP_FLAG_NAME_COST
-#define PACKSCHED_DCP_FLAG_NAME_Nodes PACKSCHED_DCP_FLAG_NAME_COST
+//   FlagName{"cost.micro_batch", "cp_micro_batch_cost"},
 #define PACKSCHED_DCP_FLAG_NAME(name, number, Rule, Type, member, flag, Owner, help) \
-  PACKSCHED_DCP_FLAG_NAME_##Rule(name, flag)
+  FlagName{#member, #flag},
 constexpr FlagName kFlagNames[] = {PACKSCHED_DYNAMIC_CP_OPTIONS(PACKSCHED_DCP_FLAG_NAME)
                                        FlagName{"ranks", "world_size"}};
 

@@ -8,6 +8,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
 #include "server/base/fingerprint.h"
 #include "server/base/status_macros.h"
 #include "server/planner/loss_weights.h"
@@ -95,6 +96,22 @@ uint64_t PlanFingerprint(const planner::DynamicCpPlan& plan) {
     }
   }
   return h;
+}
+
+// The planner's message about an option with the option named as its request field
+// ("dynamic_cp: cost.micro_batch = -1: ..." -> "dynamic_cp: options.micro_batch_cost = -1: ...").
+// The row
+//   X(micro_batch_cost, 10, Weight, int64, cost.micro_batch, cp_micro_batch_cost, Own, "...")
+// expands, through PACKSCHED_DCP_FIELD_NAME, to
+//   {"dynamic_cp: cost.micro_batch = ", "dynamic_cp: options.micro_batch_cost = "},
+#define PACKSCHED_DCP_FIELD_NAME(name, number, Rule, Type, member, flag, Owner, help) \
+  {"dynamic_cp: " #member " = ", "dynamic_cp: options." #name " = "},
+
+absl::Status OptionAsField(const absl::Status& s) {
+  if (s.ok()) return s;
+  return absl::Status(
+      s.code(),
+      absl::StrReplaceAll(s.message(), {PACKSCHED_DYNAMIC_CP_OPTIONS(PACKSCHED_DCP_FIELD_NAME)}));
 }
 
 // The request's per-sequence inputs, checked.
@@ -189,8 +206,8 @@ absl::Status RunPlanDynamicCp(const v1::PlanDynamicCpRequest& request, const Ser
   }
   ASSIGN_OR_RETURN(const planner::LossOptions loss, ToLossOptions(request.loss()));
   const std::vector<int64_t> lengths(request.lengths().begin(), request.lengths().end());
-  // The options' and the lengths' own errors before the model's (which reads the lengths).
-  RETURN_IF_ERROR(planner::PlanDynamicCp({}, options).status());
+  // The options' own errors before the model's (which reads the lengths).
+  RETURN_IF_ERROR(OptionAsField(planner::PlanDynamicCp({}, options).status()));
   if (request.has_model_config()) {
     const v1::ModelConfig& model = request.model_config();
     const absl::flat_hash_map<std::string, int64_t> ints(model.ints().begin(), model.ints().end());

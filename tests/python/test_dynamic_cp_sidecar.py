@@ -103,12 +103,13 @@ def test_every_view_from_one_sidecar_matches_the_per_rank_views(group):
     "kwargs, text",
     [
         ({"max_cp": 3}, "max_cp = 3: must divide ranks = 4"),
-        ({"min_cp": -1}, "min_cp = -1"),
+        ({"min_cp": -1}, "options.min_cp = -1"),
         ({"sizes": "any", "max_cp": 2, "max_tokens": 200}, "sequence 1 (length 900)"),
         ({"rank": 4}, "rank = 4"),
         ({"owner_ranks": [0, 5]}, "owner_ranks[1] = 5"),
         ({"loss_tokens": [1, 901]}, "loss_tokens[1] = 901"),
-        ({"linear": -2}, "cost.linear = -2"),
+        ({"linear": -2}, "options.linear = -2"),
+        ({"micro_batch_cost": -3}, "options.micro_batch_cost = -3"),
     ],
 )
 def test_bad_requests_are_invalid_argument_naming_the_field(group, kwargs, text):
