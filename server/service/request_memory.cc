@@ -204,8 +204,13 @@ RequestMemory EstimateDynamicCpMemory(const v1::PlanDynamicCpRequest& request,
   if (!o.ok() || o->divisible_by < 1 || o->divisible_by > limits.max_micro_batches) {
     return MemoryOf(n, 0, wire);
   }
-  return MemoryOf(n, SatMul(CeilDiv(std::max<int64_t>(n, 1), o->divisible_by), o->divisible_by),
-                  wire);
+  RequestMemory m =
+      MemoryOf(n, SatMul(CeilDiv(std::max<int64_t>(n, 1), o->divisible_by), o->divisible_by), wire);
+  if (o->ranks >= 1 && o->ranks <= planner::kMaxWorldSize && o->min_cp >= 1) {
+    m.ranks = o->ranks;
+    m.bytes = SatAdd(m.bytes, SatMul(kPeakPerCpGroup, CeilDiv(o->ranks, o->min_cp)));
+  }
+  return m;
 }
 
 int64_t DynamicCpResponseBytes(int64_t views, int64_t entries) {

@@ -104,7 +104,7 @@ def test_nothing_the_default_budget_admits_passes_the_manifest(tmp_path, estimat
     assert refused == grpc.StatusCode.RESOURCE_EXHAUSTED
 
 
-def dynamic_cp_step(n, world_size, max_cp, seed):
+def dynamic_cp_step(n, world_size, max_cp, seed, rank=None):
     """A heavy-tailed step with owners and loss tokens: every part of the response is there."""
     import numpy as np
 
@@ -118,6 +118,7 @@ def dynamic_cp_step(n, world_size, max_cp, seed):
         options=scheduler_pb2.DynamicCpOptions(
             max_tokens_per_rank=2 * 65536 // max_cp, max_cp=max_cp, linear=4096, quadratic=1
         ),
+        rank=rank,
     )
 
 
@@ -134,9 +135,14 @@ def dynamic_cp_refusal(tmp_path, request, budget):
             return int(re.search(r"needs an estimated (\d+) bytes", e.details())[1])
 
 
-@pytest.mark.parametrize("n, world_size, max_cp, seed", [(20000, 64, 64, 5), (50000, 512, 8, 6)])
-def test_dynamic_cp_estimate_covers_the_measured_peak(tmp_path, n, world_size, max_cp, seed):
-    request = dynamic_cp_step(n, world_size, max_cp, seed)
+@pytest.mark.parametrize(
+    "n, world_size, max_cp, seed, rank",
+    # Every view; every view of many ranks; one rank's view of 2^20 ranks in groups of one (the
+    # planner's groups of a slot, not the views, are the peak).
+    [(20000, 64, 64, 5, None), (50000, 512, 8, 6, None), (3000, 1 << 20, 1, 8, 0)],
+)
+def test_dynamic_cp_estimate_covers_the_measured_peak(tmp_path, n, world_size, max_cp, seed, rank):
+    request = dynamic_cp_step(n, world_size, max_cp, seed, rank)
     # Admission's two steps: the planning (refused under a budget of 1), then the views (refused
     # under a budget that the planning's reservation fills).
     planning = dynamic_cp_refusal(tmp_path, request, 1)
