@@ -208,7 +208,8 @@ RequestMemory EstimateDynamicCpMemory(const v1::PlanDynamicCpRequest& request,
       MemoryOf(n, SatMul(CeilDiv(std::max<int64_t>(n, 1), o->divisible_by), o->divisible_by), wire);
   if (o->ranks >= 1 && o->ranks <= planner::kMaxWorldSize && o->min_cp >= 1) {
     m.ranks = o->ranks;
-    m.bytes = SatAdd(m.bytes, SatMul(kPeakPerCpGroup, CeilDiv(o->ranks, o->min_cp)));
+    m.bytes = SatAdd(
+        m.bytes, SatMul(kPeakPerCpGroup, SatMul(o->divisible_by, CeilDiv(o->ranks, o->min_cp))));
   }
   return m;
 }

@@ -80,8 +80,9 @@ RequestMemory EstimateBalanceBatchMemory(const v1::BalanceBatchRequest& request,
 
 // PlanDynamicCp is admitted in two steps. Before planning: the formula above with k = S, the most
 // slots (roundup(max(n, 1), d): every slot but the trailing idle ones holds a sequence), W = 0,
-// plus kPeakPerCpGroup for each group of one slot, ceil(world_size / min_cp) (every slot covers
-// the ranks: the planner's groups of the first; later slots' are not bounded before planning).
+// plus kPeakPerCpGroup for each group of d slots, d x ceil(world_size / min_cp) (every slot covers
+// the ranks: the planner's groups of the first slot and of the trailing idle ones, at most
+// d - 1; the other slots' groups are not bounded before planning).
 // After planning, before the response is written, its views are reserved too
 // (DynamicCpResponseBytes): kPeakPerCpView for each slot of each rank asked for (a CpRankSlot
 // message and its wire copy) and kPeakPerCpSequenceView for each sequence's entry in a view (its

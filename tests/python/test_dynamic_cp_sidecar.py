@@ -128,6 +128,11 @@ def test_requests_over_the_limits_are_refused(tmp_path):
             c.plan_dynamic_cp([100] * 3001, 8, 1000, rank=0)
         assert e.value.code == "RESOURCE_EXHAUSTED"
         assert "--max_sequences_per_request = 3000" in str(e.value)
+        # Trailing idle slots of 2^20 groups of one each: refused before planning.
+        with pytest.raises(SchedulerError) as e:
+            c.plan_dynamic_cp([100] * 10, 1 << 20, 1000, max_cp=1, divisible_by=64)
+        assert e.value.code == "RESOURCE_EXHAUSTED"
+        assert "this PlanDynamicCp request" in str(e.value)
         with pytest.raises(SchedulerError) as e:
             c.plan_dynamic_cp([100] * 10, 8, 1000, divisible_by=10**9)
         assert e.value.code == "RESOURCE_EXHAUSTED"
