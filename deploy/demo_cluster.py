@@ -13,12 +13,15 @@ the rest (gRPC and the Python client). Closes with the plain-Python Karmarkar-Ka
 formulation: k = ceil(total / cap)) on the same batches: its time and the micro-batches it leaves
 over the cap, separating single sequences longer than the cap (unavoidable) from avoidable ones,
 then each sidecar's metrics address (--metrics_listen) with one line of its headline metrics.
+Prints each round's token accounting (logical, executed and loss-bearing tokens; the tree token
+ratio where plans share prefixes) and checks the sidecars' per-stream token counters against it.
 Stops every sidecar with SIGTERM and exits 0 only if each one exited 0.
 
     deploy/demo_cluster.py [--world_size 4] [--rounds 3] [--n 1024] [--max_token_len 16384]
 """
 
 import argparse
+import dataclasses
 import json
 import math
 import os
@@ -206,6 +209,7 @@ def worker(args):
                 "partition_ms": stats.partition_ms,
                 "naive": stats.naive_padded_tokens,
                 "packed": stats.packed_tokens,
+                "accounting": list(dataclasses.astuple(plan.tokens)),
                 "tokens": [m.tokens for m in plan.metadata if not m.empty],
                 "parts": [list(m.indices) for m in plan.metadata],
             }
@@ -255,6 +259,72 @@ def run_trainer(ports, args):
                 proc.kill()
                 proc.wait()
     return [list(calls) for calls in zip(*per_rank)]
+
+
+TOKEN_KINDS = ("logical", "executed", "forwarded", "loss")  # TokenAccounting's order
+
+
+def print_tokens(results):
+    """Each round's token accounting (docs/design.md "Token accounting"), summed over the ranks:
+    logical (the sequences' own tokens), executed (rows forwarded, padding included) and
+    loss-bearing tokens; the tree token ratio (forwarded / logical) where a plan shares
+    prefixes."""
+    trees = any(r["accounting"][2] != r["accounting"][0] for ranks in results for r in ranks)
+    print("\ntoken accounting per round, all ranks (Plan.tokens):")
+    header = (
+        f"{'stream':<14}{'round':>5}{'logical':>12}{'executed':>12}{'loss':>12}"
+        f"{'padding':>9}{'loss share':>11}" + (f"{'tree ratio':>11}" if trees else "")
+    )
+    print(header)
+    print("-" * len(header))
+    for ranks in results:
+        logical, executed, forwarded, loss = (
+            sum(r["accounting"][i] for r in ranks) for i in range(len(TOKEN_KINDS))
+        )
+        print(
+            f"{ranks[0]['stream']:<14}{ranks[0]['round']:>5}{logical:>12}{executed:>12}{loss:>12}"
+            f"{100 * (executed - forwarded) / max(1, executed):>8.1f}%"
+            f"{100 * loss / max(1, logical):>10.1f}%"
+            + (f"{forwarded / max(1, logical):>11.3f}" if trees else "")
+        )
+
+
+def token_counters(workdir, rank):
+    """{(stream, kind): value} of packsched_stream_<kind>_tokens_total on one sidecar."""
+    address = f"127.0.0.1:{int((workdir / f'rank{rank}.metrics').read_text())}"
+    with urllib.request.urlopen(f"http://{address}/metrics", timeout=10) as response:
+        text = response.read().decode()
+    found = re.findall(
+        r'^packsched_stream_(\w+)_tokens_total\{stream="([^"]*)"\} (\S+)$', text, re.M
+    )
+    return {(stream, kind): int(float(value)) for kind, stream, value in found}
+
+
+def check_token_counters(workdir, results):
+    """Each sidecar's per-stream token counters against the sum of its plans' accounting; prints
+    them per stream and returns True if they agree (the exposition is refreshed once a second)."""
+    want = [{} for _ in results[0]]
+    for ranks in results:
+        for rank, r in enumerate(ranks):
+            for kind, value in zip(TOKEN_KINDS, r["accounting"]):
+                key = (r["stream"], kind)
+                want[rank][key] = want[rank].get(key, 0) + value
+    deadline = time.monotonic() + 5
+    while True:
+        seen = [token_counters(workdir, rank) for rank in range(len(want))]
+        if seen == want or time.monotonic() > deadline:
+            break
+        time.sleep(0.25)
+    for stream in STREAMS:
+        figures = ", ".join(
+            f"{kind} {sum(s.get((stream, kind), 0) for s in seen)}" for kind in TOKEN_KINDS
+        )
+        print(f"packsched_stream_*_tokens_total{{stream=\"{stream}\"}}, all ranks: {figures}")
+    if seen != want:
+        print(
+            "demo: the sidecars' token counters differ from the plans' accounting", file=sys.stderr
+        )
+    return seen == want
 
 
 def phases(rounds):
@@ -373,6 +443,7 @@ def main():
                     for rank, r in enumerate(ranks)
                 ]
             )
+        print_tokens(results)
         kind, headline_ms = print_phases(results)
         plans = [[r["parts"] for r in ranks] for ranks in results]
         if not compare(batches, plans, args.max_token_len, headline_ms, kind):
@@ -383,6 +454,8 @@ def main():
         print("\nthe sidecars' Prometheus metrics (docs/operating.md#metrics):")
         for line in metrics_headlines(workdir, args.world_size):
             print(line)
+        if not check_token_counters(workdir, results):
+            clean_plans = False
     finally:
         clean = stop_group(procs, workdir)
     if not clean or not clean_plans:

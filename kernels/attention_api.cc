@@ -145,6 +145,35 @@ absl::Status CheckTree(absl::string_view op, const AttentionSeqlens& seqlens,
   return absl::OkStatus();
 }
 
+// The query-row map (attention.h): int32 [nq] of strictly ascending rows of q, on the CPU backend
+// only (on the call's device, the host). Sets a.query_rows and a.num_query_rows.
+absl::Status CheckQueryRows(absl::string_view op, const AttentionSeqlens& seqlens, Backend backend,
+                            const CallDevice& call, AttentionArgs& a) {
+  a.query_rows = nullptr;
+  a.num_query_rows = 0;
+  const DLTensor* rows = seqlens.query_rows;
+  if (rows == nullptr) return absl::OkStatus();
+  if (backend != Backend::kHost) {
+    return Invalid(op, "query_rows (a query-row map) is supported on the CPU backend only");
+  }
+  RETURN_IF_ERROR(CheckTensor(op, "query_rows", rows, call));
+  RETURN_IF_ERROR(internal::CheckDType(op, "query_rows", *rows, kDLInt, 32));
+  if (rows->ndim != 1) {
+    return Invalid(op, absl::StrCat("query_rows must be [nq], got ", ShapeString(*rows)));
+  }
+  const auto* data = static_cast<const int32_t*>(Data(*rows));
+  for (int64_t i = 0; i < rows->shape[0]; ++i) {
+    const int64_t low = i == 0 ? 0 : int64_t{data[i - 1]} + 1;
+    if (data[i] < low || data[i] >= a.total_q) {
+      return Invalid(op, absl::StrCat("query_rows[", i, "] = ", data[i], " is outside [", low, ", ",
+                                      a.total_q, ") (strictly ascending rows of q)"));
+    }
+  }
+  a.query_rows = data;
+  a.num_query_rows = rows->shape[0];
+  return absl::OkStatus();
+}
+
 // Checks q, k, v, the layout and the options: everything the forward and backward share.
 absl::StatusOr<Checked> CheckCommon(absl::string_view op, const DLTensor& q, const DLTensor& k,
                                     const DLTensor& v, const AttentionSeqlens& seqlens,
@@ -241,6 +270,7 @@ absl::StatusOr<Checked> CheckCommon(absl::string_view op, const DLTensor& q, con
   a.window_left = NormalizedWindow(options.window_left, seqlens.max_seqlen_k);
   a.window_right = NormalizedWindow(options.window_right, seqlens.max_seqlen_k);
   RETURN_IF_ERROR(CheckTree(op, seqlens, options, cu_q, cu_k, c.call, a));
+  RETURN_IF_ERROR(CheckQueryRows(op, seqlens, c.backend, c.call, a));
   a.num_threads = options.num_threads > 0
                       ? options.num_threads
                       : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));

@@ -26,10 +26,14 @@ What counts as a hit:
   Python  the name anywhere in code (names, attributes, keywords, strings); comments and
           docstrings are prose.
 
+Tables checked: the options, the plan and micro-batch fields, and the tree's (Forest,
+TreeLayout, TreePlan and TreeEntries, the last never on the wire).
+
 Files checked (CHECKED below):
-  server/cli/                 `packsched plan`: flags, parsing, JSON, table output
+  server/cli/                 `packsched plan`: flags, parsing, JSON, table output, --tree reader
   server/service/convert.*    the sidecar's proto <-> planner conversion, and what reads the
   server/service/{options_hash,request_memory,partition,balance_batch}.cc  options beside it
+  server/service/forest_convert.*  the sidecar's forest and tree plan conversion
   client/cpp/ (.cc, plan_decoder.h)  the C++ client's request building and wire decoder
   client/python/src/planner_{module,schema}.cc, plan_columns.cc  pybind dicts and numpy columns
                               <-> planner value types; the schema
@@ -40,7 +44,9 @@ Not checked, on purpose: the declarations of value types, which are where the na
 its sequences_with_loss member — client/cpp/scheduler_client.h's request and result structs),
 the round coordinator and the collective (they move those value types, not the schema),
 packsched/compat (drop-ins that mirror verl's and OpenRLHF's own signatures, e.g. verl's
-same_micro_num_in_dp), packsched/kernels.py, examples, tests, docs.
+same_micro_num_in_dp), packsched/tree.py (the Forest, TreeMicroBatch and TreePlan value types and
+the forest algorithms over their arrays; it reads the tree tables where it converts the
+binding's dicts), packsched/kernels.py, examples, tests, docs.
 """
 import io
 import pathlib
@@ -60,6 +66,11 @@ TABLES = {
     "PlanStats": ("PLAN_STATS",),
     "GlobalCounts": ("GLOBAL_COUNTS",),
     "PlanResponse": ("PLAN_RESPONSE",),
+    "Forest": ("FOREST",),
+    "TreeLayout": ("TREE_LAYOUT",),
+    "TreePlan": ("TREE_PLAN",),
+    # planner::TreeEntries: derived from a TreeLayout, never on the wire (no proto message)
+    "TreeEntries": ("TREE_ENTRIES",),
     "DynamicCpOptions": ("DYNAMIC_CP_OPTIONS",),
 }
 
@@ -75,6 +86,8 @@ CHECKED = [
     "server/service/request_memory.cc",
     "server/service/partition.cc",
     "server/service/balance_batch.cc",
+    "server/service/forest_convert.cc",
+    "server/service/forest_convert.h",
     "client/cpp/plan_decoder.cc",
     "client/cpp/plan_decoder.h",
     "client/cpp/scheduler_client.cc",
@@ -133,8 +146,9 @@ ALLOWED = {
         "tree_rows' keyword and its error: the micro-batch arrays the tree layout is checked on",
     ),
     ("client/python/src/planner_module.cc", "cu_seqlens_aligned"): (
-        3,
-        "tree_entries' and tree_rows' keywords and tree_rows' error (the tree layout's input)",
+        4,
+        "tree_entries', tree_rollout_rows' and tree_rows' keywords and tree_rows' error (the tree "
+        "layout's input)",
     ),
     ("client/python/src/planner_module.cc", "aligned_tokens"): (
         2,
@@ -157,6 +171,34 @@ ALLOWED = {
         2,
         "CpRankSlot's own field (a dynamic-CP rank's slot), read into the client's CpRankSlot",
     ),
+    ("client/python/src/planner_module.cc", "piece_rollout_begin"): (
+        1,
+        "ToLayout's error: the layout array it checks (the binding's own check of its input)",
+    ),
+    ("client/python/src/planner_module.cc", "piece_rollouts"): (
+        2,
+        "ToLayout's errors: the layout arrays they check (the binding's own check of its input)",
+    ),
+    ("server/service/request_memory.cc", "node_len"): (
+        2,
+        "EntriesOf walks the forest's trees for the estimate (the lengths, parents and leaves)",
+    ),
+    ("server/service/request_memory.cc", "node_parent"): (
+        2,
+        "EntriesOf walks the forest's trees for the estimate (the lengths, parents and leaves)",
+    ),
+    ("server/service/request_memory.cc", "rollout_leaf"): (
+        1,
+        "EntriesOf walks the forest's trees for the estimate (the lengths, parents and leaves)",
+    ),
+    ("client/python/packsched/planner.py", "rollout_part"): (
+        1,
+        "a field of the public TreePlan type (packsched.tree): a rank's rollouts",
+    ),
+    ("client/python/packsched/plan.py", "forwarded_tokens"): (
+        1,
+        "Plan.tokens: the forwarded count of TokenAccounting",
+    ),
     ("client/python/packsched/plan.py", "total_tokens"): (
         1,
         "Plan.tokens: the logical count of TokenAccounting",
@@ -175,7 +217,7 @@ def table_names():
     for table in sorted({t for ts in TABLES.values() for t in ts}):
         match = re.search(rf"#define PACKSCHED_{table}\(X\)(.*?)(?:\n\n|\n//)", text, re.S)
         assert match, f"no table PACKSCHED_{table} in {SCHEMA}"
-        for row in re.finditer(r"X\((\w+),([^)]*)\)", match.group(1)):
+        for row in re.finditer(r"X\((\w+)(?:,([^)]*))?\)", match.group(1)):
             names[row.group(1)] = table
             if table == "LOSS_OPTIONS":  # the Python keyword (last column)
                 names[row.group(2).split(",")[-1].strip()] = table

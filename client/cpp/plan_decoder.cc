@@ -264,10 +264,8 @@ struct WireStats {
   planner::PlanStats plan;
 #define PACKSCHED_WIRE_STATS_Cap(name) int64_t name = 0;
 #define PACKSCHED_WIRE_STATS_Micros(name) int64_t name = 0;
-#define PACKSCHED_WIRE_STATS_Int PACKSCHED_SCHEMA_NOTHING
-#define PACKSCHED_WIRE_STATS_Double PACKSCHED_SCHEMA_NOTHING
-#define PACKSCHED_WIRE_STATS_LocalK PACKSCHED_SCHEMA_NOTHING
-#define PACKSCHED_WIRE_STATS(name, number, Kind, alias) PACKSCHED_WIRE_STATS_##Kind(name)
+#define PACKSCHED_WIRE_STATS(name, number, Kind, alias) \
+  PACKSCHED_SCHEMA_ONLY(PACKSCHED_WIRE_STATS, Kind, Cap, Micros)(name)
   PACKSCHED_PLAN_STATS(PACKSCHED_WIRE_STATS)
 };
 
@@ -288,9 +286,8 @@ struct WireStats {
     return Int64(wire_type, in, &(s)->name);
 #define PACKSCHED_DECODE_STATS_Cap PACKSCHED_DECODE_STATS_WIRE
 #define PACKSCHED_DECODE_STATS_Micros PACKSCHED_DECODE_STATS_WIRE
-#define PACKSCHED_DECODE_STATS_LocalK PACKSCHED_SCHEMA_NOTHING
 #define PACKSCHED_DECODE_STATS(name, number, Kind, alias) \
-  PACKSCHED_DECODE_STATS_##Kind(in, wire_type, s, name, number)
+  PACKSCHED_SCHEMA_EXCEPT(PACKSCHED_DECODE_STATS, Kind, LocalK)(in, wire_type, s, name, number)
 
 bool DecodeStats(Reader& r, WireStats* s) {
   return ForEachField(r, [&](uint32_t number, int wire_type, Reader& in) -> std::optional<bool> {
@@ -310,11 +307,8 @@ bool DecodeStats(Reader& r, WireStats* s) {
 #define PACKSCHED_TAKE_STATS_Cap(out, s, name, alias) (out)->name = (s).name;
 #define PACKSCHED_TAKE_STATS_Micros(out, s, name, alias) \
   (out)->alias##_time = absl::Microseconds((s).name);
-#define PACKSCHED_TAKE_STATS_Int PACKSCHED_SCHEMA_NOTHING
-#define PACKSCHED_TAKE_STATS_Double PACKSCHED_SCHEMA_NOTHING
-#define PACKSCHED_TAKE_STATS_LocalK PACKSCHED_SCHEMA_NOTHING
 #define PACKSCHED_TAKE_STATS(name, number, Kind, alias) \
-  PACKSCHED_TAKE_STATS_##Kind(out, s, name, alias)
+  PACKSCHED_SCHEMA_ONLY(PACKSCHED_TAKE_STATS, Kind, Cap, Micros)(out, s, name, alias)
 
 void TakeWireStats(const WireStats& s, PlanResult* out) {
   const int64_t local_k = out->plan.stats.local_k;
@@ -339,10 +333,8 @@ void TakeWireStats(const WireStats& s, PlanResult* out) {
   PACKSCHED_FROM_PART_##Kind(part, m, has_scales, name)
 // Only the LossScale kind is a loss scale: the others have nothing to do here.
 #define PACKSCHED_SCALE_LossScale(out, m, name) (out)->loss_scales.push_back((m).name());
-#define PACKSCHED_SCALE_Int PACKSCHED_SCHEMA_NOTHING
-#define PACKSCHED_SCALE_Bool PACKSCHED_SCHEMA_NOTHING
-#define PACKSCHED_SCALE_Ints PACKSCHED_SCHEMA_NOTHING
-#define PACKSCHED_SCALE(name, number, Kind) PACKSCHED_SCALE_##Kind(out, m, name)
+#define PACKSCHED_SCALE(name, number, Kind) \
+  PACKSCHED_SCHEMA_ONLY(PACKSCHED_SCALE, Kind, LossScale)(out, m, name)
 
 void PartsFromProto(const google::protobuf::RepeatedPtrField<v1::MicroBatch>& parts,
                     PlanResult* out) {
@@ -370,9 +362,8 @@ void PartsFromProto(const google::protobuf::RepeatedPtrField<v1::MicroBatch>& pa
 #define PACKSCHED_FROM_STATS_Cap(out, s, name, alias) (out)->name = (s).name();
 #define PACKSCHED_FROM_STATS_Micros(out, s, name, alias) \
   (out)->alias##_time = absl::Microseconds((s).name());
-#define PACKSCHED_FROM_STATS_LocalK PACKSCHED_SCHEMA_NOTHING
 #define PACKSCHED_FROM_STATS(name, number, Kind, alias) \
-  PACKSCHED_FROM_STATS_##Kind(out, s, name, alias)
+  PACKSCHED_SCHEMA_EXCEPT(PACKSCHED_FROM_STATS, Kind, LocalK)(out, s, name, alias)
 
 // A body of one macro without a semicolon, which clang-format 14 joins onto the signature.
 // clang-format off
@@ -384,23 +375,32 @@ std::vector<int64_t> Ints(const google::protobuf::RepeatedField<int64_t>& field)
   return std::vector<int64_t>(field.begin(), field.end());
 }
 
-// A forest request's tree plan: the layouts beside the plan's micro-batches (over pieces).
+// A forest request's tree plan (PACKSCHED_TREE_PLAN, each layout's PACKSCHED_TREE_LAYOUT; members
+// of the same name): the layouts beside the plan's micro-batches (over pieces). The rows
+//   X(rollouts, 7, Ints)   X(rollout_part, 2, Ints)   X(forwarded_tokens, 3, Int)
+// expand, through PACKSCHED_FROM_LAYOUT and PACKSCHED_FROM_TREE, to
+//   part.layout.rollouts = Ints(l.rollouts());   (in the loop over the layouts)
+//   out.rollout_part = Ints(tree.rollout_part());
+//   out.forwarded_tokens = tree.forwarded_tokens();
+#define PACKSCHED_FROM_LAYOUT(name, number, Kind) part.layout.name = Ints(l.name());
+#define PACKSCHED_FROM_TREE_Layouts(out, tree, plan, name)                          \
+  for (int i = 0; i < (tree).name##_size(); ++i) {                                  \
+    const v1::TreeLayout& l = (tree).name(i);                                       \
+    planner::TreeMicroBatch part;                                                   \
+    if (static_cast<size_t>(i) < (plan).parts.size()) part.batch = (plan).parts[i]; \
+    PACKSCHED_TREE_LAYOUT(PACKSCHED_FROM_LAYOUT)                                    \
+    (out).parts.push_back(std::move(part));                                         \
+  }
+#define PACKSCHED_FROM_TREE_Ints(out, tree, plan, name) (out).name = Ints((tree).name());
+#define PACKSCHED_FROM_TREE_Int(out, tree, plan, name) (out).name = (tree).name();
+#define PACKSCHED_FROM_TREE(name, number, Kind) PACKSCHED_FROM_TREE_##Kind(out, tree, plan, name)
+
 planner::TreePlan TreePlanFromProto(const v1::TreePlan& tree, const planner::MicroBatchPlan& plan) {
   planner::TreePlan out;
-  for (int i = 0; i < tree.layouts_size(); ++i) {
-    const v1::TreeLayout& l = tree.layouts(i);
-    planner::TreeMicroBatch part;
-    if (static_cast<size_t>(i) < plan.parts.size()) part.batch = plan.parts[i];
-    part.layout = planner::TreeLayout{Ints(l.rollouts()), Ints(l.piece_rollouts()),
-                                      Ints(l.piece_rollout_begin())};
-    out.parts.push_back(std::move(part));
-  }
+  PACKSCHED_TREE_PLAN(PACKSCHED_FROM_TREE)
   out.dropped = plan.dropped;
-  out.rollout_part = Ints(tree.rollout_part());
   out.stats = plan.stats;
   out.num_rollouts = static_cast<int64_t>(out.rollout_part.size());
-  out.rollout_tokens = tree.rollout_tokens();
-  out.forwarded_tokens = tree.forwarded_tokens();
   return out;
 }
 
@@ -489,9 +489,9 @@ PlanResult PlanResultFromProto(const v1::PlanResponse& r) {
     if ((wire_type) != kLengthDelimited) return std::nullopt;                                 \
     return (in).Sub(&(sub)) && DecodeStats(sub, &(stats));
 // A tree plan's layout answers a forest request; this decoder skips it as an unknown field.
-#define PACKSCHED_DECODE_RESPONSE_Tree PACKSCHED_SCHEMA_NOTHING
-#define PACKSCHED_DECODE_RESPONSE(name, number, Kind) \
-  PACKSCHED_DECODE_RESPONSE_##Kind(in, sub, wire_type, out, scales, stats, name, number)
+#define PACKSCHED_DECODE_RESPONSE(name, number, Kind)            \
+  PACKSCHED_SCHEMA_EXCEPT(PACKSCHED_DECODE_RESPONSE, Kind, Tree) \
+  (in, sub, wire_type, out, scales, stats, name, number)
 
 absl::StatusOr<PlanResult> DecodePlanResponse(absl::string_view bytes) {
   PlanResult out;

@@ -126,11 +126,16 @@ void FillGlobal(const GlobalCounts& global, v1::GlobalCounts* g) {
   PACKSCHED_GLOBAL_COUNTS(PACKSCHED_FILL_GLOBAL)
 }
 
+// The caller's forest (PACKSCHED_FOREST, members of the same name; every row, the Checked one
+// as the caller gives it) into the proto. The row
+//   X(node_len, 1, Nodes)
+// expands, through PACKSCHED_FILL_FOREST, to
+//   out->mutable_node_len()->Assign(forest.node_len.begin(), forest.node_len.end());
+#define PACKSCHED_FILL_FOREST(name, number, Kind) \
+  out->mutable_##name()->Assign(forest.name.begin(), forest.name.end());
+
 void FillForest(const planner::Forest& forest, v1::Forest* out) {
-  out->mutable_node_len()->Assign(forest.node_len.begin(), forest.node_len.end());
-  out->mutable_node_parent()->Assign(forest.node_parent.begin(), forest.node_parent.end());
-  out->mutable_rollout_leaf()->Assign(forest.rollout_leaf.begin(), forest.rollout_leaf.end());
-  out->mutable_rollout_len()->Assign(forest.rollout_len.begin(), forest.rollout_len.end());
+  PACKSCHED_FOREST(PACKSCHED_FILL_FOREST)
 }
 
 }  // namespace

@@ -87,10 +87,10 @@ struct PartitionRequest {
 
 struct BalanceBatchRequest {
   std::vector<int64_t> lengths;           // the whole global batch
-  std::optional<planner::Forest> forest;  // as in PlanRequest (no group_ids then)
+  std::optional<planner::Forest> forest;  // as in PlanRequest
   int64_t world_size = 1;
   planner::PlanOptions options;
-  std::vector<int64_t> group_ids;  // optional, one per sequence
+  std::vector<int64_t> group_ids;  // optional, one per sequence (per rollout with a forest)
   std::vector<int64_t> loss_tokens;
   planner::LossOptions loss;
   planner::BalanceOptions balance;  // sync, micro_batch_cost (docs/design.md §2)

@@ -7,9 +7,12 @@
 //   pass 1, per (sequence, head, query tile): D = rowsum(dout * out), then dq over the key tiles;
 //   pass 2, per (sequence, kv head, key tile): dk and dv over the group's heads and the query
 //           tiles, in a fixed order.
-// Both recompute P = exp(s - lse). Tiles are converted to the accumulation type on load; the
-// inner loops run over contiguous memory (key tiles are stored transposed for S = Q·Kᵀ) so the
-// compiler vectorises them without reassociating sums.
+// Both recompute P = exp(s - lse). With a query-row map (attention.h) the query tiles cover only
+// the mapped rows' runs (the other rows' tiles are blank: written as queries that see no key), and
+// pass 2 walks only the mapped runs' query tiles; a mapped row sees the same key tiles' scores in
+// the same order as without the map, so its results are bitwise the same. Tiles are converted to
+// the accumulation type on load; the inner loops run over contiguous memory (key tiles are stored
+// transposed for S = Q·Kᵀ) so the compiler vectorises them without reassociating sums.
 
 #include <algorithm>
 #include <atomic>
@@ -30,12 +33,49 @@ namespace {
 constexpr int64_t kBr = 64;  // query rows per tile
 constexpr int64_t kBc = 64;  // keys per tile
 
+// A run of query rows [first, first + n) of a sequence's segment: computed (`mapped`), or blank
+// (outside the query-row map: written as queries that see no key).
+struct Run {
+  int64_t first, n;
+  bool mapped;
+};
+
 // One sequence: where its rows start, its segment lengths and real lengths.
 struct Sequence {
-  int64_t q0, k0;        // first row in q / k
-  int64_t seg_q, seg_k;  // segment lengths (pad slots included)
-  int64_t sq, sk;        // real lengths
+  int64_t q0, k0;         // first row in q / k
+  int64_t seg_q, seg_k;   // segment lengths (pad slots included)
+  int64_t sq, sk;         // real lengths
+  std::vector<Run> runs;  // the segment's query rows in order, as alternating runs
 };
+
+// Cuts each sequence's query segment into runs of rows inside and outside the query-row map
+// (strictly ascending rows, checked); without a map one mapped run of the whole segment.
+void QueryRuns(const AttentionArgs& a, std::vector<Sequence>& seqs) {
+  int64_t next = 0;  // index into the map
+  for (Sequence& s : seqs) {
+    s.runs.clear();
+    int64_t row = 0;  // in-sequence
+    while (row < s.seg_q) {
+      if (a.query_rows == nullptr) {
+        s.runs.push_back(Run{0, s.seg_q, true});
+        break;
+      }
+      while (next < a.num_query_rows && a.query_rows[next] < s.q0 + row) ++next;
+      const bool mapped = next < a.num_query_rows && a.query_rows[next] == s.q0 + row;
+      int64_t end = row;
+      if (mapped) {
+        while (end < s.seg_q && next < a.num_query_rows && a.query_rows[next] == s.q0 + end) {
+          ++end;
+          ++next;
+        }
+      } else {
+        end = next < a.num_query_rows ? std::min(s.seg_q, a.query_rows[next] - s.q0) : s.seg_q;
+      }
+      s.runs.push_back(Run{row, end - row, mapped});
+      row = end;
+    }
+  }
+}
 
 absl::Status Sequences(const AttentionArgs& a, std::vector<Sequence>& out) {
   out.resize(a.batch);
@@ -81,8 +121,9 @@ absl::Status Sequences(const AttentionArgs& a, std::vector<Sequence>& out) {
   const int64_t tail_q = a.total_q - a.cu_q_host[a.batch];
   const int64_t tail_k = a.total_k - a.cu_k_host[a.batch];
   if (tail_q > 0 || tail_k > 0) {
-    out.push_back(Sequence{a.cu_q_host[a.batch], a.cu_k_host[a.batch], tail_q, tail_k, 0, 0});
+    out.push_back(Sequence{a.cu_q_host[a.batch], a.cu_k_host[a.batch], tail_q, tail_k, 0, 0, {}});
   }
+  QueryRuns(a, out);
   return absl::OkStatus();
 }
 
@@ -91,20 +132,27 @@ AttnMask MaskOf(const AttentionArgs& a, const Sequence& s) {
   return AttnMask{s.sq, s.sk, a.causal, a.window_left, a.window_right, tree};
 }
 
-// A tile of `n` rows starting at row `first` of a sequence.
+// A tile of `n` rows starting at row `first` of a sequence; a blank tile's rows are outside the
+// query-row map (written as queries that see no key).
 struct Tile {
   int64_t seq, head, first, n;
+  bool blank;
 };
 
 // Tiles of `size` rows over each sequence's segment (pad slots included, so every output row is
-// written), for heads [0, heads).
+// written), for heads [0, heads): over the key segment, or over the query runs (a blank run is
+// one tile: it is only written).
 std::vector<Tile> Tiles(const std::vector<Sequence>& seqs, int64_t heads, int64_t size, bool keys) {
   std::vector<Tile> tiles;
   for (int64_t b = 0; b < static_cast<int64_t>(seqs.size()); ++b) {
-    const int64_t seg = keys ? seqs[b].seg_k : seqs[b].seg_q;
+    const std::vector<Run> whole{Run{0, seqs[b].seg_k, true}};
     for (int64_t h = 0; h < heads; ++h) {
-      for (int64_t first = 0; first < seg; first += size) {
-        tiles.push_back(Tile{b, h, first, std::min(size, seg - first)});
+      for (const Run& run : keys ? whole : seqs[b].runs) {
+        const int64_t step = run.mapped ? size : run.n;
+        for (int64_t first = run.first; first < run.first + run.n; first += step) {
+          tiles.push_back(
+              Tile{b, h, first, std::min(step, run.first + run.n - first), !run.mapped});
+        }
       }
     }
   }
@@ -272,7 +320,8 @@ class Attention {
     const int64_t h = t.head;
     const int64_t hk = h / group_;
     const AttnMask mask = MaskOf(a_, seq);
-    const int64_t rows = std::max<int64_t>(0, std::min(t.n, seq.sq - t.first));  // real rows
+    const int64_t rows =  // real rows
+        t.blank ? 0 : std::max<int64_t>(0, std::min(t.n, seq.sq - t.first));
     std::vector<AccT>& o = w.acc_a;
     o.assign(t.n * d_, AccT(0));
     std::vector<SoftmaxRow<AccT>> state(t.n, SoftmaxStart<AccT>());
@@ -340,7 +389,7 @@ class Attention {
     const int64_t h = t.head;
     const int64_t hk = h / group_;
     const AttnMask mask = MaskOf(a_, seq);
-    const int64_t rows = std::max<int64_t>(0, std::min(t.n, seq.sq - t.first));
+    const int64_t rows = t.blank ? 0 : std::max<int64_t>(0, std::min(t.n, seq.sq - t.first));
     std::vector<AccT>& dq = w.acc_a;
     dq.assign(t.n * d_, AccT(0));
     if (rows > 0) {
@@ -382,16 +431,25 @@ class Attention {
       LoadTransposed(a_.k, a_.kv_heads, hk, seq.k0 + key0, cols, w.kt);
       LoadTransposed(a_.v, a_.kv_heads, hk, seq.k0 + key0, cols, w.vt);
       for (int64_t h = hk * group_; h < (hk + 1) * group_; ++h) {
-        for (int64_t first = 0; first < seq.sq; first += kBr) {
-          const int64_t rows = std::min(kBr, seq.sq - first);
-          const KeyRange keys = TileKeys(mask, first, rows);
-          if (keys.hi <= key0 || keys.lo >= key0 + cols) continue;  // this tile sees none of ours
-          if (TreeSkips(mask, first, key0, cols)) break;            // nor does any later tile
-          LoadRows(a_.q, a_.heads, h, seq.q0 + first, rows, w.q);
-          LoadRows(a_.dout, a_.heads, h, seq.q0 + first, rows, w.dout);
-          ScoreGradients(mask, seq, h, first, rows, key0, cols, d_rows, w, /*keep_p=*/true);
-          AddMatMulTransposed(w.dp, w.dout, rows, cols, dv);  // dV += Pᵀ·dO
-          AddMatMulTransposed(w.s, w.q, rows, cols, dk);      // dK += dSᵀ·Q
+        for (const Run& run : seq.runs) {
+          if (!run.mapped) continue;
+          const int64_t end = std::min(run.first + run.n, seq.sq);
+          bool later_see_none = false;
+          for (int64_t first = run.first; first < end; first += kBr) {
+            const int64_t rows = std::min(kBr, end - first);
+            const KeyRange keys = TileKeys(mask, first, rows);
+            if (keys.hi <= key0 || keys.lo >= key0 + cols) continue;  // sees none of ours
+            if (TreeSkips(mask, first, key0, cols)) {                 // nor does any later tile
+              later_see_none = true;
+              break;
+            }
+            LoadRows(a_.q, a_.heads, h, seq.q0 + first, rows, w.q);
+            LoadRows(a_.dout, a_.heads, h, seq.q0 + first, rows, w.dout);
+            ScoreGradients(mask, seq, h, first, rows, key0, cols, d_rows, w, /*keep_p=*/true);
+            AddMatMulTransposed(w.dp, w.dout, rows, cols, dv);  // dV += Pᵀ·dO
+            AddMatMulTransposed(w.s, w.q, rows, cols, dk);      // dK += dSᵀ·Q
+          }
+          if (later_see_none) break;
         }
       }
     }

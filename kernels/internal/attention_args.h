@@ -27,6 +27,9 @@ struct AttentionArgs {
   const int32_t* subtree_end;
   const int32_t* positions;
   int64_t tree_window_left;
+  // The query-row map (attention.h), host, strictly ascending, or nullptr: every row. CPU only.
+  const int32_t* query_rows;
+  int64_t num_query_rows;
   int64_t batch, total_q, total_k, heads, kv_heads, head_dim, max_seqlen_q, max_seqlen_k;
   double scale;    // multiplies q . k
   double softcap;  // 0 = off

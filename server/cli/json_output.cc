@@ -21,7 +21,7 @@ void Write(JsonWriter& w, const std::vector<T>& v) {
   w.IntArray(v);
 }
 
-// A micro-batch (PACKSCHED_MICRO_BATCH): its planner fields. The row
+// A micro-batch (PACKSCHED_MICRO_BATCH): its planner fields (a LossScale is not one). The row
 //   X(tokens, 2, Int)
 // expands, through PACKSCHED_JSON_PART, to
 //   w.Key("tokens");
@@ -31,8 +31,8 @@ void Write(JsonWriter& w, const std::vector<T>& v) {
   Write(w, (part).name);
 #define PACKSCHED_JSON_PART_Ints PACKSCHED_JSON_PART_Int
 #define PACKSCHED_JSON_PART_Bool PACKSCHED_JSON_PART_Int
-#define PACKSCHED_JSON_PART_LossScale PACKSCHED_SCHEMA_NOTHING  // not a planner field
-#define PACKSCHED_JSON_PART(name, number, Kind) PACKSCHED_JSON_PART_##Kind(w, part, name)
+#define PACKSCHED_JSON_PART(name, number, Kind) \
+  PACKSCHED_SCHEMA_EXCEPT(PACKSCHED_JSON_PART, Kind, LossScale)(w, part, name)
 
 }  // namespace
 
@@ -59,9 +59,8 @@ void WritePart(const planner::MicroBatch& part, JsonWriter& w) {
   Write(w, (s).name);
 #define PACKSCHED_JSON_STATS_Double PACKSCHED_JSON_STATS_Int
 #define PACKSCHED_JSON_STATS_LocalK PACKSCHED_JSON_STATS_Int
-#define PACKSCHED_JSON_STATS_Cap PACKSCHED_SCHEMA_NOTHING
-#define PACKSCHED_JSON_STATS_Micros PACKSCHED_SCHEMA_NOTHING
-#define PACKSCHED_JSON_STATS(name, number, Kind, alias) PACKSCHED_JSON_STATS_##Kind(w, s, name)
+#define PACKSCHED_JSON_STATS(name, number, Kind, alias) \
+  PACKSCHED_SCHEMA_EXCEPT(PACKSCHED_JSON_STATS, Kind, Cap, Micros)(w, s, name)
 
 }  // namespace
 
@@ -79,15 +78,8 @@ namespace {
 // expands, through PACKSCHED_JSON_PAIR_ELEMENT, to
 //   w.Int(o.attention.linear);
 #define PACKSCHED_JSON_PAIR_ELEMENT_Weight(w, o, member) (w).Int((o).member);
-#define PACKSCHED_JSON_PAIR_ELEMENT_Cap PACKSCHED_SCHEMA_NOTHING
-#define PACKSCHED_JSON_PAIR_ELEMENT_Enum PACKSCHED_SCHEMA_NOTHING
-#define PACKSCHED_JSON_PAIR_ELEMENT_Unlimited PACKSCHED_SCHEMA_NOTHING
-#define PACKSCHED_JSON_PAIR_ELEMENT_Count PACKSCHED_SCHEMA_NOTHING
-#define PACKSCHED_JSON_PAIR_ELEMENT_Align PACKSCHED_SCHEMA_NOTHING
-#define PACKSCHED_JSON_PAIR_ELEMENT_Ceiling PACKSCHED_SCHEMA_NOTHING
-#define PACKSCHED_JSON_PAIR_ELEMENT_FixedK PACKSCHED_SCHEMA_NOTHING
 #define PACKSCHED_JSON_PAIR_ELEMENT(name, number, Rule, Type, member, json, help) \
-  PACKSCHED_JSON_PAIR_ELEMENT_##Rule(w, o, member)
+  PACKSCHED_SCHEMA_ONLY(PACKSCHED_JSON_PAIR_ELEMENT, Rule, Weight)(w, o, member)
 
 void WritePair(const planner::PlanOptions& o, JsonWriter& w) {
   w.Key(PACKSCHED_WEIGHT_PAIR_KEY);
@@ -175,11 +167,8 @@ void WriteOptions(const PlanRun& run, JsonWriter& w) {
 #define PACKSCHED_JSON_PLAN_Stats(w, plan, name) \
   (w).Key(#name);                                \
   WriteStats((plan).name, w);
-#define PACKSCHED_JSON_PLAN_LocalK PACKSCHED_SCHEMA_NOTHING
-#define PACKSCHED_JSON_PLAN_Weights PACKSCHED_SCHEMA_NOTHING
-#define PACKSCHED_JSON_PLAN_Global PACKSCHED_SCHEMA_NOTHING
-#define PACKSCHED_JSON_PLAN_Tree PACKSCHED_SCHEMA_NOTHING
-#define PACKSCHED_JSON_PLAN(name, number, Kind) PACKSCHED_JSON_PLAN_##Kind(w, plan, name)
+#define PACKSCHED_JSON_PLAN(name, number, Kind) \
+  PACKSCHED_SCHEMA_EXCEPT(PACKSCHED_JSON_PLAN, Kind, LocalK, Weights, Global, Tree)(w, plan, name)
 
 namespace {
 
@@ -234,14 +223,8 @@ void WriteStep(const planner::StepStats& s, JsonWriter& w) {
 
 // The plan's micro-batch list's name (the Parts row of PACKSCHED_PLAN_RESPONSE).
 #define PACKSCHED_JSON_PARTS_KEY_Parts(name) #name
-#define PACKSCHED_JSON_PARTS_KEY_Count PACKSCHED_SCHEMA_NOTHING
-#define PACKSCHED_JSON_PARTS_KEY_LocalK PACKSCHED_SCHEMA_NOTHING
-#define PACKSCHED_JSON_PARTS_KEY_Indices PACKSCHED_SCHEMA_NOTHING
-#define PACKSCHED_JSON_PARTS_KEY_Weights PACKSCHED_SCHEMA_NOTHING
-#define PACKSCHED_JSON_PARTS_KEY_Global PACKSCHED_SCHEMA_NOTHING
-#define PACKSCHED_JSON_PARTS_KEY_Stats PACKSCHED_SCHEMA_NOTHING
-#define PACKSCHED_JSON_PARTS_KEY_Tree PACKSCHED_SCHEMA_NOTHING
-#define PACKSCHED_JSON_PARTS_KEY(name, number, Kind) PACKSCHED_JSON_PARTS_KEY_##Kind(name)
+#define PACKSCHED_JSON_PARTS_KEY(name, number, Kind) \
+  PACKSCHED_SCHEMA_ONLY(PACKSCHED_JSON_PARTS_KEY, Kind, Parts)(name)
 
 absl::string_view MicroBatchesKey() { return PACKSCHED_PLAN_RESPONSE(PACKSCHED_JSON_PARTS_KEY); }
 

@@ -19,12 +19,13 @@
 #include "server/base/status_macros.h"
 #include "server/cli/read_lengths.h"
 #include "server/cli/read_model_config.h"
+#include "server/cli/read_tree.h"
 #include "server/planner/options.h"
 #include "server/planner/schema.h"
 
 ABSL_FLAG(std::string, tree, "",
-          "file of a forest of rollouts as JSON ({\"node_len\": [...], \"node_parent\": [...], "
-          "\"rollout_leaf\": [...]}): tree packing, each shared token once (instead of --lengths)");
+          absl::StrCat("file of a forest of rollouts as JSON (", packsched::cli::ForestShape(),
+                       "): tree packing, each shared token once (instead of --lengths)"));
 ABSL_FLAG(std::string, lengths, "",
           "file of sequence lengths: one integer per line, a JSON array, or JSON Lines with "
           "--length_field or --token_field (default: stdin)");
@@ -59,9 +60,8 @@ ABSL_FLAG(int64_t, num_parts, 0,
   ABSL_FLAG(std::string, name,                                                               \
             std::string(packsched::planner::Name(packsched::planner::PlanOptions{}.member)), \
             help);
-#define PACKSCHED_PLAN_FLAG_Weight PACKSCHED_SCHEMA_NOTHING
 #define PACKSCHED_PLAN_FLAG(name, number, Rule, Type, member, json, help) \
-  PACKSCHED_PLAN_FLAG_##Rule(name, member, help)
+  PACKSCHED_SCHEMA_EXCEPT(PACKSCHED_PLAN_FLAG, Rule, Weight)(name, member, help)
 PACKSCHED_PLAN_OPTIONS(PACKSCHED_PLAN_FLAG)
 
 // The Weight options together: "A,B" in table order. PACKSCHED_WEIGHT_PAIR expands to
@@ -107,15 +107,8 @@ absl::StatusOr<Enum> ParseFlag(absl::string_view flag, const std::string& value,
 //   ok = ok && next < fields.size() && absl::SimpleAtoi(fields[next++], &parsed.attention.linear);
 #define PACKSCHED_PAIR_Weight(fields, next, parsed, ok, member) \
   (ok) = (ok) && (next) < (fields).size() && absl::SimpleAtoi((fields)[(next)++], &(parsed).member);
-#define PACKSCHED_PAIR_Cap PACKSCHED_SCHEMA_NOTHING
-#define PACKSCHED_PAIR_Enum PACKSCHED_SCHEMA_NOTHING
-#define PACKSCHED_PAIR_Unlimited PACKSCHED_SCHEMA_NOTHING
-#define PACKSCHED_PAIR_Count PACKSCHED_SCHEMA_NOTHING
-#define PACKSCHED_PAIR_Align PACKSCHED_SCHEMA_NOTHING
-#define PACKSCHED_PAIR_Ceiling PACKSCHED_SCHEMA_NOTHING
-#define PACKSCHED_PAIR_FixedK PACKSCHED_SCHEMA_NOTHING
 #define PACKSCHED_PAIR(name, number, Rule, Type, member, json, help) \
-  PACKSCHED_PAIR_##Rule(fields, next, parsed, ok, member)
+  PACKSCHED_SCHEMA_ONLY(PACKSCHED_PAIR, Rule, Weight)(fields, next, parsed, ok, member)
 
 // "A,B" into the Weight options of `o`, in table order.
 absl::Status ParsePair(const std::string& value, planner::PlanOptions& o) {
@@ -163,15 +156,14 @@ absl::Status ParsePair(const std::string& value, planner::PlanOptions& o) {
 #define PACKSCHED_FROM_FLAG_Align PACKSCHED_FROM_FLAG_INT
 #define PACKSCHED_FROM_FLAG_Ceiling PACKSCHED_FROM_FLAG_INT
 #define PACKSCHED_FROM_FLAG_FixedK PACKSCHED_FROM_FLAG_INT
-#define PACKSCHED_FROM_FLAG_Weight PACKSCHED_SCHEMA_NOTHING
 #define PACKSCHED_FROM_FLAG_Enum(o, name, Type, member)                                    \
   {                                                                                        \
     ASSIGN_OR_RETURN((o).member,                                                           \
                      ParseFlag(#name, absl::GetFlag(FLAGS_##name), planner::Parse##Type)); \
   }
-#define PACKSCHED_FROM_FLAG(name, number, Rule, Type, member, json, help) \
-  if (position == (json)) {                                               \
-    PACKSCHED_FROM_FLAG_##Rule(o, name, Type, member)                     \
+#define PACKSCHED_FROM_FLAG(name, number, Rule, Type, member, json, help)             \
+  if (position == (json)) {                                                           \
+    PACKSCHED_SCHEMA_EXCEPT(PACKSCHED_FROM_FLAG, Rule, Weight)(o, name, Type, member) \
   }
 #define PACKSCHED_PAIR_FLAG_VALUE(pair) absl::GetFlag(FLAGS_##pair)
 #define PACKSCHED_EXPAND_PAIR_FLAG_VALUE(pair) PACKSCHED_PAIR_FLAG_VALUE(pair)

@@ -2,11 +2,14 @@
 
 #include <charconv>
 #include <cstdint>
+#include <iterator>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "server/planner/schema.h"
 
 namespace packsched::cli {
 namespace {
@@ -17,8 +20,7 @@ class Reader {
 
   absl::Status Error(absl::string_view what) const {
     return absl::InvalidArgumentError(
-        absl::StrCat(source_, ": byte ", pos_, ": ", what, " (a tree is {\"node_len\": [...], ",
-                     "\"node_parent\": [...], \"rollout_leaf\": [...]})"));
+        absl::StrCat(source_, ": byte ", pos_, ": ", what, " (a tree is ", ForestShape(), ")"));
   }
   void SkipSpace() {
     while (pos_ < text_.size() && (text_[pos_] == ' ' || text_[pos_] == '\t' ||
@@ -73,38 +75,70 @@ class Reader {
   size_t pos_ = 0;
 };
 
+// A forest's members (PACKSCHED_FOREST): the row
+//   X(node_len, 1, Nodes)
+// expands, through PACKSCHED_TREE_MEMBER, to
+//   Member{"node_len", &forest.node_len, true},
+// (through PACKSCHED_REQUIRED_NAME, to "node_len", for a required one: Nodes and Rollouts).
+struct Member {
+  absl::string_view name;
+  std::vector<int64_t>* values;
+  bool required;
+};
+#define PACKSCHED_TREE_REQUIRED_Nodes true
+#define PACKSCHED_TREE_REQUIRED_Rollouts true
+#define PACKSCHED_TREE_REQUIRED_Checked false
+#define PACKSCHED_TREE_MEMBER(name, number, Kind) \
+  Member{#name, &forest.name, PACKSCHED_TREE_REQUIRED_##Kind},
+#define PACKSCHED_REQUIRED_NAME_Nodes(name) #name,
+#define PACKSCHED_REQUIRED_NAME_Rollouts(name) #name,
+#define PACKSCHED_REQUIRED_NAME(name, number, Kind) \
+  PACKSCHED_SCHEMA_EXCEPT(PACKSCHED_REQUIRED_NAME, Kind, Checked)(name)
+
+constexpr absl::string_view kRequired[] = {PACKSCHED_FOREST(PACKSCHED_REQUIRED_NAME)};
+
 }  // namespace
+
+std::string ForestShape() {
+  return absl::StrCat("{",
+                      absl::StrJoin(kRequired, ", ",
+                                    [](std::string* out, absl::string_view name) {
+                                      absl::StrAppend(out, "\"", name, "\": [...]");
+                                    }),
+                      "}");
+}
 
 absl::StatusOr<planner::Forest> ParseForest(absl::string_view text, absl::string_view source) {
   Reader r(text, source);
   planner::Forest forest;
-  bool seen[4] = {false, false, false, false};
+  Member members[] = {PACKSCHED_FOREST(PACKSCHED_TREE_MEMBER)};
+  bool seen[std::size(members)] = {};
   if (!r.Eat('{')) return r.Error("expected '{'");
   if (!r.Eat('}')) {
     do {
       absl::StatusOr<std::string> name = r.Name();
       if (!name.ok()) return name.status();
       if (!r.Eat(':')) return r.Error("expected ':'");
-      static constexpr absl::string_view kNames[4] = {"node_len", "node_parent", "rollout_leaf",
-                                                      "rollout_len"};
-      std::vector<int64_t>* fields[4] = {&forest.node_len, &forest.node_parent,
-                                         &forest.rollout_leaf, &forest.rollout_len};
       int which = -1;
-      for (int i = 0; i < 4; ++i) {
-        if (*name == kNames[i]) which = i;
+      for (size_t i = 0; i < std::size(members); ++i) {
+        if (*name == members[i].name) which = static_cast<int>(i);
       }
       if (which < 0) return r.Error(absl::StrCat("unknown member \"", *name, "\""));
       if (seen[which]) return r.Error(absl::StrCat("member \"", *name, "\" given twice"));
       seen[which] = true;
       absl::StatusOr<std::vector<int64_t>> values = r.Ints();
       if (!values.ok()) return values.status();
-      *fields[which] = *std::move(values);
+      *members[which].values = *std::move(values);
     } while (r.Eat(','));
     if (!r.Eat('}')) return r.Error("expected ',' or '}'");
   }
   if (!r.AtEnd()) return r.Error("content after the object");
-  if (!seen[0] || !seen[1] || !seen[2]) {
-    return r.Error("node_len, node_parent and rollout_leaf are required");
+  for (size_t i = 0; i < std::size(members); ++i) {
+    if (members[i].required && !seen[i]) {
+      const absl::Span<const absl::string_view> all(kRequired);
+      return r.Error(absl::StrCat(absl::StrJoin(all.first(all.size() - 1), ", "), " and ",
+                                  all.back(), " are required"));
+    }
   }
   return forest;
 }

@@ -6,6 +6,8 @@
 // one object whose members are arrays of integers; rollout_len is optional. The planner
 // validates the forest itself (planner::IndexForest).
 
+#include <string>
+
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "server/planner/forest.h"
@@ -16,6 +18,11 @@ namespace packsched::cli {
 // not an array of integers (or an integer out of int64), an unknown or repeated member, or a
 // missing node_len, node_parent or rollout_leaf.
 absl::StatusOr<planner::Forest> ParseForest(absl::string_view text, absl::string_view source);
+
+// The object's required members as the flag's help and the errors show them (the Nodes and
+// Rollouts rows of PACKSCHED_FOREST, server/planner/schema.h):
+//   {"node_len": [...], "node_parent": [...], "rollout_leaf": [...]}
+std::string ForestShape();
 
 }  // namespace packsched::cli
 

@@ -9,6 +9,7 @@
 #include "server/cli/json_output.h"
 #include "server/cli/json_writer.h"
 #include "server/planner/model_cost.h"
+#include "server/planner/schema.h"
 
 namespace packsched::cli {
 namespace {
@@ -25,6 +26,29 @@ double TreeTokenRatio(int64_t forwarded, int64_t logical) {
   return logical > 0 ? static_cast<double>(forwarded) / static_cast<double>(logical) : 1.0;
 }
 
+// A tree plan's fields: per micro-batch its planner fields, its layout (PACKSCHED_TREE_LAYOUT)
+// and its entries (PACKSCHED_TREE_ENTRIES), then the plan's dropped rollouts and figures
+// (PACKSCHED_TREE_PLAN; the layouts are the micro-batches' own). The rows
+//   X(rollouts, 7, Ints)   X(row)   X(forwarded_tokens, 3, Int)
+// expand, through PACKSCHED_JSON_LAYOUT, PACKSCHED_JSON_ENTRY and PACKSCHED_JSON_TREE, to
+//   w.Key("rollouts"); w.IntArray(l.rollouts);
+//   w.Key("row"); w.IntArray(e.row);
+//   w.Key("forwarded_tokens"); w.Int(plan.forwarded_tokens);
+#define PACKSCHED_JSON_LAYOUT(name, number, Kind) \
+  w.Key(#name);                                   \
+  w.IntArray(l.name);
+#define PACKSCHED_JSON_ENTRY(name) \
+  w.Key(#name);                    \
+  w.IntArray(e.name);
+#define PACKSCHED_JSON_TREE_Ints(w, plan, name) \
+  (w).Key(#name);                               \
+  (w).IntArray((plan).name);
+#define PACKSCHED_JSON_TREE_Int(w, plan, name) \
+  (w).Key(#name);                              \
+  (w).Int((plan).name);
+#define PACKSCHED_JSON_TREE(name, number, Kind) \
+  PACKSCHED_SCHEMA_EXCEPT(PACKSCHED_JSON_TREE, Kind, Layouts)(w, plan, name)
+
 void WriteTreePlanFields(const planner::TreePlan& plan, const planner::Forest& forest,
                          JsonWriter& w) {
   w.Key("num_micro_batches");
@@ -36,32 +60,14 @@ void WriteTreePlanFields(const planner::TreePlan& plan, const planner::Forest& f
     const planner::TreeEntries e = planner::Entries(part, forest);
     w.BeginObject();
     WriteMicroBatchFields(part.batch, w);
-    const std::pair<const char*, const std::vector<int64_t>*> arrays[] = {
-        {"rollouts", &l.rollouts},
-        {"piece_rollouts", &l.piece_rollouts},
-        {"piece_rollout_begin", &l.piece_rollout_begin},
-        {"nodes", &e.nodes},
-        {"piece_begin", &e.piece_begin},
-        {"row", &e.row},
-        {"position", &e.position},
-        {"subtree_end", &e.subtree_end},
-        {"parent", &e.parent},
-        {"rollout_entry", &e.rollout_entry}};
-    for (const auto& [key, values] : arrays) {
-      w.Key(key);
-      w.IntArray(*values);
-    }
+    PACKSCHED_TREE_LAYOUT(PACKSCHED_JSON_LAYOUT)
+    PACKSCHED_TREE_ENTRIES(PACKSCHED_JSON_ENTRY)
     w.EndObject();
   }
   w.EndArray();
   w.Key("dropped");
   w.IntArray(plan.dropped);
-  w.Key("rollout_part");
-  w.IntArray(plan.rollout_part);
-  w.Key("forwarded_tokens");
-  w.Int(plan.forwarded_tokens);
-  w.Key("rollout_tokens");
-  w.Int(plan.rollout_tokens);
+  PACKSCHED_TREE_PLAN(PACKSCHED_JSON_TREE)
   w.Key("tree_token_ratio");
   w.Double(TreeTokenRatio(plan.forwarded_tokens, plan.rollout_tokens));
   w.Key("stats");

@@ -46,9 +46,77 @@ struct Column {
 };
 
 struct Level {
-  int64_t height = 0;  // the first (costliest) group's cost: no later group grows past it
-  int64_t free = 0;    // ranks in no group
+  int64_t free = 0;  // ranks in no group
   std::vector<Column> columns;
+};
+
+// One packing's levels in flat arrays that the next packing reuses (no allocation once they have
+// grown): a group's sequences are a list linked through `next`.
+struct Packing {
+  struct Group {
+    int64_t width = 0;
+    int64_t cost = 0;
+    int64_t tokens = 0;
+    int32_t head = -1;  // first and last sequence; -1 when none
+    int32_t tail = -1;
+    int32_t count = 0;
+  };
+  // (cost, group): a min-heap per level and size, cheapest first (ties: created first).
+  using Entry = std::pair<int64_t, int32_t>;
+
+  size_t levels = 0;
+  std::vector<int64_t> height;               // per level: no group grows past it
+  std::vector<int64_t> free;                 // per level: ranks in no group
+  std::vector<std::vector<int32_t>> groups;  // per level: its groups, in creation order
+  // [level * sizes + size index]: the heap, and its top's cost and rows (rows above the cap when
+  // the heap is empty, so that nothing joins it).
+  std::vector<std::vector<Entry>> heaps;
+  std::vector<int64_t> top_cost, top_tokens;
+  std::vector<Group> all;      // every level's groups
+  std::vector<int32_t> next;   // per sequence: the next one of its group, -1 after the last
+  std::vector<int32_t> items;  // scratch of Shorten
+  std::vector<char> side;      // scratch of Shorten
+
+  void Append(Group& g, int32_t i) {
+    if (g.tail < 0) {
+      g.head = i;
+    } else {
+      next[g.tail] = i;
+    }
+    next[i] = -1;
+    g.tail = i;
+    ++g.count;
+  }
+
+  // The levels as the plan needs them.
+  std::vector<Level> Levels() const {
+    std::vector<Level> out(levels);
+    for (size_t l = 0; l < levels; ++l) {
+      out[l].free = free[l];
+      out[l].columns.reserve(groups[l].size());
+      for (const int32_t id : groups[l]) {
+        const Group& g = all[id];
+        Column col{g.width, g.cost, g.tokens, {}};
+        col.items.reserve(g.count);
+        for (int32_t i = g.head; i >= 0; i = next[i]) col.items.push_back(i);
+        out[l].columns.push_back(std::move(col));
+      }
+    }
+    return out;
+  }
+
+  // The sum over levels of the costliest group's cost; nullopt on overflow.
+  std::optional<int64_t> Cost() const {
+    int64_t cost = 0;
+    for (size_t l = 0; l < levels; ++l) {
+      int64_t level = 0;
+      for (const int32_t id : groups[l]) level = std::max(level, all[id].cost);
+      const std::optional<int64_t> sum = CheckedAdd(cost, level);
+      if (!sum) return std::nullopt;
+      cost = *sum;
+    }
+    return cost;
+  }
 };
 
 // The problem with every per-sequence fact the search needs.
@@ -60,8 +128,13 @@ class Packer {
         o_(options),
         sizes_(std::move(sizes)),
         splittable_(std::move(splittable)),
-        size_index_(options.ranks + 1, 0) {
+        size_index_(options.ranks + 1, 0),
+        by_length_(lengths.size()) {
     for (size_t j = 0; j < sizes_.size(); ++j) size_index_[sizes_[j]] = static_cast<int32_t>(j);
+    std::iota(by_length_.begin(), by_length_.end(), 0);
+    std::sort(by_length_.begin(), by_length_.end(), [&](int32_t a, int32_t b) {
+      return lengths_[a] != lengths_[b] ? lengths_[a] > lengths_[b] : a < b;
+    });
   }
 
   // Aligned length and one rank's cost of sequence i at size c; nullopt on overflow.
@@ -73,13 +146,8 @@ class Packer {
     return std::make_pair(*aligned, *h);
   }
 
-  bool Fits(int32_t i, int64_t c) const {
-    const std::optional<int64_t> aligned = CpAlignedLength(lengths_[i], c, o_.tensor_parallel);
-    return aligned && *aligned / c <= o_.max_tokens_per_rank;
-  }
-
   // Per-sequence facts at sizes `cp` (one per sequence, each fitting the cap): cost, rows a
-  // rank, and the packing order (larger groups first, then costlier).
+  // rank, and the packing order (larger groups first, then costlier, then input order).
   struct Sized {
     std::vector<int64_t> cp, h, tok;
     std::vector<int32_t> order;
@@ -95,133 +163,201 @@ class Packer {
       s.tok[i] = at->first / cp[i];
       s.h[i] = at->second;
     }
+    // At a fixed size h does not decrease with the length (non-negative weights), so the
+    // sequences by length descending, bucketed by size descending, are by cost descending;
+    // each run of equal costs then goes back to input order.
+    const size_t k = sizes_.size();
+    std::vector<int64_t> start(k + 1, 0);
+    for (int32_t i = 0; i < n; ++i) ++start[k - size_index_[cp[i]]];
+    for (size_t b = 1; b <= k; ++b) start[b] += start[b - 1];
     s.order.resize(n);
-    std::iota(s.order.begin(), s.order.end(), 0);
-    std::stable_sort(s.order.begin(), s.order.end(), [&](int32_t a, int32_t b) {
-      return cp[a] != cp[b] ? cp[a] > cp[b] : s.h[a] > s.h[b];
-    });
+    for (const int32_t i : by_length_) s.order[start[k - 1 - size_index_[cp[i]]]++] = i;
+    for (int64_t a = 0; a < n;) {
+      int64_t b = a + 1;
+      while (b < n && cp[s.order[b]] == cp[s.order[a]] && s.h[s.order[b]] == s.h[s.order[a]]) ++b;
+      if (b - a > 1) std::sort(s.order.begin() + a, s.order.begin() + b);
+      a = b;
+    }
     s.cp = std::move(cp);
     return s;
   }
 
-  // The levels for `sized`, each level at least `target` high; an empty result when more than
-  // `max_levels` would be needed.
-  absl::StatusOr<std::vector<Level>> Pack(const Sized& sized, int64_t target,
-                                          size_t max_levels) const {
+  // Packs `sized` into `p`, each level at least `target` high; false when more than `max_levels`
+  // would be needed.
+  absl::StatusOr<bool> Pack(const Sized& sized, int64_t target, size_t max_levels,
+                            Packing& p) const {
     const std::vector<int64_t>& cp = sized.cp;
     const std::vector<int64_t>& h = sized.h;
     const std::vector<int64_t>& tok = sized.tok;
-    const std::vector<int32_t>& order = sized.order;
-    std::vector<Level> levels;
-    // Per level and size, the groups by cost ascending: (cost, column) min-heaps.
-    using Heap = std::priority_queue<std::pair<int64_t, int32_t>,
-                                     std::vector<std::pair<int64_t, int32_t>>, std::greater<>>;
-    std::vector<std::vector<Heap>> heaps;  // [level][index of the size]
+    const size_t k = sizes_.size();
     const int64_t alpha = o_.cost.micro_batch;
-    for (const int32_t i : order) {
+    const int64_t cap = o_.max_tokens_per_rank;
+    p.levels = 0;
+    p.all.clear();
+    p.next.resize(lengths_.size());
+    for (const int32_t i : sized.order) {
       const int64_t c = cp[i];
+      const size_t s = static_cast<size_t>(size_index_[c]);
       const std::optional<int64_t> need = CheckedAdd(alpha, h[i]);
       if (!need) return Overflow();
-      bool placed = false;
-      for (size_t l = 0; l < levels.size() && !placed; ++l) {
-        Level& level = levels[l];
-        Heap& heap = heaps[l][size_index_[c]];
-        if (!heap.empty()) {
-          const auto [cost, col] = heap.top();
-          Column& column = level.columns[col];
-          if (cost + h[i] <= level.height && column.tokens + tok[i] <= o_.max_tokens_per_rank) {
-            heap.pop();
-            column.cost += h[i];
-            column.tokens += tok[i];
-            column.items.push_back(i);
-            heap.emplace(column.cost, col);
-            placed = true;
-            break;
-          }
+      // The first level whose least-loaded group of this size takes it, or whose free ranks
+      // take a new group (a group's cost never passes its level's height: no overflow below).
+      size_t l = 0;
+      bool join = false;
+      for (; l < p.levels; ++l) {
+        const size_t at = l * k + s;
+        if (p.top_tokens[at] + tok[i] <= cap && h[i] <= p.height[l] - p.top_cost[at]) {
+          join = true;
+          break;
         }
-        if (level.free >= c && splittable_[level.free - c] && *need <= level.height) {
-          level.free -= c;
-          level.columns.push_back({c, *need, tok[i], {i}});
-          heaps[l][size_index_[c]].emplace(*need, static_cast<int32_t>(level.columns.size() - 1));
-          placed = true;
-        }
+        if (p.free[l] >= c && splittable_[p.free[l] - c] && *need <= p.height[l]) break;
       }
-      if (placed) continue;
-      if (levels.size() == max_levels) return std::vector<Level>();
-      Level level;
-      level.height = std::max(*need, target);
-      level.free = o_.ranks - c;
-      level.columns.push_back({c, *need, tok[i], {i}});
-      levels.push_back(std::move(level));
-      heaps.emplace_back(sizes_.size());
-      heaps.back()[size_index_[c]].emplace(*need, 0);
+      if (l == p.levels) {
+        if (p.levels == max_levels) return false;
+        AddLevel(p, std::max(*need, target));
+      }
+      const size_t at = l * k + s;
+      std::vector<Packing::Entry>& heap = p.heaps[at];
+      if (join) {
+        Packing::Group& g = p.all[heap.front().second];
+        g.cost += h[i];
+        g.tokens += tok[i];
+        p.Append(g, i);
+        heap.front().first = g.cost;
+        SiftDown(heap);
+      } else {
+        p.free[l] -= c;
+        const int32_t id = static_cast<int32_t>(p.all.size());
+        p.all.push_back({c, *need, tok[i], -1, -1, 0});
+        p.Append(p.all.back(), i);
+        p.groups[l].push_back(id);
+        heap.emplace_back(*need, id);
+        std::push_heap(heap.begin(), heap.end(), std::greater<>());
+      }
+      p.top_cost[at] = heap.front().first;
+      p.top_tokens[at] = p.all[heap.front().second].tokens;
     }
-    for (Level& level : levels) Shorten(level, h, tok);
-    return levels;
+    for (size_t l = 0; l < p.levels; ++l) Shorten(p, l, h, tok);
+    return true;
   }
 
  private:
-  // Spends the level's free ranks on its costliest group while that lowers the level's cost.
-  void Shorten(Level& level, const std::vector<int64_t>& h, const std::vector<int64_t>& tok) const {
-    const int64_t alpha = o_.cost.micro_batch;
-    // The columns by cost descending, then index ascending: (cost, -index); only the top one
-    // changes, so the heap stays exact.
-    std::priority_queue<std::pair<int64_t, int64_t>> by_cost;
-    for (size_t j = 0; j < level.columns.size(); ++j) {
-      by_cost.emplace(level.columns[j].cost, -static_cast<int64_t>(j));
+  // Restores a min-heap whose top grew (entries are distinct: the top is the one least entry).
+  static void SiftDown(std::vector<Packing::Entry>& heap) {
+    const size_t n = heap.size();
+    const Packing::Entry top = heap[0];
+    size_t at = 0;
+    for (size_t child = 1; child < n; child = 2 * at + 1) {
+      if (child + 1 < n && heap[child + 1] < heap[child]) ++child;
+      if (!(heap[child] < top)) break;
+      heap[at] = heap[child];
+      at = child;
     }
-    while (level.free > 0 && !by_cost.empty()) {
+    heap[at] = top;
+  }
+
+  void AddLevel(Packing& p, int64_t height) const {
+    const size_t k = sizes_.size();
+    const size_t l = p.levels++;
+    if (p.height.size() < p.levels) {
+      p.height.resize(p.levels);
+      p.free.resize(p.levels);
+      p.groups.resize(p.levels);
+      p.heaps.resize(p.levels * k);
+      p.top_cost.resize(p.levels * k);
+      p.top_tokens.resize(p.levels * k);
+    }
+    p.height[l] = height;
+    p.free[l] = o_.ranks;
+    p.groups[l].clear();
+    for (size_t s = l * k; s < (l + 1) * k; ++s) {
+      p.heaps[s].clear();
+      p.top_cost[s] = 0;
+      p.top_tokens[s] = o_.max_tokens_per_rank + 1;
+    }
+  }
+
+  // Spends level l's free ranks on its costliest group while that lowers the level's cost.
+  void Shorten(Packing& p, size_t l, const std::vector<int64_t>& h,
+               const std::vector<int64_t>& tok) const {
+    const int64_t alpha = o_.cost.micro_batch;
+    std::vector<int32_t>& groups = p.groups[l];
+    int64_t& free = p.free[l];
+    // The groups by cost descending, then position ascending: (cost, -position); only the top
+    // one changes, so the heap stays exact.
+    std::priority_queue<std::pair<int64_t, int64_t>> by_cost;
+    for (size_t j = 0; j < groups.size(); ++j) {
+      by_cost.emplace(p.all[groups[j]].cost, -static_cast<int64_t>(j));
+    }
+    while (free > 0 && !by_cost.empty()) {
       const size_t j = static_cast<size_t>(-by_cost.top().second);
       by_cost.pop();
-      const Column& col = level.columns[j];
+      const Packing::Group col = p.all[groups[j]];
       const int64_t before = col.cost;
       // Split: the group's sequences dealt to it and a new group of its size, LPT.
-      std::optional<std::pair<Column, Column>> split;
-      if (col.items.size() >= 2 && level.free >= col.width && splittable_[level.free - col.width]) {
-        Column a{col.width, alpha, 0, {}};
-        Column b{col.width, alpha, 0, {}};
-        std::vector<int32_t> items = col.items;
-        std::stable_sort(items.begin(), items.end(),
+      int64_t split_a = alpha;
+      int64_t split_b = alpha;
+      bool split = false;
+      if (col.count >= 2 && free >= col.width && splittable_[free - col.width]) {
+        p.items.clear();
+        for (int32_t i = col.head; i >= 0; i = p.next[i]) p.items.push_back(i);
+        std::stable_sort(p.items.begin(), p.items.end(),
                          [&](int32_t x, int32_t y) { return h[x] > h[y]; });
-        for (const int32_t i : items) {
-          Column& to = (a.cost <= b.cost) ? a : b;
-          to.cost += h[i];
-          to.tokens += tok[i];
-          to.items.push_back(i);
+        p.side.resize(p.items.size());
+        for (size_t t = 0; t < p.items.size(); ++t) {
+          p.side[t] = split_a <= split_b ? 0 : 1;
+          (p.side[t] == 0 ? split_a : split_b) += h[p.items[t]];
         }
-        if (std::max(a.cost, b.cost) < before) split = std::make_pair(a, b);
+        split = std::max(split_a, split_b) < before;
       }
       // Widen: the same sequences on the smallest larger allowed size that lowers the cost.
-      std::optional<Column> wide;
+      int64_t wide = 0;
+      int64_t wide_cost = alpha;
+      int64_t wide_tokens = 0;
       for (const int64_t c : sizes_) {
-        if (c <= col.width || c - col.width > level.free) continue;
-        if (!splittable_[level.free - (c - col.width)]) continue;
-        Column w{c, alpha, 0, col.items};
+        if (c <= col.width || c - col.width > free) continue;
+        if (!splittable_[free - (c - col.width)]) continue;
+        int64_t cost = alpha;
+        int64_t tokens = 0;
         bool ok = true;
-        for (const int32_t i : col.items) {
+        for (int32_t i = col.head; i >= 0; i = p.next[i]) {
           const auto at = At(i, c);
           if (!at || at->first / c > o_.max_tokens_per_rank) {
             ok = false;
             break;
           }
-          w.cost += at->second;
-          w.tokens += at->first / c;
+          cost += at->second;
+          tokens += at->first / c;
         }
-        if (ok && w.cost < before) {
-          wide = std::move(w);
+        if (ok && cost < before) {
+          wide = c;
+          wide_cost = cost;
+          wide_tokens = tokens;
           break;
         }
       }
-      if (split && (!wide || std::max(split->first.cost, split->second.cost) <= wide->cost)) {
-        level.free -= col.width;
-        level.columns[j] = std::move(split->first);
-        level.columns.push_back(std::move(split->second));
-        by_cost.emplace(level.columns[j].cost, -static_cast<int64_t>(j));
-        by_cost.emplace(level.columns.back().cost, -static_cast<int64_t>(level.columns.size() - 1));
-      } else if (wide) {
-        level.free -= wide->width - col.width;
-        level.columns[j] = std::move(*wide);
-        by_cost.emplace(level.columns[j].cost, -static_cast<int64_t>(j));
+      if (split && (wide == 0 || std::max(split_a, split_b) <= wide_cost)) {
+        free -= col.width;
+        const int32_t b = static_cast<int32_t>(p.all.size());
+        p.all.push_back({col.width, alpha, 0, -1, -1, 0});
+        Packing::Group& a = p.all[groups[j]];
+        a = {col.width, alpha, 0, -1, -1, 0};
+        for (size_t t = 0; t < p.items.size(); ++t) {
+          Packing::Group& to = p.all[p.side[t] == 0 ? groups[j] : b];
+          to.cost += h[p.items[t]];
+          to.tokens += tok[p.items[t]];
+          p.Append(to, p.items[t]);
+        }
+        groups.push_back(b);
+        by_cost.emplace(p.all[groups[j]].cost, -static_cast<int64_t>(j));
+        by_cost.emplace(p.all[b].cost, -static_cast<int64_t>(groups.size() - 1));
+      } else if (wide > 0) {
+        free -= wide - col.width;
+        Packing::Group& g = p.all[groups[j]];
+        g.width = wide;
+        g.cost = wide_cost;
+        g.tokens = wide_tokens;
+        by_cost.emplace(g.cost, -static_cast<int64_t>(j));
       } else {
         break;
       }
@@ -233,13 +369,8 @@ class Packer {
   std::vector<int64_t> sizes_;       // allowed sizes, ascending
   std::vector<bool> splittable_;     // [w]: w ranks split exactly into allowed sizes
   std::vector<int32_t> size_index_;  // [c]: the position of c in sizes_
+  std::vector<int32_t> by_length_;   // the sequences by length descending, then input order
 };
-
-int64_t LevelCost(const Level& level) {
-  int64_t cost = 0;
-  for (const Column& c : level.columns) cost = std::max(cost, c.cost);
-  return cost;
-}
 
 bool Allowed(CpSizeRule rule, int64_t c, int64_t ranks) {
   switch (rule) {
@@ -367,14 +498,16 @@ absl::StatusOr<DynamicCpPlan> PlanDynamicCp(absl::Span<const int64_t> lengths,
     int64_t best_area = -1;
     int64_t best_h = -1;
     for (const int64_t c : sizes) {
-      if (!packer.Fits(i, c)) continue;
+      const std::optional<int64_t> aligned =
+          CpAlignedLength(lengths[i], c, options.tensor_parallel);
+      if (!aligned || *aligned / c > options.max_tokens_per_rank) continue;
       if (smallest[i] == 0) smallest[i] = c;
-      const auto at = packer.At(i, c);
-      if (!at) return Overflow();
-      const std::optional<int64_t> a = CheckedMul(at->second, c);
+      const std::optional<int64_t> h = CpSequenceCost(options.cost, *aligned, c);
+      if (!h) return Overflow();
+      const std::optional<int64_t> a = CheckedMul(*h, c);
       if (!a) return Overflow();
       if (best_area < 0 || *a < best_area) best_area = *a;
-      if (best_h < 0 || at->second < best_h) best_h = at->second;
+      if (best_h < 0 || *h < best_h) best_h = *h;
     }
     if (smallest[i] == 0) {
       const std::optional<int64_t> aligned =
@@ -403,19 +536,12 @@ absl::StatusOr<DynamicCpPlan> PlanDynamicCp(absl::Span<const int64_t> lengths,
   }
   std::optional<std::vector<Level>> best;
   int64_t best_cost = 0;
+  Packing packing;
   std::vector<int64_t> cp(n);
   for (const int64_t floor : floors) {
-    for (int32_t i = 0; i < n; ++i) {
-      cp[i] = smallest[i];
-      if (cp[i] < floor) {
-        for (const int64_t c : sizes) {
-          if (c >= floor && packer.Fits(i, c)) {
-            cp[i] = c;
-            break;
-          }
-        }
-      }
-    }
+    // A floor is an allowed size, and a size that fits leaves every larger one fitting (the rows
+    // a rank do not grow with the size): the smallest allowed size >= floor that fits.
+    for (int32_t i = 0; i < n; ++i) cp[i] = std::max(smallest[i], floor);
     absl::StatusOr<Packer::Sized> sized = packer.Prepare(cp);
     if (!sized.ok()) return sized.status();
     // Targets: the height that k slots of equal cost would have, k the fewest slots the cap
@@ -434,20 +560,16 @@ absl::StatusOr<DynamicCpPlan> PlanDynamicCp(absl::Span<const int64_t> lengths,
     // Packs at `target`; returns the slot count, or above `k` slots when more are needed and a
     // plan exists already.
     auto consider = [&](int64_t target, size_t k) -> absl::StatusOr<size_t> {
-      absl::StatusOr<std::vector<Level>> levels =
-          packer.Pack(*sized, target, best ? k : std::numeric_limits<size_t>::max());
-      if (!levels.ok()) return levels.status();
-      if (levels->empty() && n > 0) return k + 1;
-      int64_t cost = 0;
-      for (const Level& level : *levels) {
-        const std::optional<int64_t> sum = CheckedAdd(cost, LevelCost(level));
-        if (!sum) return Overflow();
-        cost = *sum;
-      }
-      const size_t count = levels->size();
-      if (!best || cost < best_cost || (cost == best_cost && count < best->size())) {
-        best = std::move(*levels);
-        best_cost = cost;
+      absl::StatusOr<bool> packed =
+          packer.Pack(*sized, target, best ? k : std::numeric_limits<size_t>::max(), packing);
+      if (!packed.ok()) return packed.status();
+      if (!*packed) return k + 1;
+      const std::optional<int64_t> cost = packing.Cost();
+      if (!cost) return Overflow();
+      const size_t count = packing.levels;
+      if (!best || *cost < best_cost || (*cost == best_cost && count < best->size())) {
+        best = packing.Levels();
+        best_cost = *cost;
       }
       return count;
     };

@@ -97,8 +97,11 @@ struct DynamicCpPlan {
 // no allowed size in [min_cp, max_cp], allowed sizes that cannot split R ranks exactly (e.g. powers
 // of two of at least 4 for R = 6); naming the sequence for a length < 1 or a sequence that exceeds
 // the cap even on the largest allowed group; and for costs that overflow int64. Planning n
-// sequences takes O(F n (log n + 10 slots)) plus the free-rank passes: F size floors (at most
-// about log2 R + 2), each sorted once and packed 10 times.
+// sequences takes O(n S + F n (log n + 10 (slots + log R))) plus the free-rank passes: S allowed
+// sizes, F size floors (at most about log2 R + 2), the sequences sorted by length once (a floor
+// re-sorts only runs of equal cost) and each floor packed at most 10 times, a sequence scanning
+// the slots and sifting one heap of groups. R = 256 with 4,096 sequences: about 6 ms of CPU time
+// on a 2-core VM (docs/benchmarks.md).
 absl::StatusOr<DynamicCpPlan> PlanDynamicCp(absl::Span<const int64_t> lengths,
                                             const DynamicCpOptions& options);
 

@@ -1,7 +1,10 @@
 #include "server/planner/forest.h"
 
+#include <algorithm>
 #include <optional>
+#include <utility>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "server/base/checked_math.h"
@@ -122,6 +125,43 @@ absl::StatusOr<ForestIndex> IndexForest(const Forest& forest) {
 absl::Status CheckHasRollouts(const Forest& forest) {
   if (!forest.rollout_leaf.empty()) return absl::OkStatus();
   return absl::InvalidArgumentError("forest: no rollouts (rollout_leaf is empty): nothing to plan");
+}
+
+absl::StatusOr<Forest> SplitByGroup(const Forest& forest, const ForestIndex& index,
+                                    absl::Span<const int64_t> group_ids) {
+  // Every (node, group) some rollout of the group goes through: a path walked up to the first
+  // copy its group already has.
+  absl::flat_hash_map<std::pair<int64_t, int64_t>, int64_t> copy;
+  std::vector<std::pair<int64_t, int64_t>> copies;
+  for (size_t r = 0; r < forest.rollout_leaf.size(); ++r) {
+    for (int64_t node = forest.rollout_leaf[r]; node >= 0; node = forest.node_parent[node]) {
+      if (!copy.emplace(std::make_pair(node, group_ids[r]), 0).second) break;
+      copies.emplace_back(node, group_ids[r]);
+      if (static_cast<int64_t>(copies.size()) > kMaxForestNodes) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "group_ids: cutting the trees at the groups copies shared nodes into more than ",
+            kMaxForestNodes, " nodes (the forest limit); give rollouts that share a long prefix ",
+            "fewer groups"));
+      }
+    }
+  }
+  std::sort(copies.begin(), copies.end());
+  Forest out;
+  out.node_len.reserve(copies.size());
+  out.node_parent.reserve(copies.size());
+  for (size_t i = 0; i < copies.size(); ++i) {
+    const auto [node, group] = copies[i];
+    copy[copies[i]] = static_cast<int64_t>(i);
+    const int64_t parent = forest.node_parent[node];
+    out.node_len.push_back(forest.node_len[node]);
+    out.node_parent.push_back(parent < 0 ? -1 : copy.at(std::make_pair(parent, group)));
+  }
+  out.rollout_leaf.reserve(forest.rollout_leaf.size());
+  for (size_t r = 0; r < forest.rollout_leaf.size(); ++r) {
+    out.rollout_leaf.push_back(copy.at(std::make_pair(forest.rollout_leaf[r], group_ids[r])));
+  }
+  out.rollout_len = index.rollout_len;
+  return out;
 }
 
 }  // namespace packsched::planner

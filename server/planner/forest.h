@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/types/span.h"
 
 namespace packsched::planner {
 
@@ -58,6 +59,18 @@ absl::StatusOr<ForestIndex> IndexForest(const Forest& forest);
 // micro-batches). InvalidArgument "forest: no rollouts (rollout_leaf is empty): nothing to
 // plan" when `forest` has none, else OK.
 absl::Status CheckHasRollouts(const Forest& forest);
+
+// The forest with every tree cut at its rollouts' groups (BalanceForest's group_ids, one per
+// rollout, any int64): the rollouts of one tree and one group become a tree of their own, with
+// every node on their paths; a node that rollouts of several groups go through is copied once
+// per group. The copies are numbered by (node, group), so parents come before children and
+// each copy's children keep their order. Rollout r stays rollout r with the same path tokens
+// (rollout_len is kept), so a plan of the result, whose layouts name rollouts and not nodes, is
+// a plan of `forest`. O(copies log copies); InvalidArgument, found after at most
+// kMaxForestNodes steps, when the copies would pass kMaxForestNodes (as IndexForest refuses).
+// REQUIRES: `index` = IndexForest(forest); group_ids.size() == forest.rollout_leaf.size().
+absl::StatusOr<Forest> SplitByGroup(const Forest& forest, const ForestIndex& index,
+                                    absl::Span<const int64_t> group_ids);
 
 }  // namespace packsched::planner
 

@@ -3,12 +3,14 @@
 
 #include "absl/strings/string_view.h"
 
-// The one declaration of the plan / options schema: every field of the planner's options and of
-// a plan that crosses a boundary — the `packsched plan` flags and JSON, the sidecar's proto
-// conversion (server/service/convert.cc, with options_hash.cc, partition.cc and
-// balance_batch.cc beside it), the C++ client's request building and wire decoder
-// (client/cpp), and the Python package (the pybind dicts of client/python/src and,
-// through packsched._planner.schema(), packsched/_options.py, client.py and plan.py).
+// The one declaration of the plan / options schema: every field of the planner's options, of a
+// forest of rollouts and of a plan (a tree plan's too) that crosses a boundary — the `packsched
+// plan` flags and JSON (its --tree reader), the sidecar's proto conversion
+// (server/service/convert.cc and forest_convert.cc, with options_hash.cc, partition.cc,
+// balance_batch.cc and request_memory.cc beside them), the C++ client's request building and
+// wire decoder (client/cpp), and the Python package (the pybind dicts and keywords of
+// client/python/src and, through packsched._planner.schema(), packsched/_options.py, client.py,
+// plan.py, planner.py and tree.py).
 //
 // Each table is an X-macro: PACKSCHED_<TABLE>(X) calls X once per field, in proto field order.
 // Consumers define X to expand the columns into straight-line code (token pasting gives the
@@ -16,7 +18,10 @@
 // `o.member`; `#name` gives the JSON key, the Python keyword and the error messages), so the
 // compiled code is what a hand-written conversion would be: no maps, no loops over names.
 // The Rule / Kind column says how a field is converted; each consumer has one macro per rule
-// (PACKSCHED_<CONSUMER>_<Rule>), so a field of an existing rule needs no consumer change. A rule
+// it acts on (PACKSCHED_<CONSUMER>_<Rule>), so a field of an existing rule needs no consumer
+// change, and none for the rules it does not act on (PACKSCHED_SCHEMA_ONLY / EXCEPT below: its X
+// macro names the rules it acts on, or those it skips), so a new rule changes no consumer that
+// has nothing to do with it. A rule
 // macro takes what it touches as arguments (the message, the value type, ...); the X macro a
 // consumer hands the table binds them, and each consumer's block opens with one row written out
 // as its expansion produces it (leaving out the parentheses a rule puts around its arguments,
@@ -242,8 +247,144 @@
   X(bytes_per_element, 15, Bytes, int64, bytes_per_element, cp_bytes_per_element, Own,            \
     "with --dynamic_cp and --model_config: bytes of one key or value element")
 
-// Expands to nothing: the rule macros of a consumer that ignores a rule.
+// packsched.v1.Forest (planner::Forest, packsched.tree.Forest): a forest request's input, also
+// the JSON object of `packsched plan --tree` and the binding's keywords, in this order.
+//   X(name, number, Kind)
+//   Kind  Nodes     repeated int64 [N], one per node: required
+//         Rollouts  repeated int64 [R], one per rollout: required
+//         Checked   repeated int64, empty or [R]: optional, checked against the rollouts' paths
+//                   (the clients derive it and do not send it)
+#define PACKSCHED_FOREST(X)    \
+  X(node_len, 1, Nodes)        \
+  X(node_parent, 2, Nodes)     \
+  X(rollout_leaf, 3, Rollouts) \
+  X(rollout_len, 4, Checked)
+
+// packsched.v1.TreeLayout (planner::TreeLayout): one micro-batch's layout as a plan keeps it.
+//   X(name, number, Kind)
+//   Kind  Ints  repeated int64, the planner::TreeLayout member of the same name
+#define PACKSCHED_TREE_LAYOUT(X) \
+  X(rollouts, 7, Ints)           \
+  X(piece_rollouts, 9, Ints)     \
+  X(piece_rollout_begin, 10, Ints)
+
+// packsched.v1.TreePlan (planner::TreePlan): a forest request's layout and figures, beside the
+// plan over pieces (PACKSCHED_PLAN_RESPONSE's Tree row).
+//   X(name, number, Kind)
+//   Kind  Layouts  repeated TreeLayout, one per micro-batch (planner::TreePlan::parts' layout)
+//         Ints     repeated int64 | Int: int64, the planner::TreePlan member of the same name
+#define PACKSCHED_TREE_PLAN(X) \
+  X(layouts, 1, Layouts)       \
+  X(rollout_part, 2, Ints)     \
+  X(forwarded_tokens, 3, Int)  \
+  X(rollout_tokens, 4, Int)
+
+// planner::TreeEntries (tree_plan.h): a micro-batch's layout node by node, derived from its
+// TreeLayout and the forest, never on the wire (the JSON of `packsched plan --tree` and the
+// binding's tree_entries dict list them in this order).
+//   X(name)   an int64 array, the planner::TreeEntries member of the same name
+#define PACKSCHED_TREE_ENTRIES(X) \
+  X(nodes)                        \
+  X(piece_begin)                  \
+  X(row)                          \
+  X(position)                     \
+  X(subtree_end)                  \
+  X(parent)                       \
+  X(rollout_entry)
+
+// Expands to nothing: a rule with nothing to do.
 #define PACKSCHED_SCHEMA_NOTHING(...)
+
+// A consumer's rule for a row, with a default, so that a consumer defines the rules it acts on
+// and no stub for the others. A consumer's X macro names its rule macros' prefix, the row's rule /
+// kind and either
+//   PACKSCHED_SCHEMA_ONLY(PREFIX, Kind, K1, K2, ...)    PREFIX_Kind when Kind is one of K1, K2,
+//                                                       ..., else PACKSCHED_SCHEMA_NOTHING
+//   PACKSCHED_SCHEMA_EXCEPT(PREFIX, Kind, K1, K2, ...)  PACKSCHED_SCHEMA_NOTHING when Kind is one
+//                                                       of K1, K2, ..., else PREFIX_Kind
+// (at most 8 listed), then the rule's arguments, as convert.cc's PACKSCHED_HEAD(name, number,
+// Kind) does with
+//   PACKSCHED_SCHEMA_ONLY(PACKSCHED_HEAD, Kind, Count, LocalK)(response, k, plan, name)
+// A consumer that acts on a few kinds (the counts of a response, its index lists) lists them with
+// ONLY: a new kind does nothing there. One that converts every field lists with EXCEPT the kinds
+// that are not its own, or pastes PREFIX_##Kind itself when it has a rule for each: a new kind
+// without its rule there fails to compile.
+#define PACKSCHED_SCHEMA_ONLY(prefix, Kind, ...) \
+  PACKSCHED_SCHEMA_CAT(PACKSCHED_SCHEMA_PICK_, PACKSCHED_SCHEMA_IN(Kind, __VA_ARGS__))(prefix, Kind)
+#define PACKSCHED_SCHEMA_EXCEPT(prefix, Kind, ...) \
+  PACKSCHED_SCHEMA_CAT(PACKSCHED_SCHEMA_SKIP_, PACKSCHED_SCHEMA_IN(Kind, __VA_ARGS__))(prefix, Kind)
+
+// The machinery of ONLY and EXCEPT: PACKSCHED_SCHEMA_IN(Kind, K1, ...) is 1 when Kind is one of
+// K1, ... (PACKSCHED_SCHEMA_SAME_Kind_Kind, defined below for every rule and kind, is a comma:
+// the third argument of PACKSCHED_SCHEMA_THIRD shifts from 0 to 1), else 0.
+#define PACKSCHED_SCHEMA_CAT_(a, b) a##b
+#define PACKSCHED_SCHEMA_CAT(a, b) PACKSCHED_SCHEMA_CAT_(a, b)
+#define PACKSCHED_SCHEMA_THIRD_(a, b, c, ...) c
+#define PACKSCHED_SCHEMA_THIRD(...) PACKSCHED_SCHEMA_THIRD_(__VA_ARGS__)
+#define PACKSCHED_SCHEMA_SAME_EACH(K, a, b, c, d, e, f, g, h, ...)                                \
+  PACKSCHED_SCHEMA_SAME_##K##_##a PACKSCHED_SCHEMA_SAME_##K##_##b PACKSCHED_SCHEMA_SAME_##K##_##c \
+      PACKSCHED_SCHEMA_SAME_##K##_##d PACKSCHED_SCHEMA_SAME_##K##_##e                             \
+          PACKSCHED_SCHEMA_SAME_##K##_##f PACKSCHED_SCHEMA_SAME_##K##_##g                         \
+              PACKSCHED_SCHEMA_SAME_##K##_##h
+#define PACKSCHED_SCHEMA_IN(Kind, ...)                                                             \
+  PACKSCHED_SCHEMA_THIRD(PACKSCHED_SCHEMA_SAME_EACH(Kind, __VA_ARGS__, _, _, _, _, _, _, _, _), 1, \
+                         0, 0)
+#define PACKSCHED_SCHEMA_PICK_0(prefix, Kind) PACKSCHED_SCHEMA_NOTHING
+#define PACKSCHED_SCHEMA_PICK_1(prefix, Kind) prefix##_##Kind
+#define PACKSCHED_SCHEMA_SKIP_0(prefix, Kind) prefix##_##Kind
+#define PACKSCHED_SCHEMA_SKIP_1(prefix, Kind) PACKSCHED_SCHEMA_NOTHING
+// Every rule and kind of the tables above (a new one adds its line; the static_asserts below
+// fail without it).
+#define PACKSCHED_SCHEMA_SAME_Align_Align ,
+#define PACKSCHED_SCHEMA_SAME_Bool_Bool ,
+#define PACKSCHED_SCHEMA_SAME_Bytes_Bytes ,
+#define PACKSCHED_SCHEMA_SAME_Cap_Cap ,
+#define PACKSCHED_SCHEMA_SAME_Ceiling_Ceiling ,
+#define PACKSCHED_SCHEMA_SAME_Checked_Checked ,
+#define PACKSCHED_SCHEMA_SAME_Count_Count ,
+#define PACKSCHED_SCHEMA_SAME_Double_Double ,
+#define PACKSCHED_SCHEMA_SAME_Enum_Enum ,
+#define PACKSCHED_SCHEMA_SAME_FixedK_FixedK ,
+#define PACKSCHED_SCHEMA_SAME_Global_Global ,
+#define PACKSCHED_SCHEMA_SAME_Indices_Indices ,
+#define PACKSCHED_SCHEMA_SAME_Int_Int ,
+#define PACKSCHED_SCHEMA_SAME_Ints_Ints ,
+#define PACKSCHED_SCHEMA_SAME_Kept_Kept ,
+#define PACKSCHED_SCHEMA_SAME_Layouts_Layouts ,
+#define PACKSCHED_SCHEMA_SAME_LocalK_LocalK ,
+#define PACKSCHED_SCHEMA_SAME_Loss_Loss ,
+#define PACKSCHED_SCHEMA_SAME_LossScale_LossScale ,
+#define PACKSCHED_SCHEMA_SAME_MaxCp_MaxCp ,
+#define PACKSCHED_SCHEMA_SAME_Micros_Micros ,
+#define PACKSCHED_SCHEMA_SAME_Nodes_Nodes ,
+#define PACKSCHED_SCHEMA_SAME_Parts_Parts ,
+#define PACKSCHED_SCHEMA_SAME_Ratio_Ratio ,
+#define PACKSCHED_SCHEMA_SAME_Rollouts_Rollouts ,
+#define PACKSCHED_SCHEMA_SAME_Stats_Stats ,
+#define PACKSCHED_SCHEMA_SAME_SumNorm_SumNorm ,
+#define PACKSCHED_SCHEMA_SAME_Tree_Tree ,
+#define PACKSCHED_SCHEMA_SAME_Unlimited_Unlimited ,
+#define PACKSCHED_SCHEMA_SAME_Weight_Weight ,
+#define PACKSCHED_SCHEMA_SAME_Weights_Weights ,
+#define PACKSCHED_SCHEMA_SAME_World_World ,
+#define PACKSCHED_SCHEMA_KNOWN(name, number, Kind, ...)                               \
+  static_assert(PACKSCHED_SCHEMA_IN(Kind, Kind),                                      \
+                "server/planner/schema.h: add PACKSCHED_SCHEMA_SAME_" #Kind "_" #Kind \
+                " (a rule or kind of a table)");
+PACKSCHED_PLAN_OPTIONS(PACKSCHED_SCHEMA_KNOWN)
+PACKSCHED_LOSS_OPTIONS(PACKSCHED_SCHEMA_KNOWN)
+PACKSCHED_MICRO_BATCH(PACKSCHED_SCHEMA_KNOWN)
+PACKSCHED_PLAN_STATS(PACKSCHED_SCHEMA_KNOWN)
+PACKSCHED_GLOBAL_COUNTS(PACKSCHED_SCHEMA_KNOWN)
+PACKSCHED_PLAN_RESPONSE(PACKSCHED_SCHEMA_KNOWN)
+PACKSCHED_FOREST(PACKSCHED_SCHEMA_KNOWN)
+PACKSCHED_TREE_LAYOUT(PACKSCHED_SCHEMA_KNOWN)
+PACKSCHED_TREE_PLAN(PACKSCHED_SCHEMA_KNOWN)
+PACKSCHED_DYNAMIC_CP_OPTIONS(PACKSCHED_SCHEMA_KNOWN)
+#undef PACKSCHED_SCHEMA_KNOWN
+static_assert(PACKSCHED_SCHEMA_IN(Parts, Count, LocalK, Parts) &&
+                  !PACKSCHED_SCHEMA_IN(Parts, Count, LocalK, Indices, Weights, Global, Stats, Tree),
+              "PACKSCHED_SCHEMA_IN: a kind is in a list that names it, and only then");
 
 // The plan options' and the response's names and rules / kinds as constants, for code that names
 // one field (e.g. "--equal_size needs --num_parts=K"): schema::OptionNamed("FixedK"),

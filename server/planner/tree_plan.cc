@@ -5,6 +5,7 @@
 #include <string>
 #include <utility>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "server/base/checked_math.h"
@@ -72,6 +73,91 @@ absl::StatusOr<std::shared_ptr<internal::TreeState>> Prepare(const Forest& fores
   state->context_parallel = options.context_parallel;
   SetItems(*state);
   return state;
+}
+
+// Each rank's plan of `batch` (over the pieces of `state`) laid out, with global piece ids.
+absl::StatusOr<BalancedForest> LayOutRanks(BalancedBatch batch, const internal::TreeState& state,
+                                           internal::StopCheck& stop) {
+  BalancedForest out;
+  out.num_micro_batches = batch.num_micro_batches;
+  out.dropped = state.dropped;
+  out.step = batch.step;
+  out.ranks.reserve(batch.ranks.size());
+  for (RankBatch& rank : batch.ranks) {
+    if (!stop.Continue(static_cast<int64_t>(rank.indices.size()) + 64)) return stop.status();
+    // Fewer kept rollouts than ranks: this rank's passes are filler.
+    if (rank.indices.empty()) {
+      for (MicroBatch& part : rank.plan.parts) part.filler = true;
+    }
+    for (MicroBatch& part : rank.plan.parts) {
+      for (int64_t& local : part.indices) local = rank.indices[local];
+    }
+    out.ranks.push_back(internal::LayOut(std::move(rank.plan), state.pieces, state.forest,
+                                         state.index, state.dropped));
+  }
+  return out;
+}
+
+// InvalidArgument naming the first group whose pieces need more micro-batches on its one rank
+// than max_micro_batches allows world_size ranks (tree_plan.h, BalanceForest), else OK.
+// `piece_group`: each piece's group.
+absl::Status CheckGroupSizes(const internal::TreeState& state,
+                             absl::Span<const int64_t> piece_group, int64_t world_size,
+                             const PlanOptions& options) {
+  struct Load {
+    int64_t pieces = 0;
+    int64_t rollouts = 0;
+    int64_t aligned = 0;   // of the pieces within the cap
+    int64_t overlong = 0;  // pieces alone in a micro-batch
+  };
+  absl::flat_hash_map<int64_t, Load> loads;
+  std::vector<int64_t> order;  // groups by first piece
+  for (size_t b = 0; b < state.pieces.size(); ++b) {
+    const TreePiece& piece = state.pieces[b];
+    auto [it, inserted] = loads.try_emplace(piece_group[b]);
+    if (inserted) order.push_back(piece_group[b]);
+    Load& load = it->second;
+    ++load.pieces;
+    load.rollouts += static_cast<int64_t>(piece.rollouts.size());
+    if (piece.overlong) {
+      ++load.overlong;
+    } else {
+      load.aligned += piece.aligned;
+    }
+  }
+  for (int64_t group : order) {
+    const Load& load = loads.at(group);
+    int64_t least = load.overlong + CeilDiv(load.aligned, options.max_token_len);
+    if (options.max_seqs_per_micro_batch > 0) {
+      least = std::max(least, CeilDiv(load.pieces, options.max_seqs_per_micro_batch));
+    }
+    const std::optional<int64_t> total = CheckedMul(least, world_size);
+    if (!total || *total > options.max_micro_batches) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "group_ids: group ", group, " (", load.rollouts, " rollouts, ", load.aligned,
+          " aligned tokens in ", load.pieces, " pieces) must stay on one rank, where it needs ",
+          least, " micro-batches or more under max_token_len = ", options.max_token_len,
+          "; world_size = ", world_size, " x ", least, " is over max_micro_batches = ",
+          options.max_micro_batches, " (split the group, or raise max_micro_batches)"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// BalanceForest with group_ids: `state` holds the forest cut at the groups (SplitByGroup), so
+// each piece holds one group's rollouts; the pieces of a group are one BalanceBatch unit.
+absl::StatusOr<BalancedForest> BalanceGroups(std::shared_ptr<internal::TreeState> state,
+                                             int64_t world_size, const PlanOptions& options,
+                                             const BalanceOptions& balance,
+                                             absl::Span<const int64_t> group_ids,
+                                             internal::StopCheck& stop) {
+  std::vector<int64_t> piece_group;
+  piece_group.reserve(state->pieces.size());
+  for (const TreePiece& piece : state->pieces) piece_group.push_back(group_ids[piece.rollouts[0]]);
+  RETURN_IF_ERROR(CheckGroupSizes(*state, piece_group, world_size, options));
+  ASSIGN_OR_RETURN(BalancedBatch batch, BalanceBatch(state->lengths, world_size, options,
+                                                     piece_group, balance, state->costs));
+  return LayOutRanks(std::move(batch), *state, stop);
 }
 
 }  // namespace
@@ -142,13 +228,28 @@ absl::StatusOr<TreePlan> PackForest(const Forest& forest, const PlanOptions& opt
 
 absl::StatusOr<BalancedForest> BalanceForest(const Forest& forest, int64_t world_size,
                                              const PlanOptions& options,
-                                             const BalanceOptions& balance) {
+                                             const BalanceOptions& balance,
+                                             absl::Span<const int64_t> group_ids) {
   RETURN_IF_ERROR(CheckHasRollouts(forest));
+  if (!group_ids.empty() && group_ids.size() != forest.rollout_leaf.size()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "group_ids has ", group_ids.size(), " entries for ", forest.rollout_leaf.size(),
+        " rollouts in the forest: must be empty or one per rollout"));
+  }
   // The cut and the layouts ask the caller's stop as BalanceBatch does.
   internal::StopCheck stop(balance.stop);
+  std::optional<Forest> grouped;  // each tree cut at its rollouts' groups
+  if (!group_ids.empty()) {
+    ASSIGN_OR_RETURN(const ForestIndex index, IndexForest(forest));
+    ASSIGN_OR_RETURN(grouped, SplitByGroup(forest, index, group_ids));
+  }
   ASSIGN_OR_RETURN(std::shared_ptr<internal::TreeState> state,
-                   Prepare(forest, options, /*cap_required=*/true, /*balancing=*/true, &stop));
+                   Prepare(grouped ? *grouped : forest, options, /*cap_required=*/true,
+                           /*balancing=*/true, &stop));
   if (!stop.ContinueNow()) return stop.status();
+  if (grouped) {
+    return BalanceGroups(std::move(state), world_size, options, balance, group_ids, stop);
+  }
   // Fewer pieces than ranks: pieces split at rollout boundaries first, so that a rank holds one.
   if (static_cast<int64_t>(state->pieces.size()) < world_size) {
     RETURN_IF_ERROR(internal::SplitPieces(state->forest, state->index, options, state->align_to,
@@ -184,24 +285,7 @@ absl::StatusOr<BalancedForest> BalanceForest(const Forest& forest, int64_t world
     }
   }
   ASSIGN_OR_RETURN(BalancedBatch batch, std::move(chosen));
-  BalancedForest out;
-  out.num_micro_batches = batch.num_micro_batches;
-  out.dropped = state->dropped;
-  out.step = batch.step;
-  out.ranks.reserve(batch.ranks.size());
-  for (RankBatch& rank : batch.ranks) {
-    if (!stop.Continue(static_cast<int64_t>(rank.indices.size()) + 64)) return stop.status();
-    // Fewer kept rollouts than ranks: this rank's passes are filler.
-    if (rank.indices.empty()) {
-      for (MicroBatch& part : rank.plan.parts) part.filler = true;
-    }
-    for (MicroBatch& part : rank.plan.parts) {
-      for (int64_t& local : part.indices) local = rank.indices[local];
-    }
-    out.ranks.push_back(internal::LayOut(std::move(rank.plan), state->pieces, state->forest,
-                                         state->index, state->dropped));
-  }
-  return out;
+  return LayOutRanks(std::move(batch), *state, stop);
 }
 
 }  // namespace packsched::planner

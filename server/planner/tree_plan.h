@@ -146,8 +146,22 @@ absl::StatusOr<TreePlan> PackForest(const Forest& forest, const PlanOptions& opt
 // rank). So every rank holds a piece whenever the forest has at least world_size kept
 // rollouts. Rank r's plan holds global piece and rollout ids; its rollout_part marks only its
 // own rollouts. The cut, the splits and the layouts ask balance.stop as BalanceBatch's loops
-// do (its first non-OK answer is returned). InvalidArgument for a forest with no rollouts;
-// else errors as BalanceBatch, and as TreeProblem::Create for the forest.
+// do (its first non-OK answer is returned).
+//
+// `group_ids` (empty, or one per rollout, any int64): the rollouts of a group stay on one rank,
+// as BalanceBatch's sequences of a group do. Each tree is first cut at its rollouts' groups
+// (SplitByGroup, forest.h: a prefix that rollouts of several groups share is forwarded once per
+// group), the result is cut into pieces within the cap as any forest, and the pieces of one
+// group are one unit of BalanceBatch's group_ids: no piece holds rollouts of two groups, no
+// group spans two ranks, every micro-batch keeps the cap. No further split for the ranks (a
+// group's pieces share its rank): every rank holds a piece whenever there are at least
+// world_size groups with kept rollouts. A group needs at least max(ceil(aligned tokens of its
+// pieces, each overlong piece counted as one micro-batch, / max_token_len), ceil(pieces /
+// max_seqs_per_micro_batch)) micro-batches on its rank; world_size times that over
+// max_micro_batches is InvalidArgument naming the group.
+//
+// InvalidArgument for a forest with no rollouts, group_ids of the wrong size or a group too
+// large (above); else errors as BalanceBatch, and as TreeProblem::Create for the forest.
 struct BalancedForest {
   std::vector<TreePlan> ranks;
   int64_t num_micro_batches = 0;
@@ -156,7 +170,8 @@ struct BalancedForest {
 };
 absl::StatusOr<BalancedForest> BalanceForest(const Forest& forest, int64_t world_size,
                                              const PlanOptions& options,
-                                             const BalanceOptions& balance = {});
+                                             const BalanceOptions& balance = {},
+                                             absl::Span<const int64_t> group_ids = {});
 
 // The entries of a micro-batch, in O(entries log entries): the one implementation of the
 // layout (the CLI, the C++ client's users and Python's TreeMicroBatch call it). The forest as

@@ -38,9 +38,8 @@ constexpr size_t kRanksPerStopCheck = 1024;
 //   global->set_loss_tokens(total.loss_tokens);
 // Only the Loss counts are summed over the ranks' plans: Kept and World have nothing to sum.
 #define PACKSCHED_SUM_Loss(total, counts, name) (total).name += (counts).name;
-#define PACKSCHED_SUM_Kept PACKSCHED_SCHEMA_NOTHING
-#define PACKSCHED_SUM_World PACKSCHED_SCHEMA_NOTHING
-#define PACKSCHED_SUM_GLOBAL(name, number, Kind) PACKSCHED_SUM_##Kind(total, counts, name)
+#define PACKSCHED_SUM_GLOBAL(name, number, Kind) \
+  PACKSCHED_SCHEMA_ONLY(PACKSCHED_SUM, Kind, Loss)(total, counts, name)
 #define PACKSCHED_BATCH_Kept(global, total, kept, world_size, name) (global)->set_##name(kept);
 #define PACKSCHED_BATCH_Loss(global, total, kept, world_size, name) \
   (global)->set_##name((total).name);
@@ -64,9 +63,11 @@ void StepToProto(const planner::StepStats& s, v1::StepStats* step) {
 // index lists and `indices` (the rank's rollouts, ascending), its loss weights per rollout.
 absl::Status RunBalanceForest(const PlanInput& input, int64_t world_size,
                               const planner::BalanceOptions& balance,
+                              absl::Span<const int64_t> group_ids,
                               v1::BalanceBatchResponse* response) {
-  ASSIGN_OR_RETURN(planner::BalancedForest batch,
-                   planner::BalanceForest(*input.forest, world_size, input.options, balance));
+  ASSIGN_OR_RETURN(
+      planner::BalancedForest batch,
+      planner::BalanceForest(*input.forest, world_size, input.options, balance, group_ids));
   ASSIGN_OR_RETURN(const planner::ForestIndex index, planner::IndexForest(*input.forest));
   response->set_num_micro_batches(batch.num_micro_batches);
   StepToProto(batch.step, response->mutable_step());
@@ -129,12 +130,8 @@ absl::Status RunBalanceBatch(const v1::BalanceBatchRequest& request, const Servi
         "world_size = ", world_size, " exceeds the server limit --max_sequences_per_request = ",
         limits.max_sequences_per_request));
   }
-  if (input.forest && !request.group_ids().empty()) {
-    return absl::InvalidArgumentError(
-        "forest: group_ids must be unset (a tree is one item: its rollouts already stay "
-        "together)");
-  }
-  if (!request.group_ids().empty() &&
+  // With a forest, one group id per rollout (BalanceForest checks the count and names it).
+  if (!input.forest && !request.group_ids().empty() &&
       static_cast<size_t>(request.group_ids().size()) != input.lengths.size()) {
     return absl::InvalidArgumentError(absl::StrCat("group_ids has ", request.group_ids().size(),
                                                    " entries for ", input.lengths.size(),
@@ -180,7 +177,7 @@ absl::Status RunBalanceBatch(const v1::BalanceBatchRequest& request, const Servi
     }
     balance.micro_batch_cost = *micro_batch_cost;
   }
-  if (input.forest) return RunBalanceForest(input, world_size, balance, response);
+  if (input.forest) return RunBalanceForest(input, world_size, balance, group_ids, response);
   ASSIGN_OR_RETURN(
       planner::BalancedBatch batch,
       planner::BalanceBatch(input.lengths, world_size, input.options, group_ids, balance));

@@ -14,7 +14,7 @@
 namespace packsched::service {
 
 // Validates `request` (as convert.h does for Plan; world_size in [1, kMaxWorldSize] and at most
-// --max_sequences_per_request; group_ids empty or one per sequence, and empty with a forest;
+// --max_sequences_per_request; group_ids empty or one per sequence (per rollout with a forest);
 // sync; model_config, costed over the lengths or the forest: planner::UseModelCost) and
 // writes every rank's plan into `response`. InvalidArgument names the field at fault,
 // ResourceExhausted the server limit. `stop` (may be empty) is asked every few thousand steps of

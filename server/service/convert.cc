@@ -247,15 +247,9 @@ struct OptionChecks {
 //                         "max_micro_batches", &o.max_micro_batches);
 #define PACKSCHED_CEILING_Ceiling(p, o, limits, ceiling, name, member) \
   (ceiling) = ReadCeiling("options." #name, (p).name(), limits, #name, &(o).member);
-#define PACKSCHED_CEILING_Cap PACKSCHED_SCHEMA_NOTHING
-#define PACKSCHED_CEILING_Enum PACKSCHED_SCHEMA_NOTHING
-#define PACKSCHED_CEILING_Unlimited PACKSCHED_SCHEMA_NOTHING
-#define PACKSCHED_CEILING_Count PACKSCHED_SCHEMA_NOTHING
-#define PACKSCHED_CEILING_Align PACKSCHED_SCHEMA_NOTHING
-#define PACKSCHED_CEILING_Weight PACKSCHED_SCHEMA_NOTHING
-#define PACKSCHED_CEILING_FixedK PACKSCHED_SCHEMA_NOTHING
 #define PACKSCHED_READ_CEILING(name, number, Rule, Type, member, json, help) \
-  PACKSCHED_CEILING_##Rule(p, o, limits, checks.ceiling, name, member)
+  PACKSCHED_SCHEMA_ONLY(PACKSCHED_CEILING, Rule, Ceiling)                    \
+  (p, o, limits, checks.ceiling, name, member)
 
 // The Weight fields (proto3 optional: unset = the planner's default), signs first, both
 // together; their bounds are checked in the main pass. The other rules have nothing to do here.
@@ -272,15 +266,8 @@ struct OptionChecks {
     (o).member = (p).has_##name() ? (p).name() : planner::PlanOptions{}.member; \
     if ((o).member < 0) (weights) = Negative("options." #name, (o).member);     \
   }
-#define PACKSCHED_WEIGHT_Cap PACKSCHED_SCHEMA_NOTHING
-#define PACKSCHED_WEIGHT_Enum PACKSCHED_SCHEMA_NOTHING
-#define PACKSCHED_WEIGHT_Unlimited PACKSCHED_SCHEMA_NOTHING
-#define PACKSCHED_WEIGHT_Count PACKSCHED_SCHEMA_NOTHING
-#define PACKSCHED_WEIGHT_Align PACKSCHED_SCHEMA_NOTHING
-#define PACKSCHED_WEIGHT_Ceiling PACKSCHED_SCHEMA_NOTHING
-#define PACKSCHED_WEIGHT_FixedK PACKSCHED_SCHEMA_NOTHING
 #define PACKSCHED_READ_WEIGHT(name, number, Rule, Type, member, json, help) \
-  PACKSCHED_WEIGHT_##Rule(p, o, checks.weights, name, member)
+  PACKSCHED_SCHEMA_ONLY(PACKSCHED_WEIGHT, Rule, Weight)(p, o, checks.weights, name, member)
 
 absl::StatusOr<planner::PlanOptions> ToPlanOptions(const v1::PlanOptions& p,
                                                    const ServiceLimits& limits,
@@ -372,20 +359,16 @@ absl::StatusOr<RoundInput> ToRoundInput(const v1::PlanRequest& request,
 //   response->set_local_num_micro_batches(plan.stats.local_k);
 #define PACKSCHED_HEAD_Count(response, k, plan, name) (response)->set_##name(k);
 #define PACKSCHED_HEAD_LocalK(response, k, plan, name) (response)->set_##name((plan).stats.local_k);
-#define PACKSCHED_HEAD_Parts PACKSCHED_SCHEMA_NOTHING
-#define PACKSCHED_HEAD_Indices PACKSCHED_SCHEMA_NOTHING
-#define PACKSCHED_HEAD_Weights PACKSCHED_SCHEMA_NOTHING
-#define PACKSCHED_HEAD_Global PACKSCHED_SCHEMA_NOTHING
-#define PACKSCHED_HEAD_Stats PACKSCHED_SCHEMA_NOTHING
-#define PACKSCHED_HEAD_Tree PACKSCHED_SCHEMA_NOTHING
-#define PACKSCHED_HEAD(name, number, Kind) PACKSCHED_HEAD_##Kind(response, k, plan, name)
+#define PACKSCHED_HEAD(name, number, Kind) \
+  PACKSCHED_SCHEMA_ONLY(PACKSCHED_HEAD, Kind, Count, LocalK)(response, k, plan, name)
 
 void PlanResponseHead(int64_t k, const planner::MicroBatchPlan& plan, v1::PlanResponse* response) {
   PACKSCHED_PLAN_RESPONSE(PACKSCHED_HEAD)
 }
 
 // A plan into the response: its lists (PACKSCHED_PLAN_RESPONSE's Parts, Indices and Weights
-// rows; the counts, the global counts and the stats are written elsewhere), each micro-batch
+// rows; the counts, the global counts, the stats and a tree plan's layout, TreePlanToProto, are
+// written elsewhere), each micro-batch
 // (PACKSCHED_MICRO_BATCH) and its stats (PACKSCHED_PLAN_STATS; the planner's local_k is the
 // response's own field, and the durations are a round's). The rows
 //   X(reorder, 4, Indices)         X(tokens, 2, Int)        X(imbalance, 7, Double, _)
@@ -414,21 +397,15 @@ void PlanResponseHead(int64_t k, const planner::MicroBatchPlan& plan, v1::PlanRe
     v1::MicroBatch* out = (response)->add_##name();                             \
     PACKSCHED_MICRO_BATCH(PACKSCHED_PART)                                       \
   }
-#define PACKSCHED_LISTS_Count PACKSCHED_SCHEMA_NOTHING
-#define PACKSCHED_LISTS_LocalK PACKSCHED_SCHEMA_NOTHING
-#define PACKSCHED_LISTS_Global PACKSCHED_SCHEMA_NOTHING
-#define PACKSCHED_LISTS_Stats PACKSCHED_SCHEMA_NOTHING
-#define PACKSCHED_LISTS_Tree PACKSCHED_SCHEMA_NOTHING  // a tree plan's: TreePlanToProto
-#define PACKSCHED_LISTS(name, number, Kind) PACKSCHED_LISTS_##Kind(response, plan, loss, name)
+#define PACKSCHED_LISTS(name, number, Kind) \
+  PACKSCHED_SCHEMA_ONLY(PACKSCHED_LISTS, Kind, Indices, Weights, Parts)(response, plan, loss, name)
 #define PACKSCHED_STATS_Int(stats, plan, max_token_len, name) \
   (stats)->set_##name((plan).stats.name);
 #define PACKSCHED_STATS_Double(stats, plan, max_token_len, name) \
   (stats)->set_##name((plan).stats.name);
 #define PACKSCHED_STATS_Cap(stats, plan, max_token_len, name) (stats)->set_##name(max_token_len);
-#define PACKSCHED_STATS_LocalK PACKSCHED_SCHEMA_NOTHING
-#define PACKSCHED_STATS_Micros PACKSCHED_SCHEMA_NOTHING
 #define PACKSCHED_STATS(name, number, Kind, alias) \
-  PACKSCHED_STATS_##Kind(stats, plan, max_token_len, name)
+  PACKSCHED_SCHEMA_EXCEPT(PACKSCHED_STATS, Kind, LocalK, Micros)(stats, plan, max_token_len, name)
 
 void PlanToProto(const planner::MicroBatchPlan& plan, const planner::LossWeights* loss,
                  int64_t max_token_len, v1::PlanResponse* response) {
@@ -448,24 +425,16 @@ void PlanToProto(const planner::MicroBatchPlan& plan, const planner::LossWeights
 //   stats->set_wait_us(absl::ToInt64Microseconds(result.wait_time));
 #define PACKSCHED_RESULT_Count(response, result, name) (response)->set_##name((result).name);
 #define PACKSCHED_RESULT_LocalK(response, result, name) (response)->set_##name((result).local_k);
-#define PACKSCHED_RESULT_Parts PACKSCHED_SCHEMA_NOTHING
-#define PACKSCHED_RESULT_Indices PACKSCHED_SCHEMA_NOTHING
-#define PACKSCHED_RESULT_Weights PACKSCHED_SCHEMA_NOTHING
-#define PACKSCHED_RESULT_Global PACKSCHED_SCHEMA_NOTHING
-#define PACKSCHED_RESULT_Stats PACKSCHED_SCHEMA_NOTHING
 #define PACKSCHED_RESULT_Tree(response, result, name) \
   if ((result).name) TreePlanToProto(*(result).name, (response)->mutable_##name());
-#define PACKSCHED_RESULT(name, number, Kind) PACKSCHED_RESULT_##Kind(response, result, name)
+#define PACKSCHED_RESULT(name, number, Kind) \
+  PACKSCHED_SCHEMA_ONLY(PACKSCHED_RESULT, Kind, Count, LocalK, Tree)(response, result, name)
 #define PACKSCHED_GLOBAL_Count(global, result, name) (global)->set_##name((result).global.name);
 #define PACKSCHED_GLOBAL(name, number, Kind) PACKSCHED_GLOBAL_Count(global, result, name)
 #define PACKSCHED_TIMES_Micros(stats, result, name, alias) \
   (stats)->set_##name(absl::ToInt64Microseconds((result).alias##_time));
-#define PACKSCHED_TIMES_Int PACKSCHED_SCHEMA_NOTHING
-#define PACKSCHED_TIMES_Double PACKSCHED_SCHEMA_NOTHING
-#define PACKSCHED_TIMES_Cap PACKSCHED_SCHEMA_NOTHING
-#define PACKSCHED_TIMES_LocalK PACKSCHED_SCHEMA_NOTHING
 #define PACKSCHED_TIMES(name, number, Kind, alias) \
-  PACKSCHED_TIMES_##Kind(stats, result, name, alias)
+  PACKSCHED_SCHEMA_ONLY(PACKSCHED_TIMES, Kind, Micros)(stats, result, name, alias)
 
 void RoundResultToProto(const RoundResult& result, v1::PlanResponse* response) {
   PACKSCHED_PLAN_RESPONSE(PACKSCHED_RESULT)

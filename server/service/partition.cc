@@ -44,7 +44,6 @@ absl::Status AtLeastOwn(absl::string_view field, int64_t global, int64_t own) {
 //     counts.loss_tokens = g.loss_tokens();
 //   }
 //   out->set_loss_tokens(counts.loss_tokens);
-#define PACKSCHED_CHECK_Kept PACKSCHED_SCHEMA_NOTHING
 #define PACKSCHED_CHECK_Loss(g, ranks, name) \
   if ((g).name() < 0) return Negative("global." #name, (g).name());
 #define PACKSCHED_CHECK_World(g, ranks, name)                                                   \
@@ -54,7 +53,8 @@ absl::Status AtLeastOwn(absl::string_view field, int64_t global, int64_t own) {
                                                    "] (0 = 1)"));                               \
   }                                                                                             \
   (ranks) = (g).name() == 0 ? 1 : (g).name();
-#define PACKSCHED_CHECK_GLOBAL(name, number, Kind) PACKSCHED_CHECK_##Kind(g, ranks, name)
+#define PACKSCHED_CHECK_GLOBAL(name, number, Kind) \
+  PACKSCHED_SCHEMA_EXCEPT(PACKSCHED_CHECK, Kind, Kept)(g, ranks, name)
 // Kept: the caller's count when set, else this request's (the plan's kept sequences).
 #define PACKSCHED_KEPT_Kept(request, g, plan, ranks, out, name)               \
   {                                                                           \
@@ -63,20 +63,17 @@ absl::Status AtLeastOwn(absl::string_view field, int64_t global, int64_t own) {
     if (given) RETURN_IF_ERROR(AtLeastOwn("global." #name, (g).name(), own)); \
     (out)->set_##name(given ? (g).name() : own);                              \
   }
-#define PACKSCHED_KEPT_Loss PACKSCHED_SCHEMA_NOTHING
 #define PACKSCHED_KEPT_World(request, g, plan, ranks, out, name) (out)->set_##name(ranks);
 #define PACKSCHED_KEPT_GLOBAL(name, number, Kind) \
-  PACKSCHED_KEPT_##Kind(request, g, plan, ranks, out, name)
+  PACKSCHED_SCHEMA_EXCEPT(PACKSCHED_KEPT, Kind, Loss)(request, g, plan, ranks, out, name)
 #define PACKSCHED_LOSS_Loss(request, g, counts, out, name)                   \
   if ((request).has_global()) {                                              \
     RETURN_IF_ERROR(AtLeastOwn("global." #name, (g).name(), (counts).name)); \
     (counts).name = (g).name();                                              \
   }                                                                          \
   (out)->set_##name((counts).name);
-#define PACKSCHED_LOSS_Kept PACKSCHED_SCHEMA_NOTHING
-#define PACKSCHED_LOSS_World PACKSCHED_SCHEMA_NOTHING
 #define PACKSCHED_LOSS_GLOBAL(name, number, Kind) \
-  PACKSCHED_LOSS_##Kind(request, g, counts, out, name)
+  PACKSCHED_SCHEMA_ONLY(PACKSCHED_LOSS, Kind, Loss)(request, g, counts, out, name)
 
 absl::Status RunPartition(const v1::PartitionRequest& request, const ServiceLimits& limits,
                           v1::PlanResponse* response) {

@@ -7,6 +7,7 @@
 #include "absl/status/statusor.h"
 #include "server/base/checked_math.h"
 #include "server/planner/options.h"
+#include "server/planner/schema.h"
 #include "server/service/convert.h"
 #include "server/service/dynamic_cp.h"
 
@@ -55,10 +56,33 @@ int64_t CountBound(const planner::PlanOptions& o, int64_t items) {
   return std::min(o.max_micro_batches, SatMul(CeilDiv(k, o.divisible_by), o.divisible_by));
 }
 
-// A forest's items for the estimate: its nodes and its rollouts (each costs about a sequence).
+// A forest's items for the estimate: its nodes and its rollouts (each costs about a sequence),
+// the longest array of each (PACKSCHED_FOREST: the Nodes rows; the Rollouts and Checked rows),
+// and its rollouts (the Rollouts row: at most one piece each). The row
+//   X(node_len, 1, Nodes)
+// expands, through PACKSCHED_ITEMS, to
+//   nodes = std::max(nodes, forest.node_len_size());
+#define PACKSCHED_ITEMS_Nodes(forest, nodes, rollouts, name) \
+  (nodes) = std::max((nodes), (forest).name##_size());
+#define PACKSCHED_ITEMS_Rollouts(forest, nodes, rollouts, name) \
+  (rollouts) = std::max((rollouts), (forest).name##_size());
+#define PACKSCHED_ITEMS_Checked PACKSCHED_ITEMS_Rollouts
+#define PACKSCHED_ITEMS(name, number, Kind) PACKSCHED_ITEMS_##Kind(forest, nodes, rollouts, name)
+#define PACKSCHED_ROLLOUTS_Rollouts(forest, rollouts, name) (rollouts) = (forest).name##_size();
+#define PACKSCHED_ROLLOUTS(name, number, Kind) \
+  PACKSCHED_SCHEMA_ONLY(PACKSCHED_ROLLOUTS, Kind, Rollouts)(forest, rollouts, name)
+
 int64_t ForestItems(const v1::Forest& forest) {
-  return SatAdd(std::max(forest.node_len_size(), forest.node_parent_size()),
-                std::max(forest.rollout_leaf_size(), forest.rollout_len_size()));
+  int nodes = 0;
+  int rollouts = 0;
+  PACKSCHED_FOREST(PACKSCHED_ITEMS)
+  return SatAdd(nodes, rollouts);
+}
+
+int64_t ForestRollouts(const v1::Forest& forest) {
+  int64_t rollouts = 0;
+  PACKSCHED_FOREST(PACKSCHED_ROLLOUTS)
+  return rollouts;
 }
 
 RequestMemory MemoryOf(int64_t sequences, int64_t micro_batches, int64_t wire_bytes,
@@ -73,12 +97,14 @@ RequestMemory MemoryOf(int64_t sequences, int64_t micro_batches, int64_t wire_by
 }
 
 // The node occurrences a forest's pieces may hold (I and S in request_memory.h), O(N + R).
+// `grouped`: BalanceBatch's group_ids cut every tree at its groups first, copying shared nodes,
+// so every kept rollout's path counts in S, whether or not its tree fits the cap.
 struct ForestEntries {
   int64_t isolated = 0;
   int64_t split = 0;
 };
 
-ForestEntries EntriesOf(const v1::Forest& forest, const planner::PlanOptions& o) {
+ForestEntries EntriesOf(const v1::Forest& forest, const planner::PlanOptions& o, bool grouped) {
   const int n = forest.node_len_size();
   if (forest.node_parent_size() != n) return {};
   int64_t room = std::numeric_limits<int64_t>::max();
@@ -104,7 +130,7 @@ ForestEntries EntriesOf(const v1::Forest& forest, const planner::PlanOptions& o)
   ForestEntries out;
   for (const int64_t leaf : forest.rollout_leaf()) {
     if (leaf < 0 || leaf >= n) return {};
-    if (tree[root[leaf]] <= room) continue;  // one piece: its nodes are counted in n
+    if (!grouped && tree[root[leaf]] <= room) continue;  // one piece: its nodes are counted in n
     if (through[leaf] > room) {
       if (o.overlong == planner::OverlongPolicy::kIsolate) out.isolated += depth[leaf];
     } else {
@@ -116,10 +142,10 @@ ForestEntries EntriesOf(const v1::Forest& forest, const planner::PlanOptions& o)
 
 // `m` for a forest: the terms a forest adds (request_memory.h).
 RequestMemory WithForest(RequestMemory m, const v1::Forest& forest,
-                         const absl::StatusOr<planner::PlanOptions>& o) {
+                         const absl::StatusOr<planner::PlanOptions>& o, bool grouped = false) {
   m.forest = true;
   if (o.ok()) {
-    const ForestEntries entries = EntriesOf(forest, *o);
+    const ForestEntries entries = EntriesOf(forest, *o, grouped);
     m.isolated_entries = entries.isolated;
     m.split_entries = entries.split;
   }
@@ -143,7 +169,7 @@ RequestMemory EstimatePlanMemory(const v1::PlanRequest& request, const ServiceLi
   const absl::StatusOr<planner::PlanOptions> o =
       ToPlanOptions(request.options(), limits, /*planner_picks_k=*/true);
   if (request.has_forest()) {  // at most one piece per rollout
-    const int64_t rollouts = request.forest().rollout_leaf_size();
+    const int64_t rollouts = ForestRollouts(request.forest());
     return WithForest(MemoryOf(ForestItems(request.forest()), o.ok() ? CountBound(*o, rollouts) : 0,
                                static_cast<int64_t>(request.ByteSizeLong())),
                       request.forest(), o);
@@ -174,7 +200,7 @@ RequestMemory EstimateBalanceBatchMemory(const v1::BalanceBatchRequest& request,
   if (o.ok() && world_size >= 1 && world_size <= planner::kMaxWorldSize && request.has_forest()) {
     ranks = world_size;
     // Every rank may hold every piece (at most one a rollout).
-    parts = SatMul(world_size, CountBound(*o, request.forest().rollout_leaf_size()));
+    parts = SatMul(world_size, CountBound(*o, ForestRollouts(request.forest())));
   } else if (o.ok() && world_size >= 1 && world_size <= planner::kMaxWorldSize) {
     ranks = world_size;
     // The largest rank's share: ceil(n / W), or all of them with groups (a group stays whole).
@@ -190,7 +216,9 @@ RequestMemory EstimateBalanceBatchMemory(const v1::BalanceBatchRequest& request,
     parts = SatMul(world_size, per_rank);
   }
   const RequestMemory m = MemoryOf(n, parts, static_cast<int64_t>(request.ByteSizeLong()), ranks);
-  return request.has_forest() ? WithForest(m, request.forest(), o) : m;
+  return request.has_forest()
+             ? WithForest(m, request.forest(), o, /*grouped=*/!request.group_ids().empty())
+             : m;
 }
 
 RequestMemory EstimateDynamicCpMemory(const v1::PlanDynamicCpRequest& request,

@@ -71,7 +71,11 @@ int64_t PeakBytes(int64_t sequences, int64_t micro_batches, int64_t wire_bytes, 
 // S come from one pass over the forest under the request's cap: a tree whose tokens fit the
 // room (the cap after align_total_to, rounded down to align_to) is one piece and adds none; of
 // a larger tree, each rollout longer than the room adds its path's nodes to I (under the
-// isolate policy), each other one to S. A forest that validation refuses adds none.
+// isolate policy), each other one to S. BalanceBatch with group_ids cuts every tree at its
+// groups first (planner::SplitByGroup copies each node once per group through it, at most once
+// per rollout path it is on): every rollout within the room then adds its path's nodes to S, a
+// tree that fits included (not measured apart: the copies cost about what the cut's entries
+// do). A forest that validation refuses adds none.
 RequestMemory EstimatePlanMemory(const v1::PlanRequest& request, const ServiceLimits& limits);
 RequestMemory EstimatePartitionMemory(const v1::PartitionRequest& request,
                                       const ServiceLimits& limits);

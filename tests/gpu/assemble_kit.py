@@ -81,6 +81,7 @@ SCRIPTS = [
     ("tests/gpu/report.py", "scripts/report.py"),
     ("tests/gpu/attention_vs_torch.py", "scripts/attention_vs_torch.py"),
     ("tests/gpu/tree_vs_flex.py", "scripts/tree_vs_flex.py"),
+    ("tests/gpu/tree_vs_flat.py", "scripts/tree_vs_flat.py"),
     ("client/python/packsched/attention_backends.json", "module/packsched/attention_backends.json"),
     ("tests/gpu/build_module.sh", "scripts/build_module.sh"),
     ("tests/gpu/preflight.sh", "scripts/preflight.sh"),

@@ -45,6 +45,7 @@ CHECKS = [
     ("attention_throughput", "attention speed vs varlen_attn (reported, not a target)"),
     ("attention_speed_targets", "tensor-core attention: fwd >= 50%, bwd >= 40% of varlen_attn"),
     ("tree_vs_flex", "tree attention vs FlexAttention: errors (2x rule), speed reported"),
+    ("tree_vs_flat", "tree-packed vs flat bf16 rollouts: log-probs and gradients (2x rule)"),
     ("packing_bandwidth", "unpad/pad/pack bandwidth as a fraction of a device copy"),
     ("collective_nccl_test", "NCCL backend test (one rank)"),
     ("nccl_round", "NCCL: a planning round on the GPU and its latency"),
@@ -403,6 +404,33 @@ def judge_tree_vs_flex(inputs):
     )
 
 
+def judge_tree_vs_flat(inputs):
+    """The tree-packed bf16 run's errors against the float64 reference (log-probabilities and
+    gradients of the same rollouts) at most its FACTOR x the flat bf16 run's plus its floor
+    (tests/gpu/tree_vs_flat.py has the rule and its reasons)."""
+    early = not_run(inputs, "tree_vs_flat")
+    data = inputs.data("tree_vs_flat")
+    if data is None:
+        why = early["reason"] if early else f"no JSON: {last_lines(inputs.log('tree_vs_flat'))}"
+        return check(early["status"] if early else "fail", why)
+    if data.get("status") != "ok":
+        return check(
+            "unavailable" if data.get("status") == "unavailable" else "fail",
+            data.get("reason", "no figures")[:600],
+        )
+    bad, parts = [], []
+    for what in ("logprobs", "grads"):
+        tree, flat = (float(data["error"][what][run]) for run in ("tree", "flat"))
+        limit = float(data["factor"]) * flat + float(data["floor"][what])
+        parts.append(f"{what}: tree {tree:.3g}, flat {flat:.3g}, limit {limit:.3g}")
+        if not tree <= limit:
+            bad.append(f"{what}: tree error {tree:.3g} > {limit:.3g}")
+    metrics = {k: data.get(k) for k in ("device_name", "rollouts", "rows", "error", "tree_vs_flat")}
+    if bad:
+        return check("fail", "; ".join(bad), **metrics)
+    return check("pass", "; ".join(parts), **metrics)
+
+
 def judge_packing(inputs):
     early = not_run(inputs, "kernels_bench")
     data = inputs.data("kernels_bench")
@@ -570,6 +598,7 @@ def judge_all(inputs, sanitizer):
         "attention_throughput": lambda: judge_attention_throughput(inputs),
         "attention_speed_targets": lambda: judge_attention_speed_targets(inputs),
         "tree_vs_flex": lambda: judge_tree_vs_flex(inputs),
+        "tree_vs_flat": lambda: judge_tree_vs_flat(inputs),
         "packing_bandwidth": lambda: judge_packing(inputs),
         "collective_nccl_test": lambda: judge_gtest(inputs, "collective_nccl_test"),
         "nccl_round": lambda: judge_nccl_round(inputs),

@@ -16,7 +16,8 @@
 # Steps: preflight (versions; each binary loads with the kit's libraries), the Python module
 # built from the kernels-only CMake path (in the background, from the start), the CUDA kernel
 # tests, the NCCL test and probe, kernels_bench (packing against a device copy), attention
-# against torch, tree attention against FlexAttention, compute-sanitizer (memcheck on small cases, racecheck on one attention case),
+# against torch, tree attention against FlexAttention, tree-packed against flat bf16 rollouts of a
+# tiny model, compute-sanitizer (memcheck on small cases, racecheck on one attention case),
 # attention_bench. tests/gpu/report.py turns their outputs into checks.
 # Environment: PYTHON (default python3: the one with torch), OUT, PACKSCHED_GPU_KIT_BUDGET_S,
 # PACKSCHED_GPU_KIT_SANITIZER (compute-sanitizer's path, or none); PACKSCHED_GPU_KIT_FORCE=1 runs
@@ -168,6 +169,9 @@ step tree_vs_flex 150 env PYTHONPATH="$module_build" \
   LD_LIBRARY_PATH="$kit/module/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
   PYTHONUNBUFFERED=1 "$python" "$kit/scripts/tree_vs_flex.py" \
   --out "$work/data/tree_vs_flex.json" --budget-s $((left < 150 ? left - 20 : 130))
+step tree_vs_flat 90 env PYTHONPATH="$module_build" \
+  LD_LIBRARY_PATH="$kit/module/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
+  PYTHONUNBUFFERED=1 "$python" "$kit/scripts/tree_vs_flat.py" --out "$work/data/tree_vs_flat.json"
 
 if [ -n "$sanitizer" ]; then
   small=(HeadDimsArePaddedToTheirBucket GqaWindowsSoftcapAndPaddedLayout

@@ -240,5 +240,30 @@ TEST(AttentionCudaWithoutDeviceTest, CallsFailCleanly) {
   EXPECT_NE(s.message().find("no usable CUDA device"), absl::string_view::npos) << s;
 }
 
+// The query-row map (AttentionSeqlens::query_rows) is the CPU backend's: a CUDA call with one is
+// InvalidArgument naming it, found while validating (no device memory is read, so the tensors are
+// CUDA-labelled host buffers, with or without a device).
+TEST(AttentionCudaQueryRowsTest, AMapIsRefusedOnCuda) {
+  const testing::PackedForest f = testing::RandomForest(3, 2, 6, 9);
+  Problem p = testing::TreeProblem(f.cu, f.subtree_end, f.positions);
+  p.head_dim = 8;
+  const Inputs in = RandomInputs<float>(p, 1);
+  AttentionTensors<float> t(p, in);
+  for (HostTensor* x : {&t.q, &t.k, &t.v, &t.out, &t.lse, &t.dout, &t.dq, &t.dk, &t.dv, &t.cu_q,
+                        &t.cu_k, &t.subtree_end, &t.positions}) {
+    x->mutable_view().device = {kDLCUDA, 0};
+  }
+  t.seqlens.q.host = t.cu_q_values;
+  t.seqlens.k.host = t.cu_k_values;
+  HostTensor rows = testing::CuTensor({0, 1});
+  rows.mutable_view().device = {kDLCUDA, 0};
+  t.seqlens.query_rows = &rows.view();
+  for (const absl::Status& s : {t.Forward(p.options), t.Backward(p.options)}) {
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+    EXPECT_NE(s.message().find("query_rows"), absl::string_view::npos) << s;
+    EXPECT_NE(s.message().find("CPU backend only"), absl::string_view::npos) << s;
+  }
+}
+
 }  // namespace
 }  // namespace packsched::kernels

@@ -7,8 +7,10 @@
 #include <cmath>
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "packsched/kernels/attention.h"
@@ -208,6 +210,78 @@ MATCHER_P(InvalidArgumentWith, text, "") {
   *result_listener << "status: " << arg;
   return arg.code() == absl::StatusCode::kInvalidArgument &&
          std::string(arg.message()).find(text) != std::string::npos;
+}
+
+// The query-row map (AttentionSeqlens::query_rows): with dout 0 outside the map, the mapped rows'
+// out, lse and dq and all of dk, dv are bitwise the call's without the map; every other row is a
+// query that sees no key (out 0, lse +inf, dq 0). Runs of mapped rows start and end inside the
+// 64-row query tiles and cross them.
+TEST(AttentionTreeTest, QueryRowMapComputesOnlyItsRowsBitwise) {
+  for (uint32_t seed = 1; seed <= 3; ++seed) {
+    SCOPED_TRACE(seed);
+    const PackedForest f = RandomForest(seed, 3, 12, 40);
+    Problem p = TreeProblem(f.cu, f.subtree_end, f.positions);
+    p.heads = 4;
+    p.kv_heads = 2;
+    p.head_dim = 16;
+    p.options.window_left = seed == 2 ? 30 : -1;
+    p.options.softcap = seed == 3 ? 2.0 : 0.0;
+    const int64_t tq = static_cast<int64_t>(f.subtree_end.size());
+    std::vector<int32_t> rows;
+    std::vector<bool> mapped(tq, false);
+    for (int64_t t = 0; t < tq; ++t) {
+      if ((t / (7 + seed)) % 3 != 1) {
+        rows.push_back(static_cast<int32_t>(t));
+        mapped[t] = true;
+      }
+    }
+    Inputs in = RandomInputs<double>(p, seed);
+    const int64_t H = p.heads, D = p.head_dim;
+    for (int64_t t = 0; t < tq; ++t) {
+      for (int64_t i = 0; !mapped[t] && i < H * D; ++i) in.dout[t * H * D + i] = 0;
+    }
+    AttentionTensors<double> all(p, in);
+    ASSERT_TRUE(all.Forward(p.options).ok());
+    ASSERT_TRUE(all.Backward(p.options).ok());
+    AttentionTensors<double> own(p, in);
+    testing::HostTensor map = testing::CuTensor(rows);
+    own.seqlens.query_rows = &map.view();
+    ASSERT_TRUE(own.Forward(p.options).ok());
+    ASSERT_TRUE(own.Backward(p.options).ok());
+    const Outputs want = all.Results();
+    const Outputs got = own.Results();
+    for (int64_t t = 0; t < tq; ++t) {
+      for (int64_t i = 0; i < H * D; ++i) {
+        const int64_t x = t * H * D + i;
+        ASSERT_EQ(got.out[x], mapped[t] ? want.out[x] : 0.0) << "out row " << t;
+        ASSERT_EQ(got.dq[x], mapped[t] ? want.dq[x] : 0.0) << "dq row " << t;
+      }
+      for (int64_t h = 0; h < H; ++h) {
+        ASSERT_EQ(got.lse[h * tq + t], mapped[t] ? want.lse[h * tq + t] : INFINITY)
+            << "lse row " << t;
+      }
+    }
+    ASSERT_EQ(got.dk, want.dk);
+    ASSERT_EQ(got.dv, want.dv);
+  }
+}
+
+TEST(AttentionTreeTest, QueryRowMapValidation) {
+  const PackedForest f = RandomForest(3, 2, 6, 9);
+  Problem p = TreeProblem(f.cu, f.subtree_end, f.positions);
+  p.head_dim = 8;
+  const Inputs in = RandomInputs<float>(p, 1);
+  const int32_t rows = static_cast<int32_t>(f.subtree_end.size());
+  for (const auto& [map, text] : std::vector<std::pair<std::vector<int32_t>, std::string>>{
+           {{2, 2}, "query_rows[1] = 2 is outside [3, "},
+           {{0, rows}, absl::StrCat("query_rows[1] = ", rows, " is outside")},
+           {{-1}, "query_rows[0] = -1"}}) {
+    AttentionTensors<float> t(p, in);
+    testing::HostTensor m = testing::CuTensor(map);
+    t.seqlens.query_rows = &m.view();
+    EXPECT_THAT(t.Forward(p.options), InvalidArgumentWith(text));
+    EXPECT_THAT(t.Backward(p.options), InvalidArgumentWith(text));
+  }
 }
 
 TEST(AttentionTreeTest, ValidationNamesTheArgument) {

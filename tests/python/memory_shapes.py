@@ -95,4 +95,11 @@ def shapes(rng):
     balance = pb.BalanceBatchRequest(world_size=8, options=options(2))
     balance.forest.CopyFrom(fan_out(100_000))
     out.append(("BalanceBatch fan-out 100,000, cap 2, W = 8", "BalanceBatch", balance))
+    # group_ids, a group a rollout: every node of the trunk copied once per rollout below it.
+    balance = pb.BalanceBatchRequest(world_size=8, options=options(2000))
+    balance.forest.CopyFrom(trunk(1500, 1))
+    balance.group_ids.extend(range(1500))
+    out.append(
+        ("BalanceBatch trunk 1,500 x 1 token, a group a rollout, W = 8", "BalanceBatch", balance)
+    )
     return out

@@ -10,7 +10,7 @@ import dataclasses
 import pytest
 from google.protobuf.descriptor import FieldDescriptor as F
 
-from packsched import _options, _planner, plan
+from packsched import _options, _planner, plan, tree
 from packsched.v1 import scheduler_pb2
 
 SCHEMA = _planner.schema()
@@ -70,6 +70,19 @@ EXPECTED = {
         "Stats": ((F.TYPE_MESSAGE,), False, False),
         "Tree": ((F.TYPE_MESSAGE,), False, False),
     },
+    "Forest": {
+        "Nodes": (INT64, True, False),
+        "Rollouts": (INT64, True, False),
+        "Checked": (INT64, True, False),
+    },
+    "TreeLayout": {
+        "Ints": (INT64, True, False),
+    },
+    "TreePlan": {
+        "Layouts": ((F.TYPE_MESSAGE,), True, False),
+        "Ints": (INT64, True, False),
+        "Int": (INT64, False, False),
+    },
 }
 
 
@@ -83,6 +96,9 @@ def rows(message):
         "PlanStats": "plan_stats",
         "GlobalCounts": "global_counts",
         "PlanResponse": "plan_response",
+        "Forest": "forest",
+        "TreeLayout": "tree_layout",
+        "TreePlan": "tree_plan",
         "DynamicCpOptions": "dynamic_cp_options",
     }[message]
     # PlanStats' LocalK row is the planner's only (number 0): on the wire it is the response's.
@@ -181,3 +197,28 @@ def test_plan_dataclasses_have_the_table_fields():
     planner = [r["name"] for r in SCHEMA["plan_stats"] if r["kind"] in ("Int", "Double", "LocalK")]
     assert stats[: len(planner)] == planner
     assert len(stats) == len(SCHEMA["plan_stats"])
+
+
+def test_tree_entries_are_not_on_the_wire():
+    """The entries are derived from a layout and the forest (the layout's fields that carried
+    them are reserved): none is a field of the tree's messages."""
+    wire = {
+        f.name
+        for message in ("TreeLayout", "TreePlan")
+        for f in scheduler_pb2.DESCRIPTOR.message_types_by_name[message].fields
+    }
+    assert SCHEMA["tree_entries"] and not set(SCHEMA["tree_entries"]) & wire
+
+
+def test_tree_types_hold_the_tree_tables():
+    """packsched.tree's Forest, TreeMicroBatch and TreePlan have a field per row of the forest,
+    tree layout and tree plan tables (the layouts: TreePlan.micro_batches)."""
+    holders = (
+        (tree.Forest, "forest", ()),
+        (tree.TreeMicroBatch, "tree_layout", ()),
+        (tree.TreePlan, "tree_plan", ("Layouts",)),
+    )
+    for cls, table, elsewhere in holders:
+        names = {f.name for f in dataclasses.fields(cls)}
+        rows = [r["name"] for r in SCHEMA[table] if r["kind"] not in elsewhere]
+        assert rows and set(rows) <= names, (cls.__name__, sorted(set(rows) - names))

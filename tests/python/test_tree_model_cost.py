@@ -81,9 +81,9 @@ def test_chains_balance_as_their_lengths():
         same_balance(flat, tree)
 
 
-def test_group_ids_are_still_refused_with_a_forest():
-    with pytest.raises(ValueError, match="a forest takes no group_ids") as e:
-        planner.balance(grpo(5, 2), 2, 8192, group_ids=[0] * 16, model_config=LLAMA_8B)
+def test_group_ids_of_the_wrong_size_are_named_with_a_forest():
+    with pytest.raises(ValueError, match="group_ids has 15 entries for 16 rollouts") as e:
+        planner.balance(grpo(5, 2), 2, 8192, group_ids=[0] * 15, model_config=LLAMA_8B)
     assert "model_config" not in str(e.value)
     with pytest.raises(ValueError, match="num_hidden_layers is missing"):
         planner.balance(grpo(5, 2), 2, 8192, model_config={"hidden_size": 8})
@@ -109,6 +109,6 @@ def test_a_sidecar_costs_a_forest_as_the_in_process_planner(tmp_path):
         assert [r.indices for r in remote.ranks] == [r.indices for r in local.ranks]
         assert [r.cost for r in remote.ranks] == [r.cost for r in local.ranks]
         with pytest.raises(SchedulerError) as e:
-            client.balance_batch(forest, 3, 8192, group_ids=[0] * 80, model_config=LLAMA_8B)
+            client.balance_batch(forest, 3, 8192, group_ids=[0] * 79, model_config=LLAMA_8B)
         assert e.value.code == "INVALID_ARGUMENT"
-        assert "forest: group_ids must be unset" in e.value.message
+        assert "group_ids has 79 entries for 80 rollouts" in e.value.message

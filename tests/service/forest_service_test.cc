@@ -160,6 +160,12 @@ TEST(ForestRequest, MemoryEstimateCountsTheNodesPiecesRepeat) {
   balance.set_world_size(2);
   *balance.mutable_options() = partition.options();
   EXPECT_EQ(EstimateBalanceBatchMemory(balance, {}).split_entries, 55);
+  // With group_ids every rollout's path counts, a tree that fits the cap included: a rollout a
+  // group on this chain copies every node on each path (1 + 2 + ... + 30 copies).
+  balance.mutable_options()->set_max_token_len(30);
+  EXPECT_EQ(EstimateBalanceBatchMemory(balance, {}).split_entries, 0);
+  for (int r = 0; r < 30; ++r) balance.add_group_ids(r);
+  EXPECT_EQ(EstimateBalanceBatchMemory(balance, {}).split_entries, 465);
   // A forest that validation refuses (a parent after its child) counts none.
   request.mutable_forest()->set_node_parent(3, 7);
   request.mutable_options()->set_max_token_len(10);
@@ -217,9 +223,25 @@ TEST(ForestPartitionAndBalance, AnswerOverPiecesAndRollouts) {
   for (int s : seen) EXPECT_EQ(s, 1);
   EXPECT_EQ(batch.global().loss_tokens(), 190);
 
+  // group_ids, one per rollout: a group's rollouts on one rank (groups across the trees).
+  for (int r = 0; r < 20; ++r) balance.add_group_ids(r % 3 == 0 ? 7 : r % 2);
+  const absl::Status grouped = RunBalanceBatch(balance, {}, /*stop=*/{}, &batch);
+  ASSERT_TRUE(grouped.ok()) << grouped;
+  std::vector<int> rank_of(20, -1);
+  for (int rank = 0; rank < batch.ranks_size(); ++rank) {
+    for (int64_t r : batch.ranks(rank).indices()) rank_of[r] = rank;
+  }
+  for (int r = 0; r < 20; ++r) {
+    for (int q = 0; q < r; ++q) {
+      if (balance.group_ids(q) == balance.group_ids(r)) {
+        EXPECT_EQ(rank_of[q], rank_of[r]) << "rollouts " << q << " and " << r;
+      }
+    }
+  }
+  EXPECT_EQ(batch.global().loss_tokens(), 190);
   balance.add_group_ids(1);
   EXPECT_THAT(std::string(RunBalanceBatch(balance, {}, /*stop=*/{}, &batch).message()),
-              HasSubstr("group_ids must be unset"));
+              HasSubstr("group_ids has 21 entries for 20 rollouts"));
 }
 
 void AddLlama7b(v1::ModelConfig* model) {
@@ -297,10 +319,10 @@ TEST(ForestBalance, ModelConfigCostsTheForest) {
     EXPECT_THAT(tree.ranks(r).indices(), ::testing::ElementsAreArray(flat.ranks(r).indices()));
   }
 
-  // group_ids stay refused with a forest, and the message says only that.
+  // group_ids of the wrong size with a forest: the message names them alone.
   request.add_group_ids(0);
   const std::string refused(RunBalanceBatch(request, {}, /*stop=*/{}, &modelled).message());
-  EXPECT_THAT(refused, HasSubstr("forest: group_ids must be unset"));
+  EXPECT_THAT(refused, HasSubstr("group_ids has 1 entries for"));
   EXPECT_THAT(refused, ::testing::Not(HasSubstr("model_config")));
 }
 

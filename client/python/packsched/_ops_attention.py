@@ -27,7 +27,7 @@ _VARLEN = (
 _TREE = (
     "Tensor cu_seqlens, SymInt max_seqlen, Tensor subtree_end, Tensor? positions, "
     "float? softmax_scale, SymInt window_left, float softcap, Tensor? seqused, "
-    "SymInt[]? cu_seqlens_host, SymInt? total"
+    "SymInt[]? cu_seqlens_host, SymInt? total, Tensor? query_rows=None"
 )
 _FORWARD = "(Tensor q, Tensor k, Tensor v, {}) -> (Tensor, Tensor)"
 _BACKWARD = (
@@ -37,7 +37,7 @@ _BACKWARD = (
 
 
 def _names(schema):
-    return tuple(arg.split()[-1] for arg in schema.split(", "))
+    return tuple(arg.split()[-1].split("=")[0] for arg in schema.split(", "))
 
 
 def _varlen_layout(q, layout):
@@ -195,4 +195,5 @@ def tree_attention(q, k, v, params):
         tensor(params["seqused"]),
         host(cu, params["cu_seqlens_host"]),
         optional_index(params["total"], "total"),
+        tensor(params.get("query_rows")),
     )

@@ -145,8 +145,24 @@ def tree_cp_unshard(shards, row_maps, total=None):
     return out.index_copy(0, index, stacked)
 
 
+# tree_attention's layout keywords and their defaults: what the query-row map path passes on.
+_LAYOUT_DEFAULTS = dict(
+    softmax_scale=None, window_left=-1, softcap=0.0, seqused=None, cu_seqlens_host=None, total=None
+)
+
+
 def tree_cp_attention(
-    q_shard, k, v, rows, cu_seqlens, max_seqlen, subtree_end, positions=None, **kwargs
+    q_shard,
+    k,
+    v,
+    rows,
+    cu_seqlens,
+    max_seqlen,
+    subtree_end,
+    positions=None,
+    *,
+    all_rows=False,
+    **kwargs,
 ):
     """The shard's queries against the whole micro-batch's keys and values under the tree mask
     (differentiable, torch): q_shard [rows / cp, H, D] (the rank's rows, ``rows`` its map), k and
@@ -155,18 +171,36 @@ def tree_cp_attention(
     total) as tree_attention takes them for the whole micro-batch. Returns [rows / cp, H, D]:
     row for row the unsharded tree_attention's output at the rank's rows.
 
-    It scatters the shard's queries into a zero query buffer of the whole micro-batch, runs
-    tree_attention and keeps the rank's rows. That is exact: a row's output depends on its own
+    It scatters the shard's queries into a zero query buffer of the whole micro-batch, runs the
+    tree attention and keeps the rank's rows. That is exact: a row's output depends on its own
     query only, and the rows not kept get a zero output gradient, so their share of the key and
     value gradients is exactly zero. The gradients of k and v are this rank's contribution (sum
-    them over the group: the all-gather's backward). It computes every row's attention, so it
-    costs what the unsharded call costs; the balanced work is what a query-subset kernel runs."""
+    them over the group: the all-gather's backward). On the CPU the call carries the rank's rows
+    as its query-row map (attention.h: AttentionSeqlens::query_rows), so it computes only those
+    queries, each against the keys it sees (its ancestors), bitwise what the unsharded call
+    gives them; ``all_rows=True``, CUDA tensors (whose kernels take no map) and other keywords
+    of tree_attention (backend) compute every row, as the unsharded call costs."""
+    from . import _arrays
     from .tree_kernels import tree_attention
 
     index = _index(rows, q_shard)
     full = q_shard.new_zeros((k.shape[0],) + tuple(q_shard.shape[1:]))
     full = full.index_copy(0, index, q_shard)
-    out = tree_attention(full, k, v, cu_seqlens, max_seqlen, subtree_end, positions, **kwargs)
+    if all_rows or q_shard.device.type != "cpu" or not set(kwargs) <= set(_LAYOUT_DEFAULTS):
+        # Every row (other keywords, such as backend, are tree_attention's to honour or refuse).
+        out = tree_attention(full, k, v, cu_seqlens, max_seqlen, subtree_end, positions, **kwargs)
+    else:
+        import torch
+
+        params = dict(_LAYOUT_DEFAULTS, **kwargs)
+        params.update(
+            cu_seqlens=cu_seqlens,
+            max_seqlen=max_seqlen,
+            subtree_end=subtree_end,
+            positions=positions,
+            query_rows=torch.as_tensor(np.sort(np.asarray(rows, dtype=np.int64)).astype(np.int32)),
+        )
+        out, _ = _arrays._torch_ops().tree_attention(full, k, v, params)
     return out.index_select(0, index)
 
 

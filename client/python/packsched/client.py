@@ -414,6 +414,8 @@ _RESPONSE = {f["kind"]: f["name"] for f in SCHEMA["plan_response"]}
 _INDEX_LISTS = [f["name"] for f in SCHEMA["plan_response"] if f["kind"] == "Indices"]
 _LOSS_COUNTS = [f["name"] for f in SCHEMA["global_counts"] if f["kind"] == "Loss"]
 _LOSS_SCALE = next(name for name, kind in _PART_FIELDS if kind == "LossScale")
+# A forest's arrays sent: the required ones (the Checked rollout lengths are the forest's own).
+_FOREST_SENT = [f["name"] for f in SCHEMA["forest"] if f["kind"] != "Checked"]
 
 
 def _fill_options(msg, o):
@@ -453,9 +455,8 @@ def _fill_input(request, seq_lens, allow_empty=False):
     (tree packing; None returned) for a packsched.tree.Forest, whose arrays its constructor
     checked."""
     if isinstance(seq_lens, Forest):
-        request.forest.node_len.extend(seq_lens.node_len.tolist())
-        request.forest.node_parent.extend(seq_lens.node_parent.tolist())
-        request.forest.rollout_leaf.extend(seq_lens.rollout_leaf.tolist())
+        for name in _FOREST_SENT:
+            getattr(request.forest, name).extend(getattr(seq_lens, name).tolist())
         return None
     lengths = _ints(seq_lens, "seq_lens", allow_empty=allow_empty)
     request.lengths.extend(lengths)
@@ -469,18 +470,18 @@ def _answer(response, seq_lens):
 def _to_tree_plan(response, forest):
     """TreePlan of a packsched.v1.PlanResponse to a request for ``forest``."""
     tree = response.tree
-    layouts = [
-        {f.name: list(getattr(layout, f.name)) for f in layout.DESCRIPTOR.fields}
-        for layout in tree.layouts
-    ]
-    return TreePlan.from_plan(
-        _to_plan(response),
-        layouts,
-        list(tree.rollout_part),
-        tree.forwarded_tokens,
-        tree.rollout_tokens,
-        forest,
-    )
+    fields = {}
+    for f in SCHEMA["tree_plan"]:
+        value = getattr(tree, f["name"])
+        if f["kind"] == "Layouts":
+            value = [
+                {g["name"]: list(getattr(layout, g["name"])) for g in SCHEMA["tree_layout"]}
+                for layout in value
+            ]
+        elif f["kind"] == "Ints":
+            value = list(value)
+        fields[f["name"]] = value
+    return TreePlan.from_plan(_to_plan(response), forest=forest, **fields)
 
 
 def _part(mb):

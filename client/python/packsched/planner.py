@@ -31,7 +31,7 @@ import numpy as np
 
 from . import _planner
 from ._inputs import int_array
-from ._options import CAP, check_world_size, split_options
+from ._options import CAP, SCHEMA, check_world_size, split_options
 from ._progress import Progress
 from .model_cost import model_fields
 from .plan import Plan, lists_of
@@ -142,12 +142,16 @@ def _forest_progress(where, forest, report):
     return Progress(
         f"{where}: a forest of {forest.num_rollouts} rollouts",
         report,
-        size=len(forest.node_len),
+        size=forest.num_nodes,
     )
 
 
 def _forest_arrays(forest):
-    return (forest.node_len, forest.node_parent, forest.rollout_leaf, None)
+    """The binding's forest arguments (the schema's forest table, in order): the Checked rollout
+    lengths as None, the forest derived them from its paths."""
+    return tuple(
+        None if f["kind"] == "Checked" else getattr(forest, f["name"]) for f in SCHEMA["forest"]
+    )
 
 
 def _loss(loss, n, global_counts, world_size):
@@ -256,12 +260,16 @@ def balance(
     fixed cost per non-empty micro-batch. ``model_config``: a Hugging Face style config (a dict
     or the path of a config.json): the cost becomes the model's FLOPs (attention weights and
     ``micro_batch_cost``, see ``packsched.model_cost``), whatever the cost options say.
-    A Forest instead of ``seq_lens``: its pieces balanced (no ``group_ids``; ``model_config``
-    costs the model over the forest, see ``packsched.model_cost``); each rank's plan is a
-    TreePlan with global rollout ids. With fewer pieces than ranks, pieces are split at rollout
-    boundaries first, and a split tree's pieces spread over ranks when that balances better:
-    every rank holds a rollout whenever the forest has at least ``world_size`` (docs/design.md,
-    "Tree packing"). A forest with no rollouts is a ValueError (nothing to plan).
+    A Forest instead of ``seq_lens``: its pieces balanced (``model_config`` costs the model over
+    the forest, see ``packsched.model_cost``); each rank's plan is a TreePlan with global rollout
+    ids. With fewer pieces than ranks, pieces are split at rollout boundaries first, and a split
+    tree's pieces spread over ranks when that balances better: every rank holds a rollout
+    whenever the forest has at least ``world_size`` (docs/design.md, "Tree packing").
+    ``group_ids`` with a forest are one per rollout: each tree is cut at its rollouts' groups
+    (a prefix shared by several groups is forwarded once per group) and a group's rollouts stay
+    on one rank; every rank holds a rollout whenever there are at least ``world_size`` groups;
+    a group needing more micro-batches on its rank than ``max_micro_batches`` allows is a
+    ValueError naming it. A forest with no rollouts is a ValueError (nothing to plan).
     -> Balanced"""
     if sync not in SYNCS:
         raise ValueError(f"sync = {sync!r}: must be one of {', '.join(SYNCS)}")
@@ -271,16 +279,14 @@ def balance(
     plan_options, loss = split_options(max_token_len, options, where="balance", cap_required=True)
     if loss["loss_tokens"] is not None:
         raise ValueError("balance: loss weights are computed per rank (plan each rank's share)")
-    if forest is not None:
-        if group_ids is not None:
-            raise ValueError("balance: a forest takes no group_ids (a tree is one item)")
-        with _forest_progress("balance", forest, progress):
-            return _balance_forest(
-                forest, world_size, plan_options, sync, micro_batch_cost, ints, strings
-            )
     groups = (
         [] if group_ids is None else int_array(group_ids, "group_ids", allow_empty=True).tolist()
     )
+    if forest is not None:
+        with _forest_progress("balance", forest, progress):
+            return _balance_forest(
+                forest, world_size, plan_options, sync, micro_batch_cost, ints, strings, groups
+            )
     with _progress("balance", lengths, progress):
         raw = _planner.balance_columns(
             lengths,
@@ -305,7 +311,9 @@ def balance(
     return Balanced(ranks, raw["num_micro_batches"], raw["batch_dropped"], StepStats(**raw["step"]))
 
 
-def _balance_forest(forest, world_size, plan_options, sync, micro_batch_cost, ints, strings):
+def _balance_forest(
+    forest, world_size, plan_options, sync, micro_batch_cost, ints, strings, groups
+):
     raw = _planner.forest_balance(
         *_forest_arrays(forest),
         int(world_size),
@@ -314,6 +322,7 @@ def _balance_forest(forest, world_size, plan_options, sync, micro_batch_cost, in
         int(micro_batch_cost),
         ints,
         strings,
+        groups,
     )
     ranks = []
     for r in raw["ranks"]:

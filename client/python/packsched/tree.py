@@ -346,17 +346,6 @@ def build_forest(rollouts, group_ids=None):
     return Forest(node_len, node_parent, leaf, node_tokens)
 
 
-_ENTRY_FIELDS = (
-    "nodes",
-    "piece_begin",
-    "row",
-    "position",
-    "subtree_end",
-    "parent",
-    "rollout_entry",
-)
-
-
 @dataclass(frozen=True, eq=False)
 class TreeMicroBatch:
     """One tree-packed micro-batch (docs/design.md "Tree packing"). ``meta``: its MicroBatchMeta
@@ -419,7 +408,9 @@ class TreeMicroBatch:
         return self._cache[key]
 
     def __getattr__(self, name):
-        if name in _ENTRY_FIELDS:
+        from ._options import SCHEMA
+
+        if name in SCHEMA["tree_entries"]:
             return self.entries()[name]
         raise AttributeError(name)
 
@@ -444,20 +435,25 @@ class TreeMicroBatch:
 
     def rollout_rows(self, forest=None, i=0):
         """The packed rows of ``rollouts[i]`` in its token order: its restore indices (the rows
-        of the entries from ``rollout_entry[i]`` up through ``parent``, root first)."""
+        of the entries from ``rollout_entry[i]`` up through ``parent``, root first), by the
+        planner's own function (``planner::RolloutRows``), every held rollout's computed once
+        per forest and kept."""
         forest = self._forest(forest)
-        e = self.entries(forest)
-        path = []
-        j = int(e["rollout_entry"][i])
-        while j >= 0:
-            path.append(j)
-            j = int(e["parent"][j])
-        path = np.asarray(path[::-1], dtype=np.int64)
-        lens = forest.node_len[e["nodes"][path]]
-        starts = e["row"][path]
-        return np.repeat(starts - (np.cumsum(lens) - lens), lens) + np.arange(
-            int(lens.sum()), dtype=np.int64
-        )
+        key = ("rollout_rows", id(forest))
+        if key not in self._cache:
+            from . import _planner
+
+            self.entries(forest)  # the cache is per forest: entries first, then these beside
+            self._cache[key] = _planner.tree_rollout_rows(
+                forest.node_len,
+                forest.node_parent,
+                forest.rollout_leaf,
+                list(self.meta.cu_seqlens_aligned),
+                *self._layout_args(),
+            )
+        rows, offsets = self._cache[key]
+        i = range(len(offsets) - 1)[i]  # IndexError past the held rollouts, as a list's
+        return rows[offsets[i] : offsets[i + 1]].copy()
 
     def input_ids(self, forest=None, pad=0):
         """The packed token ids [total] (needs ``forest.node_tokens``); padding holds ``pad``."""
@@ -499,6 +495,7 @@ class TreePlan:
 
     @classmethod
     def from_raw(cls, raw, *, forest=None, cap=0, local_k=None, global_counts=None):
+        from ._options import SCHEMA
         from .plan import PlanStats, meta_of, _LOCAL_K, _LOSS_SCALE
 
         scales = raw.get("loss_scales")
@@ -508,14 +505,18 @@ class TreePlan:
             arrays = {k: np.asarray(v, dtype=np.int64) for k, v in p.items() if k != "batch"}
             parts.append(TreeMicroBatch(meta, **arrays, forest=forest))
         stats = PlanStats(**raw["stats"], cap=cap or 0)
+        figures = {}  # the tree table's rows but the layouts (the parts')
+        for f in SCHEMA["tree_plan"]:
+            if f["kind"] == "Ints":
+                figures[f["name"]] = np.asarray(raw[f["name"]], dtype=np.int64)
+            elif f["kind"] != "Layouts":
+                figures[f["name"]] = raw[f["name"]]
         return cls(
+            **figures,
             num_micro_batches=len(parts),
             local_num_micro_batches=getattr(stats, _LOCAL_K) if local_k is None else local_k,
             micro_batches=parts,
-            rollout_part=np.asarray(raw["rollout_part"], dtype=np.int64),
             dropped=list(raw["dropped"]),
-            forwarded_tokens=raw["forwarded_tokens"],
-            rollout_tokens=raw["rollout_tokens"],
             stats=stats,
             loss_weights=raw.get("loss_weights"),
             loss_scales=scales,

@@ -87,12 +87,14 @@ struct AttentionCall {
                 const py::object& seqused_q, const py::object& seqused_k,
                 std::optional<double> scale, bool causal, int64_t window_left, int64_t window_right,
                 double softcap, const py::object& subtree_end, const py::object& positions,
-                uintptr_t stream)
+                const py::object& query_rows, uintptr_t stream)
       : bq(cu_q, stream), bk(cu_k, stream), host_q(cu_q_host), host_k(cu_k_host) {
     if (!seqused_q.is_none()) bsq.emplace(seqused_q, stream);
     if (!seqused_k.is_none()) bsk.emplace(seqused_k, stream);
     if (!subtree_end.is_none()) bse.emplace(subtree_end, stream);
     if (!positions.is_none()) bpos.emplace(positions, stream);
+    if (!query_rows.is_none()) brows.emplace(query_rows, stream);
+    seqlens.query_rows = brows ? brows->get() : nullptr;
     seqlens.subtree_end = bse ? bse->get() : nullptr;
     seqlens.positions = bpos ? bpos->get() : nullptr;
     seqlens.q = {bq.get(), HostSpan(host_q), rows_q};
@@ -108,7 +110,7 @@ struct AttentionCall {
     options.softcap = softcap;
   }
   Borrowed bq, bk;
-  std::optional<Borrowed> bsq, bsk, bse, bpos;
+  std::optional<Borrowed> bsq, bsk, bse, bpos, brows;
   const std::optional<std::vector<int32_t>>&host_q, host_k;
   AttentionSeqlens seqlens;
   AttentionOptions options;
@@ -289,11 +291,11 @@ PYBIND11_MODULE(_kernels, m) {
          int64_t max_q, int64_t max_k, const py::object& seqused_q, const py::object& seqused_k,
          std::optional<double> scale, bool causal, int64_t window_left, int64_t window_right,
          double softcap, const py::object& out, const py::object& lse, uintptr_t stream,
-         const py::object& subtree_end, const py::object& positions) {
+         const py::object& subtree_end, const py::object& positions, const py::object& query_rows) {
         Borrowed bq(q, stream), bk(k, stream), bv(v, stream), bo(out, stream), bl(lse, stream);
         AttentionCall c(cu_q, cu_q_host, cu_k, cu_k_host, rows_q, rows_k, max_q, max_k, seqused_q,
                         seqused_k, scale, causal, window_left, window_right, softcap, subtree_end,
-                        positions, stream);
+                        positions, query_rows, stream);
         CheckWithoutGil([&] {
           return VarlenAttentionForward(*bq, *bk, *bv, c.seqlens, c.options, *bo, *bl,
                                         AsStream(stream));
@@ -305,7 +307,7 @@ PYBIND11_MODULE(_kernels, m) {
       py::arg("seqused_q"), py::arg("seqused_k"), py::arg("softmax_scale"), py::arg("causal"),
       py::arg("window_left"), py::arg("window_right"), py::arg("softcap"), py::arg("out"),
       py::arg("lse"), py::arg("stream"), py::arg("subtree_end") = py::none(),
-      py::arg("positions") = py::none());
+      py::arg("positions") = py::none(), py::arg("query_rows") = py::none());
 
   m.def(
       "varlen_attention_backward",
@@ -316,12 +318,13 @@ PYBIND11_MODULE(_kernels, m) {
          int64_t max_q, int64_t max_k, const py::object& seqused_q, const py::object& seqused_k,
          std::optional<double> scale, bool causal, int64_t window_left, int64_t window_right,
          double softcap, const py::object& dq, const py::object& dk, const py::object& dv,
-         uintptr_t stream, const py::object& subtree_end, const py::object& positions) {
+         uintptr_t stream, const py::object& subtree_end, const py::object& positions,
+         const py::object& query_rows) {
         Borrowed bdo(dout, stream), bq(q, stream), bk(k, stream), bv(v, stream), bo(out, stream),
             bl(lse, stream), bdq(dq, stream), bdk(dk, stream), bdv(dv, stream);
         AttentionCall c(cu_q, cu_q_host, cu_k, cu_k_host, rows_q, rows_k, max_q, max_k, seqused_q,
                         seqused_k, scale, causal, window_left, window_right, softcap, subtree_end,
-                        positions, stream);
+                        positions, query_rows, stream);
         CheckWithoutGil([&] {
           return VarlenAttentionBackward(*bdo, *bq, *bk, *bv, *bo, *bl, c.seqlens, c.options, *bdq,
                                          *bdk, *bdv, AsStream(stream));
@@ -333,7 +336,8 @@ PYBIND11_MODULE(_kernels, m) {
       py::arg("max_seqlen_k"), py::arg("seqused_q"), py::arg("seqused_k"), py::arg("softmax_scale"),
       py::arg("causal"), py::arg("window_left"), py::arg("window_right"), py::arg("softcap"),
       py::arg("dq"), py::arg("dk"), py::arg("dv"), py::arg("stream"),
-      py::arg("subtree_end") = py::none(), py::arg("positions") = py::none());
+      py::arg("subtree_end") = py::none(), py::arg("positions") = py::none(),
+      py::arg("query_rows") = py::none());
 
   m.def(
       "tree_position_ids",

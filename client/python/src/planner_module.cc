@@ -152,9 +152,8 @@ py::dict ToDict(const MicroBatch& part, IntCache& ints) {
 #define PACKSCHED_PY_STATS_Int(d, s, name) (d)[#name] = (s).name;
 #define PACKSCHED_PY_STATS_Double PACKSCHED_PY_STATS_Int
 #define PACKSCHED_PY_STATS_LocalK PACKSCHED_PY_STATS_Int
-#define PACKSCHED_PY_STATS_Cap PACKSCHED_SCHEMA_NOTHING
-#define PACKSCHED_PY_STATS_Micros PACKSCHED_SCHEMA_NOTHING
-#define PACKSCHED_PY_STATS(name, number, Kind, alias) PACKSCHED_PY_STATS_##Kind(d, s, name)
+#define PACKSCHED_PY_STATS(name, number, Kind, alias) \
+  PACKSCHED_SCHEMA_EXCEPT(PACKSCHED_PY_STATS, Kind, Cap, Micros)(d, s, name)
 
 py::dict ToDict(const PlanStats& s) {
   py::dict d;
@@ -164,19 +163,15 @@ py::dict ToDict(const PlanStats& s) {
 
 // A plan's index lists and stats (PACKSCHED_PLAN_RESPONSE) into the dict `d`, the lists through
 // the IntCache `ints`; its micro-batches go under "parts", and the counts, loss weights and
-// global counts are not the plan's (nothing to write). The row
+// global counts are not the plan's (nothing to write), and forest_plan adds a tree's layout.
+// The row
 //   X(reorder, 4, Indices)
 // expands, through PACKSCHED_PY_PLAN, to
 //   d["reorder"] = ints.List(plan.reorder);
 #define PACKSCHED_PY_PLAN_Indices(d, plan, ints, name) (d)[#name] = (ints).List((plan).name);
 #define PACKSCHED_PY_PLAN_Stats(d, plan, ints, name) (d)[#name] = ToDict((plan).name);
-#define PACKSCHED_PY_PLAN_Count PACKSCHED_SCHEMA_NOTHING
-#define PACKSCHED_PY_PLAN_LocalK PACKSCHED_SCHEMA_NOTHING
-#define PACKSCHED_PY_PLAN_Parts PACKSCHED_SCHEMA_NOTHING
-#define PACKSCHED_PY_PLAN_Weights PACKSCHED_SCHEMA_NOTHING
-#define PACKSCHED_PY_PLAN_Global PACKSCHED_SCHEMA_NOTHING
-#define PACKSCHED_PY_PLAN_Tree PACKSCHED_SCHEMA_NOTHING  // forest_plan adds its layout
-#define PACKSCHED_PY_PLAN(name, number, Kind) PACKSCHED_PY_PLAN_##Kind(d, plan, ints, name)
+#define PACKSCHED_PY_PLAN(name, number, Kind) \
+  PACKSCHED_SCHEMA_ONLY(PACKSCHED_PY_PLAN, Kind, Indices, Stats)(d, plan, ints, name)
 
 py::dict ToDict(const MicroBatchPlan& plan, IntCache& ints) {
   py::dict d;
@@ -225,9 +220,8 @@ LossOptions ToLossOptions(const py::dict& d) {
 //   out.append(c.loss_tokens);
 //   c.loss_tokens = values[next++].cast<int64_t>();
 #define PACKSCHED_PY_COUNTS_Loss(out, c, name) (out).append((c).name);
-#define PACKSCHED_PY_COUNTS_Kept PACKSCHED_SCHEMA_NOTHING
-#define PACKSCHED_PY_COUNTS_World PACKSCHED_SCHEMA_NOTHING
-#define PACKSCHED_PY_COUNTS(name, number, Kind) PACKSCHED_PY_COUNTS_##Kind(out, c, name)
+#define PACKSCHED_PY_COUNTS(name, number, Kind) \
+  PACKSCHED_SCHEMA_ONLY(PACKSCHED_PY_COUNTS, Kind, Loss)(out, c, name)
 
 py::tuple ToTuple(const LossCounts& c) {
   py::list out;
@@ -237,10 +231,8 @@ py::tuple ToTuple(const LossCounts& c) {
 
 #define PACKSCHED_PY_FROM_COUNTS_Loss(c, values, next, name) \
   (c).name = (values)[(next)++].cast<int64_t>();
-#define PACKSCHED_PY_FROM_COUNTS_Kept PACKSCHED_SCHEMA_NOTHING
-#define PACKSCHED_PY_FROM_COUNTS_World PACKSCHED_SCHEMA_NOTHING
 #define PACKSCHED_PY_FROM_COUNTS(name, number, Kind) \
-  PACKSCHED_PY_FROM_COUNTS_##Kind(c, values, next, name)
+  PACKSCHED_SCHEMA_ONLY(PACKSCHED_PY_FROM_COUNTS, Kind, Loss)(c, values, next, name)
 
 LossCounts ToLossCounts(const py::sequence& values) {
   LossCounts c;
@@ -330,20 +322,53 @@ py::dict ToDict(const StepStats& s) {
   return step;
 }
 
-// A forest from the arrays packsched.tree.Forest holds (rollout_len may be None).
+// An array of the forest or of a layout into the planner's member; an optional one (the
+// Checked rollout lengths) may be None.
+void Assign(std::vector<int64_t>* out, const Lengths& values) {
+  out->assign(values.data(), values.data() + values.size());
+}
+void Assign(std::vector<int64_t>* out, const py::object& values) {
+  if (!values.is_none()) *out = values.cast<std::vector<int64_t>>();
+}
+
+// A forest from the arrays packsched.tree.Forest holds (PACKSCHED_FOREST; the Checked one may
+// be None). The row
+//   X(node_len, 1, Nodes)
+// expands, through PACKSCHED_PY_FOREST, to
+//   Assign(&f.node_len, node_len);
+// and to the keywords py::arg("node_len"), ...: through PACKSCHED_PY_ARG every row, through
+// PACKSCHED_PY_REQUIRED_ARG the required ones (the layout's functions take no rollout_len).
+#define PACKSCHED_PY_FOREST(name, number, Kind) Assign(&f.name, name);
+#define PACKSCHED_PY_ARG(name, number, Kind) py::arg(#name),
+#define PACKSCHED_PY_REQUIRED_ARG_Nodes(name) py::arg(#name),
+#define PACKSCHED_PY_REQUIRED_ARG_Rollouts(name) py::arg(#name),
+#define PACKSCHED_PY_REQUIRED_ARG(name, number, Kind) \
+  PACKSCHED_SCHEMA_EXCEPT(PACKSCHED_PY_REQUIRED_ARG, Kind, Checked)(name)
+#define PACKSCHED_PY_LAYOUT_ARG(name, number, Kind) py::arg(#name),
+
 Forest ToForest(const Lengths& node_len, const Lengths& node_parent, const Lengths& rollout_leaf,
                 const py::object& rollout_len) {
   Forest f;
-  f.node_len.assign(node_len.data(), node_len.data() + node_len.size());
-  f.node_parent.assign(node_parent.data(), node_parent.data() + node_parent.size());
-  f.rollout_leaf.assign(rollout_leaf.data(), rollout_leaf.data() + rollout_leaf.size());
-  if (!rollout_len.is_none()) f.rollout_len = rollout_len.cast<std::vector<int64_t>>();
+  PACKSCHED_FOREST(PACKSCHED_PY_FOREST)
   return f;
 }
 
 py::array_t<int64_t> Array(const std::vector<int64_t>& v) {
   return py::array_t<int64_t>(static_cast<py::ssize_t>(v.size()), v.data());
 }
+
+// A tree plan as the dict packsched.tree.TreePlan.from_raw reads: "parts" (each micro-batch's
+// "batch" and its layout, PACKSCHED_TREE_LAYOUT), the plan's figures (PACKSCHED_TREE_PLAN; the
+// layouts are the parts'), its stats and loss weights. The rows
+//   X(rollouts, 7, Ints)   X(forwarded_tokens, 3, Int)
+// expand, through PACKSCHED_PY_LAYOUT and PACKSCHED_PY_TREE, to
+//   p["rollouts"] = Array(l.rollouts);
+//   d["forwarded_tokens"] = plan.forwarded_tokens;
+#define PACKSCHED_PY_LAYOUT(name, number, Kind) p[#name] = Array(l.name);
+#define PACKSCHED_PY_TREE_Ints(d, plan, name) (d)[#name] = Array((plan).name);
+#define PACKSCHED_PY_TREE_Int(d, plan, name) (d)[#name] = (plan).name;
+#define PACKSCHED_PY_TREE(name, number, Kind) \
+  PACKSCHED_SCHEMA_EXCEPT(PACKSCHED_PY_TREE, Kind, Layouts)(d, plan, name)
 
 py::dict ToDict(const TreePlan& plan, const ForestIndex& index, const py::object& loss) {
   py::dict d;
@@ -353,18 +378,14 @@ py::dict ToDict(const TreePlan& plan, const ForestIndex& index, const py::object
     py::dict p;
     p["batch"] = ToDict(part.batch, ints);
     const TreeLayout& l = part.layout;
-    p["rollouts"] = Array(l.rollouts);
-    p["piece_rollouts"] = Array(l.piece_rollouts);
-    p["piece_rollout_begin"] = Array(l.piece_rollout_begin);
+    PACKSCHED_TREE_LAYOUT(PACKSCHED_PY_LAYOUT)
     parts.append(p);
   }
   d["parts"] = parts;
   d["dropped"] = plan.dropped;
-  d["rollout_part"] = Array(plan.rollout_part);
+  PACKSCHED_TREE_PLAN(PACKSCHED_PY_TREE)
   d["stats"] = ToDict(plan.stats);
   d["num_rollouts"] = plan.num_rollouts;
-  d["rollout_tokens"] = plan.rollout_tokens;
-  d["forwarded_tokens"] = plan.forwarded_tokens;
   if (!loss.is_none()) AddLossWeights(RolloutView(plan, index), loss.cast<py::dict>(), d);
   return d;
 }
@@ -376,16 +397,14 @@ struct LayoutInput {
   TreeLayout layout;
 };
 
+#define PACKSCHED_PY_TO_LAYOUT(name, number, Kind) Assign(&l.name, name);
 LayoutInput ToLayout(const Lengths& rollout_leaf, const std::vector<int64_t>& cu_seqlens_aligned,
                      const Lengths& rollouts, const Lengths& piece_rollouts,
                      const Lengths& piece_rollout_begin) {
   LayoutInput in;
   in.batch.cu_seqlens_aligned.assign(cu_seqlens_aligned.begin(), cu_seqlens_aligned.end());
   TreeLayout& l = in.layout;
-  l.rollouts.assign(rollouts.data(), rollouts.data() + rollouts.size());
-  l.piece_rollouts.assign(piece_rollouts.data(), piece_rollouts.data() + piece_rollouts.size());
-  l.piece_rollout_begin.assign(piece_rollout_begin.data(),
-                               piece_rollout_begin.data() + piece_rollout_begin.size());
+  PACKSCHED_TREE_LAYOUT(PACKSCHED_PY_TO_LAYOUT)
   const int64_t r = rollout_leaf.size();
   const auto& begin = l.piece_rollout_begin;
   if (begin.size() != in.batch.cu_seqlens_aligned.size() || begin.empty() || begin[0] != 0 ||
@@ -408,15 +427,12 @@ LayoutInput ToLayout(const Lengths& rollout_leaf, const std::vector<int64_t>& cu
   return in;
 }
 
+// The entries (PACKSCHED_TREE_ENTRIES) as a dict of int64 arrays: X(row) expands, through
+// PACKSCHED_PY_ENTRY, to d["row"] = Array(e.row);
+#define PACKSCHED_PY_ENTRY(name) d[#name] = Array(e.name);
 py::dict EntriesDict(const TreeEntries& e) {
   py::dict d;
-  d["nodes"] = Array(e.nodes);
-  d["piece_begin"] = Array(e.piece_begin);
-  d["row"] = Array(e.row);
-  d["position"] = Array(e.position);
-  d["subtree_end"] = Array(e.subtree_end);
-  d["parent"] = Array(e.parent);
-  d["rollout_entry"] = Array(e.rollout_entry);
+  PACKSCHED_TREE_ENTRIES(PACKSCHED_PY_ENTRY)
   return d;
 }
 
@@ -619,8 +635,8 @@ PYBIND11_MODULE(_planner, m) {
         const TreePlan plan = PlanOneForest(forest, ToPlanOptions(options), k);
         return ToDict(plan, Value(IndexForest(forest)), loss);
       },
-      py::arg("node_len"), py::arg("node_parent"), py::arg("rollout_leaf"), py::arg("rollout_len"),
-      py::arg("options"), py::arg("k") = 0, py::arg("loss") = py::none(),
+      PACKSCHED_FOREST(PACKSCHED_PY_ARG) py::arg("options"), py::arg("k") = 0,
+      py::arg("loss") = py::none(),
       "Plans a forest of rollouts (server/planner/tree_plan.h); k > 0 partitions into exactly k "
       "parts. `loss` as for plan(), per rollout.");
 
@@ -634,10 +650,32 @@ PYBIND11_MODULE(_planner, m) {
         return EntriesDict(
             Entries(in.batch, in.layout, Span(node_len), Span(node_parent), Span(rollout_leaf)));
       },
-      py::arg("node_len"), py::arg("node_parent"), py::arg("rollout_leaf"),
-      py::arg("cu_seqlens_aligned"), py::arg("rollouts"), py::arg("piece_rollouts"),
-      py::arg("piece_rollout_begin"),
+      PACKSCHED_FOREST(PACKSCHED_PY_REQUIRED_ARG) py::arg("cu_seqlens_aligned"),
+      PACKSCHED_TREE_LAYOUT(PACKSCHED_PY_LAYOUT_ARG)
       "A micro-batch's entries (planner::Entries) from its layout and a validated forest.");
+
+  m.def(
+      "tree_rollout_rows",
+      [](const Lengths& node_len, const Lengths& node_parent, const Lengths& rollout_leaf,
+         const std::vector<int64_t>& cu_seqlens_aligned, const Lengths& rollouts,
+         const Lengths& piece_rollouts, const Lengths& piece_rollout_begin) {
+        const LayoutInput in = ToLayout(rollout_leaf, cu_seqlens_aligned, rollouts, piece_rollouts,
+                                        piece_rollout_begin);
+        const TreeEntries e =
+            Entries(in.batch, in.layout, Span(node_len), Span(node_parent), Span(rollout_leaf));
+        std::vector<int64_t> rows;
+        std::vector<int64_t> offsets = {0};
+        for (size_t i = 0; i < e.rollout_entry.size(); ++i) {
+          const std::vector<int64_t> held = RolloutRows(e, Span(node_len), i);
+          rows.insert(rows.end(), held.begin(), held.end());
+          offsets.push_back(static_cast<int64_t>(rows.size()));
+        }
+        return py::make_tuple(Array(rows), Array(offsets));
+      },
+      PACKSCHED_FOREST(PACKSCHED_PY_REQUIRED_ARG) py::arg("cu_seqlens_aligned"),
+      PACKSCHED_TREE_LAYOUT(PACKSCHED_PY_LAYOUT_ARG)
+      "Every held rollout's packed rows in its token order (planner::RolloutRows), concatenated, "
+      "and their offsets [len(rollouts) + 1].");
 
   m.def(
       "tree_rows",
@@ -674,10 +712,10 @@ PYBIND11_MODULE(_planner, m) {
             py::array_t<int32_t>(static_cast<py::ssize_t>(rows.subtree_end.size()),
                                  rows.subtree_end.data()));
       },
-      py::arg("node_len"), py::arg("node_parent"), py::arg("rollout_leaf"), py::arg("cu_seqlens"),
+      PACKSCHED_FOREST(PACKSCHED_PY_REQUIRED_ARG) py::arg("cu_seqlens"),
       py::arg("cu_seqlens_aligned"), py::arg("aligned_tokens"), py::arg("total"),
-      py::arg("rollouts"), py::arg("piece_rollouts"), py::arg("piece_rollout_begin"),
-      "Per packed row (position, subtree_end) as int32 arrays (planner::RowsOf).");
+      PACKSCHED_TREE_LAYOUT(PACKSCHED_PY_LAYOUT_ARG)
+      "Per packed row its position and its subtree's end as int32 arrays (planner::RowsOf).");
 
   m.def(
       "forest_local_bound",
@@ -688,8 +726,7 @@ PYBIND11_MODULE(_planner, m) {
         TreeProblem problem = WithoutGil([&] { return Value(TreeProblem::Create(forest, o)); });
         return BoundDict(problem, loss_tokens);
       },
-      py::arg("node_len"), py::arg("node_parent"), py::arg("rollout_leaf"), py::arg("rollout_len"),
-      py::arg("options"), py::arg("loss_tokens") = py::none());
+      PACKSCHED_FOREST(PACKSCHED_PY_ARG) py::arg("options"), py::arg("loss_tokens") = py::none());
 
   m.def(
       "forest_balance",
@@ -697,15 +734,16 @@ PYBIND11_MODULE(_planner, m) {
          const py::object& rollout_len, int64_t world_size, const py::dict& options,
          const std::string& sync, int64_t micro_batch_cost,
          const std::optional<std::map<std::string, int64_t>>& model_ints,
-         const std::map<std::string, std::string>& model_strings) {
+         const std::map<std::string, std::string>& model_strings,
+         const std::vector<int64_t>& group_ids) {
         const Forest forest = ToForest(node_len, node_parent, rollout_leaf, rollout_len);
         PlanOptions o = ToPlanOptions(options);
         BalanceOptions balance{Value(ParseSync(sync)), micro_batch_cost, /*stop=*/{}};
         if (model_ints) {
           balance.micro_batch_cost = CostFromModel(*model_ints, model_strings, forest, o);
         }
-        const BalancedForest b =
-            WithoutGil([&] { return Value(BalanceForest(forest, world_size, o, balance)); });
+        const BalancedForest b = WithoutGil(
+            [&] { return Value(BalanceForest(forest, world_size, o, balance, group_ids)); });
         const ForestIndex index = Value(IndexForest(forest));
         py::list ranks;
         for (const TreePlan& rank : b.ranks) {
@@ -717,10 +755,10 @@ PYBIND11_MODULE(_planner, m) {
         }
         return BalanceDict(ranks, b);
       },
-      py::arg("node_len"), py::arg("node_parent"), py::arg("rollout_leaf"), py::arg("rollout_len"),
-      py::arg("world_size"), py::arg("options"), py::arg("sync") = "step",
-      py::arg("micro_batch_cost") = 0, py::arg("model_ints") = py::none(),
-      py::arg("model_strings") = std::map<std::string, std::string>());
+      PACKSCHED_FOREST(PACKSCHED_PY_ARG) py::arg("world_size"), py::arg("options"),
+      py::arg("sync") = "step", py::arg("micro_batch_cost") = 0, py::arg("model_ints") = py::none(),
+      py::arg("model_strings") = std::map<std::string, std::string>(),
+      py::arg("group_ids") = std::vector<int64_t>());
 }
 
 }  // namespace

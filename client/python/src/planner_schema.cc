@@ -1,5 +1,5 @@
 // packsched._planner's schema(): the X-macro tables of server/planner/schema.h as Python dicts
-// (packsched._options, client.py, plan.py and the schema test read them).
+// (packsched._options, client.py, plan.py, planner.py, tree.py and the schema test read them).
 
 #include "client/python/src/planner_schema.h"
 
@@ -23,7 +23,8 @@ namespace {
 // The schema table for Python (packsched._options, client.py, plan.py and the schema test):
 // one list of dicts per table, in table order. An enum option's `choices` are the planner's
 // names in enum order (proto value = index + 1); `default` is the planner's default in Python
-// terms (an enum's name).
+// terms (an enum's name). The tree's tables (forest, tree_layout, tree_plan) list name, number
+// and kind; tree_entries, never on the wire, lists its names.
 template <typename Enum>
 py::tuple Choices(Enum /*type*/) {
   py::list names;
@@ -98,6 +99,13 @@ py::object EnumChoices(Enum v) {
   PACKSCHED_PY_SCHEMA_FIELD(global, name, number, Kind)
 #define PACKSCHED_PY_SCHEMA_RESPONSE(name, number, Kind) \
   PACKSCHED_PY_SCHEMA_FIELD(response, name, number, Kind)
+#define PACKSCHED_PY_SCHEMA_FOREST(name, number, Kind) \
+  PACKSCHED_PY_SCHEMA_FIELD(forest, name, number, Kind)
+#define PACKSCHED_PY_SCHEMA_LAYOUT(name, number, Kind) \
+  PACKSCHED_PY_SCHEMA_FIELD(layout, name, number, Kind)
+#define PACKSCHED_PY_SCHEMA_TREE(name, number, Kind) \
+  PACKSCHED_PY_SCHEMA_FIELD(tree, name, number, Kind)
+#define PACKSCHED_PY_SCHEMA_ENTRY(name) entries.append(#name);
 // A stats field's default: the planner's, 0 for the wire-only ones.
 #define PACKSCHED_PY_STATS_DEFAULT_Int(name) PyDefault(PlanStats{}.name)
 #define PACKSCHED_PY_STATS_DEFAULT_Double(name) PyDefault(PlanStats{}.name)
@@ -148,6 +156,15 @@ py::dict Schema() {
   d["plan_stats"] = stats;
   d["global_counts"] = global;
   d["plan_response"] = response;
+  py::list forest, layout, tree, entries;
+  PACKSCHED_FOREST(PACKSCHED_PY_SCHEMA_FOREST)
+  PACKSCHED_TREE_LAYOUT(PACKSCHED_PY_SCHEMA_LAYOUT)
+  PACKSCHED_TREE_PLAN(PACKSCHED_PY_SCHEMA_TREE)
+  PACKSCHED_TREE_ENTRIES(PACKSCHED_PY_SCHEMA_ENTRY)
+  d["forest"] = forest;
+  d["tree_layout"] = layout;
+  d["tree_plan"] = tree;
+  d["tree_entries"] = entries;
   py::list dcp;
   PACKSCHED_DYNAMIC_CP_OPTIONS(PACKSCHED_PY_SCHEMA_DCP)
   d["dynamic_cp_options"] = dcp;

@@ -94,6 +94,14 @@ struct AttentionSeqlens {
   // out-of-range subtree_end changes which keys a row sees, never what memory it reads).
   const DLTensor* subtree_end = nullptr;  // int32 [tk]
   const DLTensor* positions = nullptr;    // int32 [tq], needed with a tree and a left window
+  // Query-row map (context parallelism: a CP rank computes only the queries it holds), or
+  // nullptr: every row. int32 [nq] in host memory, strictly ascending rows of q in [0, tq). Only
+  // these rows are computed as queries; every other row of q is written as a query that sees no
+  // key (out = 0, lse = +inf, dq = 0) but stays a key. The mapped rows' out, lse and dq are
+  // bitwise those of the call without the map, and dk, dv are the mapped rows' share: bitwise
+  // the call's without the map when dout is 0 on every other row. CPU backend only
+  // (InvalidArgument on CUDA tensors); q, out, dout, dq and lse keep all tq rows.
+  const DLTensor* query_rows = nullptr;  // int32 [nq], host
 };
 
 struct AttentionOptions {
