@@ -386,13 +386,16 @@ namespace {
 #define PACKSCHED_FILL_DCP_Nodes PACKSCHED_FILL_DCP_INT
 #define PACKSCHED_FILL_DCP_Enum(o, out, name, Type, member) \
   (out)->set_##name(static_cast<v1::Type>(static_cast<int>((o).member) + 1));
-#define PACKSCHED_FILL_DCP_Ratio PACKSCHED_SCHEMA_NOTHING
-#define PACKSCHED_FILL_DCP_Bytes PACKSCHED_SCHEMA_NOTHING
 #define PACKSCHED_FILL_DCP(name, number, Rule, Type, member, flag, Owner, help) \
-  PACKSCHED_FILL_DCP_##Rule(o, out, name, Type, member)
+  PACKSCHED_SCHEMA_EXCEPT(PACKSCHED_FILL_DCP, Rule, Ratio, Bytes)(o, out, name, Type, member)
 
-void FillDynamicCpOptions(const planner::DynamicCpOptions& o, v1::DynamicCpOptions* out){
-    PACKSCHED_DYNAMIC_CP_OPTIONS(PACKSCHED_FILL_DCP)}
+v1::DynamicCpOptions DynamicCpOptionsToProto(const planner::DynamicCpOptions& o) {
+  v1::DynamicCpOptions wire;
+  v1::DynamicCpOptions* out = &wire;
+  PACKSCHED_DYNAMIC_CP_OPTIONS(PACKSCHED_FILL_DCP)
+  return wire;
+}
+
 // The options applied, back from the wire. The row
 //   X(min_cp, 3, Int, int64, min_cp, min_cp, Own, "...")
 // expands, through PACKSCHED_READ_DCP, to
@@ -405,10 +408,8 @@ void FillDynamicCpOptions(const planner::DynamicCpOptions& o, v1::DynamicCpOptio
 #define PACKSCHED_READ_DCP_Nodes PACKSCHED_READ_DCP_INT
 #define PACKSCHED_READ_DCP_Enum(p, o, name, Type, member) \
   if ((p).name() != 0) (o).member = static_cast<planner::Type>((p).name() - 1);
-#define PACKSCHED_READ_DCP_Ratio PACKSCHED_SCHEMA_NOTHING
-#define PACKSCHED_READ_DCP_Bytes PACKSCHED_SCHEMA_NOTHING
 #define PACKSCHED_READ_DCP(name, number, Rule, Type, member, flag, Owner, help) \
-  PACKSCHED_READ_DCP_##Rule(p, o, name, Type, member)
+  PACKSCHED_SCHEMA_EXCEPT(PACKSCHED_READ_DCP, Rule, Ratio, Bytes)(p, o, name, Type, member)
 
 planner::DynamicCpOptions DynamicCpOptionsFromProto(const v1::DynamicCpOptions& p, int64_t ranks) {
   planner::DynamicCpOptions o;
@@ -440,7 +441,7 @@ absl::StatusOr<DynamicCpResult> SchedulerClient::PlanDynamicCp(const DynamicCpRe
   v1::PlanDynamicCpRequest wire;
   wire.mutable_lengths()->Assign(request.lengths.begin(), request.lengths.end());
   wire.set_world_size(request.options.ranks);
-  FillDynamicCpOptions(request.options, wire.mutable_options());
+  *wire.mutable_options() = DynamicCpOptionsToProto(request.options);
   wire.mutable_owner_ranks()->Assign(request.owner_ranks.begin(), request.owner_ranks.end());
   wire.mutable_loss_tokens()->Assign(request.loss_tokens.begin(), request.loss_tokens.end());
   FillLoss(request.loss, wire.mutable_loss());

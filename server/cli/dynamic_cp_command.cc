@@ -47,7 +47,7 @@ absl::Status AsFlagError(const absl::Status& s) {
   return absl::InvalidArgumentError(absl::StrCat("--dynamic_cp: ", message));
 }
 
-// The links' ranges, by rule: the row
+// The links' ranges (the Ratio and Bytes rows): the row
 //   X(bytes_per_element, 15, Bytes, int64, bytes_per_element, cp_bytes_per_element, Own, "...")
 // expands, through PACKSCHED_DCP_CHECK, to
 //   if (!(l.bytes_per_element >= 1)) return Bad("cp_bytes_per_element", ..., "must be >= 1");
@@ -61,14 +61,8 @@ absl::Status AsFlagError(const absl::Status& s) {
     return absl::InvalidArgumentError(                                 \
         absl::StrCat("--" #flag " = ", (l).member, ": must be >= 1")); \
   }
-#define PACKSCHED_DCP_CHECK_Cap PACKSCHED_SCHEMA_NOTHING
-#define PACKSCHED_DCP_CHECK_Int PACKSCHED_SCHEMA_NOTHING
-#define PACKSCHED_DCP_CHECK_MaxCp PACKSCHED_SCHEMA_NOTHING
-#define PACKSCHED_DCP_CHECK_Enum PACKSCHED_SCHEMA_NOTHING
-#define PACKSCHED_DCP_CHECK_Weight PACKSCHED_SCHEMA_NOTHING
-#define PACKSCHED_DCP_CHECK_Nodes PACKSCHED_SCHEMA_NOTHING
 #define PACKSCHED_DCP_CHECK(name, number, Rule, Type, member, flag, Owner, help) \
-  PACKSCHED_DCP_CHECK_##Rule(l, member, flag)
+  PACKSCHED_SCHEMA_ONLY(PACKSCHED_DCP_CHECK, Rule, Ratio, Bytes)(l, member, flag)
 
 absl::Status CheckLinks(const planner::CpModelLinks& l) {
   PACKSCHED_DYNAMIC_CP_OPTIONS(PACKSCHED_DCP_CHECK)
@@ -124,15 +118,8 @@ std::string RankRange(int64_t first, int64_t size) {
 // The planner's error with the cap named as its flag ("... above --max_token_len = 4096"): a
 // sequence that does not fit names the cap it passes.
 #define PACKSCHED_DCP_CAP_NAME_Cap(name, flag) {#name " = ", "--" #flag " = "},
-#define PACKSCHED_DCP_CAP_NAME_Int PACKSCHED_SCHEMA_NOTHING
-#define PACKSCHED_DCP_CAP_NAME_MaxCp PACKSCHED_SCHEMA_NOTHING
-#define PACKSCHED_DCP_CAP_NAME_Enum PACKSCHED_SCHEMA_NOTHING
-#define PACKSCHED_DCP_CAP_NAME_Weight PACKSCHED_SCHEMA_NOTHING
-#define PACKSCHED_DCP_CAP_NAME_Nodes PACKSCHED_SCHEMA_NOTHING
-#define PACKSCHED_DCP_CAP_NAME_Ratio PACKSCHED_SCHEMA_NOTHING
-#define PACKSCHED_DCP_CAP_NAME_Bytes PACKSCHED_SCHEMA_NOTHING
 #define PACKSCHED_DCP_CAP_NAME(name, number, Rule, Type, member, flag, Owner, help) \
-  PACKSCHED_DCP_CAP_NAME_##Rule(name, flag)
+  PACKSCHED_SCHEMA_ONLY(PACKSCHED_DCP_CAP_NAME, Rule, Cap)(name, flag)
 
 absl::Status CapAsFlag(const absl::Status& s) {
   return absl::Status(

@@ -79,9 +79,13 @@ namespace {
 #define PACKSCHED_TO_DCP_PROTO(name, number, Rule, Type, member, flag, Owner, help) \
   PACKSCHED_TO_DCP_##Rule(p, o, links, model, name, Type, member)
 
-void OptionsToProto(const planner::DynamicCpOptions& o, const planner::CpModelLinks& links,
-                    bool model,
-                    v1::DynamicCpOptions* p){PACKSCHED_DYNAMIC_CP_OPTIONS(PACKSCHED_TO_DCP_PROTO)}
+v1::DynamicCpOptions OptionsToProto(const planner::DynamicCpOptions& o,
+                                    const planner::CpModelLinks& links, bool model) {
+  v1::DynamicCpOptions wire;
+  v1::DynamicCpOptions* p = &wire;
+  PACKSCHED_DYNAMIC_CP_OPTIONS(PACKSCHED_TO_DCP_PROTO)
+  return wire;
+}
 
 // One 64-bit fingerprint of the plan: every slot's groups, their sequences and offsets.
 uint64_t PlanFingerprint(const planner::DynamicCpPlan& plan) {
@@ -260,7 +264,7 @@ absl::Status RunPlanDynamicCp(const v1::PlanDynamicCpRequest& request, const Ser
   response->set_step_cost(plan.step_cost);
   response->set_lower_bound(plan.lower_bound);
   response->set_comm_tokens(plan.comm_tokens);
-  OptionsToProto(options, links, request.has_model_config(), response->mutable_options());
+  *response->mutable_options() = OptionsToProto(options, links, request.has_model_config());
   response->set_plan_fingerprint(PlanFingerprint(plan));
 
   std::vector<v1::CpRankView*> out(views);
