@@ -362,10 +362,111 @@ absl::StatusOr<ServerStatus> SchedulerClient::GetStatus(absl::Duration timeout) 
   out.over_cap_avoidable_parts = c.over_cap_avoidable_parts();
   out.partitions = c.partitions();
   out.balance_batches = c.balance_batches();
+  out.dynamic_cp_plans = c.dynamic_cp_plans();
   out.errors_by_code.insert(c.errors_by_code().begin(), c.errors_by_code().end());
   out.build_version = response.build_version();
   out.proto_version = response.proto_version();
   out.uptime = absl::Microseconds(response.uptime_us());
+  return out;
+}
+
+namespace {
+
+// The dynamic-CP options, by the schema table's rules (PACKSCHED_DYNAMIC_CP_OPTIONS): every
+// planner option is sent (the link ratios are a model's, which this client does not send). The
+// row
+//   X(linear, 7, Weight, int64, cost.linear, cp_linear, Own, "...")
+// expands, through PACKSCHED_FILL_DCP, to
+//   out->set_linear(o.cost.linear);
+#define PACKSCHED_FILL_DCP_INT(o, out, name, Type, member) (out)->set_##name((o).member);
+#define PACKSCHED_FILL_DCP_Cap PACKSCHED_FILL_DCP_INT
+#define PACKSCHED_FILL_DCP_Int PACKSCHED_FILL_DCP_INT
+#define PACKSCHED_FILL_DCP_MaxCp PACKSCHED_FILL_DCP_INT
+#define PACKSCHED_FILL_DCP_Weight PACKSCHED_FILL_DCP_INT
+#define PACKSCHED_FILL_DCP_Nodes PACKSCHED_FILL_DCP_INT
+#define PACKSCHED_FILL_DCP_Enum(o, out, name, Type, member) \
+  (out)->set_##name(static_cast<v1::Type>(static_cast<int>((o).member) + 1));
+#define PACKSCHED_FILL_DCP(name, number, Rule, Type, member, flag, Owner, help) \
+  PACKSCHED_SCHEMA_EXCEPT(PACKSCHED_FILL_DCP, Rule, Ratio, Bytes)(o, out, name, Type, member)
+
+v1::DynamicCpOptions DynamicCpOptionsToProto(const planner::DynamicCpOptions& o) {
+  v1::DynamicCpOptions wire;
+  v1::DynamicCpOptions* out = &wire;
+  PACKSCHED_DYNAMIC_CP_OPTIONS(PACKSCHED_FILL_DCP)
+  return wire;
+}
+
+// The options applied, back from the wire. The row
+//   X(min_cp, 3, Int, int64, min_cp, min_cp, Own, "...")
+// expands, through PACKSCHED_READ_DCP, to
+//   o.min_cp = p.min_cp();
+#define PACKSCHED_READ_DCP_INT(p, o, name, Type, member) (o).member = (p).name();
+#define PACKSCHED_READ_DCP_Cap PACKSCHED_READ_DCP_INT
+#define PACKSCHED_READ_DCP_Int PACKSCHED_READ_DCP_INT
+#define PACKSCHED_READ_DCP_MaxCp PACKSCHED_READ_DCP_INT
+#define PACKSCHED_READ_DCP_Weight PACKSCHED_READ_DCP_INT
+#define PACKSCHED_READ_DCP_Nodes PACKSCHED_READ_DCP_INT
+#define PACKSCHED_READ_DCP_Enum(p, o, name, Type, member) \
+  if ((p).name() != 0) (o).member = static_cast<planner::Type>((p).name() - 1);
+#define PACKSCHED_READ_DCP(name, number, Rule, Type, member, flag, Owner, help) \
+  PACKSCHED_SCHEMA_EXCEPT(PACKSCHED_READ_DCP, Rule, Ratio, Bytes)(p, o, name, Type, member)
+
+planner::DynamicCpOptions DynamicCpOptionsFromProto(const v1::DynamicCpOptions& p, int64_t ranks) {
+  planner::DynamicCpOptions o;
+  o.ranks = ranks;
+  PACKSCHED_DYNAMIC_CP_OPTIONS(PACKSCHED_READ_DCP)
+  return o;
+}
+
+CpRankSlot CpRankSlotFromProto(const v1::CpRankSlot& p) {
+  CpRankSlot s;
+  s.group = p.group();
+  s.first_rank = p.ranks().first_rank();
+  s.size = p.ranks().size();
+  s.cp_rank = p.cp_rank();
+  s.sequences.assign(p.sequences().begin(), p.sequences().end());
+  s.owner_ranks.assign(p.owner_ranks().begin(), p.owner_ranks().end());
+  s.owner_indices.assign(p.owner_indices().begin(), p.owner_indices().end());
+  s.cu_seqlens.assign(p.cu_seqlens().begin(), p.cu_seqlens().end());
+  s.shard_chunks.assign(p.shard_chunks().begin(), p.shard_chunks().end());
+  s.tokens_per_rank = p.tokens_per_rank();
+  s.loss_weights.assign(p.loss_weights().begin(), p.loss_weights().end());
+  return s;
+}
+
+}  // namespace
+
+absl::StatusOr<DynamicCpResult> SchedulerClient::PlanDynamicCp(const DynamicCpRequest& request,
+                                                               absl::Duration timeout) {
+  v1::PlanDynamicCpRequest wire;
+  wire.mutable_lengths()->Assign(request.lengths.begin(), request.lengths.end());
+  wire.set_world_size(request.options.ranks);
+  *wire.mutable_options() = DynamicCpOptionsToProto(request.options);
+  wire.mutable_owner_ranks()->Assign(request.owner_ranks.begin(), request.owner_ranks.end());
+  wire.mutable_loss_tokens()->Assign(request.loss_tokens.begin(), request.loss_tokens.end());
+  FillLoss(request.loss, wire.mutable_loss());
+  if (request.rank) wire.set_rank(*request.rank);
+  v1::PlanDynamicCpResponse response;
+  RETURN_IF_ERROR(impl_->Call(&v1::Scheduler::Stub::PlanDynamicCp, wire, &response, timeout));
+  DynamicCpResult out;
+  out.num_micro_batches = response.num_micro_batches();
+  for (const v1::CpGroup& g : response.group_names()) {
+    out.group_names.emplace_back(g.first_rank(), g.size());
+  }
+  for (const v1::CpRankView& view : response.ranks()) {
+    CpRankView v;
+    v.rank = view.rank();
+    for (const v1::CpRankSlot& slot : view.slots()) v.slots.push_back(CpRankSlotFromProto(slot));
+    out.ranks.push_back(std::move(v));
+  }
+  out.cp_of_sequence.assign(response.cp_of_sequence().begin(), response.cp_of_sequence().end());
+  out.slot_of_sequence.assign(response.slot_of_sequence().begin(),
+                              response.slot_of_sequence().end());
+  out.step_cost = response.step_cost();
+  out.lower_bound = response.lower_bound();
+  out.comm_tokens = response.comm_tokens();
+  out.options = DynamicCpOptionsFromProto(response.options(), request.options.ranks);
+  out.plan_fingerprint = response.plan_fingerprint();
   return out;
 }
 

@@ -18,10 +18,12 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "server/planner/dynamic_cp.h"
 #include "server/planner/forest.h"
 #include "server/planner/loss_weights.h"
 #include "server/planner/options.h"
@@ -126,6 +128,50 @@ struct BalancedPlan {
   planner::StepStats step;
 };
 
+// PlanDynamicCp (docs/design.md §2, "Dynamic context parallelism"): the whole step over
+// options.ranks ranks (the request's world_size).
+struct DynamicCpRequest {
+  std::vector<int64_t> lengths;       // the whole step
+  planner::DynamicCpOptions options;  // ranks: the world size; cost: the weights
+  std::vector<int64_t> owner_ranks;   // optional, per sequence: the rank whose data holds it
+  std::vector<int64_t> loss_tokens;   // optional, per sequence
+  planner::LossOptions loss;
+  std::optional<int64_t> rank;  // whose view; unset = every rank's
+};
+
+// What one rank runs in one slot.
+struct CpRankSlot {
+  int64_t group = 0;       // the group's name (DynamicCpResult::group_names)
+  int64_t first_rank = 0;  // the group: ranks [first_rank, first_rank + size)
+  int64_t size = 0;
+  int64_t cp_rank = 0;                 // this rank's index in the group
+  std::vector<int64_t> sequences;      // global indices, ascending
+  std::vector<int64_t> owner_ranks;    // per sequence (empty without owner_ranks)
+  std::vector<int64_t> owner_indices;  // per sequence: its index among its owner's
+  std::vector<int32_t> cu_seqlens;     // the group's aligned offsets
+  std::vector<int64_t> shard_chunks;   // {cp_rank, 2 * size - 1 - cp_rank}
+  int64_t tokens_per_rank = 0;
+  std::vector<double> loss_weights;  // per sequence (empty without loss tokens)
+};
+
+struct CpRankView {
+  int64_t rank = 0;
+  std::vector<CpRankSlot> slots;  // one per slot, in slot order
+};
+
+struct DynamicCpResult {
+  int64_t num_micro_batches = 0;
+  std::vector<std::pair<int64_t, int64_t>> group_names;  // (first_rank, size) per name
+  std::vector<CpRankView> ranks;                         // every rank's, or the one asked for
+  std::vector<int64_t> cp_of_sequence;
+  std::vector<int64_t> slot_of_sequence;
+  int64_t step_cost = 0;
+  int64_t lower_bound = 0;
+  int64_t comm_tokens = 0;
+  planner::DynamicCpOptions options;  // as applied
+  uint64_t plan_fingerprint = 0;      // equal on every rank that planned the same step
+};
+
 struct ServerStatus {
   struct Stream {
     std::string name;
@@ -149,6 +195,7 @@ struct ServerStatus {
   int64_t over_cap_avoidable_parts = 0;    // of over_cap_parts: several sequences (must be 0)
   int64_t partitions = 0;
   int64_t balance_batches = 0;
+  int64_t dynamic_cp_plans = 0;
   std::map<std::string, int64_t> errors_by_code;
   std::string build_version;
   int64_t proto_version = 0;
@@ -175,6 +222,10 @@ class SchedulerClient {
   absl::StatusOr<BalancedPlan> BalanceBatch(const BalanceBatchRequest& request,
                                             absl::Duration timeout = absl::ZeroDuration());
   absl::StatusOr<ServerStatus> GetStatus(absl::Duration timeout = absl::ZeroDuration());
+  // Every rank that sends the same step gets the same plan; ask for one rank's view with
+  // request.rank.
+  absl::StatusOr<DynamicCpResult> PlanDynamicCp(const DynamicCpRequest& request,
+                                                absl::Duration timeout = absl::ZeroDuration());
 
  private:
   struct Impl;

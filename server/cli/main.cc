@@ -1,13 +1,14 @@
 // packsched: the offline planning CLI over the planner library (no gRPC, no protobuf).
 //
 //   packsched plan --lengths=FILE --max_token_len=16384 [--format=json] ...
+//   packsched plan --dynamic_cp --world_size=8 --max_token_len=8192 --lengths=FILE ...
 //   packsched plan --help
 //
 // stdout carries only the table or the JSON; errors go to stderr, one line each. Exit status: 0
-// on success, 1 for bad input (the lengths, the forest) or a plan that cannot be made, 2 for a
-// usage error: a command line absl's parser would refuse (checked first: it would exit 1), a
-// flag's value out of its range, flags that do not go together, or a file a flag names that
-// cannot be read — all found before any input is read.
+// on success, 1 for bad input (the lengths, the forest; naming the sequence) or a plan that
+// cannot be made, 2 for a usage error: a command line absl's parser would refuse (checked
+// first: it would exit 1), a flag's value out of its range, flags that do not go together, or a
+// file a flag names that cannot be read — all found before any input is read.
 
 #include <cstdio>
 #include <optional>
@@ -21,6 +22,8 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "server/base/command_line.h"
+#include "server/cli/dynamic_cp_command.h"
+#include "server/cli/dynamic_cp_flags.h"
 #include "server/cli/json_output.h"
 #include "server/cli/plan_command.h"
 #include "server/cli/plan_flags.h"
@@ -87,6 +90,8 @@ int Plan() {
   if (absl::Status status = CheckRequest(*request); !status.ok()) return Fail(status, kUsage);
   absl::StatusOr<std::optional<JsonlField>> field = JsonlFieldFromFlags();
   if (!field.ok()) return Fail(field.status(), kUsage);
+  absl::StatusOr<DynamicCpRequest> dynamic = DynamicCpRequestFromFlags(*request);
+  if (!dynamic.ok()) return Fail(dynamic.status(), kUsage);
   const std::string tree = TreePathFromFlags();
   if (!tree.empty()) {
     if (!LengthsPathFromFlags().empty()) {
@@ -118,6 +123,15 @@ int Plan() {
   text->shrink_to_fit();
 
   phase(absl::StrCat("planning ", lengths->size(), " sequences"));
+  if (DynamicCpFromFlags()) {
+    absl::StatusOr<DynamicCpRun> run = RunDynamicCp(*lengths, *dynamic);
+    if (!run.ok()) return Fail(run.status(), kError);
+    phase("writing the plan");
+    absl::StatusOr<std::string> out =
+        *format == OutputFormat::kJson ? DynamicCpJson(*run) : DynamicCpTable(*run);
+    progress.reset();
+    return Write(out);
+  }
   absl::StatusOr<PlanRun> run = RunPlan(*lengths, *request);
   if (!run.ok()) return Fail(run.status(), kError);
   phase("writing the plan");

@@ -274,6 +274,9 @@ std::string HelpText() {
       "  packsched plan --lengths=data.jsonl --token_field=input_ids --",
       cap,
       "=16384\n"
+      "  packsched plan --lengths=lengths.txt --dynamic_cp --world_size=8 --",
+      cap,
+      "=8192 --cp_quadratic=1\n"
       "\n"
       "flags:\n");
   std::vector<std::pair<std::string, const absl::CommandLineFlag*>> flags;

@@ -32,7 +32,8 @@ const std::vector<double> kPaddingBuckets = {0,   0.1, 0.2, 0.3, 0.4,  0.5,
 const std::vector<double> kFormationBuckets = {0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25,
                                                0.5,   1,     2.5,  5,     10,   30,  60};
 
-constexpr const char* kMethods[kNumMethods] = {"Plan", "Partition", "BalanceBatch", "GetStatus"};
+constexpr const char* kMethods[kNumMethods] = {"Plan", "Partition", "BalanceBatch", "GetStatus",
+                                               "PlanDynamicCp"};
 constexpr const char* kPhases[4] = {"whole", "local", "wait", "partition"};
 constexpr const char* kCauses[3] = {"deadline", "aborted", "mismatch"};
 

@@ -16,8 +16,8 @@
 namespace packsched::metrics {
 
 // The Scheduler service's methods (the `method` label).
-enum class Method { kPlan, kPartition, kBalanceBatch, kGetStatus };
-inline constexpr int kNumMethods = 4;
+enum class Method { kPlan, kPartition, kBalanceBatch, kGetStatus, kPlanDynamicCp };
+inline constexpr int kNumMethods = 5;
 
 // Why a round failed in its agreement with the peers (the `cause` label of
 // packsched_group_peer_failures_total), from the round's status code.

@@ -194,6 +194,59 @@
   X(stats, 9, Stats)                    \
   X(tree, 10, Tree)
 
+// packsched.v1.DynamicCpOptions (planner::DynamicCpOptions and planner::CpModelLinks,
+// server/planner/dynamic_cp.h and dynamic_cp_model.h). The rank count R is not an option: it is
+// the CLI's --world_size and a sidecar round's world size.
+//   X(name, number, Rule, Type, member, flag, Owner, help)
+//   Rule  Cap     the cap on one rank's rows: required, [1, kMaxLength]
+//         Int     int64 >= 1 (0 on the wire = the planner's default)
+//         MaxCp   int64 >= 0, 0 = R
+//         Enum    Type is the enum's name (proto value = planner value + 1; 0 = the default)
+//         Weight  a CpCostModel weight, int64 >= 0; proto3 optional, unset = the default; a
+//                 model config replaces it
+//         Nodes   CpCostModel::node_ranks, int64 >= 0 (0 = one node), with or without a model
+//         Ratio   a CpModelLinks ratio (double, finite, >= 0): with a model config only
+//         Bytes   CpModelLinks::bytes_per_element, >= 1: with a model config only
+//   member  the planner's member: of DynamicCpOptions (Cap, Int, MaxCp, Enum, Weight) or of
+//           CpModelLinks (Ratio, Bytes)
+//   flag    the `packsched plan --dynamic_cp` flag that sets it
+//   Owner   Own: the flag is dynamic CP's own | Plan: an int64 flag of `packsched plan` that means
+//           the same here (max_token_len: the cap, now per rank)
+//   help    the flag's help text ("" for a Plan flag)
+#define PACKSCHED_DYNAMIC_CP_OPTIONS(X)                                                           \
+  X(max_tokens_per_rank, 1, Cap, int64, max_tokens_per_rank, max_token_len, Plan, "")             \
+  X(sizes, 2, Enum, CpSizeRule, sizes, cp_sizes, Own,                                             \
+    "with --dynamic_cp: the CP group sizes a slot may use: powers_of_two | divisors (of "         \
+    "--world_size) | any")                                                                        \
+  X(min_cp, 3, Int, int64, min_cp, min_cp, Own, "with --dynamic_cp: the smallest CP group size")  \
+  X(max_cp, 4, MaxCp, int64, max_cp, max_cp, Own,                                                 \
+    "with --dynamic_cp: the largest CP group size, a divisor of --world_size (0 = "               \
+    "--world_size)")                                                                              \
+  X(tensor_parallel, 5, Int, int64, tensor_parallel, tensor_parallel, Plan, "")                   \
+  X(divisible_by, 6, Int, int64, divisible_by, divisible_by, Plan, "")                            \
+  X(linear, 7, Weight, int64, cost.linear, cp_linear, Own,                                        \
+    "with --dynamic_cp: cost per token (without --model_config)")                                 \
+  X(quadratic, 8, Weight, int64, cost.quadratic, cp_quadratic, Own,                               \
+    "with --dynamic_cp: cost per token^2 (without --model_config)")                               \
+  X(comm, 9, Weight, int64, cost.comm, cp_comm, Own,                                              \
+    "with --dynamic_cp: cost per token a rank receives and sends (without --model_config)")       \
+  X(micro_batch_cost, 10, Weight, int64, cost.micro_batch, cp_micro_batch_cost, Own,              \
+    "with --dynamic_cp: cost per non-empty micro-batch of a group (without --model_config)")      \
+  X(node_ranks, 11, Nodes, int64, cost.node_ranks, cp_node_ranks, Own,                            \
+    "with --dynamic_cp: ranks of a node; larger groups pay --cp_comm_across_nodes (0 = every "    \
+    "group within a node)")                                                                       \
+  X(comm_across_nodes, 12, Weight, int64, cost.comm_across_nodes, cp_comm_across_nodes, Own,      \
+    "with --dynamic_cp: --cp_comm for groups larger than --cp_node_ranks (without "               \
+    "--model_config)")                                                                            \
+  X(flops_per_byte, 13, Ratio, double, flops_per_byte, cp_flops_per_byte, Own,                    \
+    "with --dynamic_cp and --model_config: the device's FLOP/s over one link's bytes/s within a " \
+    "node")                                                                                       \
+  X(flops_per_byte_across_nodes, 14, Ratio, double, flops_per_byte_across_nodes,                  \
+    cp_flops_per_byte_across_nodes, Own,                                                          \
+    "with --dynamic_cp and --model_config: --cp_flops_per_byte across nodes")                     \
+  X(bytes_per_element, 15, Bytes, int64, bytes_per_element, cp_bytes_per_element, Own,            \
+    "with --dynamic_cp and --model_config: bytes of one key or value element")
+
 // packsched.v1.Forest (planner::Forest, packsched.tree.Forest): a forest request's input, also
 // the JSON object of `packsched plan --tree` and the binding's keywords, in this order.
 //   X(name, number, Kind)
@@ -284,6 +337,7 @@
 // fail without it).
 #define PACKSCHED_SCHEMA_SAME_Align_Align ,
 #define PACKSCHED_SCHEMA_SAME_Bool_Bool ,
+#define PACKSCHED_SCHEMA_SAME_Bytes_Bytes ,
 #define PACKSCHED_SCHEMA_SAME_Cap_Cap ,
 #define PACKSCHED_SCHEMA_SAME_Ceiling_Ceiling ,
 #define PACKSCHED_SCHEMA_SAME_Checked_Checked ,
@@ -300,9 +354,11 @@
 #define PACKSCHED_SCHEMA_SAME_LocalK_LocalK ,
 #define PACKSCHED_SCHEMA_SAME_Loss_Loss ,
 #define PACKSCHED_SCHEMA_SAME_LossScale_LossScale ,
+#define PACKSCHED_SCHEMA_SAME_MaxCp_MaxCp ,
 #define PACKSCHED_SCHEMA_SAME_Micros_Micros ,
 #define PACKSCHED_SCHEMA_SAME_Nodes_Nodes ,
 #define PACKSCHED_SCHEMA_SAME_Parts_Parts ,
+#define PACKSCHED_SCHEMA_SAME_Ratio_Ratio ,
 #define PACKSCHED_SCHEMA_SAME_Rollouts_Rollouts ,
 #define PACKSCHED_SCHEMA_SAME_Stats_Stats ,
 #define PACKSCHED_SCHEMA_SAME_SumNorm_SumNorm ,
@@ -324,6 +380,7 @@ PACKSCHED_PLAN_RESPONSE(PACKSCHED_SCHEMA_KNOWN)
 PACKSCHED_FOREST(PACKSCHED_SCHEMA_KNOWN)
 PACKSCHED_TREE_LAYOUT(PACKSCHED_SCHEMA_KNOWN)
 PACKSCHED_TREE_PLAN(PACKSCHED_SCHEMA_KNOWN)
+PACKSCHED_DYNAMIC_CP_OPTIONS(PACKSCHED_SCHEMA_KNOWN)
 #undef PACKSCHED_SCHEMA_KNOWN
 static_assert(PACKSCHED_SCHEMA_IN(Parts, Count, LocalK, Parts) &&
                   !PACKSCHED_SCHEMA_IN(Parts, Count, LocalK, Indices, Weights, Global, Stats, Tree),

@@ -9,6 +9,7 @@
 #include "server/planner/options.h"
 #include "server/planner/schema.h"
 #include "server/service/convert.h"
+#include "server/service/dynamic_cp.h"
 
 namespace packsched::service {
 namespace {
@@ -218,6 +219,31 @@ RequestMemory EstimateBalanceBatchMemory(const v1::BalanceBatchRequest& request,
   return request.has_forest()
              ? WithForest(m, request.forest(), o, /*grouped=*/!request.group_ids().empty())
              : m;
+}
+
+RequestMemory EstimateDynamicCpMemory(const v1::PlanDynamicCpRequest& request,
+                                      const ServiceLimits& limits) {
+  const int64_t n = request.lengths_size();
+  const int64_t wire = static_cast<int64_t>(request.ByteSizeLong());
+  planner::CpModelLinks links;
+  const absl::StatusOr<planner::DynamicCpOptions> o =
+      ToDynamicCpOptions(request.options(), request.world_size(), links);
+  // Values validation refuses count nothing (a divisible_by above the ceiling: no slots).
+  if (!o.ok() || o->divisible_by < 1 || o->divisible_by > limits.max_micro_batches) {
+    return MemoryOf(n, 0, wire);
+  }
+  RequestMemory m =
+      MemoryOf(n, SatMul(CeilDiv(std::max<int64_t>(n, 1), o->divisible_by), o->divisible_by), wire);
+  if (o->ranks >= 1 && o->ranks <= planner::kMaxWorldSize && o->min_cp >= 1) {
+    m.ranks = o->ranks;
+    m.bytes = SatAdd(
+        m.bytes, SatMul(kPeakPerCpGroup, SatMul(o->divisible_by, CeilDiv(o->ranks, o->min_cp))));
+  }
+  return m;
+}
+
+int64_t DynamicCpResponseBytes(int64_t views, int64_t entries) {
+  return SatAdd(SatMul(kPeakPerCpView, views), SatMul(kPeakPerCpSequenceView, entries));
 }
 
 }  // namespace packsched::service

@@ -82,6 +82,24 @@ RequestMemory EstimatePartitionMemory(const v1::PartitionRequest& request,
 RequestMemory EstimateBalanceBatchMemory(const v1::BalanceBatchRequest& request,
                                          const ServiceLimits& limits);
 
+// PlanDynamicCp is admitted in two steps. Before planning: the formula above with k = S, the most
+// slots (roundup(max(n, 1), d): every slot but the trailing idle ones holds a sequence), W = 0,
+// plus kPeakPerCpGroup for each group of d slots, d x ceil(world_size / min_cp) (every slot covers
+// the ranks: the planner's groups of the first slot and of the trailing idle ones, at most
+// d - 1; the other slots' groups are not bounded before planning).
+// After planning, before the response is written, its views are reserved too
+// (DynamicCpResponseBytes): kPeakPerCpView for each slot of each rank asked for (a CpRankSlot
+// message and its wire copy) and kPeakPerCpSequenceView for each sequence's entry in a view (its
+// index, owner, owner index, offset and weight, on the arena and on the wire). Measured on fresh
+// sidecars (docs/design.md §3, "Memory per request"): the two steps together cover the peak.
+inline constexpr int64_t kPeakPerCpGroup = 320;
+inline constexpr int64_t kPeakPerCpView = 256;
+inline constexpr int64_t kPeakPerCpSequenceView = 128;
+RequestMemory EstimateDynamicCpMemory(const v1::PlanDynamicCpRequest& request,
+                                      const ServiceLimits& limits);
+// The response of `views` rank views of a slot holding `entries` sequence entries in all.
+int64_t DynamicCpResponseBytes(int64_t views, int64_t entries);
+
 }  // namespace packsched::service
 
 #endif  // PACKSCHED_SERVER_SERVICE_REQUEST_MEMORY_H_

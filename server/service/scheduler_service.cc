@@ -14,6 +14,7 @@
 #include "server/security/credentials.h"
 #include "server/service/balance_batch.h"
 #include "server/service/convert.h"
+#include "server/service/dynamic_cp.h"
 #include "server/service/partition.h"
 #include "server/service/service_call.h"
 
@@ -26,6 +27,7 @@ using PlanCall = TypedCall<v1::PlanRequest, v1::PlanResponse>;
 using PartitionCall = TypedCall<v1::PartitionRequest, v1::PlanResponse>;
 using BalanceBatchCall = TypedCall<v1::BalanceBatchRequest, v1::BalanceBatchResponse>;
 using GetStatusCall = TypedCall<v1::GetStatusRequest, v1::GetStatusResponse>;
+using PlanDynamicCpCall = TypedCall<v1::PlanDynamicCpRequest, v1::PlanDynamicCpResponse>;
 
 // Hands `reservation` to the call's arena when `response` lives on one, so that it ends when the
 // call is done — after the response is written. Otherwise it stays with the caller, which holds
@@ -248,6 +250,44 @@ grpc::ServerUnaryReactor* SchedulerService::BalanceBatch(grpc::CallbackServerCon
   return call;
 }
 
+grpc::ServerUnaryReactor* SchedulerService::PlanDynamicCp(grpc::CallbackServerContext* context,
+                                                          const grpc::ByteBuffer* in,
+                                                          grpc::ByteBuffer* out) {
+  auto* call = new PlanDynamicCpCall(out);
+  if (!Begin(metrics::Method::kPlanDynamicCp, context, *in, call)) return call;
+  const v1::PlanDynamicCpRequest* request = call->request();
+  v1::PlanDynamicCpResponse* response = call->response();
+  std::optional<MemoryBudget::Reservation> reservation;
+  if (absl::StatusOr<MemoryBudget::Reservation> reserved =
+          Reserve(EstimateDynamicCpMemory(*request, options_.limits), "this PlanDynamicCp request");
+      reserved.ok()) {
+    reservation = *std::move(reserved);
+  } else {
+    Finish(metrics::Method::kPlanDynamicCp, context, call, reserved.status());
+    return call;
+  }
+  HoldUntilFreed(response, &reservation);
+  RunOnWorker(
+      metrics::Method::kPlanDynamicCp, context, call,
+      [this, request, response,
+       held = std::move(reservation)](const std::function<absl::Status()>& stop) {
+        // The views, once their size is known: held with the response, as the first part is
+        // (or, without an arena, until planning ends).
+        std::optional<MemoryBudget::Reservation> views;
+        const auto reserve = [this, response, &views](int64_t bytes) -> absl::Status {
+          absl::StatusOr<MemoryBudget::Reservation> reserved = budget_.Reserve(
+              bytes, absl::StrCat("this PlanDynamicCp response's views (", bytes, " bytes)"));
+          if (!reserved.ok()) return reserved.status();
+          views = *std::move(reserved);
+          HoldUntilFreed(response, &views);
+          return absl::OkStatus();
+        };
+        return RunPlanDynamicCp(*request, options_.limits, stop, reserve, response);
+      },
+      &dynamic_cp_plans_);
+  return call;
+}
+
 grpc::ServerUnaryReactor* SchedulerService::GetStatus(grpc::CallbackServerContext* context,
                                                       const grpc::ByteBuffer* in,
                                                       grpc::ByteBuffer* out) {
@@ -284,6 +324,7 @@ grpc::ServerUnaryReactor* SchedulerService::GetStatus(grpc::CallbackServerContex
     }
     counters->set_partitions(partitions_);
     counters->set_balance_batches(balance_batches_);
+    counters->set_dynamic_cp_plans(dynamic_cp_plans_);
   }
   response->set_build_version(options_.build_version);
   response->set_proto_version(kProtocolVersion);

@@ -7,11 +7,11 @@
 // converts it (convert.h), hands rounds to the coordinator
 // (which finishes the reactor from the stream's worker thread, or — with inline rounds enabled, a
 // small round of a group of one on an idle stream — runs it and finishes it inline, before Plan
-// returns) or hands Partition and BalanceBatch to the service's own planning workers
-// (work_pool.h; partition.h, balance_batch.h), and turns absl::Status into grpc::Status — the
-// only place that happens. Nothing here blocks a gRPC thread: inline rounds are small, and the
-// heavy requests run on the workers, so health checks and Plan keep their threads. BalanceBatch
-// stops planning at the caller's deadline (DEADLINE_EXCEEDED), when the caller cancels
+// returns) or hands Partition, BalanceBatch and PlanDynamicCp to the service's own planning
+// workers (work_pool.h; partition.h, balance_batch.h, dynamic_cp.h), and turns absl::Status into
+// grpc::Status — the only place that happens. Nothing here blocks a gRPC thread: inline rounds are
+// small, and the heavy requests run on the workers, so health checks and Plan keep their threads.
+// BalanceBatch stops planning at the caller's deadline (DEADLINE_EXCEEDED), when the caller cancels
 // (CANCELLED) and at StopPlanning() (UNAVAILABLE, unmarked, as a refused call).
 
 #include <atomic>
@@ -40,11 +40,12 @@ namespace packsched::service {
 // absl -> gRPC status, code for code (the two enums share values), message kept.
 grpc::Status ToGrpcStatus(const absl::Status& status);
 
-class SchedulerService final
-    : public v1::Scheduler::WithRawCallbackMethod_Plan<
-          v1::Scheduler::WithRawCallbackMethod_Partition<
-              v1::Scheduler::WithRawCallbackMethod_BalanceBatch<
-                  v1::Scheduler::WithRawCallbackMethod_GetStatus<v1::Scheduler::Service>>>> {
+class SchedulerService final : public v1::Scheduler::WithRawCallbackMethod_Plan<
+                                   v1::Scheduler::WithRawCallbackMethod_Partition<
+                                       v1::Scheduler::WithRawCallbackMethod_BalanceBatch<
+                                           v1::Scheduler::WithRawCallbackMethod_GetStatus<
+                                               v1::Scheduler::WithRawCallbackMethod_PlanDynamicCp<
+                                                   v1::Scheduler::Service>>>>> {
  public:
   struct Options {
     ServiceLimits limits;
@@ -73,6 +74,9 @@ class SchedulerService final
                                          grpc::ByteBuffer* out) override;
   grpc::ServerUnaryReactor* GetStatus(grpc::CallbackServerContext* context,
                                       const grpc::ByteBuffer* in, grpc::ByteBuffer* out) override;
+  grpc::ServerUnaryReactor* PlanDynamicCp(grpc::CallbackServerContext* context,
+                                          const grpc::ByteBuffer* in,
+                                          grpc::ByteBuffer* out) override;
 
   // From now on every new call is refused with UNAVAILABLE, not marked as served (clients keep
   // trying to reach their sidecar, as when gRPC itself refuses them): the first step of a
@@ -122,6 +126,7 @@ class SchedulerService final
   absl::flat_hash_map<std::string, int64_t> errors_by_code_ ABSL_GUARDED_BY(mu_);
   int64_t partitions_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t balance_batches_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t dynamic_cp_plans_ ABSL_GUARDED_BY(mu_) = 0;
   // Last: its destructor joins the workers before anything they use goes.
   WorkPool planning_;
 };

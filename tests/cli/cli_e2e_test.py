@@ -264,6 +264,137 @@ class RealisticBatches(PlanChecks):
         self.assertIn("planning time", out)
 
 
+class DynamicCp(unittest.TestCase):
+    """`plan --dynamic_cp`: the plan's guarantees, checked from the JSON alone."""
+
+    def plan(self, lengths, ranks, cap, *flags):
+        return plan_json(
+            ["--dynamic_cp", f"--world_size={ranks}", f"--max_token_len={cap}", *flags],
+            "\n".join(map(str, lengths)),
+        )
+
+    def check(self, plan, lengths, ranks, cap, tp=1, divisible_by=1, sizes=None):
+        seen = []
+        names = {}
+        self.assertEqual(plan["num_micro_batches"], len(plan["slots"]))
+        self.assertEqual(len(plan["slots"]) % divisible_by, 0)
+        for i, slot in enumerate(plan["slots"]):
+            covered = []
+            for g in slot["groups"]:
+                c, first = g["size"], g["first_rank"]
+                if sizes is not None:
+                    self.assertIn(c, sizes)
+                self.assertEqual(g["ranks"], list(range(first, first + c)))
+                covered += g["ranks"]
+                names.setdefault((first, c), g["name"])
+                self.assertEqual(names[(first, c)], g["name"])  # one name per group, every slot
+                self.assertEqual(plan["group_names"][g["name"]], [first, c])
+                cu = [0]
+                for s in g["sequences"]:
+                    cu.append(cu[-1] + -(-lengths[s] // (2 * c * tp)) * (2 * c * tp))
+                    self.assertEqual(plan["slot_of_sequence"][s], i)
+                    self.assertEqual(plan["cp_of_sequence"][s], c)
+                self.assertEqual(g["cu_seqlens"], cu)
+                self.assertEqual(g["tokens_per_rank"] * c, cu[-1])
+                self.assertLessEqual(g["tokens_per_rank"], cap)
+                seen += g["sequences"]
+            self.assertEqual(covered, list(range(ranks)))
+            self.assertEqual(slot["cost"], max(g["cost"] for g in slot["groups"]))
+        self.assertEqual(sorted(seen), list(range(len(lengths))))
+        self.assertEqual(len(names), len(plan["group_names"]))
+        self.assertEqual(plan["step_cost"], sum(s["cost"] for s in plan["slots"]))
+        self.assertGreaterEqual(plan["step_cost"], plan["lower_bound"])
+
+    def test_every_sequence_once_on_a_group_within_the_cap(self):
+        lengths = [int(x) for x in gen_lengths(300, 31).split()]
+        cap = max(lengths) // 4 + 64
+        plan = self.plan(lengths, 8, cap, "--cp_quadratic=1", "--cp_comm=500")
+        self.check(plan, lengths, 8, cap)
+        self.assertEqual(plan["options"]["max_tokens_per_rank"], cap)
+        self.assertEqual(plan["cost_model"], [1, 1, 500, 0, 0, 0])
+
+    def test_sizes_tp_divisible_by_and_the_smallest_size(self):
+        lengths = [int(x) for x in gen_lengths(120, 47).split()]
+        cap = max(lengths) // 2 + 64
+        flags = [
+            "--cp_sizes=any",
+            "--min_cp=2",
+            "--max_cp=6",
+            "--tensor_parallel=2",
+            "--divisible_by=4",
+        ]
+        plan = self.plan(lengths, 12, cap, *flags)
+        self.check(plan, lengths, 12, cap, tp=2, divisible_by=4, sizes={2, 3, 4, 5, 6})
+        self.assertEqual(plan["options"]["sizes"], "any")
+
+    def test_model_config_sets_the_weights(self):
+        config = {
+            "hidden_size": 1024,
+            "num_hidden_layers": 8,
+            "num_attention_heads": 16,
+            "num_key_value_heads": 4,
+            "intermediate_size": 4096,
+            "vocab_size": 32000,
+        }
+        with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
+            json.dump(config, f)
+        try:
+            lengths = [int(x) for x in gen_lengths(80, 5).split()]
+            cap = max(lengths) // 4 + 64
+            slow = self.plan(lengths, 8, cap, f"--model_config={f.name}", "--cp_node_ranks=4")
+            fast = self.plan(
+                lengths,
+                8,
+                cap,
+                f"--model_config={f.name}",
+                "--cp_node_ranks=4",
+                "--cp_flops_per_byte=10",
+                "--cp_flops_per_byte_across_nodes=10",
+            )
+        finally:
+            os.unlink(f.name)
+        self.check(slow, lengths, 8, cap)
+        self.check(fast, lengths, 8, cap)
+        linear, quadratic, comm, micro_batch, nodes, across = slow["cost_model"]
+        self.assertGreater(linear, 0)
+        self.assertGreater(quadratic, 0)
+        self.assertEqual(nodes, 4)
+        self.assertEqual(across, 8 * comm)  # 8000 over 1000 FLOPs per byte, the defaults
+        self.assertEqual(fast["cost_model"][:2], [linear, quadratic])
+        self.assertLess(fast["cost_model"][2], comm)
+
+    def test_table_lists_every_slot_and_the_group_names(self):
+        lengths = [int(x) for x in gen_lengths(60, 9).split()]
+        cap = max(lengths) // 2 + 64
+        args = ["plan", "--dynamic_cp", "--world_size=4", f"--max_token_len={cap}"]
+        code, out, err = run(args, "\n".join(map(str, lengths)))
+        self.assertEqual(code, 0, err)
+        plan = self.plan(lengths, 4, cap)
+        self.assertEqual(out.count("\nslot "), plan["num_micro_batches"])
+        self.assertIn(f"step cost {plan['step_cost']}", out)
+        for name, (first, size) in enumerate(plan["group_names"]):
+            rows = f"{first}-{first + size - 1}" if size > 1 else f"{first}"
+            self.assertIn(f" {name}=[{rows}]", out)
+
+    def test_a_sequence_over_the_cap_at_the_largest_size_exits_one_naming_it(self):
+        code, out, err = run(
+            ["plan", "--dynamic_cp", "--world_size=4", "--max_token_len=100", "--max_cp=2"],
+            "50\n120\n401\n30\n",
+        )
+        self.assertEqual((code, out), (1, ""))
+        self.assertEqual(len(err.splitlines()), 1)
+        self.assertIn("sequence 2 (length 401)", err)
+        self.assertIn("above --max_token_len = 100", err)
+
+    def test_options_that_cannot_split_the_ranks_are_a_usage_error(self):
+        code, out, err = run(
+            ["plan", "--dynamic_cp", "--world_size=6", "--max_token_len=100", "--min_cp=4"], "5\n"
+        )
+        self.assertEqual((code, out), (2, ""))
+        self.assertIn("--cp_sizes", err)
+        self.assertIn("cannot split ranks = 6", err)
+
+
 class Errors(unittest.TestCase):
     def assert_fails(self, args, stdin, *needles):
         code, out, err = run(args, stdin)

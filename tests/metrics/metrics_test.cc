@@ -135,7 +135,7 @@ TEST(SidecarMetricsTest, RequestsByMethodAndCode) {
 TEST(SidecarMetricsTest, OutcomeAndCodeSeriesExistAtZeroFromTheStart) {
   SidecarMetrics m(TestOptions());
   const std::string text = m.Serialize();
-  for (const char* method : {"Plan", "Partition", "BalanceBatch", "GetStatus"}) {
+  for (const char* method : {"Plan", "Partition", "BalanceBatch", "GetStatus", "PlanDynamicCp"}) {
     for (const char* code : {"OK", "INVALID_ARGUMENT", "DEADLINE_EXCEEDED", "ABORTED",
                              "FAILED_PRECONDITION", "RESOURCE_EXHAUSTED", "UNAVAILABLE"}) {
       EXPECT_EQ(Value(text, absl::StrCat("packsched_requests_total{code=\"", code, "\",method=\"",

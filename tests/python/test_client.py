@@ -191,7 +191,9 @@ def call_raw(target, method, body):
     return raised.value
 
 
-@pytest.mark.parametrize("method", ["Plan", "Partition", "BalanceBatch", "GetStatus"])
+@pytest.mark.parametrize(
+    "method", ["Plan", "Partition", "BalanceBatch", "GetStatus", "PlanDynamicCp"]
+)
 def test_a_body_that_does_not_parse_is_invalid_argument_naming_the_message(sidecar, method):
     error = call_raw(sidecar.target, method, b"\xff\xff\xff")  # not protobuf wire data
     assert error.code().name == "INVALID_ARGUMENT"

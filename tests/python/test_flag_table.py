@@ -119,6 +119,37 @@ BAD_PLAN = {
     "sync": [["--world_size=2", "--sync=always"], ["--sync=micro_batch"]],
     "micro_batch_cost": [["--world_size=2", "--micro_batch_cost=-1"]],
     "model_config": [["--model_config={d}/none"], ["--model_config={d}/junk.pem"]],
+    "dynamic_cp": [["--dynamic_cp"], ["--dynamic_cp", "--world_size=4", "--micro_batch_cost=5"]],
+    "cp_sizes": [["--cp_sizes=any"], ["--dynamic_cp", "--world_size=4", "--cp_sizes=odd"]],
+    "min_cp": [["--min_cp=2"], ["--dynamic_cp", "--world_size=4", "--min_cp=0"]],
+    "max_cp": [
+        ["--max_cp=2"],
+        ["--dynamic_cp", "--world_size=4", "--max_cp=3"],
+        ["--dynamic_cp", "--world_size=4", "--max_cp=-1"],
+    ],
+    "cp_linear": [["--cp_linear=2"], ["--dynamic_cp", "--world_size=4", "--cp_linear=-1"]],
+    "cp_quadratic": [["--cp_quadratic=2"], ["--dynamic_cp", "--world_size=4", "--cp_quadratic=-1"]],
+    "cp_comm": [["--cp_comm=2"], ["--dynamic_cp", "--world_size=4", "--cp_comm=-1"]],
+    "cp_micro_batch_cost": [
+        ["--cp_micro_batch_cost=2"],
+        ["--dynamic_cp", "--world_size=4", "--cp_micro_batch_cost=-1"],
+    ],
+    "cp_node_ranks": [
+        ["--cp_node_ranks=2"],
+        ["--dynamic_cp", "--world_size=4", "--cp_node_ranks=-1"],
+    ],
+    "cp_comm_across_nodes": [
+        ["--cp_comm_across_nodes=2"],
+        ["--dynamic_cp", "--world_size=4", "--cp_comm_across_nodes=-1"],
+    ],
+    "cp_flops_per_byte": [
+        ["--cp_flops_per_byte=2"],
+        ["--dynamic_cp", "--world_size=4", "--cp_flops_per_byte=2"],
+    ],
+    "cp_flops_per_byte_across_nodes": [
+        ["--dynamic_cp", "--world_size=4", "--cp_flops_per_byte_across_nodes=2"]
+    ],
+    "cp_bytes_per_element": [["--dynamic_cp", "--world_size=4", "--cp_bytes_per_element=4"]],
     "flagfile": [["--flagfile={d}/none"], ["--flagfile={d}/bad-flagfile"]],
     "fromenv": [["--fromenv=num_parts"]],
     "tryfromenv": [["--tryfromenv=world_size"]],

@@ -75,3 +75,66 @@ def test_identical_plans(tmp_path, options, extra):
             assert getattr(meta, field) == mb[field], field
     for field, value in expected["stats"].items():
         assert getattr(plan.stats, field) == value, field
+
+
+DYNAMIC_CP_CASES = [
+    ({"sizes": "powers_of_two"}, (4096, 1, 300, 0, 0, 0)),
+    ({"sizes": "any", "min_cp": 2, "max_cp": 6, "tensor_parallel": 2, "divisible_by": 2}, None),
+    ({"sizes": "divisors", "max_cp": 4}, (1, 0, 0, 50000, 2, 7)),
+]
+
+
+@pytest.mark.parametrize("options,cost", DYNAMIC_CP_CASES)
+def test_identical_dynamic_cp_plans(tmp_path, options, cost):
+    """`plan --dynamic_cp` and packsched.dynamic_cp: the same slots, groups and names."""
+    from packsched.dynamic_cp import dynamic_cp
+
+    rng = np.random.default_rng(len(tmp_path.name) + 7)
+    lengths = (rng.lognormal(np.log(3000), 1.0, 200).clip(50, 40000)).astype(np.int64).tolist()
+    path = tmp_path / "lengths.json"
+    path.write_text(json.dumps(lengths))
+    ranks, cap = 12, 12000
+    flags = [f"--{'cp_sizes' if k == 'sizes' else k}={v}" for k, v in options.items()]
+    names = ("linear", "quadratic", "comm", "micro_batch_cost", "node_ranks", "comm_across_nodes")
+    flags += [f"--cp_{n}={v}" for n, v in zip(names, cost or ())]
+    out = subprocess.run(
+        [
+            str(CLI),
+            "plan",
+            "--dynamic_cp",
+            f"--world_size={ranks}",
+            f"--max_token_len={cap}",
+            f"--lengths={path}",
+            "--format=json",
+            *flags,
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    cli = json.loads(out.stdout)
+    plan = dynamic_cp(lengths, ranks, cap, cost=cost, **options)
+    assert cli["cost_model"] == list(plan.cost_model)
+    assert cli["group_names"] == [list(g) for g in plan.group_names]
+    assert cli["step_cost"] == plan.step_cost
+    assert cli["lower_bound"] == plan.lower_bound
+    assert cli["cp_of_sequence"] == plan.cp_of_sequence
+    assert cli["slot_of_sequence"] == plan.slot_of_sequence
+    ours = [
+        [
+            {k: g[k] for k in ("first_rank", "size", "name", "sequences", "cu_seqlens")}
+            for g in s["groups"]
+        ]
+        for s in plan.slots
+    ]
+    theirs = [
+        [
+            {k: g[k] for k in ("first_rank", "size", "name", "sequences", "cu_seqlens")}
+            for g in s["groups"]
+        ]
+        for s in cli["slots"]
+    ]
+    assert theirs == [
+        [{k: list(v) if isinstance(v, (list, tuple)) else v for k, v in g.items()} for g in s]
+        for s in ours
+    ]

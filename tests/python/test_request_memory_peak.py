@@ -1,6 +1,7 @@
-"""BalanceBatch's memory estimate against the peak a fresh sidecar really reaches (VmHWM): the
-estimate covers every per-rank and per-micro-batch structure, and nothing the default budget
-admits takes a sidecar past the deploy manifest's 512 MiB. Real packsched-server processes."""
+"""BalanceBatch's and PlanDynamicCp's memory estimates against the peak a fresh sidecar really
+reaches (VmHWM): the estimate covers every per-rank and per-micro-batch structure, and nothing the
+default budget admits takes a sidecar past the deploy manifest's 512 MiB. Real packsched-server
+processes."""
 
 import re
 
@@ -101,3 +102,58 @@ def test_nothing_the_default_budget_admits_passes_the_manifest(tmp_path, estimat
     # One more rank is refused under the defaults.
     _, _, refused = peak_of(tmp_path, one_per_rank(low + 1, scheduler_pb2.SYNC_STEP))
     assert refused == grpc.StatusCode.RESOURCE_EXHAUSTED
+
+
+def dynamic_cp_step(n, world_size, max_cp, seed, rank=None):
+    """A heavy-tailed step with owners and loss tokens: every part of the response is there."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    lengths = rng.lognormal(np.log(2000), 1.2, n).clip(16, 60000).astype(int).tolist()
+    return scheduler_pb2.PlanDynamicCpRequest(
+        lengths=lengths,
+        world_size=world_size,
+        owner_ranks=rng.integers(0, world_size, n).tolist(),
+        loss_tokens=[v // 2 for v in lengths],
+        options=scheduler_pb2.DynamicCpOptions(
+            max_tokens_per_rank=2 * 65536 // max_cp, max_cp=max_cp, linear=4096, quadratic=1
+        ),
+        rank=rank,
+    )
+
+
+def dynamic_cp_refusal(tmp_path, request, budget):
+    """The bytes a sidecar with this budget refuses `request` for (0 if it serves it)."""
+    with Sidecar(
+        tmp_path, f"--max_inflight_bytes={budget}", f"--max_sequences_per_request={REQUEST_LIMIT}"
+    ) as s, channel_of(s) as channel:
+        try:
+            scheduler_pb2_grpc.SchedulerStub(channel).PlanDynamicCp(request, timeout=120)
+            return 0
+        except grpc.RpcError as e:
+            assert e.code() == grpc.StatusCode.RESOURCE_EXHAUSTED, e.details()
+            return int(re.search(r"needs an estimated (\d+) bytes", e.details())[1])
+
+
+@pytest.mark.parametrize(
+    "n, world_size, max_cp, seed, rank",
+    # Every view; every view of many ranks; one rank's view of 2^20 ranks in groups of one (the
+    # planner's groups of a slot, not the views, are the peak).
+    [(20000, 64, 64, 5, None), (50000, 512, 8, 6, None), (3000, 1 << 20, 1, 8, 0)],
+)
+def test_dynamic_cp_estimate_covers_the_measured_peak(tmp_path, n, world_size, max_cp, seed, rank):
+    request = dynamic_cp_step(n, world_size, max_cp, seed, rank)
+    # Admission's two steps: the planning (refused under a budget of 1), then the views (refused
+    # under a budget that the planning's reservation fills).
+    planning = dynamic_cp_refusal(tmp_path, request, 1)
+    views = dynamic_cp_refusal(tmp_path, request, planning)
+    assert planning > 0 and views > 0
+    with Sidecar(
+        tmp_path, "--max_inflight_bytes=0", f"--max_sequences_per_request={REQUEST_LIMIT}"
+    ) as s, channel_of(s) as channel:
+        before = s.peak_rss_bytes()
+        scheduler_pb2_grpc.SchedulerStub(channel).PlanDynamicCp(request, timeout=120)
+        added = s.peak_rss_bytes() - before
+    estimate = planning + views
+    print(f"n = {n}, R = {world_size}: estimate {estimate >> 20} MiB, measured {added >> 20} MiB")
+    assert estimate >= added

@@ -50,6 +50,16 @@ EXPECTED = {
         "Loss": (INT64, False, False),
         "World": (INT64, False, False),
     },
+    "DynamicCpOptions": {
+        "Cap": (INT64, False, False),
+        "Int": (INT64, False, False),
+        "MaxCp": (INT64, False, False),
+        "Nodes": (INT64, False, False),
+        "Enum": ((F.TYPE_ENUM,), False, False),
+        "Weight": (INT64, False, True),
+        "Ratio": ((F.TYPE_DOUBLE,), False, True),
+        "Bytes": (INT64, False, False),
+    },
     "PlanResponse": {
         "Count": (INT64, False, False),
         "LocalK": (INT64, False, False),
@@ -89,6 +99,7 @@ def rows(message):
         "Forest": "forest",
         "TreeLayout": "tree_layout",
         "TreePlan": "tree_plan",
+        "DynamicCpOptions": "dynamic_cp_options",
     }[message]
     # PlanStats' LocalK row is the planner's only (number 0): on the wire it is the response's.
     return [r for r in SCHEMA[table] if r["number"] != 0]
@@ -144,6 +155,18 @@ def test_enum_choices_are_the_proto_values_in_order():
                 if value.number > 0:
                     assert r["choices"][value.number - 1] == value.name[len(prefix) :].lower()
             assert r["default"] == r["choices"][0]
+
+
+def test_dynamic_cp_sizes_are_the_proto_values_in_order():
+    """CpSizeRule on the wire is the planner's value + 1, as the sidecar and the C++ client
+    convert it; the planner's names are the CLI's and packsched.dynamic_cp's."""
+    from packsched.dynamic_cp import SIZES
+
+    [row] = [r for r in SCHEMA["dynamic_cp_options"] if r["rule"] == "Enum"]
+    field = scheduler_pb2.DynamicCpOptions.DESCRIPTOR.fields_by_name[row["name"]]
+    assert field.enum_type.name == row["type"]
+    names = [v.name for v in field.enum_type.values if v.number > 0]
+    assert names == ["CP_SIZE_RULE_" + s.upper() for s in SIZES]
 
 
 def test_json_positions_are_a_permutation():

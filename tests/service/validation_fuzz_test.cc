@@ -15,7 +15,9 @@
 #include "server/planner/tree_plan.h"
 #include "server/service/balance_batch.h"
 #include "server/service/convert.h"
+#include "server/service/dynamic_cp.h"
 #include "server/service/partition.h"
+#include "server/service/request_memory.h"
 #include "tests/testing/soak.h"
 
 namespace packsched::service {
@@ -135,6 +137,36 @@ class RandomRequests {
       const size_t m = Pick(8) == 0 ? Pick(5) : static_cast<size_t>(r.lengths_size());
       for (size_t i = 0; i < m; ++i) r.add_group_ids(Small(20));
     }
+    return r;
+  }
+  v1::PlanDynamicCpRequest DynamicCp() {
+    v1::PlanDynamicCpRequest r;
+    FillLengths(r.mutable_lengths(), r.mutable_loss_tokens());
+    FillLoss(r.mutable_loss());
+    r.set_world_size(Small(16));
+    // Mostly a rank of the world, sometimes anything.
+    const auto rank = [&] {
+      return Pick(40) == 0 || r.world_size() < 1 ? Value()
+                                                 : static_cast<int64_t>(Pick(r.world_size()));
+    };
+    v1::DynamicCpOptions* o = r.mutable_options();
+    o->set_max_tokens_per_rank(Pick(20) == 0 ? Value() : 500 + static_cast<int64_t>(Pick(8000)));
+    if (Coin()) o->set_sizes(static_cast<v1::CpSizeRule>(Enum()));
+    if (Coin()) o->set_min_cp(Small(4));
+    if (Pick(4) == 0) o->set_max_cp(Small(16));
+    if (Coin()) o->set_tensor_parallel(Small(4));
+    if (Coin()) o->set_divisible_by(Small(4));
+    if (Coin()) o->set_linear(Small(5000));
+    if (Coin()) o->set_quadratic(Small(3));
+    if (Coin()) o->set_comm(Small(500));
+    if (Coin()) o->set_micro_batch_cost(Small(10000));
+    if (Coin()) o->set_node_ranks(Small(8));
+    if (Coin()) o->set_comm_across_nodes(Small(5000));
+    if (Coin()) {
+      const size_t m = Pick(20) == 0 ? Pick(r.lengths_size() + 2) : r.lengths_size();
+      for (size_t i = 0; i < m; ++i) r.add_owner_ranks(rank());
+    }
+    if (Coin()) r.set_rank(rank());
     return r;
   }
   // A forest: mostly valid (parents before children, every leaf a rollout), sometimes a bad
@@ -273,6 +305,36 @@ TEST(ValidationFuzz, PartitionAndBalanceBatchRequests) {
     ok += partition.ok() + balance.ok();
   }
   EXPECT_GT(ok, 300);
+}
+
+TEST(ValidationFuzz, PlanDynamicCpRequests) {
+  RandomRequests random(11 + testing::SoakSeed());
+  const ServiceLimits limits = FuzzLimits();
+  int ok = 0;
+  for (int64_t i = 0; i < testing::SoakTrials(1500); ++i) {
+    const v1::PlanDynamicCpRequest request = random.DynamicCp();
+    EXPECT_GE(EstimateDynamicCpMemory(request, limits).bytes, kPeakBase);
+    int64_t reserved = -1;
+    v1::PlanDynamicCpResponse response;
+    const absl::Status status = RunPlanDynamicCp(
+        request, limits, /*stop=*/{},
+        [&](int64_t bytes) {
+          reserved = bytes;
+          return absl::OkStatus();
+        },
+        &response);
+    ASSERT_TRUE(Expected(status)) << status;
+    if (!status.ok()) continue;
+    ++ok;
+    // Every view asked for, one slot each per slot of the plan, reserved before it was written.
+    const int64_t views = request.has_rank() ? 1 : request.world_size();
+    ASSERT_EQ(response.ranks_size(), views);
+    for (const v1::CpRankView& view : response.ranks()) {
+      ASSERT_EQ(view.slots_size(), response.num_micro_batches());
+    }
+    EXPECT_GE(reserved, kPeakPerCpView * views * response.num_micro_batches());
+  }
+  EXPECT_GT(ok, 200);
 }
 
 TEST(ValidationFuzz, RandomWireBytes) {

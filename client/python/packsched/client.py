@@ -38,7 +38,15 @@ except ImportError as _e:
     ) from _e
 
 from ._inputs import int_array
-from ._options import CHOICES, PLAN_DEFAULTS, SCHEMA, WEIGHT_PAIR, check_world_size, split_options
+from ._options import (
+    CHOICES,
+    LOSS_DEFAULTS,
+    PLAN_DEFAULTS,
+    SCHEMA,
+    WEIGHT_PAIR,
+    check_world_size,
+    split_options,
+)
 from .model_cost import model_fields
 from .plan import Plan, PlanStats, meta_of
 from .planner import SYNCS, Balanced, RankPlan, StepStats, partition
@@ -205,6 +213,62 @@ class SchedulerClient:
         )
         return Balanced(ranks, response.num_micro_batches, list(response.dropped), step)
 
+    def plan_dynamic_cp(
+        self,
+        seq_lens,
+        world_size,
+        max_tokens_per_rank,
+        *,
+        rank=None,
+        owner_ranks=None,
+        model_config=None,
+        loss_tokens=None,
+        **options,
+    ):
+        """Dynamic context parallelism on the sidecar (PlanDynamicCp; in process:
+        ``packsched.dynamic_cp``): the whole step ``seq_lens`` over ``world_size`` ranks, each
+        sequence on a CP group of the size it needs. ``options``: the fields of the proto's
+        DynamicCpOptions (``sizes`` by name: "powers_of_two", "divisors", "any") and the loss
+        options of ``balance_batch`` (with ``loss_tokens``); ``owner_ranks``:
+        per sequence the rank whose data holds it; ``rank``: only that rank's view. Every rank that
+        sends the same step gets the same plan (equal ``plan_fingerprint``). -> a dict with the
+        proto's field names: num_micro_batches, group_names, ranks (per rank its slots: group,
+        ranks, cp_rank, sequences, owner_ranks, owner_indices, cu_seqlens, shard_chunks,
+        tokens_per_rank, loss_weights), cp_of_sequence, slot_of_sequence, step_cost, lower_bound,
+        comm_tokens, options (applied; ``sizes`` by name) and plan_fingerprint; integers as ints,
+        lists as lists."""
+        request = scheduler_pb2.PlanDynamicCpRequest(world_size=int(world_size))
+        _fill_input(request, seq_lens)
+        request.options.max_tokens_per_rank = int(max_tokens_per_rank)
+        loss = {k: options.pop(k, v) for k, v in LOSS_DEFAULTS.items()}
+        loss["loss_tokens"] = loss_tokens
+        fields = request.options.DESCRIPTOR.fields_by_name
+        for name, value in options.items():
+            field = fields.get(name)
+            if field is None or name == "max_tokens_per_rank":
+                raise ValueError(f"plan_dynamic_cp: unknown option {name!r}")
+            if field.enum_type is not None:
+                prefix = field.enum_type.values_by_number[0].name[: -len("UNSPECIFIED")]
+                number = field.enum_type.values_by_name.get(prefix + str(value).upper())
+                if number is None or number.number == 0:
+                    raise ValueError(f"plan_dynamic_cp: {name} = {value!r} is not a known name")
+                value = number.number
+            elif field.type == field.TYPE_DOUBLE:
+                value = float(value)
+            else:
+                value = int(value)
+            setattr(request.options, name, value)
+        if rank is not None:
+            request.rank = int(rank)
+        if owner_ranks is not None:
+            request.owner_ranks.extend(_ints(owner_ranks, "owner_ranks", allow_empty=True))
+        if model_config is not None:
+            ints, strings = model_fields(model_config)
+            request.model_config.ints.update(ints)
+            request.model_config.strings.update(strings)
+        _fill_loss(request, loss)
+        return _to_python(self._call(self._stub.PlanDynamicCp, request))
+
     def status(self):
         """The sidecar's rank, world size, group readiness, backend, streams and counters, as a
         dict with the proto's field names."""
@@ -313,6 +377,30 @@ def _to_dict(message):
     else:
         every_field = {"including_default_value_fields": True}
     return json_format.MessageToDict(message, preserving_proto_field_name=True, **every_field)
+
+
+def _to_python(message):
+    """A message as a dict of its fields by name: ints, floats, lists, dicts; an enum by its
+    lower-case name after the enum's prefix ("divisors")."""
+    out = {}
+    for field in message.DESCRIPTOR.fields:
+        value = getattr(message, field.name)
+        if field.type == field.TYPE_MESSAGE:
+            convert = _to_python
+        elif field.enum_type is not None:
+            prefix = field.enum_type.values_by_number[0].name[: -len("UNSPECIFIED")]
+
+            def convert(v, e=field.enum_type, p=prefix):
+                return e.values_by_number[v].name[len(p) :].lower()
+
+        else:
+
+            def convert(v):
+                return v
+
+        is_list = field.is_repeated if hasattr(field, "is_repeated") else field.label == 3
+        out[field.name] = [convert(v) for v in value] if is_list else convert(value)
+    return out
 
 
 # The schema table's fields (packsched._options.SCHEMA), by what each needs on the wire.

@@ -14,8 +14,8 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "server/planner/dynamic_cp.h"
+#include "server/planner/dynamic_cp_model.h"
 #include "server/planner/loss_weights.h"
-#include "server/planner/model_cost.h"
 
 namespace py = pybind11;
 
@@ -28,8 +28,7 @@ T Value(absl::StatusOr<T> r) {
   return *std::move(r);
 }
 
-// The cost weights from a model's config fields: ModelCost over the batch aligned to the largest
-// group, and the communication weights from the FLOP/s-per-link-byte/s ratios.
+// The cost weights from a model's config fields (CpCostOfModelFields).
 CpCostModel ModelWeights(const std::vector<int64_t>& lengths, const DynamicCpOptions& o,
                          const std::map<std::string, int64_t>& ints,
                          const std::map<std::string, std::string>& strings, double flops_per_byte,
@@ -37,18 +36,11 @@ CpCostModel ModelWeights(const std::vector<int64_t>& lengths, const DynamicCpOpt
                          int64_t bytes_per_element) {
   const absl::flat_hash_map<std::string, int64_t> i(ints.begin(), ints.end());
   const absl::flat_hash_map<std::string, std::string> s(strings.begin(), strings.end());
-  const ModelConfig config = Value(ModelConfigFromFields(i, s));
-  const int64_t max_cp = o.max_cp == 0 ? o.ranks : o.max_cp;
-  const ModelCost mc = Value(CostOfModelForBatch(config, lengths, 2 * max_cp * o.tensor_parallel));
-  CpCostModel cost;
-  cost.linear = mc.linear;
-  cost.quadratic = mc.quadratic;
-  cost.micro_batch = mc.micro_batch;
-  cost.comm = Value(CpCommWeight(config, mc, flops_per_byte, bytes_per_element));
-  cost.node_ranks = node_ranks;
-  cost.comm_across_nodes =
-      Value(CpCommWeight(config, mc, flops_per_byte_across_nodes, bytes_per_element));
-  return cost;
+  DynamicCpOptions with_nodes = o;
+  with_nodes.cost.node_ranks = node_ranks;
+  return Value(CpCostOfModelFields(
+      i, s, lengths, with_nodes,
+      CpModelLinks{flops_per_byte, flops_per_byte_across_nodes, bytes_per_element}));
 }
 
 py::dict ToDict(const DynamicCpPlan& plan) {

@@ -119,6 +119,20 @@ py::object EnumChoices(Enum v) {
 #define PACKSCHED_PY_SCHEMA_STATS(name, number, Kind, alias) \
   PACKSCHED_PY_SCHEMA_STATS_ROW(stats, name, number, Kind, alias)
 
+// The dynamic-CP options (PACKSCHED_DYNAMIC_CP_OPTIONS): name, number, rule, type, the CLI flag
+// and whose flag it is. The row
+//   X(min_cp, 3, Int, int64, min_cp, min_cp, Own, "...")
+// expands, through PACKSCHED_PY_SCHEMA_DCP, to
+//   dcp.append(py::dict(py::arg("name") = "min_cp", py::arg("number") = 3,
+//                       py::arg("rule") = "Int", py::arg("type") = "int64",
+//                       py::arg("flag") = "min_cp", py::arg("owner") = "Own"));
+#define PACKSCHED_PY_SCHEMA_DCP_ROW(list, name, number, Rule, Type, flag, Owner) \
+  (list).append(py::dict(py::arg("name") = #name, py::arg("number") = (number),  \
+                         py::arg("rule") = #Rule, py::arg("type") = #Type,       \
+                         py::arg("flag") = #flag, py::arg("owner") = #Owner));
+#define PACKSCHED_PY_SCHEMA_DCP(name, number, Rule, Type, member, flag, Owner, help) \
+  PACKSCHED_PY_SCHEMA_DCP_ROW(dcp, name, number, Rule, Type, flag, Owner)
+
 }  // namespace
 
 py::dict Schema() {
@@ -151,6 +165,9 @@ py::dict Schema() {
   d["tree_layout"] = layout;
   d["tree_plan"] = tree;
   d["tree_entries"] = entries;
+  py::list dcp;
+  PACKSCHED_DYNAMIC_CP_OPTIONS(PACKSCHED_PY_SCHEMA_DCP)
+  d["dynamic_cp_options"] = dcp;
   return d;
 }
 
