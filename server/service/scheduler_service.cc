@@ -306,8 +306,9 @@ grpc::ServerUnaryReactor* SchedulerService::PlanDynamicCp(grpc::CallbackServerCo
     return call;
   }
   coordinator_->Submit(
-      *std::move(round), [this, context, call, plan = std::move(plan)](
-                             absl::StatusOr<std::shared_ptr<const RoundResult>> agreed) mutable {
+      *std::move(round),
+      [this, context, call, plan = std::move(plan)](
+          const absl::StatusOr<std::shared_ptr<const RoundResult>>& agreed) mutable {
         if (agreed.ok()) {
           plan();
         } else {
