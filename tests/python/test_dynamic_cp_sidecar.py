@@ -8,10 +8,12 @@ import contextlib
 import time
 from concurrent.futures import ThreadPoolExecutor
 
+import grpc
 import numpy as np
 import pytest
 
 from packsched.client import SchedulerClient, SchedulerError
+from packsched.v1 import scheduler_pb2, scheduler_pb2_grpc
 from packsched.dynamic_cp import dynamic_cp
 from sidecar import Sidecar, start_group
 
@@ -262,6 +264,40 @@ def test_a_rank_that_never_comes_is_bounded_by_the_rounds_deadline(group):
     for a in answers.values():
         assert not isinstance(a, Exception), a
     assert {a["plan_fingerprint"] for a in answers.values()} == {first[0]["plan_fingerprint"]}
+
+
+def test_sigterm_ends_a_step_round_waiting_for_a_peer(tmp_path):
+    # A long round deadline: SIGTERM, not the deadline, must end the round rank 0 waits in.
+    sidecars = start_group(tmp_path, 2, "--collective_timeout=60s")
+    with contextlib.ExitStack() as stack:
+        for s in sidecars:
+            stack.enter_context(s)
+        clients = [stack.enter_context(SchedulerClient(s.target, timeout=20)) for s in sidecars]
+        lengths = [300, 900, 5000]
+        first = on_every_rank(
+            clients,
+            lambda r, c: c.plan_dynamic_cp(lengths, 2, 4000, rank=r, stream="dcp", round=1),
+            ranks=[0, 1],
+        )
+        assert all(not isinstance(a, Exception) for a in first.values()), first
+        request = scheduler_pb2.PlanDynamicCpRequest(
+            lengths=lengths, world_size=2, stream="dcp", round=2
+        )
+        request.options.max_tokens_per_rank = 4000
+        with grpc.insecure_channel(sidecars[0].target) as channel:
+            call = scheduler_pb2_grpc.SchedulerStub(channel).PlanDynamicCp.future(
+                request, timeout=60
+            )
+            time.sleep(0.5)  # in its round, waiting for rank 1
+            assert not call.done()
+            start = time.monotonic()
+            assert sidecars[0].terminate(timeout=10) == 0
+            with pytest.raises(grpc.RpcError) as stopped:
+                call.result(timeout=10)
+            # The round's own answer at shutdown (Plan's): Aborted, naming the round.
+            assert stopped.value.code() == grpc.StatusCode.ABORTED
+            assert "round 2" in stopped.value.details()
+            assert time.monotonic() - start < 10
 
 
 def test_a_round_without_a_stream_is_invalid(group):
