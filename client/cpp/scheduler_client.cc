@@ -446,6 +446,8 @@ absl::StatusOr<DynamicCpResult> SchedulerClient::PlanDynamicCp(const DynamicCpRe
   wire.mutable_loss_tokens()->Assign(request.loss_tokens.begin(), request.loss_tokens.end());
   FillLoss(request.loss, wire.mutable_loss());
   if (request.rank) wire.set_rank(*request.rank);
+  wire.set_stream(request.stream);
+  wire.set_round(request.round);
   v1::PlanDynamicCpResponse response;
   RETURN_IF_ERROR(impl_->Call(&v1::Scheduler::Stub::PlanDynamicCp, wire, &response, timeout));
   DynamicCpResult out;

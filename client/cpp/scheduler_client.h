@@ -137,6 +137,10 @@ struct DynamicCpRequest {
   std::vector<int64_t> loss_tokens;   // optional, per sequence
   planner::LossOptions loss;
   std::optional<int64_t> rank;  // whose view; unset = every rank's
+  // Optional, as PlanRequest's: the sidecars first agree in round `round` of `stream` that every
+  // rank sent the same step (FailedPrecondition on every rank when one differs). Empty = none.
+  std::string stream;
+  int64_t round = 0;
 };
 
 // What one rank runs in one slot.

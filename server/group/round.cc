@@ -191,4 +191,10 @@ bool IsRoundNumberMismatch(const absl::Status& status) {
                            absl::StrCat(kDisagree, kIdentityNames[kRound], " of a round"));
 }
 
+bool IsOptionsMismatch(const absl::Status& status) {
+  return absl::IsFailedPrecondition(status) &&
+         absl::StrContains(status.message(),
+                           absl::StrCat(kDisagree, kIdentityNames[kOptions], " of a round"));
+}
+
 }  // namespace packsched::group

@@ -48,6 +48,9 @@ struct AgreedRound {
 // Whether `status` is a round's failure for ranks that brought different round numbers (the
 // FailedPrecondition AgreeRound writes; defined beside it, in round.cc).
 bool IsRoundNumberMismatch(const absl::Status& status);
+// Whether `status` is a round's failure for ranks that brought different options hashes (the
+// same FailedPrecondition, naming the options; round.cc).
+bool IsOptionsMismatch(const absl::Status& status);
 
 }  // namespace packsched::group
 

@@ -401,7 +401,9 @@ Result RoundCoordinator::RunRound(Stream& stream, const RoundInput& in) {
   // Over the sequences, or over a forest's pieces (tree packing).
   std::optional<RoundProblem> problem;
   const PlanInput& input = in.input;
-  if (record.error.ok()) {
+  if (record.error.ok() && in.agree_only) {
+    record.local_k = 1;
+  } else if (record.error.ok()) {
     absl::StatusOr<RoundProblem> created = RoundProblem::Create(input);
     if (created.ok()) {
       problem = *std::move(created);
@@ -418,7 +420,7 @@ Result RoundCoordinator::RunRound(Stream& stream, const RoundInput& in) {
       record.error = counts.status();
     }
   }
-  if (record.error.ok()) {
+  if (record.error.ok() && problem) {
     record.local_k = problem->local_k();
     record.num_sequences = problem->num_kept();
     record.loss_tokens = local_counts.loss_tokens;
@@ -438,6 +440,14 @@ Result RoundCoordinator::RunRound(Stream& stream, const RoundInput& in) {
   const absl::Time agreed_at = absl::Now();
   if (!agreed.ok()) return WithRoundContext(agreed.status(), stream.name, in.round);
   const int64_t world_size = agreed->world_size;
+  if (in.agree_only) {
+    result->num_micro_batches = agreed->k;
+    result->local_k = record.local_k;
+    result->global.world_size = world_size;
+    result->local_time = local_done - start;
+    result->wait_time = agreed_at - local_done;
+    return std::shared_ptr<const RoundResult>(std::move(result));
+  }
 
   // Every rank now holds the same agreed values and the same options, so what follows either
   // fails identically everywhere or cannot fail.

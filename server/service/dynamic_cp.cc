@@ -9,8 +9,11 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
+#include "google/protobuf/io/coded_stream.h"
+#include "google/protobuf/io/zero_copy_stream_impl_lite.h"
 #include "server/base/fingerprint.h"
 #include "server/base/status_macros.h"
+#include "server/group/round_record.h"
 #include "server/planner/loss_weights.h"
 #include "server/planner/options.h"
 #include "server/planner/schema.h"
@@ -181,12 +184,17 @@ void WriteView(const planner::CpGroupPlan& g, int64_t rank, const std::vector<in
   out->set_tokens_per_rank(g.tokens_per_rank);
 }
 
-}  // namespace
+// The request's checks, up to planning: the options applied (the model's weights filled in), the
+// links and the loss options.
+struct CheckedStep {
+  planner::DynamicCpOptions options;
+  planner::CpModelLinks links;
+  planner::LossOptions loss;
+};
 
-absl::Status RunPlanDynamicCp(const v1::PlanDynamicCpRequest& request, const ServiceLimits& limits,
-                              const std::function<absl::Status()>& stop,
-                              const std::function<absl::Status(int64_t bytes)>& reserve,
-                              v1::PlanDynamicCpResponse* response) {
+absl::StatusOr<CheckedStep> CheckStep(const v1::PlanDynamicCpRequest& request,
+                                      const ServiceLimits& limits,
+                                      const std::vector<int64_t>& lengths) {
   const int64_t world_size = request.world_size();
   if (world_size < 1 || world_size > planner::kMaxWorldSize) {
     return absl::InvalidArgumentError(absl::StrCat("world_size = ", world_size, ": must be in [1, ",
@@ -199,31 +207,106 @@ absl::Status RunPlanDynamicCp(const v1::PlanDynamicCpRequest& request, const Ser
                                                      limits.max_sequences_per_request));
   }
   RETURN_IF_ERROR(CheckPerSequence(request, world_size));
-  planner::CpModelLinks links;
-  ASSIGN_OR_RETURN(planner::DynamicCpOptions options,
-                   ToDynamicCpOptions(request.options(), world_size, links));
+  CheckedStep step;
+  ASSIGN_OR_RETURN(step.options, ToDynamicCpOptions(request.options(), world_size, step.links));
   // The slot count is a multiple of divisible_by: bounded as a micro-batch count is.
-  if (options.divisible_by > limits.max_micro_batches) {
+  if (step.options.divisible_by > limits.max_micro_batches) {
     return absl::ResourceExhaustedError(absl::StrCat(
-        "options.divisible_by = ", options.divisible_by, " slots exceed the server limit --",
+        "options.divisible_by = ", step.options.divisible_by, " slots exceed the server limit --",
         planner::schema::OptionNamed("Ceiling"), " = ", limits.max_micro_batches));
   }
-  ASSIGN_OR_RETURN(const planner::LossOptions loss, ToLossOptions(request.loss()));
-  const std::vector<int64_t> lengths(request.lengths().begin(), request.lengths().end());
+  ASSIGN_OR_RETURN(step.loss, ToLossOptions(request.loss()));
   // The options' own errors before the model's (which reads the lengths).
-  RETURN_IF_ERROR(OptionAsField(planner::PlanDynamicCp({}, options).status()));
+  RETURN_IF_ERROR(OptionAsField(planner::PlanDynamicCp({}, step.options).status()));
   if (request.has_model_config()) {
     const v1::ModelConfig& model = request.model_config();
     const absl::flat_hash_map<std::string, int64_t> ints(model.ints().begin(), model.ints().end());
     const absl::flat_hash_map<std::string, std::string> strings(model.strings().begin(),
                                                                 model.strings().end());
     absl::StatusOr<planner::CpCostModel> cost =
-        planner::CpCostOfModelFields(ints, strings, lengths, options, links);
+        planner::CpCostOfModelFields(ints, strings, lengths, step.options, step.links);
     if (!cost.ok()) {
       return absl::InvalidArgumentError(absl::StrCat("model_config: ", cost.status().message()));
     }
-    options.cost = *cost;
+    step.options.cost = *cost;
   }
+  return step;
+}
+
+// `message`'s bytes in deterministic serialization (map entries ordered by key).
+std::string DeterministicBytes(const google::protobuf::MessageLite& message) {
+  std::string bytes;
+  {
+    google::protobuf::io::StringOutputStream stream(&bytes);
+    google::protobuf::io::CodedOutputStream coded(&stream);
+    coded.SetSerializationDeterministic(true);
+    message.SerializePartialToCodedStream(&coded);
+  }
+  return bytes;
+}
+
+uint64_t FingerprintInts(const google::protobuf::RepeatedField<int64_t>& values, uint64_t h) {
+  h = Fingerprint64(static_cast<int64_t>(values.size()), h);
+  for (const int64_t v : values) h = Fingerprint64(v, h);
+  return h;
+}
+
+uint64_t FingerprintMessage(const google::protobuf::MessageLite& message, uint64_t h) {
+  const std::string bytes = DeterministicBytes(message);
+  return Fingerprint64(bytes, Fingerprint64(static_cast<int64_t>(bytes.size()), h));
+}
+
+}  // namespace
+
+uint64_t StepFingerprint(const v1::PlanDynamicCpRequest& request) {
+  uint64_t h = Fingerprint64("packsched.v1.PlanDynamicCp step");
+  h = Fingerprint64(kProtocolVersion, h);
+  h = Fingerprint64(request.world_size(), h);
+  h = FingerprintInts(request.lengths(), h);
+  h = FingerprintInts(request.owner_ranks(), h);
+  h = FingerprintInts(request.loss_tokens(), h);
+  h = FingerprintMessage(request.options(), h);
+  h = FingerprintMessage(request.loss(), h);
+  h = Fingerprint64(int64_t{request.has_model_config()}, h);
+  return FingerprintMessage(request.model_config(), h);
+}
+
+absl::StatusOr<RoundInput> ToDynamicCpRound(const v1::PlanDynamicCpRequest& request,
+                                            const ServiceLimits& limits) {
+  if (request.stream().empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("round = ", request.round(),
+                     " without a stream: name the stream to agree the step, or leave round 0"));
+  }
+  RETURN_IF_ERROR(ValidateStream(request.stream(), limits));
+  RoundInput round;
+  round.stream = request.stream();
+  round.round = request.round();
+  round.agree_only = true;
+  round.options_hash = round.content_hash = StepFingerprint(request);
+  const std::vector<int64_t> lengths(request.lengths().begin(), request.lengths().end());
+  round.error = CheckStep(request, limits, lengths).status();
+  return round;
+}
+
+absl::Status ExplainStepRound(const absl::Status& status) {
+  if (!group::IsOptionsMismatch(status)) return status;
+  return absl::FailedPreconditionError(absl::StrCat(
+      "PlanDynamicCp: the ranks sent different steps (the step fingerprint covers world_size, "
+      "lengths, owner_ranks, loss_tokens, loss, options and model_config; not rank): ",
+      status.message()));
+}
+
+absl::Status RunPlanDynamicCp(const v1::PlanDynamicCpRequest& request, const ServiceLimits& limits,
+                              const std::function<absl::Status()>& stop,
+                              const std::function<absl::Status(int64_t bytes)>& reserve,
+                              v1::PlanDynamicCpResponse* response) {
+  const int64_t world_size = request.world_size();
+  const std::vector<int64_t> lengths(request.lengths().begin(), request.lengths().end());
+  ASSIGN_OR_RETURN(CheckedStep step, CheckStep(request, limits, lengths));
+  const planner::DynamicCpOptions& options = step.options;
+  const planner::CpModelLinks& links = step.links;
+  const planner::LossOptions& loss = step.loss;
   ASSIGN_OR_RETURN(const planner::DynamicCpPlan plan, planner::PlanDynamicCp(lengths, options));
   const int64_t first_view = request.has_rank() ? request.rank() : 0;
   const int64_t views = request.has_rank() ? 1 : world_size;

@@ -54,6 +54,11 @@ struct RoundInput {
   uint64_t options_hash = 0;
   // Identifies the content for the same-round check; set even when `error` is not OK.
   uint64_t content_hash = 0;
+  // PlanDynamicCp's step check (dynamic_cp.h): the round only agrees that every rank sent the
+  // same step, whose fingerprint is `options_hash`. `input` is unused: the record brings a bound
+  // of 1 and no counts, and the result carries only the agreed figures (num_micro_batches 1, no
+  // plan); the caller plans the step after.
+  bool agree_only = false;
 };
 
 struct GlobalCounts {

@@ -257,34 +257,64 @@ grpc::ServerUnaryReactor* SchedulerService::PlanDynamicCp(grpc::CallbackServerCo
   if (!Begin(metrics::Method::kPlanDynamicCp, context, *in, call)) return call;
   const v1::PlanDynamicCpRequest* request = call->request();
   v1::PlanDynamicCpResponse* response = call->response();
+  // With a stream, the round that checks every rank sent the same step comes first: it runs on
+  // the stream's worker as Plan's rounds do, and planning follows on the planning workers.
+  std::optional<RoundInput> round;
+  if (!request->stream().empty() || request->round() != 0) {
+    absl::StatusOr<RoundInput> made = ToDynamicCpRound(*request, options_.limits);
+    if (!made.ok()) {
+      Finish(metrics::Method::kPlanDynamicCp, context, call, made.status());
+      return call;
+    }
+    round = *std::move(made);
+  }
   std::optional<MemoryBudget::Reservation> reservation;
-  if (absl::StatusOr<MemoryBudget::Reservation> reserved =
-          Reserve(EstimateDynamicCpMemory(*request, options_.limits), "this PlanDynamicCp request");
-      reserved.ok()) {
+  absl::StatusOr<MemoryBudget::Reservation> reserved =
+      Reserve(EstimateDynamicCpMemory(*request, options_.limits), "this PlanDynamicCp request");
+  if (reserved.ok()) {
     reservation = *std::move(reserved);
+  } else if (round.has_value()) {
+    // As Plan's: a request over the budget joins its round with the refusal.
+    if (round->error.ok()) round->error = reserved.status();
   } else {
     Finish(metrics::Method::kPlanDynamicCp, context, call, reserved.status());
     return call;
   }
   HoldUntilFreed(response, &reservation);
-  RunOnWorker(
-      metrics::Method::kPlanDynamicCp, context, call,
-      [this, request, response,
-       held = std::move(reservation)](const std::function<absl::Status()>& stop) {
-        // The views, once their size is known: held with the response, as the first part is
-        // (or, without an arena, until planning ends).
-        std::optional<MemoryBudget::Reservation> views;
-        const auto reserve = [this, response, &views](int64_t bytes) -> absl::Status {
-          absl::StatusOr<MemoryBudget::Reservation> reserved = budget_.Reserve(
-              bytes, absl::StrCat("this PlanDynamicCp response's views (", bytes, " bytes)"));
-          if (!reserved.ok()) return reserved.status();
-          views = *std::move(reserved);
-          HoldUntilFreed(response, &views);
-          return absl::OkStatus();
-        };
-        return RunPlanDynamicCp(*request, options_.limits, stop, reserve, response);
-      },
-      &dynamic_cp_plans_);
+  auto plan = [this, context, call, request, response, held = std::move(reservation)]() mutable {
+    RunOnWorker(
+        metrics::Method::kPlanDynamicCp, context, call,
+        [this, request, response,
+         held = std::move(held)](const std::function<absl::Status()>& stop) {
+          // The views, once their size is known: held with the response, as the first part is
+          // (or, without an arena, until planning ends).
+          std::optional<MemoryBudget::Reservation> views;
+          const auto reserve = [this, response, &views](int64_t bytes) -> absl::Status {
+            absl::StatusOr<MemoryBudget::Reservation> reserved = budget_.Reserve(
+                bytes, absl::StrCat("this PlanDynamicCp response's views (", bytes, " bytes)"));
+            if (!reserved.ok()) return reserved.status();
+            views = *std::move(reserved);
+            HoldUntilFreed(response, &views);
+            return absl::OkStatus();
+          };
+          return RunPlanDynamicCp(*request, options_.limits, stop, reserve, response);
+        },
+        &dynamic_cp_plans_);
+  };
+  if (!round.has_value()) {
+    plan();
+    return call;
+  }
+  coordinator_->Submit(
+      *std::move(round),
+      [this, context, call, plan = std::move(plan)](
+          const absl::StatusOr<std::shared_ptr<const RoundResult>>& agreed) mutable {
+        if (agreed.ok()) {
+          plan();
+        } else {
+          Finish(metrics::Method::kPlanDynamicCp, context, call, ExplainStepRound(agreed.status()));
+        }
+      });
   return call;
 }
 

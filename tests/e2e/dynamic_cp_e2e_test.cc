@@ -1,13 +1,15 @@
 // End to end: PlanDynamicCp through a rank group of real packsched-server processes (Gloo on
 // loopback), one C++ client per rank, each asking its own sidecar for its own view of the same
 // step: every rank gets the same plan — the in-process planner's — and every sequence runs
-// exactly once, reaching its group from its owner.
+// exactly once, reaching its group from its owner. With a stream, the sidecars agree the step in
+// one round: a rank that sent another step fails it on every rank.
 
 #include <algorithm>
 #include <map>
 #include <memory>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -147,6 +149,44 @@ TEST_F(DynamicCpE2eTest, AnOptionOrASequenceThePlannerRefusesIsNamed) {
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(r.status().message(), HasSubstr("sequence 1 (length 900)"));
+}
+
+TEST_F(DynamicCpE2eTest, WithAStreamEveryRankAgreesTheStepOrEveryRankFails) {
+  DynamicCpRequest request;
+  request.lengths = {4000, 300, 9000, 1200, 700, 2500, 5100, 60};
+  request.options.ranks = kWorld;
+  request.options.max_tokens_per_rank = 3000;
+  request.stream = "dcp";
+  // Every rank at once (a round needs them all); `change` edits rank 1's request.
+  const auto on_every_rank = [&](int64_t round, auto change) {
+    std::vector<absl::StatusOr<DynamicCpResult>> out(kWorld, absl::UnknownError("not run"));
+    std::vector<std::thread> threads;
+    for (int64_t rank = 0; rank < kWorld; ++rank) {
+      threads.emplace_back([&, rank] {
+        DynamicCpRequest mine = request;
+        mine.rank = rank;
+        mine.round = round;
+        if (rank == 1) change(mine);
+        out[rank] = clients_[rank]->PlanDynamicCp(mine);
+      });
+    }
+    for (std::thread& t : threads) t.join();
+    return out;
+  };
+  const auto same = [](DynamicCpRequest&) {};
+  std::vector<absl::StatusOr<DynamicCpResult>> agreed = on_every_rank(1, same);
+  for (const absl::StatusOr<DynamicCpResult>& r : agreed) {
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_EQ(r->plan_fingerprint, agreed[0]->plan_fingerprint);
+  }
+  const std::vector<absl::StatusOr<DynamicCpResult>> refused =
+      on_every_rank(2, [](DynamicCpRequest& mine) { mine.lengths[3] += 1; });
+  for (const absl::StatusOr<DynamicCpResult>& r : refused) {
+    ASSERT_FALSE(r.ok());
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kFailedPrecondition);
+    EXPECT_THAT(r.status().message(), HasSubstr("the ranks sent different steps"));
+    EXPECT_THAT(r.status().message(), HasSubstr("rank 1 has fingerprint"));
+  }
 }
 
 }  // namespace

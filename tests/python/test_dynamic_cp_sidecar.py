@@ -1,23 +1,33 @@
 """PlanDynamicCp through the sidecars: every rank, asking its own sidecar for its own view of the
 same step, gets the same plan (the same fingerprint, group names and slots), the plan of the
-in-process planner; each sequence runs exactly once, and reaches its group from its owner."""
+in-process planner; each sequence runs exactly once, and reaches its group from its owner. With a
+stream, the sidecars agree in one round that every rank sent the same step: a rank that differs
+fails it on every rank, and a rank that never comes is bounded by the round's deadline."""
 
 import contextlib
+import time
+from concurrent.futures import ThreadPoolExecutor
 
+import grpc
 import numpy as np
 import pytest
 
 from packsched.client import SchedulerClient, SchedulerError
+from packsched.v1 import scheduler_pb2, scheduler_pb2_grpc
 from packsched.dynamic_cp import dynamic_cp
 from sidecar import Sidecar, start_group
 
 WORLD = 4
+# Short enough that a round missing a rank ends soon; long enough for a loopback formation.
+ROUND_TIMEOUT_S = 4
 
 
 @pytest.fixture(scope="module")
 def group(tmp_path_factory):
     with contextlib.ExitStack() as stack:
-        sidecars = start_group(tmp_path_factory.mktemp("dcp"), WORLD)
+        sidecars = start_group(
+            tmp_path_factory.mktemp("dcp"), WORLD, f"--collective_timeout={ROUND_TIMEOUT_S}s"
+        )
         for s in sidecars:
             stack.enter_context(s)
         clients = [stack.enter_context(SchedulerClient(s.target, timeout=20)) for s in sidecars]
@@ -151,3 +161,151 @@ def test_requests_over_the_limits_are_refused(tmp_path):
         assert answer["num_micro_batches"] == 2000
         assert [v["rank"] for v in answer["ranks"]] == [5]
         assert c.status()["counters"]["dynamic_cp_plans"] == "1"  # MessageToDict: int64 as text
+
+
+def on_every_rank(group, call, ranks=None):
+    """call(rank, client) on the given ranks at once (a round needs every rank): per rank its
+    answer, or the SchedulerError it raised."""
+    ranks = list(range(WORLD)) if ranks is None else ranks
+
+    def one(r):
+        try:
+            return call(r, group[r])
+        except SchedulerError as e:
+            return e
+
+    with ThreadPoolExecutor(len(ranks)) as pool:
+        return dict(zip(ranks, pool.map(one, ranks)))
+
+
+def test_with_a_stream_every_rank_agrees_the_step_and_gets_the_same_plan(group):
+    lengths, owners, loss = step(31, n=120)
+    kwargs = dict(owner_ranks=owners, loss_tokens=loss, comm=100, quadratic=1)
+    alone = group[0].plan_dynamic_cp(lengths, WORLD, 10000, **kwargs)
+    for round_ in (7, 8):
+        answers = on_every_rank(
+            group,
+            lambda r, c: c.plan_dynamic_cp(
+                lengths, WORLD, 10000, rank=r, stream="dcp-agree", round=round_, **kwargs
+            ),
+        )
+        for r, a in answers.items():
+            assert not isinstance(a, Exception), a
+            assert a["plan_fingerprint"] == alone["plan_fingerprint"]
+            assert a["ranks"] == [alone["ranks"][r]]
+    # One agreement round per call on each sidecar, on the named stream.
+    for c in group:
+        (stream,) = [s for s in c.status()["streams"] if s["name"] == "dcp-agree"]
+        assert int(stream["rounds_completed"]) == 2
+        assert int(stream["last_round"]) == 8
+
+
+@pytest.mark.parametrize(
+    "change, stream",
+    [
+        (lambda request: request["lengths"].__setitem__(5, request["lengths"][5] + 1), "dcp-len"),
+        (lambda request: request.__setitem__("comm", 300), "dcp-opt"),
+    ],
+    ids=["one length", "one option"],
+)
+def test_a_rank_with_a_different_step_fails_the_round_on_every_rank(group, change, stream):
+    lengths, owners, _ = step(37, n=80)
+    odd = 2
+
+    def request(r):
+        request = dict(lengths=list(lengths), owner_ranks=owners, comm=100)
+        if r == odd:
+            change(request)
+        return request
+
+    def send(r, c, round_):
+        kwargs = request(r)
+        return c.plan_dynamic_cp(
+            kwargs.pop("lengths"), WORLD, 9000, rank=r, stream=stream, round=round_, **kwargs
+        )
+
+    start = time.monotonic()
+    answers = on_every_rank(group, lambda r, c: send(r, c, 1))
+    # A mismatch is found in the round itself, not by waiting for its deadline.
+    assert time.monotonic() - start < ROUND_TIMEOUT_S
+    for r, e in answers.items():
+        assert isinstance(e, SchedulerError), (r, e)
+        assert e.code == "FAILED_PRECONDITION"
+        assert "the ranks sent different steps" in str(e)
+        assert f"rank {odd} has fingerprint" in str(e)
+    # Nothing is left behind: the next round, with the same step everywhere, agrees.
+    answers = on_every_rank(
+        group,
+        lambda r, c: c.plan_dynamic_cp(
+            lengths, WORLD, 9000, rank=r, owner_ranks=owners, comm=100, stream=stream, round=2
+        ),
+    )
+    assert len({a["plan_fingerprint"] for a in answers.values()}) == 1
+
+
+def test_a_rank_that_never_comes_is_bounded_by_the_rounds_deadline(group):
+    lengths, _, _ = step(41, n=40)
+
+    def send(r, c, round_):
+        return c.plan_dynamic_cp(lengths, WORLD, 9000, rank=r, stream="dcp-missing", round=round_)
+
+    first = on_every_rank(group, lambda r, c: send(r, c, 1))  # the stream's group forms
+    assert all(not isinstance(a, Exception) for a in first.values()), first
+    # Rank 3 never sends round 2: its peers' round ends at the deadline, naming it.
+    start = time.monotonic()
+    answers = on_every_rank(group, lambda r, c: send(r, c, 2), ranks=[0, 1, 2])
+    assert time.monotonic() - start < 3 * ROUND_TIMEOUT_S
+    for r, e in answers.items():
+        assert isinstance(e, SchedulerError), (r, e)
+        assert e.code == "DEADLINE_EXCEEDED"
+        assert "[3]" in str(e), str(e)
+    # Then every rank agrees round 3 (the group forms again).
+    answers = on_every_rank(group, lambda r, c: send(r, c, 3))
+    for a in answers.values():
+        assert not isinstance(a, Exception), a
+    assert {a["plan_fingerprint"] for a in answers.values()} == {first[0]["plan_fingerprint"]}
+
+
+def test_sigterm_ends_a_step_round_waiting_for_a_peer(tmp_path):
+    # A long round deadline: SIGTERM, not the deadline, must end the round rank 0 waits in.
+    sidecars = start_group(tmp_path, 2, "--collective_timeout=60s")
+    with contextlib.ExitStack() as stack:
+        for s in sidecars:
+            stack.enter_context(s)
+        clients = [stack.enter_context(SchedulerClient(s.target, timeout=20)) for s in sidecars]
+        lengths = [300, 900, 5000]
+        first = on_every_rank(
+            clients,
+            lambda r, c: c.plan_dynamic_cp(lengths, 2, 4000, rank=r, stream="dcp", round=1),
+            ranks=[0, 1],
+        )
+        assert all(not isinstance(a, Exception) for a in first.values()), first
+        request = scheduler_pb2.PlanDynamicCpRequest(
+            lengths=lengths, world_size=2, stream="dcp", round=2
+        )
+        request.options.max_tokens_per_rank = 4000
+        with grpc.insecure_channel(sidecars[0].target) as channel:
+            call = scheduler_pb2_grpc.SchedulerStub(channel).PlanDynamicCp.future(
+                request, timeout=60
+            )
+            time.sleep(0.5)  # in its round, waiting for rank 1
+            assert not call.done()
+            start = time.monotonic()
+            assert sidecars[0].terminate(timeout=10) == 0
+            with pytest.raises(grpc.RpcError) as stopped:
+                call.result(timeout=10)
+            # The round's own answer at shutdown (Plan's): Aborted, naming the round.
+            assert stopped.value.code() == grpc.StatusCode.ABORTED
+            assert "round 2" in stopped.value.details()
+            assert time.monotonic() - start < 10
+
+
+def test_a_round_without_a_stream_is_invalid(group):
+    with pytest.raises(SchedulerError) as e:
+        group[0].plan_dynamic_cp([300, 900], WORLD, 1000, round=3)
+    assert e.value.code == "INVALID_ARGUMENT"
+    assert "round = 3 without a stream" in str(e.value)
+    with pytest.raises(SchedulerError) as e:
+        group[0].plan_dynamic_cp([300, 900], WORLD, 1000, stream="bad\nname")
+    assert e.value.code == "INVALID_ARGUMENT"
+    assert "stream has byte 10" in str(e.value)

@@ -22,6 +22,7 @@
 #include "server/group/group.h"
 #include "server/group/group_agreement.h"
 #include "server/planner/planner.h"
+#include "server/service/dynamic_cp.h"
 #include "server/service/result_cache.h"
 #include "tests/collective/in_process_collective.h"
 #include "tests/service/service_test_util.h"
@@ -668,6 +669,66 @@ TEST(CoordinatorGroup, DifferentOptionsAreFailedPreconditionOnEveryRank) {
   Ranks ranks(2);
   Call c0(ranks[0], Input(Request("s", 4, Batch(14), kCap)));
   Call c1(ranks[1], Input(Request("s", 4, Batch(15), kCap * 2)));
+  const absl::Status s0 = c0.Wait().status();
+  EXPECT_EQ(s0.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(s0, c1.Wait().status());
+}
+
+// PlanDynamicCp's agreement round (RoundInput::agree_only): the ranks compare the step's
+// fingerprint and plan nothing in the round.
+v1::PlanDynamicCpRequest Step(int64_t round, int64_t rank) {
+  v1::PlanDynamicCpRequest r;
+  for (const int64_t length : {4000, 300, 9000, 1200}) r.add_lengths(length);
+  r.set_world_size(4);
+  r.mutable_options()->set_max_tokens_per_rank(3000);
+  r.set_stream("dcp");
+  r.set_round(round);
+  r.set_rank(rank);
+  return r;
+}
+
+RoundInput StepRound(const v1::PlanDynamicCpRequest& request) {
+  absl::StatusOr<RoundInput> input = ToDynamicCpRound(request, ServiceLimits{});
+  return input.ok() ? *std::move(input) : RoundInput{};
+}
+
+TEST(CoordinatorGroup, AStepRoundAgreesTheStepAndPlansNothing) {
+  Ranks ranks(2);
+  Call c0(ranks[0], StepRound(Step(1, 0)));
+  Call c1(ranks[1], StepRound(Step(1, 1)));
+  for (Call* c : {&c0, &c1}) {
+    const Result& r = c->Wait();
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_EQ((*r)->num_micro_batches, 1);
+    EXPECT_TRUE((*r)->plan.parts.empty());
+    EXPECT_EQ((*r)->global.world_size, 2);
+  }
+  // Another rank's view of the same step on this sidecar is the same round: served from the
+  // cache, not run again.
+  ASSERT_TRUE(SubmitAndWait(ranks[0], StepRound(Step(1, 3))).ok());
+  EXPECT_EQ(ranks[0].GetStats().cache_hits, 1);
+  EXPECT_EQ(ranks[0].GetStats().rounds, 1);
+}
+
+TEST(CoordinatorGroup, AStepThatDiffersFailsTheRoundOnEveryRank) {
+  Ranks ranks(2);
+  v1::PlanDynamicCpRequest other = Step(2, 1);
+  other.set_lengths(2, 9001);
+  Call c0(ranks[0], StepRound(Step(2, 0)));
+  Call c1(ranks[1], StepRound(other));
+  const absl::Status s0 = c0.Wait().status();
+  EXPECT_EQ(s0.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(group::IsOptionsMismatch(s0)) << s0;
+  EXPECT_EQ(s0, c1.Wait().status());
+  EXPECT_THAT(ExplainStepRound(s0).message(), HasSubstr("the ranks sent different steps"));
+  EXPECT_THAT(s0.message(), HasSubstr("rank 1 has fingerprint"));
+}
+
+// A Plan round and a PlanDynamicCp round of the same (stream, round) on two ranks: a mismatch.
+TEST(CoordinatorGroup, APlanRoundMeetingAStepRoundIsFailedPrecondition) {
+  Ranks ranks(2);
+  Call c0(ranks[0], Input(Request("dcp", 3, Batch(16), kCap)));
+  Call c1(ranks[1], StepRound(Step(3, 1)));
   const absl::Status s0 = c0.Wait().status();
   EXPECT_EQ(s0.code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ(s0, c1.Wait().status());

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "google/protobuf/stubs/logging.h"
 #include "gtest/gtest.h"
 #include "server/planner/planner.h"
@@ -324,6 +325,20 @@ TEST(ValidationFuzz, PlanDynamicCpRequests) {
         },
         &response);
     ASSERT_TRUE(Expected(status)) << status;
+    // With a stream, the request's own error (checked before planning) joins the agreement
+    // round: the error RunPlanDynamicCp returns. The round compares the step's fingerprint.
+    v1::PlanDynamicCpRequest streamed = request;
+    streamed.set_stream(absl::StrCat("step-", i % 3));
+    streamed.set_round(i);
+    const absl::StatusOr<RoundInput> round = ToDynamicCpRound(streamed, limits);
+    ASSERT_TRUE(round.ok()) << round.status();
+    EXPECT_TRUE(round->agree_only);
+    EXPECT_EQ(round->stream, streamed.stream());
+    EXPECT_EQ(round->round, i);
+    EXPECT_EQ(round->options_hash, StepFingerprint(request));
+    if (!round->error.ok()) {
+      EXPECT_EQ(round->error, status);
+    }
     if (!status.ok()) continue;
     ++ok;
     // Every view asked for, one slot each per slot of the plan, reserved before it was written.
@@ -335,6 +350,52 @@ TEST(ValidationFuzz, PlanDynamicCpRequests) {
     EXPECT_GE(reserved, kPeakPerCpView * views * response.num_micro_batches());
   }
   EXPECT_GT(ok, 200);
+}
+
+TEST(ValidationFuzz, TheStepFingerprintCoversEveryFieldButTheCallersOwn) {
+  RandomRequests random(23 + testing::SoakSeed());
+  for (int64_t i = 0; i < testing::SoakTrials(300); ++i) {
+    v1::PlanDynamicCpRequest request = random.DynamicCp();
+    request.mutable_model_config()->mutable_ints()->insert({"hidden_size", 1 + i});
+    request.mutable_model_config()->mutable_strings()->insert({"model_type", "llama"});
+    const uint64_t base = StepFingerprint(request);
+    // The caller's own fields: its view, its stream and round.
+    v1::PlanDynamicCpRequest same = request;
+    same.set_rank(same.rank() + 1);
+    same.set_stream("other");
+    same.set_round(i + 7);
+    EXPECT_EQ(StepFingerprint(same), base);
+    // The same map entries inserted in another order.
+    v1::ModelConfig reordered;
+    reordered.mutable_strings()->insert({"model_type", "llama"});
+    reordered.mutable_ints()->insert({"num_layers", 2});
+    reordered.mutable_ints()->insert({"hidden_size", 1 + i});
+    v1::ModelConfig ordered = request.model_config();
+    ordered.mutable_ints()->insert({"num_layers", 2});
+    v1::PlanDynamicCpRequest a = request;
+    v1::PlanDynamicCpRequest b = request;
+    *a.mutable_model_config() = ordered;
+    *b.mutable_model_config() = reordered;
+    EXPECT_EQ(StepFingerprint(a), StepFingerprint(b));
+    EXPECT_NE(StepFingerprint(a), base);
+    // Any one field of the step changed.
+    std::vector<v1::PlanDynamicCpRequest> changed(7, request);
+    changed[0].set_world_size(request.world_size() + 1);
+    if (request.lengths_size() > 0) {
+      changed[1].set_lengths(0, request.lengths(0) + 1);
+    } else {
+      changed[1].add_lengths(1);
+    }
+    changed[2].add_owner_ranks(0);
+    changed[3].add_loss_tokens(0);
+    changed[4].mutable_options()->set_comm(request.options().comm() + 1);
+    changed[5].mutable_loss()->set_mode(
+        static_cast<v1::LossMode>((static_cast<int>(request.loss().mode()) + 1) % 6));
+    changed[6].clear_model_config();
+    for (size_t c = 0; c < changed.size(); ++c) {
+      EXPECT_NE(StepFingerprint(changed[c]), base) << "change " << c;
+    }
+  }
 }
 
 TEST(ValidationFuzz, RandomWireBytes) {

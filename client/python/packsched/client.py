@@ -223,6 +223,8 @@ class SchedulerClient:
         owner_ranks=None,
         model_config=None,
         loss_tokens=None,
+        stream=None,
+        round=0,
         **options,
     ):
         """Dynamic context parallelism on the sidecar (PlanDynamicCp; in process:
@@ -231,7 +233,10 @@ class SchedulerClient:
         DynamicCpOptions (``sizes`` by name: "powers_of_two", "divisors", "any") and the loss
         options of ``balance_batch`` (with ``loss_tokens``); ``owner_ranks``:
         per sequence the rank whose data holds it; ``rank``: only that rank's view. Every rank that
-        sends the same step gets the same plan (equal ``plan_fingerprint``). -> a dict with the
+        sends the same step gets the same plan (equal ``plan_fingerprint``). ``stream`` (and its
+        ``round``, as ``plan``'s): the sidecars first agree in one round of that stream that every
+        rank sent the same step (a rank that differs fails it everywhere: SchedulerError
+        FAILED_PRECONDITION). -> a dict with the
         proto's field names: num_micro_batches, group_names, ranks (per rank its slots: group,
         ranks, cp_rank, sequences, owner_ranks, owner_indices, cu_seqlens, shard_chunks,
         tokens_per_rank, loss_weights), cp_of_sequence, slot_of_sequence, step_cost, lower_bound,
@@ -260,6 +265,9 @@ class SchedulerClient:
             setattr(request.options, name, value)
         if rank is not None:
             request.rank = int(rank)
+        if stream is not None:
+            request.stream = stream
+        request.round = int(round)
         if owner_ranks is not None:
             request.owner_ranks.extend(_ints(owner_ranks, "owner_ranks", allow_empty=True))
         if model_config is not None:
