@@ -319,7 +319,7 @@ def check_token_counters(workdir, results):
         figures = ", ".join(
             f"{kind} {sum(s.get((stream, kind), 0) for s in seen)}" for kind in TOKEN_KINDS
         )
-        print(f"packsched_stream_*_tokens_total{{stream=\"{stream}\"}}, all ranks: {figures}")
+        print(f'packsched_stream_*_tokens_total{{stream="{stream}"}}, all ranks: {figures}')
     if seen != want:
         print(
             "demo: the sidecars' token counters differ from the plans' accounting", file=sys.stderr

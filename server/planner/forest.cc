@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "server/base/checked_math.h"
 #include "server/planner/options.h"
+#include "server/planner/stop_check.h"
 
 namespace packsched::planner {
 
@@ -128,7 +129,8 @@ absl::Status CheckHasRollouts(const Forest& forest) {
 }
 
 absl::StatusOr<Forest> SplitByGroup(const Forest& forest, const ForestIndex& index,
-                                    absl::Span<const int64_t> group_ids) {
+                                    absl::Span<const int64_t> group_ids,
+                                    internal::StopCheck* stop) {
   // Every (node, group) some rollout of the group goes through: a path walked up to the first
   // copy its group already has.
   absl::flat_hash_map<std::pair<int64_t, int64_t>, int64_t> copy;
@@ -137,6 +139,7 @@ absl::StatusOr<Forest> SplitByGroup(const Forest& forest, const ForestIndex& ind
     for (int64_t node = forest.rollout_leaf[r]; node >= 0; node = forest.node_parent[node]) {
       if (!copy.emplace(std::make_pair(node, group_ids[r]), 0).second) break;
       copies.emplace_back(node, group_ids[r]);
+      if (stop != nullptr && !stop->Continue()) return stop->status();
       if (static_cast<int64_t>(copies.size()) > kMaxForestNodes) {
         return absl::InvalidArgumentError(absl::StrCat(
             "group_ids: cutting the trees at the groups copies shared nodes into more than ",

@@ -17,6 +17,10 @@
 
 namespace packsched::planner {
 
+namespace internal {
+class StopCheck;  // stop_check.h
+}  // namespace internal
+
 // Limits on one forest (each over is InvalidArgument naming the field and value).
 inline constexpr int64_t kMaxForestNodes = int64_t{1} << 26;
 inline constexpr int64_t kMaxForestRollouts = int64_t{1} << 26;
@@ -68,9 +72,12 @@ absl::Status CheckHasRollouts(const Forest& forest);
 // (rollout_len is kept), so a plan of the result, whose layouts name rollouts and not nodes, is
 // a plan of `forest`. O(copies log copies); InvalidArgument, found after at most
 // kMaxForestNodes steps, when the copies would pass kMaxForestNodes (as IndexForest refuses).
+// `stop` (may be null) is asked as the planner's loops ask it (stop_check.h), one step per copy;
+// its non-OK answer is returned.
 // REQUIRES: `index` = IndexForest(forest); group_ids.size() == forest.rollout_leaf.size().
 absl::StatusOr<Forest> SplitByGroup(const Forest& forest, const ForestIndex& index,
-                                    absl::Span<const int64_t> group_ids);
+                                    absl::Span<const int64_t> group_ids,
+                                    internal::StopCheck* stop = nullptr);
 
 }  // namespace packsched::planner
 

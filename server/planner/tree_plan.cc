@@ -146,7 +146,7 @@ absl::Status CheckGroupSizes(const internal::TreeState& state,
 
 // BalanceForest with group_ids: `state` holds the forest cut at the groups (SplitByGroup), so
 // each piece holds one group's rollouts; the pieces of a group are one BalanceBatch unit.
-absl::StatusOr<BalancedForest> BalanceGroups(std::shared_ptr<internal::TreeState> state,
+absl::StatusOr<BalancedForest> BalanceGroups(const std::shared_ptr<internal::TreeState>& state,
                                              int64_t world_size, const PlanOptions& options,
                                              const BalanceOptions& balance,
                                              absl::Span<const int64_t> group_ids,
@@ -241,14 +241,14 @@ absl::StatusOr<BalancedForest> BalanceForest(const Forest& forest, int64_t world
   std::optional<Forest> grouped;  // each tree cut at its rollouts' groups
   if (!group_ids.empty()) {
     ASSIGN_OR_RETURN(const ForestIndex index, IndexForest(forest));
-    ASSIGN_OR_RETURN(grouped, SplitByGroup(forest, index, group_ids));
+    ASSIGN_OR_RETURN(grouped, SplitByGroup(forest, index, group_ids, &stop));
   }
   ASSIGN_OR_RETURN(std::shared_ptr<internal::TreeState> state,
                    Prepare(grouped ? *grouped : forest, options, /*cap_required=*/true,
                            /*balancing=*/true, &stop));
   if (!stop.ContinueNow()) return stop.status();
   if (grouped) {
-    return BalanceGroups(std::move(state), world_size, options, balance, group_ids, stop);
+    return BalanceGroups(state, world_size, options, balance, group_ids, stop);
   }
   // Fewer pieces than ranks: pieces split at rollout boundaries first, so that a rank holds one.
   if (static_cast<int64_t>(state->pieces.size()) < world_size) {

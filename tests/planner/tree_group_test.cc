@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <random>
 #include <set>
@@ -12,6 +13,7 @@
 #include "absl/status/status.h"
 #include "gtest/gtest.h"
 #include "server/planner/forest.h"
+#include "server/planner/stop_check.h"
 #include "server/planner/tree_plan.h"
 #include "tests/planner/forest_fixtures.h"
 
@@ -235,6 +237,40 @@ TEST(TreeGroups, SplitByGroupKeepsEveryRolloutsPath) {
     }
     EXPECT_EQ(a, b) << "rollout " << r;
   }
+}
+
+// A chain shared by every group is copied once per group: the copying asks the caller's stop,
+// and its answer ends the cut.
+TEST(TreeGroups, SplitByGroupAsksTheStop) {
+  Forest f;
+  constexpr int64_t kChain = 20000;
+  for (int64_t n = 0; n < kChain; ++n) {
+    f.node_len.push_back(1);
+    f.node_parent.push_back(n - 1);
+  }
+  std::vector<int64_t> group_ids;
+  for (int64_t g = 0; g < 8; ++g) {
+    f.node_len.push_back(1);
+    f.node_parent.push_back(kChain - 1);
+    f.rollout_leaf.push_back(static_cast<int64_t>(f.node_len.size()) - 1);
+    group_ids.push_back(g);
+  }
+  const absl::StatusOr<ForestIndex> index = IndexForest(f);
+  ASSERT_TRUE(index.ok()) << index.status();
+  int asked = 0;
+  const std::function<absl::Status()> deadline = [&asked] {
+    ++asked;
+    return absl::DeadlineExceededError("the caller's deadline");
+  };
+  internal::StopCheck stop(deadline);
+  const absl::StatusOr<Forest> stopped = SplitByGroup(f, *index, group_ids, &stop);
+  EXPECT_EQ(stopped.status().code(), absl::StatusCode::kDeadlineExceeded) << stopped.status();
+  EXPECT_EQ(asked, 1);
+  const std::function<absl::Status()> never = [] { return absl::OkStatus(); };
+  internal::StopCheck go_on(never);
+  const absl::StatusOr<Forest> whole = SplitByGroup(f, *index, group_ids, &go_on);
+  ASSERT_TRUE(whole.ok()) << whole.status();
+  EXPECT_EQ(static_cast<int64_t>(whole->node_len.size()), 8 * (kChain + 1));
 }
 
 }  // namespace
