@@ -46,6 +46,16 @@ struct CpCostModel {
   int64_t comm_across_nodes = 0;  // `comm` for groups larger than node_ranks
 };
 
+// The most CP groups a plan lists, every slot's together, idle ones included (about 100 bytes
+// each in the plan): the plan's size, whatever the options (DynamicCpOptions::max_groups).
+inline constexpr int64_t kMaxCpGroups = int64_t{1} << 22;
+// The most rank-slots a plan spans, slots x R: what a consumer that walks every rank of every
+// slot handles (the CLI's JSON lists each group's ranks; a sidecar's views of every rank).
+inline constexpr int64_t kMaxCpRankSlots = int64_t{1} << 26;
+// The most allowed CP sizes under CpSizeRule::kAny (powers of two are at most 21 and the
+// divisors of R <= 2^20 at most 240): the planner's work per sequence and per packed group.
+inline constexpr int64_t kMaxCpSizes = 4096;
+
 struct DynamicCpOptions {
   int64_t ranks = 1;                // R >= 1
   int64_t max_tokens_per_rank = 0;  // the cap on one rank's rows of a micro-batch, >= 1
@@ -55,6 +65,9 @@ struct DynamicCpOptions {
   int64_t tensor_parallel = 1;  // a sequence on c ranks is aligned to 2 * c * tensor_parallel
   int64_t divisible_by = 1;     // the slot count is a multiple (pipeline / virtual stages)
   CpCostModel cost;
+  // The most groups the plan may list, in [1, kMaxCpGroups]: not a schema option; a sidecar
+  // lowers it to the groups it reserved memory for (server/service/request_memory.h).
+  int64_t max_groups = kMaxCpGroups;
 };
 
 // One CP group of one slot: ranks [first_rank, first_rank + size).
