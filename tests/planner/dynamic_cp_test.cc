@@ -97,7 +97,7 @@ DynamicCpOptions Llamaish(int64_t ranks, int64_t cap) {
   DynamicCpOptions o;
   o.ranks = ranks;
   o.max_tokens_per_rank = cap;
-  o.cost = {.linear = 4096, .quadratic = 1, .comm = 512, .micro_batch = 4096 * 256};
+  o.cost = {.linear = 4096, .quadratic = 1, .comm = 512, .micro_batch = int64_t{4096} * 256};
   return o;
 }
 
@@ -351,7 +351,8 @@ TEST(DynamicCpTest, AdversarialOptionsGiveBoundedPlansOrANamedError) {
                    : std::uniform_int_distribution<int64_t>(1, o.max_cp)(rng);
     o.sizes = static_cast<CpSizeRule>(std::uniform_int_distribution<int>(0, 2)(rng));
     // divisible_by around the rank-slot limit's, log-uniform.
-    const double most = std::log2(static_cast<double>(kMaxCpRankSlots / o.ranks) * 4);
+    const double most =
+        std::log2(static_cast<double>(kMaxCpRankSlots) / static_cast<double>(o.ranks) * 4);
     o.divisible_by = static_cast<int64_t>(
         std::exp2(std::uniform_real_distribution<double>(0, std::max(most, 0.0))(rng)));
     o.max_groups = std::uniform_int_distribution<int>(0, 1)(rng) == 0
