@@ -144,7 +144,7 @@ def dynamic_cp_refusal(tmp_path, request, budget):
     # Every view; every view of many ranks; one rank's view of 2^20 ranks in groups of one (the
     # planner's groups of a slot, not the views, are the peak); the adversarial small steps: one
     # sequence, or a few, over 2^20 ranks in groups of one or two with idle slots to a multiple
-    # of divisible_by (2^21 and 2^20 idle groups, the planner's limit is 2^22).
+    # of divisible_by (2^21 and 2^20 idle groups, the planner's limit is 2^21).
     [
         (20000, 64, 64, 5, None, 1),
         (50000, 512, 8, 6, None, 1),
