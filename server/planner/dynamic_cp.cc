@@ -151,6 +151,8 @@ class Packer {
   struct Sized {
     std::vector<int64_t> cp, h, tok;
     std::vector<int32_t> order;
+    std::vector<int32_t> used;  // per sequence: its size among the sizes in use (dense)
+    size_t sizes_used = 0;      // the distinct sizes of `cp`: a level's heaps
   };
   absl::StatusOr<Sized> Prepare(std::vector<int64_t> cp) const {
     const int64_t n = static_cast<int64_t>(lengths_.size());
@@ -178,6 +180,17 @@ class Packer {
       if (b - a > 1) std::sort(s.order.begin() + a, s.order.begin() + b);
       a = b;
     }
+    // The sizes in use, densely numbered: a level holds one heap per size in use, not per
+    // allowed size (up to kMaxCpSizes of them).
+    s.used.resize(n);
+    int64_t last = 0;
+    for (const int32_t i : s.order) {
+      if (cp[i] != last) {
+        last = cp[i];
+        ++s.sizes_used;
+      }
+      s.used[i] = static_cast<int32_t>(s.sizes_used - 1);
+    }
     s.cp = std::move(cp);
     return s;
   }
@@ -189,7 +202,7 @@ class Packer {
     const std::vector<int64_t>& cp = sized.cp;
     const std::vector<int64_t>& h = sized.h;
     const std::vector<int64_t>& tok = sized.tok;
-    const size_t k = sizes_.size();
+    const size_t k = sized.sizes_used;
     const int64_t alpha = o_.cost.micro_batch;
     const int64_t cap = o_.max_tokens_per_rank;
     p.levels = 0;
@@ -197,7 +210,7 @@ class Packer {
     p.next.resize(lengths_.size());
     for (const int32_t i : sized.order) {
       const int64_t c = cp[i];
-      const size_t s = static_cast<size_t>(size_index_[c]);
+      const size_t s = static_cast<size_t>(sized.used[i]);
       const std::optional<int64_t> need = CheckedAdd(alpha, h[i]);
       if (!need) return Overflow();
       // The first level whose least-loaded group of this size takes it, or whose free ranks
@@ -214,7 +227,7 @@ class Packer {
       }
       if (l == p.levels) {
         if (p.levels == max_levels) return false;
-        AddLevel(p, std::max(*need, target));
+        AddLevel(p, std::max(*need, target), k);
       }
       const size_t at = l * k + s;
       std::vector<Packing::Entry>& heap = p.heaps[at];
@@ -256,13 +269,14 @@ class Packer {
     heap[at] = top;
   }
 
-  void AddLevel(Packing& p, int64_t height) const {
-    const size_t k = sizes_.size();
+  void AddLevel(Packing& p, int64_t height, size_t k) const {
     const size_t l = p.levels++;
     if (p.height.size() < p.levels) {
       p.height.resize(p.levels);
       p.free.resize(p.levels);
       p.groups.resize(p.levels);
+    }
+    if (p.heaps.size() < p.levels * k) {
       p.heaps.resize(p.levels * k);
       p.top_cost.resize(p.levels * k);
       p.top_tokens.resize(p.levels * k);
@@ -314,8 +328,9 @@ class Packer {
       int64_t wide = 0;
       int64_t wide_cost = alpha;
       int64_t wide_tokens = 0;
-      for (const int64_t c : sizes_) {
-        if (c <= col.width || c - col.width > free) continue;
+      for (auto it = std::upper_bound(sizes_.begin(), sizes_.end(), col.width);
+           it != sizes_.end() && *it - col.width <= free; ++it) {
+        const int64_t c = *it;
         if (!splittable_[free - (c - col.width)]) continue;
         int64_t cost = alpha;
         int64_t tokens = 0;
@@ -409,6 +424,27 @@ absl::Status Validate(absl::Span<const int64_t> lengths, const DynamicCpOptions&
     return bad("tensor_parallel", o.tensor_parallel, "must be <= 2^20");
   }
   if (o.divisible_by < 1) return bad("divisible_by", o.divisible_by, "must be >= 1");
+  if (o.max_groups < 1 || o.max_groups > kMaxCpGroups) {
+    return bad("max_groups", o.max_groups, absl::StrCat("must be in [1, ", kMaxCpGroups, "]"));
+  }
+  // Every slot lists at least ranks / max_cp groups and a plan has a multiple of divisible_by
+  // slots: refused before anything is allocated.
+  if (o.divisible_by > o.max_groups / (o.ranks / max_cp)) {
+    return bad("divisible_by", o.divisible_by,
+               absl::StrCat("times world_size / max_cp = ", o.ranks, " / ", max_cp,
+                            " (the fewest CP groups a slot lists) exceeds the plan's limit of ",
+                            o.max_groups, " groups (raise max_cp or lower divisible_by)"));
+  }
+  if (o.divisible_by > kMaxCpRankSlots / o.ranks) {
+    return bad("divisible_by", o.divisible_by,
+               absl::StrCat("times world_size = ", o.ranks, " exceeds the plan's limit of 2^26 ",
+                            "rank-slots (slots x world_size; lower divisible_by)"));
+  }
+  if (o.sizes == CpSizeRule::kAny && max_cp - o.min_cp >= kMaxCpSizes) {
+    return bad("min_cp", o.min_cp,
+               absl::StrCat("to max_cp = ", max_cp, " allows more than ", kMaxCpSizes,
+                            " CP sizes under sizes = any (narrow the range)"));
+  }
   if (o.cost.linear < 0) return bad("cost.linear", o.cost.linear, "must be >= 0");
   if (o.cost.quadratic < 0) return bad("cost.quadratic", o.cost.quadratic, "must be >= 0");
   if (o.cost.comm < 0) return bad("cost.comm", o.cost.comm, "must be >= 0");
@@ -467,13 +503,28 @@ absl::StatusOr<DynamicCpPlan> PlanDynamicCp(absl::Span<const int64_t> lengths,
         "dynamic_cp: sizes = ", Name(options.sizes),
         " allows no CP size in [min_cp = ", options.min_cp, ", max_cp = ", max_cp, "]"));
   }
+  // splittable[w]: some allowed c <= w leaves w - c splittable. Under "any" the sizes are the
+  // range [min_cp, max_cp]: a window over a running count of the splittable widths, O(R); else
+  // at most 240 sizes (the divisors of R <= 2^20), ascending.
   std::vector<bool> splittable(R + 1, false);
   splittable[0] = true;
-  for (int64_t w = 1; w <= R; ++w) {
-    for (const int64_t c : sizes) {
-      if (c <= w && splittable[w - c]) {
-        splittable[w] = true;
-        break;
+  if (options.sizes == CpSizeRule::kAny) {
+    std::vector<int64_t> below(R + 2, 0);  // [w]: splittable widths in [0, w)
+    below[1] = 1;
+    for (int64_t w = 1; w <= R; ++w) {
+      const int64_t hi = w - sizes.front();  // w - c over c in [min_cp, max_cp]
+      const int64_t lo = std::max<int64_t>(w - sizes.back(), 0);
+      splittable[w] = hi >= lo && below[hi + 1] - below[lo] > 0;
+      below[w + 1] = below[w] + (splittable[w] ? 1 : 0);
+    }
+  } else {
+    for (int64_t w = 1; w <= R; ++w) {
+      for (const int64_t c : sizes) {
+        if (c > w) break;
+        if (splittable[w - c]) {
+          splittable[w] = true;
+          break;
+        }
       }
     }
   }
@@ -593,29 +644,66 @@ absl::StatusOr<DynamicCpPlan> PlanDynamicCp(absl::Span<const int64_t> lengths,
     }
   }
 
+  // The idle ranks of a slot in the largest sizes that split them: `emit(c)` per group, in that
+  // order, until it returns false.
+  auto split_idle = [&](int64_t f, auto&& emit) {
+    while (f > 0) {
+      auto c = std::upper_bound(sizes.begin(), sizes.end(), f);
+      do {
+        --c;
+      } while (!splittable[f - *c]);
+      if (!emit(*c)) return;
+      f -= *c;
+    }
+  };
+  // The plan's groups, counted before any is made: each packed slot's groups and idle ones, and
+  // the trailing idle slots' (all alike). Refused above max_groups.
+  const int64_t slots =
+      CeilDiv(static_cast<int64_t>(best->size()), options.divisible_by) * options.divisible_by;
+  int64_t groups = 0;
+  auto count = [&](int64_t) { return ++groups <= options.max_groups; };
+  for (const Level& level : *best) {
+    groups += static_cast<int64_t>(level.columns.size());
+    if (groups <= options.max_groups) split_idle(level.free, count);
+  }
+  if (groups <= options.max_groups && slots > static_cast<int64_t>(best->size())) {
+    int64_t idle = 0;
+    split_idle(R, [&](int64_t) { return ++idle <= options.max_groups; });
+    const int64_t trailing = slots - static_cast<int64_t>(best->size());
+    groups = idle > (options.max_groups - groups) / trailing ? options.max_groups + 1
+                                                             : groups + idle * trailing;
+  }
+  if (slots > kMaxCpRankSlots / R) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "dynamic_cp: the plan would span ", slots, " slots x world_size = ", R,
+        " ranks, above the limit of 2^26 rank-slots (fewer or shorter sequences, a larger ",
+        "max_tokens_per_rank, or a smaller world_size)"));
+  }
+  if (groups > options.max_groups) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "dynamic_cp: the plan would list more than max_groups = ", options.max_groups,
+        " CP groups (", slots, " slots of world_size = ", R, " ranks in groups of min_cp = ",
+        options.min_cp, " to max_cp = ", max_cp, ", divisible_by = ", options.divisible_by,
+        "): raise min_cp or max_cp, or lower divisible_by or world_size"));
+  }
+
   DynamicCpPlan plan;
   plan.step_cost = best_cost;
   plan.lower_bound = std::max(CeilDiv(area, R), n > 0 ? tallest : 0);
   plan.cp_of_sequence.assign(n, 0);
   plan.slot_of_sequence.assign(n, 0);
   absl::flat_hash_map<std::pair<int64_t, int64_t>, int64_t> names;
-  const int64_t slots =
-      CeilDiv(static_cast<int64_t>(best->size()), options.divisible_by) * options.divisible_by;
   best->resize(std::max<int64_t>(slots, 0));
+  plan.slots.reserve(best->size());
   for (Level& level : *best) {
     if (level.columns.empty()) level.free = R;
     // Groups by size descending, then the idle ranks in the largest sizes that split them.
     std::stable_sort(level.columns.begin(), level.columns.end(),
                      [](const Column& a, const Column& b) { return a.width > b.width; });
-    for (int64_t f = level.free; f > 0;) {
-      for (auto c = sizes.rbegin(); c != sizes.rend(); ++c) {
-        if (*c <= f && splittable[f - *c]) {
-          level.columns.push_back({*c, 0, 0, {}});
-          f -= *c;
-          break;
-        }
-      }
-    }
+    split_idle(level.free, [&](int64_t c) {
+      level.columns.push_back({c, 0, 0, {}});
+      return true;
+    });
     CpSlotPlan slot;
     int64_t first = 0;
     for (Column& col : level.columns) {

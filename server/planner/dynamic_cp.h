@@ -46,6 +46,16 @@ struct CpCostModel {
   int64_t comm_across_nodes = 0;  // `comm` for groups larger than node_ranks
 };
 
+// The most CP groups a plan lists, every slot's together, idle ones included (about 100 bytes
+// each in the plan): the plan's size, whatever the options (DynamicCpOptions::max_groups).
+inline constexpr int64_t kMaxCpGroups = int64_t{1} << 21;
+// The most rank-slots a plan spans, slots x R: what a consumer that walks every rank of every
+// slot handles (the CLI's JSON lists each group's ranks; a sidecar's views of every rank).
+inline constexpr int64_t kMaxCpRankSlots = int64_t{1} << 26;
+// The most allowed CP sizes under CpSizeRule::kAny (powers of two are at most 21 and the
+// divisors of R <= 2^20 at most 240): the planner's work per sequence and per packed group.
+inline constexpr int64_t kMaxCpSizes = 4096;
+
 struct DynamicCpOptions {
   int64_t ranks = 1;                // R >= 1
   int64_t max_tokens_per_rank = 0;  // the cap on one rank's rows of a micro-batch, >= 1
@@ -55,6 +65,9 @@ struct DynamicCpOptions {
   int64_t tensor_parallel = 1;  // a sequence on c ranks is aligned to 2 * c * tensor_parallel
   int64_t divisible_by = 1;     // the slot count is a multiple (pipeline / virtual stages)
   CpCostModel cost;
+  // The most groups the plan may list, in [1, kMaxCpGroups]: not a schema option; a sidecar
+  // lowers it to the groups it reserved memory for (server/service/request_memory.h).
+  int64_t max_groups = kMaxCpGroups;
 };
 
 // One CP group of one slot: ranks [first_rank, first_rank + size).
@@ -91,17 +104,38 @@ struct DynamicCpPlan {
 
 // Plans `lengths` (each >= 1) under `options`. Never returns a plan with a rank over the cap:
 // every sequence runs at an allowed size c whose aligned length / c fits it. Deterministic.
-// Returns InvalidArgument naming the option for: ranks < 1, max_tokens_per_rank < 1, min_cp < 1,
-// max_cp < 0 or max_cp not dividing ranks, min_cp > max_cp, tensor_parallel < 1,
-// divisible_by < 1, max_tokens_per_rank * max_cp >= 2^31 (int32 offsets), a negative cost weight,
-// no allowed size in [min_cp, max_cp], allowed sizes that cannot split R ranks exactly (e.g. powers
-// of two of at least 4 for R = 6); naming the sequence for a length < 1 or a sequence that exceeds
-// the cap even on the largest allowed group; and for costs that overflow int64. Planning n
-// sequences takes O(n S + F n (log n + 10 (slots + log R))) plus the free-rank passes: S allowed
-// sizes, F size floors (at most about log2 R + 2), the sequences sorted by length once (a floor
-// re-sorts only runs of equal cost) and each floor packed at most 10 times, a sequence scanning
-// the slots and sifting one heap of groups. R = 256 with 4,096 sequences: about 6 ms of CPU time
-// on a 2-core VM (docs/benchmarks.md).
+// Returns InvalidArgument naming the option for: ranks < 1 or > 2^20, max_tokens_per_rank < 1,
+// min_cp < 1, max_cp < 0 or max_cp not dividing ranks, min_cp > max_cp, tensor_parallel < 1,
+// divisible_by < 1, max_tokens_per_rank * max_cp >= 2^31 (int32 offsets), a negative cost
+// weight, no allowed size in [min_cp, max_cp], allowed sizes that cannot split R ranks exactly
+// (e.g. powers of two of at least 4 for R = 6); naming the sequence for a length < 1 or a
+// sequence that exceeds the cap even on the largest allowed group; and for costs that overflow
+// int64.
+//
+// The plan's size is bounded whatever the request. With k = roundup(P, divisible_by) slots, P
+// the packed (non-idle) slots (P <= n: each holds a sequence), every slot lists between
+// R / max_cp groups (each has at most max_cp ranks) and R / min_cp (the idle ranks of a slot
+// go in the largest allowed sizes that split them), so the plan lists G groups,
+// k * R / max_cp <= G <= k * R / min_cp. Refused (InvalidArgument naming world_size, min_cp,
+// max_cp and divisible_by), so that no request, however small, makes unbounded work or memory:
+//  - before anything is allocated, options under which every non-empty plan is too large:
+//    divisible_by * R / max_cp > max_groups ("divisible_by = ..."), divisible_by * R >
+//    kMaxCpRankSlots ("divisible_by = ..."), and sizes = any over more than kMaxCpSizes sizes
+//    ("min_cp = ...");
+//  - after packing, before any group is made: a plan that would list more than max_groups
+//    groups or span more than kMaxCpRankSlots rank-slots (k * R), counted exactly.
+// Work and memory, S allowed sizes (at most 21 powers of two, 240 divisors of R <= 2^20, or
+// kMaxCpSizes), U <= min(n, S) sizes in use at one floor, F size floors (at most about
+// log2 R + 2): time O(R S' + n S + F (n log n + 10 n (P + log R) + P R S m)) — the sizes'
+// splits of every width up to R (S' = S, or 1 under any), the sequences sorted by length once (a
+// floor re-sorts only runs of equal cost), each floor packed at most 10 times (a sequence scans the
+// slots and sifts one heap of groups), each packed slot's free ranks spent in at most R splits or
+// widenings over its m sequences and the sizes above its group's — then O(G log S) to split the
+// idle ranks; memory O(R + n + P U + G) words, G <= max_groups. R = 256 with 4,096 sequences: about
+// 6 ms of CPU time on a 2-core VM (docs/benchmarks.md). The largest plan the limits allow from
+// one sequence, 2^20 ranks in groups of one and divisible_by = 2 (2^21 groups): the CLI plans
+// and writes its JSON in about 4 s and 0.8 GB, the Python binding builds its dicts in 19 s and
+// 2.3 GB (docs/decisions.md, "Dynamic CP: the plan's size bounded at every door").
 absl::StatusOr<DynamicCpPlan> PlanDynamicCp(absl::Span<const int64_t> lengths,
                                             const DynamicCpOptions& options);
 

@@ -216,6 +216,8 @@ absl::StatusOr<CheckedStep> CheckStep(const v1::PlanDynamicCpRequest& request,
         planner::schema::OptionNamed("Ceiling"), " = ", limits.max_micro_batches));
   }
   ASSIGN_OR_RETURN(step.loss, ToLossOptions(request.loss()));
+  // The planner lists no more groups than admission reserved for (request_memory.h).
+  step.options.max_groups = DynamicCpGroupsReserved(request.lengths_size(), step.options);
   // The options' own errors before the model's (which reads the lengths).
   RETURN_IF_ERROR(OptionAsField(planner::PlanDynamicCp({}, step.options).status()));
   if (request.has_model_config()) {

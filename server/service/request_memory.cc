@@ -242,6 +242,15 @@ RequestMemory EstimateDynamicCpMemory(const v1::PlanDynamicCpRequest& request,
   return m;
 }
 
+int64_t DynamicCpGroupsReserved(int64_t sequences, const planner::DynamicCpOptions& options) {
+  if (options.ranks < 1 || options.ranks > planner::kMaxWorldSize || options.min_cp < 1 ||
+      options.divisible_by < 1 || sequences < 0) {
+    return planner::kMaxCpGroups;
+  }
+  const int64_t idle = SatMul(options.divisible_by, CeilDiv(options.ranks, options.min_cp));
+  return std::min(planner::kMaxCpGroups, SatAdd(sequences, idle));
+}
+
 int64_t DynamicCpResponseBytes(int64_t views, int64_t entries) {
   return SatAdd(SatMul(kPeakPerCpView, views), SatMul(kPeakPerCpSequenceView, entries));
 }

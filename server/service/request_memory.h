@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "packsched/v1/scheduler.pb.h"
+#include "server/planner/dynamic_cp.h"
 #include "server/service/limits.h"
 
 namespace packsched::service {
@@ -92,11 +93,18 @@ RequestMemory EstimateBalanceBatchMemory(const v1::BalanceBatchRequest& request,
 // message and its wire copy) and kPeakPerCpSequenceView for each sequence's entry in a view (its
 // index, owner, owner index, offset and weight, on the arena and on the wire). Measured on fresh
 // sidecars (docs/design.md §3, "Memory per request"): the two steps together cover the peak.
+// The planner is held to what the first step reserves (DynamicCpGroupsReserved): its busy groups
+// are at most n (one sequence each at least, in the per-slot term: k >= n) and its idle ones are
+// what the groups term covers, so a plan that would list more groups is refused
+// (InvalidArgument naming world_size, min_cp, max_cp and divisible_by) instead of outgrowing it.
 inline constexpr int64_t kPeakPerCpGroup = 320;
 inline constexpr int64_t kPeakPerCpView = 256;
 inline constexpr int64_t kPeakPerCpSequenceView = 128;
 RequestMemory EstimateDynamicCpMemory(const v1::PlanDynamicCpRequest& request,
                                       const ServiceLimits& limits);
+// DynamicCpOptions::max_groups under a sidecar: min(planner::kMaxCpGroups,
+// n + d x ceil(world_size / min_cp)); planner::kMaxCpGroups for options that validation refuses.
+int64_t DynamicCpGroupsReserved(int64_t sequences, const planner::DynamicCpOptions& options);
 // The response of `views` rank views of a slot holding `entries` sequence entries in all.
 int64_t DynamicCpResponseBytes(int64_t views, int64_t entries);
 

@@ -394,6 +394,22 @@ class DynamicCp(unittest.TestCase):
         self.assertIn("--cp_sizes", err)
         self.assertIn("cannot split ranks = 6", err)
 
+    def test_a_tiny_request_for_a_huge_plan_is_refused_at_once(self):
+        # One sequence over 2^20 ranks in groups of one, 1000 slots: 10^9 groups.
+        huge = ["plan", "--dynamic_cp", "--world_size=1048576", "--max_token_len=1000"]
+        code, out, err = run(huge + ["--max_cp=1", "--divisible_by=1000"], "1000\n")
+        self.assertEqual((code, out), (2, ""))
+        self.assertIn("--divisible_by = 1000", err)
+        self.assertIn("world_size / max_cp = 1048576 / 1", err)
+        # Few groups but 2^20 ranks in each of 128 slots.
+        code, out, err = run(huge + ["--divisible_by=128"], "1000\n")
+        self.assertEqual((code, out), (2, ""))
+        self.assertIn("2^26 rank-slots", err)
+        # Every size from 1 to 2^20.
+        code, out, err = run(huge + ["--cp_sizes=any"], "1000\n")
+        self.assertEqual((code, out), (2, ""))
+        self.assertIn("--min_cp = 1: to max_cp = 1048576 allows more than 4096 CP sizes", err)
+
 
 class Errors(unittest.TestCase):
     def assert_fails(self, args, stdin, *needles):

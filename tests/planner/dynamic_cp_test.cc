@@ -97,7 +97,7 @@ DynamicCpOptions Llamaish(int64_t ranks, int64_t cap) {
   DynamicCpOptions o;
   o.ranks = ranks;
   o.max_tokens_per_rank = cap;
-  o.cost = {.linear = 4096, .quadratic = 1, .comm = 512, .micro_batch = 4096 * 256};
+  o.cost = {.linear = 4096, .quadratic = 1, .comm = 512, .micro_batch = int64_t{4096} * 256};
   return o;
 }
 
@@ -283,6 +283,115 @@ TEST(DynamicCpTest, RandomInputsGiveValidPlansOrAJustifiedError) {
         << message;
   }
   EXPECT_GT(ok, 100);
+}
+
+TEST(DynamicCpTest, TinyRequestsForHugePlansAreRefusedNamingTheOptions) {
+  // One sequence over 2^20 ranks in groups of one, 1000 slots: 10^9 groups.
+  DynamicCpOptions o = Llamaish(int64_t{1} << 20, 1000);
+  o.max_cp = 1;
+  o.divisible_by = 1000;
+  absl::StatusOr<DynamicCpPlan> plan = PlanDynamicCp({100}, o);
+  ASSERT_EQ(plan.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(plan.status().message(), HasSubstr("divisible_by = 1000"));
+  EXPECT_THAT(plan.status().message(), HasSubstr("world_size / max_cp = 1048576 / 1"));
+  // The options alone are refused (as a sidecar's and the CLI's validation ask them).
+  EXPECT_EQ(PlanDynamicCp({}, o).status(), plan.status());
+  // Few groups but 2^20 ranks in each of 2^7 slots: too many rank-slots.
+  o.max_cp = 0;
+  o.divisible_by = 128;
+  EXPECT_THAT(PlanDynamicCp({100}, o).status().message(), HasSubstr("2^26 rank-slots"));
+  // Every size in [1, 2^20].
+  o.divisible_by = 1;
+  o.sizes = CpSizeRule::kAny;
+  EXPECT_THAT(PlanDynamicCp({100}, o).status().message(),
+              HasSubstr("min_cp = 1: to max_cp = 1048576 allows more than 4096 CP sizes"));
+  o.max_groups = kMaxCpGroups + 1;
+  EXPECT_THAT(PlanDynamicCp({100}, o).status().message(), HasSubstr("max_groups = "));
+  // A plan whose packed slots list more groups than allowed: refused after packing.
+  DynamicCpOptions few = Llamaish(8, 1000);
+  few.max_groups = 8;
+  const std::vector<int64_t> many(40, 900);
+  plan = PlanDynamicCp(many, few);
+  ASSERT_EQ(plan.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(plan.status().message(), HasSubstr("more than max_groups = 8 CP groups"));
+  few.max_groups = kMaxCpGroups;
+  plan = PlanDynamicCp(many, few);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  int64_t groups = 0;
+  for (const CpSlotPlan& slot : plan->slots) groups += static_cast<int64_t>(slot.groups.size());
+  EXPECT_GT(groups, 8);
+}
+
+// Adversarial options for small steps: up to 2^20 ranks, divisible_by up to the most the
+// rank-slot limit allows and past it, any size rule. Each plan lists at most max_groups groups
+// and 2^26 rank-slots, or the error names what refuses it.
+TEST(DynamicCpTest, AdversarialOptionsGiveBoundedPlansOrANamedError) {
+  std::mt19937_64 rng(7);
+  int ok = 0;
+  int refused = 0;
+  for (int trial = 0; trial < 300; ++trial) {
+    DynamicCpOptions o;
+    const int log_r = std::uniform_int_distribution<int>(0, 20)(rng);
+    o.ranks = std::uniform_int_distribution<int>(0, 1)(rng) == 0
+                  ? int64_t{1} << log_r
+                  : std::uniform_int_distribution<int64_t>(1, int64_t{1} << log_r)(rng);
+    std::vector<int64_t> divisors;
+    for (int64_t c = 1; c * c <= o.ranks; ++c) {
+      if (o.ranks % c != 0) continue;
+      divisors.push_back(c);
+      if (c * c != o.ranks) divisors.push_back(o.ranks / c);
+    }
+    std::sort(divisors.begin(), divisors.end());
+    auto pick = [&](size_t below) {
+      return divisors[std::uniform_int_distribution<size_t>(0, below - 1)(rng)];
+    };
+    o.max_cp = pick(divisors.size());
+    o.min_cp = std::uniform_int_distribution<int>(0, 1)(rng) == 0
+                   ? 1
+                   : std::uniform_int_distribution<int64_t>(1, o.max_cp)(rng);
+    o.sizes = static_cast<CpSizeRule>(std::uniform_int_distribution<int>(0, 2)(rng));
+    // divisible_by around the rank-slot limit's, log-uniform.
+    const double most =
+        std::log2(static_cast<double>(kMaxCpRankSlots) / static_cast<double>(o.ranks) * 4);
+    o.divisible_by = static_cast<int64_t>(
+        std::exp2(std::uniform_real_distribution<double>(0, std::max(most, 0.0))(rng)));
+    o.max_groups = std::uniform_int_distribution<int>(0, 1)(rng) == 0
+                       ? kMaxCpGroups
+                       : std::uniform_int_distribution<int64_t>(1, 1 << 16)(rng);
+    o.max_tokens_per_rank =
+        std::uniform_int_distribution<int64_t>(2, (int64_t{1} << 31) / o.max_cp - 1)(rng);
+    o.max_tokens_per_rank = std::min<int64_t>(o.max_tokens_per_rank, 1 << 16);
+    o.cost = {.linear = 1, .quadratic = 1, .comm = 1, .micro_batch = 1};
+    std::vector<int64_t> lengths(std::uniform_int_distribution<int>(0, 4)(rng));
+    for (int64_t& l : lengths) l = std::uniform_int_distribution<int64_t>(1, 1 << 20)(rng);
+    absl::StatusOr<DynamicCpPlan> plan = PlanDynamicCp(lengths, o);
+    if (plan.ok()) {
+      ++ok;
+      int64_t groups = 0;
+      for (const CpSlotPlan& slot : plan->slots) {
+        groups += static_cast<int64_t>(slot.groups.size());
+        int64_t covered = 0;
+        for (const CpGroupPlan& g : slot.groups) covered += g.size;
+        EXPECT_EQ(covered, o.ranks);
+      }
+      EXPECT_LE(groups, o.max_groups);
+      EXPECT_LE(static_cast<int64_t>(plan->slots.size()) * o.ranks, kMaxCpRankSlots);
+      EXPECT_EQ(plan->slots.size() % o.divisible_by, 0u);
+      continue;
+    }
+    ++refused;
+    ASSERT_EQ(plan.status().code(), absl::StatusCode::kInvalidArgument) << plan.status();
+    const std::string message(plan.status().message());
+    bool named = false;
+    for (const char* why : {"divisible_by = ", "more than max_groups", "rank-slots",
+                            "CP sizes under sizes = any", "cannot split", "allows no CP size",
+                            "exceeds max_cp", "rows a rank", "max_tokens_per_rank = "}) {
+      named = named || message.find(why) != std::string::npos;
+    }
+    EXPECT_TRUE(named) << message;
+  }
+  EXPECT_GT(ok, 30);
+  EXPECT_GT(refused, 30);
 }
 
 TEST(DynamicCpLossWeightsTest, PerTokenLossAcrossGroupsSumsToTheMean) {

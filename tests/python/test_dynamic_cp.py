@@ -83,3 +83,7 @@ def test_bad_input_names_the_sequence_or_option():
         dynamic_cp([10], 6, CAP, min_cp=4)
     with pytest.raises(ValueError, match="sizes must be one of"):
         dynamic_cp([10], 6, CAP, sizes="odd")
+    # A tiny request for a huge plan (10^9 groups: 2^20 ranks in groups of one, 1000 slots) is
+    # refused before anything is allocated.
+    with pytest.raises(ValueError, match="divisible_by = 1000: times world_size / max_cp"):
+        dynamic_cp([10], 1 << 20, 1000, max_cp=1, divisible_by=1000)

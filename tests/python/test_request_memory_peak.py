@@ -104,7 +104,7 @@ def test_nothing_the_default_budget_admits_passes_the_manifest(tmp_path, estimat
     assert refused == grpc.StatusCode.RESOURCE_EXHAUSTED
 
 
-def dynamic_cp_step(n, world_size, max_cp, seed, rank=None):
+def dynamic_cp_step(n, world_size, max_cp, seed, rank=None, divisible_by=1):
     """A heavy-tailed step with owners and loss tokens: every part of the response is there."""
     import numpy as np
 
@@ -116,7 +116,11 @@ def dynamic_cp_step(n, world_size, max_cp, seed, rank=None):
         owner_ranks=rng.integers(0, world_size, n).tolist(),
         loss_tokens=[v // 2 for v in lengths],
         options=scheduler_pb2.DynamicCpOptions(
-            max_tokens_per_rank=2 * 65536 // max_cp, max_cp=max_cp, linear=4096, quadratic=1
+            max_tokens_per_rank=2 * 65536 // max_cp,
+            max_cp=max_cp,
+            linear=4096,
+            quadratic=1,
+            divisible_by=divisible_by,
         ),
         rank=rank,
     )
@@ -136,13 +140,23 @@ def dynamic_cp_refusal(tmp_path, request, budget):
 
 
 @pytest.mark.parametrize(
-    "n, world_size, max_cp, seed, rank",
+    "n, world_size, max_cp, seed, rank, divisible_by",
     # Every view; every view of many ranks; one rank's view of 2^20 ranks in groups of one (the
-    # planner's groups of a slot, not the views, are the peak).
-    [(20000, 64, 64, 5, None), (50000, 512, 8, 6, None), (3000, 1 << 20, 1, 8, 0)],
+    # planner's groups of a slot, not the views, are the peak); the adversarial small steps: one
+    # sequence, or a few, over 2^20 ranks in groups of one or two with idle slots to a multiple
+    # of divisible_by (2^21 and 2^20 idle groups, the planner's limit is 2^21).
+    [
+        (20000, 64, 64, 5, None, 1),
+        (50000, 512, 8, 6, None, 1),
+        (3000, 1 << 20, 1, 8, 0, 1),
+        (1, 1 << 20, 1, 9, 0, 2),
+        (3, 1 << 20, 2, 10, 0, 2),
+    ],
 )
-def test_dynamic_cp_estimate_covers_the_measured_peak(tmp_path, n, world_size, max_cp, seed, rank):
-    request = dynamic_cp_step(n, world_size, max_cp, seed, rank)
+def test_dynamic_cp_estimate_covers_the_measured_peak(
+    tmp_path, n, world_size, max_cp, seed, rank, divisible_by
+):
+    request = dynamic_cp_step(n, world_size, max_cp, seed, rank, divisible_by)
     # Admission's two steps: the planning (refused under a budget of 1), then the views (refused
     # under a budget that the planning's reservation fills).
     planning = dynamic_cp_refusal(tmp_path, request, 1)
@@ -157,3 +171,20 @@ def test_dynamic_cp_estimate_covers_the_measured_peak(tmp_path, n, world_size, m
     estimate = planning + views
     print(f"n = {n}, R = {world_size}: estimate {estimate >> 20} MiB, measured {added >> 20} MiB")
     assert estimate >= added
+
+
+def test_dynamic_cp_tiny_request_for_a_huge_plan_is_refused(tmp_path):
+    """One sequence over 2^20 ranks in groups of one, 1000 slots (10^9 groups): the default budget
+    refuses it before planning, and without a budget the planner's limit refuses it at once."""
+    request = dynamic_cp_step(1, 1 << 20, 1, 11, 0, divisible_by=1000)
+    for budget, code, says in [
+        (DEFAULT_BUDGET, grpc.StatusCode.RESOURCE_EXHAUSTED, "needs an estimated"),
+        (0, grpc.StatusCode.INVALID_ARGUMENT, "divisible_by = 1000"),
+    ]:
+        with Sidecar(tmp_path, f"--max_inflight_bytes={budget}") as s, channel_of(s) as channel:
+            before = s.peak_rss_bytes()
+            with pytest.raises(grpc.RpcError) as e:
+                scheduler_pb2_grpc.SchedulerStub(channel).PlanDynamicCp(request, timeout=30)
+            assert e.value.code() == code, e.value.details()
+            assert says in e.value.details()
+            assert s.peak_rss_bytes() - before < 16 << 20

@@ -352,6 +352,50 @@ TEST(ValidationFuzz, PlanDynamicCpRequests) {
   EXPECT_GT(ok, 200);
 }
 
+// Small steps with adversarial options — up to 2^20 ranks in small groups, divisible_by up to
+// the ceiling — through admission as the sidecar runs it: a request whose estimate is within the
+// budget plans (or fails cleanly) with the planner held to the groups reserved; the rest are
+// refused before planning. None takes long: the planner's groups stay within what was reserved.
+TEST(ValidationFuzz, AdversarialDynamicCpStepsAreBoundedByTheirEstimate) {
+  std::mt19937_64 rng(29 + testing::SoakSeed());
+  ServiceLimits limits = FuzzLimits();
+  limits.max_micro_batches = 1 << 20;
+  constexpr int64_t kBudget = int64_t{64} << 20;
+  int planned = 0;
+  int refused = 0;
+  for (int64_t i = 0; i < testing::SoakTrials(120); ++i) {
+    v1::PlanDynamicCpRequest request;
+    const int log_r = std::uniform_int_distribution<int>(0, 20)(rng);
+    request.set_world_size(int64_t{1} << log_r);
+    const int n = std::uniform_int_distribution<int>(0, 3)(rng);
+    for (int s = 0; s < n; ++s) {
+      request.add_lengths(std::uniform_int_distribution<int64_t>(1, 1 << 16)(rng));
+    }
+    v1::DynamicCpOptions* o = request.mutable_options();
+    o->set_max_tokens_per_rank(1 << 10);
+    o->set_max_cp(int64_t{1} << std::uniform_int_distribution<int>(0, log_r)(rng));
+    o->set_divisible_by(int64_t{1} << std::uniform_int_distribution<int>(0, 20)(rng));
+    request.set_rank(0);
+    const int64_t estimate = EstimateDynamicCpMemory(request, limits).bytes;
+    if (estimate > kBudget) {
+      ++refused;
+      continue;
+    }
+    v1::PlanDynamicCpResponse response;
+    const absl::Status status = RunPlanDynamicCp(
+        request, limits, /*stop=*/{},
+        [&](int64_t bytes) {
+          return estimate + bytes > kBudget ? absl::ResourceExhaustedError("over the budget")
+                                            : absl::OkStatus();
+        },
+        &response);
+    ASSERT_TRUE(Expected(status)) << status;
+    planned += status.ok();
+  }
+  EXPECT_GT(planned, 10);
+  EXPECT_GT(refused, 10);
+}
+
 TEST(ValidationFuzz, TheStepFingerprintCoversEveryFieldButTheCallersOwn) {
   RandomRequests random(23 + testing::SoakSeed());
   for (int64_t i = 0; i < testing::SoakTrials(300); ++i) {

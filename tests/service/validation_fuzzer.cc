@@ -1,6 +1,7 @@
 // libFuzzer target (clang builds only, not run by the test command): arbitrary bytes as a Plan,
-// Partition or BalanceBatch request. Validation and planning must never crash, and must answer
-// OK, InvalidArgument or ResourceExhausted.
+// Partition, BalanceBatch or PlanDynamicCp request. Validation and planning must never crash, and
+// must answer OK, InvalidArgument or ResourceExhausted. A PlanDynamicCp request goes through
+// admission as a sidecar with a 64 MiB budget runs it (request_memory.h).
 //
 //   CC=clang CXX=clang++ cmake -S . -B build-fuzz -G Ninja -DPACKSCHED_WITH_CUDA=OFF \
 //     -DPACKSCHED_WITH_PYTHON=OFF -DPACKSCHED_SANITIZE=address,undefined \
@@ -14,7 +15,9 @@
 #include "server/planner/planner.h"
 #include "server/service/balance_batch.h"
 #include "server/service/convert.h"
+#include "server/service/dynamic_cp.h"
 #include "server/service/partition.h"
+#include "server/service/request_memory.h"
 
 namespace {
 
@@ -42,7 +45,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   namespace planner = packsched::planner;
   static const ServiceLimits limits = Limits();
   const std::string bytes(reinterpret_cast<const char*>(data) + 1, size - 1);
-  switch (data[0] % 3) {
+  switch (data[0] % 4) {
     case 0: {
       v1::PlanRequest request;
       if (!request.ParseFromString(bytes)) return 0;
@@ -74,6 +77,23 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       if (!request.ParseFromString(bytes)) return 0;
       v1::PlanResponse response;
       Check(service::RunPartition(request, limits, &response));
+      return 0;
+    }
+    case 3: {
+      v1::PlanDynamicCpRequest request;
+      if (!request.ParseFromString(bytes)) return 0;
+      Check(service::ToDynamicCpRound(request, limits).status());
+      constexpr int64_t kBudget = int64_t{64} << 20;
+      const int64_t estimate = service::EstimateDynamicCpMemory(request, limits).bytes;
+      if (estimate > kBudget) return 0;  // refused before planning
+      v1::PlanDynamicCpResponse response;
+      Check(service::RunPlanDynamicCp(
+          request, limits, /*stop=*/{},
+          [&](int64_t views) {
+            return estimate + views > kBudget ? absl::ResourceExhaustedError("over the budget")
+                                              : absl::OkStatus();
+          },
+          &response));
       return 0;
     }
     default: {
