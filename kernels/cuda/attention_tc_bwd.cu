@@ -59,7 +59,10 @@ cudaError_t BackwardHeadDim(const TcAttnParams& p, cudaStream_t stream) {
 
 LaunchResult LaunchAttentionTcBackward(const TcAttnParams& p, void* stream) {
   if (p.args.total_q == 0 && p.args.total_k == 0) return ResultOf(cudaSuccess);
-  if (AttentionTcOnePassRequested()) return LaunchAttentionTcBackwardOnePass(p, stream);
+  // The one-pass backward takes no query-row map: with one, the two passes run.
+  if (AttentionTcOnePassRequested() && p.args.query_runs == nullptr) {
+    return LaunchAttentionTcBackwardOnePass(p, stream);
+  }
   const auto s = static_cast<cudaStream_t>(stream);
   // The D buffer, stream-ordered: taken from the workspace pool here, filled by the pre-pass,
   // handed back after pass 2 has been enqueued.

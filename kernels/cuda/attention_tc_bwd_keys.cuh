@@ -125,9 +125,21 @@ __device__ void BackwardKeyTile(const TcAttnParams& p, DqSink& sink) {
     if (kr.hi <= key0 || kr.lo >= key0 + cols) return false;
     return mask.subtree_end == nullptr || seq.q0 + first < block_end;
   };
+  // With a query-row map only the tiles holding a mapped real row are walked (the others give
+  // no share); they need not be contiguous, so the walk steps by next_tile.
+  auto listed = [&](int tile) {
+    const int64_t first = static_cast<int64_t>(tile) * kBr;
+    return ListedRows(a, seq.q0 + first, seq.q0 + first + Clamp0(mask.rule.sq - first, kBr));
+  };
   int t_lo = 0, t_hi = cols > 0 ? tiles_q : 0;
-  while (t_lo < t_hi && !sees_block(t_lo)) ++t_lo;
-  while (t_hi > t_lo && !sees_block(t_hi - 1)) --t_hi;
+  while (t_lo < t_hi && !(sees_block(t_lo) && listed(t_lo))) ++t_lo;
+  while (t_hi > t_lo && !(sees_block(t_hi - 1) && listed(t_hi - 1))) --t_hi;
+  auto next_tile = [&](int tile) {
+    do {
+      ++tile;
+    } while (a.query_runs != nullptr && tile < t_hi && !listed(tile));
+    return tile;
+  };
   const int heads_in_group = t_hi > t_lo ? static_cast<int>(group) : 0;
   auto load_queries = [&](int head, int tile, int buf) {
     const int64_t h = hk * group + head;
@@ -141,8 +153,8 @@ __device__ void BackwardKeyTile(const TcAttnParams& p, DqSink& sink) {
     // memory, and the keys each row sees by the varlen rule (empty for pad rows), for the
     // partial tiles' per-element mask.
     for (int r = threadIdx.x; r < kBr; r += Tr::kThreads) {
-      const bool real = r < rows;
       const int64_t q_row = seq.q0 + first + r;
+      const bool real = r < rows && ListedRows(a, q_row, q_row + 1);  // P = 0 outside the map
       const KeyRange seen = VisibleKeys(mask.rule, first + r);
       q_lo[buf * kV + r] = static_cast<int32_t>(seen.lo);
       q_hi[buf * kV + r] = static_cast<int32_t>(seen.hi);
@@ -164,9 +176,10 @@ __device__ void BackwardKeyTile(const TcAttnParams& p, DqSink& sink) {
   auto tile_loop = [&](auto capped) {
     for (int n = 0; head < heads_in_group; ++n) {
       const int buf = n & 1;
-      const bool wrap = tile + 1 == t_hi;
+      const int after = next_tile(tile);
+      const bool wrap = after == t_hi;
       const int head_next = wrap ? head + 1 : head;
-      const int tile_next = wrap ? t_lo : tile + 1;
+      const int tile_next = wrap ? t_lo : after;
       if (head_next < heads_in_group) load_queries(head_next, tile_next, buf ^ 1);
       ptx::CpAsyncCommit();
       ptx::CpAsyncWait<1>();  // K, V and this tile have landed
