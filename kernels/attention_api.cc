@@ -159,9 +159,9 @@ absl::Status CheckQueryRows(absl::string_view op, const AttentionSeqlens& seqlen
     return Invalid(op, "query_rows (a query-row map) must be in host memory (a CPU tensor), got " +
                            internal::DeviceString(rows->device));
   }
-  RETURN_IF_ERROR(CheckTensor(
-      op, "query_rows", rows,
-      backend == Backend::kCuda ? CallDevice{rows->device, "query_rows"} : call));
+  RETURN_IF_ERROR(
+      CheckTensor(op, "query_rows", rows,
+                  backend == Backend::kCuda ? CallDevice{rows->device, "query_rows"} : call));
   RETURN_IF_ERROR(internal::CheckDType(op, "query_rows", *rows, kDLInt, 32));
   if (rows->ndim != 1) {
     return Invalid(op, absl::StrCat("query_rows must be [nq], got ", ShapeString(*rows)));

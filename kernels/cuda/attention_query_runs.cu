@@ -37,8 +37,8 @@ cudaError_t UploadQueryRuns(AttentionArgs* a, cudaStream_t stream, void** worksp
 
 cudaError_t EnqueueBlankRows(const AttentionArgs& a, void* rows, float* lse, cudaStream_t stream) {
   if (a.query_runs == nullptr || a.total_q == 0) return cudaSuccess;
-  AttentionBlankRowsKernel<uint16_t><<<BlankRowsGrid(a), kBlankRowsThreads, 0, stream>>>(a, rows,
-                                                                                         lse);
+  AttentionBlankRowsKernel<uint16_t>
+      <<<BlankRowsGrid(a), kBlankRowsThreads, 0, stream>>>(a, rows, lse);
   return cudaGetLastError();
 }
 

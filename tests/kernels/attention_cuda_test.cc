@@ -294,25 +294,22 @@ void CheckCudaQueryRowMap(const Problem& p, int cp, uint32_t seed) {
   }
 }
 
-// bf16 at head dims 64 and 128 runs the tensor-core kernels, float the scalar ones; GQA, and a
-// left window on the depths with softcap.
+// bf16 and fp16 at head dims 64 and 128 run the tensor-core kernels, float the scalar ones; GQA,
+// and a left window on the depths with softcap.
 TEST_F(AttentionCudaTest, QueryRowMapOfTreeCpRanks) {
-  const testing::PackedForest f = testing::RandomForest(5, 3, 12, 60);
+  const testing::PackedForest f = testing::RandomForest(5, 2, 10, 50);
   Problem p = testing::TreeProblem(f.cu, f.subtree_end, f.positions);
   p.heads = 4;
   p.kv_heads = 2;
-  for (const int64_t d : {64, 128}) {
-    SCOPED_TRACE(d);
-    p.head_dim = d;
-    CheckCudaQueryRowMap<Bf16>(p, 2, 41);
-    CheckCudaQueryRowMap<Bf16>(p, 4, 42);
-    CheckCudaQueryRowMap<float>(p, 2, 43);
-  }
+  p.head_dim = 64;
+  CheckCudaQueryRowMap<Bf16>(p, 2, 41);
+  CheckCudaQueryRowMap<float>(p, 2, 42);
+  p.head_dim = 128;
+  CheckCudaQueryRowMap<Bf16>(p, 4, 43);
   p.head_dim = 64;
   p.options.window_left = 50;
   p.options.softcap = 3.0;
-  CheckCudaQueryRowMap<Fp16>(p, 4, 44);
-  CheckCudaQueryRowMap<float>(p, 4, 45);
+  CheckCudaQueryRowMap<Fp16>(p, 2, 44);
 }
 
 }  // namespace

@@ -819,7 +819,8 @@ TEST(AttentionTcQueryRowsTest, EmptyWholeAndSingleRowMaps) {
   const int64_t tq = p.RowsQ();
   std::vector<int32_t> every(static_cast<size_t>(tq));
   for (int64_t t = 0; t < tq; ++t) every[static_cast<size_t>(t)] = static_cast<int32_t>(t);
-  for (const std::vector<int32_t>& rows : {std::vector<int32_t>{}, every, std::vector<int32_t>{77}}) {
+  for (const std::vector<int32_t>& rows :
+       {std::vector<int32_t>{}, every, std::vector<int32_t>{77}}) {
     SCOPED_TRACE(rows.size());
     const std::vector<bool> mapped = testing::MappedRows(rows, tq);
     const Inputs own = testing::WithDoutOnlyOn(p, in, mapped);

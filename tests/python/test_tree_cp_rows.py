@@ -94,11 +94,19 @@ def test_cuda_own_rows_take_the_map_path_bitwise(monkeypatch, dtype, head_dim):
             q_shard = tree_kernels.tree_cp_shard(q, m).requires_grad_()
             kv = [x.detach().clone().requires_grad_() for x in (k, v)]
             out = tree_kernels.tree_cp_attention(
-                q_shard, *kv, m, cu, max_seqlen, subtree_end,
-                all_rows=all_rows, cu_seqlens_host=layout.cu,
+                q_shard,
+                *kv,
+                m,
+                cu,
+                max_seqlen,
+                subtree_end,
+                all_rows=all_rows,
+                cu_seqlens_host=layout.cu,
             )
             d_shard = tree_kernels.tree_cp_shard(d_out, m)
-            results.append((out.detach(),) + torch.autograd.grad((out * d_shard).sum(), [q_shard, *kv]))
+            results.append(
+                (out.detach(),) + torch.autograd.grad((out * d_shard).sum(), [q_shard, *kv])
+            )
         for name, got, want in zip(("out", "dq", "dk", "dv"), *results):
             assert torch.equal(got, want), f"{name} differs (rank {rank})"
 
@@ -108,7 +116,13 @@ def test_cuda_own_rows_take_the_map_path_bitwise(monkeypatch, dtype, head_dim):
     monkeypatch.setattr(tree_kernels, "tree_attention", every_row)
     m = tree_kernels.tree_cp_rows(layout.cu, layout.positions, 2, 0)
     tree_kernels.tree_cp_attention(
-        tree_kernels.tree_cp_shard(q, m), k, v, m, cu, max_seqlen, subtree_end,
+        tree_kernels.tree_cp_shard(q, m),
+        k,
+        v,
+        m,
+        cu,
+        max_seqlen,
+        subtree_end,
         cu_seqlens_host=layout.cu,
     )
 
