@@ -126,7 +126,9 @@ __device__ void BackwardKeyTile(const TcAttnParams& p, DqSink& sink) {
     return mask.subtree_end == nullptr || seq.q0 + first < block_end;
   };
   // With a query-row map only the tiles holding a mapped real row are walked (the others give
-  // no share); they need not be contiguous, so the walk steps by next_tile.
+  // no share); they need not be contiguous, so the walk steps by next_tile. The walk is compiled
+  // with and without a map (`mapped`: std::true_type or std::false_type); without one it is the
+  // plain walk, no search in the loop (which would spill on sm_90).
   auto listed = [&](int tile) {
     const int64_t first = static_cast<int64_t>(tile) * kBr;
     return ListedRows(a, seq.q0 + first, seq.q0 + first + Clamp0(mask.rule.sq - first, kBr));
@@ -134,14 +136,14 @@ __device__ void BackwardKeyTile(const TcAttnParams& p, DqSink& sink) {
   int t_lo = 0, t_hi = cols > 0 ? tiles_q : 0;
   while (t_lo < t_hi && !(sees_block(t_lo) && listed(t_lo))) ++t_lo;
   while (t_hi > t_lo && !(sees_block(t_hi - 1) && listed(t_hi - 1))) --t_hi;
-  auto next_tile = [&](int tile) {
+  auto next_tile = [&](int tile, auto mapped) {
     do {
       ++tile;
-    } while (a.query_runs != nullptr && tile < t_hi && !listed(tile));
+    } while (decltype(mapped)::value && tile < t_hi && !listed(tile));
     return tile;
   };
   const int heads_in_group = t_hi > t_lo ? static_cast<int>(group) : 0;
-  auto load_queries = [&](int head, int tile, int buf) {
+  auto load_queries = [&](int head, int tile, int buf, auto mapped) {
     const int64_t h = hk * group + head;
     const int64_t first = static_cast<int64_t>(tile) * kBr;
     const int64_t rows = Clamp0(mask.rule.sq - first, kBr);
@@ -154,7 +156,8 @@ __device__ void BackwardKeyTile(const TcAttnParams& p, DqSink& sink) {
     // partial tiles' per-element mask.
     for (int r = threadIdx.x; r < kBr; r += Tr::kThreads) {
       const int64_t q_row = seq.q0 + first + r;
-      const bool real = r < rows && ListedRows(a, q_row, q_row + 1);  // P = 0 outside the map
+      // P = 0 outside the map.
+      const bool real = r < rows && (!decltype(mapped)::value || ListedRows(a, q_row, q_row + 1));
       const KeyRange seen = VisibleKeys(mask.rule, first + r);
       q_lo[buf * kV + r] = static_cast<int32_t>(seen.lo);
       q_hi[buf * kV + r] = static_cast<int32_t>(seen.hi);
@@ -170,17 +173,15 @@ __device__ void BackwardKeyTile(const TcAttnParams& p, DqSink& sink) {
   ZeroAcc(dk);
   ZeroAcc(dv);
   int head = 0, tile = t_lo;  // the query tile being processed
-  if (head < heads_in_group) load_queries(head, tile, 0);
-  ptx::CpAsyncCommit();
-  // The query-tile loop, compiled capped and not (RunPerCap).
-  auto tile_loop = [&](auto capped) {
+  // The query-tile loop, compiled capped and not (RunPerCap), with and without a map.
+  auto tile_loop = [&](auto capped, auto mapped) {
     for (int n = 0; head < heads_in_group; ++n) {
       const int buf = n & 1;
-      const int after = next_tile(tile);
+      const int after = next_tile(tile, mapped);
       const bool wrap = after == t_hi;
       const int head_next = wrap ? head + 1 : head;
       const int tile_next = wrap ? t_lo : after;
-      if (head_next < heads_in_group) load_queries(head_next, tile_next, buf ^ 1);
+      if (head_next < heads_in_group) load_queries(head_next, tile_next, buf ^ 1, mapped);
       ptx::CpAsyncCommit();
       ptx::CpAsyncWait<1>();  // K, V and this tile have landed
       __syncthreads();
@@ -287,7 +288,17 @@ __device__ void BackwardKeyTile(const TcAttnParams& p, DqSink& sink) {
       tile = tile_next;
     }
   };
-  RunPerCap(sm, tile_loop);
+  auto walk = [&](auto mapped) {
+    if (head < heads_in_group) load_queries(head, tile, 0, mapped);
+    ptx::CpAsyncCommit();
+    auto loop = [&](auto capped) { tile_loop(capped, mapped); };
+    RunPerCap(sm, loop);
+  };
+  if (a.query_runs != nullptr) {
+    walk(std::true_type{});
+  } else {
+    walk(std::false_type{});
+  }
   ptx::CpAsyncWait<0>();
 
 #pragma unroll
