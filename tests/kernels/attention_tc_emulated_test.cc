@@ -120,8 +120,13 @@ void RunBackward(const Problem& pb, TcAttnParams p) {
   pass1_mma_calls += emu::mma_calls - before;
   ASSERT_TRUE(TcGrid(a, a.max_seqlen_k, DkDv::kBc, a.kv_heads, true, &grid));
   before = emu::mma_calls;
-  emu::RunGrid(grid, DkDv::kThreads, DkDv::kSharedBytes,
-               [&] { AttentionTcBackwardDkDvKernel<T, kD>(p); });
+  emu::RunGrid(grid, DkDv::kThreads, DkDv::kSharedBytes, [&] {
+    if (p.args.query_runs != nullptr) {
+      AttentionTcBackwardDkDvKernel<T, kD, true>(p);
+    } else {
+      AttentionTcBackwardDkDvKernel<T, kD, false>(p);
+    }
+  });
   pass2_mma_calls += emu::mma_calls - before;
 }
 
@@ -315,7 +320,7 @@ TEST(AttentionTcEmulatedTest, PassTwoStartsItsHeaviestBlocksFirst) {
       for (unsigned x = 0; x < grid.x; ++x) {
         const uint64_t before = emu::mma_calls;
         emu::RunBlock(dim3(x, y, z), DkDv::kThreads, DkDv::kSharedBytes,
-                      [&] { AttentionTcBackwardDkDvKernel<Bf16, 64>(params); });
+                      [&] { AttentionTcBackwardDkDvKernel<Bf16, 64, false>(params); });
         if (emu::mma_calls > before) work.push_back(emu::mma_calls - before);
       }
     }
