@@ -145,18 +145,23 @@ absl::Status CheckTree(absl::string_view op, const AttentionSeqlens& seqlens,
   return absl::OkStatus();
 }
 
-// The query-row map (attention.h): int32 [nq] of strictly ascending rows of q, on the CPU backend
-// only (on the call's device, the host). Sets a.query_rows and a.num_query_rows.
+// The query-row map (attention.h): int32 [nq] of strictly ascending rows of q in host memory (a
+// CPU tensor, or CUDA pinned host memory on the CUDA backend). Sets a.query_rows and
+// a.num_query_rows.
 absl::Status CheckQueryRows(absl::string_view op, const AttentionSeqlens& seqlens, Backend backend,
                             const CallDevice& call, AttentionArgs& a) {
   a.query_rows = nullptr;
   a.num_query_rows = 0;
   const DLTensor* rows = seqlens.query_rows;
   if (rows == nullptr) return absl::OkStatus();
-  if (backend != Backend::kHost) {
-    return Invalid(op, "query_rows (a query-row map) is supported on the CPU backend only");
+  if (backend == Backend::kCuda && rows->device.device_type != kDLCPU &&
+      rows->device.device_type != kDLCUDAHost) {
+    return Invalid(op, "query_rows (a query-row map) must be in host memory (a CPU tensor), got " +
+                           internal::DeviceString(rows->device));
   }
-  RETURN_IF_ERROR(CheckTensor(op, "query_rows", rows, call));
+  RETURN_IF_ERROR(
+      CheckTensor(op, "query_rows", rows,
+                  backend == Backend::kCuda ? CallDevice{rows->device, "query_rows"} : call));
   RETURN_IF_ERROR(internal::CheckDType(op, "query_rows", *rows, kDLInt, 32));
   if (rows->ndim != 1) {
     return Invalid(op, absl::StrCat("query_rows must be [nq], got ", ShapeString(*rows)));

@@ -33,11 +33,24 @@ struct Backward {
 
 }  // namespace
 
-LaunchResult LaunchAttentionBackward(const AttentionArgs& a, void* stream) {
-  if (a.total_q == 0 && a.total_k == 0) return ResultOf(cudaSuccess);  // B = 0: maybe a tail
-  if (AttentionTcApplies(a))
-    return LaunchAttentionTcBackward(TcAttnParams{a, a.subtree_end, a.positions}, stream);
-  return ResultOf(DispatchAttention<Backward>(a, static_cast<cudaStream_t>(stream)));
+// With a query-row map: its runs uploaded first, dq of the rows outside it zeroed last
+// (attention_query_runs.cuh).
+LaunchResult LaunchAttentionBackward(const AttentionArgs& in, void* stream) {
+  if (in.total_q == 0 && in.total_k == 0) return ResultOf(cudaSuccess);  // B = 0: maybe a tail
+  const auto s = static_cast<cudaStream_t>(stream);
+  AttentionArgs a = in;
+  void* runs = nullptr;
+  const cudaError_t uploaded = UploadQueryRuns(&a, s, &runs);
+  if (uploaded != cudaSuccess) return ResultOf(uploaded);
+  LaunchResult r = AttentionTcApplies(a)
+                       ? LaunchAttentionTcBackward(TcAttnParams{a, a.subtree_end, a.positions}, s)
+                       : ResultOf(DispatchAttention<Backward>(a, s));
+  if (r.error == 0) r = ResultOf(EnqueueBlankRows(a, a.dq, nullptr, s));
+  if (runs != nullptr) {
+    const cudaError_t freed = cudaFreeAsync(runs, s);
+    if (r.error == 0 && freed != cudaSuccess) r = ResultOf(freed);
+  }
+  return r;
 }
 
 }  // namespace packsched::kernels::internal::cuda

@@ -14,6 +14,7 @@
 
 #include "kernels/common/attention_tile.h"
 #include "kernels/common/half.h"
+#include "kernels/cuda/attention_query_runs.cuh"
 #include "kernels/cuda/attention_traits.h"
 #include "kernels/internal/attention_args.h"
 
@@ -147,6 +148,7 @@ __global__ void __launch_bounds__(Tr::kThreads) AttentionForwardKernel(const Att
   const AttnSeq seq = LoadSeq(a, blockIdx.z);
   const QueryTile tile = BlockQueryTile<Tr>(a, seq);
   if (tile.first >= seq.seg_q) return;
+  if (!ListedRows(a, seq.q0 + tile.first, seq.q0 + tile.first + tile.tile_rows)) return;
   const auto [h, hk, first, tile_rows, rows] = tile;
   const float scale = static_cast<float>(a.scale);
   const float softcap = static_cast<float>(a.softcap);
@@ -231,7 +233,7 @@ __global__ void __launch_bounds__(Tr::kThreads) AttentionForwardKernel(const Att
 }
 
 // Loads the query side of a backward tile: Q, dO, lse and D = rowsum(dO ∘ O) per row
-// (rows >= n get lse = +inf so their P is 0).
+// (rows >= n, and rows outside a query-row map, get lse = +inf and D = 0 so their P is 0).
 template <typename T, typename Tr>
 __device__ void LoadQuerySide(const AttentionArgs& a, const AttnSeq& seq, int64_t h, int64_t first,
                               int64_t n, float* qs, float* dos, float* row_lse, float* row_d) {
@@ -242,8 +244,8 @@ __device__ void LoadQuerySide(const AttentionArgs& a, const AttnSeq& seq, int64_
     const int r = threadIdx.x;
     float lse = Inf<float>();
     float d_row = 0.f;
-    if (r < n) {
-      const int64_t row = seq.q0 + first + r;
+    const int64_t row = seq.q0 + first + r;
+    if (r < n && ListedRows(a, row, row + 1)) {
       lse = static_cast<const float*>(a.lse)[h * a.total_q + row];
       const T* out = static_cast<const T*>(a.out) + (row * a.heads + h) * a.head_dim;
       for (int d = 0; d < a.head_dim; ++d) d_row += dos[r * Tr::kPitch + d] * ToAcc(out[d]);
@@ -283,6 +285,7 @@ __global__ void __launch_bounds__(Tr::kThreads) AttentionBackwardDqKernel(const 
   const AttnSeq seq = LoadSeq(a, blockIdx.z);
   const QueryTile tile = BlockQueryTile<Tr>(a, seq);
   if (tile.first >= seq.seg_q) return;
+  if (!ListedRows(a, seq.q0 + tile.first, seq.q0 + tile.first + tile.tile_rows)) return;
   const auto [h, hk, first, tile_rows, rows] = tile;
   const float scale = static_cast<float>(a.scale);
   const float softcap = static_cast<float>(a.softcap);
@@ -374,6 +377,7 @@ __global__ void __launch_bounds__(Tr::kThreads) AttentionBackwardDkDvKernel(cons
       const int64_t rows = Clamp0(seq.mask.sq - first, Tr::kBr);
       const KeyRange keys = TileKeys<Tr>(seq.mask, first, rows);
       if (keys.hi <= key0 || keys.lo >= key0 + cols) continue;  // uniform across the block
+      if (!ListedRows(a, seq.q0 + first, seq.q0 + first + rows)) continue;  // no mapped row
       __syncthreads();  // the previous query tile is consumed
       LoadQuerySide<T, Tr>(a, seq, h, first, rows, qs, dos, row_lse, row_d);
       for (int idx = threadIdx.x; idx < Tr::kBr * Tr::kBc; idx += Tr::kThreads) {

@@ -24,11 +24,24 @@ struct Forward {
 
 }  // namespace
 
-LaunchResult LaunchAttentionForward(const AttentionArgs& a, void* stream) {
-  if (a.total_q == 0) return ResultOf(cudaSuccess);  // B = 0 may still have tail rows
-  if (AttentionTcApplies(a))
-    return LaunchAttentionTcForward(TcAttnParams{a, a.subtree_end, a.positions}, stream);
-  return ResultOf(DispatchAttention<Forward>(a, static_cast<cudaStream_t>(stream)));
+// With a query-row map: its runs uploaded first, the rows outside it blanked last
+// (attention_query_runs.cuh).
+LaunchResult LaunchAttentionForward(const AttentionArgs& in, void* stream) {
+  if (in.total_q == 0) return ResultOf(cudaSuccess);  // B = 0 may still have tail rows
+  const auto s = static_cast<cudaStream_t>(stream);
+  AttentionArgs a = in;
+  void* runs = nullptr;
+  const cudaError_t uploaded = UploadQueryRuns(&a, s, &runs);
+  if (uploaded != cudaSuccess) return ResultOf(uploaded);
+  LaunchResult r = AttentionTcApplies(a)
+                       ? LaunchAttentionTcForward(TcAttnParams{a, a.subtree_end, a.positions}, s)
+                       : ResultOf(DispatchAttention<Forward>(a, s));
+  if (r.error == 0) r = ResultOf(EnqueueBlankRows(a, a.out, static_cast<float*>(a.lse), s));
+  if (runs != nullptr) {
+    const cudaError_t freed = cudaFreeAsync(runs, s);
+    if (r.error == 0 && freed != cudaSuccess) r = ResultOf(freed);
+  }
+  return r;
 }
 
 }  // namespace packsched::kernels::internal::cuda

@@ -43,6 +43,17 @@ cudaError_t LaunchAttnKernel(void (*kernel)(AttentionArgs), const AttentionArgs&
   return cudaGetLastError();
 }
 
+// The query-row map on the device (attention_query_runs.cuh), for both launchers. Without a map
+// (a->query_rows null) nothing. Else takes device memory from the workspace pool
+// (TcWorkspaceAllocate) into *workspace, which the caller hands back with cudaFreeAsync on
+// `stream` after its last kernel, copies the map's runs there (from pageable host memory: the
+// copy may wait for the stream) and sets a->query_runs and a->num_query_runs.
+cudaError_t UploadQueryRuns(AttentionArgs* a, cudaStream_t stream, void** workspace);
+
+// With a map, enqueues AttentionBlankRowsKernel: every row outside it written as a query that
+// sees no key (`rows`, out or dq, to 0; `lse` to +inf when not null). Nothing without a map.
+cudaError_t EnqueueBlankRows(const AttentionArgs& a, void* rows, float* lse, cudaStream_t stream);
+
 // Runs Launcher<T, kHeadDimBucket>::Run(a, stream) for the call's dtype and head dim (padded up to
 // 64, 128 or 256). float64 never reaches the CUDA backend (the front end rejects it).
 template <template <typename, int> class Launcher, typename T>

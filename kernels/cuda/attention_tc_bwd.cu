@@ -1,6 +1,6 @@
 // The tensor-core attention backward: launcher (the D pre-pass, pass 1 dq, then pass 2 dk/dv, all
-// deterministic) and the passes' 12 instantiations (2 kernels x fp16, bf16 x head dims 64, 96,
-// 128).
+// deterministic) and the passes' 18 instantiations (pass 1, pass 2 without and with a query-row
+// map x fp16, bf16 x head dims 64, 96, 128).
 // Device code in attention_tc_bwd.cuh (pre-pass, pass 1) and attention_tc_bwd_keys.cuh (pass 2).
 
 #include <cuda_runtime.h>
@@ -45,8 +45,10 @@ cudaError_t RunBackward(const TcAttnParams& p, cudaStream_t stream) {
     if (e != cudaSuccess) return e;
   }
   if (a.total_k == 0) return cudaSuccess;
-  return Launch<DkDv>(AttentionTcBackwardDkDvKernel<T, kD>, p, a.max_seqlen_k, DkDv::kBc,
-                      a.kv_heads, /*keys=*/true, stream);
+  // Pass 2 with a query-row map is an instantiation of its own (attention_tc_bwd_keys.cuh).
+  auto* dkdv = a.query_runs != nullptr ? AttentionTcBackwardDkDvKernel<T, kD, true>
+                                       : AttentionTcBackwardDkDvKernel<T, kD, false>;
+  return Launch<DkDv>(dkdv, p, a.max_seqlen_k, DkDv::kBc, a.kv_heads, /*keys=*/true, stream);
 }
 
 template <typename T>
@@ -59,7 +61,10 @@ cudaError_t BackwardHeadDim(const TcAttnParams& p, cudaStream_t stream) {
 
 LaunchResult LaunchAttentionTcBackward(const TcAttnParams& p, void* stream) {
   if (p.args.total_q == 0 && p.args.total_k == 0) return ResultOf(cudaSuccess);
-  if (AttentionTcOnePassRequested()) return LaunchAttentionTcBackwardOnePass(p, stream);
+  // The one-pass backward takes no query-row map: with one, the two passes run.
+  if (AttentionTcOnePassRequested() && p.args.query_runs == nullptr) {
+    return LaunchAttentionTcBackwardOnePass(p, stream);
+  }
   const auto s = static_cast<cudaStream_t>(stream);
   // The D buffer, stream-ordered: taken from the workspace pool here, filled by the pre-pass,
   // handed back after pass 2 has been enqueued.

@@ -209,6 +209,7 @@ __global__ void __launch_bounds__(128) AttentionTcBackwardDqKernel(const TcAttnP
   const AttnSeq seq = LoadSeq(a, block.seq);
   const QueryTile tile = QueryTileAt<Tr>(a, seq, block.tile, block.head);
   if (tile.first >= seq.seg_q) return;
+  if (!ListedRows(a, seq.q0 + tile.first, seq.q0 + tile.first + tile.tile_rows)) return;
   const int64_t h = tile.h, hk = tile.hk, first = tile.first, rows = tile.rows;
   const TcMask mask = MakeTcMask(p, seq);
   const TcSoftmax sm = MakeTcSoftmax(a);

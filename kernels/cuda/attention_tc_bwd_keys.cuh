@@ -49,7 +49,7 @@ struct NoDqSink {
 
 // Pass 2's block (see the kernel below) over the shared-memory layout of Tr, with `sink` given
 // each query tile's dSᵀ.
-template <typename T, int kD, typename Tr, typename DqSink>
+template <typename T, int kD, typename Tr, bool kMapped = false, typename DqSink>
 __device__ void BackwardKeyTile(const TcAttnParams& p, DqSink& sink) {
   constexpr int kBr = Tr::kBr;
   constexpr int kBc = Tr::kBc;
@@ -125,9 +125,23 @@ __device__ void BackwardKeyTile(const TcAttnParams& p, DqSink& sink) {
     if (kr.hi <= key0 || kr.lo >= key0 + cols) return false;
     return mask.subtree_end == nullptr || seq.q0 + first < block_end;
   };
+  // With a query-row map (kMapped: the kernel's instantiation for calls with one, so that the
+  // plain walk keeps its registers) only the tiles holding a mapped real row are walked (the
+  // others give no share); they need not be contiguous, so the walk steps by next_tile.
+  auto listed = [&](int tile) {
+    const int64_t first = static_cast<int64_t>(tile) * kBr;
+    return !kMapped ||
+           ListedRows(a, seq.q0 + first, seq.q0 + first + Clamp0(mask.rule.sq - first, kBr));
+  };
   int t_lo = 0, t_hi = cols > 0 ? tiles_q : 0;
-  while (t_lo < t_hi && !sees_block(t_lo)) ++t_lo;
-  while (t_hi > t_lo && !sees_block(t_hi - 1)) --t_hi;
+  while (t_lo < t_hi && !(sees_block(t_lo) && listed(t_lo))) ++t_lo;
+  while (t_hi > t_lo && !(sees_block(t_hi - 1) && listed(t_hi - 1))) --t_hi;
+  auto next_tile = [&](int tile) {
+    do {
+      ++tile;
+    } while (kMapped && tile < t_hi && !listed(tile));
+    return tile;
+  };
   const int heads_in_group = t_hi > t_lo ? static_cast<int>(group) : 0;
   auto load_queries = [&](int head, int tile, int buf) {
     const int64_t h = hk * group + head;
@@ -141,8 +155,9 @@ __device__ void BackwardKeyTile(const TcAttnParams& p, DqSink& sink) {
     // memory, and the keys each row sees by the varlen rule (empty for pad rows), for the
     // partial tiles' per-element mask.
     for (int r = threadIdx.x; r < kBr; r += Tr::kThreads) {
-      const bool real = r < rows;
       const int64_t q_row = seq.q0 + first + r;
+      // P = 0 outside the map.
+      const bool real = r < rows && (!kMapped || ListedRows(a, q_row, q_row + 1));
       const KeyRange seen = VisibleKeys(mask.rule, first + r);
       q_lo[buf * kV + r] = static_cast<int32_t>(seen.lo);
       q_hi[buf * kV + r] = static_cast<int32_t>(seen.hi);
@@ -164,9 +179,10 @@ __device__ void BackwardKeyTile(const TcAttnParams& p, DqSink& sink) {
   auto tile_loop = [&](auto capped) {
     for (int n = 0; head < heads_in_group; ++n) {
       const int buf = n & 1;
-      const bool wrap = tile + 1 == t_hi;
+      const int after = next_tile(tile);
+      const bool wrap = after == t_hi;
       const int head_next = wrap ? head + 1 : head;
-      const int tile_next = wrap ? t_lo : tile + 1;
+      const int tile_next = wrap ? t_lo : after;
       if (head_next < heads_in_group) load_queries(head_next, tile_next, buf ^ 1);
       ptx::CpAsyncCommit();
       ptx::CpAsyncWait<1>();  // K, V and this tile have landed
@@ -297,10 +313,11 @@ __device__ void BackwardKeyTile(const TcAttnParams& p, DqSink& sink) {
   }
 }
 
-template <typename T, int kD>
+// kMapped: for calls with a query-row map (p.args.query_runs set), else without.
+template <typename T, int kD, bool kMapped>
 __global__ void __launch_bounds__(256) AttentionTcBackwardDkDvKernel(const TcAttnParams p) {
   NoDqSink sink;
-  BackwardKeyTile<T, kD, TcTraits<kD, TcKernel::kBackwardDkDv>>(p, sink);
+  BackwardKeyTile<T, kD, TcTraits<kD, TcKernel::kBackwardDkDv>, kMapped>(p, sink);
 }
 
 }  // namespace packsched::kernels::internal::cuda

@@ -24,7 +24,8 @@
 //     of two 8-key tiles is the A layout of one 16-key step), O += P V with V's B fragments by
 //     ldmatrix .trans.
 // A warp skips a key tile none of its rows sees (the varlen rule; with a tree, when its first
-// query row is at or past every key's subtree end).
+// query row is at or past every key's subtree end). With a query-row map a block whose tile holds
+// no mapped row exits at once (attention_query_runs.cuh).
 
 #include <cuda_runtime.h>
 
@@ -51,6 +52,7 @@ __global__ void __launch_bounds__(128) AttentionTcForwardKernel(const TcAttnPara
   const AttnSeq seq = LoadSeq(a, block.seq);
   const QueryTile tile = QueryTileAt<Tr>(a, seq, block.tile, block.head);
   if (tile.first >= seq.seg_q) return;
+  if (!ListedRows(a, seq.q0 + tile.first, seq.q0 + tile.first + tile.tile_rows)) return;
   const int64_t h = tile.h, hk = tile.hk, first = tile.first, rows = tile.rows;
   const TcMask mask = MakeTcMask(p, seq);
   const TcSoftmax sm = MakeTcSoftmax(a);

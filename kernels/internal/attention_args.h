@@ -27,7 +27,7 @@ struct AttentionArgs {
   const int32_t* subtree_end;
   const int32_t* positions;
   int64_t tree_window_left;
-  // The query-row map (attention.h), host, strictly ascending, or nullptr: every row. CPU only.
+  // The query-row map (attention.h), host, strictly ascending, or nullptr: every row.
   const int32_t* query_rows;
   int64_t num_query_rows;
   int64_t batch, total_q, total_k, heads, kv_heads, head_dim, max_seqlen_q, max_seqlen_k;
@@ -44,6 +44,12 @@ struct AttentionArgs {
   void* dq;          // [total_q, heads, head_dim]
   void* dk;          // [total_k, kv_heads, head_dim]
   void* dv;          // [total_k, kv_heads, head_dim]
+  // CUDA only, set by its launchers from query_rows (attention_query_runs.cuh): the map's runs of
+  // consecutive rows as [first, end) pairs [2 * num_query_runs] on the device, or nullptr: no
+  // map. The front end leaves it null. Last, so that the kernels' other parameters keep their
+  // offsets.
+  const int32_t* query_runs;
+  int64_t num_query_runs;
 };
 
 }  // namespace packsched::kernels::internal

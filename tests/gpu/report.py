@@ -37,7 +37,7 @@ CHECKS = [
         "kernels_cuda_test",
         "CUDA kernel tests: unpad/pad, pack_aligned + tail, positions, labels, CE",
     ),
-    ("kernels_attention_cuda_test", "CUDA attention tests: fwd/bwd, causal, window, GQA, tail"),
+    ("kernels_attention_cuda_test", "CUDA attention: fwd/bwd, causal, window, GQA, tail, row map"),
     ("memcheck_kernels", "compute-sanitizer memcheck: kernel tests"),
     ("memcheck_attention", "compute-sanitizer memcheck: small attention cases"),
     ("racecheck_attention", "compute-sanitizer racecheck: one attention case"),

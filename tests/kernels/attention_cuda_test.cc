@@ -14,6 +14,7 @@
 #include "tests/kernels/attention_reference.h"
 #include "tests/kernels/device_tensor.h"
 #include "tests/kernels/host_tensor.h"
+#include "tests/kernels/query_row_maps.h"
 #include "tests/kernels/tree_forest.h"
 
 namespace packsched::kernels {
@@ -240,10 +241,10 @@ TEST(AttentionCudaWithoutDeviceTest, CallsFailCleanly) {
   EXPECT_NE(s.message().find("no usable CUDA device"), absl::string_view::npos) << s;
 }
 
-// The query-row map (AttentionSeqlens::query_rows) is the CPU backend's: a CUDA call with one is
-// InvalidArgument naming it, found while validating (no device memory is read, so the tensors are
-// CUDA-labelled host buffers, with or without a device).
-TEST(AttentionCudaQueryRowsTest, AMapIsRefusedOnCuda) {
+// The query-row map (AttentionSeqlens::query_rows) is read on the host: a CUDA call whose map is
+// in device memory is InvalidArgument naming it, found while validating (no device memory is
+// read, so the tensors are CUDA-labelled host buffers, with or without a device).
+TEST(AttentionCudaQueryRowsTest, AMapInDeviceMemoryIsRefused) {
   const testing::PackedForest f = testing::RandomForest(3, 2, 6, 9);
   Problem p = testing::TreeProblem(f.cu, f.subtree_end, f.positions);
   p.head_dim = 8;
@@ -261,8 +262,54 @@ TEST(AttentionCudaQueryRowsTest, AMapIsRefusedOnCuda) {
   for (const absl::Status& s : {t.Forward(p.options), t.Backward(p.options)}) {
     EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
     EXPECT_NE(s.message().find("query_rows"), absl::string_view::npos) << s;
-    EXPECT_NE(s.message().find("CPU backend only"), absl::string_view::npos) << s;
+    EXPECT_NE(s.message().find("host memory"), absl::string_view::npos) << s;
   }
+}
+
+// The query-row map on the device (kernels/cuda/attention_query_runs.cuh), per rank of a tree CP
+// group of `cp` (head-tail rows): the call with the map (a host tensor) against the device's call
+// without it on the inputs with dout 0 outside the map (the mapped rows' out, lse and dq bitwise,
+// the others a query that sees no key, dk and dv bitwise), and against the CPU backend's map.
+template <typename T>
+void CheckCudaQueryRowMap(const Problem& p, int cp, uint32_t seed) {
+  const Inputs in = RandomInputs<T>(p, seed);
+  for (int rank = 0; rank < cp; ++rank) {
+    SCOPED_TRACE(::testing::Message() << "cp " << cp << " rank " << rank);
+    const std::vector<int32_t> rows = testing::HeadTailRows(p.CuQ(), cp, rank, seed);
+    const std::vector<bool> mapped = testing::MappedRows(rows, p.RowsQ());
+    const Inputs own = testing::WithDoutOnlyOn(p, in, mapped);
+    const AttentionTensors<T> plain(p, own);
+    AttentionTensors<T> without(p, own);
+    RunOnDevice(p, plain, without);
+    const testing::Outputs want = without.Results();
+    ExpectMatchesReference<T>(p, own, want, "cuda ");
+    AttentionTensors<T> source(p, in);
+    HostTensor map = testing::CuTensor(rows);
+    source.seqlens.query_rows = &map.view();
+    AttentionTensors<T> with(p, in);
+    RunOnDevice(p, source, with);
+    const testing::Outputs got = with.Results();
+    testing::ExpectMappedRun(p, mapped, want, got, "cuda map");
+    testing::ExpectCpuMapAgrees<T>(p, in, own, rows, mapped, want, got);
+  }
+}
+
+// bf16 and fp16 at head dims 64 and 128 run the tensor-core kernels, float the scalar ones; GQA,
+// and a left window on the depths with softcap.
+TEST_F(AttentionCudaTest, QueryRowMapOfTreeCpRanks) {
+  const testing::PackedForest f = testing::RandomForest(5, 2, 10, 50);
+  Problem p = testing::TreeProblem(f.cu, f.subtree_end, f.positions);
+  p.heads = 4;
+  p.kv_heads = 2;
+  p.head_dim = 64;
+  CheckCudaQueryRowMap<Bf16>(p, 2, 41);
+  CheckCudaQueryRowMap<float>(p, 2, 42);
+  p.head_dim = 128;
+  CheckCudaQueryRowMap<Bf16>(p, 4, 43);
+  p.head_dim = 64;
+  p.options.window_left = 50;
+  p.options.softcap = 3.0;
+  CheckCudaQueryRowMap<Fp16>(p, 2, 44);
 }
 
 }  // namespace

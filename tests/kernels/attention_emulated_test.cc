@@ -11,6 +11,7 @@
 #include <iterator>
 #include <limits>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
 #include "cuda_runtime.h"  // the emulation (this target's include path puts it first)
@@ -19,6 +20,7 @@
 #include "kernels/cuda/attention_traits.h"
 #include "tests/kernels/attention_reference.h"
 #include "tests/kernels/emulated_attention_args.h"
+#include "tests/kernels/emulated_query_rows.h"
 #include "tests/kernels/tree_forest.h"
 
 namespace packsched::kernels::internal::cuda {
@@ -90,14 +92,24 @@ void Launch(void (*kernel)(AttentionArgs), const AttentionArgs& a, int64_t longe
 }
 
 template <typename T, int kD>
-void ForwardAndBackward(const AttentionArgs& a) {
+void Forward(const AttentionArgs& a) {
   using Fwd = AttnTraits<kD, AttnKernel::kForward>;
+  Launch<Fwd>(AttentionForwardKernel<T, Fwd>, a, a.max_seqlen_q, Fwd::kBr, a.heads, false);
+}
+
+template <typename T, int kD>
+void Backward(const AttentionArgs& a) {
   using Dq = AttnTraits<kD, AttnKernel::kBackwardDq>;
   using DkDv = AttnTraits<kD, AttnKernel::kBackwardDkDv>;
-  Launch<Fwd>(AttentionForwardKernel<T, Fwd>, a, a.max_seqlen_q, Fwd::kBr, a.heads, false);
   Launch<Dq>(AttentionBackwardDqKernel<T, Dq>, a, a.max_seqlen_q, Dq::kBr, a.heads, false);
   Launch<DkDv>(AttentionBackwardDkDvKernel<T, DkDv>, a, a.max_seqlen_k, DkDv::kBc, a.kv_heads,
                true);
+}
+
+template <typename T, int kD>
+void ForwardAndBackward(const AttentionArgs& a) {
+  Forward<T, kD>(a);
+  Backward<T, kD>(a);
 }
 
 template <typename T>
@@ -183,6 +195,95 @@ TEST(AttentionEmulatedTest, TreeMaskOnRandomForests) {
   p.options.window_left = 40;
   p.options.softcap = 2.0;
   CheckEmulated<Bf16>(p);
+}
+
+// The launchers' AttentionBlankRowsKernel, its blocks and threads one after another (it has no
+// barrier).
+void RunBlankRows(const AttentionArgs& a, void* rows, float* lse) {
+  const dim3 grid = BlankRowsGrid(a);
+  packsched_cuda_emulation::grid_dim = grid;
+  for (unsigned x = 0; x < grid.x; ++x) {
+    packsched_cuda_emulation::block_idx = dim3(x);
+    for (int t = 0; t < kBlankRowsThreads; ++t) {
+      packsched_cuda_emulation::thread_idx = dim3(t);
+      AttentionBlankRowsKernel<uint16_t>(a, rows, lse);
+    }
+  }
+}
+
+// Runs f(std::integral_constant<int, bucket>) for the head-dim bucket of `a` (64, 128 or 256).
+template <typename F>
+void WithBucket(const AttentionArgs& a, F&& f) {
+  if (a.head_dim <= 64) {
+    f(std::integral_constant<int, 64>{});
+  } else if (a.head_dim <= 128) {
+    f(std::integral_constant<int, 128>{});
+  } else {
+    f(std::integral_constant<int, 256>{});
+  }
+}
+
+// The query-row map on the scalar kernels, per rank of a tree CP group of `cp` (head-tail rows):
+// without the map on the inputs with dout 0 outside it, against the reference; with it (the
+// launchers' sequence: forward, blank rows, backward, blank dq), the mapped rows bitwise the run
+// without it and the others blank; the CPU backend's map against both.
+template <typename T>
+void CheckQueryRowMap(const Problem& p, int cp, uint32_t seed) {
+  const Inputs in = RandomInputs<T>(p, seed);
+  const int64_t tq = p.RowsQ();
+  for (int rank = 0; rank < cp; ++rank) {
+    SCOPED_TRACE(::testing::Message() << "cp " << cp << " rank " << rank);
+    const std::vector<int32_t> rows = testing::HeadTailRows(p.CuQ(), cp, rank, seed);
+    const std::vector<bool> mapped = testing::MappedRows(rows, tq);
+    const Inputs own = testing::WithDoutOnlyOn(p, in, mapped);
+    AttentionTensors<T> all(p, own);
+    const AttentionArgs plain = testing::EmulatedArgs(p, all);
+    WithBucket(plain, [&](auto d) { ForwardAndBackward<T, decltype(d)::value>(plain); });
+    const testing::Outputs want = all.Results();
+    ExpectMatchesReference<T>(p, own, want);
+    AttentionTensors<T> t(p, in);
+    AttentionArgs a = testing::EmulatedArgs(p, t);
+    const testing::QueryRuns runs(rows);
+    runs.SetOn(a);
+    WithBucket(a, [&](auto d) {
+      Forward<T, decltype(d)::value>(a);
+      RunBlankRows(a, a.out, static_cast<float*>(a.lse));
+      Backward<T, decltype(d)::value>(a);
+      RunBlankRows(a, a.dq, nullptr);
+    });
+    const testing::Outputs got = t.Results();
+    testing::ExpectMappedRun(p, mapped, want, got, "scalar map");
+    testing::ExpectCpuMapAgrees<T>(p, in, own, rows, mapped, want, got);
+    // The backward reads nothing of the other rows: over the forward's out and lse without the
+    // map, the same gradients (checked for the first rank).
+    if (rank > 0) continue;
+    AttentionTensors<T> over_all(p, in);
+    AttentionArgs b = testing::EmulatedArgs(p, over_all);
+    WithBucket(b, [&](auto d) {
+      Forward<T, decltype(d)::value>(b);
+      runs.SetOn(b);
+      Backward<T, decltype(d)::value>(b);
+      RunBlankRows(b, b.dq, nullptr);
+    });
+    const testing::Outputs again = over_all.Results();
+    EXPECT_EQ(got.dq, again.dq) << "dq over the forward without the map";
+    EXPECT_EQ(got.dk, again.dk) << "dk over the forward without the map";
+    EXPECT_EQ(got.dv, again.dv) << "dv over the forward without the map";
+  }
+}
+
+// Tree CP's head-tail maps at cp = 2 and 4 on random forests, with GQA; a left window on the
+// depths and softcap in bf16.
+TEST(AttentionEmulatedTest, QueryRowMapOfTreeCpRanks) {
+  const testing::PackedForest f = testing::RandomForest(4, 2, 8, 50);
+  Problem p = testing::TreeProblem(f.cu, f.subtree_end, f.positions);
+  p.heads = 4;
+  p.kv_heads = 2;
+  p.head_dim = 16;
+  CheckQueryRowMap<float>(p, 2, 31);
+  p.options.window_left = 40;
+  p.options.softcap = 2.0;
+  CheckQueryRowMap<Bf16>(p, 4, 33);
 }
 
 TEST(AttentionEmulatedTest, LongQueriesFewKeys) {

@@ -7,7 +7,9 @@
 // rows). Also checks that no ldmatrix phase of the kernels hits a shared-memory bank conflict. The
 // one-pass backward (attention_tc_bwd_onepass.cuh) runs the same modes at head dims 64 and 128
 // (96 in some). And every kernel gives bitwise the same results whichever order the emulation
-// resumes a block's threads in (its racecheck).
+// resumes a block's threads in (its racecheck). With a query-row map (tree CP's head-tail rows)
+// the kernels and the blank-rows kernel give the mapped rows bitwise what the run without the map
+// gives them, and agree with the CPU backend's map.
 
 #include <algorithm>
 #include <cmath>
@@ -33,6 +35,7 @@
 #include "tests/kernels/attention_reference.h"
 #include "tests/kernels/cuda_emulation/warp_runtime.h"
 #include "tests/kernels/emulated_attention_args.h"
+#include "tests/kernels/emulated_query_rows.h"
 
 namespace packsched::kernels::internal::cuda {
 namespace {
@@ -117,8 +120,13 @@ void RunBackward(const Problem& pb, TcAttnParams p) {
   pass1_mma_calls += emu::mma_calls - before;
   ASSERT_TRUE(TcGrid(a, a.max_seqlen_k, DkDv::kBc, a.kv_heads, true, &grid));
   before = emu::mma_calls;
-  emu::RunGrid(grid, DkDv::kThreads, DkDv::kSharedBytes,
-               [&] { AttentionTcBackwardDkDvKernel<T, kD>(p); });
+  emu::RunGrid(grid, DkDv::kThreads, DkDv::kSharedBytes, [&] {
+    if (p.args.query_runs != nullptr) {
+      AttentionTcBackwardDkDvKernel<T, kD, true>(p);
+    } else {
+      AttentionTcBackwardDkDvKernel<T, kD, false>(p);
+    }
+  });
   pass2_mma_calls += emu::mma_calls - before;
 }
 
@@ -312,7 +320,7 @@ TEST(AttentionTcEmulatedTest, PassTwoStartsItsHeaviestBlocksFirst) {
       for (unsigned x = 0; x < grid.x; ++x) {
         const uint64_t before = emu::mma_calls;
         emu::RunBlock(dim3(x, y, z), DkDv::kThreads, DkDv::kSharedBytes,
-                      [&] { AttentionTcBackwardDkDvKernel<Bf16, 64>(params); });
+                      [&] { AttentionTcBackwardDkDvKernel<Bf16, 64, false>(params); });
         if (emu::mma_calls > before) work.push_back(emu::mma_calls - before);
       }
     }
@@ -712,6 +720,172 @@ TEST(AttentionTcScheduleTest, TreeMaskD64) {
   p.heads = 2;
   p.kv_heads = 1;
   CheckScheduleIndependent<Bf16, 64>(p, &tree);
+}
+
+// The query-row map (attention_query_runs.cuh). The launchers' sequence with a map, on
+// `params` (whose query_runs are set): the forward, the rows outside the map blanked (out 0, lse
+// +inf), the two-pass backward, their dq blanked.
+void RunBlankRows(const AttentionArgs& a, void* rows, float* lse) {
+  emu::RunGrid(BlankRowsGrid(a), kBlankRowsThreads, 0,
+               [&] { AttentionBlankRowsKernel<uint16_t>(a, rows, lse); });
+}
+
+// With `forward_map` false the forward runs without the map (every row's out and lse real), so
+// that the backward must itself ignore the rows outside it.
+template <typename T>
+testing::Outputs RunMapped(const Problem& p, const Inputs& in, const std::vector<int32_t>& rows,
+                           bool forward_map = true) {
+  AttentionTensors<T> t(p, in);
+  TcAttnParams params = ParamsOf(p, t);
+  const testing::QueryRuns runs(rows);
+  WithHeadDim(p.head_dim, [&](auto dim) {
+    constexpr int kD = decltype(dim)::value;
+    if (forward_map) runs.SetOn(params.args);
+    RunForward<T, kD, 2>(params);
+    RunBlankRows(params.args, params.args.out, static_cast<float*>(params.args.lse));
+    runs.SetOn(params.args);
+    RunBackward<T, kD>(p, params);
+    RunBlankRows(params.args, params.args.dq, nullptr);
+  });
+  return t.Results();
+}
+
+// For each rank of a tree CP group of `cp` over p (its tree set): the rank's head-tail rows as
+// the map; the kernels without it, on the inputs with dout 0 outside the map, against the
+// reference; with it (on the unchanged inputs: the other rows' dout must not matter), the mapped
+// rows bitwise the run without it and the others blank; the CPU backend with the map against
+// both. The group's maps partition the rows.
+template <typename T>
+void CheckQueryRowMap(const Problem& p, int cp, uint32_t seed) {
+  const Inputs in = RandomInputs<T>(p, seed);
+  const int64_t tq = p.RowsQ();
+  std::vector<int> holder(static_cast<size_t>(tq), 0);
+  for (int rank = 0; rank < cp; ++rank) {
+    SCOPED_TRACE(::testing::Message() << "cp " << cp << " rank " << rank);
+    const std::vector<int32_t> rows = testing::HeadTailRows(p.CuQ(), cp, rank, seed);
+    const std::vector<bool> mapped = testing::MappedRows(rows, tq);
+    for (const int32_t r : rows) ++holder[static_cast<size_t>(r)];
+    const Inputs own = testing::WithDoutOnlyOn(p, in, mapped);
+    AttentionTensors<T> all(p, own);
+    const TcAttnParams params = ParamsOf(p, all);
+    WithHeadDim(p.head_dim, [&](auto dim) {
+      RunForward<T, decltype(dim)::value, 2>(params);
+      RunBackward<T, decltype(dim)::value>(p, params);
+    });
+    const testing::Outputs want = all.Results();
+    testing::ExpectMatchesReference<T>(p, own, want);
+    const testing::Outputs got = RunMapped<T>(p, in, rows);
+    testing::ExpectMappedRun(p, mapped, want, got, "tensor-core map");
+    testing::ExpectCpuMapAgrees<T>(p, in, own, rows, mapped, want, got);
+    // The backward reads nothing of the other rows: over the forward's out and lse without the
+    // map, the same gradients (checked for the first rank).
+    if (rank > 0) continue;
+    const testing::Outputs over_all = RunMapped<T>(p, in, rows, /*forward_map=*/false);
+    EXPECT_TRUE(SameBits(got.dq, over_all.dq)) << "dq over the forward without the map";
+    EXPECT_TRUE(SameBits(got.dk, over_all.dk)) << "dk over the forward without the map";
+    EXPECT_TRUE(SameBits(got.dv, over_all.dv)) << "dv over the forward without the map";
+  }
+  for (int64_t t = 0; t < tq; ++t) ASSERT_EQ(holder[static_cast<size_t>(t)], 1) << "row " << t;
+}
+
+// A random forest over pieces of `piece_rows` rows (multiples of 2 cp), `heads` query heads on
+// `kv_heads`, head dim d.
+Problem TreeCpProblem(const std::vector<int32_t>& piece_rows, uint32_t seed, int64_t heads,
+                      int64_t kv_heads, int64_t d) {
+  Problem p;
+  const Tree tree = RandomForest(piece_rows, &p, seed);
+  p.subtree_end = tree.subtree_end;
+  p.positions = tree.positions;
+  p.heads = heads;
+  p.kv_heads = kv_heads;
+  p.head_dim = d;
+  return p;
+}
+
+TEST(AttentionTcQueryRowsTest, TreeCpTwoRanksGqaD64) {
+  CheckQueryRowMap<Bf16>(TreeCpProblem({136, 72}, 5, 4, 2, 64), 2, 21);
+}
+
+TEST(AttentionTcQueryRowsTest, TreeCpFourRanksD128Fp16) {
+  CheckQueryRowMap<Fp16>(TreeCpProblem({136}, 3, 2, 1, 128), 4, 22);
+}
+
+TEST(AttentionTcQueryRowsTest, TreeCpTwoRanksPositionWindowAndSoftcapD96) {
+  Problem p = TreeCpProblem({136, 64}, 7, 2, 1, 96);
+  p.options.window_left = 24;
+  p.options.softcap = 3.0;
+  CheckQueryRowMap<Bf16>(p, 2, 23);
+}
+
+// Every rank's map empty but one's, which holds every row; and a map of one row.
+TEST(AttentionTcQueryRowsTest, EmptyWholeAndSingleRowMaps) {
+  const Problem p = TreeCpProblem({96, 40}, 9, 2, 1, 64);
+  const Inputs in = RandomInputs<Bf16>(p, 4);
+  const int64_t tq = p.RowsQ();
+  std::vector<int32_t> every(static_cast<size_t>(tq));
+  for (int64_t t = 0; t < tq; ++t) every[static_cast<size_t>(t)] = static_cast<int32_t>(t);
+  for (const std::vector<int32_t>& rows :
+       {std::vector<int32_t>{}, every, std::vector<int32_t>{77}}) {
+    SCOPED_TRACE(rows.size());
+    const std::vector<bool> mapped = testing::MappedRows(rows, tq);
+    const Inputs own = testing::WithDoutOnlyOn(p, in, mapped);
+    AttentionTensors<Bf16> all(p, own);
+    const TcAttnParams params = ParamsOf(p, all);
+    RunForward<Bf16, 64, 2>(params);
+    RunBackward<Bf16, 64>(p, params);
+    const testing::Outputs want = all.Results();
+    const testing::Outputs got = RunMapped<Bf16>(p, in, rows);
+    testing::ExpectMappedRun(p, mapped, want, got, "tensor-core map");
+    testing::ExpectCpuMapAgrees<Bf16>(p, in, own, rows, mapped, want, got);
+  }
+}
+
+// A map computes only its rows: with rank 0's rows of a two-rank group over one long sequence
+// (a head run and a tail run of 64 rows each, so that whole query tiles lie outside the map),
+// the forward, pass 1 and pass 2 each issue fewer mma instructions than without the map.
+TEST(AttentionTcQueryRowsTest, AMapSkipsTheTilesOutsideIt) {
+  Problem p = MakeProblem({384}, {384}, true);
+  p.head_dim = 64;
+  const Inputs in = RandomInputs<Bf16>(p, 6);
+  std::vector<int32_t> rows;
+  for (int32_t r = 0; r < 384; ++r) {
+    if (r < 64 || r >= 320) rows.push_back(r);
+  }
+  uint64_t mma[2][3];  // [mapped][forward, pass 1, pass 2]
+  for (const bool with_map : {false, true}) {
+    AttentionTensors<Bf16> t(p, in);
+    TcAttnParams params = ParamsOf(p, t);
+    const testing::QueryRuns runs(rows);
+    if (with_map) runs.SetOn(params.args);
+    const uint64_t before = emu::mma_calls;
+    RunForward<Bf16, 64, 2>(params);
+    mma[with_map][0] = emu::mma_calls - before;
+    pass1_mma_calls = pass2_mma_calls = 0;
+    RunBackward<Bf16, 64>(p, params);
+    mma[with_map][1] = pass1_mma_calls;
+    mma[with_map][2] = pass2_mma_calls;
+  }
+  for (int pass = 0; pass < 3; ++pass) {
+    EXPECT_LT(mma[1][pass], mma[0][pass]) << "pass " << pass;
+    EXPECT_GT(mma[1][pass], 0u) << "pass " << pass;
+  }
+}
+
+// The racecheck of the mapped kernels: bitwise the same results under every scheduler order.
+TEST(AttentionTcQueryRowsTest, ScheduleIndependentD64) {
+  const Problem p = TreeCpProblem({152, 88}, 5, 2, 1, 64);
+  const Inputs in = RandomInputs<Bf16>(p, 12);
+  const std::vector<int32_t> rows = testing::HeadTailRows(p.CuQ(), 2, 1, 24);
+  const emu::Schedule saved = emu::schedule;
+  const testing::Outputs want = RunMapped<Bf16>(p, in, rows);
+  for (const emu::Schedule order : {emu::Schedule{emu::ThreadOrder::kDescending, 0},
+                                    emu::Schedule{emu::ThreadOrder::kShuffled, 1},
+                                    emu::Schedule{emu::ThreadOrder::kWarpAhead, 1}}) {
+    SCOPED_TRACE(static_cast<int>(order.order));
+    emu::schedule = order;
+    ExpectSameBits(want, RunMapped<Bf16>(p, in, rows), "mapped");
+    emu::schedule = saved;
+  }
 }
 
 // The opt-in limits of dynamic shared memory per block (CUDA programming guide, "Technical

@@ -1,9 +1,9 @@
-"""The query-row map of tree attention (AttentionSeqlens::query_rows, CPU backend): a CP rank's
+"""The query-row map of tree attention (AttentionSeqlens::query_rows): a CP rank's
 tree_cp_attention computes only the rows it holds, and gives bitwise what computing every row
 gives (output and the gradients of q, k and v), on planned GRPO and multi-turn forests for
 cp = 2 and 4, float64 and bfloat16, with a left window on depths, a softcap and GQA. The raw call
 writes the rows outside the map as queries that see no key; a bad map is refused naming it; the
-own-row path never runs the every-row tree_attention.
+own-row path never runs the every-row tree_attention, on CUDA tensors too (given a device).
 """
 
 import pathlib
@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import torch
 
-from packsched import _arrays, tree_kernels
+from packsched import _arrays, kernels, tree_kernels
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 
@@ -69,6 +69,62 @@ def test_own_rows_take_the_map_path(monkeypatch):
     _run(layouts[0], 2, 0, torch.float64, False, 1, softcap=2.0)
     with pytest.raises(AssertionError, match="every row"):
         _run(layouts[0], 2, 0, torch.float64, True, 1)
+
+
+@pytest.mark.skipif(
+    not torch.cuda.is_available() or not kernels.built_with_cuda(),
+    reason="needs a CUDA device and CUDA kernels",
+)
+@pytest.mark.parametrize("dtype, head_dim", [(torch.bfloat16, 64), (torch.float32, 8)])
+def test_cuda_own_rows_take_the_map_path_bitwise(monkeypatch, dtype, head_dim):
+    # On CUDA too the own-row path carries the map (bf16 at head dim 64: the tensor-core kernels;
+    # float32: the scalar ones) and gives bitwise what every row gives.
+    _, layouts = planned_layouts(2, 7, "grpo")
+    layout = layouts[0]
+    cu, subtree_end, max_seqlen = (x.cuda() for x in _tensors(layout))
+    rows = layout.cu[-1]
+    gen = torch.Generator().manual_seed(3)
+    q, k, v, d_out = (
+        torch.randn(rows, h, head_dim, generator=gen).to(dtype).cuda() for h in (4, 2, 2, 4)
+    )
+    for rank in range(2):
+        m = tree_kernels.tree_cp_rows(layout.cu, layout.positions, 2, rank)
+        results = []
+        for all_rows in (False, True):
+            q_shard = tree_kernels.tree_cp_shard(q, m).requires_grad_()
+            kv = [x.detach().clone().requires_grad_() for x in (k, v)]
+            out = tree_kernels.tree_cp_attention(
+                q_shard,
+                *kv,
+                m,
+                cu,
+                max_seqlen,
+                subtree_end,
+                all_rows=all_rows,
+                cu_seqlens_host=layout.cu,
+            )
+            d_shard = tree_kernels.tree_cp_shard(d_out, m)
+            results.append(
+                (out.detach(),) + torch.autograd.grad((out * d_shard).sum(), [q_shard, *kv])
+            )
+        for name, got, want in zip(("out", "dq", "dk", "dv"), *results):
+            assert torch.equal(got, want), f"{name} differs (rank {rank})"
+
+    def every_row(*args, **kwargs):
+        raise AssertionError("tree_attention over every row")
+
+    monkeypatch.setattr(tree_kernels, "tree_attention", every_row)
+    m = tree_kernels.tree_cp_rows(layout.cu, layout.positions, 2, 0)
+    tree_kernels.tree_cp_attention(
+        tree_kernels.tree_cp_shard(q, m),
+        k,
+        v,
+        m,
+        cu,
+        max_seqlen,
+        subtree_end,
+        cu_seqlens_host=layout.cu,
+    )
 
 
 def _params(cu, max_seqlen, subtree_end, host):

@@ -175,18 +175,19 @@ def tree_cp_attention(
     tree attention and keeps the rank's rows. That is exact: a row's output depends on its own
     query only, and the rows not kept get a zero output gradient, so their share of the key and
     value gradients is exactly zero. The gradients of k and v are this rank's contribution (sum
-    them over the group: the all-gather's backward). On the CPU the call carries the rank's rows
-    as its query-row map (attention.h: AttentionSeqlens::query_rows), so it computes only those
-    queries, each against the keys it sees (its ancestors), bitwise what the unsharded call
-    gives them; ``all_rows=True``, CUDA tensors (whose kernels take no map) and other keywords
-    of tree_attention (backend) compute every row, as the unsharded call costs."""
+    them over the group: the all-gather's backward). The call carries the rank's rows as its
+    query-row map (attention.h: AttentionSeqlens::query_rows; a host tensor, on the CPU and on
+    CUDA), so it computes only those queries (on CUDA the query tiles holding one of them), each
+    against the keys it sees (its ancestors), bitwise what the unsharded call gives them;
+    ``all_rows=True`` and other keywords of tree_attention (backend) compute every row, as the
+    unsharded call costs."""
     from . import _arrays
     from .tree_kernels import tree_attention
 
     index = _index(rows, q_shard)
     full = q_shard.new_zeros((k.shape[0],) + tuple(q_shard.shape[1:]))
     full = full.index_copy(0, index, q_shard)
-    if all_rows or q_shard.device.type != "cpu" or not set(kwargs) <= set(_LAYOUT_DEFAULTS):
+    if all_rows or not set(kwargs) <= set(_LAYOUT_DEFAULTS):
         # Every row (other keywords, such as backend, are tree_attention's to honour or refuse).
         out = tree_attention(full, k, v, cu_seqlens, max_seqlen, subtree_end, positions, **kwargs)
     else:

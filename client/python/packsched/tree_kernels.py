@@ -19,7 +19,7 @@ one target per distinct next token of its children.
 Context parallelism (packsched._tree_cp): tree_cp_rows gives a CP rank's row map (the tree shard
 map, balanced by the work under the mask; segment_rows' head-tail map on a flat segment),
 tree_cp_shard / tree_cp_unshard move rows, tree_cp_attention runs the shard's queries against the
-gathered keys (on the CPU computing only those rows: the kernels' query-row map), tree_cp_targets
+gathered keys (computing only those rows: the kernels' query-row map), tree_cp_targets
 and tree_cp_cross_entropy give the shard's loss.
 """
 
@@ -87,7 +87,7 @@ class _TreeLayout(_AttentionLayout):
         self.subtree_end = _same_lib(lib, params["subtree_end"])
         positions = params["positions"]
         self.positions = None if positions is None else _same_lib(lib, positions)
-        # The query-row map (host int32, CPU only; tree_cp_attention passes it).
+        # The query-row map (host int32, on either backend; tree_cp_attention passes it).
         self.query_rows = params.get("query_rows")
 
     def args(self):

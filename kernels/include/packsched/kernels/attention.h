@@ -99,8 +99,11 @@ struct AttentionSeqlens {
   // these rows are computed as queries; every other row of q is written as a query that sees no
   // key (out = 0, lse = +inf, dq = 0) but stays a key. The mapped rows' out, lse and dq are
   // bitwise those of the call without the map, and dk, dv are the mapped rows' share: bitwise
-  // the call's without the map when dout is 0 on every other row. CPU backend only
-  // (InvalidArgument on CUDA tensors); q, out, dout, dq and lse keep all tq rows.
+  // the call's without the map when dout is 0 on every other row (the other rows' lse, out and
+  // dout do not change the gradients; on CUDA their dout must be finite). In host memory on both
+  // backends (a CPU tensor; on CUDA also pinned host memory; InvalidArgument on device memory);
+  // the CUDA backend copies the map's runs to the device (stream-ordered, from pageable memory).
+  // q, out, dout, dq and lse keep all tq rows.
   const DLTensor* query_rows = nullptr;  // int32 [nq], host
 };
 
