@@ -4,6 +4,7 @@
 // Forests the tree-packing tests share.
 
 #include <cstdint>
+#include <random>
 #include <vector>
 
 #include "server/planner/forest.h"
@@ -25,6 +26,22 @@ inline Forest Groups(const std::vector<int64_t>& prompts,
     }
   }
   return f;
+}
+
+// `trees` GRPO groups of `n` rollouts: prompts of 1,000 to 3,000 tokens, completions of 200 to
+// 1,500, drawn from `seed`.
+inline Forest GrpoMix(int trees, int n, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::vector<int64_t> prompts;
+  std::vector<std::vector<int64_t>> completions;
+  for (int t = 0; t < trees; ++t) {
+    prompts.push_back(1000 + static_cast<int64_t>(rng() % 2001));
+    completions.emplace_back();
+    for (int i = 0; i < n; ++i) {
+      completions.back().push_back(200 + static_cast<int64_t>(rng() % 1301));
+    }
+  }
+  return Groups(prompts, completions);
 }
 
 }  // namespace packsched::planner::testing_forests

@@ -21,20 +21,7 @@ using testing_forests::Groups;
 
 constexpr int64_t kWorld = 8;
 
-// `trees` GRPO groups of `n` rollouts: prompts of 1,000 to 3,000 tokens, completions of 200 to
-// 1,500.
-Forest Mix(int trees, int n, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::vector<int64_t> prompts;
-  std::vector<std::vector<int64_t>> completions;
-  for (int t = 0; t < trees; ++t) {
-    prompts.push_back(1000 + static_cast<int64_t>(rng() % 2001));
-    completions.emplace_back();
-    for (int i = 0; i < n; ++i)
-      completions.back().push_back(200 + static_cast<int64_t>(rng() % 1301));
-  }
-  return Groups(prompts, completions);
-}
+Forest Mix(int trees, int n, uint64_t seed) { return testing_forests::GrpoMix(trees, n, seed); }
 
 PlanOptions Capped(int64_t cap) {
   PlanOptions o;
@@ -114,7 +101,9 @@ TEST(TreeBalance, FewerRolloutsThanRanksGiveTheOthersFiller) {
     for (const TreeMicroBatch& part : rank.parts) holds |= !part.layout.rollouts.empty();
     for (const TreeMicroBatch& part : rank.parts) {
       EXPECT_EQ(part.batch.filler, !holds);
-      if (part.batch.filler) EXPECT_TRUE(part.batch.empty);
+      if (part.batch.filler) {
+        EXPECT_TRUE(part.batch.empty);
+      }
     }
     filler_ranks += holds ? 0 : 1;
   }

@@ -20,24 +20,13 @@
 namespace packsched::planner {
 namespace {
 
-using testing_forests::Groups;
-
 constexpr int64_t kWorld = 8;
 
 // `trees` GRPO trees of `n` rollouts: prompts of 1,000 to 3,000 tokens, completions of 200 to
 // 1,500, with a third level (a second turn of 100 to 600 tokens) under every other completion.
 Forest Mix(int trees, int n, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::vector<int64_t> prompts;
-  std::vector<std::vector<int64_t>> completions;
-  for (int t = 0; t < trees; ++t) {
-    prompts.push_back(1000 + static_cast<int64_t>(rng() % 2001));
-    completions.emplace_back();
-    for (int i = 0; i < n; ++i) {
-      completions.back().push_back(200 + static_cast<int64_t>(rng() % 1301));
-    }
-  }
-  Forest f = Groups(prompts, completions);
+  Forest f = testing_forests::GrpoMix(trees, n, seed);
+  std::mt19937_64 rng(seed + 1);
   const size_t leaves = f.rollout_leaf.size();
   for (size_t r = 0; r < leaves; r += 2) {
     f.node_len.push_back(100 + static_cast<int64_t>(rng() % 501));
